@@ -1,0 +1,122 @@
+# leaselock - build, test, demo and benchmarks.
+#
+#   make            the shared library, a static library and the CLI
+#   make test       every suite (installs missing Debian packages when root)
+#   make demo       processes taking turns on one key with the embedded default
+#   make bench-core engine vs bare client programs, side by side
+#
+# Component rules live in mk/*.mk; each adds its suites to TEST_SUITES and
+# defines test-<suite>.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+BUILD ?= build
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+PYTHON ?= python3
+
+# The one list of core sources (also read by setup.py and the rockspec).
+LL_SOURCES := $(shell grep -v '^\#' csrc/SOURCES)
+
+WARN := -Wall -Wextra -Werror
+CSTD := -std=c11 -D_GNU_SOURCE
+OPT ?= -O2 -g
+SANFLAGS ?=
+
+# Optional backends: compiled in when their library is found, otherwise the
+# backend reports UNSUPPORTED with the reason.
+HAVE_MONGOC := $(shell $(PKG_CONFIG) --exists libmongoc-1.0 && echo yes)
+HAVE_MARIADB := $(shell $(PKG_CONFIG) --exists libmariadb && echo yes)
+HAVE_LIBPQ := $(shell $(PKG_CONFIG) --exists libpq && echo yes)
+
+LL_DEFS :=
+LL_PKGS := sqlite3
+ifeq ($(HAVE_MONGOC),yes)
+LL_DEFS += -DLEASELOCK_WITH_MONGOC
+LL_PKGS += libmongoc-1.0
+endif
+ifeq ($(HAVE_MARIADB),yes)
+LL_DEFS += -DLEASELOCK_WITH_MARIADB
+LL_PKGS += libmariadb
+endif
+ifeq ($(HAVE_LIBPQ),yes)
+LL_DEFS += -DLEASELOCK_WITH_LIBPQ
+LL_PKGS += libpq
+endif
+
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(LL_PKGS) 2>/dev/null)
+PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(LL_PKGS) 2>/dev/null)
+
+CFLAGS_ALL := $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -fPIC -fvisibility=hidden -pthread \
+	-Icsrc $(LL_DEFS) $(PKG_CFLAGS) $(CFLAGS)
+LDLIBS_ALL := $(PKG_LIBS) -pthread -lm $(LDLIBS)
+
+LL_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LL_SOURCES))
+LIB_SO := $(BUILD)/libleaselock.so
+LIB_A := $(BUILD)/libleaselock.a
+
+TEST_SUITES :=
+ASAN_SUITES :=
+BENCH_CORE :=
+DEMOS :=
+
+.PHONY: all deps test test-suites test-asan asan-suites demo bench-core format format-check clean
+all: $(LIB_SO) $(LIB_A)
+
+$(BUILD)/obj/%.o: csrc/%.c csrc/leaselock.h csrc/ll_internal.h | $(BUILD)/obj
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
+	@mkdir -p $@
+
+$(LIB_SO): $(LL_OBJS)
+	$(CC) -shared -o $@ $^ $(SANFLAGS) $(LDLIBS_ALL)
+
+$(LIB_A): $(LL_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+# Installs the Debian packages the build and the suites need (when root),
+# or says exactly what to install.
+deps:
+	@bash tools/deps.sh
+
+include $(sort $(wildcard mk/*.mk))
+
+# Every suite, with the test servers started once around them.
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/with-servers.sh $(MAKE) --no-print-directory test-suites
+
+test-suites:
+	@bash tests/run-suites.sh $(TEST_SUITES)
+
+# The C suites again (ASAN_SUITES), built with AddressSanitizer and UBSan
+# into build/asan. It is itself one of the suites that "make test" runs.
+TEST_SUITES += asan
+test-asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all" asan-suites
+
+asan-suites:
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  bash tests/run-suites.sh $(ASAN_SUITES)
+
+# Each component adds demo-<name> to DEMOS.
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@for d in $(DEMOS); do $(MAKE) --no-print-directory demo-$$d || exit 1; done
+
+# Each backend adds bench-core-<name> to BENCH_CORE; one run prints them all.
+bench-core: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/with-servers.sh bash bench/run.sh $(BENCH_CORE)
+
+format:
+	clang-format -i csrc/*.c csrc/*.h tests/*.c tests/*.h bench/*.c python/*.c lua/*.c 2>/dev/null || true
+
+format-check:
+	@clang-format --dry-run --Werror csrc/*.c csrc/*.h
+
+clean:
+	rm -rf build python/build

@@ -1,0 +1,75 @@
+/* backend.c - finds the backend for a URI's scheme. */
+#include "ll_internal.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <string.h>
+
+#define MAX_EXTRA 4
+
+static const ll_backend_t *const builtin[] = {
+   &ll_backend_sqlite,
+   &ll_backend_mongodb,
+   &ll_backend_mysql,
+   &ll_backend_postgresql,
+};
+
+static const ll_backend_t *extra[MAX_EXTRA];
+static int n_extra;
+static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void
+ll_backend_register (const ll_backend_t *backend)
+{
+   pthread_mutex_lock (&extra_mu);
+   if (n_extra < MAX_EXTRA)
+      extra[n_extra++] = backend;
+   pthread_mutex_unlock (&extra_mu);
+}
+
+static bool
+answers (const ll_backend_t *b, const char *scheme, size_t len)
+{
+   for (int i = 0; i < 4 && b->schemes[i]; i++)
+      if (strlen (b->schemes[i]) == len && !strncasecmp (b->schemes[i], scheme, len))
+         return true;
+   return false;
+}
+
+const ll_backend_t *
+ll_backend_for_uri (const char *uri, leaselock_error_t *err)
+{
+   if (!uri)
+      return ll_error_set (err, LEASELOCK_INVALID, "uri is NULL"), NULL;
+   char shown[160];
+   ll_uri_redact (uri, shown, sizeof shown);
+   const char *sep = strstr (uri, "://");
+   size_t len = sep ? (size_t) (sep - uri) : 0;
+   for (size_t i = 0; i < len; i++)
+      if (!isalnum ((unsigned char) uri[i]) && uri[i] != '+' && uri[i] != '-' && uri[i] != '.')
+         len = 0;
+   if (!len)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "malformed URI \"%s\": expected scheme://... (sqlite, mongodb, mysql, "
+                           "postgresql)",
+                           shown),
+             NULL;
+   const ll_backend_t *found = NULL;
+   for (size_t i = 0; i < sizeof builtin / sizeof builtin[0] && !found; i++)
+      if (answers (builtin[i], uri, len))
+         found = builtin[i];
+   pthread_mutex_lock (&extra_mu);
+   for (int i = 0; i < n_extra && !found; i++)
+      if (answers (extra[i], uri, len))
+         found = extra[i];
+   pthread_mutex_unlock (&extra_mu);
+   if (!found)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "unknown URI scheme \"%.*s\" in \"%s\" (known: sqlite, mongodb, "
+                           "mongodb+srv, mysql, mariadb, postgresql, postgres)",
+                           (int) (len > 32 ? 32 : len), uri, shown),
+             NULL;
+   if (!found->available)
+      return ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s", found->unavailable), NULL;
+   return found;
+}

@@ -1,0 +1,63 @@
+/* clock.c - the engine's monotonic clock, and a fake one for tests. */
+#include "ll_internal.h"
+
+#include <stdatomic.h>
+#include <time.h>
+
+static atomic_bool fake_on;
+static _Atomic int64_t fake_now = 1000000; /* arbitrary non-zero origin */
+
+int64_t
+ll_now_ms (void)
+{
+   if (atomic_load_explicit (&fake_on, memory_order_relaxed))
+      return atomic_load (&fake_now);
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void
+ll_clock_use_fake (bool on)
+{
+   atomic_store (&fake_on, on);
+}
+
+void
+ll_clock_advance (int64_t ms)
+{
+   atomic_fetch_add (&fake_now, ms);
+}
+
+void
+ll_cond_init (pthread_cond_t *cond)
+{
+   pthread_condattr_t attr;
+   pthread_condattr_init (&attr);
+   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+   pthread_cond_init (cond, &attr);
+   pthread_condattr_destroy (&attr);
+}
+
+void
+ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   int64_t wait_ms;
+   if (atomic_load_explicit (&fake_on, memory_order_relaxed)) {
+      /* Fake time only moves when a test advances it: poll it. */
+      wait_ms = 2;
+   } else if (deadline_ms < 0) {
+      pthread_cond_wait (cond, mu);
+      return;
+   } else {
+      wait_ms = deadline_ms - ll_now_ms ();
+      if (wait_ms <= 0)
+         return;
+   }
+   int64_t ns = ts.tv_nsec + (wait_ms % 1000) * 1000000;
+   ts.tv_sec += (time_t) (wait_ms / 1000 + ns / 1000000000);
+   ts.tv_nsec = (long) (ns % 1000000000);
+   pthread_cond_timedwait (cond, mu, &ts);
+}

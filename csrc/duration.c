@@ -1,0 +1,52 @@
+/* duration.c - "30s", "500ms", "1.5" (seconds) -> milliseconds. */
+#include "ll_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool
+leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t *error)
+{
+   if (!text)
+      return ll_error_set (error, LEASELOCK_INVALID, "duration is NULL");
+   if (!ms)
+      return ll_error_set (error, LEASELOCK_INVALID, "ms is NULL");
+   const char *p = text;
+   if (!*p)
+      return ll_error_set (error, LEASELOCK_INVALID, "duration is empty");
+   if (*p == '-' || *p == '+' || *p == ' ' || *p == '\t')
+      return ll_error_set (error, LEASELOCK_INVALID,
+                           "invalid duration \"%.64s\": expected a number and a unit such as 30s, "
+                           "500ms, 2m, 1h, 1d",
+                           text);
+   errno = 0;
+   char *end;
+   double v = strtod (p, &end);
+   if (end == p || errno == ERANGE || !isfinite (v))
+      return ll_error_set (error, LEASELOCK_INVALID,
+                           "invalid duration \"%.64s\": expected a number and a unit such as 30s, "
+                           "500ms, 2m, 1h, 1d",
+                           text);
+   double scale;
+   if (!strcmp (end, "") || !strcmp (end, "s"))
+      scale = 1000;
+   else if (!strcmp (end, "ms"))
+      scale = 1;
+   else if (!strcmp (end, "m"))
+      scale = 60000;
+   else if (!strcmp (end, "h"))
+      scale = 3600000;
+   else if (!strcmp (end, "d"))
+      scale = 86400000;
+   else
+      return ll_error_set (error, LEASELOCK_INVALID,
+                           "invalid duration \"%.64s\": unknown unit \"%.16s\" (use ms, s, m, h or d)",
+                           text, end);
+   double total = v * scale;
+   if (total > (double) LEASELOCK_TTL_MAX_MS * 1000)
+      return ll_error_set (error, LEASELOCK_INVALID, "duration \"%.64s\" is too large", text);
+   *ms = (int64_t) llround (total);
+   return true;
+}

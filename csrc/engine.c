@@ -1,0 +1,1013 @@
+/*
+ * engine.c - the lease engine: clients, connection pools, acquire (one try
+ * and blocking), renew, release, the renewal thread and fork safety.
+ *
+ * Locking: a global list mutex, then a client's mutex, then a wait bucket's
+ * mutex, always in that order. No mutex is held across database I/O or a
+ * user callback, so fork() (whose prepare handler takes them all) never
+ * waits on the network.
+ */
+#include "ll_internal.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define POOL_MAX 8
+#define N_BUCKETS 64
+#define BACKOFF_BASE_MS 5
+#define BACKOFF_CAP_MS 1000
+#define STOP_POLL_MS 100
+#define RETRY_MIN_MS 5
+#define RETRY_MAX_MS 1000
+
+struct leaselock_client {
+   const ll_backend_t *backend;
+   char *uri;       /* as given (may hold a password); never shown */
+   char *uri_shown; /* password replaced */
+   char *label;
+   char host[256];
+   atomic_int refs; /* the user's + one per lease */
+
+   pthread_mutex_t mu; /* guards everything below */
+   pid_t pid;          /* process that owns the pool and the thread */
+   bool closed;
+   void *idle[POOL_MAX];
+   int n_idle;
+   leaselock_lease_t *renewing; /* auto-renewed leases of this process */
+   pthread_cond_t cond;         /* wakes the renewal thread */
+   pthread_t thread;
+   bool thread_running;
+   bool stopping;
+   leaselock_client_t *next_client; /* the global list, for fork */
+};
+
+struct leaselock_lease {
+   leaselock_client_t *client; /* counted reference */
+   char key[LEASELOCK_KEY_MAX + 1];
+   size_t key_len;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   int64_t fence;
+   int64_t min_hold_ms;
+   pid_t pid; /* the process that acquired it */
+   bool auto_renew;
+   leaselock_lost_cb on_lost;
+   void *on_lost_data;
+   atomic_int refs; /* the user's + the renewal thread's while it works */
+
+   /* Guarded by client->mu. */
+   int64_t ttl_ms;
+   leaselock_state_t state;
+   int64_t deadline_ms;   /* local: send time of the last acquire/renew + ttl */
+   int64_t next_renew_ms; /* when the renewal thread next acts */
+   bool in_list;
+   bool busy;        /* the renewal thread is renewing it now */
+   bool lost_notify; /* on_lost still to be called */
+   bool in_callback; /* on_lost is running now */
+   leaselock_lease_t *next;
+};
+
+/* ---- process-wide state: clients (for fork) and wait buckets ---------- */
+
+typedef struct bucket {
+   pthread_mutex_t mu;
+   pthread_cond_t cond;
+   uint64_t gen; /* bumped by every local release of a key in the bucket */
+} bucket_t;
+
+static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
+static leaselock_client_t *clients;
+static bucket_t buckets[N_BUCKETS];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void
+fork_prepare (void)
+{
+   pthread_mutex_lock (&clients_mu);
+   for (leaselock_client_t *c = clients; c; c = c->next_client)
+      pthread_mutex_lock (&c->mu);
+   for (int i = 0; i < N_BUCKETS; i++)
+      pthread_mutex_lock (&buckets[i].mu);
+}
+
+static void
+fork_parent (void)
+{
+   for (int i = N_BUCKETS - 1; i >= 0; i--)
+      pthread_mutex_unlock (&buckets[i].mu);
+   for (leaselock_client_t *c = clients; c; c = c->next_client)
+      pthread_mutex_unlock (&c->mu);
+   pthread_mutex_unlock (&clients_mu);
+}
+
+/* The child has one thread: the one that forked, which holds every mutex.
+ * Condition variables may hold waiters that no longer exist: renew them.
+ * The rest of the reset (pool, thread, leases) happens lazily on the
+ * client's next use, by the getpid() check, which also covers fork paths
+ * that skip atfork handlers. */
+static void
+fork_child (void)
+{
+   for (int i = N_BUCKETS - 1; i >= 0; i--) {
+      ll_cond_init (&buckets[i].cond);
+      pthread_mutex_unlock (&buckets[i].mu);
+   }
+   for (leaselock_client_t *c = clients; c; c = c->next_client) {
+      ll_cond_init (&c->cond);
+      pthread_mutex_unlock (&c->mu);
+   }
+   pthread_mutex_unlock (&clients_mu);
+}
+
+static void
+init_once (void)
+{
+   for (int i = 0; i < N_BUCKETS; i++) {
+      pthread_mutex_init (&buckets[i].mu, NULL);
+      ll_cond_init (&buckets[i].cond);
+   }
+   pthread_atfork (fork_prepare, fork_parent, fork_child);
+}
+
+static bucket_t *
+bucket_for (const char *key, size_t len)
+{
+   uint32_t h = 2166136261u; /* FNV-1a */
+   for (size_t i = 0; i < len; i++)
+      h = (h ^ (unsigned char) key[i]) * 16777619u;
+   return &buckets[h % N_BUCKETS];
+}
+
+static uint64_t
+bucket_gen (bucket_t *b)
+{
+   pthread_mutex_lock (&b->mu);
+   uint64_t g = b->gen;
+   pthread_mutex_unlock (&b->mu);
+   return g;
+}
+
+static void
+bucket_wake (const char *key, size_t len)
+{
+   bucket_t *b = bucket_for (key, len);
+   pthread_mutex_lock (&b->mu);
+   b->gen++;
+   pthread_cond_broadcast (&b->cond);
+   pthread_mutex_unlock (&b->mu);
+}
+
+/* ---- client ------------------------------------------------------------ */
+
+static void
+client_unref (leaselock_client_t *c)
+{
+   if (atomic_fetch_sub (&c->refs, 1) != 1)
+      return;
+   pthread_mutex_destroy (&c->mu);
+   pthread_cond_destroy (&c->cond);
+   free (c->uri);
+   free (c->uri_shown);
+   free (c->label);
+   free (c);
+}
+
+/* Leases of the parent are not ours: drop them from the renewal list. A
+ * connection made by the parent is abandoned without I/O. Called with
+ * c->mu held. */
+static void
+reset_after_fork_locked (leaselock_client_t *c)
+{
+   pid_t me = getpid ();
+   if (c->pid == me)
+      return;
+   for (int i = 0; i < c->n_idle; i++)
+      if (c->backend->abandon)
+         c->backend->abandon (c->idle[i]);
+   c->n_idle = 0;
+   for (leaselock_lease_t *l = c->renewing, *next; l; l = next) {
+      next = l->next;
+      l->in_list = false;
+      l->busy = false;
+      l->next = NULL;
+   }
+   c->renewing = NULL;
+   c->thread_running = false; /* it exists only in the parent */
+   c->stopping = false;
+   c->pid = me;
+}
+
+static void
+check_fork (leaselock_client_t *c)
+{
+   pthread_mutex_lock (&c->mu);
+   reset_after_fork_locked (c);
+   pthread_mutex_unlock (&c->mu);
+}
+
+static void *
+pool_get (leaselock_client_t *c, pid_t *pid, leaselock_error_t *err)
+{
+   pthread_mutex_lock (&c->mu);
+   reset_after_fork_locked (c);
+   *pid = c->pid;
+   void *conn = c->n_idle ? c->idle[--c->n_idle] : NULL;
+   pthread_mutex_unlock (&c->mu);
+   if (!conn)
+      conn = c->backend->open (c->uri, err);
+   return conn;
+}
+
+/* Returns conn to the pool. A connection that just failed is closed, so
+ * the next call reconnects; one from before a fork is abandoned. */
+static void
+pool_put (leaselock_client_t *c, void *conn, pid_t pid, bool failed)
+{
+   if (pid != getpid ()) {
+      if (c->backend->abandon)
+         c->backend->abandon (conn);
+      return;
+   }
+   pthread_mutex_lock (&c->mu);
+   if (!failed && !c->closed && c->pid == pid && c->n_idle < POOL_MAX) {
+      c->idle[c->n_idle++] = conn;
+      conn = NULL;
+   }
+   pthread_mutex_unlock (&c->mu);
+   if (conn)
+      c->backend->close (conn);
+}
+
+static bool
+conn_failed (const leaselock_error_t *err)
+{
+   return err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM;
+}
+
+bool
+leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
+{
+   if (!buf)
+      return ll_error_set (error, LEASELOCK_INVALID, "buf is NULL");
+   const char *state = getenv ("XDG_STATE_HOME");
+   int n;
+   if (state && state[0] == '/') {
+      n = snprintf (buf, size, "sqlite://%s/leaselock/locks.db", state);
+   } else {
+      const char *home = getenv ("HOME");
+      if (!home || home[0] != '/')
+         return ll_error_set (error, LEASELOCK_INVALID,
+                              "no default database: neither XDG_STATE_HOME nor HOME is an "
+                              "absolute path; give a URI or set LEASELOCK_URI");
+      n = snprintf (buf, size, "sqlite://%s/.local/state/leaselock/locks.db", home);
+   }
+   if (n < 0 || (size_t) n >= size)
+      return ll_error_set (error, LEASELOCK_INVALID, "the default URI does not fit in %zu bytes",
+                           size);
+   return true;
+}
+
+leaselock_client_t *
+leaselock_client_new (const char *uri, const char *label, leaselock_error_t *error)
+{
+   pthread_once (&once, init_once);
+   ll_error_clear (error);
+   char dflt[4096];
+   if (!uri || !*uri) {
+      uri = getenv ("LEASELOCK_URI");
+      if (!uri || !*uri) {
+         if (!leaselock_default_uri (dflt, sizeof dflt, error))
+            return NULL;
+         uri = dflt;
+      }
+   }
+   if (label && strlen (label) > 255)
+      return ll_error_set (error, LEASELOCK_INVALID, "label is %zu bytes long (at most 255)",
+                           strlen (label)),
+             NULL;
+   const ll_backend_t *backend = ll_backend_for_uri (uri, error);
+   if (!backend)
+      return NULL;
+
+   leaselock_client_t *c = calloc (1, sizeof *c);
+   if (!c)
+      return ll_error_set (error, LEASELOCK_NOMEM, "out of memory"), NULL;
+   c->backend = backend;
+   c->uri = strdup (uri);
+   c->uri_shown = malloc (strlen (uri) + 8);
+   c->label = strdup (label ? label : "");
+   if (!c->uri || !c->uri_shown || !c->label) {
+      free (c->uri);
+      free (c->uri_shown);
+      free (c->label);
+      free (c);
+      return ll_error_set (error, LEASELOCK_NOMEM, "out of memory"), NULL;
+   }
+   ll_uri_redact (uri, c->uri_shown, strlen (uri) + 8);
+   if (gethostname (c->host, sizeof c->host - 1) != 0)
+      snprintf (c->host, sizeof c->host, "unknown");
+   atomic_init (&c->refs, 1);
+   pthread_mutex_init (&c->mu, NULL);
+   ll_cond_init (&c->cond);
+   c->pid = getpid ();
+
+   /* Open the first connection now so a bad URI fails here. */
+   leaselock_error_t local;
+   void *conn = backend->open (c->uri, &local);
+   if (!conn) {
+      if (error)
+         *error = local;
+      client_unref (c);
+      return NULL;
+   }
+   c->idle[c->n_idle++] = conn;
+
+   pthread_mutex_lock (&clients_mu);
+   c->next_client = clients;
+   clients = c;
+   pthread_mutex_unlock (&clients_mu);
+   return c;
+}
+
+static void *renew_main (void *arg);
+
+void
+leaselock_client_destroy (leaselock_client_t *c)
+{
+   if (!c)
+      return;
+   pthread_mutex_lock (&clients_mu);
+   for (leaselock_client_t **p = &clients; *p; p = &(*p)->next_client)
+      if (*p == c) {
+         *p = c->next_client;
+         break;
+      }
+   pthread_mutex_unlock (&clients_mu);
+
+   pthread_mutex_lock (&c->mu);
+   reset_after_fork_locked (c);
+   c->closed = true;
+   c->stopping = true;
+   bool join = c->thread_running;
+   pthread_cond_broadcast (&c->cond);
+   pthread_mutex_unlock (&c->mu);
+   if (join)
+      pthread_join (c->thread, NULL);
+
+   pthread_mutex_lock (&c->mu);
+   c->thread_running = false;
+   for (leaselock_lease_t *l = c->renewing; l; l = l->next)
+      l->in_list = false;
+   c->renewing = NULL;
+   int n = c->n_idle;
+   void *idle[POOL_MAX];
+   memcpy (idle, c->idle, sizeof idle);
+   c->n_idle = 0;
+   pthread_mutex_unlock (&c->mu);
+   for (int i = 0; i < n; i++)
+      c->backend->close (idle[i]);
+   client_unref (c);
+}
+
+const char *
+leaselock_client_uri (const leaselock_client_t *c)
+{
+   return c ? c->uri_shown : "";
+}
+
+const char *
+leaselock_client_backend (const leaselock_client_t *c)
+{
+   return c ? c->backend->name : "";
+}
+
+/* ---- lease bookkeeping ------------------------------------------------- */
+
+static void
+lease_unref (leaselock_lease_t *l)
+{
+   if (atomic_fetch_sub (&l->refs, 1) != 1)
+      return;
+   leaselock_client_t *c = l->client;
+   free (l);
+   client_unref (c);
+}
+
+static void
+list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   if (!l->in_list)
+      return;
+   for (leaselock_lease_t **p = &c->renewing; *p; p = &(*p)->next)
+      if (*p == l) {
+         *p = l->next;
+         break;
+      }
+   l->next = NULL;
+   l->in_list = false;
+}
+
+/* HELD -> LOST, once. The renewal thread calls on_lost for leases it
+ * renews; a lease that is not auto-renewed has no callback. */
+static void
+mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   if (l->state != LEASELOCK_STATE_HELD)
+      return;
+   l->state = LEASELOCK_STATE_LOST;
+   if (l->on_lost && l->auto_renew && l->in_list) {
+      l->lost_notify = true;
+      pthread_cond_broadcast (&c->cond);
+   } else {
+      list_remove_locked (c, l);
+   }
+}
+
+/* The local deadline rule (contract invariant 3). */
+static void
+check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
+{
+   if (l->state == LEASELOCK_STATE_HELD && now >= l->deadline_ms)
+      mark_lost_locked (c, l);
+}
+
+static int64_t
+retry_interval (int64_t ttl)
+{
+   int64_t r = ttl / 10;
+   return r < RETRY_MIN_MS ? RETRY_MIN_MS : r > RETRY_MAX_MS ? RETRY_MAX_MS : r;
+}
+
+static void *
+renew_main (void *arg)
+{
+   leaselock_client_t *c = arg;
+   pthread_mutex_lock (&c->mu);
+   while (!c->stopping) {
+      int64_t now = ll_now_ms ();
+      int64_t wake = -1;
+      leaselock_lease_t *due = NULL, *notify = NULL;
+      for (leaselock_lease_t *l = c->renewing; l; l = l->next) {
+         check_deadline_locked (c, l, now);
+         if (l->lost_notify) {
+            notify = l;
+            break;
+         }
+         if (l->state != LEASELOCK_STATE_HELD || l->busy)
+            continue;
+         int64_t at = l->next_renew_ms < l->deadline_ms ? l->next_renew_ms : l->deadline_ms;
+         if (at <= now) {
+            if (!due)
+               due = l;
+         } else if (wake < 0 || at < wake) {
+            wake = at;
+         }
+      }
+      if (notify) {
+         notify->lost_notify = false;
+         list_remove_locked (c, notify);
+         atomic_fetch_add (&notify->refs, 1);
+         notify->in_callback = true;
+         pthread_mutex_unlock (&c->mu);
+         notify->on_lost (notify, notify->on_lost_data);
+         pthread_mutex_lock (&c->mu);
+         notify->in_callback = false;
+         pthread_cond_broadcast (&c->cond);
+         pthread_mutex_unlock (&c->mu);
+         lease_unref (notify);
+         pthread_mutex_lock (&c->mu);
+         continue;
+      }
+      if (!due) {
+         ll_cond_wait_until (&c->cond, &c->mu, wake);
+         continue;
+      }
+
+      due->busy = true;
+      atomic_fetch_add (&due->refs, 1);
+      int64_t ttl = due->ttl_ms;
+      pthread_mutex_unlock (&c->mu);
+
+      leaselock_error_t err;
+      ll_error_clear (&err);
+      pid_t pid;
+      int64_t sent = ll_now_ms ();
+      bool ok = false;
+      void *conn = pool_get (c, &pid, &err);
+      if (conn) {
+         ok = c->backend->renew (conn, due->key, due->key_len, due->owner, ttl, &err);
+         pool_put (c, conn, pid, !ok && conn_failed (&err));
+      }
+
+      pthread_mutex_lock (&c->mu);
+      due->busy = false;
+      if (due->state == LEASELOCK_STATE_HELD) {
+         now = ll_now_ms ();
+         if (ok && sent < due->deadline_ms) {
+            due->deadline_ms = sent + ttl;
+            due->next_renew_ms = sent + ttl / 3;
+         } else if (!ok && err.code == LEASELOCK_NOT_HELD) {
+            mark_lost_locked (c, due); /* taken over or force-released */
+         } else {
+            due->next_renew_ms = now + retry_interval (ttl);
+            check_deadline_locked (c, due, now);
+         }
+      }
+      pthread_mutex_unlock (&c->mu);
+      lease_unref (due);
+      pthread_mutex_lock (&c->mu);
+   }
+   pthread_mutex_unlock (&c->mu);
+   return NULL;
+}
+
+/* Adds l to the renewal list, starting the thread in this process if
+ * needed. Called with c->mu held. */
+static bool
+schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
+{
+   if (!c->thread_running) {
+      c->stopping = false;
+      int rc = pthread_create (&c->thread, NULL, renew_main, c);
+      if (rc != 0)
+         return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal thread: %s",
+                              strerror (rc));
+      c->thread_running = true;
+   }
+   l->next = c->renewing;
+   c->renewing = l;
+   l->in_list = true;
+   pthread_cond_broadcast (&c->cond);
+   return true;
+}
+
+/* ---- acquire ----------------------------------------------------------- */
+
+void
+leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
+{
+   if (!opts)
+      return;
+   memset (opts, 0, sizeof *opts);
+   opts->ttl_ms = 30000;
+   opts->auto_renew = true;
+}
+
+static bool
+try_once (leaselock_client_t *c,
+          const char *key,
+          size_t key_len,
+          const leaselock_acquire_opts_t *o,
+          leaselock_lease_t **out,
+          leaselock_error_t *err)
+{
+   leaselock_lease_t *l = calloc (1, sizeof *l);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   if (!ll_owner_new (l->owner, err)) {
+      free (l);
+      return false;
+   }
+   memcpy (l->key, key, key_len);
+   l->key[key_len] = '\0';
+   l->key_len = key_len;
+   l->ttl_ms = o->ttl_ms;
+   l->min_hold_ms = o->min_hold_ms;
+   l->auto_renew = o->auto_renew;
+   l->on_lost = o->on_lost;
+   l->on_lost_data = o->on_lost_data;
+   l->pid = getpid ();
+   atomic_init (&l->refs, 1);
+
+   ll_holder_t holder = {c->host, (int64_t) l->pid, c->label};
+   pid_t pid;
+   void *conn = pool_get (c, &pid, err);
+   if (!conn) {
+      free (l);
+      return false;
+   }
+   int64_t sent = ll_now_ms ();
+   bool ok = c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
+   pool_put (c, conn, pid, !ok && conn_failed (err));
+   if (!ok) {
+      free (l);
+      return false;
+   }
+
+   atomic_fetch_add (&c->refs, 1);
+   l->client = c;
+   l->state = LEASELOCK_STATE_HELD;
+   l->deadline_ms = sent + o->ttl_ms;
+   l->next_renew_ms = sent + o->ttl_ms / 3;
+   if (o->auto_renew) {
+      pthread_mutex_lock (&c->mu);
+      bool scheduled = !c->closed && schedule_locked (c, l, err);
+      if (!scheduled && !c->closed) {
+         pthread_mutex_unlock (&c->mu);
+         leaselock_lease_destroy (l); /* releases it */
+         return false;
+      }
+      pthread_mutex_unlock (&c->mu);
+   }
+   *out = l;
+   return true;
+}
+
+/* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
+static int64_t
+backoff_ms (int attempt)
+{
+   int64_t cap = BACKOFF_BASE_MS;
+   for (int i = 0; i < attempt && cap < BACKOFF_CAP_MS; i++)
+      cap *= 2;
+   if (cap > BACKOFF_CAP_MS)
+      cap = BACKOFF_CAP_MS;
+   uint32_t r;
+   if (getrandom (&r, sizeof r, GRND_NONBLOCK) != (ssize_t) sizeof r)
+      r = (uint32_t) rand ();
+   return 1 + (int64_t) (r % (uint32_t) cap);
+}
+
+bool
+leaselock_acquire (leaselock_client_t *c,
+                   const char *key,
+                   size_t key_len,
+                   const leaselock_acquire_opts_t *opts,
+                   leaselock_lease_t **lease,
+                   leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!c)
+      return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
+   if (!lease)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
+   *lease = NULL;
+   leaselock_acquire_opts_t dflt;
+   if (!opts) {
+      leaselock_acquire_opts_init (&dflt);
+      opts = &dflt;
+   }
+   if (!ll_check_key (key, key_len, "key", false, err) || !ll_check_ttl (opts->ttl_ms, "ttl", err) ||
+       !ll_check_duration (opts->min_hold_ms, "min_hold", err))
+      return false;
+   if (opts->timeout_ms > LEASELOCK_TTL_MAX_MS)
+      return ll_error_set (err, LEASELOCK_INVALID, "timeout must be at most 30 days (got %lld ms)",
+                           (long long) opts->timeout_ms);
+   pthread_mutex_lock (&c->mu);
+   bool closed = c->closed;
+   pthread_mutex_unlock (&c->mu);
+   if (closed)
+      return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
+
+   int64_t start = ll_now_ms ();
+   bool forever = opts->timeout_ms < 0;
+   int64_t deadline = start + opts->timeout_ms;
+   bucket_t *b = bucket_for (key, key_len);
+   for (int attempt = 0;; attempt++) {
+      uint64_t gen = bucket_gen (b);
+      if (try_once (c, key, key_len, opts, lease, err))
+         return true;
+      if (err->code != LEASELOCK_BUSY)
+         return false;
+      int64_t now = ll_now_ms ();
+      if (opts->timeout_ms == 0)
+         return false; /* BUSY is the answer of one try */
+      if (!forever && now >= deadline)
+         return ll_error_set (err, LEASELOCK_TIMEOUT,
+                              "timed out after %lld ms waiting for \"%.64s\" (held by another owner)",
+                              (long long) (now - start), key);
+      /* Sleep for the backoff, but wake at once if a holder in this
+       * process releases a key in this bucket. */
+      int64_t until = now + backoff_ms (attempt);
+      if (!forever && until > deadline)
+         until = deadline;
+      pthread_mutex_lock (&b->mu);
+      while (b->gen == gen) {
+         int64_t t = ll_now_ms ();
+         if (t >= until)
+            break;
+         int64_t slice = until;
+         if (opts->should_stop && slice > t + STOP_POLL_MS)
+            slice = t + STOP_POLL_MS;
+         ll_cond_wait_until (&b->cond, &b->mu, slice);
+         if (opts->should_stop && ll_now_ms () >= slice && ll_now_ms () < until) {
+            pthread_mutex_unlock (&b->mu);
+            if (opts->should_stop (opts->should_stop_data))
+               return ll_error_set (err, LEASELOCK_INTERRUPTED,
+                                    "the wait for \"%.64s\" was interrupted", key);
+            pthread_mutex_lock (&b->mu);
+         }
+      }
+      pthread_mutex_unlock (&b->mu);
+      if (opts->should_stop && opts->should_stop (opts->should_stop_data))
+         return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%.64s\" was interrupted",
+                              key);
+   }
+}
+
+/* ---- lease operations -------------------------------------------------- */
+
+/* The lease can be acted on by this process: not a parent's lease, client
+ * open. Fills err otherwise. */
+static bool
+lease_usable (leaselock_lease_t *l, leaselock_error_t *err)
+{
+   if (l->pid != getpid ())
+      return ll_error_set (err, LEASELOCK_NOT_HELD,
+                           "the lease on \"%.64s\" belongs to process %d; this process (%d) is a "
+                           "fork of it and does not hold it",
+                           l->key, (int) l->pid, (int) getpid ());
+   check_fork (l->client);
+   return true;
+}
+
+bool
+leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   if (!lease_usable (l, err))
+      return false;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   if (ttl_ms <= 0)
+      ttl_ms = l->ttl_ms;
+   check_deadline_locked (c, l, ll_now_ms ());
+   leaselock_state_t st = l->state;
+   bool closed = c->closed;
+   pthread_mutex_unlock (&c->mu);
+   if (!ll_check_ttl (ttl_ms, "ttl", err))
+      return false;
+   if (closed)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
+   if (st == LEASELOCK_STATE_RELEASED)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%.64s\" was released", l->key);
+   if (st == LEASELOCK_STATE_LOST)
+      return ll_error_set (err, LEASELOCK_LOST,
+                           "the lease on \"%.64s\" was lost (its local deadline passed)", l->key);
+
+   pid_t pid;
+   void *conn = pool_get (c, &pid, err);
+   if (!conn)
+      return false;
+   int64_t sent = ll_now_ms ();
+   bool ok = c->backend->renew (conn, l->key, l->key_len, l->owner, ttl_ms, err);
+   pool_put (c, conn, pid, !ok && conn_failed (err));
+
+   pthread_mutex_lock (&c->mu);
+   if (ok && l->state == LEASELOCK_STATE_HELD && sent < l->deadline_ms) {
+      l->ttl_ms = ttl_ms;
+      l->deadline_ms = sent + ttl_ms;
+      l->next_renew_ms = sent + ttl_ms / 3;
+      pthread_cond_broadcast (&c->cond);
+   } else if (ok) {
+      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%.64s\" was lost meanwhile", l->key);
+   } else if (err->code == LEASELOCK_NOT_HELD) {
+      mark_lost_locked (c, l);
+   }
+   pthread_mutex_unlock (&c->mu);
+   return ok;
+}
+
+bool
+leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   if (!lease_usable (l, err))
+      return false;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   leaselock_state_t st = l->state;
+   bool closed = c->closed;
+   /* No renewal may start from now on; one in flight is harmless: the
+    * owner check makes it fail once the release lands. */
+   if (st != LEASELOCK_STATE_RELEASED && !l->lost_notify)
+      list_remove_locked (c, l);
+   pthread_mutex_unlock (&c->mu);
+   if (closed)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
+   if (st == LEASELOCK_STATE_RELEASED)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%.64s\" was already released",
+                           l->key);
+
+   pid_t pid;
+   void *conn = pool_get (c, &pid, err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->release (conn, l->key, l->key_len, l->owner, l->min_hold_ms, err);
+   pool_put (c, conn, pid, !ok && conn_failed (err));
+
+   pthread_mutex_lock (&c->mu);
+   if (ok || err->code == LEASELOCK_NOT_HELD) {
+      if (l->state == LEASELOCK_STATE_HELD || ok)
+         l->state = LEASELOCK_STATE_RELEASED;
+      if (!l->lost_notify)
+         list_remove_locked (c, l);
+   } else if (l->state == LEASELOCK_STATE_HELD && l->auto_renew && !l->in_list && !c->closed) {
+      schedule_locked (c, l, NULL); /* still ours, maybe: keep renewing */
+   }
+   pthread_mutex_unlock (&c->mu);
+   if (ok) {
+      bucket_wake (l->key, l->key_len);
+   } else if (err->code == LEASELOCK_NOT_HELD) {
+      ll_error_set (err, LEASELOCK_NOT_HELD,
+                    "the lease on \"%.64s\" is no longer held by this owner (it expired and was "
+                    "taken, or was force-released)",
+                    l->key);
+   }
+   return ok;
+}
+
+void
+leaselock_lease_destroy (leaselock_lease_t *l)
+{
+   if (!l)
+      return;
+   leaselock_client_t *c = l->client;
+   if (l->pid == getpid ()) {
+      pthread_mutex_lock (&c->mu);
+      bool release = !c->closed && l->state != LEASELOCK_STATE_RELEASED;
+      pthread_mutex_unlock (&c->mu);
+      if (release)
+         leaselock_lease_release (l, NULL);
+   }
+   pthread_mutex_lock (&c->mu);
+   if (l->pid == c->pid) {
+      l->lost_notify = false; /* the user is gone: no callback after destroy */
+      list_remove_locked (c, l);
+      /* The callback's data may be freed once we return. */
+      while (l->in_callback && !(c->thread_running && pthread_equal (c->thread, pthread_self ())))
+         ll_cond_wait_until (&c->cond, &c->mu, -1);
+   }
+   pthread_mutex_unlock (&c->mu);
+   lease_unref (l);
+}
+
+const char *
+leaselock_lease_key (const leaselock_lease_t *l)
+{
+   return l ? l->key : "";
+}
+
+size_t
+leaselock_lease_key_len (const leaselock_lease_t *l)
+{
+   return l ? l->key_len : 0;
+}
+
+const char *
+leaselock_lease_owner (const leaselock_lease_t *l)
+{
+   return l ? l->owner : "";
+}
+
+int64_t
+leaselock_lease_fence (const leaselock_lease_t *l)
+{
+   return l ? l->fence : 0;
+}
+
+int64_t
+leaselock_lease_ttl_ms (const leaselock_lease_t *l)
+{
+   if (!l)
+      return 0;
+   pthread_mutex_lock (&l->client->mu);
+   int64_t t = l->ttl_ms;
+   pthread_mutex_unlock (&l->client->mu);
+   return t;
+}
+
+leaselock_state_t
+leaselock_lease_state (leaselock_lease_t *l)
+{
+   if (!l)
+      return LEASELOCK_STATE_RELEASED;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   if (l->pid == getpid ())
+      check_deadline_locked (c, l, ll_now_ms ());
+   leaselock_state_t st = l->state;
+   pthread_mutex_unlock (&c->mu);
+   return st;
+}
+
+int64_t
+leaselock_lease_remaining_ms (leaselock_lease_t *l)
+{
+   if (!l)
+      return 0;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->deadline_ms - ll_now_ms () : 0;
+   pthread_mutex_unlock (&c->mu);
+   return left > 0 ? left : 0;
+}
+
+/* ---- admin ------------------------------------------------------------- */
+
+static bool
+client_usable (leaselock_client_t *c, leaselock_error_t *err)
+{
+   if (!c)
+      return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
+   pthread_mutex_lock (&c->mu);
+   bool closed = c->closed;
+   pthread_mutex_unlock (&c->mu);
+   if (closed)
+      return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
+   return true;
+}
+
+bool
+leaselock_inspect (leaselock_client_t *c,
+                   const char *key,
+                   size_t key_len,
+                   leaselock_record_t *record,
+                   bool *found,
+                   leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
+      return false;
+   if (!record || !found)
+      return ll_error_set (err, LEASELOCK_INVALID, "%s is NULL", record ? "found" : "record");
+   memset (record, 0, sizeof *record);
+   *found = false;
+   pid_t pid;
+   void *conn = pool_get (c, &pid, err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->inspect (conn, key, key_len, record, found, err);
+   pool_put (c, conn, pid, !ok && conn_failed (err));
+   return ok;
+}
+
+bool
+leaselock_list (leaselock_client_t *c,
+                const char *prefix,
+                size_t prefix_len,
+                leaselock_record_cb fn,
+                void *user_data,
+                leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!client_usable (c, err))
+      return false;
+   if (!prefix && prefix_len == 0)
+      prefix = "";
+   if (!ll_check_key (prefix, prefix_len, "prefix", true, err))
+      return false;
+   if (!fn)
+      return ll_error_set (err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
+   pid_t pid;
+   void *conn = pool_get (c, &pid, err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->list (conn, prefix, prefix_len, fn, user_data, err);
+   pool_put (c, conn, pid, !ok && conn_failed (err));
+   return ok;
+}
+
+bool
+leaselock_force_release (leaselock_client_t *c,
+                         const char *key,
+                         size_t key_len,
+                         bool *took,
+                         leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
+      return false;
+   bool took_local = false;
+   pid_t pid;
+   void *conn = pool_get (c, &pid, err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->force_release (conn, key, key_len, &took_local, err);
+   pool_put (c, conn, pid, !ok && conn_failed (err));
+   if (ok)
+      bucket_wake (key, key_len);
+   if (took)
+      *took = ok && took_local;
+   return ok;
+}

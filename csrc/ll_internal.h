@@ -1,0 +1,166 @@
+/*
+ * ll_internal.h - what the engine, the backends and the tests share.
+ * Not installed; bindings use leaselock.h only.
+ *
+ * A backend is one .c file exporting one const ll_backend_t. The engine
+ * never includes a driver header: everything driver-specific sits behind
+ * this table of function pointers (mongoc_stream_t / redisContextFuncs
+ * shape).
+ */
+#ifndef LL_INTERNAL_H
+#define LL_INTERNAL_H
+
+#include "leaselock.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* Sets code and a printf-style message (truncated to fit). err may be NULL.
+ * Returns false so callers can `return ll_error_set(...)`. */
+bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fmt, ...)
+#if defined(__GNUC__)
+   __attribute__((format(printf, 3, 4)))
+#endif
+   ;
+void ll_error_clear (leaselock_error_t *err);
+
+/* ---- validation (contract "Words") ----------------------------------- */
+
+/* key: 1..255 bytes, valid UTF-8, no NUL. what names the argument in the
+ * message ("key", "prefix"). allow_empty is for prefixes. */
+bool ll_check_key (const char *key, size_t len, const char *what, bool allow_empty, leaselock_error_t *err);
+/* ttl: 1 .. LEASELOCK_TTL_MAX_MS. what names the argument ("ttl"). */
+bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
+/* min_hold and other durations that may be 0. */
+bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
+
+/* Fills out with 32 hex chars + NUL from getrandom(2). */
+bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
+
+/* ---- clock ----------------------------------------------------------- */
+
+/* Monotonic milliseconds. Tests may switch the process to a fake clock
+ * that only moves with ll_clock_advance(); condition waits then wake at
+ * least every 2 ms of real time so waiters re-check the fake time. */
+int64_t ll_now_ms (void);
+void ll_clock_use_fake (bool on);
+void ll_clock_advance (int64_t ms);
+/* Waits on cond until ll_now_ms() >= deadline_ms (or a signal). Spurious
+ * wakeups are possible: callers loop. deadline_ms < 0 waits for a signal. */
+void ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms);
+/* Initialises a condition variable on CLOCK_MONOTONIC. */
+void ll_cond_init (pthread_cond_t *cond);
+
+/* ---- URIs ------------------------------------------------------------ */
+
+#define LL_URI_MAX_PARAMS 32
+
+typedef struct ll_uri_param {
+   char *name;  /* percent-decoded */
+   char *value; /* percent-decoded, "" when absent */
+} ll_uri_param_t;
+
+/* scheme://[user[:password]@]host[:port][/path][?a=b&c=d]
+ * sqlite:///abs/path.db has host "" and path "/abs/path.db".
+ * All strings are owned by the ll_uri_t and freed by ll_uri_cleanup. */
+typedef struct ll_uri {
+   char *scheme;   /* lower-cased */
+   char *user;     /* NULL when absent */
+   char *password; /* NULL when absent */
+   char *host;     /* "" when absent; IPv6 without brackets */
+   int port;       /* 0 when absent */
+   char *path;     /* percent-decoded, starts with '/', or "" */
+   ll_uri_param_t params[LL_URI_MAX_PARAMS];
+   int n_params;
+} ll_uri_t;
+
+bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err);
+void ll_uri_cleanup (ll_uri_t *uri);
+/* The parameter's value or NULL. */
+const char *ll_uri_param (const ll_uri_t *uri, const char *name);
+/* Copies text to buf with the password of its userinfo replaced by "***". */
+void ll_uri_redact (const char *text, char *buf, size_t size);
+
+/* ---- backend interface ----------------------------------------------- */
+
+typedef struct ll_holder {
+   const char *host;  /* this machine's host name */
+   int64_t pid;       /* getpid() at acquire */
+   const char *label; /* caller label or "" */
+} ll_holder_t;
+
+/*
+ * Every op gets one connection made by open() and used by one thread at a
+ * time (the engine pools them). key is NUL-terminated, key_len bytes, and
+ * already validated. owner is 32 hex chars. err is never NULL.
+ * All times are judged by the database clock: ttl_ms and min_hold_ms are
+ * added to the database's "now", never to a client time.
+ *
+ * Results: true on success. On false, err->code says why:
+ *   acquire: BUSY when a live lease of another owner exists;
+ *   renew: NOT_HELD when the record is not ours or not live;
+ *   release: NOT_HELD when the record is not ours;
+ *   any: BACKEND (with the driver's message, never a password), NOMEM.
+ */
+typedef struct ll_backend {
+   const char *name;        /* "sqlite" */
+   const char *schemes[4];  /* URI schemes it answers, NULL-terminated */
+   bool available;          /* false when built without its library */
+   const char *unavailable; /* why, when !available */
+
+   /* Opens one connection. uri is the full text the user gave. Returns a
+    * connection owned by the engine (free with close or abandon) or NULL. */
+   void *(*open) (const char *uri, leaselock_error_t *err);
+   /* Closes a connection normally. */
+   void (*close) (void *conn);
+   /* In a forked child: frees what can be freed without any I/O on the
+    * parent's sockets or files (may leak). NULL means leak the connection. */
+   void (*abandon) (void *conn);
+
+   /* One statement / round trip: take the key if there is no record, the
+    * record is expired by the database clock, or it is already ours (a
+    * retried acquire). Sets owner, expiry now+ttl, acquired_at now, holder
+    * info, and fence = old fence + 1 (1 for a new record). */
+   bool (*acquire) (void *conn,
+                    const char *key,
+                    size_t key_len,
+                    const char *owner,
+                    int64_t ttl_ms,
+                    const ll_holder_t *holder,
+                    int64_t *fence,
+                    leaselock_error_t *err);
+   /* expiry = now + ttl when the record is ours and live. */
+   bool (*renew) (void *conn, const char *key, size_t key_len, const char *owner, int64_t ttl_ms, leaselock_error_t *err);
+   /* When the record is ours: owner cleared, expiry = max(now, acquired_at +
+    * min_hold). */
+   bool (*release) (void *conn, const char *key, size_t key_len, const char *owner, int64_t min_hold_ms, leaselock_error_t *err);
+   /* Reads one record; *found false when the key has no record. */
+   bool (*inspect) (void *conn, const char *key, size_t key_len, leaselock_record_t *rec, bool *found, leaselock_error_t *err);
+   /* Records whose key starts with prefix (byte-wise), in key order. */
+   bool (*list) (void *conn,
+                 const char *prefix,
+                 size_t prefix_len,
+                 leaselock_record_cb fn,
+                 void *user_data,
+                 leaselock_error_t *err);
+   /* Owner cleared and expiry = now whatever the owner; fence kept. *took:
+    * whether a live lease was taken away. */
+   bool (*force_release) (void *conn, const char *key, size_t key_len, bool *took, leaselock_error_t *err);
+} ll_backend_t;
+
+/* Backends compiled into the core (each file defines its table even when
+ * its library is missing, with available = false). */
+extern const ll_backend_t ll_backend_sqlite;
+extern const ll_backend_t ll_backend_mongodb;
+extern const ll_backend_t ll_backend_mysql;
+extern const ll_backend_t ll_backend_postgresql;
+
+/* For tests: adds a backend (e.g. the fake one) found by its schemes. */
+void ll_backend_register (const ll_backend_t *backend);
+/* The backend for uri's scheme, or NULL with INVALID (malformed or unknown
+ * scheme) or UNSUPPORTED (known but not built) in err. */
+const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err);
+
+#endif /* LL_INTERNAL_H */

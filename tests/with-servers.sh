@@ -1,0 +1,44 @@
+#!/bin/bash
+# Runs "$@" with the test database servers started around it.
+#
+# Each tests/servers/<name>.sh answers "start DIR" by starting a server on
+# 127.0.0.1 (its own port and data directory under DIR) and printing
+# NAME=VALUE lines (e.g. MONGODB_URI=mongodb://127.0.0.1:40123/leaselock_test),
+# and "stop DIR" by stopping it. A server whose variable is already set in
+# the environment (MONGODB_URI, MYSQL_URI, POSTGRES_URI) is not started: the
+# suites then run against the server the user named.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+run=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-servers.XXXXXX")
+started=()
+
+stop_all() {
+  for s in "${started[@]+"${started[@]}"}"; do
+    bash "$root/tests/servers/$s.sh" stop "$run/$s" >/dev/null 2>&1 || true
+  done
+  rm -rf "$run"
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+for script in "$root"/tests/servers/*.sh; do
+  [ -e "$script" ] || continue
+  name=$(basename "$script" .sh)
+  var=$(sed -n 's/^# provides: *//p' "$script" | head -1)
+  if [ -n "$var" ] && [ -n "${!var:-}" ]; then
+    echo "servers: $name: using $var from the environment" >&2
+    continue
+  fi
+  mkdir -p "$run/$name"
+  if out=$(bash "$script" start "$run/$name"); then
+    started+=("$name")
+    while IFS= read -r line; do
+      case $line in *=*) export "$line"; echo "servers: $name: ${line%%=*} set" >&2;; esac
+    done <<<"$out"
+  else
+    started+=("$name")
+    echo "servers: $name failed to start (see $run/$name); its suites will fail" >&2
+  fi
+done
+
+"$@"
