@@ -1,0 +1,27 @@
+# Embedded SQLite backend: its own suite and its benchmark.
+#
+#   make test-sqlite        backend-specific cases (URIs, schema, paths, keys, fork)
+#   make bench-core-sqlite  acquire+release pairs/s: engine vs a bare sqlite3 program
+
+TEST_SUITES += sqlite
+ASAN_SUITES += sqlite
+BENCH_CORE += sqlite
+
+.PHONY: test-sqlite bench-core-sqlite
+
+$(BUILD)/tests/test_sqlite: tests/test_sqlite.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
+
+test-sqlite: $(BUILD)/tests/test_sqlite
+	$(BUILD)/tests/test_sqlite
+
+# SQLITE_BENCH_PAIRS / SQLITE_BENCH_ROUNDS size the run; the file lives in
+# a fresh temporary directory (SQLITE_BENCH_DIR to choose its parent).
+SQLITE_BENCH_PAIRS ?= 20000
+SQLITE_BENCH_ROUNDS ?= 5
+
+$(BUILD)/bench/core_sqlite: bench/core_sqlite.c $(LIB_A) | $(BUILD)/bench
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
+
+bench-core-sqlite: $(BUILD)/bench/core_sqlite
+	$(BUILD)/bench/core_sqlite $(SQLITE_BENCH_PAIRS) $(SQLITE_BENCH_ROUNDS)

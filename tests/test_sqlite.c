@@ -1,0 +1,752 @@
+/*
+ * test_sqlite.c - the embedded SQLite backend's own cases: URI checks,
+ * schema creation and versioning, unwritable paths, keys stored verbatim,
+ * prefix listing without wildcards, the default file, several openers at
+ * once, fork. The lease contract itself is tests/test_contract.c.
+ *
+ * Run: test_sqlite [TMPDIR] (default: a new directory under /tmp).
+ */
+#include "ll_internal.h"
+#include "testlib.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmp[128];
+static int seq;
+
+static const ll_backend_t *B = &ll_backend_sqlite;
+
+/* A fresh database path and its URI. */
+static void
+new_db (char *path, size_t psize, char *uri, size_t usize)
+{
+   snprintf (path, psize, "%s/db%d.db", tmp, ++seq);
+   snprintf (uri, usize, "sqlite://%s", path);
+}
+
+static void
+sleep_ms (int ms)
+{
+   struct timespec ts = {ms / 1000, (long) (ms % 1000) * 1000000L};
+   nanosleep (&ts, NULL);
+}
+
+static const char owner_a[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+static const char owner_b[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+static const ll_holder_t holder = {"testhost", 4242, "test-label"};
+
+/* Runs SQL on the file with the plain sqlite3 API; returns the first
+ * column of the first row as an integer (or -1). */
+static long long
+raw_int (const char *path, const char *sql)
+{
+   sqlite3 *db = NULL;
+   long long v = -1;
+   if (sqlite3_open_v2 (path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) == SQLITE_OK) {
+      sqlite3_stmt *st = NULL;
+      if (sqlite3_prepare_v2 (db, sql, -1, &st, NULL) == SQLITE_OK) {
+         int rc = sqlite3_step (st);
+         if (rc == SQLITE_ROW)
+            v = sqlite3_column_int64 (st, 0);
+         else if (rc == SQLITE_DONE)
+            v = 0;
+      }
+      sqlite3_finalize (st);
+   }
+   sqlite3_close (db);
+   return v;
+}
+
+/* ---- URIs -------------------------------------------------------------- */
+
+static void
+test_uri_refused (void)
+{
+   static const struct {
+      const char *uri;
+      const char *msg;
+   } cases[] = {
+      {"sqlite://host/x.db", "host"},
+      {"sqlite://relative.db", "relative"},
+      {"sqlite://", "no file path"},
+      {"sqlite:relative.db", "malformed"},
+      {"sqlite:///tmp/", "directory"},
+      {"sqlite://user:pw@/tmp/x.db", "no user"},
+      {"sqlite://:123/tmp/x.db", "port"},
+      {"sqlite:///tmp/x.db?nosuch=1", "unknown SQLite URI option \"nosuch\""},
+      {"sqlite:///tmp/x.db?busy_timeout_ms=abc", "busy_timeout_ms"},
+      {"sqlite:///tmp/x.db?busy_timeout_ms=-1", "busy_timeout_ms"},
+      {"sqlite:///tmp/x.db?busy_timeout_ms=99999999999", "busy_timeout_ms"},
+      {"sqlite:///tmp/bad%zzescape.db", "percent-escape"},
+   };
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      leaselock_error_t err = {0};
+      void *conn = B->open (cases[i].uri, &err);
+      if (conn)
+         B->close (conn);
+      CHECK_ERR (conn != NULL, err, LEASELOCK_INVALID, cases[i].msg);
+      /* The same through the public API. */
+      leaselock_client_t *c = leaselock_client_new (cases[i].uri, NULL, &err);
+      if (c)
+         leaselock_client_destroy (c);
+      CHECK_ERR (c != NULL, err, LEASELOCK_INVALID, cases[i].msg);
+   }
+}
+
+static void
+test_uri_busy_timeout_option (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   strcat (uri, "?busy_timeout_ms=25");
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   CHECK_OK (a != NULL, err);
+
+   /* A writer holding the file: our acquire waits about 25 ms, then
+    * reports SQLite's "locked" as a BACKEND error. */
+   sqlite3 *db = NULL;
+   CHECK (sqlite3_open (path, &db) == SQLITE_OK);
+   CHECK (sqlite3_exec (db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+   int64_t fence = 0;
+   int64_t t0 = ll_now_ms ();
+   bool ok = B->acquire (a, "k", 1, owner_a, 1000, &holder, &fence, &err);
+   int64_t waited = ll_now_ms () - t0;
+   sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
+   sqlite3_close (db);
+   B->close (a);
+   CHECK_ERR (ok, err, LEASELOCK_BACKEND, "locked");
+   CHECK (strstr (err.message, path) != NULL);
+   CHECK (waited >= 20);
+}
+
+/* ---- schema ------------------------------------------------------------ */
+
+static void
+test_schema_created_once (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   CHECK_OK (a != NULL, err);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
+             1);
+   int64_t fence = 0;
+   bool ok = B->acquire (a, "k", 1, owner_a, 60000, &holder, &fence, &err);
+   B->close (a);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 1);
+
+   /* Reopening keeps the table and its records: the lease is still live
+    * and the fence goes on from 1. */
+   void *b = B->open (uri, &err);
+   CHECK_OK (b != NULL, err);
+   ok = B->acquire (b, "k", 1, owner_b, 60000, &holder, &fence, &err);
+   if (ok) {
+      B->close (b);
+      CHECK (!"another owner took a live lease after reopening");
+   }
+   CHECK_EQ (err.code, LEASELOCK_BUSY);
+   ok = B->acquire (b, "k", 1, owner_a, 60000, &holder, &fence, &err);
+   B->close (b);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 2);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
+             1);
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), 1);
+   /* WAL mode is a property of the file once set. */
+   sqlite3 *db = NULL;
+   CHECK (sqlite3_open (path, &db) == SQLITE_OK);
+   sqlite3_stmt *st = NULL;
+   CHECK (sqlite3_prepare_v2 (db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK);
+   CHECK (sqlite3_step (st) == SQLITE_ROW);
+   bool wal = !strcmp ((const char *) sqlite3_column_text (st, 0), "wal");
+   sqlite3_finalize (st);
+   sqlite3_close (db);
+   CHECK (wal);
+}
+
+static void
+test_schema_newer_refused (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version = 7"), 0);
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   if (a)
+      B->close (a);
+   CHECK_ERR (a != NULL, err, LEASELOCK_BACKEND, "schema version 7");
+   CHECK (strstr (err.message, path) != NULL);
+   CHECK (strstr (err.message, "newer") != NULL);
+   /* Nothing was written to the file. */
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema"), 0);
+
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
+   if (c)
+      leaselock_client_destroy (c);
+   CHECK_ERR (c != NULL, err, LEASELOCK_BACKEND, "schema version 7");
+}
+
+static void
+test_not_a_database (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   FILE *f = fopen (path, "w");
+   CHECK (f != NULL);
+   for (int i = 0; i < 200; i++)
+      fputs ("this is a text file, not an SQLite database\n", f);
+   fclose (f);
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   if (a)
+      B->close (a);
+   CHECK_ERR (a != NULL, err, LEASELOCK_BACKEND, "not a database");
+   CHECK (strstr (err.message, path) != NULL);
+}
+
+/* ---- unwritable paths -------------------------------------------------- */
+
+static void
+test_unwritable_paths (void)
+{
+   leaselock_error_t err = {0};
+   /* A directory component that is a regular file. */
+   char file[200], uri[300];
+   snprintf (file, sizeof file, "%s/plainfile", tmp);
+   int fd = open (file, O_CREAT | O_WRONLY, 0600);
+   CHECK (fd >= 0);
+   close (fd);
+   snprintf (uri, sizeof uri, "sqlite://%s/sub/x.db", file);
+   void *a = B->open (uri, &err);
+   if (a)
+      B->close (a);
+   CHECK_ERR (a != NULL, err, LEASELOCK_BACKEND, file);
+   CHECK (strstr (err.message, "not a directory") || strstr (err.message, "Not a directory"));
+
+   /* The file's parent is the file. */
+   snprintf (uri, sizeof uri, "sqlite://%s/x.db", file);
+   a = B->open (uri, &err);
+   if (a)
+      B->close (a);
+   CHECK_ERR (a != NULL, err, LEASELOCK_BACKEND, file);
+
+   /* /proc refuses new directories even to root. */
+   a = B->open ("sqlite:///proc/leaselock-no-such/y.db", &err);
+   if (a)
+      B->close (a);
+   CHECK_ERR (a != NULL, err, LEASELOCK_BACKEND, "/proc/leaselock-no-such");
+
+   /* The path is a directory. */
+   snprintf (uri, sizeof uri, "sqlite://%s", tmp);
+   a = B->open (uri, &err);
+   if (a)
+      B->close (a);
+   CHECK_ERR (a != NULL, err, LEASELOCK_BACKEND, tmp);
+
+   /* And through the public API. */
+   snprintf (uri, sizeof uri, "sqlite://%s/sub/x.db", file);
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
+   if (c)
+      leaselock_client_destroy (c);
+   CHECK_ERR (c != NULL, err, LEASELOCK_BACKEND, file);
+}
+
+/* ---- keys -------------------------------------------------------------- */
+
+static const char *const odd_keys[] = {
+   "it's",
+   "say \"hi\"",
+   "100%",
+   "%",
+   "_",
+   "a_b",
+   "a%b",
+   "back\\slash",
+   "x'); DROP TABLE leaselock_locks; --",
+   "ключ",
+   "日本語🔒",
+   "tab\there",
+   "\x7f",
+};
+#define N_ODD (sizeof odd_keys / sizeof odd_keys[0])
+
+typedef struct {
+   char keys[32][LEASELOCK_KEY_MAX + 1];
+   int n;
+} collected_t;
+
+static bool
+collect (const leaselock_record_t *rec, void *data)
+{
+   collected_t *c = data;
+   if (c->n < 32) {
+      memcpy (c->keys[c->n], rec->key, rec->key_len);
+      c->keys[c->n][rec->key_len] = '\0';
+      c->n++;
+   }
+   return true;
+}
+
+static int
+cmp_bytes (const void *a, const void *b)
+{
+   return strcmp (*(const char *const *) a, *(const char *const *) b);
+}
+
+static void
+test_keys_verbatim (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = {0};
+   leaselock_client_t *c = leaselock_client_new (uri, "odd keys", &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.auto_renew = false;
+   o.ttl_ms = 60000;
+   leaselock_lease_t *leases[N_ODD] = {0};
+   bool ok = true;
+   for (size_t i = 0; i < N_ODD && ok; i++)
+      ok = leaselock_acquire (c, odd_keys[i], strlen (odd_keys[i]), &o, &leases[i], &err);
+   collected_t got = {0};
+   bool listed = ok && leaselock_list (c, "", 0, collect, &got, &err);
+   leaselock_record_t rec;
+   bool found = false;
+   bool inspected = listed && leaselock_inspect (c, "日本語🔒", strlen ("日本語🔒"), &rec, &found, &err);
+   for (size_t i = 0; i < N_ODD; i++)
+      leaselock_lease_destroy (leases[i]);
+   leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   CHECK_OK (listed, err);
+   CHECK_OK (inspected, err);
+   CHECK (found);
+   CHECK (!strcmp (rec.key, "日本語🔒"));
+   CHECK_EQ (rec.key_len, strlen ("日本語🔒"));
+   CHECK (!strcmp (rec.label, "odd keys"));
+   CHECK (rec.expires_in_ms > 50000 && rec.expires_in_ms <= 60000);
+   CHECK_EQ (rec.fence, 1);
+   CHECK_EQ (rec.pid, getpid ());
+
+   /* Every key back, byte for byte, in byte order. */
+   const char *want[N_ODD];
+   memcpy (want, odd_keys, sizeof want);
+   qsort (want, N_ODD, sizeof want[0], cmp_bytes);
+   CHECK_EQ (got.n, N_ODD);
+   for (size_t i = 0; i < N_ODD; i++)
+      CHECK (!strcmp (got.keys[i], want[i]));
+   /* The injection attempt was data. */
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), N_ODD);
+}
+
+/* Lists prefix on conn and compares with the expected keys (in order). */
+static bool
+list_is (void *conn, const char *prefix, const char *const *want, int n_want)
+{
+   collected_t got = {0};
+   leaselock_error_t err;
+   if (!B->list (conn, prefix, strlen (prefix), collect, &got, &err)) {
+      fprintf (stderr, "    list \"%s\": %s\n", prefix, err.message);
+      return false;
+   }
+   bool same = got.n == n_want;
+   for (int i = 0; same && i < n_want; i++)
+      same = !strcmp (got.keys[i], want[i]);
+   if (!same) {
+      fprintf (stderr, "    list \"%s\" gave %d keys:", prefix, got.n);
+      for (int i = 0; i < got.n; i++)
+         fprintf (stderr, " [%s]", got.keys[i]);
+      fprintf (stderr, "\n");
+   }
+   return same;
+}
+
+static void
+test_prefix_no_wildcards (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   CHECK_OK (a != NULL, err);
+   static const char *const keys[] = {"a%b", "a%", "aXb", "a_c", "abc", "a",  "b",
+                                      "ключ1", "ключ2", "клюя", "é1", "ê1", "A%b"};
+   bool ok = true;
+   for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
+      int64_t fence;
+      ok = B->acquire (a, keys[i], strlen (keys[i]), owner_a, 60000, &holder, &fence, &err);
+   }
+   if (!ok)
+      B->close (a);
+   CHECK_OK (ok, err);
+   bool r1 = list_is (a, "a%", (const char *[]){"a%", "a%b"}, 2);
+   bool r2 = list_is (a, "a_", (const char *[]){"a_c"}, 1);
+   bool r3 = list_is (a, "%", NULL, 0);
+   bool r4 = list_is (a, "_", NULL, 0);
+   bool r5 = list_is (a, "ключ", (const char *[]){"ключ1", "ключ2"}, 2);
+   bool r6 = list_is (a, "é", (const char *[]){"é1"}, 1);
+   bool r7 = list_is (a, "a", (const char *[]){"a", "a%", "a%b", "aXb", "a_c", "abc"}, 6);
+   bool r8 = list_is (a, "A", (const char *[]){"A%b"}, 1);
+   bool r9 = list_is (a, "abc", (const char *[]){"abc"}, 1);
+   bool r10 = list_is (a, "abcd", NULL, 0);
+   B->close (a);
+   CHECK (r1);
+   CHECK (r2);
+   CHECK (r3);
+   CHECK (r4);
+   CHECK (r5);
+   CHECK (r6);
+   CHECK (r7);
+   CHECK (r8);
+   CHECK (r9);
+   CHECK (r10);
+}
+
+/* ---- operations at the backend level ----------------------------------- */
+
+static void
+test_ops_by_sqlite_clock (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   CHECK_OK (a != NULL, err);
+   int64_t fence = 0;
+   bool ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   if (!ok)
+      B->close (a);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 1);
+
+   /* Holder info, owner and expiry as stored. */
+   leaselock_record_t rec;
+   bool found = false;
+   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found);
+   CHECK (!strcmp (rec.owner, owner_a));
+   CHECK (!strcmp (rec.host, "testhost"));
+   CHECK (!strcmp (rec.label, "test-label"));
+   CHECK_EQ (rec.pid, 4242);
+   CHECK (rec.expires_in_ms > 55000 && rec.expires_in_ms <= 60000);
+   /* The stored expiry is SQLite's clock + ttl, in ms since the epoch. */
+   long long exp_at = raw_int (path, "SELECT expires_at FROM leaselock_locks WHERE key = 'op'");
+   struct timespec now;
+   clock_gettime (CLOCK_REALTIME, &now);
+   long long wall = (long long) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+   CHECK (exp_at - wall > 55000 && exp_at - wall <= 60000);
+
+   /* Other owner: busy, cannot renew or release. */
+   ok = B->acquire (a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
+   ok = B->renew (a, "op", 2, owner_b, 60000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
+   ok = B->release (a, "op", 2, owner_b, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
+
+   /* Renew to a short TTL, let it expire by SQLite's clock: renew then
+    * fails, and another owner takes it with the next fence. */
+   ok = B->renew (a, "op", 2, owner_a, 30, &err);
+   CHECK_OK (ok, err);
+   sleep_ms (60);
+   ok = B->renew (a, "op", 2, owner_a, 60000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
+   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (rec.expires_in_ms <= 0);
+   ok = B->acquire (a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 2);
+
+   /* Release with min_hold: no owner, yet not free until the hold ends. */
+   ok = B->release (a, "op", 2, owner_b, 60000, &err);
+   CHECK_OK (ok, err);
+   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!strcmp (rec.owner, ""));
+   CHECK (rec.expires_in_ms > 55000);
+   ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
+   ok = B->release (a, "op", 2, owner_b, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
+
+   /* force_release of a held-back record: nothing live taken, free now. */
+   bool took = true;
+   ok = B->force_release (a, "op", 2, &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 3);
+   /* A retried acquire by the same owner succeeds with a larger fence. */
+   ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 4);
+   /* force_release of a live lease: taken; the fence survives. */
+   ok = B->force_release (a, "op", 2, &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (took);
+   ok = B->renew (a, "op", 2, owner_a, 60000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
+   ok = B->force_release (a, "op", 2, &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = B->force_release (a, "none", 4, &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = B->inspect (a, "none", 4, &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!found);
+   ok = B->acquire (a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 5);
+   B->close (a);
+}
+
+/* ---- the default file -------------------------------------------------- */
+
+static void
+test_default_uri_creates_directories (void)
+{
+   char state[600], dir[700], file[800];
+   snprintf (state, sizeof state, "%s/home/.state", tmp);
+   snprintf (dir, sizeof dir, "%s/leaselock", state);
+   snprintf (file, sizeof file, "%s/locks.db", dir);
+   char *old_state = getenv ("XDG_STATE_HOME") ? strdup (getenv ("XDG_STATE_HOME")) : NULL;
+   char *old_uri = getenv ("LEASELOCK_URI") ? strdup (getenv ("LEASELOCK_URI")) : NULL;
+   setenv ("XDG_STATE_HOME", state, 1);
+   unsetenv ("LEASELOCK_URI");
+   leaselock_error_t err = {0};
+   char uri[1024];
+   bool have_uri = leaselock_default_uri (uri, sizeof uri, &err);
+   leaselock_client_t *c = leaselock_client_new (NULL, NULL, &err);
+   leaselock_lease_t *l = NULL;
+   bool ok = c && leaselock_acquire (c, "default", 7, NULL, &l, &err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   if (old_state)
+      setenv ("XDG_STATE_HOME", old_state, 1);
+   else
+      unsetenv ("XDG_STATE_HOME");
+   if (old_uri)
+      setenv ("LEASELOCK_URI", old_uri, 1);
+   free (old_state);
+   free (old_uri);
+   CHECK_OK (have_uri, err);
+   char want[1024];
+   snprintf (want, sizeof want, "sqlite://%s", file);
+   CHECK (!strcmp (uri, want));
+   CHECK_OK (c != NULL, err);
+   CHECK_OK (ok, err);
+   struct stat st;
+   CHECK (stat (dir, &st) == 0 && S_ISDIR (st.st_mode));
+   CHECK_EQ (st.st_mode & 0777, 0700);
+   CHECK (stat (state, &st) == 0 && S_ISDIR (st.st_mode));
+   CHECK_EQ (st.st_mode & 0777, 0700);
+   CHECK (stat (file, &st) == 0 && S_ISREG (st.st_mode));
+   CHECK_EQ (raw_int (file, "SELECT fence FROM leaselock_locks WHERE key = 'default'"), 1);
+}
+
+/* ---- several openers at once ------------------------------------------- */
+
+#define OPEN_THREADS 6
+#define OPEN_PROCS 3
+
+typedef struct {
+   const char *uri;
+   int idx;
+   bool ok;
+   leaselock_error_t err;
+} opener_t;
+
+/* Opens the (new) file and acquires its own key. */
+static bool
+open_and_use (const char *uri, int idx, leaselock_error_t *err)
+{
+   void *a = B->open (uri, err);
+   if (!a)
+      return false;
+   char key[32];
+   snprintf (key, sizeof key, "opener-%d", idx);
+   int64_t fence;
+   bool ok = B->acquire (a, key, strlen (key), owner_a, 60000, &holder, &fence, err);
+   B->close (a);
+   return ok;
+}
+
+static void *
+opener_main (void *arg)
+{
+   opener_t *o = arg;
+   o->ok = open_and_use (o->uri, o->idx, &o->err);
+   return NULL;
+}
+
+static void
+test_concurrent_first_open (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   pid_t pids[OPEN_PROCS];
+   for (int i = 0; i < OPEN_PROCS; i++) {
+      pids[i] = fork ();
+      if (pids[i] == 0) {
+         leaselock_error_t err;
+         bool ok = open_and_use (uri, 100 + i, &err);
+         if (!ok)
+            fprintf (stderr, "    child %d: %s\n", i, err.message);
+         _exit (ok ? 0 : 1);
+      }
+   }
+   opener_t o[OPEN_THREADS];
+   pthread_t th[OPEN_THREADS];
+   for (int i = 0; i < OPEN_THREADS; i++) {
+      o[i] = (opener_t){.uri = uri, .idx = i};
+      pthread_create (&th[i], NULL, opener_main, &o[i]);
+   }
+   for (int i = 0; i < OPEN_THREADS; i++)
+      pthread_join (th[i], NULL);
+   int children_ok = 0;
+   for (int i = 0; i < OPEN_PROCS; i++) {
+      int status = 0;
+      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
+          WEXITSTATUS (status) == 0)
+         children_ok++;
+   }
+   for (int i = 0; i < OPEN_THREADS; i++)
+      CHECK_OK (o[i].ok, o[i].err);
+   CHECK_EQ (children_ok, OPEN_PROCS);
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), OPEN_THREADS + OPEN_PROCS);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+}
+
+/* ---- fork -------------------------------------------------------------- */
+
+static void
+test_fork_abandon (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = {0};
+   void *a = B->open (uri, &err);
+   CHECK_OK (a != NULL, err);
+   int64_t fence;
+   bool ok = B->acquire (a, "parent", 6, owner_a, 60000, &holder, &fence, &err);
+   if (!ok)
+      B->close (a);
+   CHECK_OK (ok, err);
+   pid_t pid = fork ();
+   if (pid == 0) {
+      /* The child drops the parent's connection without touching it and
+       * works on its own. */
+      B->abandon (a);
+      leaselock_error_t cerr;
+      void *mine = B->open (uri, &cerr);
+      bool cok = mine && B->acquire (mine, "child", 5, owner_b, 60000, &holder, &fence, &cerr);
+      bool busy = mine && !B->acquire (mine, "parent", 6, owner_b, 60000, &holder, &fence, &cerr) &&
+                  cerr.code == LEASELOCK_BUSY;
+      if (mine)
+         B->close (mine);
+      _exit (cok && busy ? 0 : 1);
+   }
+   int status = 0;
+   waitpid (pid, &status, 0);
+   /* The parent's connection still works. */
+   ok = B->release (a, "parent", 6, owner_a, 0, &err);
+   bool child_there = false;
+   leaselock_record_t rec;
+   bool iok = B->inspect (a, "child", 5, &rec, &child_there, &err);
+   B->close (a);
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   CHECK_OK (ok, err);
+   CHECK_OK (iok, err);
+   CHECK (child_there);
+   CHECK (!strcmp (rec.owner, owner_b));
+}
+
+/* A forked child using the public API gets its own connection and cannot
+ * release the parent's lease. */
+static void
+test_fork_client (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = {0};
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.auto_renew = false;
+   leaselock_lease_t *l = NULL;
+   bool ok = leaselock_acquire (c, "p", 1, &o, &l, &err);
+   if (!ok)
+      leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   pid_t pid = fork ();
+   if (pid == 0) {
+      leaselock_error_t cerr;
+      bool rel = leaselock_lease_release (l, &cerr);
+      leaselock_lease_t *mine = NULL;
+      bool busy = !leaselock_acquire (c, "p", 1, &o, &mine, &cerr) && cerr.code == LEASELOCK_BUSY;
+      bool own = leaselock_acquire (c, "q", 1, &o, &mine, &cerr);
+      leaselock_lease_destroy (mine);
+      _exit (!rel && busy && own ? 0 : 1);
+   }
+   int status = 0;
+   waitpid (pid, &status, 0);
+   ok = leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   CHECK_OK (ok, err);
+   CHECK_EQ (raw_int (path, "SELECT fence FROM leaselock_locks WHERE key = 'q'"), 1);
+}
+
+int
+main (int argc, char **argv)
+{
+   if (argc > 1) {
+      snprintf (tmp, sizeof tmp, "%s", argv[1]);
+      mkdir (tmp, 0700);
+   } else {
+      snprintf (tmp, sizeof tmp, "/tmp/leaselock-test-sqlite.XXXXXX");
+      if (!mkdtemp (tmp)) {
+         perror ("mkdtemp");
+         return 2;
+      }
+   }
+   RUN (test_uri_refused);
+   RUN (test_uri_busy_timeout_option);
+   RUN (test_schema_created_once);
+   RUN (test_schema_newer_refused);
+   RUN (test_not_a_database);
+   RUN (test_unwritable_paths);
+   RUN (test_keys_verbatim);
+   RUN (test_prefix_no_wildcards);
+   RUN (test_ops_by_sqlite_clock);
+   RUN (test_default_uri_creates_directories);
+   RUN (test_concurrent_first_open);
+   RUN (test_fork_abandon);
+   RUN (test_fork_client);
+   int rc = tl_summary ("sqlite");
+   if (argc <= 1 && rc == 0) {
+      char cmd[600];
+      snprintf (cmd, sizeof cmd, "rm -rf '%s'", tmp);
+      if (system (cmd) != 0)
+         fprintf (stderr, "could not remove %s\n", tmp);
+   }
+   return rc;
+}
