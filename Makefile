@@ -65,7 +65,8 @@ DEMOS :=
 all: $(LIB_SO) $(LIB_A)
 
 $(BUILD)/obj/%.o: csrc/%.c csrc/leaselock.h csrc/ll_internal.h | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	@echo "  CC $<"
+	@$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
 	@mkdir -p $@

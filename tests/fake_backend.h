@@ -1,0 +1,26 @@
+/* fake_backend.h - the in-memory test backend (tests only). */
+#ifndef LL_FAKE_BACKEND_H
+#define LL_FAKE_BACKEND_H
+
+#include "ll_internal.h"
+
+#include <stdio.h>
+
+typedef enum {
+   FAKE_ACQUIRE,
+   FAKE_RENEW,
+   FAKE_RELEASE,
+   FAKE_INSPECT,
+   FAKE_LIST,
+   FAKE_FORCE
+} fake_op_t;
+
+extern const ll_backend_t fake_backend;
+/* While on, every operation fails with BACKEND (a database that is down). */
+void fake_backend_fail (bool on);
+/* Offsets the fake database's clock from the engine's. */
+void fake_backend_skew (int64_t ms);
+/* How many times op was called (to prove e.g. that renewals happened). */
+long fake_backend_calls (fake_op_t op);
+
+#endif

@@ -1,0 +1,1132 @@
+/*
+ * test_contract.c - the lease contract, against any backend:
+ *
+ *   test_contract fake://        in-memory backend on a fake clock that runs
+ *                                20x faster than real time (and can be
+ *                                frozen), so TTL logic costs milliseconds
+ *   test_contract sqlite:///tmp/x.db | mongodb://... | mysql://... | ...
+ *
+ * Every test uses keys under a per-run prefix, so a persistent server can
+ * be reused.
+ */
+#include "fake_backend.h"
+#include "testlib.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *URI;
+static bool FAKE;
+static char PFX[64];
+
+/* ---- time: real, or the fake clock driven by a ticker thread ---------- */
+
+#define RATE 20 /* fake ms per real ms */
+static atomic_bool ticking = true;
+static atomic_bool ticker_stop;
+
+static void
+real_sleep (int64_t ms)
+{
+   struct timespec ts = {(time_t) (ms / 1000), (long) (ms % 1000) * 1000000};
+   while (nanosleep (&ts, &ts) != 0) {
+   }
+}
+
+static void *
+ticker (void *arg)
+{
+   (void) arg;
+   while (!atomic_load (&ticker_stop)) {
+      struct timespec ts = {0, 250000};
+      nanosleep (&ts, NULL);
+      if (atomic_load (&ticking))
+         ll_clock_advance (RATE / 4);
+   }
+   return NULL;
+}
+
+/* Sleeps ms on the clock the engine and the backend share. */
+static void
+t_sleep (int64_t ms)
+{
+   if (!FAKE) {
+      real_sleep (ms);
+      return;
+   }
+   int64_t until = ll_now_ms () + ms;
+   while (ll_now_ms () < until)
+      real_sleep (1);
+}
+
+static const char *
+key (const char *name)
+{
+   static _Thread_local char buf[8][300];
+   static _Thread_local int i;
+   char *b = buf[i++ % 8];
+   snprintf (b, 300, "%s/%s", PFX, name);
+   return b;
+}
+
+static leaselock_client_t *
+client (const char *label)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
+   if (!c)
+      fprintf (stderr, "client_new(%s): %s %s\n", URI, leaselock_code_name (err.code), err.message);
+   return c;
+}
+
+static leaselock_acquire_opts_t
+opts (int64_t ttl, bool renew)
+{
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = ttl;
+   o.auto_renew = renew;
+   return o;
+}
+
+static bool
+acq (leaselock_client_t *c, const char *k, leaselock_acquire_opts_t o, leaselock_lease_t **l,
+     leaselock_error_t *err)
+{
+   return leaselock_acquire (c, k, strlen (k), &o, l, err);
+}
+
+/* ---- basic operations -------------------------------------------------- */
+
+static void
+test_acquire_release (void)
+{
+   leaselock_client_t *c = client ("basic");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   bool ok = acq (c, key ("basic"), opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   CHECK (!strcmp (leaselock_lease_key (l), key ("basic")));
+   CHECK_EQ (strlen (leaselock_lease_owner (l)), 32);
+   CHECK_EQ (strspn (leaselock_lease_owner (l), "0123456789abcdef"), 32);
+   CHECK (leaselock_lease_fence (l) >= 1);
+   CHECK_EQ (leaselock_lease_ttl_ms (l), 5000);
+   CHECK_EQ (leaselock_lease_state (l), LEASELOCK_STATE_HELD);
+   CHECK (leaselock_lease_remaining_ms (l) > 4000);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_state (l), LEASELOCK_STATE_RELEASED);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "already released");
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+static void
+test_owner_tokens_unique (void)
+{
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   leaselock_error_t err;
+   char seen[20][33];
+   for (int i = 0; i < 20; i++) {
+      leaselock_lease_t *l;
+      bool ok = acq (c, key ("tokens"), opts (5000, false), &l, &err);
+      CHECK_OK (ok, err);
+      snprintf (seen[i], 33, "%s", leaselock_lease_owner (l));
+      for (int j = 0; j < i; j++)
+         CHECK (strcmp (seen[i], seen[j]) != 0);
+      leaselock_lease_destroy (l);
+   }
+   leaselock_client_destroy (c);
+}
+
+static void
+test_busy_one_try (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = (void *) 1;
+   bool ok = acq (a, key ("busy"), opts (5000, false), &la, &err);
+   CHECK_OK (ok, err);
+   ok = acq (b, key ("busy"), opts (5000, false), &lb, &err);
+   CHECK (!ok);
+   CHECK_EQ (err.code, LEASELOCK_BUSY);
+   CHECK (lb == NULL);
+   /* the same client is another owner too */
+   ok = acq (a, key ("busy"), opts (5000, false), &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   leaselock_lease_destroy (la);
+   ok = acq (b, key ("busy"), opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_fences_grow (void)
+{
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   leaselock_error_t err;
+   int64_t last = 0;
+   for (int round = 0; round < 6; round++) {
+      leaselock_lease_t *l;
+      bool ok = acq (c, key ("fence"), opts (300, false), &l, &err);
+      CHECK_OK (ok, err);
+      CHECK (leaselock_lease_fence (l) > last);
+      last = leaselock_lease_fence (l);
+      switch (round % 3) {
+      case 0: /* release */
+         ok = leaselock_lease_release (l, &err);
+         CHECK_OK (ok, err);
+         break;
+      case 1: /* expiry, then takeover */
+         t_sleep (450);
+         break;
+      case 2: /* force release */
+         ok = leaselock_force_release (c, key ("fence"), strlen (key ("fence")), NULL, &err);
+         CHECK_OK (ok, err);
+         break;
+      }
+      leaselock_lease_destroy (l);
+   }
+   leaselock_client_destroy (c);
+}
+
+static void
+test_expiry_takeover (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (a, key ("expiry"), opts (300, false), &la, &err);
+   CHECK_OK (ok, err);
+   ok = acq (b, key ("expiry"), opts (5000, false), &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   t_sleep (500);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_LOST);
+   CHECK_EQ (leaselock_lease_remaining_ms (la), 0);
+   ok = acq (b, key ("expiry"), opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   CHECK (leaselock_lease_fence (lb) > leaselock_lease_fence (la));
+   /* A late holder can neither renew nor release B's lease (invariant 4). */
+   ok = leaselock_lease_renew (la, 5000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_LOST, "lost");
+   ok = leaselock_lease_release (la, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "no longer held");
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (b, key ("expiry"), strlen (key ("expiry")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found);
+   CHECK (!strcmp (rec.owner, leaselock_lease_owner (lb)));
+   CHECK (rec.expires_in_ms > 3000);
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_renew (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (a, key ("renew"), opts (600, false), &la, &err);
+   CHECK_OK (ok, err);
+   t_sleep (350);
+   ok = leaselock_lease_renew (la, 0, &err); /* its own TTL */
+   CHECK_OK (ok, err);
+   t_sleep (400); /* past the first TTL */
+   ok = acq (b, key ("renew"), opts (5000, false), &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_HELD);
+   ok = leaselock_lease_renew (la, 2000, &err); /* a new TTL */
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_ttl_ms (la), 2000);
+   CHECK (leaselock_lease_remaining_ms (la) > 1000);
+   ok = leaselock_lease_renew (la, LEASELOCK_TTL_MAX_MS + 1, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl must be at most 30 days");
+   ok = leaselock_lease_release (la, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_renew (la, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "released");
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_renew_after_force_release (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   bool ok = acq (a, key ("renew-force"), opts (5000, false), &la, &err);
+   CHECK_OK (ok, err);
+   bool took = false;
+   ok = leaselock_force_release (a, key ("renew-force"), strlen (key ("renew-force")), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (took);
+   ok = leaselock_lease_renew (la, 0, &err);
+   CHECK (!ok && err.code == LEASELOCK_NOT_HELD);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_LOST);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+static void
+test_min_hold (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.min_hold_ms = 800;
+   bool ok = acq (a, key ("minhold"), o, &la, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_release (la, &err);
+   CHECK_OK (ok, err);
+   /* "no owner" alone never means free */
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (b, key ("minhold"), strlen (key ("minhold")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found);
+   CHECK (!strcmp (rec.owner, ""));
+   CHECK (rec.expires_in_ms > 300 && rec.expires_in_ms <= 800);
+   ok = acq (b, key ("minhold"), opts (5000, false), &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   t_sleep (1000);
+   ok = acq (b, key ("minhold"), opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   CHECK (leaselock_lease_fence (lb) > leaselock_lease_fence (la));
+   leaselock_lease_destroy (lb);
+   leaselock_lease_destroy (la);
+
+   /* min_hold already served: free at once */
+   o.min_hold_ms = 100;
+   ok = acq (a, key ("minhold2"), o, &la, &err);
+   CHECK_OK (ok, err);
+   t_sleep (300);
+   ok = leaselock_lease_release (la, &err);
+   CHECK_OK (ok, err);
+   ok = acq (b, key ("minhold2"), opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (lb);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_inspect (void)
+{
+   leaselock_client_t *c = client ("inspect-label");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = true;
+   bool ok = leaselock_inspect (c, key ("never-used"), strlen (key ("never-used")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!found);
+   leaselock_lease_t *l;
+   ok = acq (c, key ("inspect"), opts (4000, false), &l, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_inspect (c, key ("inspect"), strlen (key ("inspect")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found);
+   CHECK (!strcmp (rec.key, key ("inspect")));
+   CHECK_EQ (rec.key_len, strlen (key ("inspect")));
+   CHECK (!strcmp (rec.owner, leaselock_lease_owner (l)));
+   CHECK_EQ (rec.fence, leaselock_lease_fence (l));
+   CHECK (rec.expires_in_ms > 2000 && rec.expires_in_ms <= 4000);
+   CHECK (rec.host[0] != '\0');
+   CHECK_EQ (rec.pid, getpid ());
+   CHECK (!strcmp (rec.label, "inspect-label"));
+   /* Invariant 3: the holder's deadline is never later than the database's
+    * expiry (2 ms for rounding between clocks). */
+   int64_t left = leaselock_lease_remaining_ms (l);
+   CHECK (left <= rec.expires_in_ms + 2);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+typedef struct {
+   int n;
+   char keys[16][300];
+   int64_t fences[16];
+} listing_t;
+
+static bool
+collect (const leaselock_record_t *r, void *ud)
+{
+   listing_t *L = ud;
+   if (L->n < 16) {
+      snprintf (L->keys[L->n], 300, "%s", r->key);
+      L->fences[L->n] = r->fence;
+   }
+   L->n++;
+   return true;
+}
+
+static bool
+stop_after_one (const leaselock_record_t *r, void *ud)
+{
+   (void) r;
+   (*(int *) ud)++;
+   return false;
+}
+
+static void
+test_list_prefix (void)
+{
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   leaselock_error_t err;
+   const char *names[] = {"list/b", "list/a", "lisx", "list/c%", "lp%_/x", "lpab/x"};
+   for (int i = 0; i < 6; i++) {
+      leaselock_lease_t *l;
+      bool ok = acq (c, key (names[i]), opts (5000, false), &l, &err);
+      CHECK_OK (ok, err);
+      leaselock_lease_destroy (l); /* released records are listed too */
+   }
+   listing_t L = {0};
+   char p[300];
+   snprintf (p, sizeof p, "%s/list/", PFX);
+   bool ok = leaselock_list (c, p, strlen (p), collect, &L, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (L.n, 3);
+   CHECK (!strcmp (L.keys[0], key ("list/a")));
+   CHECK (!strcmp (L.keys[1], key ("list/b")));
+   CHECK (!strcmp (L.keys[2], key ("list/c%")));
+   /* % and _ are literal */
+   memset (&L, 0, sizeof L);
+   snprintf (p, sizeof p, "%s/lp%%_", PFX);
+   ok = leaselock_list (c, p, strlen (p), collect, &L, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (L.n, 1);
+   CHECK (!strcmp (L.keys[0], key ("lp%_/x")));
+   /* the callback can stop the walk */
+   int n = 0;
+   ok = leaselock_list (c, PFX, strlen (PFX), stop_after_one, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 1);
+   /* all keys of this run */
+   memset (&L, 0, sizeof L);
+   ok = leaselock_list (c, "", 0, collect, &L, &err);
+   CHECK_OK (ok, err);
+   CHECK (L.n >= 6);
+   leaselock_client_destroy (c);
+}
+
+static void
+test_force_release (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("admin");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (a, key ("force"), opts (60000, false), &la, &err);
+   CHECK_OK (ok, err);
+   bool took = false;
+   ok = leaselock_force_release (b, key ("force"), strlen (key ("force")), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (took);
+   ok = leaselock_force_release (b, key ("force"), strlen (key ("force")), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = leaselock_force_release (b, key ("force-never"), strlen (key ("force-never")), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = acq (b, key ("force"), opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_fence (lb), leaselock_lease_fence (la) + 1);
+   ok = leaselock_lease_release (la, &err);
+   CHECK (!ok && err.code == LEASELOCK_NOT_HELD);
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (a, key ("force"), strlen (key ("force")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!strcmp (rec.owner, leaselock_lease_owner (lb)));
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_destroy_releases (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (a, key ("destroy"), opts (60000, true), &la, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (la);
+   ok = acq (b, key ("destroy"), opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_lease_outlives_client (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   bool ok = acq (a, key ("outlive"), opts (60000, true), &la, &err);
+   CHECK_OK (ok, err);
+   leaselock_client_destroy (a);
+   ok = leaselock_lease_release (la, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "client of this lease is closed");
+   ok = leaselock_lease_renew (la, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "client of this lease is closed");
+   CHECK (leaselock_lease_fence (la) >= 1);
+   leaselock_lease_destroy (la);
+   leaselock_client_t *b = client ("b");
+   CHECK (b);
+   ok = leaselock_force_release (b, key ("outlive"), strlen (key ("outlive")), NULL, &err);
+   CHECK_OK (ok, err);
+   leaselock_client_destroy (b);
+}
+
+/* ---- blocking acquire ------------------------------------------------ */
+
+static void
+test_blocking_timeout (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (a, key ("timeout"), opts (60000, false), &la, &err);
+   CHECK_OK (ok, err);
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 400;
+   long before = FAKE ? fake_backend_calls (FAKE_ACQUIRE) : 0;
+   int64_t t0 = ll_now_ms ();
+   ok = acq (b, key ("timeout"), o, &lb, &err);
+   int64_t took = ll_now_ms () - t0;
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "timed out after");
+   CHECK (took >= 400);
+   if (FAKE) {
+      /* backoff, not a busy loop: a handful of tries, not hundreds */
+      long tries = fake_backend_calls (FAKE_ACQUIRE) - before;
+      CHECK (tries >= 3 && tries <= 40);
+   }
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+typedef struct {
+   leaselock_client_t *c;
+   const char *key;
+   int64_t timeout;
+   bool ok;
+   leaselock_error_t err;
+   leaselock_lease_t *lease;
+   atomic_bool done;
+   int64_t done_at;
+} waiter_t;
+
+static void *
+waiter_main (void *arg)
+{
+   waiter_t *w = arg;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = w->timeout;
+   w->ok = leaselock_acquire (w->c, w->key, strlen (w->key), &o, &w->lease, &w->err);
+   w->done_at = ll_now_ms ();
+   atomic_store (&w->done, true);
+   return NULL;
+}
+
+/* A waiter in the same process is woken at once by a local release. */
+static void
+test_local_handoff (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   bool ok = acq (a, key ("handoff"), opts (60000, false), &la, &err);
+   CHECK_OK (ok, err);
+   waiter_t w = {.c = b, .key = key ("handoff"), .timeout = 30000};
+   pthread_t th;
+   pthread_create (&th, NULL, waiter_main, &w);
+   t_sleep (3000); /* long enough for the backoff to reach its cap */
+   CHECK (!atomic_load (&w.done));
+   if (FAKE)
+      atomic_store (&ticking, false); /* time stands still: only a wakeup helps */
+   int64_t released_at = ll_now_ms ();
+   ok = leaselock_lease_release (la, &err);
+   for (int i = 0; i < 2000 && !atomic_load (&w.done); i++)
+      real_sleep (1);
+   atomic_store (&ticking, true);
+   pthread_join (th, NULL);
+   CHECK_OK (w.ok, w.err);
+   if (FAKE)
+      CHECK_EQ (w.done_at, released_at);
+   else
+      CHECK (w.done_at - released_at < 900); /* well below the 1 s backoff cap */
+   leaselock_lease_destroy (w.lease);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static bool
+stop_now (void *ud)
+{
+   return atomic_load ((atomic_bool *) ud);
+}
+
+typedef struct {
+   leaselock_client_t *c;
+   const char *key;
+   atomic_bool stop;
+   bool ok;
+   leaselock_error_t err;
+} stopper_t;
+
+static void *
+stopper_main (void *arg)
+{
+   stopper_t *s = arg;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = -1; /* forever */
+   o.should_stop = stop_now;
+   o.should_stop_data = &s->stop;
+   leaselock_lease_t *l;
+   s->ok = leaselock_acquire (s->c, s->key, strlen (s->key), &o, &l, &s->err);
+   if (s->ok)
+      leaselock_lease_destroy (l);
+   return NULL;
+}
+
+static void
+test_wait_interrupted (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   bool ok = acq (a, key ("interrupt"), opts (60000, false), &la, &err);
+   CHECK_OK (ok, err);
+   stopper_t s = {.c = a, .key = key ("interrupt")};
+   pthread_t th;
+   pthread_create (&th, NULL, stopper_main, &s);
+   t_sleep (500);
+   atomic_store (&s.stop, true);
+   pthread_join (th, NULL);
+   CHECK_ERR (s.ok, s.err, LEASELOCK_INTERRUPTED, "interrupted");
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* ---- renewal and loss -------------------------------------------------- */
+
+typedef struct {
+   atomic_int calls;
+   leaselock_lease_t *lease;
+} lost_t;
+
+static void
+on_lost (leaselock_lease_t *lease, void *ud)
+{
+   lost_t *L = ud;
+   L->lease = lease;
+   atomic_fetch_add (&L->calls, 1);
+}
+
+static void
+test_auto_renew (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   lost_t L = {0};
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   long renews = FAKE ? fake_backend_calls (FAKE_RENEW) : 0;
+   bool ok = acq (a, key ("autorenew"), o, &la, &err);
+   CHECK_OK (ok, err);
+   t_sleep (3000);
+   ok = acq (b, key ("autorenew"), opts (5000, false), &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_HELD);
+   CHECK_EQ (atomic_load (&L.calls), 0);
+   if (FAKE) /* about every TTL/3 */
+      CHECK (fake_backend_calls (FAKE_RENEW) - renews >= 6);
+   ok = leaselock_lease_release (la, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (la);
+   CHECK_EQ (atomic_load (&L.calls), 0);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static void
+test_loss_on_takeover (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   lost_t L = {0};
+   leaselock_acquire_opts_t o = opts (900, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   bool ok = acq (a, key ("loss"), o, &la, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_force_release (b, key ("loss"), strlen (key ("loss")), NULL, &err);
+   CHECK_OK (ok, err);
+   for (int i = 0; i < 100 && !atomic_load (&L.calls); i++)
+      t_sleep (50);
+   CHECK_EQ (atomic_load (&L.calls), 1);
+   CHECK (L.lease == la);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_LOST);
+   ok = leaselock_lease_release (la, &err);
+   CHECK (!ok && err.code == LEASELOCK_NOT_HELD);
+   t_sleep (500);
+   CHECK_EQ (atomic_load (&L.calls), 1); /* once */
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* Fake only: the database is down; renewal keeps retrying until the local
+ * deadline, not a moment longer, then the lease is LOST and on_lost runs. */
+static void
+test_loss_when_database_down (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   lost_t L = {0};
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   atomic_store (&ticking, false);
+   int64_t t0 = ll_now_ms ();
+   bool ok = acq (a, key ("down"), o, &la, &err);
+   if (!ok)
+      atomic_store (&ticking, true);
+   CHECK_OK (ok, err);
+   fake_backend_fail (true);
+   long renews = fake_backend_calls (FAKE_RENEW);
+   while (ll_now_ms () < t0 + 990) {
+      ll_clock_advance (10);
+      real_sleep (2);
+   }
+   real_sleep (20);
+   bool held = leaselock_lease_state (la) == LEASELOCK_STATE_HELD;
+   int calls_before = atomic_load (&L.calls);
+   long retries = fake_backend_calls (FAKE_RENEW) - renews;
+   ll_clock_advance (t0 + 1000 - ll_now_ms ());
+   for (int i = 0; i < 1000 && !atomic_load (&L.calls); i++)
+      real_sleep (1);
+   int calls_after = atomic_load (&L.calls);
+   fake_backend_fail (false);
+   atomic_store (&ticking, true);
+   CHECK (held);
+   CHECK_EQ (calls_before, 0);
+   CHECK (retries >= 3); /* kept retrying */
+   CHECK_EQ (calls_after, 1);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_LOST);
+   /* the database still has it until its own expiry: the holder stopped first */
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (a, key ("down"), strlen (key ("down")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.expires_in_ms >= 0);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* Fake only: the local deadline is the send time + TTL, exactly. */
+static void
+test_local_deadline_exact (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   atomic_store (&ticking, false);
+   bool ok = acq (a, key ("deadline"), opts (1000, false), &la, &err);
+   if (!ok)
+      atomic_store (&ticking, true);
+   CHECK_OK (ok, err);
+   ll_clock_advance (999);
+   bool held = leaselock_lease_state (la) == LEASELOCK_STATE_HELD;
+   int64_t left = leaselock_lease_remaining_ms (la);
+   ll_clock_advance (1);
+   bool lost = leaselock_lease_state (la) == LEASELOCK_STATE_LOST;
+   atomic_store (&ticking, true);
+   CHECK (held);
+   CHECK_EQ (left, 1);
+   CHECK (lost);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* Backend level: a retried acquire by the same owner (first reply lost)
+ * succeeds with a larger fence. */
+static void
+test_reacquire_same_owner (void)
+{
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
+   CHECK (b);
+   void *conn = b->open (URI, &err);
+   CHECK_OK (conn != NULL, err);
+   const char *k = key ("retry");
+   ll_holder_t h = {"host", 1, "retry"};
+   int64_t f1 = 0, f2 = 0;
+   bool ok = b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f1, &err);
+   if (ok)
+      ok = b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f2, &err);
+   bool busy = false;
+   if (ok) {
+      int64_t f3;
+      busy = !b->acquire (conn, k, strlen (k), "fedcba9876543210fedcba9876543210", 5000, &h, &f3, &err) &&
+             err.code == LEASELOCK_BUSY;
+      ok = b->release (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 0, &err);
+   }
+   b->close (conn);
+   CHECK_OK (ok, err);
+   CHECK (f2 > f1);
+   CHECK (busy);
+}
+
+/* ---- fork safety ------------------------------------------------------- */
+
+static void
+test_fork_child_cannot_release (void)
+{
+   leaselock_client_t *c = client ("parent");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   bool ok = acq (c, key ("fork"), opts (60000, true), &l, &err);
+   CHECK_OK (ok, err);
+   fflush (NULL);
+   pid_t pid = fork ();
+   if (pid == 0) {
+      int code = 0;
+      leaselock_error_t e;
+      if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD || !strstr (e.message, "fork"))
+         code |= 1;
+      if (leaselock_lease_renew (l, 0, &e) || e.code != LEASELOCK_NOT_HELD)
+         code |= 2;
+      leaselock_lease_destroy (l); /* must not release the parent's lease */
+      /* the child can use the client: new connection, own renewal thread */
+      leaselock_lease_t *mine;
+      leaselock_acquire_opts_t o = opts (5000, true);
+      if (!leaselock_acquire (c, key ("fork-child"), strlen (key ("fork-child")), &o, &mine, &e))
+         code |= 4;
+      else if (!leaselock_lease_release (mine, &e))
+         code |= 8;
+      leaselock_lease_destroy (mine);
+      leaselock_client_destroy (c);
+      _exit (code);
+   }
+   int status;
+   waitpid (pid, &status, 0);
+   CHECK (WIFEXITED (status));
+   CHECK_EQ (WEXITSTATUS (status), 0);
+   CHECK_EQ (leaselock_lease_state (l), LEASELOCK_STATE_HELD);
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, key ("fork"), strlen (key ("fork")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.owner, leaselock_lease_owner (l)));
+   ok = leaselock_lease_renew (l, 0, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+/* ---- bad input --------------------------------------------------------- */
+
+static void
+test_bad_keys (void)
+{
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l = (void *) 1;
+   leaselock_acquire_opts_t o = opts (1000, false);
+   char big[300];
+   memset (big, 'k', sizeof big);
+   bool ok = leaselock_acquire (c, "", 0, &o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is empty");
+   CHECK (l == NULL);
+   ok = leaselock_acquire (c, big, 256, &o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is 256 bytes long (at most 255)");
+   ok = leaselock_acquire (c, "a\0b", 3, &o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "NUL byte at offset 1");
+   const char *bad_utf8[] = {"\xff", "ab\xc0\xaf", "\xed\xa0\x80", "x\xe2\x82", "\xf5\x80\x80\x80",
+                             "\x80"};
+   for (size_t i = 0; i < sizeof bad_utf8 / sizeof bad_utf8[0]; i++) {
+      ok = leaselock_acquire (c, bad_utf8[i], strlen (bad_utf8[i]), &o, &l, &err);
+      CHECK_ERR (ok, err, LEASELOCK_INVALID, "not valid UTF-8");
+   }
+   ok = leaselock_acquire (c, NULL, 3, &o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is NULL");
+   /* the same checks guard inspect and force_release */
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, big, 256, &rec, &found, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "at most 255");
+   ok = leaselock_force_release (c, "", 0, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is empty");
+   ok = leaselock_list (c, "\xff", 1, collect, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "prefix is not valid UTF-8");
+   /* 255 bytes and multibyte keys are fine */
+   char k255[256];
+   int n = snprintf (k255, sizeof k255, "%s/", PFX);
+   memset (k255 + n, 'x', (size_t) (255 - n));
+   k255[255] = '\0';
+   ok = leaselock_acquire (c, k255, 255, &o, &l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   const char *mb = key ("ключ/鍵/🔒");
+   ok = leaselock_acquire (c, mb, strlen (mb), &o, &l, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_inspect (c, mb, strlen (mb), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.key, mb));
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+static void
+test_bad_ttls (void)
+{
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (0, false);
+   bool ok = acq (c, key ("ttl"), o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl must be at least 1 ms (got 0 ms)");
+   o.ttl_ms = -5;
+   ok = acq (c, key ("ttl"), o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl must be at least 1 ms (got -5 ms)");
+   o.ttl_ms = LEASELOCK_TTL_MAX_MS + 1;
+   ok = acq (c, key ("ttl"), o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl must be at most 30 days");
+   o.ttl_ms = 1000;
+   o.min_hold_ms = -1;
+   ok = acq (c, key ("ttl"), o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "min_hold must not be negative");
+   o.min_hold_ms = 0;
+   o.timeout_ms = LEASELOCK_TTL_MAX_MS + 1;
+   ok = acq (c, key ("ttl"), o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "timeout must be at most 30 days");
+   o = opts (LEASELOCK_TTL_MAX_MS, false); /* the maximum itself is fine */
+   ok = acq (c, key ("ttl"), o, &l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+static void
+test_null_arguments (void)
+{
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   bool ok = leaselock_acquire (NULL, "k", 1, NULL, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is NULL");
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   ok = leaselock_acquire (c, "k", 1, NULL, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
+   CHECK (!leaselock_acquire (c, "", 0, NULL, &l, NULL)); /* error may be NULL */
+   ok = leaselock_lease_renew (NULL, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "lease is NULL");
+   ok = leaselock_lease_release (NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "lease is NULL");
+   ok = leaselock_inspect (c, "k", 1, NULL, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "record is NULL");
+   ok = leaselock_list (c, "", 0, NULL, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
+   ok = leaselock_list (NULL, "", 0, collect, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is NULL");
+   ok = leaselock_force_release (NULL, "k", 1, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is NULL");
+   ok = leaselock_parse_duration (NULL, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "duration is NULL");
+   leaselock_lease_destroy (NULL);
+   leaselock_client_destroy (NULL);
+   CHECK (leaselock_lease_state (NULL) == LEASELOCK_STATE_RELEASED);
+   CHECK (!strcmp (leaselock_code_name (LEASELOCK_BUSY), "BUSY"));
+   CHECK (!strcmp (leaselock_code_name ((leaselock_code_t) 99), "UNKNOWN"));
+   leaselock_client_destroy (c);
+}
+
+static void
+test_bad_uris (void)
+{
+   leaselock_error_t err;
+   struct {
+      const char *uri;
+      leaselock_code_t code;
+      const char *msg;
+   } cases[] = {
+      {"nope", LEASELOCK_INVALID, "malformed URI \"nope\""},
+      {"://x", LEASELOCK_INVALID, "malformed URI"},
+      {"ftp://host/x", LEASELOCK_INVALID, "unknown URI scheme \"ftp\""},
+      {"redis://u:secret@host/x", LEASELOCK_INVALID, "redis://u:***@host/x"},
+      {"sqlite:relative.db", LEASELOCK_INVALID, "malformed URI"},
+   };
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      leaselock_client_t *c = leaselock_client_new (cases[i].uri, NULL, &err);
+      CHECK_ERR (c != NULL, err, cases[i].code, cases[i].msg);
+      CHECK (!strstr (err.message, "secret"));
+   }
+   char label[300];
+   memset (label, 'l', sizeof label - 1);
+   label[sizeof label - 1] = '\0';
+   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
+   CHECK_ERR (c != NULL, err, LEASELOCK_INVALID, "label is 299 bytes long");
+   CHECK (leaselock_client_new ("nope", NULL, NULL) == NULL); /* error may be NULL */
+}
+
+static void
+test_durations (void)
+{
+   leaselock_error_t err;
+   int64_t ms;
+   struct {
+      const char *text;
+      int64_t ms;
+   } good[] = {{"30s", 30000}, {"500ms", 500}, {"2m", 120000}, {"1h", 3600000},
+               {"1d", 86400000}, {"1.5", 1500}, {"0", 0}, {"0.25s", 250}};
+   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+      bool ok = leaselock_parse_duration (good[i].text, &ms, &err);
+      CHECK_OK (ok, err);
+      CHECK_EQ (ms, good[i].ms);
+   }
+   const char *bad[] = {"", "abc", "-1s", "10x", "nan", "inf", " 5s", "5 s", "1e400"};
+   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      bool ok = leaselock_parse_duration (bad[i], &ms, &err);
+      CHECK (!ok && err.code == LEASELOCK_INVALID);
+      CHECK (strstr (err.message, "duration"));
+   }
+}
+
+static void
+test_default_uri (void)
+{
+   char buf[512];
+   leaselock_error_t err;
+   char *old_home = getenv ("HOME") ? strdup (getenv ("HOME")) : NULL;
+   char *old_state = getenv ("XDG_STATE_HOME") ? strdup (getenv ("XDG_STATE_HOME")) : NULL;
+   setenv ("HOME", "/home/someone", 1);
+   unsetenv ("XDG_STATE_HOME");
+   bool ok1 = leaselock_default_uri (buf, sizeof buf, &err);
+   bool same1 = ok1 && !strcmp (buf, "sqlite:///home/someone/.local/state/leaselock/locks.db");
+   setenv ("XDG_STATE_HOME", "/var/state", 1);
+   bool ok2 = leaselock_default_uri (buf, sizeof buf, &err);
+   bool same2 = ok2 && !strcmp (buf, "sqlite:///var/state/leaselock/locks.db");
+   bool small = !leaselock_default_uri (buf, 10, &err) && err.code == LEASELOCK_INVALID;
+   if (old_home)
+      setenv ("HOME", old_home, 1);
+   if (old_state)
+      setenv ("XDG_STATE_HOME", old_state, 1);
+   else
+      unsetenv ("XDG_STATE_HOME");
+   free (old_home);
+   free (old_state);
+   CHECK (same1);
+   CHECK (same2);
+   CHECK (small);
+}
+
+int
+main (int argc, char **argv)
+{
+   if (argc != 2) {
+      fprintf (stderr, "usage: %s URI   (fake:// for the in-memory backend)\n", argv[0]);
+      return 2;
+   }
+   setvbuf (stdout, NULL, _IOLBF, 0);
+   URI = argv[1];
+   FAKE = !strncmp (URI, "fake://", 7);
+   pthread_t tick;
+   if (FAKE) {
+      ll_backend_register (&fake_backend);
+      ll_clock_use_fake (true);
+      pthread_create (&tick, NULL, ticker, NULL);
+   }
+   unsigned r;
+   FILE *f = fopen ("/dev/urandom", "rb");
+   if (!f || fread (&r, sizeof r, 1, f) != 1)
+      r = (unsigned) getpid ();
+   if (f)
+      fclose (f);
+   snprintf (PFX, sizeof PFX, "contract-%08x", r);
+   printf ("contract suite on %s (keys under %s/)\n", URI, PFX);
+
+   RUN (test_acquire_release);
+   RUN (test_owner_tokens_unique);
+   RUN (test_busy_one_try);
+   RUN (test_fences_grow);
+   RUN (test_expiry_takeover);
+   RUN (test_renew);
+   RUN (test_renew_after_force_release);
+   RUN (test_min_hold);
+   RUN (test_inspect);
+   RUN (test_list_prefix);
+   RUN (test_force_release);
+   RUN (test_destroy_releases);
+   RUN (test_lease_outlives_client);
+   RUN (test_blocking_timeout);
+   RUN (test_local_handoff);
+   RUN (test_wait_interrupted);
+   RUN (test_auto_renew);
+   RUN (test_loss_on_takeover);
+   if (FAKE) {
+      RUN (test_loss_when_database_down);
+      RUN (test_local_deadline_exact);
+   }
+   RUN (test_reacquire_same_owner);
+   RUN (test_fork_child_cannot_release);
+   RUN (test_bad_keys);
+   RUN (test_bad_ttls);
+   RUN (test_null_arguments);
+   RUN (test_bad_uris);
+   RUN (test_durations);
+   RUN (test_default_uri);
+
+   if (FAKE) {
+      atomic_store (&ticker_stop, true);
+      pthread_join (tick, NULL);
+   }
+   return tl_summary ("contract");
+}

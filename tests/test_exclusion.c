@@ -1,0 +1,257 @@
+/*
+ * test_exclusion.c - mutual exclusion under real contention, on any
+ * backend: 8 threads, then 4 processes, increment a shared counter
+ * non-atomically (read, pause, write) under one lock. No update may be
+ * lost, nobody may be inside twice, and fences must strictly increase in
+ * the order the critical sections ran.
+ *
+ *   test_exclusion URI [iterations]
+ */
+#include "leaselock.h"
+#include "testlib.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 8
+#define PROCS 4
+
+static const char *URI;
+static int ITER = 25;
+static char KEY[64];
+
+static void
+pause_a_little (void)
+{
+   struct timespec ts = {0, 200000}; /* 0.2 ms: widens any race window */
+   nanosleep (&ts, NULL);
+}
+
+/* ---- threads ----------------------------------------------------------- */
+
+static leaselock_client_t *shared_client;
+static int counter;          /* deliberately not atomic */
+static atomic_int inside;    /* > 1 means two holders at once */
+static atomic_int overlaps;
+static int64_t fences[THREADS * 100];
+static int n_fences;         /* written only under the lock */
+static atomic_int failures;
+
+static void *
+thread_main (void *arg)
+{
+   long id = (long) arg;
+   /* half the threads share one client, half have their own */
+   leaselock_error_t err;
+   leaselock_client_t *own = id % 2 ? leaselock_client_new (URI, "thread", &err) : NULL;
+   leaselock_client_t *c = own ? own : shared_client;
+   if (id % 2 && !own) {
+      fprintf (stderr, "thread %ld: %s\n", id, err.message);
+      atomic_fetch_add (&failures, 1);
+      return NULL;
+   }
+   for (int i = 0; i < ITER; i++) {
+      leaselock_acquire_opts_t o;
+      leaselock_acquire_opts_init (&o);
+      o.ttl_ms = 10000;
+      o.timeout_ms = 120000;
+      leaselock_lease_t *l;
+      if (!leaselock_acquire (c, KEY, strlen (KEY), &o, &l, &err)) {
+         fprintf (stderr, "thread %ld: acquire: %s %s\n", id, leaselock_code_name (err.code),
+                  err.message);
+         atomic_fetch_add (&failures, 1);
+         break;
+      }
+      if (atomic_fetch_add (&inside, 1) != 0)
+         atomic_fetch_add (&overlaps, 1);
+      int v = counter;
+      pause_a_little ();
+      counter = v + 1;
+      fences[n_fences++] = leaselock_lease_fence (l);
+      atomic_fetch_sub (&inside, 1);
+      if (!leaselock_lease_release (l, &err)) {
+         fprintf (stderr, "thread %ld: release: %s\n", id, err.message);
+         atomic_fetch_add (&failures, 1);
+      }
+      leaselock_lease_destroy (l);
+   }
+   leaselock_client_destroy (own);
+   return NULL;
+}
+
+static void
+test_threads (void)
+{
+   leaselock_error_t err;
+   shared_client = leaselock_client_new (URI, "threads", &err);
+   CHECK_OK (shared_client != NULL, err);
+   snprintf (KEY + strlen (KEY), sizeof KEY - strlen (KEY), "/threads");
+   pthread_t th[THREADS];
+   for (long i = 0; i < THREADS; i++)
+      pthread_create (&th[i], NULL, thread_main, (void *) i);
+   for (int i = 0; i < THREADS; i++)
+      pthread_join (th[i], NULL);
+   leaselock_client_destroy (shared_client);
+   CHECK_EQ (atomic_load (&failures), 0);
+   CHECK_EQ (atomic_load (&overlaps), 0);
+   CHECK_EQ (counter, THREADS * ITER);
+   CHECK_EQ (n_fences, THREADS * ITER);
+   for (int i = 1; i < n_fences; i++)
+      CHECK (fences[i] > fences[i - 1]);
+   printf ("threads: %d critical sections, fences %lld..%lld, 0 overlaps\n", n_fences,
+           (long long) fences[0], (long long) fences[n_fences - 1]);
+}
+
+/* ---- processes --------------------------------------------------------- */
+
+static char dir[256];
+
+static int
+read_int (const char *path)
+{
+   FILE *f = fopen (path, "r");
+   int v = 0;
+   if (f) {
+      if (fscanf (f, "%d", &v) != 1)
+         v = -1000000;
+      fclose (f);
+   }
+   return v;
+}
+
+static void
+write_int (const char *path, int v)
+{
+   FILE *f = fopen (path, "w");
+   if (f) {
+      fprintf (f, "%d\n", v);
+      fclose (f);
+   }
+}
+
+static int
+child_main (int id)
+{
+   char counter_path[300], log_path[300], inside_path[300];
+   snprintf (counter_path, sizeof counter_path, "%s/counter", dir);
+   snprintf (log_path, sizeof log_path, "%s/log", dir);
+   snprintf (inside_path, sizeof inside_path, "%s/inside", dir);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, "process", &err);
+   if (!c) {
+      fprintf (stderr, "child %d: %s\n", id, err.message);
+      return 1;
+   }
+   int rc = 0;
+   for (int i = 0; i < ITER; i++) {
+      leaselock_acquire_opts_t o;
+      leaselock_acquire_opts_init (&o);
+      o.ttl_ms = 10000;
+      o.timeout_ms = 120000;
+      leaselock_lease_t *l;
+      if (!leaselock_acquire (c, KEY, strlen (KEY), &o, &l, &err)) {
+         fprintf (stderr, "child %d: acquire: %s %s\n", id, leaselock_code_name (err.code),
+                  err.message);
+         rc = 1;
+         break;
+      }
+      int fd = open (inside_path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+      if (fd < 0) {
+         fprintf (stderr, "child %d: overlap (%s)\n", id, strerror (errno));
+         rc = 3;
+      } else {
+         close (fd);
+      }
+      int v = read_int (counter_path);
+      pause_a_little ();
+      write_int (counter_path, v + 1);
+      FILE *log = fopen (log_path, "a");
+      if (log) {
+         fprintf (log, "%lld %d\n", (long long) leaselock_lease_fence (l), id);
+         fclose (log);
+      }
+      if (fd >= 0)
+         unlink (inside_path);
+      if (!leaselock_lease_release (l, &err)) {
+         fprintf (stderr, "child %d: release: %s\n", id, err.message);
+         rc = 1;
+      }
+      leaselock_lease_destroy (l);
+   }
+   leaselock_client_destroy (c);
+   return rc;
+}
+
+static void
+test_processes (void)
+{
+   snprintf (dir, sizeof dir, "%s/leaselock-excl-XXXXXX", getenv ("TMPDIR") ? getenv ("TMPDIR") : "/tmp");
+   CHECK (mkdtemp (dir));
+   char *slash = strrchr (KEY, '/');
+   snprintf (slash, sizeof KEY - (size_t) (slash - KEY), "/processes");
+   fflush (NULL);
+   pid_t kids[PROCS];
+   for (int i = 0; i < PROCS; i++) {
+      kids[i] = fork ();
+      if (kids[i] == 0)
+         _exit (child_main (i));
+   }
+   int bad = 0;
+   for (int i = 0; i < PROCS; i++) {
+      int status;
+      waitpid (kids[i], &status, 0);
+      if (!WIFEXITED (status) || WEXITSTATUS (status) != 0)
+         bad++;
+   }
+   char path[300];
+   snprintf (path, sizeof path, "%s/counter", dir);
+   int total = read_int (path);
+   snprintf (path, sizeof path, "%s/log", dir);
+   FILE *log = fopen (path, "r");
+   CHECK (log);
+   long long prev = 0, f, first = 0;
+   int id, n = 0, increasing = 1;
+   while (fscanf (log, "%lld %d", &f, &id) == 2) {
+      if (!n)
+         first = f;
+      if (n && f <= prev)
+         increasing = 0;
+      prev = f;
+      n++;
+   }
+   fclose (log);
+   char cmd[300];
+   snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+   if (system (cmd) != 0)
+      fprintf (stderr, "could not remove %s\n", dir);
+   CHECK_EQ (bad, 0);
+   CHECK_EQ (total, PROCS * ITER);
+   CHECK_EQ (n, PROCS * ITER);
+   CHECK (increasing);
+   printf ("processes: %d critical sections, fences %lld..%lld, 0 overlaps\n", n, first, prev);
+}
+
+int
+main (int argc, char **argv)
+{
+   if (argc < 2) {
+      fprintf (stderr, "usage: %s URI [iterations]\n", argv[0]);
+      return 2;
+   }
+   setvbuf (stdout, NULL, _IOLBF, 0);
+   URI = argv[1];
+   if (argc > 2)
+      ITER = atoi (argv[2]) > 0 && atoi (argv[2]) <= 100 ? atoi (argv[2]) : ITER;
+   srand ((unsigned) getpid ());
+   snprintf (KEY, sizeof KEY, "exclusion-%d-%d", (int) getpid (), rand () % 100000);
+   printf ("exclusion on %s: %d threads and %d processes x %d\n", URI, THREADS, PROCS, ITER);
+   RUN (test_threads);
+   RUN (test_processes);
+   return tl_summary ("exclusion");
+}
