@@ -1,0 +1,19 @@
+# The leaselock command line tool, its suite and the demo.
+
+LEASELOCK_CLI := $(BUILD)/leaselock
+
+all: $(LEASELOCK_CLI)
+
+$(LEASELOCK_CLI): csrc/cli.c csrc/leaselock.h $(LIB_A)
+	$(CC) $(CFLAGS_ALL) csrc/cli.c -o $@ $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
+
+.PHONY: test-cli demo-cli
+
+TEST_SUITES += cli
+ASAN_SUITES += cli
+test-cli: $(LEASELOCK_CLI)
+	@bash tests/test_cli.sh $(LEASELOCK_CLI)
+
+DEMOS += cli
+demo-cli: $(LEASELOCK_CLI)
+	@bash tools/demo.sh $(LEASELOCK_CLI)

@@ -1,0 +1,372 @@
+#!/bin/bash
+# The leaselock CLI against a throwaway SQLite database per test: exit
+# statuses, the environment of the command, signals, loss of the lease,
+# status/list/release output and bad input.
+#
+#   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some)
+#
+# Ends with "N passed, N failed" and exits non-zero on any failure.
+set -uo pipefail
+
+BIN=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+[ -x "$BIN" ] || { echo "usage: $0 path/to/leaselock" >&2; exit 2; }
+TOP=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-cli.XXXXXX")
+unset LEASELOCK_URI LEASELOCK_KEY LEASELOCK_FENCE LEASELOCK_OWNER
+BG=()
+cleanup() {
+  for p in "${BG[@]+"${BG[@]}"}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$TOP"
+}
+trap cleanup EXIT
+
+passed=0; failed=0; cur_failed=0
+T=; URI=; OUT=; ERR=; RC=
+
+fail() { echo "    FAIL ${FUNCNAME[1]}: $*" >&2; cur_failed=1; }
+
+# ll ARGS...: runs leaselock with the test's URI; sets RC, OUT, ERR (files).
+ll() {
+  "$BIN" --uri "$URI" "$@" >"$OUT" 2>"$ERR"
+  RC=$?
+}
+# ll_bg ARGS...: starts leaselock in the background; its pid is in BGPID,
+# its output in $T/bg.out / $T/bg.err.
+ll_bg() {
+  "$BIN" --uri "$URI" "$@" >"$T/bg.out" 2>"$T/bg.err" &
+  BGPID=$!
+  BG+=("$BGPID")
+}
+# expect_rc N: the last ll returned N.
+expect_rc() {
+  if [ "$RC" != "$1" ]; then
+    fail "exit status $RC, want $1 (stderr: $(head -c 400 "$ERR"))"
+    return 1
+  fi
+}
+# expect_err TEXT / expect_out TEXT: the last ll's stderr/stdout contains TEXT.
+expect_err() {
+  grep -qF -- "$1" "$ERR" || { fail "stderr lacks \"$1\": $(head -c 400 "$ERR")"; return 1; }
+}
+expect_out() {
+  grep -qF -- "$1" "$OUT" || { fail "stdout lacks \"$1\": $(head -c 400 "$OUT")"; return 1; }
+}
+# wait_state KEY WANT_RC: polls "status KEY" until it exits WANT_RC
+# (0 held, 1 free), for at most about 20 s.
+wait_state() {
+  local i
+  for ((i = 0; i < 400; i++)); do
+    "$BIN" --uri "$URI" status "$1" >/dev/null 2>&1
+    [ $? = "$2" ] && return 0
+    sleep 0.05
+  done
+  fail "status $1 never exited $2"
+  return 1
+}
+# wait_file PATH: waits (at most about 20 s) for PATH to exist.
+wait_file() {
+  local i
+  for ((i = 0; i < 400; i++)); do
+    [ -s "$1" ] && return 0
+    sleep 0.05
+  done
+  fail "$1 never appeared"
+  return 1
+}
+# wait_blocked PID: waits until PID blocks SIGTERM (leaselock run has set
+# up its signal handling), at most about 20 s.
+wait_blocked() {
+  local i blk
+  for ((i = 0; i < 400; i++)); do
+    blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+    [ -n "$blk" ] && (((16#$blk >> 14) & 1)) && return 0
+    sleep 0.05
+  done
+  fail "process $1 never blocked SIGTERM"
+  return 1
+}
+# reap PID: waits for a background leaselock; its status is in BGRC.
+reap() {
+  wait "$1"
+  BGRC=$?
+}
+
+run_test() {
+  local f=${TEST_FILTER:-}
+  [ -n "$f" ] && [[ $1 != *"$f"* ]] && return
+  T="$TOP/$1"; mkdir -p "$T"
+  URI="sqlite://$T/x.db"; OUT="$T/out"; ERR="$T/err"
+  cur_failed=0
+  "$1"
+  if [ $cur_failed = 0 ]; then
+    passed=$((passed + 1)); echo "  ok $1" >&2
+  else
+    failed=$((failed + 1)); echo "  not ok $1" >&2
+  fi
+}
+
+# ---- tests -------------------------------------------------------------
+
+test_help_version() {
+  "$BIN" --help >"$T/h" 2>&1 || fail "--help exit $?"
+  grep -q "Exit status" "$T/h" || fail "--help has no exit status table"
+  grep -q "^  75 " "$T/h" || fail "--help does not list 75"
+  grep -q "^  76 " "$T/h" || fail "--help does not list 76"
+  "$BIN" run --help >/dev/null 2>&1 || fail "run --help exit $?"
+  "$BIN" --version >"$T/v" 2>&1 || fail "--version exit $?"
+  grep -qE '^leaselock [0-9]+\.[0-9]+' "$T/v" || fail "--version: $(cat "$T/v")"
+}
+
+test_env_vars() {
+  # Stale values in the environment are replaced, not duplicated.
+  LEASELOCK_KEY=stale LEASELOCK_FENCE=999 \
+    ll run jobs/env -- sh -c 'env | grep "^LEASELOCK_" | sort' || true
+  expect_rc 0 || return
+  expect_out "LEASELOCK_KEY=jobs/env" || return
+  grep -qE '^LEASELOCK_FENCE=[1-9][0-9]*$' "$OUT" || { fail "fence: $(cat "$OUT")"; return; }
+  grep -qE '^LEASELOCK_OWNER=[0-9a-f]{32}$' "$OUT" || { fail "owner: $(cat "$OUT")"; return; }
+  [ "$(grep -c '^LEASELOCK_KEY=' "$OUT")" = 1 ] || { fail "LEASELOCK_KEY twice"; return; }
+  local f1; f1=$(sed -n 's/^LEASELOCK_FENCE=//p' "$OUT")
+  ll run jobs/env -- sh -c 'echo "$LEASELOCK_FENCE"'
+  expect_rc 0 || return
+  [ "$(cat "$OUT")" -gt "$f1" ] || fail "second fence $(cat "$OUT") not above $f1"
+  # The arguments reach the command unchanged.
+  ll run jobs/env -- printf '<%s>' 'a b' '' '--ttl' '*'
+  expect_rc 0 && [ "$(cat "$OUT")" = '<a b><><--ttl><*>' ] || fail "argv: $(cat "$OUT")"
+}
+
+test_exit_status() {
+  ll run k -- sh -c 'exit 3'; expect_rc 3 || return
+  ll run k -- true; expect_rc 0 || return
+  ll run --wait forever k -- true; expect_rc 0 || return
+  ll run k -- sh -c 'exit 255'; expect_rc 255 || return
+  ll run k -- sh -c 'kill -TERM $$'; expect_rc 143 || return
+  ll run k -- sh -c 'kill -KILL $$'; expect_rc 137 || return
+  ll run k -- "$T/no-such-command"; expect_rc 127 || return
+  expect_err "No such file or directory" || return
+  : >"$T/not-exec"
+  ll run k -- "$T/not-exec"; expect_rc 126 || return
+  expect_err "Permission denied" || return
+  # The lease is released each time: the key is free again.
+  ll status k; expect_rc 1 || return
+  expect_out "state:      free"
+}
+
+test_busy() {
+  ll_bg run busy/key -- sleep 60
+  local holder=$BGPID
+  wait_state busy/key 0 || return
+  ll run busy/key -- touch "$T/ran"
+  expect_rc 75 || return
+  expect_err "busy/key is busy: held by" || return
+  expect_err "(sleep)" || return
+  [ ! -e "$T/ran" ] || { fail "the command ran without the lock"; return; }
+  ll run --wait 300ms busy/key -- touch "$T/ran"
+  expect_rc 75 || return
+  expect_err "gave up after --wait 300ms" || return
+  [ ! -e "$T/ran" ] || { fail "the command ran without the lock"; return; }
+  # A signal stops a waiting leaselock: 128+15, and the command never ran.
+  "$BIN" --uri "$URI" run --wait 60s busy/key -- touch "$T/ran" 2>"$T/waiter.err" &
+  local waiter=$!
+  BG+=("$waiter")
+  wait_blocked "$waiter" || return
+  kill -TERM "$waiter"
+  reap "$waiter"
+  [ "$BGRC" = 143 ] || { fail "waiter exit $BGRC, want 143"; return; }
+  grep -q "interrupted by signal 15 while waiting" "$T/waiter.err" ||
+    { fail "waiter: $(cat "$T/waiter.err")"; return; }
+  [ ! -e "$T/ran" ] || { fail "the command ran without the lock"; return; }
+  # SIGTERM to leaselock is forwarded: sleep dies of it, 128+15.
+  kill -TERM "$holder"
+  reap "$holder"
+  [ "$BGRC" = 143 ] || { fail "holder exit $BGRC, want 143"; return; }
+  ll status busy/key; expect_rc 1
+}
+
+test_wait_then_acquire() {
+  ll_bg run wait/key -- sh -c 'sleep 1; echo "$LEASELOCK_FENCE" > "$0/first-done"' "$T"
+  local holder=$BGPID
+  wait_state wait/key 0 || return
+  # The second command may only start once the first has finished.
+  ll run --wait 30s wait/key -- sh -c \
+    'test -s "$0/first-done" || exit 9; echo "$LEASELOCK_FENCE"' "$T"
+  expect_rc 0 || return
+  reap "$holder"
+  [ "$BGRC" = 0 ] || { fail "holder exit $BGRC"; return; }
+  [ "$(cat "$OUT")" -gt "$(cat "$T/first-done")" ] || fail "fence did not grow"
+}
+
+test_signal_forwarded() {
+  ll_bg run sig/key -- sh -c \
+    'trap "echo got-hup > \"$0/hup\"; exit 5" HUP; echo $$ > "$0/pid"; while :; do sleep 0.05; done' "$T"
+  local holder=$BGPID
+  wait_file "$T/pid" || return
+  kill -HUP "$holder"
+  reap "$holder"
+  [ "$BGRC" = 5 ] || { fail "exit $BGRC, want 5 (the command's own status)"; return; }
+  grep -q got-hup "$T/hup" 2>/dev/null || fail "the command did not see SIGHUP"
+}
+
+test_lost_sigterm() {
+  ll_bg run --ttl 1s lost/term -- sh -c 'echo $$ > "$0/pid"; exec sleep 60' "$T"
+  local holder=$BGPID
+  wait_file "$T/pid" || return
+  wait_state lost/term 0 || return
+  ll release --force lost/term
+  expect_rc 0 || return
+  expect_out "lost/term: released (a live lease was taken away)" || return
+  reap "$holder"
+  [ "$BGRC" = 76 ] || { fail "exit $BGRC, want 76; $(cat "$T/bg.err")"; return; }
+  grep -q "lease on lost/term lost" "$T/bg.err" || { fail "no loss message: $(cat "$T/bg.err")"; return; }
+  grep -q "sending SIGTERM" "$T/bg.err" || { fail "no SIGTERM message"; return; }
+  ! grep -q "sending SIGKILL" "$T/bg.err" || { fail "SIGKILL was needed"; return; }
+  ! kill -0 "$(cat "$T/pid")" 2>/dev/null || fail "the command is still running"
+}
+
+test_lost_sigkill() {
+  ll_bg run --ttl 1s --grace 500ms lost/kill -- sh -c \
+    'trap "" TERM; echo $$ > "$0/pid"; while :; do sleep 0.05; done' "$T"
+  local holder=$BGPID
+  wait_file "$T/pid" || return
+  wait_state lost/kill 0 || return
+  ll release --force lost/kill; expect_rc 0 || return
+  reap "$holder"
+  [ "$BGRC" = 76 ] || { fail "exit $BGRC, want 76; $(cat "$T/bg.err")"; return; }
+  grep -q "still running after the grace period: sending SIGKILL" "$T/bg.err" ||
+    { fail "no SIGKILL message: $(cat "$T/bg.err")"; return; }
+  ! kill -0 "$(cat "$T/pid")" 2>/dev/null || fail "the command survived SIGKILL"
+}
+
+test_min_hold() {
+  ll run --min-hold 30s mh/key -- true
+  expect_rc 0 || return
+  ll status mh/key; expect_rc 0 || return
+  expect_out "state:      min-hold" || return
+  expect_out "owner:      -" || return
+  ll run mh/key -- touch "$T/ran"; expect_rc 75 || return
+  expect_err "released but kept by --min-hold" || return
+  [ ! -e "$T/ran" ] || fail "ran during min-hold"
+}
+
+test_status_list_json() {
+  ll status app/a; expect_rc 2 || return
+  expect_out "state:      free (no record)" || return
+  ll run --label 'nightly "backup"' app/a -- true; expect_rc 0 || return
+  local weird=$'app/we"ird\\key\n\ttab-é'
+  ll run --label $'lab\x01el' "$weird" -- true; expect_rc 0 || return
+  ll run other -- true; expect_rc 0 || return
+  ll_bg run app/b -- sleep 60
+  local holder=$BGPID
+  wait_state app/b 0 || return
+
+  ll status app/b; expect_rc 0 || return
+  expect_out "state:      held" || return
+  grep -qE '^owner:      [0-9a-f]{32}$' "$OUT" || { fail "owner line: $(cat "$OUT")"; return; }
+  expect_out "fence:      1" || return
+  grep -qE '^expires in: [0-9.]+s$' "$OUT" || { fail "expires line: $(cat "$OUT")"; return; }
+  expect_out "holder:     $(hostname) pid $holder (sleep)" || return
+  ll status app/a; expect_rc 1 || return
+  expect_out "state:      free" || return
+
+  ll list app/; expect_rc 0 || return
+  [ "$(wc -l <"$OUT")" = 3 ] || { fail "list app/: $(cat "$OUT")"; return; }
+  grep -q '^app/b  held  fence=1' "$OUT" || { fail "list line: $(cat "$OUT")"; return; }
+  grep -qF 'app/we"ird\key\x0a\x09tab-é  free' "$OUT" || { fail "escaping: $(cat "$OUT")"; return; }
+
+  ll list --json app/; expect_rc 0 || return
+  python3 - "$OUT" "$weird" "$holder" <<'EOF' || { fail "list --json: $(cat "$OUT")"; return; }
+import json, sys
+recs = json.load(open(sys.argv[1], encoding="utf-8"))
+assert [r["key"] for r in recs] == ["app/a", "app/b", sys.argv[2]], recs
+a, b, w = recs
+assert a["label"] == 'nightly "backup"' and a["state"] == "free" and a["owner"] is None, a
+assert b["state"] == "held" and len(b["owner"]) == 32 and b["pid"] == int(sys.argv[3]), b
+assert b["fence"] == 1 and 0 < b["expires_in_ms"] <= 30000, b
+assert w["label"] == "lab\x01el", w
+EOF
+  ll list --json nothing/; expect_rc 0 || return
+  [ "$(cat "$OUT")" = "[]" ] || { fail "empty list: $(cat "$OUT")"; return; }
+  ll list; expect_rc 0 || return
+  [ "$(wc -l <"$OUT")" = 4 ] || { fail "list: $(cat "$OUT")"; return; }
+  ll status --json app/b; expect_rc 0 || return
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["key"]=="app/b" and r["state"]=="held"' "$OUT" ||
+    fail "status --json: $(cat "$OUT")"
+  ll status --json app/none; expect_rc 2 || return
+  [ "$(cat "$OUT")" = null ] || fail "status --json of a missing key: $(cat "$OUT")"
+  kill -TERM "$holder"; reap "$holder"
+}
+
+test_release_force() {
+  ll_bg run --ttl 1s rel/key -- sleep 60
+  local holder=$BGPID
+  wait_state rel/key 0 || return
+  ll release rel/key; expect_rc 64 || return
+  expect_err "release needs --force" || return
+  ll status rel/key; expect_rc 0 || return
+  ll release --force rel/key; expect_rc 0 || return
+  expect_out "rel/key: released (a live lease was taken away)" || return
+  # Free now, and the fence survives: the next holder gets a larger one.
+  ll run rel/key -- sh -c 'echo "$LEASELOCK_FENCE"'; expect_rc 0 || return
+  [ "$(cat "$OUT")" = 2 ] || { fail "fence after force release: $(cat "$OUT")"; return; }
+  ll release --force rel/key; expect_rc 0 || return
+  expect_out "rel/key: was not held" || return
+  ll release --force never/used; expect_rc 0 || return
+  expect_out "never/used: was not held"
+  reap "$holder"
+  [ "$BGRC" = 76 ] || fail "the holder whose lease was taken exited $BGRC, want 76"
+}
+
+# bad RC MESSAGE ARGS...: leaselock ARGS fails with RC and MESSAGE on
+# stderr, and the command after "--" (touch ran) does not run.
+bad() {
+  local want=$1 msg=$2; shift 2
+  rm -f "$T/ran"
+  "$BIN" "$@" >"$OUT" 2>"$ERR"
+  RC=$?
+  if [ "$RC" != "$want" ] || ! grep -qF -- "$msg" "$ERR"; then
+    fail "leaselock $*: exit $RC, stderr \"$(head -c 300 "$ERR")\"; want $want and \"$msg\""
+  fi
+  [ ! -e "$T/ran" ] || fail "leaselock $*: the command ran"
+}
+
+test_bad_input() {
+  local U=(--uri "$URI") key256
+  key256=$(printf 'k%.0s' $(seq 256))
+  bad 64 'invalid duration "abc"' "${U[@]}" run --ttl abc k -- touch "$T/ran"
+  bad 64 'invalid duration "-1s"' "${U[@]}" run --ttl -1s k -- touch "$T/ran"
+  bad 64 '--ttl "0": must be at least 1ms' "${U[@]}" run --ttl 0 k -- touch "$T/ran"
+  bad 64 '--ttl "31d": must be at most 30d' "${U[@]}" run --ttl 31d k -- touch "$T/ran"
+  bad 64 '--ttl: duration is empty' "${U[@]}" run --ttl= k -- touch "$T/ran"
+  bad 64 'option --ttl needs a value' "${U[@]}" run --ttl
+  bad 64 'invalid duration "abc"' "${U[@]}" run --wait abc k -- touch "$T/ran"
+  bad 64 'invalid duration "-1s"' "${U[@]}" run --min-hold -1s k -- touch "$T/ran"
+  bad 64 'unknown unit "x"' "${U[@]}" run --grace 5x k -- touch "$T/ran"
+  bad 64 'key is empty' "${U[@]}" run "" -- touch "$T/ran"
+  bad 64 'key is 256 bytes long (at most 255)' "${U[@]}" run "$key256" -- touch "$T/ran"
+  bad 64 'key is not valid UTF-8' "${U[@]}" run $'\xff' -- touch "$T/ran"
+  bad 64 'missing "--" before the command' "${U[@]}" run k
+  bad 64 'unexpected argument "touch": put the command after "--"' "${U[@]}" run k touch "$T/ran"
+  bad 64 'missing command after "--"' "${U[@]}" run k --
+  bad 64 'missing KEY' "${U[@]}" run -- touch "$T/ran"
+  bad 64 'unknown option --bogus' "${U[@]}" run --bogus k -- touch "$T/ran"
+  bad 64 'unknown option --bogus' --bogus status k
+  bad 64 'unknown command "frob"' "${U[@]}" frob
+  bad 64 'missing command (run, status, list or release)'
+  bad 64 'missing KEY' "${U[@]}" status
+  bad 64 'status takes one KEY' "${U[@]}" status a b
+  bad 64 'key is empty' "${U[@]}" status ""
+  bad 64 'key is 256 bytes long' "${U[@]}" release --force "$key256"
+  bad 64 '--uri is empty' --uri "" status k
+  bad 64 'unknown URI scheme "foo"' --uri foo://x run k -- touch "$T/ran"
+  bad 64 'malformed URI "nonsense"' --uri nonsense status k
+  bad 64 'unknown URI scheme "foo"' list --uri foo://x
+  : >"$T/file"
+  bad 69 "'$T/file' is not a directory" --uri "sqlite://$T/file/x.db" run k -- touch "$T/ran"
+  LEASELOCK_URI="sqlite://$T/file/x.db" bad 69 "is not a directory" status k
+  LEASELOCK_URI="foo://x" bad 64 'unknown URI scheme "foo"' status k
+}
+
+for t in $(declare -F | awk '{print $3}' | grep '^test_'); do
+  run_test "$t"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
