@@ -283,10 +283,15 @@ assert b["state"] == "held" and len(b["owner"]) == 32 and b["pid"] == int(sys.ar
 assert b["fence"] == 1 and 0 < b["expires_in_ms"] <= 30000, b
 assert w["label"] == "lab\x01el", w
 EOF
+  # Bytes that are not UTF-8 in a label become U+FFFD: the JSON stays valid.
+  ll run --label $'bad\xffx' lab/x -- true; expect_rc 0 || return
+  ll list --json lab/; expect_rc 0 || return
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r[0]["label"]=="bad\ufffdx", r' "$OUT" ||
+    { fail "label not UTF-8: $(cat "$OUT")"; return; }
   ll list --json nothing/; expect_rc 0 || return
   [ "$(cat "$OUT")" = "[]" ] || { fail "empty list: $(cat "$OUT")"; return; }
   ll list; expect_rc 0 || return
-  [ "$(wc -l <"$OUT")" = 4 ] || { fail "list: $(cat "$OUT")"; return; }
+  [ "$(wc -l <"$OUT")" = 5 ] || { fail "list: $(cat "$OUT")"; return; }
   ll status --json app/b; expect_rc 0 || return
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["key"]=="app/b" and r["state"]=="held"' "$OUT" ||
     fail "status --json: $(cat "$OUT")"
