@@ -1,0 +1,1151 @@
+/*
+ * lleaselock.c - the Lua module `leaselock` (Lua 5.4 and LuaJIT 2.1).
+ *
+ * A thin layer over leaselock.h: no lease logic lives here. Three handle
+ * types, each a full userdata with its methods in their own table behind
+ * __index (liolib.c shape):
+ *
+ *   leaselock.client  owns a leaselock_client_t (NULL once closed)
+ *   leaselock.lock    a key plus acquire options; owns no C resource
+ *   leaselock.lease   owns a leaselock_lease_t (NULL once closed)
+ *
+ * Conventions:
+ *  - Expected failures return nil, message, code, where code is the core's
+ *    error name ("BUSY", "TIMEOUT", "NOT_HELD", "LOST", "BACKEND", ...);
+ *    BUSY answers nil, "busy", "BUSY".
+ *  - Misuse (wrong types, out-of-range values, unknown options, use after
+ *    close, a key the core refuses) raises "bad argument #N to 'fn' (...)"
+ *    with the same text on every Lua version.
+ *  - __gc and __close end in one idempotent close function per type.
+ *  - The core may declare a lease lost from its renewal thread. That thread
+ *    never touches a lua_State: the binding passes no C callback and reads
+ *    the lease state (leaselock_lease_state) when Lua next looks at the
+ *    lease (lease:held(), lease:lost(), lease:renew(), lease:release(), the
+ *    end of lock:with, __close); the Lua on_lost callback runs then, once,
+ *    on the Lua thread.
+ *  - Acquiring with a timeout blocks the OS thread (and so every coroutine
+ *    of the lua_State) while the core waits. Coroutine schedulers use
+ *    lock:try_acquire() between their own yields; OpenResty handlers run
+ *    the blocking call through ngx.run_worker_thread.
+ *
+ * Ownership: a lease handle keeps its client handle alive through its user
+ * value, so a client is collected after its leases; closing a client
+ * explicitly first is allowed (the core then answers NOT_HELD for them).
+ */
+#include "ll_lua_compat.h"
+
+#include "leaselock.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CLIENT_MT "leaselock.client"
+#define LOCK_MT "leaselock.lock"
+#define LEASE_MT "leaselock.lease"
+
+/* User value slots (a table, as the 5.1 API requires). */
+#define UV_CLIENT 1
+#define UV_ON_LOST 2
+
+typedef struct {
+   leaselock_client_t *client; /* owned; NULL once closed */
+} ll_lua_client_t;
+
+typedef struct {
+   int64_t ttl_ms;
+   int64_t min_hold_ms;
+   bool auto_renew;
+   size_t key_len;
+   char key[LEASELOCK_KEY_MAX + 1];
+} ll_lua_lock_t;
+
+typedef struct {
+   leaselock_lease_t *lease; /* owned; NULL once closed */
+   bool lost_seen;           /* on_lost already called (or due) */
+   bool closed_lost;         /* the state was LOST when it was closed */
+   int64_t fence;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   size_t key_len;
+   char key[LEASELOCK_KEY_MAX + 1];
+} ll_lua_lease_t;
+
+/* ---- errors --------------------------------------------------------- */
+
+/*
+ * Raises "bad argument #arg to 'fname' (message)" with the position of the
+ * Lua code `level` frames up (1: the caller of the running C function).
+ * arg 0 is the method's receiver. Never returns.
+ */
+static int
+arg_error (lua_State *L, int level, const char *fname, int arg, const char *fmt, ...)
+{
+   va_list ap;
+   luaL_where (L, level);
+   va_start (ap, fmt);
+   lua_pushvfstring (L, fmt, ap);
+   va_end (ap);
+   if (arg == 0) {
+      lua_pushfstring (L, "calling '%s' on bad self (%s)", fname, lua_tostring (L, -1));
+   } else {
+      lua_pushfstring (L, "bad argument #%d to '%s' (%s)", arg, fname, lua_tostring (L, -1));
+   }
+   lua_remove (L, -2);
+   lua_concat (L, 2);
+   return lua_error (L);
+}
+
+/* nil, message, code. BUSY is a result: nil, "busy", "BUSY". */
+static int
+push_failure (lua_State *L, const leaselock_error_t *err)
+{
+   lua_pushnil (L);
+   if (err->code == LEASELOCK_BUSY) {
+      lua_pushliteral (L, "busy");
+   } else if (err->message[0]) {
+      lua_pushstring (L, err->message);
+   } else {
+      lua_pushstring (L, leaselock_code_message (err->code));
+   }
+   lua_pushstring (L, leaselock_code_name (err->code));
+   return 3;
+}
+
+/* ---- argument checks ------------------------------------------------ */
+
+static bool
+utf8_valid (const unsigned char *s, size_t n)
+{
+   size_t i = 0;
+   while (i < n) {
+      unsigned c = s[i];
+      size_t len;
+      unsigned long cp, min;
+      if (c < 0x80) {
+         i++;
+         continue;
+      } else if ((c & 0xE0) == 0xC0) {
+         len = 2, cp = c & 0x1F, min = 0x80;
+      } else if ((c & 0xF0) == 0xE0) {
+         len = 3, cp = c & 0x0F, min = 0x800;
+      } else if ((c & 0xF8) == 0xF0) {
+         len = 4, cp = c & 0x07, min = 0x10000;
+      } else {
+         return false;
+      }
+      if (n - i < len) {
+         return false;
+      }
+      for (size_t k = 1; k < len; k++) {
+         if ((s[i + k] & 0xC0) != 0x80) {
+            return false;
+         }
+         cp = (cp << 6) | (s[i + k] & 0x3F);
+      }
+      if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+         return false;
+      }
+      i += len;
+   }
+   return true;
+}
+
+/* A key (or, with allow_empty, a prefix) as the contract defines it: a
+ * string of 1..255 bytes of UTF-8 without NUL. The core checks again; this
+ * makes the refusal a Lua error at the call that passed it. */
+static const char *
+check_key (lua_State *L,
+           int idx,
+           int level,
+           const char *fname,
+           int arg,
+           const char *what,
+           bool allow_empty,
+           size_t *len)
+{
+   const char *s;
+   if (lua_type (L, idx) != LUA_TSTRING) {
+      arg_error (L, level, fname, arg, "%s: string expected, got %s", what, luaL_typename (L, idx));
+   }
+   s = lua_tolstring (L, idx, len);
+   if ((*len == 0 && !allow_empty) || *len > LEASELOCK_KEY_MAX) {
+      arg_error (L,
+                 level,
+                 fname,
+                 arg,
+                 "%s must be %d to %d bytes, got %d",
+                 what,
+                 allow_empty ? 0 : 1,
+                 LEASELOCK_KEY_MAX,
+                 (int) (*len > 100000 ? 100000 : *len));
+   }
+   if (memchr (s, '\0', *len)) {
+      arg_error (L, level, fname, arg, "%s must not contain a NUL byte", what);
+   }
+   if (!utf8_valid ((const unsigned char *) s, *len)) {
+      arg_error (L, level, fname, arg, "%s is not valid UTF-8", what);
+   }
+   return s;
+}
+
+/* opts at idx must be nil or a table whose keys are all in allowed. */
+static void
+check_opts (lua_State *L,
+            int idx,
+            int level,
+            const char *fname,
+            int arg,
+            const char *const *allowed)
+{
+   if (lua_isnoneornil (L, idx)) {
+      return;
+   }
+   if (!lua_istable (L, idx)) {
+      arg_error (L, level, fname, arg, "options: table expected, got %s", luaL_typename (L, idx));
+   }
+   lua_pushnil (L);
+   while (lua_next (L, idx)) {
+      const char *const *a;
+      lua_pop (L, 1);
+      if (lua_type (L, -1) != LUA_TSTRING) {
+         arg_error (L, level, fname, arg, "option names must be strings, got %s",
+                    luaL_typename (L, -1));
+      }
+      for (a = allowed; *a; a++) {
+         if (strcmp (*a, lua_tostring (L, -1)) == 0) {
+            break;
+         }
+      }
+      if (!*a) {
+         arg_error (L, level, fname, arg, "unknown option '%s'", lua_tostring (L, -1));
+      }
+   }
+}
+
+enum { SECONDS_POSITIVE, SECONDS_NONNEGATIVE, SECONDS_TIMEOUT };
+
+/*
+ * Converts seconds (a Lua number) at idx to milliseconds, rounding up so
+ * that a positive value never becomes 0. kind: SECONDS_POSITIVE (a TTL:
+ * > 0, at most 30 days), SECONDS_NONNEGATIVE (min_hold: 0 .. 30 days),
+ * SECONDS_TIMEOUT (>= 0; math.huge or beyond ~292 million years: -1,
+ * wait forever).
+ */
+static int64_t
+check_seconds (lua_State *L,
+               int idx,
+               int level,
+               const char *fname,
+               int arg,
+               const char *what,
+               int kind)
+{
+   double s, ms;
+   char num[64];
+   if (lua_type (L, idx) != LUA_TNUMBER) {
+      arg_error (L, level, fname, arg, "%s must be a number of seconds, got %s", what,
+                 luaL_typename (L, idx));
+   }
+   s = (double) lua_tonumber (L, idx);
+   /* The same text on every Lua version (5.4 would print -1.0, 5.1 -1). */
+   snprintf (num, sizeof num, "%.14g", s);
+   if (isnan (s)) {
+      arg_error (L, level, fname, arg, "%s must be a number of seconds, got nan", what);
+   }
+   if (kind == SECONDS_TIMEOUT) {
+      if (s < 0) {
+         arg_error (L, level, fname, arg, "%s must be >= 0 seconds (nil waits forever), got %s",
+                    what, num);
+      }
+      ms = ceil (s * 1000.0);
+      return ms >= 9.0e18 ? -1 : (int64_t) ms;
+   }
+   if (s < 0 || (s == 0 && kind == SECONDS_POSITIVE) ||
+       s * 1000.0 > (double) LEASELOCK_TTL_MAX_MS) {
+      arg_error (L, level, fname, arg, "%s must be %s 0 and at most 30 days (%d s), got %s", what,
+                 kind == SECONDS_POSITIVE ? ">" : ">=", (int) (LEASELOCK_TTL_MAX_MS / 1000), num);
+   }
+   return (int64_t) ceil (s * 1000.0);
+}
+
+static ll_lua_client_t *
+check_client (lua_State *L, int idx, int level, const char *fname)
+{
+   ll_lua_client_t *c = luaL_testudata (L, idx, CLIENT_MT);
+   if (!c) {
+      arg_error (L, level, fname, 0, CLIENT_MT " expected, got %s", luaL_typename (L, idx));
+   }
+   return c;
+}
+
+static leaselock_client_t *
+check_open_client (lua_State *L, int idx, int level, const char *fname)
+{
+   ll_lua_client_t *c = check_client (L, idx, level, fname);
+   if (!c->client) {
+      luaL_where (L, level);
+      lua_pushfstring (L, "attempt to use a closed " CLIENT_MT " (in '%s')", fname);
+      lua_concat (L, 2);
+      lua_error (L);
+   }
+   return c->client;
+}
+
+static ll_lua_lock_t *
+check_lock (lua_State *L, int idx, int level, const char *fname)
+{
+   ll_lua_lock_t *k = luaL_testudata (L, idx, LOCK_MT);
+   if (!k) {
+      arg_error (L, level, fname, 0, LOCK_MT " expected, got %s", luaL_typename (L, idx));
+   }
+   return k;
+}
+
+static ll_lua_lease_t *
+check_lease (lua_State *L, int idx, int level, const char *fname, bool need_open)
+{
+   ll_lua_lease_t *ls = luaL_testudata (L, idx, LEASE_MT);
+   if (!ls) {
+      arg_error (L, level, fname, 0, LEASE_MT " expected, got %s", luaL_typename (L, idx));
+   }
+   if (need_open && !ls->lease) {
+      luaL_where (L, level);
+      lua_pushfstring (L, "attempt to use a closed " LEASE_MT " (in '%s')", fname);
+      lua_concat (L, 2);
+      lua_error (L);
+   }
+   return ls;
+}
+
+/* Raises the core's INVALID message as a misuse error. */
+static int
+raise_invalid (lua_State *L, int level, const char *fname, const leaselock_error_t *err)
+{
+   luaL_where (L, level);
+   lua_pushfstring (L, "%s: %s", fname, err->message);
+   lua_concat (L, 2);
+   return lua_error (L);
+}
+
+/* ---- module functions ----------------------------------------------- */
+
+/* leaselock.connect([uri [, {label=}]]) -> client | nil, msg, code */
+static int
+l_connect (lua_State *L)
+{
+   static const char *const allowed[] = {"label", NULL};
+   const char *uri = NULL, *label = NULL;
+   leaselock_error_t err;
+   ll_lua_client_t *c;
+
+   if (!lua_isnoneornil (L, 1)) {
+      if (lua_type (L, 1) != LUA_TSTRING) {
+         arg_error (L, 1, "connect", 1, "uri: string expected, got %s", luaL_typename (L, 1));
+      }
+      uri = lua_tostring (L, 1);
+      if (strlen (uri) != lua_rawlen (L, 1)) {
+         arg_error (L, 1, "connect", 1, "uri must not contain a NUL byte");
+      }
+   }
+   check_opts (L, 2, 1, "connect", 2, allowed);
+   if (lua_istable (L, 2)) {
+      lua_getfield (L, 2, "label");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TSTRING) {
+            arg_error (L, 1, "connect", 2, "label must be a string, got %s",
+                       luaL_typename (L, -1));
+         }
+         label = lua_tostring (L, -1); /* stays on the stack */
+      }
+   }
+   /* The handle exists (closed) before the client does: a memory error
+    * here leaks nothing. */
+   c = lua_newuserdata (L, sizeof *c);
+   c->client = NULL;
+   luaL_setmetatable (L, CLIENT_MT);
+   c->client = leaselock_client_new (uri, label, &err);
+   if (!c->client) {
+      return push_failure (L, &err);
+   }
+   return 1;
+}
+
+/* leaselock._monotonic() -> seconds (for benchmarks and tests). */
+static int
+l_monotonic (lua_State *L)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   lua_pushnumber (L, (lua_Number) ts.tv_sec + (lua_Number) ts.tv_nsec / 1e9);
+   return 1;
+}
+
+/* ---- client --------------------------------------------------------- */
+
+static int
+client_close (lua_State *L)
+{
+   ll_lua_client_t *c = check_client (L, 1, 1, "close");
+   leaselock_client_destroy (c->client);
+   c->client = NULL;
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+static int
+client_tostring (lua_State *L)
+{
+   ll_lua_client_t *c = check_client (L, 1, 1, "__tostring");
+   if (c->client) {
+      lua_pushfstring (L, CLIENT_MT " (%s, %s): %p", leaselock_client_backend (c->client),
+                       leaselock_client_uri (c->client), (void *) c);
+   } else {
+      lua_pushfstring (L, CLIENT_MT " (closed): %p", (void *) c);
+   }
+   return 1;
+}
+
+/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn}]) */
+static int
+client_lock (lua_State *L)
+{
+   static const char *const allowed[] = {"ttl", "min_hold", "auto_renew", "on_lost", NULL};
+   size_t len;
+   const char *key;
+   ll_lua_lock_t *k;
+
+   check_open_client (L, 1, 1, "lock");
+   key = check_key (L, 2, 1, "lock", 1, "key", false, &len);
+   check_opts (L, 3, 1, "lock", 2, allowed);
+   lua_settop (L, 3);
+
+   k = lua_newuserdata (L, sizeof *k); /* 4 */
+   memset (k, 0, sizeof *k);
+   memcpy (k->key, key, len);
+   k->key_len = len;
+   k->ttl_ms = 30000;
+   k->min_hold_ms = 0;
+   k->auto_renew = true;
+   lua_createtable (L, 2, 0); /* 5: user value */
+   lua_pushvalue (L, 1);
+   lua_rawseti (L, 5, UV_CLIENT);
+
+   if (lua_istable (L, 3)) {
+      lua_getfield (L, 3, "ttl");
+      if (!lua_isnil (L, -1)) {
+         k->ttl_ms = check_seconds (L, -1, 1, "lock", 2, "ttl", SECONDS_POSITIVE);
+      }
+      lua_getfield (L, 3, "min_hold");
+      if (!lua_isnil (L, -1)) {
+         k->min_hold_ms = check_seconds (L, -1, 1, "lock", 2, "min_hold", SECONDS_NONNEGATIVE);
+      }
+      lua_getfield (L, 3, "auto_renew");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TBOOLEAN) {
+            arg_error (L, 1, "lock", 2, "auto_renew must be a boolean, got %s",
+                       luaL_typename (L, -1));
+         }
+         k->auto_renew = lua_toboolean (L, -1);
+      }
+      lua_getfield (L, 3, "on_lost");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TFUNCTION) {
+            arg_error (L, 1, "lock", 2, "on_lost must be a function, got %s",
+                       luaL_typename (L, -1));
+         }
+         lua_pushvalue (L, -1);
+         lua_rawseti (L, 5, UV_ON_LOST);
+      }
+      lua_settop (L, 5);
+   }
+   lua_setuservalue (L, 4);
+   luaL_setmetatable (L, LOCK_MT);
+   return 1;
+}
+
+/* A record as a Lua table: key, owner (nil when released), fence,
+ * expires_in (seconds by the database clock, <= 0 when expired), holder =
+ * {host, pid, label}. */
+static void
+push_record (lua_State *L, const leaselock_record_t *r)
+{
+   lua_createtable (L, 0, 5);
+   lua_pushlstring (L, r->key, r->key_len);
+   lua_setfield (L, -2, "key");
+   if (r->owner[0]) {
+      lua_pushstring (L, r->owner);
+      lua_setfield (L, -2, "owner");
+   }
+   lua_pushinteger (L, (lua_Integer) r->fence);
+   lua_setfield (L, -2, "fence");
+   lua_pushnumber (L, (lua_Number) r->expires_in_ms / 1000.0);
+   lua_setfield (L, -2, "expires_in");
+   lua_createtable (L, 0, 3);
+   lua_pushstring (L, r->host);
+   lua_setfield (L, -2, "host");
+   lua_pushinteger (L, (lua_Integer) r->pid);
+   lua_setfield (L, -2, "pid");
+   if (r->label[0]) {
+      lua_pushstring (L, r->label);
+      lua_setfield (L, -2, "label");
+   }
+   lua_setfield (L, -2, "holder");
+}
+
+/* client:info(key) -> record | nil (never used) | nil, msg, code */
+static int
+client_info (lua_State *L)
+{
+   leaselock_client_t *client = check_open_client (L, 1, 1, "info");
+   size_t len;
+   const char *key = check_key (L, 2, 1, "info", 1, "key", false, &len);
+   leaselock_record_t rec;
+   leaselock_error_t err;
+   bool found = false;
+
+   if (!leaselock_inspect (client, key, len, &rec, &found, &err)) {
+      if (err.code == LEASELOCK_INVALID) {
+         return raise_invalid (L, 1, "info", &err);
+      }
+      return push_failure (L, &err);
+   }
+   if (!found) {
+      lua_pushnil (L);
+      return 1;
+   }
+   push_record (L, &rec);
+   return 1;
+}
+
+/* Records are collected in C and pushed after leaselock_list returns: a
+ * Lua error must never unwind through the core's frames. */
+typedef struct {
+   leaselock_record_t *recs;
+   size_t n, cap;
+   bool nomem;
+} ll_lua_records_t;
+
+#define RECORDS_MT "leaselock.records"
+
+static int
+records_gc (lua_State *L)
+{
+   ll_lua_records_t *rs = luaL_checkudata (L, 1, RECORDS_MT);
+   free (rs->recs);
+   rs->recs = NULL;
+   return 0;
+}
+
+static bool
+collect_record (const leaselock_record_t *record, void *user_data)
+{
+   ll_lua_records_t *rs = user_data;
+   if (rs->n == rs->cap) {
+      size_t cap = rs->cap ? rs->cap * 2 : 16;
+      leaselock_record_t *p = realloc (rs->recs, cap * sizeof *p);
+      if (!p) {
+         rs->nomem = true;
+         return false;
+      }
+      rs->recs = p;
+      rs->cap = cap;
+   }
+   rs->recs[rs->n++] = *record;
+   return true;
+}
+
+/* client:locks([prefix]) -> {record...} | nil, msg, code */
+static int
+client_locks (lua_State *L)
+{
+   leaselock_client_t *client = check_open_client (L, 1, 1, "locks");
+   size_t len = 0;
+   const char *prefix = "";
+   ll_lua_records_t rs = {NULL, 0, 0, false};
+   leaselock_error_t err;
+   bool ok;
+
+   if (!lua_isnoneornil (L, 2)) {
+      prefix = check_key (L, 2, 1, "locks", 1, "prefix", true, &len);
+   }
+   lua_settop (L, 2);
+   ok = leaselock_list (client, prefix, len, collect_record, &rs, &err);
+   if (ok && rs.nomem) {
+      free (rs.recs);
+      return luaL_error (L, "not enough memory");
+   }
+   if (!ok) {
+      free (rs.recs);
+      if (err.code == LEASELOCK_INVALID) {
+         return raise_invalid (L, 1, "locks", &err);
+      }
+      return push_failure (L, &err);
+   }
+   /* The array is anchored in a userdata whose __gc frees it, so a memory
+    * error while the tables are built leaks nothing. */
+   {
+      ll_lua_records_t *box = lua_newuserdata (L, sizeof *box); /* 3 */
+      *box = rs;
+      luaL_setmetatable (L, RECORDS_MT);
+      lua_createtable (L, (int) rs.n, 0); /* 4 */
+      for (size_t i = 0; i < rs.n; i++) {
+         push_record (L, &rs.recs[i]);
+         lua_rawseti (L, -2, (int) i + 1);
+      }
+      free (box->recs);
+      box->recs = NULL;
+   }
+   return 1;
+}
+
+/* client:force_release(key) -> true, took | nil, msg, code */
+static int
+client_force_release (lua_State *L)
+{
+   leaselock_client_t *client = check_open_client (L, 1, 1, "force_release");
+   size_t len;
+   const char *key = check_key (L, 2, 1, "force_release", 1, "key", false, &len);
+   leaselock_error_t err;
+   bool took = false;
+
+   if (!leaselock_force_release (client, key, len, &took, &err)) {
+      if (err.code == LEASELOCK_INVALID) {
+         return raise_invalid (L, 1, "force_release", &err);
+      }
+      return push_failure (L, &err);
+   }
+   lua_pushboolean (L, 1);
+   lua_pushboolean (L, took);
+   return 2;
+}
+
+/* client.uri, client.backend, then the methods. */
+static int
+client_index (lua_State *L)
+{
+   ll_lua_client_t *c = check_client (L, 1, 1, "__index");
+   lua_pushvalue (L, 2);
+   lua_rawget (L, lua_upvalueindex (1));
+   if (!lua_isnil (L, -1) || lua_type (L, 2) != LUA_TSTRING) {
+      return 1;
+   }
+   if (c->client && strcmp (lua_tostring (L, 2), "uri") == 0) {
+      lua_pushstring (L, leaselock_client_uri (c->client));
+   } else if (c->client && strcmp (lua_tostring (L, 2), "backend") == 0) {
+      lua_pushstring (L, leaselock_client_backend (c->client));
+   } else {
+      lua_pushnil (L);
+   }
+   return 1;
+}
+
+/* ---- lock ----------------------------------------------------------- */
+
+static int
+lock_tostring (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 1, "__tostring");
+   lua_pushliteral (L, LOCK_MT " (key=");
+   lua_pushlstring (L, k->key, k->key_len);
+   lua_pushfstring (L, ", ttl=%f s): %p", (lua_Number) k->ttl_ms / 1000.0, (void *) k);
+   lua_concat (L, 3);
+   return 1;
+}
+
+static int
+lock_index (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 1, "__index");
+   lua_pushvalue (L, 2);
+   lua_rawget (L, lua_upvalueindex (1));
+   if (lua_isnil (L, -1) && lua_type (L, 2) == LUA_TSTRING &&
+       strcmp (lua_tostring (L, 2), "key") == 0) {
+      lua_pushlstring (L, k->key, k->key_len);
+   }
+   return 1;
+}
+
+/*
+ * The acquire shared by acquire, try_acquire and with. timeout_ms: the
+ * wait. Leaves the lease handle on top and returns 1, or pushes
+ * nil, msg, code and returns 3.
+ */
+static int
+do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fname, int64_t timeout_ms)
+{
+   ll_lua_lease_t *ls;
+   leaselock_client_t *client;
+   leaselock_acquire_opts_t o;
+   leaselock_error_t err;
+   leaselock_lease_t *lease = NULL;
+   int lease_idx;
+
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   client = check_open_client (L, lua_gettop (L), level, fname);
+
+   /* The handle exists (closed) before the lease does. */
+   ls = lua_newuserdata (L, sizeof *ls);
+   memset (ls, 0, sizeof *ls);
+   lease_idx = lua_gettop (L);
+   luaL_setmetatable (L, LEASE_MT);
+   lua_createtable (L, 2, 0);
+   lua_pushvalue (L, -3); /* the client */
+   lua_rawseti (L, -2, UV_CLIENT);
+   lua_rawgeti (L, -4, UV_ON_LOST);
+   lua_rawseti (L, -2, UV_ON_LOST);
+   lua_setuservalue (L, lease_idx);
+
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = k->ttl_ms;
+   o.min_hold_ms = k->min_hold_ms;
+   o.auto_renew = k->auto_renew;
+   o.timeout_ms = timeout_ms;
+   /* No on_lost callback: the state is read on the Lua side (see top). */
+   if (!leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err)) {
+      if (err.code == LEASELOCK_INVALID) {
+         return raise_invalid (L, level, fname, &err);
+      }
+      return push_failure (L, &err);
+   }
+   ls->lease = lease;
+   ls->fence = leaselock_lease_fence (lease);
+   strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
+   ls->key_len = k->key_len;
+   memcpy (ls->key, k->key, k->key_len);
+   lua_settop (L, lease_idx);
+   return 1;
+}
+
+static int64_t
+acquire_timeout (lua_State *L, int idx, int level, const char *fname, int arg)
+{
+   static const char *const allowed[] = {"timeout", NULL};
+   int64_t timeout_ms = -1;
+   check_opts (L, idx, level, fname, arg, allowed);
+   if (lua_istable (L, idx)) {
+      lua_getfield (L, idx, "timeout");
+      if (!lua_isnil (L, -1)) {
+         timeout_ms = check_seconds (L, -1, level, fname, arg, "timeout", SECONDS_TIMEOUT);
+      }
+      lua_pop (L, 1);
+   }
+   return timeout_ms;
+}
+
+/* lock:acquire([{timeout=nil}]) -> lease | nil, msg, code */
+static int
+lock_acquire (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 1, "acquire");
+   int64_t timeout_ms = acquire_timeout (L, 2, 1, "acquire", 1);
+   lua_settop (L, 1);
+   return do_acquire (L, k, 1, "acquire", timeout_ms);
+}
+
+/* lock:try_acquire() -> lease | nil, "busy", "BUSY" */
+static int
+lock_try_acquire (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 1, "try_acquire");
+   lua_settop (L, 1);
+   return do_acquire (L, k, 1, "try_acquire", 0);
+}
+
+/* The first half of lock:with, called by the Lua part below (so errors
+ * point two levels up): with_begin(lock, fn, opts) -> lease | nil, msg, code */
+static int
+lock_with_begin (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 2, "with");
+   int64_t timeout_ms;
+   if (lua_type (L, 2) != LUA_TFUNCTION) {
+      arg_error (L, 2, "with", 1, "function expected, got %s", luaL_typename (L, 2));
+   }
+   timeout_ms = acquire_timeout (L, 3, 2, "with", 2);
+   lua_settop (L, 1);
+   return do_acquire (L, k, 2, "with", timeout_ms);
+}
+
+/* ---- lease ---------------------------------------------------------- */
+
+static void
+call_on_lost (lua_State *L, int idx)
+{
+   lua_getuservalue (L, idx);
+   lua_rawgeti (L, -1, UV_ON_LOST);
+   lua_remove (L, -2);
+   if (lua_isfunction (L, -1)) {
+      lua_pushvalue (L, idx);
+      lua_call (L, 1, 0); /* its errors propagate to the observer */
+   } else {
+      lua_pop (L, 1);
+   }
+}
+
+/*
+ * The lease state as Lua sees it. The first time LOST is seen, on_lost
+ * runs here (when notify) on the Lua thread, once.
+ */
+static leaselock_state_t
+observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
+{
+   leaselock_state_t st;
+   if (!ls->lease) {
+      return ls->closed_lost ? LEASELOCK_STATE_LOST : LEASELOCK_STATE_RELEASED;
+   }
+   st = leaselock_lease_state (ls->lease);
+   if (st == LEASELOCK_STATE_LOST && !ls->lost_seen) {
+      ls->lost_seen = true;
+      if (notify) {
+         call_on_lost (L, idx);
+      }
+   }
+   return st;
+}
+
+/* The one close path of __gc, __close and lock:with: releases if still
+ * held (errors ignored), stops renewal, frees. Idempotent. */
+static void
+lease_close (ll_lua_lease_t *ls)
+{
+   if (ls->lease) {
+      ls->closed_lost = leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST;
+      leaselock_lease_destroy (ls->lease);
+      ls->lease = NULL;
+   }
+}
+
+static int
+lease_gc (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__gc", false);
+   lease_close (ls);
+   return 0;
+}
+
+/* __close: like __gc, but a loss first seen here still calls on_lost. */
+static int
+lease_tbc_close (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__close", false);
+   bool newly_lost;
+   if (!ls->lease) {
+      return 0;
+   }
+   newly_lost = !ls->lost_seen && leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST;
+   ls->lost_seen = ls->lost_seen || newly_lost;
+   lease_close (ls);
+   if (newly_lost) {
+      call_on_lost (L, 1);
+   }
+   return 0;
+}
+
+/*
+ * The second half of lock:with: finish(lease) -> true | nil, msg, code.
+ * LOST when the lease was lost while fn ran; otherwise a failed release
+ * (NOT_HELD, BACKEND). Closes the lease in every case.
+ */
+static int
+lease_with_finish (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 2, "with", false);
+   leaselock_error_t err;
+   bool newly_lost = false, released = true;
+
+   if (ls->lease) {
+      if (leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST) {
+         newly_lost = !ls->lost_seen;
+         ls->lost_seen = true;
+      } else {
+         released = leaselock_lease_release (ls->lease, &err);
+      }
+      lease_close (ls);
+   }
+   if (newly_lost) {
+      call_on_lost (L, 1);
+   }
+   if (ls->closed_lost) {
+      lua_pushnil (L);
+      lua_pushliteral (L, "lease lost while held: ");
+      lua_pushlstring (L, ls->key, ls->key_len);
+      lua_concat (L, 2);
+      lua_pushstring (L, leaselock_code_name (LEASELOCK_LOST));
+      return 3;
+   }
+   if (!released) {
+      return push_failure (L, &err);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+static const char *
+state_name (leaselock_state_t st, bool open)
+{
+   switch (st) {
+   case LEASELOCK_STATE_HELD:
+      return "held";
+   case LEASELOCK_STATE_LOST:
+      return open ? "lost" : "lost, closed";
+   case LEASELOCK_STATE_RELEASED:
+   default:
+      return open ? "released" : "closed";
+   }
+}
+
+static int
+lease_tostring (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__tostring", false);
+   /* No on_lost here: printing must not run user code. */
+   leaselock_state_t st = observe (L, 1, ls, false);
+   /* The fence as an integer without relying on %I (absent in 5.1). */
+   {
+      char buf[32];
+      snprintf (buf, sizeof buf, "%lld", (long long) ls->fence);
+      lua_pushliteral (L, LEASE_MT " (key=");
+      lua_pushlstring (L, ls->key, ls->key_len);
+      lua_pushfstring (L, ", fence=%s, %s): %p", buf, state_name (st, ls->lease != NULL),
+                       (void *) ls);
+      lua_concat (L, 3);
+   }
+   return 1;
+}
+
+/* lease:held() -> boolean */
+static int
+lease_held (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "held", false);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_HELD);
+   return 1;
+}
+
+/* lease:lost() -> boolean */
+static int
+lease_lost (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "lost", false);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_LOST);
+   return 1;
+}
+
+/* lease:renew([ttl]) -> true | nil, msg, code */
+static int
+lease_renew (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "renew", true);
+   int64_t ttl_ms = 0;
+   leaselock_error_t err;
+   bool ok;
+
+   if (!lua_isnoneornil (L, 2)) {
+      ttl_ms = check_seconds (L, 2, 1, "renew", 1, "ttl", SECONDS_POSITIVE);
+   }
+   ok = leaselock_lease_renew (ls->lease, ttl_ms, &err);
+   observe (L, 1, ls, true);
+   if (!ok) {
+      if (err.code == LEASELOCK_INVALID) {
+         return raise_invalid (L, 1, "renew", &err);
+      }
+      return push_failure (L, &err);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+/* lease:release() -> true | nil, msg, code (the handle stays usable for
+ * its fields; closing it is left to __close/__gc). */
+static int
+lease_release (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "release", true);
+   leaselock_error_t err;
+   bool ok;
+
+   observe (L, 1, ls, true);
+   ok = leaselock_lease_release (ls->lease, &err);
+   if (!ok) {
+      return push_failure (L, &err);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+/* lease.key, lease.owner, lease.fence, then the methods. */
+static int
+lease_index (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__index", false);
+   const char *name;
+   lua_pushvalue (L, 2);
+   lua_rawget (L, lua_upvalueindex (1));
+   if (!lua_isnil (L, -1) || lua_type (L, 2) != LUA_TSTRING) {
+      return 1;
+   }
+   name = lua_tostring (L, 2);
+   if (strcmp (name, "key") == 0) {
+      lua_pushlstring (L, ls->key, ls->key_len);
+   } else if (strcmp (name, "owner") == 0) {
+      lua_pushstring (L, ls->owner);
+   } else if (strcmp (name, "fence") == 0) {
+      lua_pushinteger (L, (lua_Integer) ls->fence);
+   } else {
+      lua_pushnil (L);
+   }
+   return 1;
+}
+
+/* ---- benchmark hook ------------------------------------------------- */
+
+/* leaselock._bench_core(lock, n) -> seconds: n acquire+release pairs
+ * through the C core alone, with the lock's options and no timeout. */
+static int
+l_bench_core (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 1, "_bench_core");
+   lua_Integer n = luaL_checkinteger (L, 2);
+   leaselock_client_t *client;
+   leaselock_acquire_opts_t o;
+   leaselock_error_t err;
+   struct timespec t0, t1;
+
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   client = check_open_client (L, lua_gettop (L), 1, "_bench_core");
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = k->ttl_ms;
+   o.min_hold_ms = k->min_hold_ms;
+   o.auto_renew = k->auto_renew;
+   o.timeout_ms = -1;
+   clock_gettime (CLOCK_MONOTONIC, &t0);
+   for (lua_Integer i = 0; i < n; i++) {
+      leaselock_lease_t *lease = NULL;
+      if (!leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err) ||
+          !leaselock_lease_release (lease, &err)) {
+         leaselock_lease_destroy (lease);
+         return push_failure (L, &err);
+      }
+      leaselock_lease_destroy (lease);
+   }
+   clock_gettime (CLOCK_MONOTONIC, &t1);
+   lua_pushnumber (L, (lua_Number) (t1.tv_sec - t0.tv_sec) +
+                         (lua_Number) (t1.tv_nsec - t0.tv_nsec) / 1e9);
+   return 1;
+}
+
+/* ---- lock:with (Lua part) ------------------------------------------- */
+
+/*
+ * Written in Lua so that fn may yield (coroutine schedulers, OpenResty
+ * cosockets after a try): pcall is yieldable in Lua 5.4 and LuaJIT, a
+ * C-level lua_pcall is not. fn's error is re-raised unchanged after the
+ * release; the lease handle is closed before with returns.
+ */
+static const char with_source[] =
+   "local begin, finish = ...\n"
+   "local pcall, error = pcall, error\n"
+   "local function done(lease, ok, ...)\n"
+   "  local fok, fmsg, fcode = finish(lease)\n"
+   "  if not ok then error((...), 0) end\n"
+   "  if not fok then return nil, fmsg, fcode end\n"
+   "  return ...\n"
+   "end\n"
+   "return function(self, fn, opts)\n"
+   "  local lease, msg, code = begin(self, fn, opts)\n"
+   "  if not lease then return nil, msg, code end\n"
+   "  return done(lease, pcall(fn, lease))\n"
+   "end\n";
+
+/* ---- registration --------------------------------------------------- */
+
+static const luaL_Reg client_methods[] = {{"lock", client_lock},
+                                          {"info", client_info},
+                                          {"locks", client_locks},
+                                          {"force_release", client_force_release},
+                                          {"close", client_close},
+                                          {NULL, NULL}};
+
+static const luaL_Reg lock_methods[] = {
+   {"acquire", lock_acquire}, {"try_acquire", lock_try_acquire}, {NULL, NULL}};
+
+static const luaL_Reg lease_methods[] = {{"held", lease_held},
+                                         {"lost", lease_lost},
+                                         {"renew", lease_renew},
+                                         {"release", lease_release},
+                                         {NULL, NULL}};
+
+static const luaL_Reg module_functions[] = {{"connect", l_connect},
+                                            {"_monotonic", l_monotonic},
+                                            {"_bench_core", l_bench_core},
+                                            {NULL, NULL}};
+
+/* Creates metatable tname with __index = index_fn(methods), leaving the
+ * methods table on the stack above it. */
+static void
+new_type (lua_State *L, const char *tname, const luaL_Reg *methods, lua_CFunction index_fn)
+{
+   luaL_newmetatable (L, tname);
+   lua_pushstring (L, tname);
+   lua_setfield (L, -2, "__name");
+   lua_newtable (L);
+   luaL_setfuncs (L, methods, 0);
+   lua_pushvalue (L, -1);
+   lua_pushcclosure (L, index_fn, 1);
+   lua_setfield (L, -3, "__index");
+   lua_pushliteral (L, "leaselock handles are read-only");
+   lua_setfield (L, -3, "__metatable");
+}
+
+/* The one exported symbol (the module is built with -fvisibility=hidden). */
+__attribute__ ((visibility ("default"))) int
+luaopen_leaselock (lua_State *L)
+{
+   new_type (L, CLIENT_MT, client_methods, client_index);
+   lua_pop (L, 1);
+   lua_pushcfunction (L, client_tostring);
+   lua_setfield (L, -2, "__tostring");
+   lua_pushcfunction (L, client_close);
+   lua_setfield (L, -2, "__gc");
+   lua_pushcfunction (L, client_close);
+   lua_setfield (L, -2, "__close");
+   lua_pop (L, 1);
+
+   new_type (L, LOCK_MT, lock_methods, lock_index);
+   /* methods.with = the Lua part, closed over the C halves */
+   if (luaL_loadbuffer (L, with_source, sizeof with_source - 1, "=leaselock.with") != 0) {
+      return lua_error (L);
+   }
+   lua_pushcfunction (L, lock_with_begin);
+   lua_pushcfunction (L, lease_with_finish);
+   lua_call (L, 2, 1);
+   lua_setfield (L, -2, "with");
+   lua_pop (L, 1);
+   lua_pushcfunction (L, lock_tostring);
+   lua_setfield (L, -2, "__tostring");
+   lua_pop (L, 1);
+
+   new_type (L, LEASE_MT, lease_methods, lease_index);
+   lua_pop (L, 1);
+   lua_pushcfunction (L, lease_tostring);
+   lua_setfield (L, -2, "__tostring");
+   lua_pushcfunction (L, lease_gc);
+   lua_setfield (L, -2, "__gc");
+   lua_pushcfunction (L, lease_tbc_close);
+   lua_setfield (L, -2, "__close");
+   lua_pop (L, 1);
+
+   luaL_newmetatable (L, RECORDS_MT);
+   lua_pushcfunction (L, records_gc);
+   lua_setfield (L, -2, "__gc");
+   lua_pop (L, 1);
+
+   luaL_newlib (L, module_functions);
+   lua_pushliteral (L, LEASELOCK_VERSION);
+   lua_setfield (L, -2, "_VERSION");
+   return 1;
+}

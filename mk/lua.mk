@@ -1,0 +1,86 @@
+# The Lua module `leaselock`, built twice from lua/lleaselock.c and the core
+# objects: $(BUILD)/lua/5.4/leaselock.so (Lua 5.4) and
+# $(BUILD)/lua/jit/leaselock.so (LuaJIT 2.1, as OpenResty runs it).
+#
+# The module is not linked against liblua: its Lua symbols come from the
+# interpreter that loads it. -Bsymbolic keeps the core's calls inside the
+# module even if another copy of leaselock is loaded in the same process.
+#
+#   make lua             both modules
+#   make test-lua54      busted specs under lua5.4
+#   make test-luajit     the same specs under LuaJIT
+#   make test-openresty  nginx + lua module, a lease per request via
+#                        ngx.run_worker_thread
+#   make test-sources    the rockspec lists exactly csrc/SOURCES
+#   make test-luarock    `luarocks make` into a local tree, then a smoke run
+#   make bench-lua       lock:with beside the C core, pairs per second
+
+LUA54_INC ?= $(shell $(PKG_CONFIG) --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUAJIT_INC ?= $(shell $(PKG_CONFIG) --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+LUA54 ?= lua5.4
+LUAJIT ?= luajit
+BUSTED ?= /usr/bin/busted
+
+LUA54_MOD := $(BUILD)/lua/5.4/leaselock.so
+LUAJIT_MOD := $(BUILD)/lua/jit/leaselock.so
+LUA_MOD_DEPS := lua/lleaselock.c lua/ll_lua_compat.h csrc/leaselock.h
+
+.PHONY: lua test-lua54 test-luajit test-openresty test-sources test-luarock bench-lua
+
+all: lua
+lua: $(LUA54_MOD) $(LUAJIT_MOD)
+
+$(BUILD)/lua/5.4/lleaselock.o: $(LUA_MOD_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(LUA54_INC) -c $< -o $@
+
+$(BUILD)/lua/jit/lleaselock.o: $(LUA_MOD_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(LUAJIT_INC) -c $< -o $@
+
+$(BUILD)/lua/%/leaselock.so: $(BUILD)/lua/%/lleaselock.o $(LL_OBJS)
+	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(SANFLAGS) $(LDLIBS_ALL)
+
+# busted per interpreter: /usr/bin/busted is a Lua script, run here by the
+# interpreter named (Debian installs busted's pure-Lua dependencies for 5.1
+# and 5.4 alike).
+LUA_SPEC_ENV = LEASELOCK_TEST_TMP=$(abspath $(BUILD))/lua/tmp
+
+TEST_SUITES += lua54 luajit openresty sources luarock
+
+test-lua54: $(LUA54_MOD)
+	@mkdir -p $(BUILD)/lua/tmp
+	@$(LUA_SPEC_ENV) $(LUA54) $(BUSTED) --cpath='$(abspath $(BUILD))/lua/5.4/?.so' \
+	  --lpath='$(abspath tests/lua)/?.lua' tests/lua
+
+test-luajit: $(LUAJIT_MOD)
+	@mkdir -p $(BUILD)/lua/tmp
+	@$(LUA_SPEC_ENV) $(LUAJIT) $(BUSTED) --cpath='$(abspath $(BUILD))/lua/jit/?.so' \
+	  --lpath='$(abspath tests/lua)/?.lua' tests/lua
+
+test-openresty: $(LUAJIT_MOD)
+	@bash tests/lua/openresty/test_openresty.sh $(abspath $(LUAJIT_MOD))
+
+test-sources:
+	@bash tests/check_sources.sh
+
+# luarocks' builtin backend writes its objects next to the sources, so the
+# rock is built from a copy of the tree it needs, into a local tree.
+LUAROCKS ?= luarocks
+LUA_ROCK_SRC := $(BUILD)/lua/rock-src
+LUA_ROCK_TREE := $(abspath $(BUILD))/lua/rocks
+test-luarock:
+	@rm -rf $(LUA_ROCK_SRC) $(LUA_ROCK_TREE) && mkdir -p $(LUA_ROCK_SRC)
+	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_SRC)/
+	@cd $(LUA_ROCK_SRC) && $(LUAROCKS) --lua-version 5.4 make --tree $(LUA_ROCK_TREE) \
+	  leaselock-scm-1.rockspec >build.log 2>&1 || { cat build.log; exit 1; }
+	@mkdir -p $(BUILD)/lua/tmp && rm -f $(BUILD)/lua/tmp/rock.db*
+	@LUA_CPATH='$(LUA_ROCK_TREE)/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
+	  'sqlite://$(abspath $(BUILD))/lua/tmp/rock.db'
+
+bench-lua: $(LUA54_MOD) $(LUAJIT_MOD)
+	@mkdir -p $(BUILD)/lua/tmp
+	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp LUA_CPATH='$(abspath $(BUILD))/lua/5.4/?.so' \
+	  $(LUA54) bench/lua/bench_with.lua
+	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp LUA_CPATH='$(abspath $(BUILD))/lua/jit/?.so' \
+	  $(LUAJIT) bench/lua/bench_with.lua

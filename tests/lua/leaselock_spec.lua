@@ -1,0 +1,511 @@
+-- busted specs for the Lua module, run under lua5.4 and LuaJIT against
+-- SQLite and every server whose URI variable is set (make test-lua54,
+-- make test-luajit).
+local leaselock = require "leaselock"
+local H = require "ll_helpers"
+
+local is54 = _VERSION == "Lua 5.4"
+
+describe("leaselock module", function()
+  it("has a version and the documented functions", function()
+    assert.is_string(leaselock._VERSION)
+    assert.matches("^%d+%.%d+%.%d+", leaselock._VERSION)
+    assert.is_function(leaselock.connect)
+  end)
+
+  it("connects to LEASELOCK_URI when no URI is given", function()
+    local uri = ("sqlite://%s/lua-env-%s.db"):format(os.getenv("LEASELOCK_TEST_TMP") or "/tmp",
+      H.run_id)
+    local p = H.spawn([[
+      local c = assert(require("leaselock").connect())
+      io.write(c.uri)
+    ]], { LEASELOCK_URI = uri })
+    local out = p:read("*a")
+    p:close()
+    assert.equals(uri, out)
+  end)
+
+  it("returns nil, msg, code for a URI it cannot use", function()
+    local c, msg, code = leaselock.connect("nosuch://x")
+    assert.is_nil(c)
+    assert.is_string(msg)
+    assert.truthy(code == "INVALID" or code == "UNSUPPORTED", code)
+  end)
+end)
+
+for _, backend in ipairs(H.backends()) do
+  describe("leaselock on " .. backend.name, function()
+    local client, admin
+
+    setup(function()
+      client = assert(leaselock.connect(backend.uri, { label = "busted" }))
+      admin = assert(leaselock.connect(backend.uri))
+    end)
+
+    teardown(function()
+      client:close()
+      admin:close()
+    end)
+
+    it("acquires, answers BUSY to another owner and releases", function()
+      local key = H.key("basic")
+      local lock = client:lock(key, { ttl = 10 })
+      local lease = assert(lock:acquire { timeout = 5 })
+      assert.equals(key, lease.key)
+      assert.matches("^%x+$", lease.owner)
+      assert.equals(32, #lease.owner)
+      assert.is_number(lease.fence)
+      assert.is_true(lease:held())
+      assert.is_false(lease:lost())
+
+      local other, msg, code = client:lock(key):try_acquire()
+      assert.is_nil(other)
+      assert.equals("busy", msg)
+      assert.equals("BUSY", code)
+      local none, tmsg, tcode = client:lock(key):acquire { timeout = 0.2 }
+      assert.is_nil(none)
+      assert.is_string(tmsg)
+      assert.equals("TIMEOUT", tcode)
+
+      assert.is_true(lease:release())
+      assert.is_false(lease:held())
+      local again, nmsg, ncode = lease:release()
+      assert.is_nil(again)
+      assert.is_string(nmsg)
+      assert.equals("NOT_HELD", ncode)
+
+      local next_lease = assert(client:lock(key):try_acquire())
+      assert.is_true(next_lease.fence > lease.fence)
+      assert.are_not.equal(lease.owner, next_lease.owner)
+      next_lease:release()
+    end)
+
+    it("renews and refuses to renew what it no longer holds", function()
+      local key = H.key("renew")
+      local lease = assert(client:lock(key, { ttl = 5, auto_renew = false }):try_acquire())
+      assert.is_true(lease:renew())
+      assert.is_true(lease:renew(20))
+      local info = assert(admin:info(key))
+      assert.is_true(info.expires_in > 10)
+      assert.is_true(admin:force_release(key))
+      local ok, msg, code = lease:renew()
+      assert.is_nil(ok)
+      assert.is_string(msg)
+      assert.equals("NOT_HELD", code)
+    end)
+
+    it("inspects, lists and force-releases", function()
+      local key = H.key("info")
+      assert.is_nil(admin:info(key))
+      local lease = assert(client:lock(key, { ttl = 10 }):try_acquire())
+      local info = assert(admin:info(key))
+      assert.equals(key, info.key)
+      assert.equals(lease.owner, info.owner)
+      assert.equals(lease.fence, info.fence)
+      assert.is_true(info.expires_in > 5 and info.expires_in <= 10)
+      assert.is_string(info.holder.host)
+      assert.is_number(info.holder.pid)
+      assert.equals("busted", info.holder.label)
+
+      local prefix = key:sub(1, #key - 2)
+      local found = false
+      for _, rec in ipairs(assert(admin:locks(prefix))) do
+        assert.equals(prefix, rec.key:sub(1, #prefix))
+        if rec.key == key then found = true end
+      end
+      assert.is_true(found)
+      assert.same({}, assert(admin:locks("no-such-prefix/" .. H.run_id)))
+
+      local ok, took = admin:force_release(key)
+      assert.is_true(ok)
+      assert.is_true(took)
+      info = assert(admin:info(key))
+      assert.is_nil(info.owner)
+      assert.equals(lease.fence, info.fence)
+      local ok2, took2 = admin:force_release(key)
+      assert.is_true(ok2)
+      assert.is_false(took2)
+      local after = assert(client:lock(key):try_acquire())
+      assert.is_true(after.fence > lease.fence)
+      after:release()
+    end)
+
+    it("keeps a released key blocked for min_hold", function()
+      local key = H.key("minhold")
+      local lease = assert(client:lock(key, { min_hold = 0.5 }):try_acquire())
+      assert.is_true(lease:release())
+      local _, _, code = client:lock(key):try_acquire()
+      assert.equals("BUSY", code)
+      local later = assert(client:lock(key):acquire { timeout = 5 })
+      later:release()
+    end)
+
+    it("lock:with returns fn's results and releases", function()
+      local key = H.key("with")
+      local lock = client:lock(key)
+      local seen
+      local a, b, c = lock:with(function(lease)
+        seen = lease
+        assert.is_true(lease:held())
+        assert.equals(lease.owner, admin:info(key).owner)
+        return 1, nil, "three"
+      end)
+      assert.equals(1, a)
+      assert.is_nil(b)
+      assert.equals("three", c)
+      assert.is_nil(admin:info(key).owner)
+      assert.is_false(seen:held())
+      assert.matches("closed", tostring(seen))
+      assert.has_error(function() seen:renew() end,
+        "attempt to use a closed leaselock.lease (in 'renew')")
+    end)
+
+    it("lock:with re-raises fn's error after releasing", function()
+      local key = H.key("with-error")
+      local lock = client:lock(key)
+      local owner_during
+      local ok, err = pcall(lock.with, lock, function(lease)
+        owner_during = admin:info(key).owner
+        assert.equals(lease.owner, owner_during)
+        error("inside fn")
+      end)
+      assert.is_false(ok)
+      assert.matches("inside fn", err)
+      assert.is_nil(admin:info(key).owner)
+      -- error objects pass through unchanged
+      local obj = { reason = "table error" }
+      local ok2, err2 = pcall(lock.with, lock, function() error(obj) end)
+      assert.is_false(ok2)
+      assert.equals(obj, err2)
+      assert.is_nil(admin:info(key).owner)
+    end)
+
+    it("lock:with returns nil, msg, code when the lock is not acquired", function()
+      local key = H.key("with-busy")
+      local holder = assert(client:lock(key):try_acquire())
+      local ran = false
+      local r, msg, code = client:lock(key):with(function() ran = true end, { timeout = 0 })
+      assert.is_nil(r)
+      assert.equals("busy", msg)
+      assert.equals("BUSY", code)
+      r, msg, code = client:lock(key):with(function() ran = true end, { timeout = 0.2 })
+      assert.is_nil(r)
+      assert.is_string(msg)
+      assert.equals("TIMEOUT", code)
+      assert.is_false(ran)
+      holder:release()
+    end)
+
+    if is54 then
+      it("<close> releases at scope exit, normal and by error", function()
+        local key = H.key("close")
+        local run = assert(load([[
+          local lock, admin, key, fail = ...
+          local lease <close> = assert(lock:acquire { timeout = 5 })
+          assert(admin:info(key).owner == lease.owner)
+          if fail then error("scope error") end
+          return lease
+        ]], "=close-chunk", "t"))
+        local lock = client:lock(key)
+        local lease = run(lock, admin, key, false)
+        assert.is_nil(admin:info(key).owner)
+        assert.is_false(lease:held())
+        local ok, err = pcall(run, lock, admin, key, true)
+        assert.is_false(ok)
+        assert.matches("scope error", err)
+        assert.is_nil(admin:info(key).owner)
+        local again = assert(lock:try_acquire())
+        again:release()
+      end)
+    end
+
+    it("closes a lease that is garbage collected", function()
+      local key = H.key("gc")
+      do
+        local _ = assert(client:lock(key):try_acquire())
+      end
+      collectgarbage()
+      collectgarbage()
+      assert.is_nil(admin:info(key).owner)
+      local lease = assert(client:lock(key):try_acquire())
+      lease:release()
+    end)
+
+    it("lets coroutines wait their turn by trying and yielding", function()
+      local key = H.key("coroutines")
+      local lock = client:lock(key)
+      local inside, max_inside, fences, rounds = 0, 0, {}, 0
+      local workers = {}
+      for _ = 1, 4 do
+        workers[#workers + 1] = function()
+          for _ = 1, 3 do
+            local lease = assert(H.acquire_yielding(lock))
+            inside = inside + 1
+            max_inside = math.max(max_inside, inside)
+            fences[#fences + 1] = lease.fence
+            for _ = 1, 3 do coroutine.yield() end -- hold while others try
+            inside = inside - 1
+            assert(lease:release())
+            rounds = rounds + 1
+            coroutine.yield()
+          end
+        end
+      end
+      H.run_coroutines(workers)
+      assert.equals(12, rounds)
+      assert.equals(1, max_inside)
+      for i = 2, #fences do assert.is_true(fences[i] > fences[i - 1]) end
+    end)
+
+    it("lets fn yield inside lock:with", function()
+      local key = H.key("with-yield")
+      local lock = client:lock(key)
+      local order = {}
+      H.run_coroutines {
+        function()
+          assert(lock:with(function()
+            order[#order + 1] = "a-in"
+            coroutine.yield()
+            order[#order + 1] = "a-out"
+            return true
+          end, { timeout = 0 }))
+        end,
+        function()
+          local r, _, code = lock:with(function() order[#order + 1] = "b-in" end, { timeout = 0 })
+          assert.is_nil(r)
+          assert.equals("BUSY", code)
+        end,
+      }
+      assert.same({ "a-in", "a-out" }, order)
+    end)
+
+    it("blocks the whole thread in a blocking acquire (documented)", function()
+      local key = H.key("blocking")
+      local lock = client:lock(key)
+      local code
+      H.run_coroutines {
+        function()
+          local lease = assert(lock:try_acquire())
+          coroutine.yield()
+          lease:release()
+        end,
+        function()
+          -- the holder cannot run while this waits: it times out
+          local _, _, c = lock:acquire { timeout = 0.3 }
+          code = c
+        end,
+      }
+      assert.equals("TIMEOUT", code)
+    end)
+
+    it("waits for a lease held by another process", function()
+      local key = H.key("process")
+      local child = H.spawn(([[
+        local c = assert(require("leaselock").connect(%q))
+        local lease = assert(c:lock(%q, { ttl = 10 }):try_acquire())
+        io.write(lease.fence, "\n"); io.flush()
+        os.execute("sleep 0.5")
+        assert(lease:release())
+      ]]):format(backend.uri, key))
+      local child_fence = tonumber(child:read("*l"))
+      assert.is_number(child_fence)
+      local _, _, code = client:lock(key):try_acquire()
+      assert.equals("BUSY", code)
+      local lease = assert(client:lock(key):acquire { timeout = 10 })
+      assert.is_true(lease.fence > child_fence)
+      child:close()
+      lease:release()
+    end)
+
+    it("detects loss on the Lua side and calls on_lost once", function()
+      local key = H.key("lost")
+      local calls, got = 0, nil
+      local lock = client:lock(key, {
+        ttl = 0.3, auto_renew = false,
+        on_lost = function(l) calls = calls + 1; got = l end,
+      })
+      local lease = assert(lock:try_acquire())
+      H.sleep(0.5)
+      -- the loss is recorded by the core; on_lost runs when Lua looks
+      assert.equals(0, calls)
+      assert.is_false(lease:held())
+      assert.equals(1, calls)
+      assert.equals(lease, got)
+      assert.is_true(lease:lost())
+      assert.matches("lost", tostring(lease))
+      assert.equals(1, calls)
+      local ok, _, code = lease:renew()
+      assert.is_nil(ok)
+      assert.truthy(code == "LOST" or code == "NOT_HELD", code)
+    end)
+
+    it("lock:with reports a lease lost while fn ran", function()
+      local key = H.key("with-lost")
+      local calls = 0
+      local lock = client:lock(key, {
+        ttl = 0.3, auto_renew = false, on_lost = function() calls = calls + 1 end,
+      })
+      local r, msg, code = lock:with(function() H.sleep(0.5); return "done" end)
+      assert.is_nil(r)
+      assert.matches("lost", msg)
+      assert.equals("LOST", code)
+      assert.equals(1, calls)
+    end)
+
+    it("marks an auto-renewed lease lost when another owner clears it", function()
+      local key = H.key("renew-lost")
+      local lease = assert(client:lock(key, { ttl = 0.6 }):try_acquire())
+      H.sleep(0.25)
+      assert.is_true(lease:held()) -- renewed past a third of the TTL
+      assert.is_true(admin:force_release(key))
+      H.sleep(0.9)
+      assert.is_true(lease:lost())
+      assert.is_false(lease:held())
+    end)
+
+    it("says what each handle is in tostring", function()
+      local key = H.key("tostring")
+      local lock = client:lock(key)
+      assert.matches("^leaselock.client %(" .. backend.name, tostring(client))
+      assert.matches("^leaselock.lock %(key=" .. key:gsub("%p", "%%%0"), tostring(lock))
+      local lease = assert(lock:try_acquire())
+      assert.matches("fence=" .. lease.fence .. ", held", tostring(lease))
+      lease:release()
+      assert.matches("released", tostring(lease))
+    end)
+
+    it("answers NOT_HELD for leases of a closed client", function()
+      local key = H.key("closed-client")
+      local c = assert(leaselock.connect(backend.uri))
+      local lease = assert(c:lock(key, { ttl = 5 }):try_acquire())
+      assert.is_true(c:close())
+      assert.is_true(c:close()) -- idempotent
+      assert.matches("closed", tostring(c))
+      local ok, _, code = lease:release()
+      assert.is_nil(ok)
+      assert.equals("NOT_HELD", code)
+      assert.has_error(function() c:lock(key) end,
+        "attempt to use a closed leaselock.client (in 'lock')")
+      assert.is_true(admin:force_release(key))
+    end)
+  end)
+end
+
+describe("bad input", function()
+  local client, lock, lease
+  setup(function()
+    client = assert(leaselock.connect(H.backends()[1].uri))
+    lock = client:lock(H.key("bad"))
+    lease = assert(lock:try_acquire())
+  end)
+  teardown(function()
+    lease:release()
+    client:close()
+  end)
+
+  -- Each case: a call and the text its error must contain.
+  local cases = {
+    { function() leaselock.connect(42) end,
+      "bad argument #1 to 'connect' (uri: string expected, got number)" },
+    { function() leaselock.connect("sqlite:///tmp/x\0y") end,
+      "bad argument #1 to 'connect' (uri must not contain a NUL byte)" },
+    { function() leaselock.connect(nil, 5) end,
+      "bad argument #2 to 'connect' (options: table expected, got number)" },
+    { function() leaselock.connect(nil, { label = 5 }) end,
+      "bad argument #2 to 'connect' (label must be a string, got number)" },
+    { function() leaselock.connect(nil, { lable = "x" }) end,
+      "bad argument #2 to 'connect' (unknown option 'lable')" },
+    { function() client:lock() end,
+      "bad argument #1 to 'lock' (key: string expected, got no value)" },
+    { function() client:lock(7) end,
+      "bad argument #1 to 'lock' (key: string expected, got number)" },
+    { function() client:lock("") end,
+      "bad argument #1 to 'lock' (key must be 1 to 255 bytes, got 0)" },
+    { function() client:lock(("k"):rep(256)) end,
+      "bad argument #1 to 'lock' (key must be 1 to 255 bytes, got 256)" },
+    { function() client:lock("a\0b") end,
+      "bad argument #1 to 'lock' (key must not contain a NUL byte)" },
+    { function() client:lock("bad\255utf8") end,
+      "bad argument #1 to 'lock' (key is not valid UTF-8)" },
+    { function() client:lock("\237\160\128") end, -- a UTF-16 surrogate
+      "bad argument #1 to 'lock' (key is not valid UTF-8)" },
+    { function() client:lock("k", "opts") end,
+      "bad argument #2 to 'lock' (options: table expected, got string)" },
+    { function() client:lock("k", { tll = 30 }) end,
+      "bad argument #2 to 'lock' (unknown option 'tll')" },
+    { function() client:lock("k", { [1] = 30 }) end,
+      "bad argument #2 to 'lock' (option names must be strings, got number)" },
+    { function() client:lock("k", { ttl = 0 }) end,
+      "bad argument #2 to 'lock' (ttl must be > 0 and at most 30 days (2592000 s), got 0)" },
+    { function() client:lock("k", { ttl = -1 }) end,
+      "bad argument #2 to 'lock' (ttl must be > 0 and at most 30 days (2592000 s), got -1)" },
+    { function() client:lock("k", { ttl = 0 / 0 }) end,
+      "bad argument #2 to 'lock' (ttl must be a number of seconds, got nan)" },
+    { function() client:lock("k", { ttl = math.huge }) end,
+      "bad argument #2 to 'lock' (ttl must be > 0 and at most 30 days (2592000 s), got inf)" },
+    { function() client:lock("k", { ttl = 31 * 86400 }) end,
+      "bad argument #2 to 'lock' (ttl must be > 0 and at most 30 days (2592000 s), got 2678400)" },
+    { function() client:lock("k", { ttl = "30" }) end,
+      "bad argument #2 to 'lock' (ttl must be a number of seconds, got string)" },
+    { function() client:lock("k", { min_hold = -0.5 }) end,
+      "bad argument #2 to 'lock' (min_hold must be >= 0 and at most 30 days (2592000 s), got -0.5)" },
+    { function() client:lock("k", { auto_renew = "yes" }) end,
+      "bad argument #2 to 'lock' (auto_renew must be a boolean, got string)" },
+    { function() client:lock("k", { on_lost = 42 }) end,
+      "bad argument #2 to 'lock' (on_lost must be a function, got number)" },
+    { function() lock:acquire(5) end,
+      "bad argument #1 to 'acquire' (options: table expected, got number)" },
+    { function() lock:acquire { timeout = -1 } end,
+      "bad argument #1 to 'acquire' (timeout must be >= 0 seconds (nil waits forever), got -1)" },
+    { function() lock:acquire { timeout = 0 / 0 } end,
+      "bad argument #1 to 'acquire' (timeout must be a number of seconds, got nan)" },
+    { function() lock:acquire { wait = 1 } end,
+      "bad argument #1 to 'acquire' (unknown option 'wait')" },
+    { function() lock:with() end,
+      "bad argument #1 to 'with' (function expected, got nil)" },
+    { function() lock:with("f") end,
+      "bad argument #1 to 'with' (function expected, got string)" },
+    { function() lock:with(print, { timeout = -2 }) end,
+      "bad argument #2 to 'with' (timeout must be >= 0 seconds (nil waits forever), got -2)" },
+    { function() lock.acquire(client) end,
+      "calling 'acquire' on bad self (leaselock.lock expected, got userdata)" },
+    { function() lock.with(nil, print) end,
+      "calling 'with' on bad self (leaselock.lock expected, got nil)" },
+    { function() client.info(lock, "k") end,
+      "calling 'info' on bad self (leaselock.client expected, got userdata)" },
+    { function() client:info(nil) end,
+      "bad argument #1 to 'info' (key: string expected, got nil)" },
+    { function() client:info("") end,
+      "bad argument #1 to 'info' (key must be 1 to 255 bytes, got 0)" },
+    { function() client:locks(1) end,
+      "bad argument #1 to 'locks' (prefix: string expected, got number)" },
+    { function() client:locks(("p"):rep(300)) end,
+      "bad argument #1 to 'locks' (prefix must be 0 to 255 bytes, got 300)" },
+    { function() client:force_release({}) end,
+      "bad argument #1 to 'force_release' (key: string expected, got table)" },
+    { function() lease:renew(0) end,
+      "bad argument #1 to 'renew' (ttl must be > 0 and at most 30 days (2592000 s), got 0)" },
+    { function() lease:renew("10") end,
+      "bad argument #1 to 'renew' (ttl must be a number of seconds, got string)" },
+    { function() lease.held(lock) end,
+      "calling 'held' on bad self (leaselock.lease expected, got userdata)" },
+  }
+
+  for i, case in ipairs(cases) do
+    it(("case %d raises: %s"):format(i, case[2]), function()
+      local ok, err = pcall(case[1])
+      assert.is_false(ok)
+      assert.is_string(err)
+      -- plain find: the message is quoted, not a pattern
+      assert.truthy(err:find(case[2], 1, true), ("got: %s"):format(err))
+    end)
+  end
+
+  it("has at least 20 cases", function()
+    assert.is_true(#cases >= 20)
+  end)
+
+  it("keeps handles' metatables private", function()
+    assert.equals("leaselock handles are read-only", getmetatable(client))
+  end)
+end)
