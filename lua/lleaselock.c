@@ -50,11 +50,13 @@
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
 
-typedef struct {
+typedef struct
+{
    leaselock_client_t *client; /* owned; NULL once closed */
 } ll_lua_client_t;
 
-typedef struct {
+typedef struct
+{
    int64_t ttl_ms;
    int64_t min_hold_ms;
    bool auto_renew;
@@ -62,7 +64,8 @@ typedef struct {
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
 
-typedef struct {
+typedef struct
+{
    leaselock_lease_t *lease; /* owned; NULL once closed */
    bool lost_seen;           /* on_lost already called (or due) */
    bool closed_lost;         /* the state was LOST when it was closed */
@@ -79,8 +82,7 @@ typedef struct {
  * Lua code `level` frames up (1: the caller of the running C function).
  * arg 0 is the method's receiver. Never returns.
  */
-static int
-arg_error (lua_State *L, int level, const char *fname, int arg, const char *fmt, ...)
+static int arg_error (lua_State *L, int level, const char *fname, int arg, const char *fmt, ...)
 {
    va_list ap;
    luaL_where (L, level);
@@ -98,8 +100,7 @@ arg_error (lua_State *L, int level, const char *fname, int arg, const char *fmt,
 }
 
 /* nil, message, code. BUSY is a result: nil, "busy", "BUSY". */
-static int
-push_failure (lua_State *L, const leaselock_error_t *err)
+static int push_failure (lua_State *L, const leaselock_error_t *err)
 {
    lua_pushnil (L);
    if (err->code == LEASELOCK_BUSY) {
@@ -115,8 +116,7 @@ push_failure (lua_State *L, const leaselock_error_t *err)
 
 /* ---- argument checks ------------------------------------------------ */
 
-static bool
-utf8_valid (const unsigned char *s, size_t n)
+static bool utf8_valid (const unsigned char *s, size_t n)
 {
    size_t i = 0;
    while (i < n) {
@@ -155,15 +155,14 @@ utf8_valid (const unsigned char *s, size_t n)
 /* A key (or, with allow_empty, a prefix) as the contract defines it: a
  * string of 1..255 bytes of UTF-8 without NUL. The core checks again; this
  * makes the refusal a Lua error at the call that passed it. */
-static const char *
-check_key (lua_State *L,
-           int idx,
-           int level,
-           const char *fname,
-           int arg,
-           const char *what,
-           bool allow_empty,
-           size_t *len)
+static const char *check_key (lua_State *L,
+                              int idx,
+                              int level,
+                              const char *fname,
+                              int arg,
+                              const char *what,
+                              bool allow_empty,
+                              size_t *len)
 {
    const char *s;
    if (lua_type (L, idx) != LUA_TSTRING) {
@@ -171,33 +170,25 @@ check_key (lua_State *L,
    }
    s = lua_tolstring (L, idx, len);
    if ((*len == 0 && !allow_empty) || *len > LEASELOCK_KEY_MAX) {
-      arg_error (L,
-                 level,
-                 fname,
-                 arg,
-                 "%s must be %d to %d bytes, got %d",
-                 what,
-                 allow_empty ? 0 : 1,
-                 LEASELOCK_KEY_MAX,
-                 (int) (*len > 100000 ? 100000 : *len));
+      arg_error (L, level, fname, arg, "%s must be %d to %d bytes, got %d", what,
+                 allow_empty ? 0 : 1, LEASELOCK_KEY_MAX, (int)(*len > 100000 ? 100000 : *len));
    }
    if (memchr (s, '\0', *len)) {
       arg_error (L, level, fname, arg, "%s must not contain a NUL byte", what);
    }
-   if (!utf8_valid ((const unsigned char *) s, *len)) {
+   if (!utf8_valid ((const unsigned char *)s, *len)) {
       arg_error (L, level, fname, arg, "%s is not valid UTF-8", what);
    }
    return s;
 }
 
 /* opts at idx must be nil or a table whose keys are all in allowed. */
-static void
-check_opts (lua_State *L,
-            int idx,
-            int level,
-            const char *fname,
-            int arg,
-            const char *const *allowed)
+static void check_opts (lua_State *L,
+                        int idx,
+                        int level,
+                        const char *fname,
+                        int arg,
+                        const char *const *allowed)
 {
    if (lua_isnoneornil (L, idx)) {
       return;
@@ -224,7 +215,12 @@ check_opts (lua_State *L,
    }
 }
 
-enum { SECONDS_POSITIVE, SECONDS_NONNEGATIVE, SECONDS_TIMEOUT };
+enum
+{
+   SECONDS_POSITIVE,
+   SECONDS_NONNEGATIVE,
+   SECONDS_TIMEOUT
+};
 
 /*
  * Converts seconds (a Lua number) at idx to milliseconds, rounding up so
@@ -233,14 +229,13 @@ enum { SECONDS_POSITIVE, SECONDS_NONNEGATIVE, SECONDS_TIMEOUT };
  * SECONDS_TIMEOUT (>= 0; math.huge or beyond ~292 million years: -1,
  * wait forever).
  */
-static int64_t
-check_seconds (lua_State *L,
-               int idx,
-               int level,
-               const char *fname,
-               int arg,
-               const char *what,
-               int kind)
+static int64_t check_seconds (lua_State *L,
+                              int idx,
+                              int level,
+                              const char *fname,
+                              int arg,
+                              const char *what,
+                              int kind)
 {
    double s, ms;
    char num[64];
@@ -248,7 +243,7 @@ check_seconds (lua_State *L,
       arg_error (L, level, fname, arg, "%s must be a number of seconds, got %s", what,
                  luaL_typename (L, idx));
    }
-   s = (double) lua_tonumber (L, idx);
+   s = (double)lua_tonumber (L, idx);
    /* The same text on every Lua version (5.4 would print -1.0, 5.1 -1). */
    snprintf (num, sizeof num, "%.14g", s);
    if (isnan (s)) {
@@ -260,18 +255,16 @@ check_seconds (lua_State *L,
                     what, num);
       }
       ms = ceil (s * 1000.0);
-      return ms >= 9.0e18 ? -1 : (int64_t) ms;
+      return ms >= 9.0e18 ? -1 : (int64_t)ms;
    }
-   if (s < 0 || (s == 0 && kind == SECONDS_POSITIVE) ||
-       s * 1000.0 > (double) LEASELOCK_TTL_MAX_MS) {
+   if (s < 0 || (s == 0 && kind == SECONDS_POSITIVE) || s * 1000.0 > (double)LEASELOCK_TTL_MAX_MS) {
       arg_error (L, level, fname, arg, "%s must be %s 0 and at most 30 days (%d s), got %s", what,
-                 kind == SECONDS_POSITIVE ? ">" : ">=", (int) (LEASELOCK_TTL_MAX_MS / 1000), num);
+                 kind == SECONDS_POSITIVE ? ">" : ">=", (int)(LEASELOCK_TTL_MAX_MS / 1000), num);
    }
-   return (int64_t) ceil (s * 1000.0);
+   return (int64_t)ceil (s * 1000.0);
 }
 
-static ll_lua_client_t *
-check_client (lua_State *L, int idx, int level, const char *fname)
+static ll_lua_client_t *check_client (lua_State *L, int idx, int level, const char *fname)
 {
    ll_lua_client_t *c = luaL_testudata (L, idx, CLIENT_MT);
    if (!c) {
@@ -280,8 +273,7 @@ check_client (lua_State *L, int idx, int level, const char *fname)
    return c;
 }
 
-static leaselock_client_t *
-check_open_client (lua_State *L, int idx, int level, const char *fname)
+static leaselock_client_t *check_open_client (lua_State *L, int idx, int level, const char *fname)
 {
    ll_lua_client_t *c = check_client (L, idx, level, fname);
    if (!c->client) {
@@ -293,8 +285,7 @@ check_open_client (lua_State *L, int idx, int level, const char *fname)
    return c->client;
 }
 
-static ll_lua_lock_t *
-check_lock (lua_State *L, int idx, int level, const char *fname)
+static ll_lua_lock_t *check_lock (lua_State *L, int idx, int level, const char *fname)
 {
    ll_lua_lock_t *k = luaL_testudata (L, idx, LOCK_MT);
    if (!k) {
@@ -303,8 +294,11 @@ check_lock (lua_State *L, int idx, int level, const char *fname)
    return k;
 }
 
-static ll_lua_lease_t *
-check_lease (lua_State *L, int idx, int level, const char *fname, bool need_open)
+static ll_lua_lease_t *check_lease (lua_State *L,
+                                    int idx,
+                                    int level,
+                                    const char *fname,
+                                    bool need_open)
 {
    ll_lua_lease_t *ls = luaL_testudata (L, idx, LEASE_MT);
    if (!ls) {
@@ -320,8 +314,7 @@ check_lease (lua_State *L, int idx, int level, const char *fname, bool need_open
 }
 
 /* Raises the core's INVALID message as a misuse error. */
-static int
-raise_invalid (lua_State *L, int level, const char *fname, const leaselock_error_t *err)
+static int raise_invalid (lua_State *L, int level, const char *fname, const leaselock_error_t *err)
 {
    luaL_where (L, level);
    lua_pushfstring (L, "%s: %s", fname, err->message);
@@ -332,10 +325,9 @@ raise_invalid (lua_State *L, int level, const char *fname, const leaselock_error
 /* ---- module functions ----------------------------------------------- */
 
 /* leaselock.connect([uri [, {label=}]]) -> client | nil, msg, code */
-static int
-l_connect (lua_State *L)
+static int l_connect (lua_State *L)
 {
-   static const char *const allowed[] = {"label", NULL};
+   static const char *const allowed[] = { "label", NULL };
    const char *uri = NULL, *label = NULL;
    leaselock_error_t err;
    ll_lua_client_t *c;
@@ -354,8 +346,7 @@ l_connect (lua_State *L)
       lua_getfield (L, 2, "label");
       if (!lua_isnil (L, -1)) {
          if (lua_type (L, -1) != LUA_TSTRING) {
-            arg_error (L, 1, "connect", 2, "label must be a string, got %s",
-                       luaL_typename (L, -1));
+            arg_error (L, 1, "connect", 2, "label must be a string, got %s", luaL_typename (L, -1));
          }
          label = lua_tostring (L, -1); /* stays on the stack */
       }
@@ -373,19 +364,17 @@ l_connect (lua_State *L)
 }
 
 /* leaselock._monotonic() -> seconds (for benchmarks and tests). */
-static int
-l_monotonic (lua_State *L)
+static int l_monotonic (lua_State *L)
 {
    struct timespec ts;
    clock_gettime (CLOCK_MONOTONIC, &ts);
-   lua_pushnumber (L, (lua_Number) ts.tv_sec + (lua_Number) ts.tv_nsec / 1e9);
+   lua_pushnumber (L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
    return 1;
 }
 
 /* ---- client --------------------------------------------------------- */
 
-static int
-client_close (lua_State *L)
+static int client_close (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "close");
    leaselock_client_destroy (c->client);
@@ -394,24 +383,22 @@ client_close (lua_State *L)
    return 1;
 }
 
-static int
-client_tostring (lua_State *L)
+static int client_tostring (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "__tostring");
    if (c->client) {
       lua_pushfstring (L, CLIENT_MT " (%s, %s): %p", leaselock_client_backend (c->client),
-                       leaselock_client_uri (c->client), (void *) c);
+                       leaselock_client_uri (c->client), (void *)c);
    } else {
-      lua_pushfstring (L, CLIENT_MT " (closed): %p", (void *) c);
+      lua_pushfstring (L, CLIENT_MT " (closed): %p", (void *)c);
    }
    return 1;
 }
 
 /* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn}]) */
-static int
-client_lock (lua_State *L)
+static int client_lock (lua_State *L)
 {
-   static const char *const allowed[] = {"ttl", "min_hold", "auto_renew", "on_lost", NULL};
+   static const char *const allowed[] = { "ttl", "min_hold", "auto_renew", "on_lost", NULL };
    size_t len;
    const char *key;
    ll_lua_lock_t *k;
@@ -468,8 +455,7 @@ client_lock (lua_State *L)
 /* A record as a Lua table: key, owner (nil when released), fence,
  * expires_in (seconds by the database clock, <= 0 when expired), holder =
  * {host, pid, label}. */
-static void
-push_record (lua_State *L, const leaselock_record_t *r)
+static void push_record (lua_State *L, const leaselock_record_t *r)
 {
    lua_createtable (L, 0, 5);
    lua_pushlstring (L, r->key, r->key_len);
@@ -478,14 +464,14 @@ push_record (lua_State *L, const leaselock_record_t *r)
       lua_pushstring (L, r->owner);
       lua_setfield (L, -2, "owner");
    }
-   lua_pushinteger (L, (lua_Integer) r->fence);
+   lua_pushinteger (L, (lua_Integer)r->fence);
    lua_setfield (L, -2, "fence");
-   lua_pushnumber (L, (lua_Number) r->expires_in_ms / 1000.0);
+   lua_pushnumber (L, (lua_Number)r->expires_in_ms / 1000.0);
    lua_setfield (L, -2, "expires_in");
    lua_createtable (L, 0, 3);
    lua_pushstring (L, r->host);
    lua_setfield (L, -2, "host");
-   lua_pushinteger (L, (lua_Integer) r->pid);
+   lua_pushinteger (L, (lua_Integer)r->pid);
    lua_setfield (L, -2, "pid");
    if (r->label[0]) {
       lua_pushstring (L, r->label);
@@ -495,8 +481,7 @@ push_record (lua_State *L, const leaselock_record_t *r)
 }
 
 /* client:info(key) -> record | nil (never used) | nil, msg, code */
-static int
-client_info (lua_State *L)
+static int client_info (lua_State *L)
 {
    leaselock_client_t *client = check_open_client (L, 1, 1, "info");
    size_t len;
@@ -521,7 +506,8 @@ client_info (lua_State *L)
 
 /* Records are collected in C and pushed after leaselock_list returns: a
  * Lua error must never unwind through the core's frames. */
-typedef struct {
+typedef struct
+{
    leaselock_record_t *recs;
    size_t n, cap;
    bool nomem;
@@ -529,8 +515,7 @@ typedef struct {
 
 #define RECORDS_MT "leaselock.records"
 
-static int
-records_gc (lua_State *L)
+static int records_gc (lua_State *L)
 {
    ll_lua_records_t *rs = luaL_checkudata (L, 1, RECORDS_MT);
    free (rs->recs);
@@ -538,8 +523,7 @@ records_gc (lua_State *L)
    return 0;
 }
 
-static bool
-collect_record (const leaselock_record_t *record, void *user_data)
+static bool collect_record (const leaselock_record_t *record, void *user_data)
 {
    ll_lua_records_t *rs = user_data;
    if (rs->n == rs->cap) {
@@ -557,13 +541,12 @@ collect_record (const leaselock_record_t *record, void *user_data)
 }
 
 /* client:locks([prefix]) -> {record...} | nil, msg, code */
-static int
-client_locks (lua_State *L)
+static int client_locks (lua_State *L)
 {
    leaselock_client_t *client = check_open_client (L, 1, 1, "locks");
    size_t len = 0;
    const char *prefix = "";
-   ll_lua_records_t rs = {NULL, 0, 0, false};
+   ll_lua_records_t rs = { NULL, 0, 0, false };
    leaselock_error_t err;
    bool ok;
 
@@ -589,10 +572,10 @@ client_locks (lua_State *L)
       ll_lua_records_t *box = lua_newuserdata (L, sizeof *box); /* 3 */
       *box = rs;
       luaL_setmetatable (L, RECORDS_MT);
-      lua_createtable (L, (int) rs.n, 0); /* 4 */
+      lua_createtable (L, (int)rs.n, 0); /* 4 */
       for (size_t i = 0; i < rs.n; i++) {
          push_record (L, &rs.recs[i]);
-         lua_rawseti (L, -2, (int) i + 1);
+         lua_rawseti (L, -2, (int)i + 1);
       }
       free (box->recs);
       box->recs = NULL;
@@ -601,8 +584,7 @@ client_locks (lua_State *L)
 }
 
 /* client:force_release(key) -> true, took | nil, msg, code */
-static int
-client_force_release (lua_State *L)
+static int client_force_release (lua_State *L)
 {
    leaselock_client_t *client = check_open_client (L, 1, 1, "force_release");
    size_t len;
@@ -622,8 +604,7 @@ client_force_release (lua_State *L)
 }
 
 /* client.uri, client.backend, then the methods. */
-static int
-client_index (lua_State *L)
+static int client_index (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "__index");
    lua_pushvalue (L, 2);
@@ -643,19 +624,17 @@ client_index (lua_State *L)
 
 /* ---- lock ----------------------------------------------------------- */
 
-static int
-lock_tostring (lua_State *L)
+static int lock_tostring (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 1, "__tostring");
    lua_pushliteral (L, LOCK_MT " (key=");
    lua_pushlstring (L, k->key, k->key_len);
-   lua_pushfstring (L, ", ttl=%f s): %p", (lua_Number) k->ttl_ms / 1000.0, (void *) k);
+   lua_pushfstring (L, ", ttl=%f s): %p", (lua_Number)k->ttl_ms / 1000.0, (void *)k);
    lua_concat (L, 3);
    return 1;
 }
 
-static int
-lock_index (lua_State *L)
+static int lock_index (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 1, "__index");
    lua_pushvalue (L, 2);
@@ -672,8 +651,11 @@ lock_index (lua_State *L)
  * wait. Leaves the lease handle on top and returns 1, or pushes
  * nil, msg, code and returns 3.
  */
-static int
-do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fname, int64_t timeout_ms)
+static int do_acquire (lua_State *L,
+                       ll_lua_lock_t *k,
+                       int level,
+                       const char *fname,
+                       int64_t timeout_ms)
 {
    ll_lua_lease_t *ls;
    leaselock_client_t *client;
@@ -719,10 +701,9 @@ do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fname, int64_
    return 1;
 }
 
-static int64_t
-acquire_timeout (lua_State *L, int idx, int level, const char *fname, int arg)
+static int64_t acquire_timeout (lua_State *L, int idx, int level, const char *fname, int arg)
 {
-   static const char *const allowed[] = {"timeout", NULL};
+   static const char *const allowed[] = { "timeout", NULL };
    int64_t timeout_ms = -1;
    check_opts (L, idx, level, fname, arg, allowed);
    if (lua_istable (L, idx)) {
@@ -736,8 +717,7 @@ acquire_timeout (lua_State *L, int idx, int level, const char *fname, int arg)
 }
 
 /* lock:acquire([{timeout=nil}]) -> lease | nil, msg, code */
-static int
-lock_acquire (lua_State *L)
+static int lock_acquire (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 1, "acquire");
    int64_t timeout_ms = acquire_timeout (L, 2, 1, "acquire", 1);
@@ -746,8 +726,7 @@ lock_acquire (lua_State *L)
 }
 
 /* lock:try_acquire() -> lease | nil, "busy", "BUSY" */
-static int
-lock_try_acquire (lua_State *L)
+static int lock_try_acquire (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 1, "try_acquire");
    lua_settop (L, 1);
@@ -756,8 +735,7 @@ lock_try_acquire (lua_State *L)
 
 /* The first half of lock:with, called by the Lua part below (so errors
  * point two levels up): with_begin(lock, fn, opts) -> lease | nil, msg, code */
-static int
-lock_with_begin (lua_State *L)
+static int lock_with_begin (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 2, "with");
    int64_t timeout_ms;
@@ -771,8 +749,7 @@ lock_with_begin (lua_State *L)
 
 /* ---- lease ---------------------------------------------------------- */
 
-static void
-call_on_lost (lua_State *L, int idx)
+static void call_on_lost (lua_State *L, int idx)
 {
    lua_getuservalue (L, idx);
    lua_rawgeti (L, -1, UV_ON_LOST);
@@ -789,8 +766,7 @@ call_on_lost (lua_State *L, int idx)
  * The lease state as Lua sees it. The first time LOST is seen, on_lost
  * runs here (when notify) on the Lua thread, once.
  */
-static leaselock_state_t
-observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
+static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
 {
    leaselock_state_t st;
    if (!ls->lease) {
@@ -808,8 +784,7 @@ observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
 
 /* The one close path of __gc, __close and lock:with: releases if still
  * held (errors ignored), stops renewal, frees. Idempotent. */
-static void
-lease_close (ll_lua_lease_t *ls)
+static void lease_close (ll_lua_lease_t *ls)
 {
    if (ls->lease) {
       ls->closed_lost = leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST;
@@ -818,8 +793,7 @@ lease_close (ll_lua_lease_t *ls)
    }
 }
 
-static int
-lease_gc (lua_State *L)
+static int lease_gc (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__gc", false);
    lease_close (ls);
@@ -827,8 +801,7 @@ lease_gc (lua_State *L)
 }
 
 /* __close: like __gc, but a loss first seen here still calls on_lost. */
-static int
-lease_tbc_close (lua_State *L)
+static int lease_tbc_close (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__close", false);
    bool newly_lost;
@@ -849,8 +822,7 @@ lease_tbc_close (lua_State *L)
  * LOST when the lease was lost while fn ran; otherwise a failed release
  * (NOT_HELD, BACKEND). Closes the lease in every case.
  */
-static int
-lease_with_finish (lua_State *L)
+static int lease_with_finish (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 2, "with", false);
    leaselock_error_t err;
@@ -883,22 +855,20 @@ lease_with_finish (lua_State *L)
    return 1;
 }
 
-static const char *
-state_name (leaselock_state_t st, bool open)
+static const char *state_name (leaselock_state_t st, bool open)
 {
    switch (st) {
-   case LEASELOCK_STATE_HELD:
-      return "held";
-   case LEASELOCK_STATE_LOST:
-      return open ? "lost" : "lost, closed";
-   case LEASELOCK_STATE_RELEASED:
-   default:
-      return open ? "released" : "closed";
+      case LEASELOCK_STATE_HELD:
+         return "held";
+      case LEASELOCK_STATE_LOST:
+         return open ? "lost" : "lost, closed";
+      case LEASELOCK_STATE_RELEASED:
+      default:
+         return open ? "released" : "closed";
    }
 }
 
-static int
-lease_tostring (lua_State *L)
+static int lease_tostring (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__tostring", false);
    /* No on_lost here: printing must not run user code. */
@@ -906,19 +876,18 @@ lease_tostring (lua_State *L)
    /* The fence as an integer without relying on %I (absent in 5.1). */
    {
       char buf[32];
-      snprintf (buf, sizeof buf, "%lld", (long long) ls->fence);
+      snprintf (buf, sizeof buf, "%lld", (long long)ls->fence);
       lua_pushliteral (L, LEASE_MT " (key=");
       lua_pushlstring (L, ls->key, ls->key_len);
       lua_pushfstring (L, ", fence=%s, %s): %p", buf, state_name (st, ls->lease != NULL),
-                       (void *) ls);
+                       (void *)ls);
       lua_concat (L, 3);
    }
    return 1;
 }
 
 /* lease:held() -> boolean */
-static int
-lease_held (lua_State *L)
+static int lease_held (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "held", false);
    lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_HELD);
@@ -926,8 +895,7 @@ lease_held (lua_State *L)
 }
 
 /* lease:lost() -> boolean */
-static int
-lease_lost (lua_State *L)
+static int lease_lost (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "lost", false);
    lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_LOST);
@@ -935,8 +903,7 @@ lease_lost (lua_State *L)
 }
 
 /* lease:renew([ttl]) -> true | nil, msg, code */
-static int
-lease_renew (lua_State *L)
+static int lease_renew (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "renew", true);
    int64_t ttl_ms = 0;
@@ -960,8 +927,7 @@ lease_renew (lua_State *L)
 
 /* lease:release() -> true | nil, msg, code (the handle stays usable for
  * its fields; closing it is left to __close/__gc). */
-static int
-lease_release (lua_State *L)
+static int lease_release (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "release", true);
    leaselock_error_t err;
@@ -977,8 +943,7 @@ lease_release (lua_State *L)
 }
 
 /* lease.key, lease.owner, lease.fence, then the methods. */
-static int
-lease_index (lua_State *L)
+static int lease_index (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__index", false);
    const char *name;
@@ -993,7 +958,7 @@ lease_index (lua_State *L)
    } else if (strcmp (name, "owner") == 0) {
       lua_pushstring (L, ls->owner);
    } else if (strcmp (name, "fence") == 0) {
-      lua_pushinteger (L, (lua_Integer) ls->fence);
+      lua_pushinteger (L, (lua_Integer)ls->fence);
    } else {
       lua_pushnil (L);
    }
@@ -1004,8 +969,7 @@ lease_index (lua_State *L)
 
 /* leaselock._bench_core(lock, n) -> seconds: n acquire+release pairs
  * through the C core alone, with the lock's options and no timeout. */
-static int
-l_bench_core (lua_State *L)
+static int l_bench_core (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 1, "_bench_core");
    lua_Integer n = luaL_checkinteger (L, 2);
@@ -1033,8 +997,8 @@ l_bench_core (lua_State *L)
       leaselock_lease_destroy (lease);
    }
    clock_gettime (CLOCK_MONOTONIC, &t1);
-   lua_pushnumber (L, (lua_Number) (t1.tv_sec - t0.tv_sec) +
-                         (lua_Number) (t1.tv_nsec - t0.tv_nsec) / 1e9);
+   lua_pushnumber (L, (lua_Number)(t1.tv_sec - t0.tv_sec) +
+                        (lua_Number)(t1.tv_nsec - t0.tv_nsec) / 1e9);
    return 1;
 }
 
@@ -1046,48 +1010,49 @@ l_bench_core (lua_State *L)
  * C-level lua_pcall is not. fn's error is re-raised unchanged after the
  * release; the lease handle is closed before with returns.
  */
-static const char with_source[] =
-   "local begin, finish = ...\n"
-   "local pcall, error = pcall, error\n"
-   "local function done(lease, ok, ...)\n"
-   "  local fok, fmsg, fcode = finish(lease)\n"
-   "  if not ok then error((...), 0) end\n"
-   "  if not fok then return nil, fmsg, fcode end\n"
-   "  return ...\n"
-   "end\n"
-   "return function(self, fn, opts)\n"
-   "  local lease, msg, code = begin(self, fn, opts)\n"
-   "  if not lease then return nil, msg, code end\n"
-   "  return done(lease, pcall(fn, lease))\n"
-   "end\n";
+static const char with_source[] = "local begin, finish = ...\n"
+                                  "local pcall, error = pcall, error\n"
+                                  "local function done(lease, ok, ...)\n"
+                                  "  local fok, fmsg, fcode = finish(lease)\n"
+                                  "  if not ok then error((...), 0) end\n"
+                                  "  if not fok then return nil, fmsg, fcode end\n"
+                                  "  return ...\n"
+                                  "end\n"
+                                  "return function(self, fn, opts)\n"
+                                  "  local lease, msg, code = begin(self, fn, opts)\n"
+                                  "  if not lease then return nil, msg, code end\n"
+                                  "  return done(lease, pcall(fn, lease))\n"
+                                  "end\n";
 
 /* ---- registration --------------------------------------------------- */
 
-static const luaL_Reg client_methods[] = {{"lock", client_lock},
-                                          {"info", client_info},
-                                          {"locks", client_locks},
-                                          {"force_release", client_force_release},
-                                          {"close", client_close},
-                                          {NULL, NULL}};
+static const luaL_Reg client_methods[] = {
+   { "lock", client_lock },   { "info", client_info },
+   { "locks", client_locks }, { "force_release", client_force_release },
+   { "close", client_close }, { NULL, NULL }
+};
 
-static const luaL_Reg lock_methods[] = {
-   {"acquire", lock_acquire}, {"try_acquire", lock_try_acquire}, {NULL, NULL}};
+static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
+                                         { "try_acquire", lock_try_acquire },
+                                         { NULL, NULL } };
 
-static const luaL_Reg lease_methods[] = {{"held", lease_held},
-                                         {"lost", lease_lost},
-                                         {"renew", lease_renew},
-                                         {"release", lease_release},
-                                         {NULL, NULL}};
+static const luaL_Reg lease_methods[] = { { "held", lease_held },
+                                          { "lost", lease_lost },
+                                          { "renew", lease_renew },
+                                          { "release", lease_release },
+                                          { NULL, NULL } };
 
-static const luaL_Reg module_functions[] = {{"connect", l_connect},
-                                            {"_monotonic", l_monotonic},
-                                            {"_bench_core", l_bench_core},
-                                            {NULL, NULL}};
+static const luaL_Reg module_functions[] = { { "connect", l_connect },
+                                             { "_monotonic", l_monotonic },
+                                             { "_bench_core", l_bench_core },
+                                             { NULL, NULL } };
 
 /* Creates metatable tname with __index = index_fn(methods), leaving the
  * methods table on the stack above it. */
-static void
-new_type (lua_State *L, const char *tname, const luaL_Reg *methods, lua_CFunction index_fn)
+static void new_type (lua_State *L,
+                      const char *tname,
+                      const luaL_Reg *methods,
+                      lua_CFunction index_fn)
 {
    luaL_newmetatable (L, tname);
    lua_pushstring (L, tname);
@@ -1102,8 +1067,7 @@ new_type (lua_State *L, const char *tname, const luaL_Reg *methods, lua_CFunctio
 }
 
 /* The one exported symbol (the module is built with -fvisibility=hidden). */
-__attribute__ ((visibility ("default"))) int
-luaopen_leaselock (lua_State *L)
+__attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
 {
    new_type (L, CLIENT_MT, client_methods, client_index);
    lua_pop (L, 1);
