@@ -1,0 +1,51 @@
+# Python binding: the extension built by setup.py from the core's sources,
+# its pytest suite, the demo and the benchmark.
+#
+#   make test-python    builds into $(BUILD)/python/lib, runs tests/python with
+#                       pytest on SQLite and every server whose URI is set
+#   make demo-python    processes taking turns on one key (embedded default)
+#   make bench-python   with-lock pairs/s vs the C core vs pure pymongo
+#
+# Development build in the source tree: python3 setup.py build_ext --inplace
+
+TEST_SUITES += python
+DEMOS += python
+
+PY_BUILD = $(BUILD)/python
+PY_LIB = $(PY_BUILD)/lib
+PY_VENV = $(BUILD)/venv
+PY_SRCS = setup.py python/_leaselock.c $(wildcard python/leaselock/*.py python/leaselock/*.pyi) \
+	csrc/SOURCES $(LL_SOURCES) csrc/leaselock.h csrc/ll_internal.h
+PYTEST_ARGS ?=
+
+.PHONY: python-ext test-python demo-python bench-python
+
+# setup.py compiles the same sources as the Makefile (csrc/SOURCES) with the
+# same pkg-config detection; LEASELOCK_WERROR adds -Wall -Wextra -Werror.
+$(PY_BUILD)/.built: $(PY_SRCS)
+	@mkdir -p $(PY_BUILD)
+	LEASELOCK_WERROR=1 $(PYTHON) setup.py -q build --build-base $(PY_BUILD) \
+	  --build-lib $(PY_LIB) --build-temp $(PY_BUILD)/temp -j 2
+	@touch $@
+
+python-ext: $(PY_BUILD)/.built
+
+test-python: $(PY_BUILD)/.built
+	cd tests/python && PYTHONPATH=$(abspath $(PY_LIB)) PYTHONDONTWRITEBYTECODE=1 \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) .
+
+demo-python: $(PY_BUILD)/.built
+	PYTHONPATH=$(abspath $(PY_LIB)) $(PYTHON) examples/python_demo.py
+
+# pymongo for the benchmark's pure-Python implementation, in a venv of our own.
+$(PY_VENV)/.ready:
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install -q --disable-pip-version-check 'pymongo>=4,<5'
+	@touch $@
+
+BENCH_PY_PAIRS ?= 2000
+BENCH_PY_ROUNDS ?= 5
+
+bench-python: $(PY_BUILD)/.built $(PY_VENV)/.ready
+	@bash tests/with-servers.sh env PYTHONPATH=$(abspath $(PY_LIB)) \
+	  $(PY_VENV)/bin/python bench/python/bench.py --pairs $(BENCH_PY_PAIRS) --rounds $(BENCH_PY_ROUNDS)

@@ -1,0 +1,439 @@
+"""leaselock: lease-based distributed locks on a database.
+
+    import leaselock
+
+    client = leaselock.connect()            # $LEASELOCK_URI, else embedded SQLite
+    lock = client.lock("jobs/nightly", ttl=30)
+    with lock:                              # waits, renews in the background
+        ...
+    with lock.acquire(timeout=5) as lease:  # LockTimeout after 5 s
+        write(fence=lease.fence)
+
+    @client.locked("jobs/report")           # skipped (returns None) when busy
+    def report(): ...
+
+The leases, their renewal, expiry and fencing are the C core's (the
+leaselock._leaselock extension); this module adds the Python conveniences:
+Lock objects, context managers, the decorator and asyncio.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import threading
+import weakref
+from collections import namedtuple
+from typing import Any, Callable, Optional
+
+from . import _leaselock
+from ._leaselock import (
+    BackendError,
+    Lease,
+    LockError,
+    LockLost,
+    LockTimeout,
+    NotHeld,
+    default_uri,
+)
+
+__all__ = [
+    "connect",
+    "Client",
+    "Lock",
+    "Lease",
+    "Holder",
+    "LockError",
+    "LockTimeout",
+    "NotHeld",
+    "LockLost",
+    "BackendError",
+    "default_uri",
+]
+__version__ = _leaselock.__version__
+
+#: Who holds (or last held) a lease: for inspection only.
+Holder = namedtuple("Holder", "host pid label")
+
+_check_key = _leaselock._check_key
+_get_running_loop = asyncio._get_running_loop
+_get_ident = threading.get_ident
+_seconds = _leaselock._seconds
+
+# Every open client and every Lock, so exit can release and a forked
+# child can forget what its parent's threads held.
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_locks: "weakref.WeakSet[Lock]" = weakref.WeakSet()
+
+
+def connect(uri: Optional[str] = None, **options: Any) -> "Client":
+    """Opens a client. uri None: $LEASELOCK_URI, else the embedded SQLite
+    default (see default_uri()). options: label (str) stored with every
+    lease as holder info."""
+    return Client(uri, **options)
+
+
+def _record(t: tuple) -> dict:
+    key, owner, fence, expires_ms, host, pid, label = t
+    return {
+        "key": key,
+        "owner": owner,
+        "fence": fence,
+        "expires_in": expires_ms / 1000.0,
+        "holder": Holder(host, pid, label),
+    }
+
+
+class Client(_leaselock.Client):
+    """A connection to one lock database. Thread-safe; a context manager
+    that closes it. close() releases the leases still held through it."""
+
+    def __init__(self, uri: Optional[str] = None, *, label: Optional[str] = None) -> None:
+        super().__init__(uri, label=label)
+        _clients.add(self)
+
+    def lock(
+        self,
+        key: str,
+        *,
+        ttl: float = 30.0,
+        min_hold: float = 0.0,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[[Lease], Any]] = None,
+    ) -> "Lock":
+        """A Lock on key. Nothing is acquired yet."""
+        return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost)
+
+    def locked(
+        self,
+        key: str,
+        *,
+        ttl: float = 30.0,
+        timeout: Optional[float] = 0,
+        min_hold: float = 0.0,
+        raise_on_busy: bool = False,
+    ) -> Callable:
+        """Decorator: runs the function under the lock. When the lock stays
+        busy for timeout seconds (0: one try) the call is skipped and
+        returns None, or raises LockTimeout with raise_on_busy=True.
+        Works on coroutine functions too."""
+        lock = self.lock(key, ttl=ttl, min_hold=min_hold)
+        timeout_ms = _seconds(timeout, "timeout", "timeout")
+        if not isinstance(raise_on_busy, bool):
+            raise TypeError(
+                f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
+
+        def decorate(fn: Callable) -> Callable:
+            if not callable(fn):
+                raise TypeError(f"locked() decorates a callable, not {type(fn).__name__}")
+            if inspect.iscoroutinefunction(fn):
+                @functools.wraps(fn)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    try:
+                        lease = await lock._acquire_async_ms(timeout_ms, register=False)
+                    except LockTimeout:
+                        if raise_on_busy:
+                            raise
+                        return None
+                    async with _AsyncLease(lease):
+                        return await fn(*args, **kwargs)
+
+                return async_wrapper
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                lease = lock._acquire_ms(timeout_ms, None)
+                if lease is None:
+                    if raise_on_busy:
+                        raise lock._busy_error(timeout_ms)
+                    return None
+                with lease:
+                    return fn(*args, **kwargs)
+
+            return wrapper
+
+        return decorate
+
+    def info(self, key: str) -> Optional[dict]:
+        """The record of key as the database holds it, or None: key, owner
+        (None once released), fence, expires_in (seconds by the database's
+        clock, <= 0 when expired) and holder (host, pid, label)."""
+        t = self._inspect(key)
+        return None if t is None else _record(t)
+
+    def locks(self, prefix: str = "") -> list:
+        """The records whose key starts with prefix, in key order."""
+        return [_record(t) for t in self._list(prefix)]
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<leaselock.Client {self.uri} ({self.backend}) {state}>"
+
+
+def _holder_id() -> Any:
+    """Who holds a Lock through `with`: the asyncio task, else the thread."""
+    if _get_running_loop() is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            return ("task", id(task))
+    return _get_ident()
+
+
+class Lock:
+    """A named lock on a client, like threading.Lock across processes and
+    machines: `with lock:`, `lock.acquire(timeout=...)` (returns the Lease),
+    `lock.release()`, `async with lock:`.
+
+    Not reentrant: a thread (or asyncio task) that holds it through this
+    Lock object and asks again gets RuntimeError instead of waiting for
+    itself. Several threads may share one Lock object; each waits its turn.
+    """
+
+    __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
+                 "_held", "__weakref__")
+
+    def __init__(self, client: Client, key: str, *, ttl: float = 30.0, min_hold: float = 0.0,
+                 auto_renew: bool = True, on_lost: Optional[Callable] = None) -> None:
+        if not isinstance(client, _leaselock.Client):
+            raise TypeError(f"client must be a leaselock.Client, not {type(client).__name__}")
+        self._key = _check_key(key, "key")
+        self._ttl_ms = _seconds(ttl, "ttl", "ttl")
+        self._min_hold_ms = _seconds(min_hold, "min_hold", "duration")
+        if not isinstance(auto_renew, bool):
+            raise TypeError(f"auto_renew must be a bool, not {type(auto_renew).__name__}")
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable or None, not {type(on_lost).__name__}")
+        if client.closed:
+            raise ValueError("I/O operation on a closed client")
+        self._client = client
+        self._auto_renew = auto_renew
+        self._on_lost = on_lost
+        self._held: dict = {}  # holder id -> list of leases taken through this Lock
+        _locks.add(self)
+
+    # -- properties ------------------------------------------------------
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def ttl(self) -> float:
+        return self._ttl_ms / 1000.0
+
+    @property
+    def min_hold(self) -> float:
+        return self._min_hold_ms / 1000.0
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    # -- core calls --------------------------------------------------------
+    def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
+        return self._client._acquire(self._key, self._ttl_ms, timeout_ms, self._min_hold_ms,
+                                     self._auto_renew, self._on_lost, cancel)
+
+    def _busy_error(self, timeout_ms: int) -> LockTimeout:
+        e = LockTimeout(f'"{self._key}" is held by another owner')
+        e.code = "BUSY"
+        return e
+
+    def _mine(self, hid: Any) -> Optional[list]:
+        """This holder's live leases through this Lock (stale ones dropped)."""
+        stack = self._held.get(hid)
+        if stack:
+            stack[:] = [lease for lease in stack if lease.held]
+            if not stack:
+                self._held.pop(hid, None)
+                return None
+        return stack
+
+    def _check_not_mine(self, hid: Any) -> None:
+        if hid in self._held and self._mine(hid):
+            raise RuntimeError(
+                f'"{self._key}" is already held by this {"task" if isinstance(hid, tuple) else "thread"} '
+                "through this Lock; leaselock locks are not reentrant")
+
+    def _push(self, hid: Any, lease: Lease) -> None:
+        self._held.setdefault(hid, []).append(lease)
+
+    # -- the threading.Lock-like API --------------------------------------------
+    def acquire(self, timeout: Optional[float] = None) -> Lease:
+        """Blocks until acquired (timeout None: forever; 0: one try) and
+        returns the Lease (a context manager). Raises LockTimeout when the
+        time runs out. Ctrl-C stops the wait."""
+        timeout_ms = _seconds(timeout, "timeout", "timeout")
+        hid = _holder_id()
+        self._check_not_mine(hid)
+        lease = self._acquire_ms(timeout_ms, None)
+        if lease is None:
+            raise self._busy_error(timeout_ms)
+        self._push(hid, lease)
+        return lease
+
+    def try_acquire(self) -> Optional[Lease]:
+        """One try: the Lease, or None when another owner holds the key."""
+        hid = _holder_id()
+        self._check_not_mine(hid)
+        lease = self._acquire_ms(0, None)
+        if lease is not None:
+            self._push(hid, lease)
+        return lease
+
+    def release(self) -> None:
+        """Releases the lease this thread (or task) took last through this
+        Lock. Raises NotHeld when it holds none, or no longer holds it."""
+        hid = _holder_id()
+        stack = self._held.get(hid)
+        if not stack:
+            e = NotHeld(f'"{self._key}" is not held by this thread through this Lock')
+            e.code = "NOT_HELD"
+            raise e
+        lease = stack.pop()
+        if not stack:
+            self._held.pop(hid, None)
+        lease.release()
+
+    def locked(self) -> bool:
+        """True when some owner holds the key now (by the database's clock),
+        including a released lease still inside its min_hold."""
+        rec = self._client.info(self._key)
+        return rec is not None and rec["expires_in"] > 0
+
+    def __enter__(self) -> Lease:
+        hid = _holder_id()
+        self._check_not_mine(hid)
+        lease = self._client._acquire(self._key, self._ttl_ms, -1, self._min_hold_ms,
+                                      self._auto_renew, self._on_lost, None)
+        self._push(hid, lease)
+        return lease
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        hid = _holder_id()
+        stack = self._held.get(hid)
+        if not stack:
+            return None
+        lease = stack.pop()
+        if not stack:
+            del self._held[hid]
+        lease.__exit__(et, ev, tb)
+
+    # -- asyncio -------------------------------------------------------------
+    async def _acquire_async_ms(self, timeout_ms: int, register: bool) -> Lease:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        cancel = threading.Event()
+
+        def deliver(lease: Optional[Lease], exc: Optional[BaseException]) -> None:
+            if fut.cancelled():
+                # The task gave up while the acquire went on: never leak it.
+                if lease is not None:
+                    loop.run_in_executor(None, _release_quietly, lease)
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            elif lease is None:
+                fut.set_exception(self._busy_error(timeout_ms))
+            else:
+                fut.set_result(lease)
+
+        def work() -> None:
+            lease, exc = None, None
+            try:
+                lease = self._acquire_ms(timeout_ms, cancel)
+            except BaseException as e:  # delivered to the awaiting task
+                exc = e
+            try:
+                loop.call_soon_threadsafe(deliver, lease, exc)
+            except RuntimeError:  # the loop is closed
+                if lease is not None:
+                    _release_quietly(lease)
+
+        threading.Thread(target=work, name=f"leaselock-acquire {self._key}", daemon=True).start()
+        try:
+            lease = await fut
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+        if register:
+            self._push(_holder_id(), lease)
+        return lease
+
+    async def acquire_async(self, timeout: Optional[float] = None) -> Lease:
+        """acquire() for asyncio: waits without blocking the event loop.
+        Cancelling the task stops the wait; an acquire that completes after
+        the cancellation is released at once."""
+        timeout_ms = _seconds(timeout, "timeout", "timeout")
+        self._check_not_mine(_holder_id())
+        return await self._acquire_async_ms(timeout_ms, True)
+
+    async def __aenter__(self) -> Lease:
+        return await self.acquire_async(None)
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        hid = _holder_id()
+        stack = self._held.get(hid)
+        if not stack:
+            return None
+        lease = stack.pop()
+        if not stack:
+            del self._held[hid]
+        await _AsyncLease(lease).__aexit__(et, ev, tb)
+
+    def __repr__(self) -> str:
+        mine = self._mine(_holder_id())
+        state = "held by this thread" if mine else "not held here"
+        if self._client.closed:
+            state = "client closed"
+        return (f"<leaselock.Lock {self._key!r} ttl={self.ttl:g}s"
+                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} {state}>")
+
+
+class _AsyncLease:
+    """Releases a lease from a worker thread, so the event loop never waits
+    on the database."""
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+
+    async def __aenter__(self) -> Lease:
+        return self.lease
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.lease.__exit__, et, ev, tb)
+
+
+def _release_quietly(lease: Lease) -> None:
+    try:
+        if lease.held:
+            lease.release()
+    except (LockError, ValueError):
+        pass
+
+
+def _after_fork_child() -> None:
+    # The child holds none of its parent's leases (the core refuses to act
+    # on them there): forget which threads held what.
+    for lock in list(_locks):
+        lock._held.clear()
+
+
+def _at_exit() -> None:
+    # Release what is still held, then keep the renewal threads away from
+    # the interpreter as it shuts down.
+    for client in list(_clients):
+        try:
+            client.close()
+        except Exception:
+            pass
+    _leaselock._shutdown()
+
+
+os.register_at_fork(after_in_child=_after_fork_child)
+import atexit  # noqa: E402
+
+atexit.register(_at_exit)

@@ -1,0 +1,57 @@
+"""Fixtures: every test that takes `uri` runs on embedded SQLite and on each
+server whose variable is set (MONGODB_URI, MYSQL_URI, POSTGRES_URI; the
+test command, tests/with-servers.sh, starts them)."""
+import os
+import uuid
+
+import pytest
+
+import leaselock
+
+BACKENDS = [("sqlite", None), ("mongodb", "MONGODB_URI"), ("mysql", "MYSQL_URI"),
+            ("postgresql", "POSTGRES_URI")]
+
+
+def _params():
+    out = []
+    for name, var in BACKENDS:
+        if var is None:
+            out.append(pytest.param(name, id=name))
+        elif os.environ.get(var):
+            out.append(pytest.param(name, id=name))
+    return out
+
+
+@pytest.fixture(params=_params())
+def uri(request, tmp_path):
+    name = request.param
+    if name == "sqlite":
+        return f"sqlite://{tmp_path}/locks.db"
+    var = dict(BACKENDS)[name]
+    return os.environ[var]
+
+
+@pytest.fixture
+def sqlite_uri(tmp_path):
+    return f"sqlite://{tmp_path}/locks.db"
+
+
+@pytest.fixture
+def key():
+    """A key no other test (or earlier run on the same server) uses."""
+    return f"pytest/{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def client(uri):
+    c = leaselock.connect(uri, label="pytest")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def other(uri):
+    """A second client on the same database: another owner."""
+    c = leaselock.connect(uri, label="pytest-other")
+    yield c
+    c.close()

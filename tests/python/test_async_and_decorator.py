@@ -1,0 +1,201 @@
+"""asyncio (with plain asyncio.run) and the @client.locked decorator."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+import leaselock
+
+
+def test_async_with(client, other, key):
+    async def main():
+        lock = client.lock(key)
+        async with lock as lease:
+            assert lease.held
+            assert other.lock(key).try_acquire() is None
+        assert not lease.held
+        lease = await lock.acquire_async(timeout=1)
+        assert lease.held
+        lock.release()
+        return lease
+
+    lease = asyncio.run(main())
+    assert other.info(key)["owner"] is None and not lease.held
+
+
+def test_async_tasks_take_turns(client, key):
+    async def main():
+        lock = client.lock(key)  # one Lock shared by the tasks
+        order = []
+
+        async def task(i):
+            for _ in range(3):
+                async with lock as lease:
+                    order.append(lease.fence)
+                    await asyncio.sleep(0.005)
+
+        await asyncio.gather(*(task(i) for i in range(4)))
+        return order
+
+    order = asyncio.run(main())
+    assert len(order) == 12 and order == sorted(order) and len(set(order)) == 12
+
+
+def test_async_timeout(client, other, key):
+    held = other.lock(key).acquire()
+
+    async def main():
+        with pytest.raises(leaselock.LockTimeout) as e:
+            await client.lock(key).acquire_async(timeout=0.2)
+        assert e.value.code == "TIMEOUT"
+        with pytest.raises(leaselock.LockTimeout) as e:
+            await client.lock(key).acquire_async(timeout=0)
+        assert e.value.code == "BUSY"
+
+    asyncio.run(main())
+    held.release()
+
+
+def _acquire_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("leaselock-acquire")]
+
+
+def test_async_cancel_stops_the_wait(client, other, key):
+    held = other.lock(key).acquire()
+
+    async def main():
+        task = asyncio.create_task(client.lock(key).acquire_async())
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The worker thread notices the cancel within its poll interval.
+        deadline = time.monotonic() + 5
+        while _acquire_threads() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert not _acquire_threads()
+
+    asyncio.run(main())
+    held.release()
+    time.sleep(0.2)
+    assert other.info(key)["owner"] is None  # nobody took it after the cancel
+
+
+def test_async_wait_for_timeout_cancels(client, other, key):
+    held = other.lock(key).acquire()
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(client.lock(key).acquire_async(), 0.2)
+
+    asyncio.run(main())
+    held.release()
+    time.sleep(0.3)
+    assert other.info(key)["owner"] is None
+
+
+def test_async_acquire_completing_after_cancel_is_released(client, other, key):
+    async def main():
+        task = asyncio.create_task(client.lock(key).acquire_async())
+        await asyncio.sleep(0)  # the task starts its worker thread
+        # Block the event loop until the worker has the lease in the
+        # database: its result cannot be delivered before the cancel.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            rec = other.info(key)
+            if rec and rec["owner"]:
+                break
+            time.sleep(0.005)
+        assert rec and rec["owner"]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 10
+        while other.info(key)["owner"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    asyncio.run(main())
+    assert other.info(key)["owner"] is None  # released, not leaked
+    lease = other.lock(key).try_acquire()
+    assert lease is not None
+    lease.release()
+
+
+def test_async_lost_raises_at_exit(client, other, key):
+    lost = threading.Event()
+
+    async def main():
+        with pytest.raises(leaselock.LockLost):
+            async with client.lock(key, ttl=0.6, on_lost=lambda lease: lost.set()):
+                other.force_release(key)
+                thief = other.lock(key).acquire(timeout=5)
+                while not lost.is_set():
+                    await asyncio.sleep(0.02)
+        thief.release()
+
+    asyncio.run(main())
+
+
+def test_locked_decorator_runs_and_skips(client, other, key):
+    calls = []
+
+    @client.locked(key, ttl=10)
+    def job(x):
+        calls.append(x)
+        assert other.lock(key).try_acquire() is None  # held while it runs
+        return x * 2
+
+    assert job(21) == 42 and calls == [21]
+    assert job.__name__ == "job"
+    held = other.lock(key).acquire()
+    assert job(1) is None and calls == [21]  # busy: skipped
+    held.release()
+    assert job(2) == 4
+
+
+def test_locked_decorator_raise_on_busy(client, other, key):
+    @client.locked(key, raise_on_busy=True)
+    def job():
+        return "ran"
+
+    held = other.lock(key).acquire()
+    with pytest.raises(leaselock.LockTimeout) as e:
+        job()
+    assert e.value.code == "BUSY"
+
+    @client.locked(key, timeout=0.2, raise_on_busy=True)
+    def job2():
+        return "ran"
+
+    with pytest.raises(leaselock.LockTimeout) as e:
+        job2()
+    assert e.value.code == "TIMEOUT"
+    held.release()
+    assert job() == "ran" and job2() == "ran"
+
+
+def test_locked_decorator_releases_on_exception(client, other, key):
+    @client.locked(key)
+    def job():
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        job()
+    assert other.info(key)["owner"] is None
+
+
+def test_locked_decorator_async(client, other, key):
+    @client.locked(key)
+    async def job():
+        await asyncio.sleep(0.01)
+        return "ran"
+
+    async def main():
+        assert await job() == "ran"
+        held = other.lock(key).acquire()
+        assert await job() is None
+        held.release()
+
+    asyncio.run(main())

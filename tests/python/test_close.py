@@ -1,0 +1,101 @@
+"""close(): idempotent, releases, and any later use raises ValueError."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import leaselock
+
+
+def test_use_after_close(uri, key):
+    c = leaselock.connect(uri)
+    lock = c.lock(key)
+    lease = lock.acquire()
+    c.close()
+    c.close()  # idempotent
+    assert c.closed and "closed" in repr(c) and "closed" in repr(lock)
+    uses = [
+        lambda: c.lock(key),
+        lambda: c.info(key),
+        lambda: c.locks(),
+        lambda: c.force_release(key),
+        lambda: lock.acquire(),
+        lambda: lock.try_acquire(),
+        lambda: lease.release(),
+        lambda: lease.renew(),
+        lambda: c.__enter__(),
+        lambda: c.locked(key),
+    ]
+    for use in uses:
+        with pytest.raises(ValueError, match="closed"):
+            use()
+    assert not lease.held
+    with lease:  # leaving a block after close: nothing left to do
+        pass
+
+
+def test_close_releases_held_leases(uri, key):
+    with leaselock.connect(uri) as c:
+        lease = c.lock(key).acquire()
+        assert lease.held
+    with leaselock.connect(uri) as other:
+        assert other.info(key)["owner"] is None
+        assert other.lock(key).try_acquire() is not None
+
+
+def test_close_stops_a_waiter(uri, key):
+    with leaselock.connect(uri) as holder:
+        held = holder.lock(key).acquire()
+        c = leaselock.connect(uri)
+        result = []
+
+        def waiter():
+            try:
+                c.lock(key).acquire()
+                result.append("acquired")
+            except ValueError as e:
+                result.append(str(e))
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.2)
+        c.close()
+        t.join(5)
+        assert not t.is_alive()
+        assert result and "closed" in result[0]
+        held.release()
+
+
+def test_uninitialised_client():
+    c = leaselock.Client.__new__(leaselock.Client)
+    with pytest.raises(ValueError, match="not initialised"):
+        c.info("k")
+    c.close()
+
+
+def test_ctrl_c_stops_a_blocking_wait(uri, key, tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import sys, leaselock\n"
+        "c = leaselock.connect(sys.argv[1])\n"
+        "print('waiting', flush=True)\n"
+        "try:\n"
+        "    with c.lock(sys.argv[2]):\n"
+        "        print('acquired', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n")
+    with leaselock.connect(uri) as holder:
+        held = holder.lock(key).acquire()
+        p = subprocess.Popen([sys.executable, str(script), uri, key], stdout=subprocess.PIPE,
+                             text=True)
+        assert p.stdout.readline().strip() == "waiting"
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=10)
+        assert out.strip() == "interrupted" and p.returncode == 0
+        assert held.held
+        held.release()
