@@ -1,0 +1,1155 @@
+/*
+ * test_mongo.c - what only the MongoDB backend has to prove:
+ *
+ *   test_mongo mongodb://host:port/db
+ *
+ *  - command shape (libmongoc APM): no upsert query holds $expr, no update
+ *    is a pipeline, no client time is ever sent, $$NOW judges expiry,
+ *    w=majority by default and a URI's w= wins;
+ *  - server clock only: a process whose clock is an hour off (faketime)
+ *    neither steals a live lease nor shortens its own;
+ *  - server down / hung: clear BACKEND errors within the configured
+ *    timeouts, then the same connection works again once it is back;
+ *  - a retried acquire whose first reply was lost succeeds;
+ *  - after fork, abandoning the parent's connection leaves it working;
+ *  - bad input: closed port, unknown host, malformed URI, unknown option,
+ *    collection names MongoDB refuses, no password in messages.
+ *
+ * The down/hung/lost-reply tests put a small TCP proxy of their own between
+ * the backend and the server (single host URIs; directConnection=true).
+ * Keys live under a per-run prefix so a persistent server can be reused.
+ */
+#include "ll_internal.h"
+#include "testlib.h"
+
+#include <mongoc/mongoc.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Test hooks exported by csrc/backend_mongodb.c (borrowed pointers). */
+mongoc_client_t *ll_mongodb_test_client (void *conn);
+mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+
+static const char *URI;
+static char PFX[64];
+static char SELF[4096];
+static const ll_backend_t *B = &ll_backend_mongodb;
+static const ll_holder_t HOLDER = { "test-host", 4242, "test_mongo" };
+
+static int64_t mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms (int64_t ms)
+{
+   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+   while (nanosleep (&ts, &ts) != 0) {
+   }
+}
+
+static const char *key (const char *name)
+{
+   static char buf[8][300];
+   static int i;
+   char *b = buf[i++ % 8];
+   snprintf (b, 300, "%s/%s", PFX, name);
+   return b;
+}
+
+static void new_owner (char out[33])
+{
+   leaselock_error_t err;
+   if (!ll_owner_new (out, &err)) {
+      fprintf (stderr, "owner: %s\n", err.message);
+      exit (2);
+   }
+}
+
+/* URI with extra options appended ("a=1&b=2"). */
+static void uri_with (char *buf, size_t size, const char *base, const char *opts)
+{
+   snprintf (buf, size, "%s%s%s", base,
+             strchr (base, '?') ? "&" : (strchr (strstr (base, "://") + 3, '/') ? "?" : "/?"),
+             opts);
+}
+
+static void *open_conn (const char *uri)
+{
+   leaselock_error_t err;
+   void *c = B->open (uri, &err);
+   if (!c)
+      fprintf (stderr, "    open(%s): %s %s\n", uri, leaselock_code_name (err.code), err.message);
+   return c;
+}
+
+static bool acquire (void *c,
+                     const char *k,
+                     const char *owner,
+                     int64_t ttl,
+                     int64_t *fence,
+                     leaselock_error_t *err)
+{
+   int64_t f = 0;
+   ll_error_clear (err);
+   bool ok = B->acquire (c, k, strlen (k), owner, ttl, &HOLDER, &f, err);
+   if (fence)
+      *fence = f;
+   return ok;
+}
+
+/* ---- command shape (APM) --------------------------------------------- */
+
+#define MAX_CMDS 64
+static bson_t *cmds[MAX_CMDS];
+static int n_cmds;
+
+static void on_started (const mongoc_apm_command_started_t *ev)
+{
+   const char *name = mongoc_apm_command_started_get_command_name (ev);
+   if (!strcmp (name, "findAndModify") || !strcmp (name, "update") || !strcmp (name, "aggregate") ||
+       !strcmp (name, "find") || !strcmp (name, "insert") || !strcmp (name, "delete")) {
+      if (n_cmds < MAX_CMDS)
+         cmds[n_cmds++] = bson_copy (mongoc_apm_command_started_get_command (ev));
+   }
+}
+
+static void clear_cmds (void)
+{
+   for (int i = 0; i < n_cmds; i++)
+      bson_destroy (cmds[i]);
+   n_cmds = 0;
+}
+
+/* Whether doc (recursively) holds a key named name. */
+static bool has_key (const bson_iter_t *start, const char *name)
+{
+   bson_iter_t it = *start, sub;
+   while (bson_iter_next (&it)) {
+      if (!strcmp (bson_iter_key (&it), name))
+         return true;
+      if ((BSON_ITER_HOLDS_DOCUMENT (&it) || BSON_ITER_HOLDS_ARRAY (&it)) &&
+          bson_iter_recurse (&it, &sub) && has_key (&sub, name))
+         return true;
+   }
+   return false;
+}
+
+static bool doc_has_key (const bson_t *doc, const char *name)
+{
+   bson_iter_t it;
+   return bson_iter_init (&it, doc) && has_key (&it, name);
+}
+
+/* Whether doc holds a date (a client time) anywhere. */
+static bool has_date (const bson_iter_t *start)
+{
+   bson_iter_t it = *start, sub;
+   while (bson_iter_next (&it)) {
+      if (BSON_ITER_HOLDS_DATE_TIME (&it) || BSON_ITER_HOLDS_TIMESTAMP (&it))
+         return true;
+      if ((BSON_ITER_HOLDS_DOCUMENT (&it) || BSON_ITER_HOLDS_ARRAY (&it)) &&
+          bson_iter_recurse (&it, &sub) && has_date (&sub))
+         return true;
+   }
+   return false;
+}
+
+/* Whether doc holds the string value s anywhere. */
+static bool has_string (const bson_iter_t *start, const char *s)
+{
+   bson_iter_t it = *start, sub;
+   while (bson_iter_next (&it)) {
+      if (BSON_ITER_HOLDS_UTF8 (&it) && !strcmp (bson_iter_utf8 (&it, NULL), s))
+         return true;
+      if ((BSON_ITER_HOLDS_DOCUMENT (&it) || BSON_ITER_HOLDS_ARRAY (&it)) &&
+          bson_iter_recurse (&it, &sub) && has_string (&sub, s))
+         return true;
+   }
+   return false;
+}
+
+static char *json (const bson_t *b)
+{
+   return bson_as_relaxed_extended_json (b, NULL);
+}
+
+/* Checks one write (query, update, upsert) against the rules; on a breach
+ * writes why to why and returns false. */
+static bool check_write (const bson_iter_t *q,
+                         const bson_iter_t *u,
+                         bool upsert,
+                         char *why,
+                         size_t size)
+{
+   bson_iter_t sub;
+   if (u && BSON_ITER_HOLDS_ARRAY (u)) {
+      snprintf (why, size, "update is a pipeline");
+      return false;
+   }
+   if (u && BSON_ITER_HOLDS_DOCUMENT (u) && bson_iter_recurse (u, &sub)) {
+      while (bson_iter_next (&sub)) {
+         if (bson_iter_key (&sub)[0] != '$') {
+            snprintf (why, size, "update is a replacement (field %s)", bson_iter_key (&sub));
+            return false;
+         }
+      }
+   }
+   if (upsert && q && BSON_ITER_HOLDS_DOCUMENT (q) && bson_iter_recurse (q, &sub) &&
+       has_key (&sub, "$expr")) {
+      snprintf (why, size, "upsert query holds $expr");
+      return false;
+   }
+   return true;
+}
+
+/* Checks every captured command; returns the number of writes seen. */
+static int check_cmds (bool want_majority, char *why, size_t size)
+{
+   int writes = 0;
+   why[0] = '\0';
+   for (int i = 0; i < n_cmds; i++) {
+      bson_iter_t it, q, u, up, wc, w;
+      const bson_t *c = cmds[i];
+      bool is_fam = bson_iter_init_find (&it, c, "findAndModify");
+      bool is_update = bson_iter_init_find (&it, c, "update");
+      if (bson_iter_init (&it, c) && has_date (&it)) {
+         snprintf (why, size, "command %d sends a client date", i);
+         return -1;
+      }
+      if (is_fam) {
+         bool upsert = bson_iter_init_find (&up, c, "upsert") && bson_iter_as_bool (&up);
+         bool hq = bson_iter_init_find (&q, c, "query");
+         bool hu = bson_iter_init_find (&u, c, "update");
+         if (!hu) {
+            snprintf (why, size, "findAndModify %d without update", i);
+            return -1;
+         }
+         if (!check_write (hq ? &q : NULL, &u, upsert, why, size))
+            return -1;
+         writes++;
+      } else if (is_update) {
+         bson_iter_t ups, one;
+         if (!bson_iter_init_find (&ups, c, "updates") || !bson_iter_recurse (&ups, &one)) {
+            /* OP_MSG carries "updates" as a document sequence: check the
+             * payload mongoc reports as the command. */
+         } else {
+            while (bson_iter_next (&one)) {
+               bson_iter_t f;
+               bson_iter_t qq, uu;
+               bool upsert = false, hq = false, hu = false;
+               if (!bson_iter_recurse (&one, &f))
+                  continue;
+               while (bson_iter_next (&f)) {
+                  if (!strcmp (bson_iter_key (&f), "q"))
+                     qq = f, hq = true;
+                  else if (!strcmp (bson_iter_key (&f), "u"))
+                     uu = f, hu = true;
+                  else if (!strcmp (bson_iter_key (&f), "upsert"))
+                     upsert = bson_iter_as_bool (&f);
+               }
+               if (!hu) {
+                  snprintf (why, size, "update %d without u", i);
+                  return -1;
+               }
+               if (!check_write (hq ? &qq : NULL, &uu, upsert, why, size))
+                  return -1;
+            }
+         }
+         writes++;
+      } else {
+         continue;
+      }
+      /* write concern */
+      bool majority = bson_iter_init_find (&wc, c, "writeConcern") && bson_iter_recurse (&wc, &w) &&
+                      bson_iter_find (&w, "w") && BSON_ITER_HOLDS_UTF8 (&w) &&
+                      !strcmp (bson_iter_utf8 (&w, NULL), "majority");
+      if (majority != want_majority) {
+         char *s = json (c);
+         snprintf (why, size, "write concern %s majority in %.300s", majority ? "is" : "is not", s);
+         bson_free (s);
+         return -1;
+      }
+   }
+   return writes;
+}
+
+/* Counts records. */
+static bool collect (const leaselock_record_t *rec, void *data)
+{
+   int *n = data;
+   (*n)++;
+   (void)rec;
+   return true;
+}
+
+static void test_command_shape (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   mongoc_apm_callbacks_destroy (cbs);
+   clear_cmds ();
+
+   leaselock_error_t err;
+   char a[33], b[33], why[512];
+   int64_t fence = 0;
+   bool ok, found, took;
+   leaselock_record_t rec;
+   new_owner (a);
+   new_owner (b);
+   const char *k = key ("shape");
+
+   ok = acquire (c, k, a, 30000, &fence, &err); /* new record: conditional + upsert */
+   CHECK_OK (ok, err);
+   int after_first = n_cmds;
+   CHECK_EQ (after_first, 2);
+   ok = acquire (c, k, b, 30000, NULL, &err); /* busy: conditional + upsert (11000) */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   ok = acquire (c, k, a, 30000, &fence, &err); /* same owner: one command */
+   CHECK_OK (ok, err);
+   CHECK_EQ (fence, 2);
+   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   CHECK_OK (ok, err);
+   ok = B->release (c, k, strlen (k), a, 1000, &err);
+   CHECK_OK (ok, err);
+   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   int listed = 0;
+   ok = B->list (c, PFX, strlen (PFX), collect, &listed, &err);
+   CHECK_OK (ok, err);
+   CHECK (listed >= 1);
+   ok = B->force_release (c, k, strlen (k), &took, &err);
+   CHECK_OK (ok, err);
+
+   int writes = check_cmds (true, why, sizeof why);
+   if (writes < 0)
+      fprintf (stderr, "    %s\n", why);
+   CHECK (writes >= 0);
+   CHECK (writes >= 7); /* 2 + 2 + 1 acquire, renew, release, force_release */
+
+   /* The acquire's conditional query judges expiry with $$NOW; the upsert's
+    * query is {_id, fence: {$exists: false}}. */
+   bson_iter_t it, q;
+   CHECK (bson_iter_init_find (&it, cmds[0], "query") && bson_iter_recurse (&it, &q));
+   CHECK (has_string (&q, "$$NOW"));
+   CHECK (bson_iter_init_find (&it, cmds[0], "query") && bson_iter_recurse (&it, &q) &&
+          has_key (&q, "$expr"));
+   CHECK (!bson_iter_init_find (&it, cmds[0], "upsert") || !bson_iter_as_bool (&it));
+   CHECK (bson_iter_init_find (&it, cmds[1], "upsert") && bson_iter_as_bool (&it));
+   CHECK (bson_iter_init_find (&it, cmds[1], "query") && bson_iter_recurse (&it, &q) &&
+          has_key (&q, "$exists"));
+   /* $currentDate writes the times, $inc the fence. */
+   CHECK (doc_has_key (cmds[0], "$currentDate") && doc_has_key (cmds[0], "$inc"));
+   clear_cmds ();
+   B->close (c);
+
+   /* A URI's w= wins over the majority default. */
+   char u[1024];
+   uri_with (u, sizeof u, URI, "w=1");
+   c = open_conn (u);
+   CHECK (c);
+   cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   mongoc_apm_callbacks_destroy (cbs);
+   ok = acquire (c, k, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   ok = B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   writes = check_cmds (false, why, sizeof why);
+   if (writes < 0)
+      fprintf (stderr, "    %s\n", why);
+   CHECK (writes >= 2);
+   clear_cmds ();
+   B->close (c);
+}
+
+/* The checker itself rejects the shapes it must (so it can fail). */
+static void test_command_shape_checker (void)
+{
+   char why[256];
+   bson_error_t e;
+   const char *bad[] = {
+      "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\",\"$expr\":{\"$lte\":[\"$a\",\"$$NOW\"]}},"
+      "\"update\":{\"$set\":{\"a\":1}},\"upsert\":true,\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":[{\"$set\":{\"a\":\"$$NOW\"}}]"
+      ","
+      "\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"update\":\"c\",\"updates\":[{\"q\":{\"$and\":[{\"$expr\":{\"$eq\":[1,1]}}]},\"u\":{\"$"
+      "set\":"
+      "{\"a\":1}},\"upsert\":true}],\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":{\"$set\":{\"t\":{\"$date\":"
+      "\"2020-01-01T00:00:00Z\"}}},\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":{\"$set\":{\"a\":1}}}",
+   };
+   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      clear_cmds ();
+      cmds[n_cmds++] = bson_new_from_json ((const uint8_t *)bad[i], -1, &e);
+      CHECK (cmds[0]);
+      CHECK (check_cmds (true, why, sizeof why) < 0);
+   }
+   clear_cmds ();
+}
+
+/* ---- server clock (faketime) ------------------------------------------ */
+
+/* Child mode: test_mongo --child URI op key owner ttl. Prints
+ * "time=<unix seconds> ok=<0|1> code=<NAME> fence=<n> left=<ms>". */
+static int child_main (int argc, char **argv)
+{
+   if (argc < 7)
+      return 2;
+   const char *uri = argv[2], *op = argv[3], *k = argv[4], *owner = argv[5];
+   int64_t ttl = atoll (argv[6]), fence = 0, left = 0;
+   leaselock_error_t err;
+   ll_error_clear (&err);
+   void *c = B->open (uri, &err);
+   bool ok = false;
+   if (c) {
+      if (!strcmp (op, "acquire")) {
+         ok = B->acquire (c, k, strlen (k), owner, ttl, &HOLDER, &fence, &err);
+      } else if (!strcmp (op, "renew")) {
+         ok = B->renew (c, k, strlen (k), owner, ttl, &err);
+      } else if (!strcmp (op, "inspect")) {
+         leaselock_record_t rec;
+         bool found = false;
+         ok = B->inspect (c, k, strlen (k), &rec, &found, &err) && found;
+         left = rec.expires_in_ms;
+         fence = rec.fence;
+      }
+      B->close (c);
+   }
+   printf ("time=%lld ok=%d code=%s fence=%lld left=%lld\n", (long long)time (NULL), (int)ok,
+           leaselock_code_name (err.code), (long long)fence, (long long)left);
+   if (!ok && err.code != LEASELOCK_BUSY)
+      fprintf (stderr, "child %s: %s\n", op, err.message);
+   return 0;
+}
+
+typedef struct
+{
+   long long time;
+   int ok;
+   char code[32];
+   long long fence, left;
+} child_out_t;
+
+/* Runs this program under faketime with offset ("+1h" / "-1h"). */
+static bool run_skewed (const char *offset,
+                        const char *op,
+                        const char *k,
+                        const char *owner,
+                        int64_t ttl,
+                        child_out_t *out)
+{
+   char cmd[8192], ttls[32];
+   snprintf (ttls, sizeof ttls, "%lld", (long long)ttl);
+   /* Only the wall clock is shifted; ASan must tolerate the preload. */
+   snprintf (
+     cmd, sizeof cmd,
+     "FAKETIME_DONT_FAKE_MONOTONIC=1 ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\" "
+     "faketime -f '%s' '%s' --child '%s' '%s' '%s' '%s' '%s'",
+     offset, SELF, URI, op, k, owner, ttls);
+   FILE *p = popen (cmd, "r");
+   if (!p)
+      return false;
+   memset (out, 0, sizeof *out);
+   int n = fscanf (p, "time=%lld ok=%d code=%31s fence=%lld left=%lld", &out->time, &out->ok,
+                   out->code, &out->fence, &out->left);
+   int rc = pclose (p);
+   if (n != 5 || rc != 0) {
+      fprintf (stderr, "    faketime child (%s %s): rc=%d parsed %d fields\n", offset, op, rc, n);
+      return false;
+   }
+   return true;
+}
+
+static void test_server_clock_only (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33];
+   child_out_t o;
+   new_owner (a);
+   new_owner (b);
+
+   /* A live lease (60 s) is not stolen by a process one hour ahead. */
+   const char *k1 = key ("skew-ahead");
+   bool ok = acquire (c, k1, a, 60000, NULL, &err);
+   CHECK_OK (ok, err);
+   CHECK (run_skewed ("+1h", "acquire", k1, b, 60000, &o));
+   CHECK (o.time - (long long)time (NULL) > 3000); /* the child's clock is really ahead */
+   CHECK_EQ (o.ok, 0);
+   CHECK (!strcmp (o.code, "BUSY"));
+   /* ... and it sees the expiry by the server clock. */
+   CHECK (run_skewed ("+1h", "inspect", k1, b, 0, &o));
+   CHECK_EQ (o.ok, 1);
+   CHECK (o.left > 30000 && o.left <= 60000);
+
+   /* A process one hour behind takes a lease for 60 s: it still lasts 60 s
+    * by the server clock, so nobody else gets it now. */
+   const char *k2 = key ("skew-behind");
+   CHECK (run_skewed ("-1h", "acquire", k2, b, 60000, &o));
+   CHECK ((long long)time (NULL) - o.time > 3000);
+   CHECK_EQ (o.ok, 1);
+   ok = acquire (c, k2, a, 60000, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (run_skewed ("-1h", "renew", k2, b, 60000, &o));
+   CHECK_EQ (o.ok, 1);
+   ok = acquire (c, k2, a, 60000, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   leaselock_record_t rec;
+   bool found;
+   ok = B->inspect (c, k2, strlen (k2), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.owner, b));
+   CHECK (rec.expires_in_ms > 30000 && rec.expires_in_ms <= 60000);
+
+   /* A short lease by the skewed process expires on the server's time. */
+   const char *k3 = key ("skew-short");
+   CHECK (run_skewed ("+1h", "acquire", k3, b, 300, &o));
+   CHECK_EQ (o.ok, 1);
+   ok = acquire (c, k3, a, 60000, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   sleep_ms (600);
+   ok = acquire (c, k3, a, 60000, NULL, &err);
+   CHECK_OK (ok, err);
+   B->close (c);
+}
+
+/* ---- a proxy between the backend and the server ------------------------ */
+
+typedef struct
+{
+   pthread_t thread;
+   pthread_mutex_t mu;
+   int port;              /* our listening port (kept across down/up) */
+   struct sockaddr_in up; /* the server */
+   int lfd;               /* listener, -1 while down */
+   int pairs[64][2];      /* client fd, server fd; -1 when free */
+   atomic_bool stop, down, hang, drop_reply;
+   atomic_int dropped;
+} proxy_t;
+
+static proxy_t PX;
+
+static int proxy_listen (int port)
+{
+   int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+   struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons ((uint16_t)port) };
+   a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+   setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+   if (bind (fd, (struct sockaddr *)&a, sizeof a) != 0 || listen (fd, 16) != 0) {
+      close (fd);
+      return -1;
+   }
+   return fd;
+}
+
+static void proxy_close_pair (int i)
+{
+   for (int j = 0; j < 2; j++) {
+      if (PX.pairs[i][j] >= 0)
+         close (PX.pairs[i][j]);
+      PX.pairs[i][j] = -1;
+   }
+}
+
+static void *proxy_main (void *arg)
+{
+   (void)arg;
+   char buf[65536];
+   while (!atomic_load (&PX.stop)) {
+      struct pollfd fds[1 + 64 * 2];
+      int map[1 + 64 * 2], n = 0;
+      pthread_mutex_lock (&PX.mu);
+      if (atomic_load (&PX.down)) {
+         if (PX.lfd >= 0) {
+            close (PX.lfd);
+            PX.lfd = -1;
+         }
+         for (int i = 0; i < 64; i++)
+            proxy_close_pair (i);
+      } else if (PX.lfd < 0) {
+         PX.lfd = proxy_listen (PX.port);
+      }
+      if (PX.lfd >= 0) {
+         fds[n] = (struct pollfd){ .fd = PX.lfd, .events = POLLIN };
+         map[n++] = -1;
+      }
+      for (int i = 0; i < 64; i++) {
+         if (PX.pairs[i][0] < 0)
+            continue;
+         fds[n] = (struct pollfd){ .fd = PX.pairs[i][0], .events = POLLIN };
+         map[n++] = i * 2;
+         fds[n] = (struct pollfd){ .fd = PX.pairs[i][1], .events = POLLIN };
+         map[n++] = i * 2 + 1;
+      }
+      pthread_mutex_unlock (&PX.mu);
+      if (poll (fds, (nfds_t)n, 20) <= 0)
+         continue;
+      pthread_mutex_lock (&PX.mu);
+      for (int f = 0; f < n; f++) {
+         if (!fds[f].revents || atomic_load (&PX.down))
+            continue;
+         if (map[f] < 0) {
+            int cfd = accept4 (PX.lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (cfd < 0)
+               continue;
+            int sfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (connect (sfd, (struct sockaddr *)&PX.up, sizeof PX.up) != 0) {
+               close (cfd);
+               close (sfd);
+               continue;
+            }
+            int i = 0;
+            while (i < 64 && PX.pairs[i][0] >= 0)
+               i++;
+            if (i == 64) {
+               close (cfd);
+               close (sfd);
+               continue;
+            }
+            PX.pairs[i][0] = cfd;
+            PX.pairs[i][1] = sfd;
+            continue;
+         }
+         int i = map[f] / 2, side = map[f] % 2;
+         if (PX.pairs[i][side] != fds[f].fd)
+            continue; /* closed meanwhile */
+         ssize_t r = read (fds[f].fd, buf, sizeof buf);
+         if (r <= 0) {
+            proxy_close_pair (i);
+            continue;
+         }
+         if (atomic_load (&PX.hang))
+            continue; /* swallowed: the peer waits for an answer */
+         if (side == 1 && atomic_exchange (&PX.drop_reply, false)) {
+            /* The server answered; the client never hears it. */
+            atomic_fetch_add (&PX.dropped, 1);
+            proxy_close_pair (i);
+            continue;
+         }
+         int to = PX.pairs[i][1 - side];
+         for (ssize_t w = 0; w < r;) {
+            ssize_t k = write (to, buf + w, (size_t)(r - w));
+            if (k <= 0) {
+               proxy_close_pair (i);
+               break;
+            }
+            w += k;
+         }
+      }
+      pthread_mutex_unlock (&PX.mu);
+   }
+   pthread_mutex_lock (&PX.mu);
+   if (PX.lfd >= 0)
+      close (PX.lfd);
+   for (int i = 0; i < 64; i++)
+      proxy_close_pair (i);
+   pthread_mutex_unlock (&PX.mu);
+   return NULL;
+}
+
+/* Starts the proxy in front of URI's single host and writes a URI through
+ * it to out. Returns false when URI has several hosts or is +srv. */
+static bool proxy_start (char *out, size_t size, const char *extra_opts)
+{
+   bson_error_t e;
+   mongoc_uri_t *u = mongoc_uri_new_with_error (URI, &e);
+   if (!u)
+      return false;
+   const mongoc_host_list_t *h = mongoc_uri_get_hosts (u);
+   if (!h || h->next || strncmp (URI, "mongodb://", 10) != 0) {
+      mongoc_uri_destroy (u);
+      return false;
+   }
+   memset (&PX, 0, sizeof PX);
+   pthread_mutex_init (&PX.mu, NULL);
+   for (int i = 0; i < 64; i++)
+      PX.pairs[i][0] = PX.pairs[i][1] = -1;
+   PX.up.sin_family = AF_INET;
+   PX.up.sin_port = htons (h->port);
+   if (inet_pton (AF_INET, strcmp (h->host, "localhost") ? h->host : "127.0.0.1",
+                  &PX.up.sin_addr) != 1) {
+      mongoc_uri_destroy (u);
+      return false;
+   }
+   mongoc_uri_destroy (u);
+   PX.lfd = proxy_listen (0);
+   if (PX.lfd < 0)
+      return false;
+   struct sockaddr_in a;
+   socklen_t al = sizeof a;
+   getsockname (PX.lfd, (struct sockaddr *)&a, &al);
+   PX.port = ntohs (a.sin_port);
+
+   /* Same URI with the host list replaced: after "://" and any userinfo,
+    * up to the first '/' or '?'. */
+   const char *hs = URI + 10, *at = NULL;
+   const char *he = hs + strcspn (hs, "/?");
+   for (const char *p = hs; p < he; p++)
+      if (*p == '@')
+         at = p;
+   if (at)
+      hs = at + 1;
+   char base[1024];
+   snprintf (base, sizeof base, "%.*s127.0.0.1:%d%s", (int)(hs - URI), URI, PX.port, he);
+   char opts[512];
+   snprintf (opts, sizeof opts, "directConnection=true%s%s", extra_opts ? "&" : "",
+             extra_opts ? extra_opts : "");
+   uri_with (out, size, base, opts);
+   pthread_create (&PX.thread, NULL, proxy_main, NULL);
+   return true;
+}
+
+static void proxy_stop (void)
+{
+   atomic_store (&PX.stop, true);
+   pthread_join (PX.thread, NULL);
+   pthread_mutex_destroy (&PX.mu);
+}
+
+/* Retries acquire for up to 20 s while the answer is BACKEND. */
+static bool acquire_until_back (void *c,
+                                const char *k,
+                                const char *owner,
+                                int64_t *fence,
+                                leaselock_error_t *err)
+{
+   int64_t until = mono_ms () + 20000;
+   for (;;) {
+      if (acquire (c, k, owner, 30000, fence, err))
+         return true;
+      if (err->code != LEASELOCK_BACKEND || mono_ms () > until)
+         return false;
+      sleep_ms (200);
+   }
+}
+
+static void test_server_down_and_back (void)
+{
+   char u[1200];
+   if (!proxy_start (u, sizeof u,
+                     "serverSelectionTimeoutMS=1500&connectTimeoutMS=1500&socketTimeoutMS=1500")) {
+      fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
+      return;
+   }
+   void *c = open_conn (u);
+   if (!c) {
+      proxy_stop ();
+      CHECK (c);
+   }
+   leaselock_error_t err;
+   char a[33];
+   int64_t f1 = 0, f2 = 0;
+   new_owner (a);
+   const char *k = key ("down");
+   bool ok = acquire (c, k, a, 30000, &f1, &err);
+   bool ok2 = ok;
+
+   /* Down: refused connections. */
+   atomic_store (&PX.down, true);
+   sleep_ms (100);
+   /* The first call meets the closed socket, the next one a refused
+    * connection during server selection. */
+   bool down_ok = acquire (c, k, a, 30000, NULL, &err);
+   leaselock_error_t first_err = err;
+   int64_t t0 = mono_ms ();
+   down_ok = down_ok || acquire (c, k, a, 30000, NULL, &err);
+   int64_t took = mono_ms () - t0;
+   leaselock_error_t down_err = err;
+   atomic_store (&PX.down, false);
+   bool back = acquire_until_back (c, k, a, &f2, &err);
+
+   /* Hung: the server accepts and never answers; the socket timeout
+    * (1.5 s here) ends the wait. */
+   atomic_store (&PX.hang, true);
+   int64_t t1 = mono_ms ();
+   leaselock_error_t hang_err;
+   bool hang_ok = B->renew (c, k, strlen (k), a, 30000, &hang_err);
+   int64_t hung = mono_ms () - t1;
+   atomic_store (&PX.hang, false);
+   /* The hung connection is dropped by the driver; unhang the proxy's pairs
+    * by closing them. */
+   atomic_store (&PX.down, true);
+   sleep_ms (100);
+   atomic_store (&PX.down, false);
+   int64_t f3 = 0;
+   leaselock_error_t err3;
+   bool back2 = acquire_until_back (c, k, a, &f3, &err3);
+   B->close (c);
+   proxy_stop ();
+
+   CHECK_OK (ok2, err);
+   CHECK (!down_ok);
+   CHECK_EQ (first_err.code, LEASELOCK_BACKEND);
+   fprintf (stderr, "    down: %s after %lld ms: %s\n", leaselock_code_name (down_err.code),
+            (long long)took, down_err.message);
+   CHECK_EQ (down_err.code, LEASELOCK_BACKEND);
+   CHECK (strstr (down_err.message, "MongoDB"));
+   /* Bounded by the configured timeouts (1.5 s), far from the driver's
+    * 30 s / 5 min defaults. */
+   CHECK (took < 1500 + 8000);
+   CHECK_OK (back, err);
+   CHECK (f2 > f1);
+   CHECK (!hang_ok);
+   fprintf (stderr, "    hung: %s after %lld ms: %s\n", leaselock_code_name (hang_err.code),
+            (long long)hung, hang_err.message);
+   CHECK_EQ (hang_err.code, LEASELOCK_BACKEND);
+   CHECK (hung >= 1000 && hung < 1500 + 8000);
+   CHECK_OK (back2, err3);
+   CHECK (f3 > f2);
+}
+
+static void test_lost_reply_retry (void)
+{
+   char u[1200];
+   if (!proxy_start (u, sizeof u, "serverSelectionTimeoutMS=3000&socketTimeoutMS=3000")) {
+      fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
+      return;
+   }
+   void *c = open_conn (u);
+   void *direct = open_conn (URI);
+   leaselock_error_t err, e1, e2, e3;
+   char a[33], b[33], x[33];
+   int64_t f0 = 0, f1 = 0, f2 = 0;
+   bool ok = false, ok1 = false, ok3 = false, found = false;
+   leaselock_record_t rec;
+   new_owner (a);
+   new_owner (b);
+   new_owner (x);
+   const char *k = key ("lost-reply");
+   memset (&rec, 0, sizeof rec);
+   if (c && direct) {
+      /* A free record, so the first command of the acquire is the write. */
+      ok =
+        acquire (direct, k, a, 30000, &f0, &err) && B->release (direct, k, strlen (k), a, 0, &err);
+      atomic_store (&PX.drop_reply, true);
+      ok1 = acquire (c, k, b, 30000, &f1, &e1);
+      /* The write happened: b owns it, x is refused. */
+      B->inspect (direct, k, strlen (k), &rec, &found, &e2);
+      acquire (direct, k, x, 30000, NULL, &e3);
+      ok3 = acquire_until_back (c, k, b, &f2, &err);
+   }
+   B->close (c);
+   B->close (direct);
+   proxy_stop ();
+   CHECK (c && direct);
+   CHECK (ok);
+   CHECK_EQ (atomic_load (&PX.dropped), 1);
+   CHECK (!ok1);
+   CHECK_EQ (e1.code, LEASELOCK_BACKEND);
+   CHECK (found && !strcmp (rec.owner, b));
+   CHECK_EQ (rec.fence, f0 + 1);
+   CHECK_EQ (e3.code, LEASELOCK_BUSY);
+   CHECK_OK (ok3, err);
+   CHECK (f2 > f0 + 1);
+}
+
+/* ---- fork ------------------------------------------------------------- */
+
+static void test_fork_abandon (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("fork");
+   bool ok = acquire (c, k, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   fflush (NULL);
+   pid_t pid = fork ();
+   if (pid == 0) {
+      /* The child drops the parent's connection without I/O, then works on
+       * its own; the lease stays the parent's. */
+      B->abandon (c);
+      leaselock_error_t e;
+      char o[33];
+      void *mine = B->open (URI, &e);
+      if (!mine)
+         _exit (3);
+      new_owner (o);
+      int64_t f;
+      bool busy =
+        !B->acquire (mine, k, strlen (k), o, 30000, &HOLDER, &f, &e) && e.code == LEASELOCK_BUSY;
+      B->close (mine);
+      _exit (busy ? 0 : 4);
+   }
+   int st = 0;
+   CHECK (pid > 0);
+   CHECK (waitpid (pid, &st, 0) == pid);
+   CHECK (WIFEXITED (st));
+   CHECK_EQ (WEXITSTATUS (st), 0);
+   /* The parent's connection (and socket) still works. */
+   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   CHECK_OK (ok, err);
+   ok = B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   B->close (c);
+}
+
+/* ---- URI, collection, database ---------------------------------------- */
+
+static void test_collection_option (void)
+{
+   char u[1200];
+   uri_with (u, sizeof u, URI, "leaselockCollection=leaselock_custom");
+   void *c = open_conn (u);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("custom-coll");
+   bool ok = acquire (c, k, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   CHECK (
+     !strcmp (mongoc_collection_get_name (ll_mongodb_test_collection (c)), "leaselock_custom"));
+   /* The record is really in that collection: count it there. */
+   bson_error_t e;
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (k), "owner", BCON_UTF8 (a));
+   int64_t n = mongoc_collection_count_documents (ll_mongodb_test_collection (c), filter, NULL,
+                                                  NULL, NULL, &e);
+   bson_destroy (filter);
+   B->close (c);
+   CHECK_EQ (n, 1);
+
+   /* The default collection is "leaselock". */
+   c = open_conn (URI);
+   CHECK (c);
+   CHECK (!strcmp (mongoc_collection_get_name (ll_mongodb_test_collection (c)), "leaselock"));
+   B->close (c);
+}
+
+/* A closed port on 127.0.0.1. */
+static int closed_port (void)
+{
+   int fd = proxy_listen (0);
+   struct sockaddr_in a;
+   socklen_t al = sizeof a;
+   getsockname (fd, (struct sockaddr *)&a, &al);
+   close (fd);
+   return ntohs (a.sin_port);
+}
+
+static void expect_open_error (const char *uri, leaselock_code_t code, const char *substr, int line)
+{
+   leaselock_error_t err;
+   ll_error_clear (&err);
+   void *c = B->open (uri, &err);
+   if (c || err.code != code || !strstr (err.message, substr) || strstr (err.message, "s3cretPW")) {
+      char m[1024];
+      snprintf (m, sizeof m, "open(%s): want %s containing \"%s\", got %s %s \"%s\"", uri,
+                leaselock_code_name (code), substr, c ? "a connection" : "NULL",
+                leaselock_code_name (err.code), err.message);
+      tl_fail (__FILE__, line, m);
+      B->close (c);
+   }
+}
+
+#define EXPECT_OPEN_ERROR(uri, code, substr)                                                       \
+   do {                                                                                            \
+      expect_open_error ((uri), (code), (substr), __LINE__);                                       \
+      if (tl_cur_failed)                                                                           \
+         return;                                                                                   \
+   } while (0)
+
+static void test_bad_uris (void)
+{
+   char u[1200];
+   int port = closed_port ();
+
+   /* Nothing listens there: a BACKEND error naming the host. */
+   snprintf (u, sizeof u,
+             "mongodb://127.0.0.1:%d/?serverSelectionTimeoutMS=500&connectTimeoutMS=500", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_BACKEND, "127.0.0.1");
+   /* A password never shows up in a message. */
+   snprintf (
+     u, sizeof u,
+     "mongodb://user:s3cretPW@127.0.0.1:%d/?serverSelectionTimeoutMS=500&connectTimeoutMS=500",
+     port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_BACKEND, "MongoDB");
+   EXPECT_OPEN_ERROR ("mongodb://user:s3cretPW@127.0.0.1:99999/", LEASELOCK_INVALID,
+                      "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb://user:s3cretPW@127.0.0.1/?bogusOption=1", LEASELOCK_INVALID,
+                      "bogusOption");
+   /* An unknown host. */
+   EXPECT_OPEN_ERROR (
+     "mongodb://no-such-host.invalid:27017/?serverSelectionTimeoutMS=500&connectTimeoutMS=500",
+     LEASELOCK_BACKEND, "no-such-host.invalid");
+   /* Malformed. */
+   EXPECT_OPEN_ERROR ("mongodb://", LEASELOCK_INVALID, "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1:abc/", LEASELOCK_INVALID, "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1:0/", LEASELOCK_INVALID, "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/bad.db", LEASELOCK_INVALID, "database");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=abc", LEASELOCK_INVALID,
+                      "sockettimeoutms");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?w=0&journal=true", LEASELOCK_INVALID,
+                      "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb+srv://127.0.0.1:1234/", LEASELOCK_INVALID, "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb+srv://no-such-host.invalid/", LEASELOCK_INVALID, "");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?foo=bar", LEASELOCK_INVALID,
+                      "unknown MongoDB URI option \"foo\"");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=a&x", LEASELOCK_INVALID, "\"x\"");
+   /* Collection names MongoDB refuses. */
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=", LEASELOCK_INVALID, "empty");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=a$b", LEASELOCK_INVALID, "'$'");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=a%24b", LEASELOCK_INVALID, "'$'");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=system.locks", LEASELOCK_INVALID,
+                      "system.");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=.x", LEASELOCK_INVALID, "'.'");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=a%00b", LEASELOCK_INVALID, "NUL");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=a%zz", LEASELOCK_INVALID,
+                      "percent");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=%ff%fe", LEASELOCK_INVALID,
+                      "UTF-8");
+   {
+      char longname[400];
+      memset (longname, 'c', 300);
+      longname[300] = '\0';
+      snprintf (u, sizeof u, "mongodb://127.0.0.1/?leaselockCollection=%s", longname);
+      EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "255");
+   }
+   /* The same through the public API: a clear error, never a crash. */
+   leaselock_error_t err;
+   leaselock_client_t *cl = leaselock_client_new ("mongodb://127.0.0.1/?foo=bar", NULL, &err);
+   CHECK (!cl);
+   CHECK_ERR (false, err, LEASELOCK_INVALID, "foo");
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?serverSelectionTimeoutMS=300", port);
+   cl = leaselock_client_new (u, NULL, &err);
+   CHECK (!cl);
+   CHECK_ERR (false, err, LEASELOCK_BACKEND, "MongoDB");
+}
+
+/* Keys are strings, never operators or patterns. */
+
+static void test_keys_are_text (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], pfx[300];
+   new_owner (a);
+   const char *names[] = {
+      "t/a.b(1)", "t/aXb(1)", "t/$where", "t/{\"$gt\":\"\"}", "t/^x|y\\", "t/é"
+   };
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      bool ok = acquire (c, key (names[i]), a, 30000, NULL, &err);
+      CHECK_OK (ok, err);
+   }
+   int n = 0;
+   snprintf (pfx, sizeof pfx, "%s", key ("t/a.b("));
+   bool ok = B->list (c, pfx, strlen (pfx), collect, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 1);
+   n = 0;
+   snprintf (pfx, sizeof pfx, "%s", key ("t/^x|"));
+   ok = B->list (c, pfx, strlen (pfx), collect, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 1);
+   n = 0;
+   snprintf (pfx, sizeof pfx, "%s", key ("t/"));
+   ok = B->list (c, pfx, strlen (pfx), collect, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 6);
+   leaselock_record_t rec;
+   bool found;
+   ok = B->inspect (c, key ("t/$where"), strlen (key ("t/$where")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.owner, a) && rec.pid == 4242 && !strcmp (rec.host, "test-host") &&
+          !strcmp (rec.label, "test_mongo"));
+   B->close (c);
+}
+
+/* Released with min_hold: no owner, yet not free until the hold is over,
+ * as judged and reported by the server. */
+static void test_min_hold_record (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33];
+   new_owner (a);
+   new_owner (b);
+   const char *k = key ("hold");
+   int64_t f = 0;
+   bool ok = acquire (c, k, a, 30000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = B->release (c, k, strlen (k), a, 60000, &err);
+   CHECK_OK (ok, err);
+   leaselock_record_t rec;
+   bool found, took = true;
+   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.owner[0] == '\0' && rec.fence == f);
+   CHECK (rec.expires_in_ms > 50000 && rec.expires_in_ms <= 60000);
+   ok = acquire (c, k, b, 30000, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   ok = B->release (c, k, strlen (k), a, 0, &err); /* no longer a's */
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
+   ok = B->force_release (c, k, strlen (k), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took); /* no owner: no live lease was taken */
+   ok = acquire (c, k, b, 30000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = B->force_release (c, k, strlen (k), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (took);
+   ok = B->renew (c, k, strlen (k), b, 30000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
+   B->close (c);
+}
+
+int main (int argc, char **argv)
+{
+   if (argc >= 2 && !strcmp (argv[1], "--child"))
+      return child_main (argc, argv);
+   URI = argc > 1 ? argv[1] : getenv ("MONGODB_URI");
+   if (!URI || strncmp (URI, "mongodb", 7) != 0) {
+      fprintf (stderr, "usage: test_mongo mongodb://host:port/db (or set MONGODB_URI)\n");
+      printf ("mongo: 0 passed, 1 failed\n");
+      return 1;
+   }
+   ssize_t n = readlink ("/proc/self/exe", SELF, sizeof SELF - 1);
+   if (n <= 0)
+      return 2;
+   SELF[n] = '\0';
+   char owner[33];
+   new_owner (owner);
+   snprintf (PFX, sizeof PFX, "mongo-%.8s", owner);
+   char shown[512];
+   ll_uri_redact (URI, shown, sizeof shown);
+   fprintf (stderr, "mongo suite on %s (keys under %s/)\n", shown, PFX);
+   mongoc_init ();
+
+   RUN (test_command_shape_checker);
+   RUN (test_command_shape);
+   RUN (test_keys_are_text);
+   RUN (test_min_hold_record);
+   RUN (test_collection_option);
+   RUN (test_bad_uris);
+   RUN (test_fork_abandon);
+   RUN (test_server_clock_only);
+   RUN (test_lost_reply_retry);
+   RUN (test_server_down_and_back);
+
+   clear_cmds ();
+   mongoc_cleanup ();
+   return tl_summary ("mongo");
+}
