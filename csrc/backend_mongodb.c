@@ -409,8 +409,10 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
    }
    conn->client = mongoc_client_new_from_uri_with_error (uri, &e);
    if (!conn->client) {
+      /* A failed SRV lookup is the network's doing; the rest is the URI. */
       ll_mongo_fail (conn, err, "client", &e);
-      err->code = LEASELOCK_INVALID;
+      if (e.domain != MONGOC_ERROR_STREAM)
+         err->code = LEASELOCK_INVALID;
       goto fail;
    }
    mongoc_client_set_error_api (conn->client, MONGOC_ERROR_API_VERSION_2);

@@ -1003,7 +1003,9 @@ static void test_bad_uris (void)
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?w=0&journal=true", LEASELOCK_INVALID,
                       "invalid MongoDB URI");
    EXPECT_OPEN_ERROR ("mongodb+srv://127.0.0.1:1234/", LEASELOCK_INVALID, "invalid MongoDB URI");
-   EXPECT_OPEN_ERROR ("mongodb+srv://no-such-host.invalid/", LEASELOCK_INVALID, "");
+   EXPECT_OPEN_ERROR ("mongodb+srv://no-such-host.invalid/", LEASELOCK_INVALID, "service name");
+   /* A name that does not resolve (or has no SRV record): the network. */
+   EXPECT_OPEN_ERROR ("mongodb+srv://locks.no-such-host.invalid/", LEASELOCK_BACKEND, "SRV");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?foo=bar", LEASELOCK_INVALID,
                       "unknown MongoDB URI option \"foo\"");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?leaselockCollection=a&x", LEASELOCK_INVALID, "\"x\"");

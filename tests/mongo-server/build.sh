@@ -11,18 +11,22 @@ out=${OUT:-$root/build/mongo-server}
 case $out in /*) ;; *) out=$root/$out;; esac
 stamp=$out/classes/leaselock/LeaselockMongoServer.class
 src=$here/src/main/java/leaselock/LeaselockMongoServer.java
-if [ ! -s "$out/classpath.txt" ] || [ ! -e "$stamp" ] || [ "$here/pom.xml" -nt "$stamp" ] \
-   || [ "$src" -nt "$stamp" ]; then
+stale() {
+  [ ! -s "$out/classpath.txt" ] || [ ! -e "$stamp" ] || [ "$here/pom.xml" -nt "$stamp" ] \
+    || [ "$src" -nt "$stamp" ]
+}
+mkdir -p "$out"
+# One build at a time (parallel test runs share this output).
+exec 9>"$out/.build.lock"
+flock 9
+if stale; then
   command -v mvn >/dev/null || { echo "mongo-server: mvn not found (run: make deps)" >&2; exit 1; }
   command -v java >/dev/null || { echo "mongo-server: java not found (run: make deps)" >&2; exit 1; }
-  mkdir -p "$out"
-  # A lock so parallel builds do not race on the same output.
-  exec 9>"$out/.build.lock"
-  flock 9
   if ! mvn -B -q -f "$here/pom.xml" -Dleaselock.out="$out" compile >"$out/build.log" 2>&1; then
     echo "mongo-server: maven build failed; see $out/build.log" >&2
     tail -20 "$out/build.log" >&2
     exit 1
   fi
+  touch "$stamp"
 fi
 echo "java -XX:+UseSerialGC -cp $out/classes:$(cat "$out/classpath.txt") leaselock.LeaselockMongoServer"
