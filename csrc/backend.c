@@ -18,8 +18,7 @@ static const ll_backend_t *extra[MAX_EXTRA];
 static int n_extra;
 static pthread_mutex_t extra_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void
-ll_backend_register (const ll_backend_t *backend)
+void ll_backend_register (const ll_backend_t *backend)
 {
    pthread_mutex_lock (&extra_mu);
    if (n_extra < MAX_EXTRA)
@@ -27,8 +26,7 @@ ll_backend_register (const ll_backend_t *backend)
    pthread_mutex_unlock (&extra_mu);
 }
 
-static bool
-answers (const ll_backend_t *b, const char *scheme, size_t len)
+static bool answers (const ll_backend_t *b, const char *scheme, size_t len)
 {
    for (int i = 0; i < 4 && b->schemes[i]; i++)
       if (strlen (b->schemes[i]) == len && !strncasecmp (b->schemes[i], scheme, len))
@@ -36,17 +34,16 @@ answers (const ll_backend_t *b, const char *scheme, size_t len)
    return false;
 }
 
-const ll_backend_t *
-ll_backend_for_uri (const char *uri, leaselock_error_t *err)
+const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
 {
    if (!uri)
       return ll_error_set (err, LEASELOCK_INVALID, "uri is NULL"), NULL;
    char shown[160];
    ll_uri_redact (uri, shown, sizeof shown);
    const char *sep = strstr (uri, "://");
-   size_t len = sep ? (size_t) (sep - uri) : 0;
+   size_t len = sep ? (size_t)(sep - uri) : 0;
    for (size_t i = 0; i < len; i++)
-      if (!isalnum ((unsigned char) uri[i]) && uri[i] != '+' && uri[i] != '-' && uri[i] != '.')
+      if (!isalnum ((unsigned char)uri[i]) && uri[i] != '+' && uri[i] != '-' && uri[i] != '.')
          len = 0;
    if (!len)
       return ll_error_set (err, LEASELOCK_INVALID,
@@ -67,7 +64,7 @@ ll_backend_for_uri (const char *uri, leaselock_error_t *err)
       return ll_error_set (err, LEASELOCK_INVALID,
                            "unknown URI scheme \"%.*s\" in \"%s\" (known: sqlite, mongodb, "
                            "mongodb+srv, mysql, mariadb, postgresql, postgres)",
-                           (int) (len > 32 ? 32 : len), uri, shown),
+                           (int)(len > 32 ? 32 : len), uri, shown),
              NULL;
    if (!found->available)
       return ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s", found->unavailable), NULL;

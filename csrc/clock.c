@@ -7,30 +7,26 @@
 static atomic_bool fake_on;
 static _Atomic int64_t fake_now = 1000000; /* arbitrary non-zero origin */
 
-int64_t
-ll_now_ms (void)
+int64_t ll_now_ms (void)
 {
    if (atomic_load_explicit (&fake_on, memory_order_relaxed))
       return atomic_load (&fake_now);
    struct timespec ts;
    clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void
-ll_clock_use_fake (bool on)
+void ll_clock_use_fake (bool on)
 {
    atomic_store (&fake_on, on);
 }
 
-void
-ll_clock_advance (int64_t ms)
+void ll_clock_advance (int64_t ms)
 {
    atomic_fetch_add (&fake_now, ms);
 }
 
-void
-ll_cond_init (pthread_cond_t *cond)
+void ll_cond_init (pthread_cond_t *cond)
 {
    pthread_condattr_t attr;
    pthread_condattr_init (&attr);
@@ -39,8 +35,7 @@ ll_cond_init (pthread_cond_t *cond)
    pthread_condattr_destroy (&attr);
 }
 
-void
-ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
+void ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
 {
    struct timespec ts;
    clock_gettime (CLOCK_MONOTONIC, &ts);
@@ -57,7 +52,7 @@ ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_
          return;
    }
    int64_t ns = ts.tv_nsec + (wait_ms % 1000) * 1000000;
-   ts.tv_sec += (time_t) (wait_ms / 1000 + ns / 1000000000);
-   ts.tv_nsec = (long) (ns % 1000000000);
+   ts.tv_sec += (time_t)(wait_ms / 1000 + ns / 1000000000);
+   ts.tv_nsec = (long)(ns % 1000000000);
    pthread_cond_timedwait (cond, mu, &ts);
 }

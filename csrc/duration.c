@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool
-leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t *error)
+bool leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t *error)
 {
    if (!text)
       return ll_error_set (error, LEASELOCK_INVALID, "duration is NULL");
@@ -41,12 +40,12 @@ leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t *erro
    else if (!strcmp (end, "d"))
       scale = 86400000;
    else
-      return ll_error_set (error, LEASELOCK_INVALID,
-                           "invalid duration \"%.64s\": unknown unit \"%.16s\" (use ms, s, m, h or d)",
-                           text, end);
+      return ll_error_set (
+        error, LEASELOCK_INVALID,
+        "invalid duration \"%.64s\": unknown unit \"%.16s\" (use ms, s, m, h or d)", text, end);
    double total = v * scale;
-   if (total > (double) LEASELOCK_TTL_MAX_MS * 1000)
+   if (total > (double)LEASELOCK_TTL_MAX_MS * 1000)
       return ll_error_set (error, LEASELOCK_INVALID, "duration \"%.64s\" is too large", text);
-   *ms = (int64_t) llround (total);
+   *ms = (int64_t)llround (total);
    return true;
 }

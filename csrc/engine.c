@@ -25,7 +25,8 @@
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
 
-struct leaselock_client {
+struct leaselock_client
+{
    const ll_backend_t *backend;
    char *uri;       /* as given (may hold a password); never shown */
    char *uri_shown; /* password replaced */
@@ -46,7 +47,8 @@ struct leaselock_client {
    leaselock_client_t *next_client; /* the global list, for fork */
 };
 
-struct leaselock_lease {
+struct leaselock_lease
+{
    leaselock_client_t *client; /* counted reference */
    char key[LEASELOCK_KEY_MAX + 1];
    size_t key_len;
@@ -73,7 +75,8 @@ struct leaselock_lease {
 
 /* ---- process-wide state: clients (for fork) and wait buckets ---------- */
 
-typedef struct bucket {
+typedef struct bucket
+{
    pthread_mutex_t mu;
    pthread_cond_t cond;
    uint64_t gen; /* bumped by every local release of a key in the bucket */
@@ -84,8 +87,7 @@ static leaselock_client_t *clients;
 static bucket_t buckets[N_BUCKETS];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static void
-fork_prepare (void)
+static void fork_prepare (void)
 {
    pthread_mutex_lock (&clients_mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client)
@@ -94,8 +96,7 @@ fork_prepare (void)
       pthread_mutex_lock (&buckets[i].mu);
 }
 
-static void
-fork_parent (void)
+static void fork_parent (void)
 {
    for (int i = N_BUCKETS - 1; i >= 0; i--)
       pthread_mutex_unlock (&buckets[i].mu);
@@ -109,8 +110,7 @@ fork_parent (void)
  * The rest of the reset (pool, thread, leases) happens lazily on the
  * client's next use, by the getpid() check, which also covers fork paths
  * that skip atfork handlers. */
-static void
-fork_child (void)
+static void fork_child (void)
 {
    for (int i = N_BUCKETS - 1; i >= 0; i--) {
       ll_cond_init (&buckets[i].cond);
@@ -123,8 +123,7 @@ fork_child (void)
    pthread_mutex_unlock (&clients_mu);
 }
 
-static void
-init_once (void)
+static void init_once (void)
 {
    for (int i = 0; i < N_BUCKETS; i++) {
       pthread_mutex_init (&buckets[i].mu, NULL);
@@ -133,17 +132,15 @@ init_once (void)
    pthread_atfork (fork_prepare, fork_parent, fork_child);
 }
 
-static bucket_t *
-bucket_for (const char *key, size_t len)
+static bucket_t *bucket_for (const char *key, size_t len)
 {
    uint32_t h = 2166136261u; /* FNV-1a */
    for (size_t i = 0; i < len; i++)
-      h = (h ^ (unsigned char) key[i]) * 16777619u;
+      h = (h ^ (unsigned char)key[i]) * 16777619u;
    return &buckets[h % N_BUCKETS];
 }
 
-static uint64_t
-bucket_gen (bucket_t *b)
+static uint64_t bucket_gen (bucket_t *b)
 {
    pthread_mutex_lock (&b->mu);
    uint64_t g = b->gen;
@@ -151,8 +148,7 @@ bucket_gen (bucket_t *b)
    return g;
 }
 
-static void
-bucket_wake (const char *key, size_t len)
+static void bucket_wake (const char *key, size_t len)
 {
    bucket_t *b = bucket_for (key, len);
    pthread_mutex_lock (&b->mu);
@@ -163,8 +159,7 @@ bucket_wake (const char *key, size_t len)
 
 /* ---- client ------------------------------------------------------------ */
 
-static void
-client_unref (leaselock_client_t *c)
+static void client_unref (leaselock_client_t *c)
 {
    if (atomic_fetch_sub (&c->refs, 1) != 1)
       return;
@@ -179,8 +174,7 @@ client_unref (leaselock_client_t *c)
 /* Leases of the parent are not ours: drop them from the renewal list. A
  * connection made by the parent is abandoned without I/O. Called with
  * c->mu held. */
-static void
-reset_after_fork_locked (leaselock_client_t *c)
+static void reset_after_fork_locked (leaselock_client_t *c)
 {
    pid_t me = getpid ();
    if (c->pid == me)
@@ -201,16 +195,14 @@ reset_after_fork_locked (leaselock_client_t *c)
    c->pid = me;
 }
 
-static void
-check_fork (leaselock_client_t *c)
+static void check_fork (leaselock_client_t *c)
 {
    pthread_mutex_lock (&c->mu);
    reset_after_fork_locked (c);
    pthread_mutex_unlock (&c->mu);
 }
 
-static void *
-pool_get (leaselock_client_t *c, pid_t *pid, leaselock_error_t *err)
+static void *pool_get (leaselock_client_t *c, pid_t *pid, leaselock_error_t *err)
 {
    pthread_mutex_lock (&c->mu);
    reset_after_fork_locked (c);
@@ -224,8 +216,7 @@ pool_get (leaselock_client_t *c, pid_t *pid, leaselock_error_t *err)
 
 /* Returns conn to the pool. A connection that just failed is closed, so
  * the next call reconnects; one from before a fork is abandoned. */
-static void
-pool_put (leaselock_client_t *c, void *conn, pid_t pid, bool failed)
+static void pool_put (leaselock_client_t *c, void *conn, pid_t pid, bool failed)
 {
    if (pid != getpid ()) {
       if (c->backend->abandon)
@@ -242,14 +233,12 @@ pool_put (leaselock_client_t *c, void *conn, pid_t pid, bool failed)
       c->backend->close (conn);
 }
 
-static bool
-conn_failed (const leaselock_error_t *err)
+static bool conn_failed (const leaselock_error_t *err)
 {
    return err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM;
 }
 
-bool
-leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
+bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
 {
    if (!buf)
       return ll_error_set (error, LEASELOCK_INVALID, "buf is NULL");
@@ -265,14 +254,15 @@ leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
                               "absolute path; give a URI or set LEASELOCK_URI");
       n = snprintf (buf, size, "sqlite://%s/.local/state/leaselock/locks.db", home);
    }
-   if (n < 0 || (size_t) n >= size)
+   if (n < 0 || (size_t)n >= size)
       return ll_error_set (error, LEASELOCK_INVALID, "the default URI does not fit in %zu bytes",
                            size);
    return true;
 }
 
-leaselock_client_t *
-leaselock_client_new (const char *uri, const char *label, leaselock_error_t *error)
+leaselock_client_t *leaselock_client_new (const char *uri,
+                                          const char *label,
+                                          leaselock_error_t *error)
 {
    pthread_once (&once, init_once);
    ll_error_clear (error);
@@ -335,8 +325,7 @@ leaselock_client_new (const char *uri, const char *label, leaselock_error_t *err
 
 static void *renew_main (void *arg);
 
-void
-leaselock_client_destroy (leaselock_client_t *c)
+void leaselock_client_destroy (leaselock_client_t *c)
 {
    if (!c)
       return;
@@ -373,22 +362,19 @@ leaselock_client_destroy (leaselock_client_t *c)
    client_unref (c);
 }
 
-const char *
-leaselock_client_uri (const leaselock_client_t *c)
+const char *leaselock_client_uri (const leaselock_client_t *c)
 {
    return c ? c->uri_shown : "";
 }
 
-const char *
-leaselock_client_backend (const leaselock_client_t *c)
+const char *leaselock_client_backend (const leaselock_client_t *c)
 {
    return c ? c->backend->name : "";
 }
 
 /* ---- lease bookkeeping ------------------------------------------------- */
 
-static void
-lease_unref (leaselock_lease_t *l)
+static void lease_unref (leaselock_lease_t *l)
 {
    if (atomic_fetch_sub (&l->refs, 1) != 1)
       return;
@@ -397,8 +383,7 @@ lease_unref (leaselock_lease_t *l)
    client_unref (c);
 }
 
-static void
-list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
+static void list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
 {
    if (!l->in_list)
       return;
@@ -413,8 +398,7 @@ list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
 
 /* HELD -> LOST, once. The renewal thread calls on_lost for leases it
  * renews; a lease that is not auto-renewed has no callback. */
-static void
-mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
+static void mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
 {
    if (l->state != LEASELOCK_STATE_HELD)
       return;
@@ -428,22 +412,19 @@ mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
 }
 
 /* The local deadline rule (contract invariant 3). */
-static void
-check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
+static void check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
 {
    if (l->state == LEASELOCK_STATE_HELD && now >= l->deadline_ms)
       mark_lost_locked (c, l);
 }
 
-static int64_t
-retry_interval (int64_t ttl)
+static int64_t retry_interval (int64_t ttl)
 {
    int64_t r = ttl / 10;
    return r < RETRY_MIN_MS ? RETRY_MIN_MS : r > RETRY_MAX_MS ? RETRY_MAX_MS : r;
 }
 
-static void *
-renew_main (void *arg)
+static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
    pthread_mutex_lock (&c->mu);
@@ -527,8 +508,7 @@ renew_main (void *arg)
 
 /* Adds l to the renewal list, starting the thread in this process if
  * needed. Called with c->mu held. */
-static bool
-schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
+static bool schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
 {
    if (!c->thread_running) {
       c->stopping = false;
@@ -547,8 +527,7 @@ schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t 
 
 /* ---- acquire ----------------------------------------------------------- */
 
-void
-leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
+void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
 {
    if (!opts)
       return;
@@ -557,13 +536,12 @@ leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
    opts->auto_renew = true;
 }
 
-static bool
-try_once (leaselock_client_t *c,
-          const char *key,
-          size_t key_len,
-          const leaselock_acquire_opts_t *o,
-          leaselock_lease_t **out,
-          leaselock_error_t *err)
+static bool try_once (leaselock_client_t *c,
+                      const char *key,
+                      size_t key_len,
+                      const leaselock_acquire_opts_t *o,
+                      leaselock_lease_t **out,
+                      leaselock_error_t *err)
 {
    leaselock_lease_t *l = calloc (1, sizeof *l);
    if (!l)
@@ -583,7 +561,7 @@ try_once (leaselock_client_t *c,
    l->pid = getpid ();
    atomic_init (&l->refs, 1);
 
-   ll_holder_t holder = {c->host, (int64_t) l->pid, c->label};
+   ll_holder_t holder = { c->host, (int64_t)l->pid, c->label };
    pid_t pid;
    void *conn = pool_get (c, &pid, err);
    if (!conn) {
@@ -591,7 +569,8 @@ try_once (leaselock_client_t *c,
       return false;
    }
    int64_t sent = ll_now_ms ();
-   bool ok = c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
+   bool ok =
+     c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
    pool_put (c, conn, pid, !ok && conn_failed (err));
    if (!ok) {
       free (l);
@@ -618,8 +597,7 @@ try_once (leaselock_client_t *c,
 }
 
 /* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
-static int64_t
-backoff_ms (int attempt)
+static int64_t backoff_ms (int attempt)
 {
    int64_t cap = BACKOFF_BASE_MS;
    for (int i = 0; i < attempt && cap < BACKOFF_CAP_MS; i++)
@@ -627,18 +605,17 @@ backoff_ms (int attempt)
    if (cap > BACKOFF_CAP_MS)
       cap = BACKOFF_CAP_MS;
    uint32_t r;
-   if (getrandom (&r, sizeof r, GRND_NONBLOCK) != (ssize_t) sizeof r)
-      r = (uint32_t) rand ();
-   return 1 + (int64_t) (r % (uint32_t) cap);
+   if (getrandom (&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = (uint32_t)rand ();
+   return 1 + (int64_t)(r % (uint32_t)cap);
 }
 
-bool
-leaselock_acquire (leaselock_client_t *c,
-                   const char *key,
-                   size_t key_len,
-                   const leaselock_acquire_opts_t *opts,
-                   leaselock_lease_t **lease,
-                   leaselock_error_t *error)
+bool leaselock_acquire (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        const leaselock_acquire_opts_t *opts,
+                        leaselock_lease_t **lease,
+                        leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;
@@ -653,12 +630,13 @@ leaselock_acquire (leaselock_client_t *c,
       leaselock_acquire_opts_init (&dflt);
       opts = &dflt;
    }
-   if (!ll_check_key (key, key_len, "key", false, err) || !ll_check_ttl (opts->ttl_ms, "ttl", err) ||
+   if (!ll_check_key (key, key_len, "key", false, err) ||
+       !ll_check_ttl (opts->ttl_ms, "ttl", err) ||
        !ll_check_duration (opts->min_hold_ms, "min_hold", err))
       return false;
    if (opts->timeout_ms > LEASELOCK_TTL_MAX_MS)
       return ll_error_set (err, LEASELOCK_INVALID, "timeout must be at most 30 days (got %lld ms)",
-                           (long long) opts->timeout_ms);
+                           (long long)opts->timeout_ms);
    pthread_mutex_lock (&c->mu);
    bool closed = c->closed;
    pthread_mutex_unlock (&c->mu);
@@ -679,9 +657,10 @@ leaselock_acquire (leaselock_client_t *c,
       if (opts->timeout_ms == 0)
          return false; /* BUSY is the answer of one try */
       if (!forever && now >= deadline)
-         return ll_error_set (err, LEASELOCK_TIMEOUT,
-                              "timed out after %lld ms waiting for \"%.64s\" (held by another owner)",
-                              (long long) (now - start), key);
+         return ll_error_set (
+           err, LEASELOCK_TIMEOUT,
+           "timed out after %lld ms waiting for \"%.64s\" (held by another owner)",
+           (long long)(now - start), key);
       /* Sleep for the backoff, but wake at once if a holder in this
        * process releases a key in this bucket. */
       int64_t until = now + backoff_ms (attempt);
@@ -715,20 +694,18 @@ leaselock_acquire (leaselock_client_t *c,
 
 /* The lease can be acted on by this process: not a parent's lease, client
  * open. Fills err otherwise. */
-static bool
-lease_usable (leaselock_lease_t *l, leaselock_error_t *err)
+static bool lease_usable (leaselock_lease_t *l, leaselock_error_t *err)
 {
    if (l->pid != getpid ())
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease on \"%.64s\" belongs to process %d; this process (%d) is a "
                            "fork of it and does not hold it",
-                           l->key, (int) l->pid, (int) getpid ());
+                           l->key, (int)l->pid, (int)getpid ());
    check_fork (l->client);
    return true;
 }
 
-bool
-leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
+bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;
@@ -778,8 +755,7 @@ leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *
    return ok;
 }
 
-bool
-leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
+bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;
@@ -831,8 +807,7 @@ leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
    return ok;
 }
 
-void
-leaselock_lease_destroy (leaselock_lease_t *l)
+void leaselock_lease_destroy (leaselock_lease_t *l)
 {
    if (!l)
       return;
@@ -856,32 +831,27 @@ leaselock_lease_destroy (leaselock_lease_t *l)
    lease_unref (l);
 }
 
-const char *
-leaselock_lease_key (const leaselock_lease_t *l)
+const char *leaselock_lease_key (const leaselock_lease_t *l)
 {
    return l ? l->key : "";
 }
 
-size_t
-leaselock_lease_key_len (const leaselock_lease_t *l)
+size_t leaselock_lease_key_len (const leaselock_lease_t *l)
 {
    return l ? l->key_len : 0;
 }
 
-const char *
-leaselock_lease_owner (const leaselock_lease_t *l)
+const char *leaselock_lease_owner (const leaselock_lease_t *l)
 {
    return l ? l->owner : "";
 }
 
-int64_t
-leaselock_lease_fence (const leaselock_lease_t *l)
+int64_t leaselock_lease_fence (const leaselock_lease_t *l)
 {
    return l ? l->fence : 0;
 }
 
-int64_t
-leaselock_lease_ttl_ms (const leaselock_lease_t *l)
+int64_t leaselock_lease_ttl_ms (const leaselock_lease_t *l)
 {
    if (!l)
       return 0;
@@ -891,8 +861,7 @@ leaselock_lease_ttl_ms (const leaselock_lease_t *l)
    return t;
 }
 
-leaselock_state_t
-leaselock_lease_state (leaselock_lease_t *l)
+leaselock_state_t leaselock_lease_state (leaselock_lease_t *l)
 {
    if (!l)
       return LEASELOCK_STATE_RELEASED;
@@ -905,8 +874,7 @@ leaselock_lease_state (leaselock_lease_t *l)
    return st;
 }
 
-int64_t
-leaselock_lease_remaining_ms (leaselock_lease_t *l)
+int64_t leaselock_lease_remaining_ms (leaselock_lease_t *l)
 {
    if (!l)
       return 0;
@@ -919,8 +887,7 @@ leaselock_lease_remaining_ms (leaselock_lease_t *l)
 
 /* ---- admin ------------------------------------------------------------- */
 
-static bool
-client_usable (leaselock_client_t *c, leaselock_error_t *err)
+static bool client_usable (leaselock_client_t *c, leaselock_error_t *err)
 {
    if (!c)
       return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
@@ -932,13 +899,12 @@ client_usable (leaselock_client_t *c, leaselock_error_t *err)
    return true;
 }
 
-bool
-leaselock_inspect (leaselock_client_t *c,
-                   const char *key,
-                   size_t key_len,
-                   leaselock_record_t *record,
-                   bool *found,
-                   leaselock_error_t *error)
+bool leaselock_inspect (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        leaselock_record_t *record,
+                        bool *found,
+                        leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;
@@ -958,13 +924,12 @@ leaselock_inspect (leaselock_client_t *c,
    return ok;
 }
 
-bool
-leaselock_list (leaselock_client_t *c,
-                const char *prefix,
-                size_t prefix_len,
-                leaselock_record_cb fn,
-                void *user_data,
-                leaselock_error_t *error)
+bool leaselock_list (leaselock_client_t *c,
+                     const char *prefix,
+                     size_t prefix_len,
+                     leaselock_record_cb fn,
+                     void *user_data,
+                     leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;
@@ -986,12 +951,11 @@ leaselock_list (leaselock_client_t *c,
    return ok;
 }
 
-bool
-leaselock_force_release (leaselock_client_t *c,
-                         const char *key,
-                         size_t key_len,
-                         bool *took,
-                         leaselock_error_t *error)
+bool leaselock_force_release (leaselock_client_t *c,
+                              const char *key,
+                              size_t key_len,
+                              bool *took,
+                              leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;

@@ -5,8 +5,8 @@
 #include <string.h>
 
 static const char *const names[] = {
-   "OK", "BUSY", "TIMEOUT", "NOT_HELD", "LOST", "INVALID", "BACKEND", "UNSUPPORTED", "NOMEM",
-   "INTERRUPTED",
+   "OK",      "BUSY",    "TIMEOUT",     "NOT_HELD", "LOST",
+   "INVALID", "BACKEND", "UNSUPPORTED", "NOMEM",    "INTERRUPTED",
 };
 
 static const char *const messages[] = {
@@ -22,24 +22,21 @@ static const char *const messages[] = {
    "the wait was interrupted",
 };
 
-const char *
-leaselock_code_name (leaselock_code_t code)
+const char *leaselock_code_name (leaselock_code_t code)
 {
-   if ((unsigned) code < sizeof names / sizeof names[0])
+   if ((unsigned)code < sizeof names / sizeof names[0])
       return names[code];
    return "UNKNOWN";
 }
 
-const char *
-leaselock_code_message (leaselock_code_t code)
+const char *leaselock_code_message (leaselock_code_t code)
 {
-   if ((unsigned) code < sizeof messages / sizeof messages[0])
+   if ((unsigned)code < sizeof messages / sizeof messages[0])
       return messages[code];
    return "unknown error code";
 }
 
-bool
-ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fmt, ...)
+bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fmt, ...)
 {
    if (!err)
       return false;
@@ -53,8 +50,7 @@ ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fmt, ..
    return false;
 }
 
-void
-ll_error_clear (leaselock_error_t *err)
+void ll_error_clear (leaselock_error_t *err)
 {
    if (err) {
       err->code = LEASELOCK_OK;

@@ -24,208 +24,217 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
-extern "C" {
+extern "C"
+{
 #endif
 
 #define LEASELOCK_VERSION "0.1.0"
 
 #if defined(__GNUC__)
-#define LEASELOCK_API __attribute__((visibility("default")))
+#define LEASELOCK_API __attribute__ ((visibility ("default")))
 #else
 #define LEASELOCK_API
 #endif
 
 /* Limits from the contract. */
-#define LEASELOCK_KEY_MAX 255                         /* bytes */
+#define LEASELOCK_KEY_MAX 255                          /* bytes */
 #define LEASELOCK_TTL_MAX_MS (30LL * 24 * 3600 * 1000) /* 30 days */
-#define LEASELOCK_OWNER_LEN 32                        /* hex characters */
+#define LEASELOCK_OWNER_LEN 32                         /* hex characters */
 #define LEASELOCK_ERROR_MAX 256
 
-/* One enum shared by every layer. Values are stable (bindings expose them). */
-typedef enum leaselock_code {
-   LEASELOCK_OK = 0,
-   LEASELOCK_BUSY = 1,        /* held by another owner (a result) */
-   LEASELOCK_TIMEOUT = 2,     /* blocking acquire gave up */
-   LEASELOCK_NOT_HELD = 3,    /* renew/release of a lease no longer ours */
-   LEASELOCK_LOST = 4,        /* the lease was lost (renewal failed) */
-   LEASELOCK_INVALID = 5,     /* bad argument */
-   LEASELOCK_BACKEND = 6,     /* connection, server or driver error */
-   LEASELOCK_UNSUPPORTED = 7, /* backend or feature not built/available */
-   LEASELOCK_NOMEM = 8,
-   LEASELOCK_INTERRUPTED = 9, /* a blocking wait was stopped by its caller */
-} leaselock_code_t;
+   /* One enum shared by every layer. Values are stable (bindings expose them). */
+   typedef enum leaselock_code
+   {
+      LEASELOCK_OK = 0,
+      LEASELOCK_BUSY = 1,        /* held by another owner (a result) */
+      LEASELOCK_TIMEOUT = 2,     /* blocking acquire gave up */
+      LEASELOCK_NOT_HELD = 3,    /* renew/release of a lease no longer ours */
+      LEASELOCK_LOST = 4,        /* the lease was lost (renewal failed) */
+      LEASELOCK_INVALID = 5,     /* bad argument */
+      LEASELOCK_BACKEND = 6,     /* connection, server or driver error */
+      LEASELOCK_UNSUPPORTED = 7, /* backend or feature not built/available */
+      LEASELOCK_NOMEM = 8,
+      LEASELOCK_INTERRUPTED = 9, /* a blocking wait was stopped by its caller */
+   } leaselock_code_t;
 
-typedef struct leaselock_error {
-   leaselock_code_t code;
-   char message[LEASELOCK_ERROR_MAX]; /* NUL-terminated, never a password */
-} leaselock_error_t;
+   typedef struct leaselock_error
+   {
+      leaselock_code_t code;
+      char message[LEASELOCK_ERROR_MAX]; /* NUL-terminated, never a password */
+   } leaselock_error_t;
 
-/* "BUSY", "TIMEOUT", ...; "UNKNOWN" for a value outside the enum. Static. */
-LEASELOCK_API const char *leaselock_code_name (leaselock_code_t code);
-/* A short human description of the code. Static. */
-LEASELOCK_API const char *leaselock_code_message (leaselock_code_t code);
+   /* "BUSY", "TIMEOUT", ...; "UNKNOWN" for a value outside the enum. Static. */
+   LEASELOCK_API const char *leaselock_code_name (leaselock_code_t code);
+   /* A short human description of the code. Static. */
+   LEASELOCK_API const char *leaselock_code_message (leaselock_code_t code);
 
-typedef struct leaselock_client leaselock_client_t;
-typedef struct leaselock_lease leaselock_lease_t;
+   typedef struct leaselock_client leaselock_client_t;
+   typedef struct leaselock_lease leaselock_lease_t;
 
-/*
- * Client: one per backend URI; owns a small connection pool and, once a
- * lease with auto-renewal exists, one renewal thread.
- *
- * uri: "sqlite:///abs/path.db", "mongodb://...", "mysql://...",
- * "postgresql://...". NULL or "" means $LEASELOCK_URI, else the embedded
- * SQLite default (see leaselock_default_uri()). The first connection is
- * opened here, so a bad URI or unreachable database fails now.
- *
- * label: optional caller label stored with every lease as holder info
- * (copied; may be NULL).
- *
- * Returns a new client to free with leaselock_client_destroy(), or NULL
- * with error filled.
- */
-LEASELOCK_API leaselock_client_t *
-leaselock_client_new (const char *uri, const char *label, leaselock_error_t *error);
+   /*
+    * Client: one per backend URI; owns a small connection pool and, once a
+    * lease with auto-renewal exists, one renewal thread.
+    *
+    * uri: "sqlite:///abs/path.db", "mongodb://...", "mysql://...",
+    * "postgresql://...". NULL or "" means $LEASELOCK_URI, else the embedded
+    * SQLite default (see leaselock_default_uri()). The first connection is
+    * opened here, so a bad URI or unreachable database fails now.
+    *
+    * label: optional caller label stored with every lease as holder info
+    * (copied; may be NULL).
+    *
+    * Returns a new client to free with leaselock_client_destroy(), or NULL
+    * with error filled.
+    */
+   LEASELOCK_API leaselock_client_t *leaselock_client_new (const char *uri,
+                                                           const char *label,
+                                                           leaselock_error_t *error);
 
-/*
- * Stops the renewal thread, releases nothing (leases still held keep their
- * database expiry; destroy them first to release), closes connections.
- * Leases of this client must be destroyed before or after; after this call
- * any lease of the client answers NOT_HELD. Accepts NULL.
- */
-LEASELOCK_API void leaselock_client_destroy (leaselock_client_t *client);
+   /*
+    * Stops the renewal thread, releases nothing (leases still held keep their
+    * database expiry; destroy them first to release), closes connections.
+    * Leases of this client must be destroyed before or after; after this call
+    * any lease of the client answers NOT_HELD. Accepts NULL.
+    */
+   LEASELOCK_API void leaselock_client_destroy (leaselock_client_t *client);
 
-/* The URI actually used, with any password replaced by "***". Owned by the
- * client. */
-LEASELOCK_API const char *leaselock_client_uri (const leaselock_client_t *client);
+   /* The URI actually used, with any password replaced by "***". Owned by the
+    * client. */
+   LEASELOCK_API const char *leaselock_client_uri (const leaselock_client_t *client);
 
-/* Backend name: "sqlite", "mongodb", "mysql", "postgresql". Static. */
-LEASELOCK_API const char *leaselock_client_backend (const leaselock_client_t *client);
+   /* Backend name: "sqlite", "mongodb", "mysql", "postgresql". Static. */
+   LEASELOCK_API const char *leaselock_client_backend (const leaselock_client_t *client);
 
-/*
- * The default URI when none is given and LEASELOCK_URI is unset:
- * sqlite://$XDG_STATE_HOME/leaselock/locks.db, with XDG_STATE_HOME
- * defaulting to $HOME/.local/state. Writes at most size bytes to buf
- * (NUL-terminated). Returns false if it did not fit or HOME is unknown.
- */
-LEASELOCK_API bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error);
+   /*
+    * The default URI when none is given and LEASELOCK_URI is unset:
+    * sqlite://$XDG_STATE_HOME/leaselock/locks.db, with XDG_STATE_HOME
+    * defaulting to $HOME/.local/state. Writes at most size bytes to buf
+    * (NUL-terminated). Returns false if it did not fit or HOME is unknown.
+    */
+   LEASELOCK_API bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error);
 
-/* Called from the renewal thread, with no leaselock lock held, once, when
- * a lease is declared lost. It may call leaselock_lease_* getters but must
- * not destroy the lease. */
-typedef void (*leaselock_lost_cb) (leaselock_lease_t *lease, void *user_data);
+   /* Called from the renewal thread, with no leaselock lock held, once, when
+    * a lease is declared lost. It may call leaselock_lease_* getters but must
+    * not destroy the lease. */
+   typedef void (*leaselock_lost_cb) (leaselock_lease_t *lease, void *user_data);
 
-/* Asked between waits of a blocking acquire; return true to stop waiting
- * (the acquire then fails with LEASELOCK_INTERRUPTED). */
-typedef bool (*leaselock_stop_cb) (void *user_data);
+   /* Asked between waits of a blocking acquire; return true to stop waiting
+    * (the acquire then fails with LEASELOCK_INTERRUPTED). */
+   typedef bool (*leaselock_stop_cb) (void *user_data);
 
-typedef struct leaselock_acquire_opts {
-   int64_t ttl_ms;      /* 1 .. LEASELOCK_TTL_MAX_MS */
-   int64_t timeout_ms;  /* 0: one try; > 0: wait up to this long; < 0: forever */
-   int64_t min_hold_ms; /* lockAtLeastFor, applied at release; 0 .. TTL_MAX */
-   bool auto_renew;     /* renew at ~ttl/3 from the client's thread */
-   leaselock_lost_cb on_lost; /* may be NULL */
-   void *on_lost_data;
-   leaselock_stop_cb should_stop; /* may be NULL; polled at least every 100 ms */
-   void *should_stop_data;
-} leaselock_acquire_opts_t;
+   typedef struct leaselock_acquire_opts
+   {
+      int64_t ttl_ms;            /* 1 .. LEASELOCK_TTL_MAX_MS */
+      int64_t timeout_ms;        /* 0: one try; > 0: wait up to this long; < 0: forever */
+      int64_t min_hold_ms;       /* lockAtLeastFor, applied at release; 0 .. TTL_MAX */
+      bool auto_renew;           /* renew at ~ttl/3 from the client's thread */
+      leaselock_lost_cb on_lost; /* may be NULL */
+      void *on_lost_data;
+      leaselock_stop_cb should_stop; /* may be NULL; polled at least every 100 ms */
+      void *should_stop_data;
+   } leaselock_acquire_opts_t;
 
-/* Fills opts with the defaults: ttl 30 s, timeout 0, min_hold 0,
- * auto_renew true, no callbacks. */
-LEASELOCK_API void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts);
+   /* Fills opts with the defaults: ttl 30 s, timeout 0, min_hold 0,
+    * auto_renew true, no callbacks. */
+   LEASELOCK_API void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts);
 
-/*
- * Acquire key (key_len bytes, UTF-8, 1..255, no NUL) for opts->ttl_ms.
- * opts may be NULL (defaults). On success *lease is a new lease to free
- * with leaselock_lease_destroy(). On failure *lease is NULL and
- * error->code is BUSY (one try, another owner holds it), TIMEOUT (waited
- * timeout_ms), INTERRUPTED, INVALID or BACKEND.
- */
-LEASELOCK_API bool leaselock_acquire (leaselock_client_t *client,
-                                      const char *key,
-                                      size_t key_len,
-                                      const leaselock_acquire_opts_t *opts,
-                                      leaselock_lease_t **lease,
+   /*
+    * Acquire key (key_len bytes, UTF-8, 1..255, no NUL) for opts->ttl_ms.
+    * opts may be NULL (defaults). On success *lease is a new lease to free
+    * with leaselock_lease_destroy(). On failure *lease is NULL and
+    * error->code is BUSY (one try, another owner holds it), TIMEOUT (waited
+    * timeout_ms), INTERRUPTED, INVALID or BACKEND.
+    */
+   LEASELOCK_API bool leaselock_acquire (leaselock_client_t *client,
+                                         const char *key,
+                                         size_t key_len,
+                                         const leaselock_acquire_opts_t *opts,
+                                         leaselock_lease_t **lease,
+                                         leaselock_error_t *error);
+
+   /* Extend the lease to ttl_ms from now (database clock); ttl_ms <= 0 means
+    * the lease's own TTL. Fails NOT_HELD if another owner has it or it
+    * expired, LOST if it was already declared lost. */
+   LEASELOCK_API bool leaselock_lease_renew (leaselock_lease_t *lease,
+                                             int64_t ttl_ms,
+                                             leaselock_error_t *error);
+
+   /*
+    * Release: clears the owner (the record and its fence stay); with min_hold
+    * the expiry becomes max(now, acquired_at + min_hold). Fails NOT_HELD when
+    * the lease is no longer this owner's (released already, taken over, or
+    * acquired by the parent of a forked process). Waiters in this process are
+    * woken at once.
+    */
+   LEASELOCK_API bool leaselock_lease_release (leaselock_lease_t *lease, leaselock_error_t *error);
+
+   /* Releases the lease if still held by this process (errors ignored), stops
+    * its renewal and frees it. Accepts NULL. */
+   LEASELOCK_API void leaselock_lease_destroy (leaselock_lease_t *lease);
+
+   typedef enum leaselock_state
+   {
+      LEASELOCK_STATE_HELD = 0,
+      LEASELOCK_STATE_RELEASED = 1,
+      LEASELOCK_STATE_LOST = 2, /* renewal failed or the local deadline passed */
+   } leaselock_state_t;
+
+   /* Getters: never fail, never do I/O. Strings are owned by the lease. */
+   LEASELOCK_API const char *leaselock_lease_key (const leaselock_lease_t *lease);
+   LEASELOCK_API size_t leaselock_lease_key_len (const leaselock_lease_t *lease);
+   LEASELOCK_API const char *leaselock_lease_owner (const leaselock_lease_t *lease);
+   LEASELOCK_API int64_t leaselock_lease_fence (const leaselock_lease_t *lease);
+   LEASELOCK_API int64_t leaselock_lease_ttl_ms (const leaselock_lease_t *lease);
+   /* HELD turns into LOST when the local deadline (send time + TTL) passes. */
+   LEASELOCK_API leaselock_state_t leaselock_lease_state (leaselock_lease_t *lease);
+   /* Milliseconds until the holder's local deadline; <= 0 once passed. */
+   LEASELOCK_API int64_t leaselock_lease_remaining_ms (leaselock_lease_t *lease);
+
+   /* A record as the database holds it. */
+   typedef struct leaselock_record
+   {
+      char key[LEASELOCK_KEY_MAX + 1];
+      size_t key_len;
+      char owner[LEASELOCK_OWNER_LEN + 1]; /* "" when released */
+      int64_t fence;
+      int64_t expires_in_ms; /* by the database clock; <= 0 when expired */
+      char host[256];
+      int64_t pid;
+      char label[256];
+   } leaselock_record_t;
+
+   /* Fills *record and sets *found. Never fails for a missing key. */
+   LEASELOCK_API bool leaselock_inspect (leaselock_client_t *client,
+                                         const char *key,
+                                         size_t key_len,
+                                         leaselock_record_t *record,
+                                         bool *found,
+                                         leaselock_error_t *error);
+
+   /* Calls fn once per record whose key starts with prefix (prefix_len may be
+    * 0), in key order. fn returns false to stop early. The record is only
+    * valid during the call. */
+   typedef bool (*leaselock_record_cb) (const leaselock_record_t *record, void *user_data);
+   LEASELOCK_API bool leaselock_list (leaselock_client_t *client,
+                                      const char *prefix,
+                                      size_t prefix_len,
+                                      leaselock_record_cb fn,
+                                      void *user_data,
                                       leaselock_error_t *error);
 
-/* Extend the lease to ttl_ms from now (database clock); ttl_ms <= 0 means
- * the lease's own TTL. Fails NOT_HELD if another owner has it or it
- * expired, LOST if it was already declared lost. */
-LEASELOCK_API bool
-leaselock_lease_renew (leaselock_lease_t *lease, int64_t ttl_ms, leaselock_error_t *error);
+   /* Admin: clears the owner of key whoever holds it and makes it free now; the
+    * fence survives. *took (may be NULL) tells whether a live lease was taken. */
+   LEASELOCK_API bool leaselock_force_release (leaselock_client_t *client,
+                                               const char *key,
+                                               size_t key_len,
+                                               bool *took,
+                                               leaselock_error_t *error);
 
-/*
- * Release: clears the owner (the record and its fence stay); with min_hold
- * the expiry becomes max(now, acquired_at + min_hold). Fails NOT_HELD when
- * the lease is no longer this owner's (released already, taken over, or
- * acquired by the parent of a forked process). Waiters in this process are
- * woken at once.
- */
-LEASELOCK_API bool leaselock_lease_release (leaselock_lease_t *lease, leaselock_error_t *error);
-
-/* Releases the lease if still held by this process (errors ignored), stops
- * its renewal and frees it. Accepts NULL. */
-LEASELOCK_API void leaselock_lease_destroy (leaselock_lease_t *lease);
-
-typedef enum leaselock_state {
-   LEASELOCK_STATE_HELD = 0,
-   LEASELOCK_STATE_RELEASED = 1,
-   LEASELOCK_STATE_LOST = 2, /* renewal failed or the local deadline passed */
-} leaselock_state_t;
-
-/* Getters: never fail, never do I/O. Strings are owned by the lease. */
-LEASELOCK_API const char *leaselock_lease_key (const leaselock_lease_t *lease);
-LEASELOCK_API size_t leaselock_lease_key_len (const leaselock_lease_t *lease);
-LEASELOCK_API const char *leaselock_lease_owner (const leaselock_lease_t *lease);
-LEASELOCK_API int64_t leaselock_lease_fence (const leaselock_lease_t *lease);
-LEASELOCK_API int64_t leaselock_lease_ttl_ms (const leaselock_lease_t *lease);
-/* HELD turns into LOST when the local deadline (send time + TTL) passes. */
-LEASELOCK_API leaselock_state_t leaselock_lease_state (leaselock_lease_t *lease);
-/* Milliseconds until the holder's local deadline; <= 0 once passed. */
-LEASELOCK_API int64_t leaselock_lease_remaining_ms (leaselock_lease_t *lease);
-
-/* A record as the database holds it. */
-typedef struct leaselock_record {
-   char key[LEASELOCK_KEY_MAX + 1];
-   size_t key_len;
-   char owner[LEASELOCK_OWNER_LEN + 1]; /* "" when released */
-   int64_t fence;
-   int64_t expires_in_ms; /* by the database clock; <= 0 when expired */
-   char host[256];
-   int64_t pid;
-   char label[256];
-} leaselock_record_t;
-
-/* Fills *record and sets *found. Never fails for a missing key. */
-LEASELOCK_API bool leaselock_inspect (leaselock_client_t *client,
-                                      const char *key,
-                                      size_t key_len,
-                                      leaselock_record_t *record,
-                                      bool *found,
-                                      leaselock_error_t *error);
-
-/* Calls fn once per record whose key starts with prefix (prefix_len may be
- * 0), in key order. fn returns false to stop early. The record is only
- * valid during the call. */
-typedef bool (*leaselock_record_cb) (const leaselock_record_t *record, void *user_data);
-LEASELOCK_API bool leaselock_list (leaselock_client_t *client,
-                                   const char *prefix,
-                                   size_t prefix_len,
-                                   leaselock_record_cb fn,
-                                   void *user_data,
-                                   leaselock_error_t *error);
-
-/* Admin: clears the owner of key whoever holds it and makes it free now; the
- * fence survives. *took (may be NULL) tells whether a live lease was taken. */
-LEASELOCK_API bool leaselock_force_release (leaselock_client_t *client,
-                                            const char *key,
-                                            size_t key_len,
-                                            bool *took,
-                                            leaselock_error_t *error);
-
-/* Parses "30s", "500ms", "2m", "1h", "1d", or a bare number of seconds
- * ("1.5") into milliseconds. Used by the CLI; exposed for the bindings. */
-LEASELOCK_API bool
-leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t *error);
+   /* Parses "30s", "500ms", "2m", "1h", "1d", or a bare number of seconds
+    * ("1.5") into milliseconds. Used by the CLI; exposed for the bindings. */
+   LEASELOCK_API bool leaselock_parse_duration (const char *text,
+                                                int64_t *ms,
+                                                leaselock_error_t *error);
 
 #ifdef __cplusplus
 }

@@ -21,16 +21,20 @@
  * Returns false so callers can `return ll_error_set(...)`. */
 bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fmt, ...)
 #if defined(__GNUC__)
-   __attribute__((format(printf, 3, 4)))
+  __attribute__ ((format (printf, 3, 4)))
 #endif
-   ;
+  ;
 void ll_error_clear (leaselock_error_t *err);
 
 /* ---- validation (contract "Words") ----------------------------------- */
 
 /* key: 1..255 bytes, valid UTF-8, no NUL. what names the argument in the
  * message ("key", "prefix"). allow_empty is for prefixes. */
-bool ll_check_key (const char *key, size_t len, const char *what, bool allow_empty, leaselock_error_t *err);
+bool ll_check_key (const char *key,
+                   size_t len,
+                   const char *what,
+                   bool allow_empty,
+                   leaselock_error_t *err);
 /* ttl: 1 .. LEASELOCK_TTL_MAX_MS. what names the argument ("ttl"). */
 bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
 /* min_hold and other durations that may be 0. */
@@ -57,7 +61,8 @@ void ll_cond_init (pthread_cond_t *cond);
 
 #define LL_URI_MAX_PARAMS 32
 
-typedef struct ll_uri_param {
+typedef struct ll_uri_param
+{
    char *name;  /* percent-decoded */
    char *value; /* percent-decoded, "" when absent */
 } ll_uri_param_t;
@@ -65,7 +70,8 @@ typedef struct ll_uri_param {
 /* scheme://[user[:password]@]host[:port][/path][?a=b&c=d]
  * sqlite:///abs/path.db has host "" and path "/abs/path.db".
  * All strings are owned by the ll_uri_t and freed by ll_uri_cleanup. */
-typedef struct ll_uri {
+typedef struct ll_uri
+{
    char *scheme;   /* lower-cased */
    char *user;     /* NULL when absent */
    char *password; /* NULL when absent */
@@ -85,7 +91,8 @@ void ll_uri_redact (const char *text, char *buf, size_t size);
 
 /* ---- backend interface ----------------------------------------------- */
 
-typedef struct ll_holder {
+typedef struct ll_holder
+{
    const char *host;  /* this machine's host name */
    int64_t pid;       /* getpid() at acquire */
    const char *label; /* caller label or "" */
@@ -104,7 +111,8 @@ typedef struct ll_holder {
  *   release: NOT_HELD when the record is not ours;
  *   any: BACKEND (with the driver's message, never a password), NOMEM.
  */
-typedef struct ll_backend {
+typedef struct ll_backend
+{
    const char *name;        /* "sqlite" */
    const char *schemes[4];  /* URI schemes it answers, NULL-terminated */
    bool available;          /* false when built without its library */
@@ -132,12 +140,27 @@ typedef struct ll_backend {
                     int64_t *fence,
                     leaselock_error_t *err);
    /* expiry = now + ttl when the record is ours and live. */
-   bool (*renew) (void *conn, const char *key, size_t key_len, const char *owner, int64_t ttl_ms, leaselock_error_t *err);
+   bool (*renew) (void *conn,
+                  const char *key,
+                  size_t key_len,
+                  const char *owner,
+                  int64_t ttl_ms,
+                  leaselock_error_t *err);
    /* When the record is ours: owner cleared, expiry = max(now, acquired_at +
     * min_hold). */
-   bool (*release) (void *conn, const char *key, size_t key_len, const char *owner, int64_t min_hold_ms, leaselock_error_t *err);
+   bool (*release) (void *conn,
+                    const char *key,
+                    size_t key_len,
+                    const char *owner,
+                    int64_t min_hold_ms,
+                    leaselock_error_t *err);
    /* Reads one record; *found false when the key has no record. */
-   bool (*inspect) (void *conn, const char *key, size_t key_len, leaselock_record_t *rec, bool *found, leaselock_error_t *err);
+   bool (*inspect) (void *conn,
+                    const char *key,
+                    size_t key_len,
+                    leaselock_record_t *rec,
+                    bool *found,
+                    leaselock_error_t *err);
    /* Records whose key starts with prefix (byte-wise), in key order. */
    bool (*list) (void *conn,
                  const char *prefix,
@@ -147,7 +170,11 @@ typedef struct ll_backend {
                  leaselock_error_t *err);
    /* Owner cleared and expiry = now whatever the owner; fence kept. *took:
     * whether a live lease was taken away. */
-   bool (*force_release) (void *conn, const char *key, size_t key_len, bool *took, leaselock_error_t *err);
+   bool (*force_release) (void *conn,
+                          const char *key,
+                          size_t key_len,
+                          bool *took,
+                          leaselock_error_t *err);
 } ll_backend_t;
 
 /* Backends compiled into the core (each file defines its table even when

@@ -7,12 +7,11 @@
 #include <string.h>
 #include <strings.h>
 
-static int
-hexval (char c)
+static int hexval (char c)
 {
    if (c >= '0' && c <= '9')
       return c - '0';
-   c = (char) tolower ((unsigned char) c);
+   c = (char)tolower ((unsigned char)c);
    if (c >= 'a' && c <= 'f')
       return c - 'a' + 10;
    return -1;
@@ -20,8 +19,7 @@ hexval (char c)
 
 /* Percent-decodes [s, s+n) into a new string; NULL on a bad escape or an
  * encoded NUL (which no component may hold). */
-static char *
-decode (const char *s, size_t n, bool plus_is_space)
+static char *decode (const char *s, size_t n, bool plus_is_space)
 {
    char *out = malloc (n + 1);
    if (!out)
@@ -38,7 +36,7 @@ decode (const char *s, size_t n, bool plus_is_space)
             free (out);
             return NULL;
          }
-         out[o++] = (char) (a * 16 + b);
+         out[o++] = (char)(a * 16 + b);
          i += 2;
       } else if (plus_is_space && s[i] == '+') {
          out[o++] = ' ';
@@ -50,8 +48,7 @@ decode (const char *s, size_t n, bool plus_is_space)
    return out;
 }
 
-void
-ll_uri_cleanup (ll_uri_t *uri)
+void ll_uri_cleanup (ll_uri_t *uri)
 {
    if (!uri)
       return;
@@ -73,8 +70,7 @@ ll_uri_cleanup (ll_uri_t *uri)
       goto fail;                                                                                   \
    } while (0)
 
-bool
-ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
+bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
 {
    memset (uri, 0, sizeof *uri);
    if (!text)
@@ -86,13 +82,13 @@ ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
    if (!sep || sep == text)
       FAIL ("malformed URI \"%s\": expected scheme://...", shown);
    for (const char *p = text; p < sep; p++)
-      if (!isalnum ((unsigned char) *p) && *p != '+' && *p != '-' && *p != '.')
+      if (!isalnum ((unsigned char)*p) && *p != '+' && *p != '-' && *p != '.')
          FAIL ("malformed URI \"%s\": bad character in the scheme", shown);
-   uri->scheme = strndup (text, (size_t) (sep - text));
+   uri->scheme = strndup (text, (size_t)(sep - text));
    if (!uri->scheme)
       goto nomem;
    for (char *p = uri->scheme; *p; p++)
-      *p = (char) tolower ((unsigned char) *p);
+      *p = (char)tolower ((unsigned char)*p);
 
    const char *auth = sep + 3;
    const char *auth_end = auth + strcspn (auth, "/?#");
@@ -102,18 +98,18 @@ ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
          at = p; /* the last '@': passwords may hold an unescaped one */
    const char *hostpart = auth;
    if (at) {
-      const char *colon = memchr (auth, ':', (size_t) (at - auth));
+      const char *colon = memchr (auth, ':', (size_t)(at - auth));
       const char *uend = colon ? colon : at;
-      if (!(uri->user = decode (auth, (size_t) (uend - auth), false)))
+      if (!(uri->user = decode (auth, (size_t)(uend - auth), false)))
          FAIL ("malformed URI \"%s\": bad percent-escape in the user name", shown);
-      if (colon && !(uri->password = decode (colon + 1, (size_t) (at - colon - 1), false)))
+      if (colon && !(uri->password = decode (colon + 1, (size_t)(at - colon - 1), false)))
          FAIL ("malformed URI \"%s\": bad percent-escape in the password", shown);
       hostpart = at + 1;
    }
    const char *port_at = NULL;
    const char *hstart = hostpart, *hend = auth_end;
    if (*hostpart == '[') {
-      const char *rb = memchr (hostpart, ']', (size_t) (auth_end - hostpart));
+      const char *rb = memchr (hostpart, ']', (size_t)(auth_end - hostpart));
       if (!rb)
          FAIL ("malformed URI \"%s\": unterminated [ in the host", shown);
       hstart = hostpart + 1;
@@ -124,13 +120,13 @@ ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
          port_at = rb + 2;
       }
    } else {
-      const char *colon = memchr (hostpart, ':', (size_t) (auth_end - hostpart));
+      const char *colon = memchr (hostpart, ':', (size_t)(auth_end - hostpart));
       if (colon) {
          hend = colon;
          port_at = colon + 1;
       }
    }
-   if (!(uri->host = decode (hstart, (size_t) (hend - hstart), false)))
+   if (!(uri->host = decode (hstart, (size_t)(hend - hstart), false)))
       FAIL ("malformed URI \"%s\": bad percent-escape in the host", shown);
    if (port_at) {
       long port = 0;
@@ -138,33 +134,33 @@ ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
       if (p == auth_end)
          FAIL ("malformed URI \"%s\": empty port", shown);
       for (; p < auth_end; p++) {
-         if (!isdigit ((unsigned char) *p) || port > 65535)
+         if (!isdigit ((unsigned char)*p) || port > 65535)
             FAIL ("malformed URI \"%s\": the port must be a number from 1 to 65535", shown);
          port = port * 10 + (*p - '0');
       }
       if (port < 1 || port > 65535)
          FAIL ("malformed URI \"%s\": the port must be a number from 1 to 65535", shown);
-      uri->port = (int) port;
+      uri->port = (int)port;
    }
 
    const char *path = auth_end;
    const char *path_end = path + strcspn (path, "?#");
-   if (!(uri->path = decode (path, (size_t) (path_end - path), false)))
+   if (!(uri->path = decode (path, (size_t)(path_end - path), false)))
       FAIL ("malformed URI \"%s\": bad percent-escape in the path", shown);
    if (*path_end == '?') {
       const char *q = path_end + 1;
       const char *q_end = q + strcspn (q, "#");
       while (q < q_end) {
-         const char *amp = memchr (q, '&', (size_t) (q_end - q));
+         const char *amp = memchr (q, '&', (size_t)(q_end - q));
          const char *item_end = amp ? amp : q_end;
          if (item_end > q) {
             if (uri->n_params == LL_URI_MAX_PARAMS)
                FAIL ("malformed URI \"%s\": more than %d options", shown, LL_URI_MAX_PARAMS);
-            const char *eq = memchr (q, '=', (size_t) (item_end - q));
+            const char *eq = memchr (q, '=', (size_t)(item_end - q));
             const char *name_end = eq ? eq : item_end;
             ll_uri_param_t *prm = &uri->params[uri->n_params];
-            prm->name = decode (q, (size_t) (name_end - q), true);
-            prm->value = eq ? decode (eq + 1, (size_t) (item_end - eq - 1), true) : strdup ("");
+            prm->name = decode (q, (size_t)(name_end - q), true);
+            prm->value = eq ? decode (eq + 1, (size_t)(item_end - eq - 1), true) : strdup ("");
             if (!prm->name || !prm->value) {
                free (prm->name);
                free (prm->value);
@@ -185,8 +181,7 @@ fail:
    return false;
 }
 
-const char *
-ll_uri_param (const ll_uri_t *uri, const char *name)
+const char *ll_uri_param (const ll_uri_t *uri, const char *name)
 {
    for (int i = 0; i < uri->n_params; i++)
       if (!strcmp (uri->params[i].name, name))
@@ -194,8 +189,7 @@ ll_uri_param (const ll_uri_t *uri, const char *name)
    return NULL;
 }
 
-void
-ll_uri_redact (const char *text, char *buf, size_t size)
+void ll_uri_redact (const char *text, char *buf, size_t size)
 {
    if (!size)
       return;
@@ -212,12 +206,12 @@ ll_uri_redact (const char *text, char *buf, size_t size)
          if (*p == '@')
             at = p;
       if (at)
-         colon = memchr (auth, ':', (size_t) (at - auth));
+         colon = memchr (auth, ':', (size_t)(at - auth));
    }
    if (!colon) {
       snprintf (buf, size, "%s", text);
    } else {
-      snprintf (buf, size, "%.*s:***%s", (int) (colon - text), text, at);
+      snprintf (buf, size, "%.*s:***%s", (int)(colon - text), text, at);
    }
    /* A password may also come as an option (password=, pwd=). */
    for (const char *opt = strchr (buf, '?'); opt; opt = strchr (opt + 1, '&')) {
@@ -226,7 +220,7 @@ ll_uri_redact (const char *text, char *buf, size_t size)
          char *eq = strchr (name, '=');
          char *end = eq + 1 + strcspn (eq + 1, "&#");
          size_t tail = strlen (end);
-         if ((size_t) (eq + 4 - buf) + tail + 1 <= size) {
+         if ((size_t)(eq + 4 - buf) + tail + 1 <= size) {
             memmove (eq + 4, end, tail + 1);
             memcpy (eq + 1, "***", 3);
          }

@@ -8,8 +8,7 @@
 
 /* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF). Returns the
  * offset of the first bad byte, or len when valid. */
-static size_t
-utf8_invalid_at (const unsigned char *s, size_t len)
+static size_t utf8_invalid_at (const unsigned char *s, size_t len)
 {
    size_t i = 0;
    while (i < len) {
@@ -43,8 +42,11 @@ utf8_invalid_at (const unsigned char *s, size_t len)
    return len;
 }
 
-bool
-ll_check_key (const char *key, size_t len, const char *what, bool allow_empty, leaselock_error_t *err)
+bool ll_check_key (const char *key,
+                   size_t len,
+                   const char *what,
+                   bool allow_empty,
+                   leaselock_error_t *err)
 {
    if (!key)
       return ll_error_set (err, LEASELOCK_INVALID, "%s is NULL", what);
@@ -57,40 +59,37 @@ ll_check_key (const char *key, size_t len, const char *what, bool allow_empty, l
    const char *nul = memchr (key, '\0', len);
    if (nul)
       return ll_error_set (err, LEASELOCK_INVALID, "%s contains a NUL byte at offset %zu", what,
-                           (size_t) (nul - key));
-   size_t bad = utf8_invalid_at ((const unsigned char *) key, len);
+                           (size_t)(nul - key));
+   size_t bad = utf8_invalid_at ((const unsigned char *)key, len);
    if (bad != len)
       return ll_error_set (err, LEASELOCK_INVALID, "%s is not valid UTF-8 (bad byte at offset %zu)",
                            what, bad);
    return true;
 }
 
-bool
-ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err)
+bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err)
 {
    if (ms < 1)
       return ll_error_set (err, LEASELOCK_INVALID, "%s must be at least 1 ms (got %lld ms)", what,
-                           (long long) ms);
+                           (long long)ms);
    if (ms > LEASELOCK_TTL_MAX_MS)
       return ll_error_set (err, LEASELOCK_INVALID, "%s must be at most 30 days (got %lld ms)", what,
-                           (long long) ms);
+                           (long long)ms);
    return true;
 }
 
-bool
-ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err)
+bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err)
 {
    if (ms < 0)
       return ll_error_set (err, LEASELOCK_INVALID, "%s must not be negative (got %lld ms)", what,
-                           (long long) ms);
+                           (long long)ms);
    if (ms > LEASELOCK_TTL_MAX_MS)
       return ll_error_set (err, LEASELOCK_INVALID, "%s must be at most 30 days (got %lld ms)", what,
-                           (long long) ms);
+                           (long long)ms);
    return true;
 }
 
-bool
-ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err)
+bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err)
 {
    unsigned char raw[16];
    size_t got = 0;
@@ -101,7 +100,7 @@ ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err)
             continue;
          return ll_error_set (err, LEASELOCK_BACKEND, "getrandom failed: %s", strerror (errno));
       }
-      got += (size_t) n;
+      got += (size_t)n;
    }
    static const char hex[] = "0123456789abcdef";
    for (size_t i = 0; i < sizeof raw; i++) {

@@ -10,7 +10,8 @@
 
 #define MAX_RECORDS 4096
 
-typedef struct rec {
+typedef struct rec
+{
    char key[LEASELOCK_KEY_MAX + 1];
    size_t key_len;
    char owner[LEASELOCK_OWNER_LEN + 1];
@@ -21,28 +22,25 @@ typedef struct rec {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static rec_t recs[MAX_RECORDS];
 static int n_recs;
-static int fail_ops;     /* while > 0 every op fails with BACKEND */
-static int64_t db_skew;  /* the "database clock" = engine clock + skew */
+static int fail_ops;    /* while > 0 every op fails with BACKEND */
+static int64_t db_skew; /* the "database clock" = engine clock + skew */
 static long n_calls[8];
 
-void
-fake_backend_fail (bool on)
+void fake_backend_fail (bool on)
 {
    pthread_mutex_lock (&mu);
    fail_ops = on;
    pthread_mutex_unlock (&mu);
 }
 
-void
-fake_backend_skew (int64_t ms)
+void fake_backend_skew (int64_t ms)
 {
    pthread_mutex_lock (&mu);
    db_skew = ms;
    pthread_mutex_unlock (&mu);
 }
 
-long
-fake_backend_calls (fake_op_t op)
+long fake_backend_calls (fake_op_t op)
 {
    pthread_mutex_lock (&mu);
    long n = n_calls[op];
@@ -50,14 +48,12 @@ fake_backend_calls (fake_op_t op)
    return n;
 }
 
-static int64_t
-db_now (void)
+static int64_t db_now (void)
 {
    return ll_now_ms () + db_skew;
 }
 
-static rec_t *
-find (const char *key, size_t len)
+static rec_t *find (const char *key, size_t len)
 {
    for (int i = 0; i < n_recs; i++)
       if (recs[i].key_len == len && !memcmp (recs[i].key, key, len))
@@ -66,8 +62,7 @@ find (const char *key, size_t len)
 }
 
 /* Locks and counts; fails when injection is on. */
-static bool
-enter (fake_op_t op, leaselock_error_t *err)
+static bool enter (fake_op_t op, leaselock_error_t *err)
 {
    pthread_mutex_lock (&mu);
    n_calls[op]++;
@@ -78,8 +73,7 @@ enter (fake_op_t op, leaselock_error_t *err)
    return true;
 }
 
-static void *
-fake_open (const char *uri, leaselock_error_t *err)
+static void *fake_open (const char *uri, leaselock_error_t *err)
 {
    if (strncmp (uri, "fake://", 7) != 0)
       return ll_error_set (err, LEASELOCK_INVALID, "not a fake URI"), NULL;
@@ -88,23 +82,21 @@ fake_open (const char *uri, leaselock_error_t *err)
    return malloc (1);
 }
 
-static void
-fake_close (void *conn)
+static void fake_close (void *conn)
 {
    free (conn);
 }
 
-static bool
-fake_acquire (void *conn,
-              const char *key,
-              size_t key_len,
-              const char *owner,
-              int64_t ttl_ms,
-              const ll_holder_t *holder,
-              int64_t *fence,
-              leaselock_error_t *err)
+static bool fake_acquire (void *conn,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t ttl_ms,
+                          const ll_holder_t *holder,
+                          int64_t *fence,
+                          leaselock_error_t *err)
 {
-   (void) conn;
+   (void)conn;
    if (!enter (FAKE_ACQUIRE, err))
       return false;
    int64_t now = db_now ();
@@ -135,11 +127,14 @@ fake_acquire (void *conn,
    return true;
 }
 
-static bool
-fake_renew (void *conn, const char *key, size_t key_len, const char *owner, int64_t ttl_ms,
-            leaselock_error_t *err)
+static bool fake_renew (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t ttl_ms,
+                        leaselock_error_t *err)
 {
-   (void) conn;
+   (void)conn;
    if (!enter (FAKE_RENEW, err))
       return false;
    int64_t now = db_now ();
@@ -151,11 +146,14 @@ fake_renew (void *conn, const char *key, size_t key_len, const char *owner, int6
    return ok || ll_error_set (err, LEASELOCK_NOT_HELD, "not held");
 }
 
-static bool
-fake_release (void *conn, const char *key, size_t key_len, const char *owner, int64_t min_hold_ms,
-              leaselock_error_t *err)
+static bool fake_release (void *conn,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t min_hold_ms,
+                          leaselock_error_t *err)
 {
-   (void) conn;
+   (void)conn;
    if (!enter (FAKE_RELEASE, err))
       return false;
    int64_t now = db_now ();
@@ -170,8 +168,7 @@ fake_release (void *conn, const char *key, size_t key_len, const char *owner, in
    return ok || ll_error_set (err, LEASELOCK_NOT_HELD, "not held");
 }
 
-static void
-fill (const rec_t *r, leaselock_record_t *out, int64_t now)
+static void fill (const rec_t *r, leaselock_record_t *out, int64_t now)
 {
    memset (out, 0, sizeof *out);
    memcpy (out->key, r->key, r->key_len);
@@ -184,11 +181,14 @@ fill (const rec_t *r, leaselock_record_t *out, int64_t now)
    snprintf (out->label, sizeof out->label, "%s", r->label);
 }
 
-static bool
-fake_inspect (void *conn, const char *key, size_t key_len, leaselock_record_t *rec, bool *found,
-              leaselock_error_t *err)
+static bool fake_inspect (void *conn,
+                          const char *key,
+                          size_t key_len,
+                          leaselock_record_t *rec,
+                          bool *found,
+                          leaselock_error_t *err)
 {
-   (void) conn;
+   (void)conn;
    if (!enter (FAKE_INSPECT, err))
       return false;
    rec_t *r = find (key, key_len);
@@ -199,8 +199,7 @@ fake_inspect (void *conn, const char *key, size_t key_len, leaselock_record_t *r
    return true;
 }
 
-static int
-cmp_rec (const void *a, const void *b)
+static int cmp_rec (const void *a, const void *b)
 {
    const rec_t *x = a, *y = b;
    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
@@ -208,14 +207,17 @@ cmp_rec (const void *a, const void *b)
    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
 }
 
-static bool
-fake_list (void *conn, const char *prefix, size_t prefix_len, leaselock_record_cb fn,
-           void *user_data, leaselock_error_t *err)
+static bool fake_list (void *conn,
+                       const char *prefix,
+                       size_t prefix_len,
+                       leaselock_record_cb fn,
+                       void *user_data,
+                       leaselock_error_t *err)
 {
-   (void) conn;
+   (void)conn;
    if (!enter (FAKE_LIST, err))
       return false;
-   rec_t *copy = malloc (sizeof (rec_t) * (n_recs ? (size_t) n_recs : 1));
+   rec_t *copy = malloc (sizeof (rec_t) * (n_recs ? (size_t)n_recs : 1));
    int n = 0;
    for (int i = 0; copy && i < n_recs; i++)
       if (recs[i].key_len >= prefix_len && !memcmp (recs[i].key, prefix, prefix_len))
@@ -224,7 +226,7 @@ fake_list (void *conn, const char *prefix, size_t prefix_len, leaselock_record_c
    pthread_mutex_unlock (&mu);
    if (!copy)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   qsort (copy, (size_t) n, sizeof *copy, cmp_rec);
+   qsort (copy, (size_t)n, sizeof *copy, cmp_rec);
    for (int i = 0; i < n; i++) {
       leaselock_record_t out;
       fill (&copy[i], &out, now);
@@ -235,10 +237,13 @@ fake_list (void *conn, const char *prefix, size_t prefix_len, leaselock_record_c
    return true;
 }
 
-static bool
-fake_force (void *conn, const char *key, size_t key_len, bool *took, leaselock_error_t *err)
+static bool fake_force (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        bool *took,
+                        leaselock_error_t *err)
 {
-   (void) conn;
+   (void)conn;
    if (!enter (FAKE_FORCE, err))
       return false;
    int64_t now = db_now ();
@@ -254,7 +259,7 @@ fake_force (void *conn, const char *key, size_t key_len, bool *took, leaselock_e
 
 const ll_backend_t fake_backend = {
    .name = "fake",
-   .schemes = {"fake", NULL},
+   .schemes = { "fake", NULL },
    .available = true,
    .open = fake_open,
    .close = fake_close,

@@ -6,7 +6,8 @@
 
 #include <stdio.h>
 
-typedef enum {
+typedef enum
+{
    FAKE_ACQUIRE,
    FAKE_RENEW,
    FAKE_RELEASE,

@@ -28,20 +28,18 @@ static char PFX[64];
 static atomic_bool ticking = true;
 static atomic_bool ticker_stop;
 
-static void
-real_sleep (int64_t ms)
+static void real_sleep (int64_t ms)
 {
-   struct timespec ts = {(time_t) (ms / 1000), (long) (ms % 1000) * 1000000};
+   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
    while (nanosleep (&ts, &ts) != 0) {
    }
 }
 
-static void *
-ticker (void *arg)
+static void *ticker (void *arg)
 {
-   (void) arg;
+   (void)arg;
    while (!atomic_load (&ticker_stop)) {
-      struct timespec ts = {0, 250000};
+      struct timespec ts = { 0, 250000 };
       nanosleep (&ts, NULL);
       if (atomic_load (&ticking))
          ll_clock_advance (RATE / 4);
@@ -50,8 +48,7 @@ ticker (void *arg)
 }
 
 /* Sleeps ms on the clock the engine and the backend share. */
-static void
-t_sleep (int64_t ms)
+static void t_sleep (int64_t ms)
 {
    if (!FAKE) {
       real_sleep (ms);
@@ -62,8 +59,7 @@ t_sleep (int64_t ms)
       real_sleep (1);
 }
 
-static const char *
-key (const char *name)
+static const char *key (const char *name)
 {
    static _Thread_local char buf[8][300];
    static _Thread_local int i;
@@ -72,8 +68,7 @@ key (const char *name)
    return b;
 }
 
-static leaselock_client_t *
-client (const char *label)
+static leaselock_client_t *client (const char *label)
 {
    leaselock_error_t err;
    leaselock_client_t *c = leaselock_client_new (URI, label, &err);
@@ -82,8 +77,7 @@ client (const char *label)
    return c;
 }
 
-static leaselock_acquire_opts_t
-opts (int64_t ttl, bool renew)
+static leaselock_acquire_opts_t opts (int64_t ttl, bool renew)
 {
    leaselock_acquire_opts_t o;
    leaselock_acquire_opts_init (&o);
@@ -92,17 +86,18 @@ opts (int64_t ttl, bool renew)
    return o;
 }
 
-static bool
-acq (leaselock_client_t *c, const char *k, leaselock_acquire_opts_t o, leaselock_lease_t **l,
-     leaselock_error_t *err)
+static bool acq (leaselock_client_t *c,
+                 const char *k,
+                 leaselock_acquire_opts_t o,
+                 leaselock_lease_t **l,
+                 leaselock_error_t *err)
 {
    return leaselock_acquire (c, k, strlen (k), &o, l, err);
 }
 
 /* ---- basic operations -------------------------------------------------- */
 
-static void
-test_acquire_release (void)
+static void test_acquire_release (void)
 {
    leaselock_client_t *c = client ("basic");
    CHECK (c);
@@ -126,8 +121,7 @@ test_acquire_release (void)
    leaselock_client_destroy (c);
 }
 
-static void
-test_owner_tokens_unique (void)
+static void test_owner_tokens_unique (void)
 {
    leaselock_client_t *c = client (NULL);
    CHECK (c);
@@ -145,13 +139,12 @@ test_owner_tokens_unique (void)
    leaselock_client_destroy (c);
 }
 
-static void
-test_busy_one_try (void)
+static void test_busy_one_try (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
    leaselock_error_t err;
-   leaselock_lease_t *la, *lb = (void *) 1;
+   leaselock_lease_t *la, *lb = (void *)1;
    bool ok = acq (a, key ("busy"), opts (5000, false), &la, &err);
    CHECK_OK (ok, err);
    ok = acq (b, key ("busy"), opts (5000, false), &lb, &err);
@@ -169,8 +162,7 @@ test_busy_one_try (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_fences_grow (void)
+static void test_fences_grow (void)
 {
    leaselock_client_t *c = client (NULL);
    CHECK (c);
@@ -183,25 +175,24 @@ test_fences_grow (void)
       CHECK (leaselock_lease_fence (l) > last);
       last = leaselock_lease_fence (l);
       switch (round % 3) {
-      case 0: /* release */
-         ok = leaselock_lease_release (l, &err);
-         CHECK_OK (ok, err);
-         break;
-      case 1: /* expiry, then takeover */
-         t_sleep (450);
-         break;
-      case 2: /* force release */
-         ok = leaselock_force_release (c, key ("fence"), strlen (key ("fence")), NULL, &err);
-         CHECK_OK (ok, err);
-         break;
+         case 0: /* release */
+            ok = leaselock_lease_release (l, &err);
+            CHECK_OK (ok, err);
+            break;
+         case 1: /* expiry, then takeover */
+            t_sleep (450);
+            break;
+         case 2: /* force release */
+            ok = leaselock_force_release (c, key ("fence"), strlen (key ("fence")), NULL, &err);
+            CHECK_OK (ok, err);
+            break;
       }
       leaselock_lease_destroy (l);
    }
    leaselock_client_destroy (c);
 }
 
-static void
-test_expiry_takeover (void)
+static void test_expiry_takeover (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
@@ -235,8 +226,7 @@ test_expiry_takeover (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_renew (void)
+static void test_renew (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
@@ -266,8 +256,7 @@ test_renew (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_renew_after_force_release (void)
+static void test_renew_after_force_release (void)
 {
    leaselock_client_t *a = client ("a");
    CHECK (a);
@@ -286,8 +275,7 @@ test_renew_after_force_release (void)
    leaselock_client_destroy (a);
 }
 
-static void
-test_min_hold (void)
+static void test_min_hold (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
@@ -331,15 +319,15 @@ test_min_hold (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_inspect (void)
+static void test_inspect (void)
 {
    leaselock_client_t *c = client ("inspect-label");
    CHECK (c);
    leaselock_error_t err;
    leaselock_record_t rec;
    bool found = true;
-   bool ok = leaselock_inspect (c, key ("never-used"), strlen (key ("never-used")), &rec, &found, &err);
+   bool ok =
+     leaselock_inspect (c, key ("never-used"), strlen (key ("never-used")), &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
    leaselock_lease_t *l;
@@ -364,14 +352,14 @@ test_inspect (void)
    leaselock_client_destroy (c);
 }
 
-typedef struct {
+typedef struct
+{
    int n;
    char keys[16][300];
    int64_t fences[16];
 } listing_t;
 
-static bool
-collect (const leaselock_record_t *r, void *ud)
+static bool collect (const leaselock_record_t *r, void *ud)
 {
    listing_t *L = ud;
    if (L->n < 16) {
@@ -382,28 +370,26 @@ collect (const leaselock_record_t *r, void *ud)
    return true;
 }
 
-static bool
-stop_after_one (const leaselock_record_t *r, void *ud)
+static bool stop_after_one (const leaselock_record_t *r, void *ud)
 {
-   (void) r;
-   (*(int *) ud)++;
+   (void)r;
+   (*(int *)ud)++;
    return false;
 }
 
-static void
-test_list_prefix (void)
+static void test_list_prefix (void)
 {
    leaselock_client_t *c = client (NULL);
    CHECK (c);
    leaselock_error_t err;
-   const char *names[] = {"list/b", "list/a", "lisx", "list/c%", "lp%_/x", "lpab/x"};
+   const char *names[] = { "list/b", "list/a", "lisx", "list/c%", "lp%_/x", "lpab/x" };
    for (int i = 0; i < 6; i++) {
       leaselock_lease_t *l;
       bool ok = acq (c, key (names[i]), opts (5000, false), &l, &err);
       CHECK_OK (ok, err);
       leaselock_lease_destroy (l); /* released records are listed too */
    }
-   listing_t L = {0};
+   listing_t L = { 0 };
    char p[300];
    snprintf (p, sizeof p, "%s/list/", PFX);
    bool ok = leaselock_list (c, p, strlen (p), collect, &L, &err);
@@ -432,8 +418,7 @@ test_list_prefix (void)
    leaselock_client_destroy (c);
 }
 
-static void
-test_force_release (void)
+static void test_force_release (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("admin");
    CHECK (a && b);
@@ -467,8 +452,7 @@ test_force_release (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_destroy_releases (void)
+static void test_destroy_releases (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
@@ -484,8 +468,7 @@ test_destroy_releases (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_lease_outlives_client (void)
+static void test_lease_outlives_client (void)
 {
    leaselock_client_t *a = client ("a");
    CHECK (a);
@@ -509,8 +492,7 @@ test_lease_outlives_client (void)
 
 /* ---- blocking acquire ------------------------------------------------ */
 
-static void
-test_blocking_timeout (void)
+static void test_blocking_timeout (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
@@ -536,7 +518,8 @@ test_blocking_timeout (void)
    leaselock_client_destroy (b);
 }
 
-typedef struct {
+typedef struct
+{
    leaselock_client_t *c;
    const char *key;
    int64_t timeout;
@@ -547,8 +530,7 @@ typedef struct {
    int64_t done_at;
 } waiter_t;
 
-static void *
-waiter_main (void *arg)
+static void *waiter_main (void *arg)
 {
    waiter_t *w = arg;
    leaselock_acquire_opts_t o = opts (5000, false);
@@ -560,8 +542,7 @@ waiter_main (void *arg)
 }
 
 /* A waiter in the same process is woken at once by a local release. */
-static void
-test_local_handoff (void)
+static void test_local_handoff (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
@@ -569,7 +550,7 @@ test_local_handoff (void)
    leaselock_lease_t *la;
    bool ok = acq (a, key ("handoff"), opts (60000, false), &la, &err);
    CHECK_OK (ok, err);
-   waiter_t w = {.c = b, .key = key ("handoff"), .timeout = 30000};
+   waiter_t w = { .c = b, .key = key ("handoff"), .timeout = 30000 };
    pthread_t th;
    pthread_create (&th, NULL, waiter_main, &w);
    t_sleep (3000); /* long enough for the backoff to reach its cap */
@@ -593,13 +574,13 @@ test_local_handoff (void)
    leaselock_client_destroy (b);
 }
 
-static bool
-stop_now (void *ud)
+static bool stop_now (void *ud)
 {
-   return atomic_load ((atomic_bool *) ud);
+   return atomic_load ((atomic_bool *)ud);
 }
 
-typedef struct {
+typedef struct
+{
    leaselock_client_t *c;
    const char *key;
    atomic_bool stop;
@@ -607,8 +588,7 @@ typedef struct {
    leaselock_error_t err;
 } stopper_t;
 
-static void *
-stopper_main (void *arg)
+static void *stopper_main (void *arg)
 {
    stopper_t *s = arg;
    leaselock_acquire_opts_t o = opts (5000, false);
@@ -622,8 +602,7 @@ stopper_main (void *arg)
    return NULL;
 }
 
-static void
-test_wait_interrupted (void)
+static void test_wait_interrupted (void)
 {
    leaselock_client_t *a = client ("a");
    CHECK (a);
@@ -631,7 +610,7 @@ test_wait_interrupted (void)
    leaselock_lease_t *la;
    bool ok = acq (a, key ("interrupt"), opts (60000, false), &la, &err);
    CHECK_OK (ok, err);
-   stopper_t s = {.c = a, .key = key ("interrupt")};
+   stopper_t s = { .c = a, .key = key ("interrupt") };
    pthread_t th;
    pthread_create (&th, NULL, stopper_main, &s);
    t_sleep (500);
@@ -644,27 +623,26 @@ test_wait_interrupted (void)
 
 /* ---- renewal and loss -------------------------------------------------- */
 
-typedef struct {
+typedef struct
+{
    atomic_int calls;
    leaselock_lease_t *lease;
 } lost_t;
 
-static void
-on_lost (leaselock_lease_t *lease, void *ud)
+static void on_lost (leaselock_lease_t *lease, void *ud)
 {
    lost_t *L = ud;
    L->lease = lease;
    atomic_fetch_add (&L->calls, 1);
 }
 
-static void
-test_auto_renew (void)
+static void test_auto_renew (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
    leaselock_error_t err;
    leaselock_lease_t *la, *lb;
-   lost_t L = {0};
+   lost_t L = { 0 };
    leaselock_acquire_opts_t o = opts (1000, true);
    o.on_lost = on_lost;
    o.on_lost_data = &L;
@@ -686,14 +664,13 @@ test_auto_renew (void)
    leaselock_client_destroy (b);
 }
 
-static void
-test_loss_on_takeover (void)
+static void test_loss_on_takeover (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
    CHECK (a && b);
    leaselock_error_t err;
    leaselock_lease_t *la;
-   lost_t L = {0};
+   lost_t L = { 0 };
    leaselock_acquire_opts_t o = opts (900, true);
    o.on_lost = on_lost;
    o.on_lost_data = &L;
@@ -717,14 +694,13 @@ test_loss_on_takeover (void)
 
 /* Fake only: the database is down; renewal keeps retrying until the local
  * deadline, not a moment longer, then the lease is LOST and on_lost runs. */
-static void
-test_loss_when_database_down (void)
+static void test_loss_when_database_down (void)
 {
    leaselock_client_t *a = client ("a");
    CHECK (a);
    leaselock_error_t err;
    leaselock_lease_t *la;
-   lost_t L = {0};
+   lost_t L = { 0 };
    leaselock_acquire_opts_t o = opts (1000, true);
    o.on_lost = on_lost;
    o.on_lost_data = &L;
@@ -766,8 +742,7 @@ test_loss_when_database_down (void)
 }
 
 /* Fake only: the local deadline is the send time + TTL, exactly. */
-static void
-test_local_deadline_exact (void)
+static void test_local_deadline_exact (void)
 {
    leaselock_client_t *a = client ("a");
    CHECK (a);
@@ -793,8 +768,7 @@ test_local_deadline_exact (void)
 
 /* Backend level: a retried acquire by the same owner (first reply lost)
  * succeeds with a larger fence. */
-static void
-test_reacquire_same_owner (void)
+static void test_reacquire_same_owner (void)
 {
    leaselock_error_t err;
    const ll_backend_t *b = ll_backend_for_uri (URI, &err);
@@ -802,15 +776,18 @@ test_reacquire_same_owner (void)
    void *conn = b->open (URI, &err);
    CHECK_OK (conn != NULL, err);
    const char *k = key ("retry");
-   ll_holder_t h = {"host", 1, "retry"};
+   ll_holder_t h = { "host", 1, "retry" };
    int64_t f1 = 0, f2 = 0;
-   bool ok = b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f1, &err);
+   bool ok =
+     b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f1, &err);
    if (ok)
-      ok = b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f2, &err);
+      ok =
+        b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f2, &err);
    bool busy = false;
    if (ok) {
       int64_t f3;
-      busy = !b->acquire (conn, k, strlen (k), "fedcba9876543210fedcba9876543210", 5000, &h, &f3, &err) &&
+      busy = !b->acquire (conn, k, strlen (k), "fedcba9876543210fedcba9876543210", 5000, &h, &f3,
+                          &err) &&
              err.code == LEASELOCK_BUSY;
       ok = b->release (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 0, &err);
    }
@@ -822,8 +799,7 @@ test_reacquire_same_owner (void)
 
 /* ---- fork safety ------------------------------------------------------- */
 
-static void
-test_fork_child_cannot_release (void)
+static void test_fork_child_cannot_release (void)
 {
    leaselock_client_t *c = client ("parent");
    CHECK (c);
@@ -836,7 +812,8 @@ test_fork_child_cannot_release (void)
    if (pid == 0) {
       int code = 0;
       leaselock_error_t e;
-      if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD || !strstr (e.message, "fork"))
+      if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD ||
+          !strstr (e.message, "fork"))
          code |= 1;
       if (leaselock_lease_renew (l, 0, &e) || e.code != LEASELOCK_NOT_HELD)
          code |= 2;
@@ -872,13 +849,12 @@ test_fork_child_cannot_release (void)
 
 /* ---- bad input --------------------------------------------------------- */
 
-static void
-test_bad_keys (void)
+static void test_bad_keys (void)
 {
    leaselock_client_t *c = client (NULL);
    CHECK (c);
    leaselock_error_t err;
-   leaselock_lease_t *l = (void *) 1;
+   leaselock_lease_t *l = (void *)1;
    leaselock_acquire_opts_t o = opts (1000, false);
    char big[300];
    memset (big, 'k', sizeof big);
@@ -889,8 +865,8 @@ test_bad_keys (void)
    CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is 256 bytes long (at most 255)");
    ok = leaselock_acquire (c, "a\0b", 3, &o, &l, &err);
    CHECK_ERR (ok, err, LEASELOCK_INVALID, "NUL byte at offset 1");
-   const char *bad_utf8[] = {"\xff", "ab\xc0\xaf", "\xed\xa0\x80", "x\xe2\x82", "\xf5\x80\x80\x80",
-                             "\x80"};
+   const char *bad_utf8[] = { "\xff",      "ab\xc0\xaf",       "\xed\xa0\x80",
+                              "x\xe2\x82", "\xf5\x80\x80\x80", "\x80" };
    for (size_t i = 0; i < sizeof bad_utf8 / sizeof bad_utf8[0]; i++) {
       ok = leaselock_acquire (c, bad_utf8[i], strlen (bad_utf8[i]), &o, &l, &err);
       CHECK_ERR (ok, err, LEASELOCK_INVALID, "not valid UTF-8");
@@ -909,7 +885,7 @@ test_bad_keys (void)
    /* 255 bytes and multibyte keys are fine */
    char k255[256];
    int n = snprintf (k255, sizeof k255, "%s/", PFX);
-   memset (k255 + n, 'x', (size_t) (255 - n));
+   memset (k255 + n, 'x', (size_t)(255 - n));
    k255[255] = '\0';
    ok = leaselock_acquire (c, k255, 255, &o, &l, &err);
    CHECK_OK (ok, err);
@@ -924,8 +900,7 @@ test_bad_keys (void)
    leaselock_client_destroy (c);
 }
 
-static void
-test_bad_ttls (void)
+static void test_bad_ttls (void)
 {
    leaselock_client_t *c = client (NULL);
    CHECK (c);
@@ -955,8 +930,7 @@ test_bad_ttls (void)
    leaselock_client_destroy (c);
 }
 
-static void
-test_null_arguments (void)
+static void test_null_arguments (void)
 {
    leaselock_error_t err;
    leaselock_lease_t *l;
@@ -985,24 +959,24 @@ test_null_arguments (void)
    leaselock_client_destroy (NULL);
    CHECK (leaselock_lease_state (NULL) == LEASELOCK_STATE_RELEASED);
    CHECK (!strcmp (leaselock_code_name (LEASELOCK_BUSY), "BUSY"));
-   CHECK (!strcmp (leaselock_code_name ((leaselock_code_t) 99), "UNKNOWN"));
+   CHECK (!strcmp (leaselock_code_name ((leaselock_code_t)99), "UNKNOWN"));
    leaselock_client_destroy (c);
 }
 
-static void
-test_bad_uris (void)
+static void test_bad_uris (void)
 {
    leaselock_error_t err;
-   struct {
+   struct
+   {
       const char *uri;
       leaselock_code_t code;
       const char *msg;
    } cases[] = {
-      {"nope", LEASELOCK_INVALID, "malformed URI \"nope\""},
-      {"://x", LEASELOCK_INVALID, "malformed URI"},
-      {"ftp://host/x", LEASELOCK_INVALID, "unknown URI scheme \"ftp\""},
-      {"redis://u:secret@host/x", LEASELOCK_INVALID, "redis://u:***@host/x"},
-      {"sqlite:relative.db", LEASELOCK_INVALID, "malformed URI"},
+      { "nope", LEASELOCK_INVALID, "malformed URI \"nope\"" },
+      { "://x", LEASELOCK_INVALID, "malformed URI" },
+      { "ftp://host/x", LEASELOCK_INVALID, "unknown URI scheme \"ftp\"" },
+      { "redis://u:secret@host/x", LEASELOCK_INVALID, "redis://u:***@host/x" },
+      { "sqlite:relative.db", LEASELOCK_INVALID, "malformed URI" },
    };
    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       leaselock_client_t *c = leaselock_client_new (cases[i].uri, NULL, &err);
@@ -1017,22 +991,22 @@ test_bad_uris (void)
    CHECK (leaselock_client_new ("nope", NULL, NULL) == NULL); /* error may be NULL */
 }
 
-static void
-test_durations (void)
+static void test_durations (void)
 {
    leaselock_error_t err;
    int64_t ms;
-   struct {
+   struct
+   {
       const char *text;
       int64_t ms;
-   } good[] = {{"30s", 30000}, {"500ms", 500}, {"2m", 120000}, {"1h", 3600000},
-               {"1d", 86400000}, {"1.5", 1500}, {"0", 0}, {"0.25s", 250}};
+   } good[] = { { "30s", 30000 },   { "500ms", 500 }, { "2m", 120000 }, { "1h", 3600000 },
+                { "1d", 86400000 }, { "1.5", 1500 },  { "0", 0 },       { "0.25s", 250 } };
    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
       bool ok = leaselock_parse_duration (good[i].text, &ms, &err);
       CHECK_OK (ok, err);
       CHECK_EQ (ms, good[i].ms);
    }
-   const char *bad[] = {"", "abc", "-1s", "10x", "nan", "inf", " 5s", "5 s", "1e400"};
+   const char *bad[] = { "", "abc", "-1s", "10x", "nan", "inf", " 5s", "5 s", "1e400" };
    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
       bool ok = leaselock_parse_duration (bad[i], &ms, &err);
       CHECK (!ok && err.code == LEASELOCK_INVALID);
@@ -1040,8 +1014,7 @@ test_durations (void)
    }
 }
 
-static void
-test_default_uri (void)
+static void test_default_uri (void)
 {
    char buf[512];
    leaselock_error_t err;
@@ -1068,8 +1041,7 @@ test_default_uri (void)
    CHECK (small);
 }
 
-int
-main (int argc, char **argv)
+int main (int argc, char **argv)
 {
    if (argc != 2) {
       fprintf (stderr, "usage: %s URI   (fake:// for the in-memory backend)\n", argv[0]);
@@ -1087,7 +1059,7 @@ main (int argc, char **argv)
    unsigned r;
    FILE *f = fopen ("/dev/urandom", "rb");
    if (!f || fread (&r, sizeof r, 1, f) != 1)
-      r = (unsigned) getpid ();
+      r = (unsigned)getpid ();
    if (f)
       fclose (f);
    snprintf (PFX, sizeof PFX, "contract-%08x", r);

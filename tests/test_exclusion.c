@@ -26,27 +26,25 @@ static const char *URI;
 static int ITER = 25;
 static char KEY[64];
 
-static void
-pause_a_little (void)
+static void pause_a_little (void)
 {
-   struct timespec ts = {0, 200000}; /* 0.2 ms: widens any race window */
+   struct timespec ts = { 0, 200000 }; /* 0.2 ms: widens any race window */
    nanosleep (&ts, NULL);
 }
 
 /* ---- threads ----------------------------------------------------------- */
 
 static leaselock_client_t *shared_client;
-static int counter;          /* deliberately not atomic */
-static atomic_int inside;    /* > 1 means two holders at once */
+static int counter;       /* deliberately not atomic */
+static atomic_int inside; /* > 1 means two holders at once */
 static atomic_int overlaps;
 static int64_t fences[THREADS * 100];
-static int n_fences;         /* written only under the lock */
+static int n_fences; /* written only under the lock */
 static atomic_int failures;
 
-static void *
-thread_main (void *arg)
+static void *thread_main (void *arg)
 {
-   long id = (long) arg;
+   long id = (long)arg;
    /* half the threads share one client, half have their own */
    leaselock_error_t err;
    leaselock_client_t *own = id % 2 ? leaselock_client_new (URI, "thread", &err) : NULL;
@@ -85,8 +83,7 @@ thread_main (void *arg)
    return NULL;
 }
 
-static void
-test_threads (void)
+static void test_threads (void)
 {
    leaselock_error_t err;
    shared_client = leaselock_client_new (URI, "threads", &err);
@@ -94,7 +91,7 @@ test_threads (void)
    snprintf (KEY + strlen (KEY), sizeof KEY - strlen (KEY), "/threads");
    pthread_t th[THREADS];
    for (long i = 0; i < THREADS; i++)
-      pthread_create (&th[i], NULL, thread_main, (void *) i);
+      pthread_create (&th[i], NULL, thread_main, (void *)i);
    for (int i = 0; i < THREADS; i++)
       pthread_join (th[i], NULL);
    leaselock_client_destroy (shared_client);
@@ -105,15 +102,14 @@ test_threads (void)
    for (int i = 1; i < n_fences; i++)
       CHECK (fences[i] > fences[i - 1]);
    printf ("threads: %d critical sections, fences %lld..%lld, 0 overlaps\n", n_fences,
-           (long long) fences[0], (long long) fences[n_fences - 1]);
+           (long long)fences[0], (long long)fences[n_fences - 1]);
 }
 
 /* ---- processes --------------------------------------------------------- */
 
 static char dir[256];
 
-static int
-read_int (const char *path)
+static int read_int (const char *path)
 {
    FILE *f = fopen (path, "r");
    int v = 0;
@@ -125,8 +121,7 @@ read_int (const char *path)
    return v;
 }
 
-static void
-write_int (const char *path, int v)
+static void write_int (const char *path, int v)
 {
    FILE *f = fopen (path, "w");
    if (f) {
@@ -135,8 +130,7 @@ write_int (const char *path, int v)
    }
 }
 
-static int
-child_main (int id)
+static int child_main (int id)
 {
    char counter_path[300], log_path[300], inside_path[300];
    snprintf (counter_path, sizeof counter_path, "%s/counter", dir);
@@ -173,7 +167,7 @@ child_main (int id)
       write_int (counter_path, v + 1);
       FILE *log = fopen (log_path, "a");
       if (log) {
-         fprintf (log, "%lld %d\n", (long long) leaselock_lease_fence (l), id);
+         fprintf (log, "%lld %d\n", (long long)leaselock_lease_fence (l), id);
          fclose (log);
       }
       if (fd >= 0)
@@ -188,13 +182,13 @@ child_main (int id)
    return rc;
 }
 
-static void
-test_processes (void)
+static void test_processes (void)
 {
-   snprintf (dir, sizeof dir, "%s/leaselock-excl-XXXXXX", getenv ("TMPDIR") ? getenv ("TMPDIR") : "/tmp");
+   snprintf (dir, sizeof dir, "%s/leaselock-excl-XXXXXX",
+             getenv ("TMPDIR") ? getenv ("TMPDIR") : "/tmp");
    CHECK (mkdtemp (dir));
    char *slash = strrchr (KEY, '/');
-   snprintf (slash, sizeof KEY - (size_t) (slash - KEY), "/processes");
+   snprintf (slash, sizeof KEY - (size_t)(slash - KEY), "/processes");
    fflush (NULL);
    pid_t kids[PROCS];
    for (int i = 0; i < PROCS; i++) {
@@ -237,8 +231,7 @@ test_processes (void)
    printf ("processes: %d critical sections, fences %lld..%lld, 0 overlaps\n", n, first, prev);
 }
 
-int
-main (int argc, char **argv)
+int main (int argc, char **argv)
 {
    if (argc < 2) {
       fprintf (stderr, "usage: %s URI [iterations]\n", argv[0]);
@@ -248,8 +241,8 @@ main (int argc, char **argv)
    URI = argv[1];
    if (argc > 2)
       ITER = atoi (argv[2]) > 0 && atoi (argv[2]) <= 100 ? atoi (argv[2]) : ITER;
-   srand ((unsigned) getpid ());
-   snprintf (KEY, sizeof KEY, "exclusion-%d-%d", (int) getpid (), rand () % 100000);
+   srand ((unsigned)getpid ());
+   snprintf (KEY, sizeof KEY, "exclusion-%d-%d", (int)getpid (), rand () % 100000);
    printf ("exclusion on %s: %d threads and %d processes x %d\n", URI, THREADS, PROCS, ITER);
    RUN (test_threads);
    RUN (test_processes);

@@ -13,8 +13,7 @@
 
 static int tl_passed, tl_failed, tl_cur_failed;
 
-static inline void
-tl_fail (const char *file, int line, const char *what)
+static inline void tl_fail (const char *file, int line, const char *what)
 {
    fprintf (stderr, "    FAIL %s:%d: %s\n", file, line, what);
    tl_cur_failed = 1;
@@ -31,7 +30,7 @@ tl_fail (const char *file, int line, const char *what)
 /* Checks an int64 equality and shows both values. */
 #define CHECK_EQ(a, b)                                                                             \
    do {                                                                                            \
-      long long _a = (long long) (a), _b = (long long) (b);                                        \
+      long long _a = (long long)(a), _b = (long long)(b);                                          \
       if (_a != _b) {                                                                              \
          char _m[512];                                                                             \
          snprintf (_m, sizeof _m, "%s == %s (%lld != %lld)", #a, #b, _a, _b);                      \
@@ -46,7 +45,7 @@ tl_fail (const char *file, int line, const char *what)
       if ((ok) || (err).code != (want_code) || !strstr ((err).message, (substr))) {                \
          char _m[768];                                                                             \
          snprintf (_m, sizeof _m, "%s: want %s containing \"%s\", got ok=%d %s \"%s\"", #ok,       \
-                   leaselock_code_name (want_code), (substr), (int) (ok),                          \
+                   leaselock_code_name (want_code), (substr), (int)(ok),                           \
                    leaselock_code_name ((err).code), (err).message);                               \
          tl_fail (__FILE__, __LINE__, _m);                                                         \
          return;                                                                                   \
@@ -81,8 +80,7 @@ tl_fail (const char *file, int line, const char *what)
       }                                                                                            \
    } while (0)
 
-static inline int
-tl_summary (const char *suite)
+static inline int tl_summary (const char *suite)
 {
    printf ("%s: %d passed, %d failed\n", suite, tl_passed, tl_failed);
    return tl_failed ? 1 : 0;
