@@ -38,11 +38,20 @@
 #include "leaselock.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Runs stmt with the GIL released. */
+#define LL_NOGIL(stmt)                                                                             \
+   do {                                                                                            \
+      PyThreadState *_ts = PyEval_SaveThread ();                                                   \
+      stmt;                                                                                        \
+      PyEval_RestoreThread (_ts);                                                                  \
+   } while (0)
 
 #define TTL_MAX_S ((double)LEASELOCK_TTL_MAX_MS / 1000.0)
 
@@ -63,6 +72,27 @@ typedef struct
 static atomic_int finalizing;
 /* True on the renewal thread while it runs an on_lost callback. */
 static _Thread_local bool in_lost_callback;
+
+/* getpid() without a system call per lease operation: refreshed in the
+ * child of every fork() by a pthread_atfork handler. */
+static pid_t current_pid_value;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void pid_refresh (void)
+{
+   current_pid_value = getpid ();
+}
+
+static void pid_init (void)
+{
+   pid_refresh ();
+   pthread_atfork (NULL, NULL, pid_refresh);
+}
+
+static inline pid_t current_pid (void)
+{
+   return current_pid_value;
+}
 
 static inline ll_state *get_state (PyObject *module)
 {
@@ -291,8 +321,7 @@ static void client_finish (ClientObject *self)
    self->c = NULL;
    if (!c)
       return;
-   Py_BEGIN_ALLOW_THREADS leaselock_client_destroy (c);
-   Py_END_ALLOW_THREADS
+   LL_NOGIL (leaselock_client_destroy (c));
 }
 
 static int finish_pending (void *arg)
@@ -338,7 +367,7 @@ static void lease_unlink (LeaseObject *l)
 
 static bool lease_foreign (LeaseObject *self)
 {
-   return self->pid != getpid ();
+   return self->pid != current_pid ();
 }
 
 /* ---- the core's callbacks --------------------------------------------- */
@@ -497,9 +526,8 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    }
    leaselock_error_t err;
    leaselock_client_t *c;
-   Py_BEGIN_ALLOW_THREADS c = leaselock_client_new (uri, label, &err);
-   Py_END_ALLOW_THREADS if (!c)
-   {
+   LL_NOGIL (c = leaselock_client_new (uri, label, &err));
+   if (!c) {
       raise_error (get_state (module), &err);
       return -1;
    }
@@ -509,8 +537,8 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    if (!u || !b) {
       Py_XDECREF (u);
       Py_XDECREF (b);
-      Py_BEGIN_ALLOW_THREADS leaselock_client_destroy (c);
-      Py_END_ALLOW_THREADS return -1;
+      LL_NOGIL (leaselock_client_destroy (c));
+      return -1;
    }
    Py_XSETREF (self->uri, u);
    Py_XSETREF (self->backend, b);
@@ -538,8 +566,8 @@ static void client_release_leases (ClientObject *self)
       LeaseObject *l = (LeaseObject *)PyList_GET_ITEM (held, i);
       leaselock_lease_t *core = l->lease;
       self->ops++;
-      Py_BEGIN_ALLOW_THREADS leaselock_lease_release (core, NULL);
-      Py_END_ALLOW_THREADS self->ops--;
+      LL_NOGIL (leaselock_lease_release (core, NULL));
+      self->ops--;
    }
    Py_DECREF (held);
 }
@@ -567,8 +595,7 @@ static void Client_dealloc (ClientObject *self)
    if (self->c) {
       leaselock_client_t *c = self->c;
       self->c = NULL;
-      Py_BEGIN_ALLOW_THREADS leaselock_client_destroy (c);
-      Py_END_ALLOW_THREADS
+      LL_NOGIL (leaselock_client_destroy (c));
    }
    Py_CLEAR (self->uri);
    Py_CLEAR (self->backend);
@@ -603,7 +630,7 @@ static LeaseObject *lease_alloc (ClientObject *cl, PyObject *key, PyObject *on_l
    l->lease = NULL;
    l->key = Py_NewRef (key);
    l->on_lost = on_lost == Py_None ? NULL : Py_NewRef (on_lost);
-   l->pid = getpid ();
+   l->pid = current_pid ();
    l->dead = false;
    l->weakreflist = NULL;
    lease_link (cl, l);
@@ -729,8 +756,8 @@ static PyObject *Client_inspect (ClientObject *self, PyObject *key_o)
    }
    leaselock_error_t err;
    bool found = false, ok;
-   Py_BEGIN_ALLOW_THREADS ok = leaselock_inspect (self->c, key, (size_t)n, rec, &found, &err);
-   Py_END_ALLOW_THREADS client_end (self);
+   LL_NOGIL (ok = leaselock_inspect (self->c, key, (size_t)n, rec, &found, &err));
+   client_end (self);
    PyObject *res;
    if (!ok)
       res = raise_error (get_state (self->module), &err);
@@ -776,9 +803,8 @@ static PyObject *Client_list (ClientObject *self, PyObject *prefix_o)
    rec_vec_t v = { NULL, 0, 0, false };
    leaselock_error_t err;
    bool ok;
-   Py_BEGIN_ALLOW_THREADS ok =
-     leaselock_list (self->c, prefix, (size_t)n, collect_record, &v, &err);
-   Py_END_ALLOW_THREADS client_end (self);
+   LL_NOGIL (ok = leaselock_list (self->c, prefix, (size_t)n, collect_record, &v, &err));
+   client_end (self);
    PyObject *res = NULL;
    if (v.nomem)
       PyErr_NoMemory ();
@@ -805,8 +831,8 @@ static PyObject *Client_force_release (ClientObject *self, PyObject *key_o)
       return NULL;
    leaselock_error_t err;
    bool took = false, ok;
-   Py_BEGIN_ALLOW_THREADS ok = leaselock_force_release (self->c, key, (size_t)n, &took, &err);
-   Py_END_ALLOW_THREADS client_end (self);
+   LL_NOGIL (ok = leaselock_force_release (self->c, key, (size_t)n, &took, &err));
+   client_end (self);
    if (!ok)
       return raise_error (get_state (self->module), &err);
    return PyBool_FromLong (took);
@@ -932,8 +958,9 @@ static void Lease_dealloc (LeaseObject *self)
       self->lease = NULL;
       if (counted)
          cl->ops++;
-      Py_BEGIN_ALLOW_THREADS leaselock_lease_destroy (core);
-      Py_END_ALLOW_THREADS if (counted) client_end (cl);
+      LL_NOGIL (leaselock_lease_destroy (core));
+      if (counted)
+         client_end (cl);
    }
    lease_unlink (self);
    Py_CLEAR (self->on_lost);
@@ -986,8 +1013,8 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
-   Py_BEGIN_ALLOW_THREADS ok = leaselock_lease_renew (core, ttl_ms, &err);
-   Py_END_ALLOW_THREADS client_end (self->client);
+   LL_NOGIL (ok = leaselock_lease_renew (core, ttl_ms, &err));
+   client_end (self->client);
    if (!ok)
       return raise_error (get_state (self->module), &err);
    Py_RETURN_NONE;
@@ -1001,8 +1028,10 @@ static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
-   Py_BEGIN_ALLOW_THREADS ok = leaselock_lease_release (core, &err);
-   Py_END_ALLOW_THREADS client_end (self->client);
+   LL_NOGIL (ok = leaselock_lease_release (core, &err));
+   client_end (self->client);
+   if (!ok && self->client->closing)
+      return raise_invalid ("I/O operation on a lease of a closed client");
    if (!ok)
       return raise_error (get_state (self->module), &err);
    Py_RETURN_NONE;
@@ -1032,20 +1061,22 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    bool ok;
    leaselock_lease_t *core = self->lease;
    self->client->ops++;
-   Py_BEGIN_ALLOW_THREADS ok = leaselock_lease_release (core, &err);
-   Py_END_ALLOW_THREADS client_end (self->client);
+   LL_NOGIL (ok = leaselock_lease_release (core, &err));
+   client_end (self->client);
    if (s == LEASELOCK_STATE_LOST) {
       char msg[LEASELOCK_ERROR_MAX + 64];
       Py_ssize_t n;
       const char *k = PyUnicode_AsUTF8AndSize (self->key, &n);
       snprintf (msg, sizeof msg,
-                "the lease on \"%.64s\" was lost before the block ended (renewal failed or its "
-                "deadline passed)",
+                "the lease on \"%.64s\" was lost before the block ended (taken over, or not "
+                "renewed before its deadline)",
                 k ? k : "?");
       return raise_code (st->LockLost, LEASELOCK_LOST, msg);
    }
    if (ok)
       Py_RETURN_FALSE;
+   if (self->client->closing)
+      Py_RETURN_FALSE; /* close() released it meanwhile */
    if (err.code == LEASELOCK_NOT_HELD)
       return raise_code (st->LockLost, LEASELOCK_NOT_HELD, err.message);
    return raise_error (st, &err);
@@ -1240,9 +1271,38 @@ static PyObject *mod_shutdown (PyObject *m, PyObject *unused)
    Py_RETURN_NONE;
 }
 
-/* _bench_core(uri, key, n) -> seconds: n acquire + release pairs through
- * the core alone, with the options `with lock:` uses, on a client of its
- * own. For bench/python only. */
+/* n acquire + release pairs through the core alone, with the options
+ * `with lock:` uses, on a client of its own. Runs without the GIL. */
+static bool bench_loop (const char *uri,
+                        const char *key,
+                        size_t key_len,
+                        long long n,
+                        double *seconds,
+                        leaselock_error_t *err)
+{
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, err);
+   if (!c)
+      return false;
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = 30000;
+   o.timeout_ms = -1;
+   bool ok = true;
+   struct timespec t0, t1;
+   clock_gettime (CLOCK_MONOTONIC, &t0);
+   for (long long i = 0; ok && i < n; i++) {
+      leaselock_lease_t *l = NULL;
+      ok = leaselock_acquire (c, key, key_len, &o, &l, err) && leaselock_lease_release (l, err);
+      leaselock_lease_destroy (l);
+   }
+   clock_gettime (CLOCK_MONOTONIC, &t1);
+   leaselock_client_destroy (c);
+   *seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+   return ok;
+}
+
+/* _bench_core(uri, key, n) -> seconds taken by bench_loop. For
+ * bench/python only. */
 static PyObject *mod_bench_core (PyObject *m, PyObject *args)
 {
    const char *uri, *key;
@@ -1251,26 +1311,12 @@ static PyObject *mod_bench_core (PyObject *m, PyObject *args)
    if (!PyArg_ParseTuple (args, "ss#L:_bench_core", &uri, &key, &key_len, &n))
       return NULL;
    leaselock_error_t err;
-   bool ok = true;
-   struct timespec t0, t1;
-   Py_BEGIN_ALLOW_THREADS leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
-   ok = c != NULL;
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = 30000;
-   o.timeout_ms = -1;
-   clock_gettime (CLOCK_MONOTONIC, &t0);
-   for (long long i = 0; ok && i < n; i++) {
-      leaselock_lease_t *l = NULL;
-      ok = leaselock_acquire (c, key, (size_t)key_len, &o, &l, &err) &&
-           leaselock_lease_release (l, &err);
-      leaselock_lease_destroy (l);
-   }
-   clock_gettime (CLOCK_MONOTONIC, &t1);
-   leaselock_client_destroy (c);
-   Py_END_ALLOW_THREADS if (!ok) return raise_error (get_state (m), &err);
-   return PyFloat_FromDouble ((double)(t1.tv_sec - t0.tv_sec) +
-                              (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+   bool ok;
+   double seconds = 0;
+   LL_NOGIL (ok = bench_loop (uri, key, (size_t)key_len, n, &seconds, &err));
+   if (!ok)
+      return raise_error (get_state (m), &err);
+   return PyFloat_FromDouble (seconds);
 }
 
 static PyMethodDef module_methods[] = {
@@ -1308,6 +1354,7 @@ static PyObject *new_exception (PyObject *m, const char *name, PyObject *bases, 
 
 static int module_exec (PyObject *m)
 {
+   pthread_once (&pid_once, pid_init);
    ll_state *st = get_state (m);
    st->client_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Client_spec, NULL);
    if (!st->client_type || PyModule_AddType (m, st->client_type) < 0)

@@ -99,3 +99,61 @@ def test_ctrl_c_stops_a_blocking_wait(uri, key, tmp_path):
         assert out.strip() == "interrupted" and p.returncode == 0
         assert held.held
         held.release()
+
+
+def test_close_racing_other_threads(uri, key):
+    # Threads keep using the client while the main thread closes it: each
+    # call either works or raises ValueError("...closed..."), nothing else.
+    c = leaselock.connect(uri)
+    lock = c.lock(key, ttl=5)
+    errors = []
+    stop = threading.Event()
+
+    def work(i):
+        while not stop.is_set():
+            try:
+                with lock:
+                    c.info(key)
+                c.locks(key)
+            except ValueError as e:
+                if "closed" not in str(e):
+                    errors.append(e)
+                return
+            except BaseException as e:
+                errors.append(e)
+                return
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    c.close()
+    stop.set()
+    for t in ts:
+        t.join(10)
+    assert not any(t.is_alive() for t in ts)
+    assert not errors, errors
+    with leaselock.connect(uri) as other:
+        rec = other.info(key)
+        assert rec is None or rec["owner"] is None
+
+
+def test_on_lost_may_close_the_client(uri, key):
+    c = leaselock.connect(uri)
+    closed = threading.Event()
+
+    def on_lost(lease):
+        c.close()  # from the renewal thread: the destroy is deferred
+        closed.set()
+
+    with leaselock.connect(uri) as other:
+        lease = c.lock(key, ttl=0.6, on_lost=on_lost).acquire()
+        other.force_release(key)
+        thief = other.lock(key).acquire(timeout=5)
+        assert closed.wait(10)
+        time.sleep(0.05)  # the deferred destroy runs on this thread
+        assert c.closed and not lease.held
+        with pytest.raises(ValueError, match="closed"):
+            c.info(key)
+        assert other.info(key)["owner"] == thief.owner
+        thief.release()

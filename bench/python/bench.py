@@ -1,0 +1,98 @@
+"""make bench-python: acquire+release pairs per second through the Python
+binding's `with lock:` beside
+
+  - the same loop inside the C core (leaselock._leaselock._bench_core: a C
+    loop of leaselock_acquire/release, no Python per pair), on embedded
+    SQLite and on MongoDB when MONGODB_URI is set (goal: >= 0.85 of it);
+  - a pure-Python pymongo implementation of the same protocol
+    (pymongo_lease.py) against the same MongoDB server (goal: >= 2x).
+
+Rounds are interleaved (A, B, C, A, B, C, ...) and the median of each is
+reported, so a noisy neighbour hurts all of them alike. This is a
+benchmark, not a test: it reports, it does not fail on speed.
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import leaselock
+from leaselock import _leaselock
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def rate_with_lock(client, key, n):
+    lock = client.lock(key)
+    t = time.perf_counter()
+    for _ in range(n):
+        with lock:
+            pass
+    return n / (time.perf_counter() - t)
+
+
+def rate_core(uri, key, n):
+    return n / _leaselock._bench_core(uri, key, n)
+
+
+def rate_pymongo(impl, key, n):
+    t = time.perf_counter()
+    for _ in range(n):
+        owner, _fence = impl.acquire(key)
+        if not impl.release(key, owner):
+            raise RuntimeError("pymongo release found the lease gone")
+    return n / (time.perf_counter() - t)
+
+
+def run(name, uri, pairs, rounds, pymongo_impl=None):
+    run_id = uuid.uuid4().hex[:8]
+    client = leaselock.connect(uri)
+    series = {"with lock:": [], "C core": []}
+    if pymongo_impl:
+        series["pymongo"] = []
+    # Warm up each path (connections, statements, first record).
+    rate_with_lock(client, f"bench/{run_id}/py", 50)
+    rate_core(uri, f"bench/{run_id}/core", 50)
+    if pymongo_impl:
+        rate_pymongo(pymongo_impl, f"bench/{run_id}/pymongo", 50)
+    for _ in range(rounds):
+        series["with lock:"].append(rate_with_lock(client, f"bench/{run_id}/py", pairs))
+        series["C core"].append(rate_core(uri, f"bench/{run_id}/core", pairs))
+        if pymongo_impl:
+            series["pymongo"].append(rate_pymongo(pymongo_impl, f"bench/{run_id}/pymongo", pairs))
+    client.close()
+    med = {k: statistics.median(v) for k, v in series.items()}
+    print(f"--- {name}: {pairs} pairs x {rounds} rounds (median pairs/s; min..max)")
+    for k, v in series.items():
+        print(f"  {k:<11} {med[k]:>10.0f}   ({min(v):.0f}..{max(v):.0f})")
+    print(f"  with lock: / C core  = {med['with lock:'] / med['C core']:.3f}   (goal >= 0.85)")
+    if pymongo_impl:
+        print(f"  with lock: / pymongo = {med['with lock:'] / med['pymongo']:.2f}x   (goal >= 2x)")
+    return med
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="leaselock-bench-") as d:
+        run("sqlite (embedded, WAL)", f"sqlite://{d}/bench.db", args.pairs, args.rounds)
+    mongo = os.environ.get("MONGODB_URI")
+    if not mongo:
+        print("--- mongodb: MONGODB_URI not set, skipped (make bench-python starts a server)")
+        return
+    from pymongo_lease import PyMongoLeases
+
+    impl = PyMongoLeases(mongo)
+    try:
+        run("mongodb (mongo-java-server)", mongo, args.pairs, args.rounds, impl)
+    finally:
+        impl.close()
+
+
+if __name__ == "__main__":
+    main()
