@@ -68,13 +68,13 @@ static const char create_sql[] = "CREATE TABLE IF NOT EXISTS leaselock_locks ("
  * runs only when the record is expired (by the same "now") or already
  * ours; otherwise no row comes back: BUSY. */
 static const char acquire_sql[] =
-   "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"
-   " VALUES (?1, ?2, 1, " NOW_MS ", " NOW_MS " + ?3, ?4, ?5, ?6)"
-   " ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = fence + 1,"
-   " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,"
-   " host = excluded.host, pid = excluded.pid, label = excluded.label"
-   " WHERE expires_at <= excluded.acquired_at OR owner = excluded.owner"
-   " RETURNING fence";
+  "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"
+  " VALUES (?1, ?2, 1, " NOW_MS ", " NOW_MS " + ?3, ?4, ?5, ?6)"
+  " ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = fence + 1,"
+  " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,"
+  " host = excluded.host, pid = excluded.pid, label = excluded.label"
+  " WHERE expires_at <= excluded.acquired_at OR owner = excluded.owner"
+  " RETURNING fence";
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 static const char renew_sql[] = "UPDATE leaselock_locks SET expires_at = " NOW_MS " + ?3"
@@ -82,8 +82,8 @@ static const char renew_sql[] = "UPDATE leaselock_locks SET expires_at = " NOW_M
 
 /* ?1 key, ?2 owner, ?3 min_hold_ms */
 static const char release_sql[] =
-   "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" NOW_MS ", acquired_at + ?3)"
-   " WHERE key = ?1 AND owner = ?2";
+  "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" NOW_MS ", acquired_at + ?3)"
+  " WHERE key = ?1 AND owner = ?2";
 
 #define RECORD_COLUMNS "key, owner, fence, expires_at - " NOW_MS ", host, pid, label"
 
@@ -96,14 +96,14 @@ static const char list_sql[] = "SELECT " RECORD_COLUMNS " FROM leaselock_locks"
 
 /* force_release, inside BEGIN IMMEDIATE: first the live case (changes()
  * tells whether a live lease was taken), then any record. ?1 key */
-static const char force_live_sql[] =
-   "UPDATE leaselock_locks SET owner = '', expires_at = " NOW_MS
-   " WHERE key = ?1 AND owner <> '' AND expires_at > " NOW_MS;
+static const char force_live_sql[] = "UPDATE leaselock_locks SET owner = '', expires_at = " NOW_MS
+                                     " WHERE key = ?1 AND owner <> '' AND expires_at > " NOW_MS;
 static const char force_any_sql[] =
-   "UPDATE leaselock_locks SET owner = '', expires_at = MIN(expires_at, " NOW_MS ")"
-   " WHERE key = ?1";
+  "UPDATE leaselock_locks SET owner = '', expires_at = MIN(expires_at, " NOW_MS ")"
+  " WHERE key = ?1";
 
-enum {
+enum
+{
    ST_ACQUIRE,
    ST_RENEW,
    ST_RELEASE,
@@ -118,15 +118,15 @@ enum {
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-   [ST_ACQUIRE] = acquire_sql,       [ST_RENEW] = renew_sql,
-   [ST_RELEASE] = release_sql,       [ST_INSPECT] = inspect_sql,
-   [ST_LIST] = list_sql,             [ST_BEGIN] = "BEGIN IMMEDIATE",
-   [ST_FORCE_LIVE] = force_live_sql, [ST_FORCE_ANY] = force_any_sql,
-   [ST_COMMIT] = "COMMIT",           [ST_ROLLBACK] = "ROLLBACK",
+   [ST_ACQUIRE] = acquire_sql,       [ST_RENEW] = renew_sql,         [ST_RELEASE] = release_sql,
+   [ST_INSPECT] = inspect_sql,       [ST_LIST] = list_sql,           [ST_BEGIN] = "BEGIN IMMEDIATE",
+   [ST_FORCE_LIVE] = force_live_sql, [ST_FORCE_ANY] = force_any_sql, [ST_COMMIT] = "COMMIT",
+   [ST_ROLLBACK] = "ROLLBACK",
 };
 
 /* One connection: owned by the engine, used by one thread at a time. */
-typedef struct sqlite_conn {
+typedef struct sqlite_conn
+{
    sqlite3 *db;
    sqlite3_stmt *stmt[ST_COUNT]; /* prepared once, reset after each use */
    char *path;                   /* for messages */
@@ -137,21 +137,19 @@ typedef struct sqlite_conn {
 
 /* Fills err from the connection's last SQLite error: NOMEM for
  * SQLITE_NOMEM, else BACKEND with SQLite's message and the file. */
-static bool
-db_error (sqlite_conn_t *c, int rc, const char *what, leaselock_error_t *err)
+static bool db_error (sqlite_conn_t *c, int rc, const char *what, leaselock_error_t *err)
 {
    if ((rc & 0xff) == SQLITE_NOMEM)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory in SQLite (%s)", what);
    const char *msg = c->db ? sqlite3_errmsg (c->db) : sqlite3_errstr (rc);
-   return ll_error_set (err, LEASELOCK_BACKEND, "SQLite %s failed: %s (database '%s')", what,
-                        msg, c->path);
+   return ll_error_set (err, LEASELOCK_BACKEND, "SQLite %s failed: %s (database '%s')", what, msg,
+                        c->path);
 }
 
 /* ---- opening --------------------------------------------------------- */
 
 /* Creates the missing parent directories of path (mode 0700). */
-static bool
-make_parents (const char *path, leaselock_error_t *err)
+static bool make_parents (const char *path, leaselock_error_t *err)
 {
    char dir[PATH_MAX];
    snprintf (dir, sizeof dir, "%s", path);
@@ -192,15 +190,13 @@ make_parents (const char *path, leaselock_error_t *err)
 }
 
 /* Runs one statement that returns no rows (or ignores them). */
-static int
-exec_simple (sqlite3 *db, const char *sql)
+static int exec_simple (sqlite3 *db, const char *sql)
 {
    return sqlite3_exec (db, sql, NULL, NULL, NULL);
 }
 
 /* Reads PRAGMA user_version. */
-static int
-read_version (sqlite3 *db, int *version)
+static int read_version (sqlite3 *db, int *version)
 {
    sqlite3_stmt *st = NULL;
    int rc = sqlite3_prepare_v2 (db, "PRAGMA user_version", -1, &st, NULL);
@@ -218,8 +214,7 @@ read_version (sqlite3 *db, int *version)
 /* Switches the file to WAL. The switch needs a moment of exclusive access:
  * when several processes open a new file at once, SQLite may answer BUSY
  * without calling the busy handler, so this retries until the timeout. */
-static bool
-use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
+static bool use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
 {
    int waited = 0;
    for (;;) {
@@ -228,7 +223,7 @@ use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
       if (rc == SQLITE_OK) {
          rc = sqlite3_step (st);
          if (rc == SQLITE_ROW) {
-            const char *mode = (const char *) sqlite3_column_text (st, 0);
+            const char *mode = (const char *)sqlite3_column_text (st, 0);
             bool wal = mode && !strcmp (mode, "wal");
             char shown[32];
             snprintf (shown, sizeof shown, "%s", mode ? mode : "?");
@@ -245,7 +240,7 @@ use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
       int primary = rc & 0xff;
       if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || waited >= timeout_ms)
          return db_error (c, rc, "setting WAL mode", err);
-      struct timespec ts = {0, 5 * 1000 * 1000};
+      struct timespec ts = { 0, 5 * 1000 * 1000 };
       nanosleep (&ts, NULL);
       waited += 5;
    }
@@ -254,8 +249,7 @@ use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
 /* Creates the table on a new file, or checks the version of an existing
  * one. Later schema versions add their steps here, inside the same
  * transaction. */
-static bool
-migrate (sqlite_conn_t *c, leaselock_error_t *err)
+static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
 {
    int version = 0;
    int rc = read_version (c->db, &version);
@@ -303,8 +297,7 @@ too_new:
 static void sqlite_close (void *conn);
 
 /* Parses an option value: a decimal integer in [0, max]. */
-static bool
-parse_ms (const char *text, int max, int *out)
+static bool parse_ms (const char *text, int max, int *out)
 {
    if (!*text)
       return false;
@@ -316,12 +309,11 @@ parse_ms (const char *text, int max, int *out)
       if (v > max)
          return false;
    }
-   *out = (int) v;
+   *out = (int)v;
    return true;
 }
 
-static void *
-sqlite_open (const char *uri_text, leaselock_error_t *err)
+static void *sqlite_open (const char *uri_text, leaselock_error_t *err)
 {
    ll_uri_t uri;
    if (!ll_uri_parse (uri_text, &uri, err))
@@ -385,12 +377,11 @@ sqlite_open (const char *uri_text, leaselock_error_t *err)
       goto fail;
    }
    /* NOMUTEX: the engine gives a connection to one thread at a time. */
-   int rc = sqlite3_open_v2 (c->path, &c->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+   int rc = sqlite3_open_v2 (
+     c->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
    if (rc != SQLITE_OK) {
       if (!c->db) {
-         ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening SQLite database '%s'",
-                       c->path);
+         ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening SQLite database '%s'", c->path);
          goto fail;
       }
       int e = sqlite3_system_errno (c->db);
@@ -425,8 +416,8 @@ sqlite_open (const char *uri_text, leaselock_error_t *err)
    if (!migrate (c, err))
       goto fail;
    for (int i = 0; i < ST_COUNT; i++) {
-      rc = sqlite3_prepare_v3 (c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->stmt[i],
-                               NULL);
+      rc =
+        sqlite3_prepare_v3 (c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->stmt[i], NULL);
       if (rc != SQLITE_OK) {
          db_error (c, rc, "preparing a statement", err);
          goto fail;
@@ -441,8 +432,7 @@ fail:
    return NULL;
 }
 
-static void
-sqlite_close (void *conn)
+static void sqlite_close (void *conn)
 {
    sqlite_conn_t *c = conn;
    if (!c)
@@ -466,8 +456,7 @@ sqlite_close (void *conn)
  */
 static _Atomic (sqlite_conn_t *) abandoned;
 
-static void
-sqlite_abandon (void *conn)
+static void sqlite_abandon (void *conn)
 {
    sqlite_conn_t *c = conn;
    if (!c)
@@ -480,22 +469,23 @@ sqlite_abandon (void *conn)
 
 /* ---- operations ------------------------------------------------------ */
 
-static inline void
-bind_key_owner (sqlite3_stmt *st, const char *key, size_t key_len, const char *owner)
+static inline void bind_key_owner (sqlite3_stmt *st,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *owner)
 {
-   sqlite3_bind_text (st, 1, key, (int) key_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
    sqlite3_bind_text (st, 2, owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
 }
 
-static bool
-sqlite_acquire (void *conn,
-                const char *key,
-                size_t key_len,
-                const char *owner,
-                int64_t ttl_ms,
-                const ll_holder_t *holder,
-                int64_t *fence,
-                leaselock_error_t *err)
+static bool sqlite_acquire (void *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            int64_t ttl_ms,
+                            const ll_holder_t *holder,
+                            int64_t *fence,
+                            leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[ST_ACQUIRE];
@@ -525,16 +515,15 @@ sqlite_acquire (void *conn,
 
 /* Runs an UPDATE bound with key, owner and a duration; *changed tells
  * whether a row matched. */
-static bool
-run_update (sqlite_conn_t *c,
-            int which,
-            const char *what,
-            const char *key,
-            size_t key_len,
-            const char *owner,
-            int64_t ms,
-            bool *changed,
-            leaselock_error_t *err)
+static bool run_update (sqlite_conn_t *c,
+                        int which,
+                        const char *what,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t ms,
+                        bool *changed,
+                        leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[which];
    bind_key_owner (st, key, key_len, owner);
@@ -549,13 +538,12 @@ run_update (sqlite_conn_t *c,
    return ok;
 }
 
-static bool
-sqlite_renew (void *conn,
-              const char *key,
-              size_t key_len,
-              const char *owner,
-              int64_t ttl_ms,
-              leaselock_error_t *err)
+static bool sqlite_renew (void *conn,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t ttl_ms,
+                          leaselock_error_t *err)
 {
    bool changed = false;
    if (!run_update (conn, ST_RENEW, "renew", key, key_len, owner, ttl_ms, &changed, err))
@@ -566,13 +554,12 @@ sqlite_renew (void *conn,
    return true;
 }
 
-static bool
-sqlite_release (void *conn,
-                const char *key,
-                size_t key_len,
-                const char *owner,
-                int64_t min_hold_ms,
-                leaselock_error_t *err)
+static bool sqlite_release (void *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            int64_t min_hold_ms,
+                            leaselock_error_t *err)
 {
    bool changed = false;
    if (!run_update (conn, ST_RELEASE, "release", key, key_len, owner, min_hold_ms, &changed, err))
@@ -584,11 +571,10 @@ sqlite_release (void *conn,
 }
 
 /* Copies a TEXT column into a fixed buffer (truncating; NUL-terminated). */
-static size_t
-copy_text (sqlite3_stmt *st, int col, char *buf, size_t size)
+static size_t copy_text (sqlite3_stmt *st, int col, char *buf, size_t size)
 {
    const unsigned char *s = sqlite3_column_text (st, col);
-   size_t n = (size_t) sqlite3_column_bytes (st, col);
+   size_t n = (size_t)sqlite3_column_bytes (st, col);
    if (!s)
       n = 0;
    if (n >= size)
@@ -599,8 +585,7 @@ copy_text (sqlite3_stmt *st, int col, char *buf, size_t size)
    return n;
 }
 
-static void
-read_record (sqlite3_stmt *st, leaselock_record_t *rec)
+static void read_record (sqlite3_stmt *st, leaselock_record_t *rec)
 {
    memset (rec, 0, sizeof *rec);
    rec->key_len = copy_text (st, 0, rec->key, sizeof rec->key);
@@ -612,17 +597,16 @@ read_record (sqlite3_stmt *st, leaselock_record_t *rec)
    copy_text (st, 6, rec->label, sizeof rec->label);
 }
 
-static bool
-sqlite_inspect (void *conn,
-                const char *key,
-                size_t key_len,
-                leaselock_record_t *rec,
-                bool *found,
-                leaselock_error_t *err)
+static bool sqlite_inspect (void *conn,
+                            const char *key,
+                            size_t key_len,
+                            leaselock_record_t *rec,
+                            bool *found,
+                            leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[ST_INSPECT];
-   sqlite3_bind_text (st, 1, key, (int) key_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
    int rc = sqlite3_step (st);
    bool ok = true;
    *found = false;
@@ -636,13 +620,12 @@ sqlite_inspect (void *conn,
    return ok;
 }
 
-static bool
-sqlite_list (void *conn,
-             const char *prefix,
-             size_t prefix_len,
-             leaselock_record_cb fn,
-             void *user_data,
-             leaselock_error_t *err)
+static bool sqlite_list (void *conn,
+                         const char *prefix,
+                         size_t prefix_len,
+                         leaselock_record_cb fn,
+                         void *user_data,
+                         leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[ST_LIST];
@@ -652,14 +635,14 @@ sqlite_list (void *conn,
     * bound for the empty prefix). */
    char upper[LEASELOCK_KEY_MAX + 1];
    size_t upper_len = 1;
-   upper[0] = (char) 0xFF;
+   upper[0] = (char)0xFF;
    if (prefix_len > 0 && prefix_len <= LEASELOCK_KEY_MAX) {
       memcpy (upper, prefix, prefix_len);
-      upper[prefix_len - 1] = (char) ((unsigned char) upper[prefix_len - 1] + 1);
+      upper[prefix_len - 1] = (char)((unsigned char)upper[prefix_len - 1] + 1);
       upper_len = prefix_len;
    }
-   sqlite3_bind_text (st, 1, prefix_len ? prefix : "", (int) prefix_len, SQLITE_STATIC);
-   sqlite3_bind_text (st, 2, upper, (int) upper_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, prefix_len ? prefix : "", (int)prefix_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 2, upper, (int)upper_len, SQLITE_STATIC);
    leaselock_record_t rec;
    bool ok = true;
    int rc;
@@ -675,16 +658,18 @@ sqlite_list (void *conn,
 }
 
 /* Steps a statement that returns no rows and resets it. */
-static int
-step_done (sqlite3_stmt *st)
+static int step_done (sqlite3_stmt *st)
 {
    int rc = sqlite3_step (st);
    sqlite3_reset (st);
    return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static bool
-sqlite_force_release (void *conn, const char *key, size_t key_len, bool *took, leaselock_error_t *err)
+static bool sqlite_force_release (void *conn,
+                                  const char *key,
+                                  size_t key_len,
+                                  bool *took,
+                                  leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
    *took = false;
@@ -692,12 +677,12 @@ sqlite_force_release (void *conn, const char *key, size_t key_len, bool *took, l
    if (rc != SQLITE_OK)
       return db_error (c, rc, "force release", err);
    sqlite3_stmt *live = c->stmt[ST_FORCE_LIVE], *any = c->stmt[ST_FORCE_ANY];
-   sqlite3_bind_text (live, 1, key, (int) key_len, SQLITE_STATIC);
+   sqlite3_bind_text (live, 1, key, (int)key_len, SQLITE_STATIC);
    rc = step_done (live);
    if (rc == SQLITE_OK) {
       *took = sqlite3_changes (c->db) > 0;
       if (!*took) {
-         sqlite3_bind_text (any, 1, key, (int) key_len, SQLITE_STATIC);
+         sqlite3_bind_text (any, 1, key, (int)key_len, SQLITE_STATIC);
          rc = step_done (any);
       }
    }
@@ -715,7 +700,7 @@ sqlite_force_release (void *conn, const char *key, size_t key_len, bool *took, l
 
 const ll_backend_t ll_backend_sqlite = {
    .name = "sqlite",
-   .schemes = {"sqlite", NULL},
+   .schemes = { "sqlite", NULL },
    .available = true,
    .unavailable = NULL,
    .open = sqlite_open,

@@ -17,8 +17,8 @@ test-sqlite: $(BUILD)/tests/test_sqlite
 
 # SQLITE_BENCH_PAIRS / SQLITE_BENCH_ROUNDS size the run; the file lives in
 # a fresh temporary directory (SQLITE_BENCH_DIR to choose its parent).
-SQLITE_BENCH_PAIRS ?= 20000
-SQLITE_BENCH_ROUNDS ?= 5
+SQLITE_BENCH_PAIRS ?= 5000
+SQLITE_BENCH_ROUNDS ?= 20
 
 $(BUILD)/bench/core_sqlite: bench/core_sqlite.c $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)

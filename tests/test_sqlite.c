@@ -24,28 +24,25 @@ static int seq;
 static const ll_backend_t *B = &ll_backend_sqlite;
 
 /* A fresh database path and its URI. */
-static void
-new_db (char *path, size_t psize, char *uri, size_t usize)
+static void new_db (char *path, size_t psize, char *uri, size_t usize)
 {
    snprintf (path, psize, "%s/db%d.db", tmp, ++seq);
    snprintf (uri, usize, "sqlite://%s", path);
 }
 
-static void
-sleep_ms (int ms)
+static void sleep_ms (int ms)
 {
-   struct timespec ts = {ms / 1000, (long) (ms % 1000) * 1000000L};
+   struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
    nanosleep (&ts, NULL);
 }
 
 static const char owner_a[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 static const char owner_b[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-static const ll_holder_t holder = {"testhost", 4242, "test-label"};
+static const ll_holder_t holder = { "testhost", 4242, "test-label" };
 
 /* Runs SQL on the file with the plain sqlite3 API; returns the first
  * column of the first row as an integer (or -1). */
-static long long
-raw_int (const char *path, const char *sql)
+static long long raw_int (const char *path, const char *sql)
 {
    sqlite3 *db = NULL;
    long long v = -1;
@@ -66,28 +63,28 @@ raw_int (const char *path, const char *sql)
 
 /* ---- URIs -------------------------------------------------------------- */
 
-static void
-test_uri_refused (void)
+static void test_uri_refused (void)
 {
-   static const struct {
+   static const struct
+   {
       const char *uri;
       const char *msg;
    } cases[] = {
-      {"sqlite://host/x.db", "host"},
-      {"sqlite://relative.db", "relative"},
-      {"sqlite://", "no file path"},
-      {"sqlite:relative.db", "malformed"},
-      {"sqlite:///tmp/", "directory"},
-      {"sqlite://user:pw@/tmp/x.db", "no user"},
-      {"sqlite://:123/tmp/x.db", "port"},
-      {"sqlite:///tmp/x.db?nosuch=1", "unknown SQLite URI option \"nosuch\""},
-      {"sqlite:///tmp/x.db?busy_timeout_ms=abc", "busy_timeout_ms"},
-      {"sqlite:///tmp/x.db?busy_timeout_ms=-1", "busy_timeout_ms"},
-      {"sqlite:///tmp/x.db?busy_timeout_ms=99999999999", "busy_timeout_ms"},
-      {"sqlite:///tmp/bad%zzescape.db", "percent-escape"},
+      { "sqlite://host/x.db", "host" },
+      { "sqlite://relative.db", "relative" },
+      { "sqlite://", "no file path" },
+      { "sqlite:relative.db", "malformed" },
+      { "sqlite:///tmp/", "directory" },
+      { "sqlite://user:pw@/tmp/x.db", "no user" },
+      { "sqlite://:123/tmp/x.db", "port" },
+      { "sqlite:///tmp/x.db?nosuch=1", "unknown SQLite URI option \"nosuch\"" },
+      { "sqlite:///tmp/x.db?busy_timeout_ms=abc", "busy_timeout_ms" },
+      { "sqlite:///tmp/x.db?busy_timeout_ms=-1", "busy_timeout_ms" },
+      { "sqlite:///tmp/x.db?busy_timeout_ms=99999999999", "busy_timeout_ms" },
+      { "sqlite:///tmp/bad%zzescape.db", "percent-escape" },
    };
    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-      leaselock_error_t err = {0};
+      leaselock_error_t err = { 0 };
       void *conn = B->open (cases[i].uri, &err);
       if (conn)
          B->close (conn);
@@ -100,13 +97,12 @@ test_uri_refused (void)
    }
 }
 
-static void
-test_uri_busy_timeout_option (void)
+static void test_uri_busy_timeout_option (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
    strcat (uri, "?busy_timeout_ms=25");
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
 
@@ -129,12 +125,11 @@ test_uri_busy_timeout_option (void)
 
 /* ---- schema ------------------------------------------------------------ */
 
-static void
-test_schema_created_once (void)
+static void test_schema_created_once (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
@@ -170,19 +165,18 @@ test_schema_created_once (void)
    sqlite3_stmt *st = NULL;
    CHECK (sqlite3_prepare_v2 (db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK);
    CHECK (sqlite3_step (st) == SQLITE_ROW);
-   bool wal = !strcmp ((const char *) sqlite3_column_text (st, 0), "wal");
+   bool wal = !strcmp ((const char *)sqlite3_column_text (st, 0), "wal");
    sqlite3_finalize (st);
    sqlite3_close (db);
    CHECK (wal);
 }
 
-static void
-test_schema_newer_refused (void)
+static void test_schema_newer_refused (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
    CHECK_EQ (raw_int (path, "PRAGMA user_version = 7"), 0);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    if (a)
       B->close (a);
@@ -198,8 +192,7 @@ test_schema_newer_refused (void)
    CHECK_ERR (c != NULL, err, LEASELOCK_BACKEND, "schema version 7");
 }
 
-static void
-test_not_a_database (void)
+static void test_not_a_database (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
@@ -208,7 +201,7 @@ test_not_a_database (void)
    for (int i = 0; i < 200; i++)
       fputs ("this is a text file, not an SQLite database\n", f);
    fclose (f);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    if (a)
       B->close (a);
@@ -218,10 +211,9 @@ test_not_a_database (void)
 
 /* ---- unwritable paths -------------------------------------------------- */
 
-static void
-test_unwritable_paths (void)
+static void test_unwritable_paths (void)
 {
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    /* A directory component that is a regular file. */
    char file[200], uri[300];
    snprintf (file, sizeof file, "%s/plainfile", tmp);
@@ -266,29 +258,21 @@ test_unwritable_paths (void)
 /* ---- keys -------------------------------------------------------------- */
 
 static const char *const odd_keys[] = {
-   "it's",
-   "say \"hi\"",
-   "100%",
-   "%",
-   "_",
-   "a_b",
-   "a%b",
-   "back\\slash",
-   "x'); DROP TABLE leaselock_locks; --",
-   "ключ",
-   "日本語🔒",
-   "tab\there",
+   "it's", "say \"hi\"",  "100%",
+   "%",    "_",           "a_b",
+   "a%b",  "back\\slash", "x'); DROP TABLE leaselock_locks; --",
+   "ключ", "日本語🔒",     "tab\there",
    "\x7f",
 };
 #define N_ODD (sizeof odd_keys / sizeof odd_keys[0])
 
-typedef struct {
+typedef struct
+{
    char keys[32][LEASELOCK_KEY_MAX + 1];
    int n;
 } collected_t;
 
-static bool
-collect (const leaselock_record_t *rec, void *data)
+static bool collect (const leaselock_record_t *rec, void *data)
 {
    collected_t *c = data;
    if (c->n < 32) {
@@ -299,33 +283,32 @@ collect (const leaselock_record_t *rec, void *data)
    return true;
 }
 
-static int
-cmp_bytes (const void *a, const void *b)
+static int cmp_bytes (const void *a, const void *b)
 {
-   return strcmp (*(const char *const *) a, *(const char *const *) b);
+   return strcmp (*(const char *const *)a, *(const char *const *)b);
 }
 
-static void
-test_keys_verbatim (void)
+static void test_keys_verbatim (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    leaselock_client_t *c = leaselock_client_new (uri, "odd keys", &err);
    CHECK_OK (c != NULL, err);
    leaselock_acquire_opts_t o;
    leaselock_acquire_opts_init (&o);
    o.auto_renew = false;
    o.ttl_ms = 60000;
-   leaselock_lease_t *leases[N_ODD] = {0};
+   leaselock_lease_t *leases[N_ODD] = { 0 };
    bool ok = true;
    for (size_t i = 0; i < N_ODD && ok; i++)
       ok = leaselock_acquire (c, odd_keys[i], strlen (odd_keys[i]), &o, &leases[i], &err);
-   collected_t got = {0};
+   collected_t got = { 0 };
    bool listed = ok && leaselock_list (c, "", 0, collect, &got, &err);
    leaselock_record_t rec;
    bool found = false;
-   bool inspected = listed && leaselock_inspect (c, "日本語🔒", strlen ("日本語🔒"), &rec, &found, &err);
+   bool inspected =
+     listed && leaselock_inspect (c, "日本語🔒", strlen ("日本語🔒"), &rec, &found, &err);
    for (size_t i = 0; i < N_ODD; i++)
       leaselock_lease_destroy (leases[i]);
    leaselock_client_destroy (c);
@@ -352,10 +335,9 @@ test_keys_verbatim (void)
 }
 
 /* Lists prefix on conn and compares with the expected keys (in order). */
-static bool
-list_is (void *conn, const char *prefix, const char *const *want, int n_want)
+static bool list_is (void *conn, const char *prefix, const char *const *want, int n_want)
 {
-   collected_t got = {0};
+   collected_t got = { 0 };
    leaselock_error_t err;
    if (!B->list (conn, prefix, strlen (prefix), collect, &got, &err)) {
       fprintf (stderr, "    list \"%s\": %s\n", prefix, err.message);
@@ -373,16 +355,15 @@ list_is (void *conn, const char *prefix, const char *const *want, int n_want)
    return same;
 }
 
-static void
-test_prefix_no_wildcards (void)
+static void test_prefix_no_wildcards (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
-   static const char *const keys[] = {"a%b", "a%", "aXb", "a_c", "abc", "a",  "b",
-                                      "ключ1", "ключ2", "клюя", "é1", "ê1", "A%b"};
+   static const char *const keys[] = { "a%b",   "a%",    "aXb",  "a_c", "abc", "a",  "b",
+                                       "ключ1", "ключ2", "клюя", "é1",  "ê1",  "A%b" };
    bool ok = true;
    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
       int64_t fence;
@@ -391,15 +372,15 @@ test_prefix_no_wildcards (void)
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
-   bool r1 = list_is (a, "a%", (const char *[]){"a%", "a%b"}, 2);
-   bool r2 = list_is (a, "a_", (const char *[]){"a_c"}, 1);
+   bool r1 = list_is (a, "a%", (const char *[]){ "a%", "a%b" }, 2);
+   bool r2 = list_is (a, "a_", (const char *[]){ "a_c" }, 1);
    bool r3 = list_is (a, "%", NULL, 0);
    bool r4 = list_is (a, "_", NULL, 0);
-   bool r5 = list_is (a, "ключ", (const char *[]){"ключ1", "ключ2"}, 2);
-   bool r6 = list_is (a, "é", (const char *[]){"é1"}, 1);
-   bool r7 = list_is (a, "a", (const char *[]){"a", "a%", "a%b", "aXb", "a_c", "abc"}, 6);
-   bool r8 = list_is (a, "A", (const char *[]){"A%b"}, 1);
-   bool r9 = list_is (a, "abc", (const char *[]){"abc"}, 1);
+   bool r5 = list_is (a, "ключ", (const char *[]){ "ключ1", "ключ2" }, 2);
+   bool r6 = list_is (a, "é", (const char *[]){ "é1" }, 1);
+   bool r7 = list_is (a, "a", (const char *[]){ "a", "a%", "a%b", "aXb", "a_c", "abc" }, 6);
+   bool r8 = list_is (a, "A", (const char *[]){ "A%b" }, 1);
+   bool r9 = list_is (a, "abc", (const char *[]){ "abc" }, 1);
    bool r10 = list_is (a, "abcd", NULL, 0);
    B->close (a);
    CHECK (r1);
@@ -416,12 +397,11 @@ test_prefix_no_wildcards (void)
 
 /* ---- operations at the backend level ----------------------------------- */
 
-static void
-test_ops_by_sqlite_clock (void)
+static void test_ops_by_sqlite_clock (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence = 0;
@@ -446,7 +426,7 @@ test_ops_by_sqlite_clock (void)
    long long exp_at = raw_int (path, "SELECT expires_at FROM leaselock_locks WHERE key = 'op'");
    struct timespec now;
    clock_gettime (CLOCK_REALTIME, &now);
-   long long wall = (long long) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+   long long wall = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
    CHECK (exp_at - wall > 55000 && exp_at - wall <= 60000);
 
    /* Other owner: busy, cannot renew or release. */
@@ -518,8 +498,7 @@ test_ops_by_sqlite_clock (void)
 
 /* ---- the default file -------------------------------------------------- */
 
-static void
-test_default_uri_creates_directories (void)
+static void test_default_uri_creates_directories (void)
 {
    char state[600], dir[700], file[800];
    snprintf (state, sizeof state, "%s/home/.state", tmp);
@@ -529,7 +508,7 @@ test_default_uri_creates_directories (void)
    char *old_uri = getenv ("LEASELOCK_URI") ? strdup (getenv ("LEASELOCK_URI")) : NULL;
    setenv ("XDG_STATE_HOME", state, 1);
    unsetenv ("LEASELOCK_URI");
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    char uri[1024];
    bool have_uri = leaselock_default_uri (uri, sizeof uri, &err);
    leaselock_client_t *c = leaselock_client_new (NULL, NULL, &err);
@@ -565,7 +544,8 @@ test_default_uri_creates_directories (void)
 #define OPEN_THREADS 6
 #define OPEN_PROCS 3
 
-typedef struct {
+typedef struct
+{
    const char *uri;
    int idx;
    bool ok;
@@ -573,8 +553,7 @@ typedef struct {
 } opener_t;
 
 /* Opens the (new) file and acquires its own key. */
-static bool
-open_and_use (const char *uri, int idx, leaselock_error_t *err)
+static bool open_and_use (const char *uri, int idx, leaselock_error_t *err)
 {
    void *a = B->open (uri, err);
    if (!a)
@@ -587,16 +566,14 @@ open_and_use (const char *uri, int idx, leaselock_error_t *err)
    return ok;
 }
 
-static void *
-opener_main (void *arg)
+static void *opener_main (void *arg)
 {
    opener_t *o = arg;
    o->ok = open_and_use (o->uri, o->idx, &o->err);
    return NULL;
 }
 
-static void
-test_concurrent_first_open (void)
+static void test_concurrent_first_open (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
@@ -614,7 +591,7 @@ test_concurrent_first_open (void)
    opener_t o[OPEN_THREADS];
    pthread_t th[OPEN_THREADS];
    for (int i = 0; i < OPEN_THREADS; i++) {
-      o[i] = (opener_t){.uri = uri, .idx = i};
+      o[i] = (opener_t){ .uri = uri, .idx = i };
       pthread_create (&th[i], NULL, opener_main, &o[i]);
    }
    for (int i = 0; i < OPEN_THREADS; i++)
@@ -635,12 +612,11 @@ test_concurrent_first_open (void)
 
 /* ---- fork -------------------------------------------------------------- */
 
-static void
-test_fork_abandon (void)
+static void test_fork_abandon (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence;
@@ -679,12 +655,11 @@ test_fork_abandon (void)
 
 /* A forked child using the public API gets its own connection and cannot
  * release the parent's lease. */
-static void
-test_fork_client (void)
+static void test_fork_client (void)
 {
    char path[256], uri[320];
    new_db (path, sizeof path, uri, sizeof uri);
-   leaselock_error_t err = {0};
+   leaselock_error_t err = { 0 };
    leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
    CHECK_OK (c != NULL, err);
    leaselock_acquire_opts_t o;
@@ -715,8 +690,7 @@ test_fork_client (void)
    CHECK_EQ (raw_int (path, "SELECT fence FROM leaselock_locks WHERE key = 'q'"), 1);
 }
 
-int
-main (int argc, char **argv)
+int main (int argc, char **argv)
 {
    if (argc > 1) {
       snprintf (tmp, sizeof tmp, "%s", argv[1]);
