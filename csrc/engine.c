@@ -174,9 +174,8 @@ static void client_unref (leaselock_client_t *c)
 /* Leases of the parent are not ours: drop them from the renewal list. A
  * connection made by the parent is abandoned without I/O. Called with
  * c->mu held. */
-static void reset_after_fork_locked (leaselock_client_t *c)
+static void reset_after_fork_locked (leaselock_client_t *c, pid_t me)
 {
-   pid_t me = getpid ();
    if (c->pid == me)
       return;
    for (int i = 0; i < c->n_idle; i++)
@@ -195,18 +194,18 @@ static void reset_after_fork_locked (leaselock_client_t *c)
    c->pid = me;
 }
 
-static void check_fork (leaselock_client_t *c)
+static void check_fork (leaselock_client_t *c, pid_t me)
 {
    pthread_mutex_lock (&c->mu);
-   reset_after_fork_locked (c);
+   reset_after_fork_locked (c, me);
    pthread_mutex_unlock (&c->mu);
 }
 
-static void *pool_get (leaselock_client_t *c, pid_t *pid, leaselock_error_t *err)
+/* getpid() is a system call: each public call asks once and passes it down. */
+static void *pool_get (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
 {
    pthread_mutex_lock (&c->mu);
-   reset_after_fork_locked (c);
-   *pid = c->pid;
+   reset_after_fork_locked (c, me);
    void *conn = c->n_idle ? c->idle[--c->n_idle] : NULL;
    pthread_mutex_unlock (&c->mu);
    if (!conn)
@@ -216,21 +215,21 @@ static void *pool_get (leaselock_client_t *c, pid_t *pid, leaselock_error_t *err
 
 /* Returns conn to the pool. A connection that just failed is closed, so
  * the next call reconnects; one from before a fork is abandoned. */
-static void pool_put (leaselock_client_t *c, void *conn, pid_t pid, bool failed)
+static void pool_put (leaselock_client_t *c, void *conn, pid_t me, bool failed)
 {
-   if (pid != getpid ()) {
-      if (c->backend->abandon)
-         c->backend->abandon (conn);
-      return;
-   }
    pthread_mutex_lock (&c->mu);
-   if (!failed && !c->closed && c->pid == pid && c->n_idle < POOL_MAX) {
+   bool stale = c->pid != me;
+   if (!stale && !failed && !c->closed && c->n_idle < POOL_MAX) {
       c->idle[c->n_idle++] = conn;
       conn = NULL;
    }
    pthread_mutex_unlock (&c->mu);
-   if (conn)
+   if (conn && stale) {
+      if (c->backend->abandon)
+         c->backend->abandon (conn);
+   } else if (conn) {
       c->backend->close (conn);
+   }
 }
 
 static bool conn_failed (const leaselock_error_t *err)
@@ -238,23 +237,48 @@ static bool conn_failed (const leaselock_error_t *err)
    return err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM;
 }
 
+/* Appends path to buf at *len, percent-encoding what a URI path cannot
+ * hold literally. */
+static bool append_path (char *buf, size_t size, size_t *len, const char *path)
+{
+   for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+      bool plain = *p > 0x20 && *p < 0x7f && !strchr ("%?#", *p);
+      size_t need = plain ? 1 : 3;
+      if (*len + need >= size)
+         return false;
+      if (plain)
+         buf[(*len)++] = (char)*p;
+      else
+         *len += (size_t)snprintf (buf + *len, size - *len, "%%%02X", *p);
+   }
+   buf[*len] = '\0';
+   return true;
+}
+
 bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
 {
    if (!buf)
       return ll_error_set (error, LEASELOCK_INVALID, "buf is NULL");
    const char *state = getenv ("XDG_STATE_HOME");
-   int n;
+   const char *home = getenv ("HOME");
+   const char *base, *rest;
    if (state && state[0] == '/') {
-      n = snprintf (buf, size, "sqlite://%s/leaselock/locks.db", state);
+      base = state;
+      rest = "/leaselock/locks.db";
+   } else if (home && home[0] == '/') {
+      base = home;
+      rest = "/.local/state/leaselock/locks.db";
    } else {
-      const char *home = getenv ("HOME");
-      if (!home || home[0] != '/')
-         return ll_error_set (error, LEASELOCK_INVALID,
-                              "no default database: neither XDG_STATE_HOME nor HOME is an "
-                              "absolute path; give a URI or set LEASELOCK_URI");
-      n = snprintf (buf, size, "sqlite://%s/.local/state/leaselock/locks.db", home);
+      return ll_error_set (error, LEASELOCK_INVALID,
+                           "no default database: neither XDG_STATE_HOME nor HOME is an "
+                           "absolute path; give a URI or set LEASELOCK_URI");
    }
-   if (n < 0 || (size_t)n >= size)
+   size_t len = sizeof "sqlite://" - 1;
+   if (size <= len)
+      return ll_error_set (error, LEASELOCK_INVALID, "the default URI does not fit in %zu bytes",
+                           size);
+   memcpy (buf, "sqlite://", len + 1);
+   if (!append_path (buf, size, &len, base) || !append_path (buf, size, &len, rest))
       return ll_error_set (error, LEASELOCK_INVALID, "the default URI does not fit in %zu bytes",
                            size);
    return true;
@@ -338,7 +362,7 @@ void leaselock_client_destroy (leaselock_client_t *c)
    pthread_mutex_unlock (&clients_mu);
 
    pthread_mutex_lock (&c->mu);
-   reset_after_fork_locked (c);
+   reset_after_fork_locked (c, getpid ());
    c->closed = true;
    c->stopping = true;
    bool join = c->thread_running;
@@ -427,6 +451,7 @@ static int64_t retry_interval (int64_t ttl)
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
+   pid_t me = getpid (); /* the thread lives in one process only */
    pthread_mutex_lock (&c->mu);
    while (!c->stopping) {
       int64_t now = ll_now_ms ();
@@ -475,13 +500,12 @@ static void *renew_main (void *arg)
 
       leaselock_error_t err;
       ll_error_clear (&err);
-      pid_t pid;
       int64_t sent = ll_now_ms ();
       bool ok = false;
-      void *conn = pool_get (c, &pid, &err);
+      void *conn = pool_get (c, me, &err);
       if (conn) {
          ok = c->backend->renew (conn, due->key, due->key_len, due->owner, ttl, &err);
-         pool_put (c, conn, pid, !ok && conn_failed (&err));
+         pool_put (c, conn, me, !ok && conn_failed (&err));
       }
 
       pthread_mutex_lock (&c->mu);
@@ -540,6 +564,7 @@ static bool try_once (leaselock_client_t *c,
                       const char *key,
                       size_t key_len,
                       const leaselock_acquire_opts_t *o,
+                      pid_t me,
                       leaselock_lease_t **out,
                       leaselock_error_t *err)
 {
@@ -558,12 +583,11 @@ static bool try_once (leaselock_client_t *c,
    l->auto_renew = o->auto_renew;
    l->on_lost = o->on_lost;
    l->on_lost_data = o->on_lost_data;
-   l->pid = getpid ();
+   l->pid = me;
    atomic_init (&l->refs, 1);
 
    ll_holder_t holder = { c->host, (int64_t)l->pid, c->label };
-   pid_t pid;
-   void *conn = pool_get (c, &pid, err);
+   void *conn = pool_get (c, me, err);
    if (!conn) {
       free (l);
       return false;
@@ -571,7 +595,7 @@ static bool try_once (leaselock_client_t *c,
    int64_t sent = ll_now_ms ();
    bool ok =
      c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
-   pool_put (c, conn, pid, !ok && conn_failed (err));
+   pool_put (c, conn, me, !ok && conn_failed (err));
    if (!ok) {
       free (l);
       return false;
@@ -647,9 +671,10 @@ bool leaselock_acquire (leaselock_client_t *c,
    bool forever = opts->timeout_ms < 0;
    int64_t deadline = start + opts->timeout_ms;
    bucket_t *b = bucket_for (key, key_len);
+   pid_t me = getpid ();
    for (int attempt = 0;; attempt++) {
       uint64_t gen = bucket_gen (b);
-      if (try_once (c, key, key_len, opts, lease, err))
+      if (try_once (c, key, key_len, opts, me, lease, err))
          return true;
       if (err->code != LEASELOCK_BUSY)
          return false;
@@ -694,14 +719,14 @@ bool leaselock_acquire (leaselock_client_t *c,
 
 /* The lease can be acted on by this process: not a parent's lease, client
  * open. Fills err otherwise. */
-static bool lease_usable (leaselock_lease_t *l, leaselock_error_t *err)
+static bool lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err)
 {
-   if (l->pid != getpid ())
+   if (l->pid != me)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease on \"%.64s\" belongs to process %d; this process (%d) is a "
                            "fork of it and does not hold it",
-                           l->key, (int)l->pid, (int)getpid ());
-   check_fork (l->client);
+                           l->key, (int)l->pid, (int)me);
+   check_fork (l->client, me);
    return true;
 }
 
@@ -712,7 +737,8 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    ll_error_clear (err);
    if (!l)
       return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
-   if (!lease_usable (l, err))
+   pid_t me = getpid ();
+   if (!lease_usable (l, me, err))
       return false;
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
@@ -732,13 +758,12 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
       return ll_error_set (err, LEASELOCK_LOST,
                            "the lease on \"%.64s\" was lost (its local deadline passed)", l->key);
 
-   pid_t pid;
-   void *conn = pool_get (c, &pid, err);
+   void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
    int64_t sent = ll_now_ms ();
    bool ok = c->backend->renew (conn, l->key, l->key_len, l->owner, ttl_ms, err);
-   pool_put (c, conn, pid, !ok && conn_failed (err));
+   pool_put (c, conn, me, !ok && conn_failed (err));
 
    pthread_mutex_lock (&c->mu);
    if (ok && l->state == LEASELOCK_STATE_HELD && sent < l->deadline_ms) {
@@ -762,7 +787,8 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
    ll_error_clear (err);
    if (!l)
       return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
-   if (!lease_usable (l, err))
+   pid_t me = getpid ();
+   if (!lease_usable (l, me, err))
       return false;
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
@@ -779,12 +805,11 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%.64s\" was already released",
                            l->key);
 
-   pid_t pid;
-   void *conn = pool_get (c, &pid, err);
+   void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
    bool ok = c->backend->release (conn, l->key, l->key_len, l->owner, l->min_hold_ms, err);
-   pool_put (c, conn, pid, !ok && conn_failed (err));
+   pool_put (c, conn, me, !ok && conn_failed (err));
 
    pthread_mutex_lock (&c->mu);
    if (ok || err->code == LEASELOCK_NOT_HELD) {
@@ -915,12 +940,12 @@ bool leaselock_inspect (leaselock_client_t *c,
       return ll_error_set (err, LEASELOCK_INVALID, "%s is NULL", record ? "found" : "record");
    memset (record, 0, sizeof *record);
    *found = false;
-   pid_t pid;
-   void *conn = pool_get (c, &pid, err);
+   pid_t me = getpid ();
+   void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
    bool ok = c->backend->inspect (conn, key, key_len, record, found, err);
-   pool_put (c, conn, pid, !ok && conn_failed (err));
+   pool_put (c, conn, me, !ok && conn_failed (err));
    return ok;
 }
 
@@ -942,12 +967,12 @@ bool leaselock_list (leaselock_client_t *c,
       return false;
    if (!fn)
       return ll_error_set (err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
-   pid_t pid;
-   void *conn = pool_get (c, &pid, err);
+   pid_t me = getpid ();
+   void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
    bool ok = c->backend->list (conn, prefix, prefix_len, fn, user_data, err);
-   pool_put (c, conn, pid, !ok && conn_failed (err));
+   pool_put (c, conn, me, !ok && conn_failed (err));
    return ok;
 }
 
@@ -963,12 +988,12 @@ bool leaselock_force_release (leaselock_client_t *c,
    if (!client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
       return false;
    bool took_local = false;
-   pid_t pid;
-   void *conn = pool_get (c, &pid, err);
+   pid_t me = getpid ();
+   void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
    bool ok = c->backend->force_release (conn, key, key_len, &took_local, err);
-   pool_put (c, conn, pid, !ok && conn_failed (err));
+   pool_put (c, conn, me, !ok && conn_failed (err));
    if (ok)
       bucket_wake (key, key_len);
    if (took)

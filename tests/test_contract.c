@@ -807,6 +807,10 @@ static void test_fork_child_cannot_release (void)
    leaselock_lease_t *l;
    bool ok = acq (c, key ("fork"), opts (60000, true), &l, &err);
    CHECK_OK (ok, err);
+   /* Let the new renewal thread settle into its wait: a thread caught in
+    * the middle of its start-up (allocating) at fork() can leave an
+    * allocator lock held in the child under sanitizers. */
+   real_sleep (100);
    fflush (NULL);
    pid_t pid = fork ();
    if (pid == 0) {
@@ -1028,6 +1032,14 @@ static void test_default_uri (void)
    bool ok2 = leaselock_default_uri (buf, sizeof buf, &err);
    bool same2 = ok2 && !strcmp (buf, "sqlite:///var/state/leaselock/locks.db");
    bool small = !leaselock_default_uri (buf, 10, &err) && err.code == LEASELOCK_INVALID;
+   setenv ("XDG_STATE_HOME", "/tmp/a b%c?d#e", 1);
+   bool ok3 = leaselock_default_uri (buf, sizeof buf, &err);
+   bool same3 = ok3 && !strcmp (buf, "sqlite:///tmp/a%20b%25c%3Fd%23e/leaselock/locks.db");
+   ll_uri_t parsed;
+   bool round = ok3 && ll_uri_parse (buf, &parsed, &err);
+   bool path_back = round && !strcmp (parsed.path, "/tmp/a b%c?d#e/leaselock/locks.db");
+   if (round)
+      ll_uri_cleanup (&parsed);
    if (old_home)
       setenv ("HOME", old_home, 1);
    if (old_state)
@@ -1039,6 +1051,8 @@ static void test_default_uri (void)
    CHECK (same1);
    CHECK (same2);
    CHECK (small);
+   CHECK (same3);
+   CHECK (path_back);
 }
 
 int main (int argc, char **argv)
