@@ -47,8 +47,8 @@ $(PY_VENV)/.ready: mk/python.mk
 	$(PY_VENV)/bin/python -m pip install -q --disable-pip-version-check '$(PYMONGO_SPEC)'
 	@touch $@
 
-BENCH_PY_PAIRS ?= 2000
-BENCH_PY_ROUNDS ?= 7
+BENCH_PY_PAIRS ?= 500
+BENCH_PY_ROUNDS ?= 15
 
 bench-python: $(PY_BUILD)/.built $(PY_VENV)/.ready
 	@# Only MongoDB is needed: naming the SQL servers keeps them from starting.

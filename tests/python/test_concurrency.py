@@ -94,6 +94,7 @@ def test_processes_contend(uri, key, tmp_path, method):
     for p in procs:
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
-    fences = [int(x) for x in open(path).read().split()]
+    with open(path) as f:
+        fences = [int(x) for x in f.read().split()]
     assert len(fences) == 40  # no lost update
     assert fences == sorted(fences) and len(set(fences)) == 40
