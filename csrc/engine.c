@@ -44,6 +44,8 @@ struct leaselock_client
    pthread_t thread;
    bool thread_running;
    bool stopping;
+   bool sleeping;                   /* the renewal thread waits on cond ... */
+   int64_t sleep_until;             /* ... until then (< 0: until signalled) */
    leaselock_client_t *next_client; /* the global list, for fork */
 };
 
@@ -190,6 +192,7 @@ static void reset_after_fork_locked (leaselock_client_t *c, pid_t me)
    }
    c->renewing = NULL;
    c->thread_running = false; /* it exists only in the parent */
+   c->sleeping = false;
    c->stopping = false;
    c->pid = me;
 }
@@ -489,7 +492,10 @@ static void *renew_main (void *arg)
          continue;
       }
       if (!due) {
+         c->sleeping = true;
+         c->sleep_until = wake;
          ll_cond_wait_until (&c->cond, &c->mu, wake);
+         c->sleeping = false;
          continue;
       }
 
@@ -545,7 +551,11 @@ static bool schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leasel
    l->next = c->renewing;
    c->renewing = l;
    l->in_list = true;
-   pthread_cond_broadcast (&c->cond);
+   /* Wake the thread only if it sleeps past this lease's first renewal: an
+    * awake thread rescans the list anyway, and a wakeup per acquire costs
+    * a context switch on every lock. */
+   if (c->sleeping && (c->sleep_until < 0 || l->next_renew_ms < c->sleep_until))
+      pthread_cond_broadcast (&c->cond);
    return true;
 }
 
