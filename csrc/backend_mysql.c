@@ -1,0 +1,871 @@
+/*
+ * backend_mysql.c - MySQL / MariaDB through libmariadb (MariaDB
+ * Connector/C), which speaks to both servers.
+ *
+ * URI: mysql://user:password@host:port/database[?option=value&...]
+ * (scheme "mariadb" is the same). Options:
+ *   socket=/path        connect through a unix socket instead of TCP
+ *   table=name          the lock table (default "leaselock"); the schema
+ *                       version lives in <table>_meta
+ *   connect_timeout=s   seconds (default 10)
+ *   read_timeout=s      seconds a statement may wait for its reply (30)
+ *   write_timeout=s     seconds (30)
+ *   ssl=true|false      require TLS (default false: the server decides)
+ * Unknown options are refused, so a typo does not go unnoticed.
+ *
+ * Table (created on first use, schema version 1):
+ *   lock_key VARBINARY(255) PRIMARY KEY   byte-exact keys, byte order
+ *   owner CHAR(32) ascii_bin NULL          NULL once released
+ *   fence BIGINT, expires_at / acquired_at DATETIME(6) in UTC,
+ *   holder_host, holder_pid, holder_label
+ *
+ * Every operation is one prepared statement (bound parameters only) and
+ * judges time with the server's clock: UTC_TIMESTAMP(6), which is NOW(6)
+ * in UTC, so neither a session time zone nor a DST change moves an expiry.
+ *
+ * Acquire is INSERT ... ON DUPLICATE KEY UPDATE. MySQL evaluates those
+ * assignments left to right and a later one sees the columns the earlier
+ * ones changed, so every assignment repeats the "takeable" condition
+ * (expired, or ours) and the two columns that condition reads come last:
+ * owner, then expires_at (after owner changed to ours, the condition still
+ * holds for expires_at; when it did not hold nothing changed at all). A
+ * take-over therefore never extends the old owner's lease and BUSY changes
+ * no column. The new fence comes back through LAST_INSERT_ID(expr), which
+ * is only evaluated when the key was taken: mysql_stmt_insert_id() is the
+ * fence, or 0 for BUSY.
+ *
+ * Connections: before each statement a zero-timeout poll() on the socket
+ * tells whether the server closed an idle connection (restart, KILL, idle
+ * timeout); such a connection is re-established first. A statement that
+ * fails once sent is not assumed to have applied or not: the call reports
+ * BACKEND, the connection is dropped, and the next call reconnects (the
+ * owner condition in every statement makes a retry safe).
+ */
+#include "ll_internal.h"
+
+#ifdef LEASELOCK_WITH_MARIADB
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <mysql.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SCHEMA_VERSION 1
+#define DEADLOCK_RETRIES 5
+
+enum
+{
+   ST_ACQUIRE,
+   ST_RENEW,
+   ST_RELEASE,
+   ST_INSPECT,
+   ST_LIST_FROM,
+   ST_LIST_RANGE,
+   ST_FORCE,
+   ST_COUNT
+};
+
+typedef struct
+{
+   MYSQL *db; /* NULL while disconnected */
+   MYSQL_STMT *st[ST_COUNT];
+   char *host, *user, *password, *dbname, *socket;
+   unsigned port;
+   unsigned connect_timeout, read_timeout, write_timeout;
+   bool ssl;
+   char table[65];
+   char *sql[ST_COUNT]; /* statement texts, with the table name */
+} my_conn_t;
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* Copies msg with every occurrence of the password replaced by "***". */
+static void scrub (const my_conn_t *c, const char *msg, char *out, size_t size)
+{
+   size_t o = 0;
+   size_t plen = c->password ? strlen (c->password) : 0;
+   for (const char *p = msg; *p && o + 1 < size;) {
+      if (plen >= 3 && !strncmp (p, c->password, plen)) {
+         for (const char *s = "***"; *s && o + 1 < size; s++)
+            out[o++] = *s;
+         p += plen;
+      } else {
+         out[o++] = *p++;
+      }
+   }
+   out[o] = '\0';
+}
+
+static bool is_conn_error (unsigned no)
+{
+   switch (no) {
+      case 2002: /* CR_CONNECTION_ERROR */
+      case 2003: /* CR_CONN_HOST_ERROR */
+      case 2006: /* CR_SERVER_GONE_ERROR */
+      case 2013: /* CR_SERVER_LOST */
+      case 2014: /* CR_COMMANDS_OUT_OF_SYNC */
+      case 2055: /* CR_SERVER_LOST_EXTENDED */
+      case 1053: /* ER_SERVER_SHUTDOWN */
+      case 1927: /* ER_CONNECTION_KILLED */
+      case 4031: /* ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8) */
+         return true;
+      default:
+         return no >= 2000 && no < 3000; /* any other client-side error */
+   }
+}
+
+static void disconnect (my_conn_t *c);
+
+/* Fills err with BACKEND, "mysql: <what>: <driver message>". Drops the
+ * connection when the error says it is gone. Returns false. */
+static bool fail_with (my_conn_t *c,
+                       unsigned no,
+                       const char *msg,
+                       const char *what,
+                       leaselock_error_t *err)
+{
+   char clean[LEASELOCK_ERROR_MAX];
+   scrub (c, msg && *msg ? msg : "unknown error", clean, sizeof clean);
+   ll_error_set (err, LEASELOCK_BACKEND, "mysql: %s: %s (error %u)", what, clean, no);
+   if (is_conn_error (no))
+      disconnect (c);
+   return false;
+}
+
+static bool fail_db (my_conn_t *c, const char *what, leaselock_error_t *err)
+{
+   return fail_with (c, mysql_errno (c->db), mysql_error (c->db), what, err);
+}
+
+static bool fail_stmt (my_conn_t *c, MYSQL_STMT *st, const char *what, leaselock_error_t *err)
+{
+   return fail_with (c, mysql_stmt_errno (st), mysql_stmt_error (st), what, err);
+}
+
+/* ---- URI ------------------------------------------------------------- */
+
+static bool parse_seconds (const char *name, const char *v, unsigned *out, leaselock_error_t *err)
+{
+   char *end;
+   errno = 0;
+   long n = strtol (v, &end, 10);
+   if (!*v || *end || errno || n < 1 || n > 86400)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI option %s=\"%s\": expected whole seconds from 1 to 86400",
+                           name, v);
+   *out = (unsigned)n;
+   return true;
+}
+
+static bool valid_identifier (const char *s)
+{
+   size_t n = strlen (s);
+   if (n < 1 || n > 58) /* room for "_meta" within MySQL's 64 */
+      return false;
+   if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+      return false;
+   for (size_t i = 1; i < n; i++)
+      if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+            (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+         return false;
+   return true;
+}
+
+static char *dup_or_null (const char *s)
+{
+   return s ? strdup (s) : NULL;
+}
+
+static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
+{
+   ll_uri_t u;
+   if (!ll_uri_parse (text, &u, err))
+      return false;
+   bool ok = false;
+   char shown[160];
+   ll_uri_redact (text, shown, sizeof shown);
+
+   c->connect_timeout = 10;
+   c->read_timeout = 30;
+   c->write_timeout = 30;
+   snprintf (c->table, sizeof c->table, "leaselock");
+   for (int i = 0; i < u.n_params; i++) {
+      const char *n = u.params[i].name, *v = u.params[i].value;
+      if (!strcmp (n, "socket")) {
+         free (c->socket);
+         if (!(c->socket = strdup (v)))
+            goto nomem;
+      } else if (!strcmp (n, "table")) {
+         if (!valid_identifier (v)) {
+            ll_error_set (err, LEASELOCK_INVALID,
+                          "mysql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
+                          "letters, digits or _ not starting with a digit",
+                          v);
+            goto out;
+         }
+         snprintf (c->table, sizeof c->table, "%s", v);
+      } else if (!strcmp (n, "connect_timeout")) {
+         if (!parse_seconds (n, v, &c->connect_timeout, err))
+            goto out;
+      } else if (!strcmp (n, "read_timeout")) {
+         if (!parse_seconds (n, v, &c->read_timeout, err))
+            goto out;
+      } else if (!strcmp (n, "write_timeout")) {
+         if (!parse_seconds (n, v, &c->write_timeout, err))
+            goto out;
+      } else if (!strcmp (n, "ssl")) {
+         if (!strcmp (v, "true") || !strcmp (v, "1"))
+            c->ssl = true;
+         else if (!strcmp (v, "false") || !strcmp (v, "0"))
+            c->ssl = false;
+         else {
+            ll_error_set (err, LEASELOCK_INVALID,
+                          "mysql URI option ssl=\"%.32s\": expected true or false", v);
+            goto out;
+         }
+      } else {
+         ll_error_set (err, LEASELOCK_INVALID,
+                       "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
+                       "connect_timeout, read_timeout, write_timeout, ssl)",
+                       shown, n);
+         goto out;
+      }
+   }
+   const char *db = u.path[0] == '/' ? u.path + 1 : u.path;
+   if (!*db || strchr (db, '/')) {
+      ll_error_set (err, LEASELOCK_INVALID,
+                    "mysql URI \"%s\": expected mysql://user:password@host:port/database", shown);
+      goto out;
+   }
+   if (!*u.host && !c->socket) {
+      ll_error_set (err, LEASELOCK_INVALID, "mysql URI \"%s\": no host (or ?socket=)", shown);
+      goto out;
+   }
+   if (!(c->dbname = strdup (db)) || !(c->host = strdup (*u.host ? u.host : "localhost")))
+      goto nomem;
+   if ((u.user && !(c->user = dup_or_null (u.user))) ||
+       (u.password && !(c->password = dup_or_null (u.password))))
+      goto nomem;
+   c->port = u.port ? (unsigned)u.port : 3306;
+   ok = true;
+   goto out;
+nomem:
+   ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+out:
+   ll_uri_cleanup (&u);
+   return ok;
+}
+
+/* ---- statements ------------------------------------------------------ */
+
+/* "Takeable": no live lease of another owner. Parameter: owner. */
+#define TAKEABLE "(expires_at <= UTC_TIMESTAMP(6) OR owner <=> ?)"
+
+static const char *const sql_templates[ST_COUNT] = {
+   [ST_ACQUIRE] =
+     "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "
+     "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + "
+     "INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?) ON DUPLICATE KEY UPDATE "
+     "fence = IF(" TAKEABLE ", LAST_INSERT_ID(fence + 1), fence), "
+     "acquired_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6), acquired_at), "
+     "holder_host = IF(" TAKEABLE ", ?, holder_host), "
+     "holder_pid = IF(" TAKEABLE ", ?, holder_pid), "
+     "holder_label = IF(" TAKEABLE ", ?, holder_label), "
+     /* owner and expires_at last, in this order (see the top of the file) */
+     "owner = IF(" TAKEABLE ", ?, owner), "
+     "expires_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)",
+   [ST_RENEW] = "UPDATE `%s` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND "
+                "WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)",
+   [ST_RELEASE] = "UPDATE `%s` SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "
+                  "acquired_at + INTERVAL ? MICROSECOND) WHERE lock_key = ? AND owner = ?",
+   [ST_INSPECT] = "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), "
+                  "expires_at), holder_host, holder_pid, holder_label FROM `%s` WHERE lock_key = ?",
+   [ST_LIST_FROM] = "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, "
+                    "UTC_TIMESTAMP(6), expires_at), holder_host, holder_pid, holder_label FROM "
+                    "`%s` WHERE lock_key >= ? ORDER BY lock_key",
+   [ST_LIST_RANGE] = "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, "
+                     "UTC_TIMESTAMP(6), expires_at), holder_host, holder_pid, holder_label FROM "
+                     "`%s` WHERE lock_key >= ? AND lock_key < ? ORDER BY lock_key",
+   /* LAST_INSERT_ID(fence) (>= 1) runs only when a live lease is taken. */
+   [ST_FORCE] = "UPDATE `%s` SET fence = IF(owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6), "
+                "LAST_INSERT_ID(fence), fence), owner = NULL, "
+                "expires_at = LEAST(expires_at, UTC_TIMESTAMP(6)) WHERE lock_key = ?",
+};
+
+static void disconnect (my_conn_t *c)
+{
+   for (int i = 0; i < ST_COUNT; i++) {
+      if (c->st[i])
+         mysql_stmt_close (c->st[i]);
+      c->st[i] = NULL;
+   }
+   if (c->db)
+      mysql_close (c->db);
+   c->db = NULL;
+}
+
+/* Runs a statement without parameters or results (schema setup). */
+static bool exec_plain (my_conn_t *c, const char *sql, const char *what, leaselock_error_t *err)
+{
+   if (mysql_real_query (c->db, sql, strlen (sql)))
+      return fail_db (c, what, err);
+   MYSQL_RES *res = mysql_store_result (c->db);
+   if (res)
+      mysql_free_result (res);
+   return true;
+}
+
+/* Creates the tables when missing and checks the schema version. Safe when
+ * several processes do it at once (IF NOT EXISTS, INSERT IGNORE). */
+static bool ensure_schema (my_conn_t *c, leaselock_error_t *err)
+{
+   char sql[1024];
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM `%s_meta` WHERE id = 1", c->table);
+   bool have = false;
+   long version = 0;
+   if (mysql_real_query (c->db, sql, strlen (sql)) == 0) {
+      MYSQL_RES *res = mysql_store_result (c->db);
+      MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
+      if (row && row[0]) {
+         have = true;
+         version = strtol (row[0], NULL, 10);
+      }
+      if (res)
+         mysql_free_result (res);
+   } else if (mysql_errno (c->db) != 1146 /* ER_NO_SUCH_TABLE */) {
+      return fail_db (c, "reading the schema version", err);
+   }
+   if (!have) {
+      snprintf (sql, sizeof sql,
+                "CREATE TABLE IF NOT EXISTS `%s` ("
+                "lock_key VARBINARY(255) NOT NULL PRIMARY KEY, "
+                "owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL, "
+                "fence BIGINT NOT NULL, "
+                "expires_at DATETIME(6) NOT NULL, "
+                "acquired_at DATETIME(6) NOT NULL, "
+                "holder_host VARBINARY(255) NOT NULL, "
+                "holder_pid BIGINT NOT NULL, "
+                "holder_label VARBINARY(255) NOT NULL"
+                ") ENGINE=InnoDB",
+                c->table);
+      if (!exec_plain (c, sql, "creating the lock table", err))
+         return false;
+      snprintf (sql, sizeof sql,
+                "CREATE TABLE IF NOT EXISTS `%s_meta` (id TINYINT NOT NULL PRIMARY KEY, "
+                "schema_version INT NOT NULL) ENGINE=InnoDB",
+                c->table);
+      if (!exec_plain (c, sql, "creating the schema table", err))
+         return false;
+      snprintf (sql, sizeof sql, "INSERT IGNORE INTO `%s_meta` VALUES (1, %d)", c->table,
+                SCHEMA_VERSION);
+      if (!exec_plain (c, sql, "recording the schema version", err))
+         return false;
+      version = SCHEMA_VERSION;
+   }
+   if (version != SCHEMA_VERSION)
+      return ll_error_set (err, LEASELOCK_BACKEND,
+                           "mysql: table `%s` has schema version %ld; this leaselock knows "
+                           "version %d",
+                           c->table, version, SCHEMA_VERSION);
+   return true;
+}
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static void lib_init (void)
+{
+   mysql_library_init (0, NULL, NULL);
+}
+
+static bool do_connect (my_conn_t *c, leaselock_error_t *err)
+{
+   pthread_once (&lib_once, lib_init);
+   if (!(c->db = mysql_init (NULL)))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
+   bool off = false, on = true;
+   mysql_optionsv (c->db, MYSQL_OPT_RECONNECT, &off); /* we re-prepare on reconnect */
+   mysql_optionsv (c->db, MYSQL_OPT_CONNECT_TIMEOUT, &c->connect_timeout);
+   mysql_optionsv (c->db, MYSQL_OPT_READ_TIMEOUT, &c->read_timeout);
+   mysql_optionsv (c->db, MYSQL_OPT_WRITE_TIMEOUT, &c->write_timeout);
+   mysql_optionsv (c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+   mysql_optionsv (c->db, MYSQL_REPORT_DATA_TRUNCATION, &on);
+   /* READ COMMITTED: fewer gap locks, so concurrent first acquires of one
+    * key do not deadlock as often (they are retried when they do). */
+   mysql_optionsv (c->db, MYSQL_INIT_COMMAND,
+                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+   if (c->ssl)
+      mysql_optionsv (c->db, MYSQL_OPT_SSL_ENFORCE, &on);
+   if (!mysql_real_connect (c->db, c->socket ? NULL : c->host, c->user, c->password, c->dbname,
+                            c->socket ? 0 : c->port, c->socket, 0)) {
+      char what[300];
+      if (c->socket)
+         snprintf (what, sizeof what, "connecting to socket %.200s", c->socket);
+      else
+         snprintf (what, sizeof what, "connecting to %.200s:%u", c->host, c->port);
+      fail_db (c, what, err);
+      disconnect (c);
+      return false;
+   }
+   if (!ensure_schema (c, err)) {
+      disconnect (c);
+      return false;
+   }
+   return true;
+}
+
+/* A connected, idle connection whose socket is readable or hung up was
+ * closed by the server (nothing is in flight between calls). */
+static bool looks_closed (my_conn_t *c)
+{
+   int fd = (int)mysql_get_socket (c->db);
+   if (fd < 0)
+      return true;
+   struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+   return poll (&p, 1, 0) != 0;
+}
+
+/* The prepared statement for id, connecting first when needed. */
+static MYSQL_STMT *stmt (my_conn_t *c, int id, leaselock_error_t *err)
+{
+   if (c->db && looks_closed (c))
+      disconnect (c);
+   if (!c->db && !do_connect (c, err))
+      return NULL;
+   if (!c->st[id]) {
+      MYSQL_STMT *st = mysql_stmt_init (c->db);
+      if (!st)
+         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_stmt_init)"), NULL;
+      if (mysql_stmt_prepare (st, c->sql[id], strlen (c->sql[id]))) {
+         fail_stmt (c, st, "preparing a statement", err);
+         mysql_stmt_close (st);
+         return NULL;
+      }
+      c->st[id] = st;
+   }
+   return c->st[id];
+}
+
+/* Binds and executes, retrying a statement the server rolled back for a
+ * deadlock (it had no effect, so running it again is exact). */
+static bool execute (my_conn_t *c,
+                     int id,
+                     MYSQL_BIND *params,
+                     const char *what,
+                     leaselock_error_t *err)
+{
+   for (int attempt = 0;; attempt++) {
+      MYSQL_STMT *st = stmt (c, id, err);
+      if (!st)
+         return false;
+      if (mysql_stmt_bind_param (st, params))
+         return fail_stmt (c, st, what, err);
+      if (mysql_stmt_execute (st) == 0)
+         return true;
+      unsigned no = mysql_stmt_errno (st);
+      if ((no == 1213 /* ER_LOCK_DEADLOCK */) && attempt < DEADLOCK_RETRIES)
+         continue;
+      return fail_stmt (c, st, what, err);
+   }
+}
+
+static void bind_str (MYSQL_BIND *b, const char *s, unsigned long *len)
+{
+   memset (b, 0, sizeof *b);
+   b->buffer_type = MYSQL_TYPE_STRING;
+   b->buffer = (void *)s;
+   b->buffer_length = *len;
+   b->length = len;
+}
+
+static void bind_blob (MYSQL_BIND *b, const char *s, unsigned long *len)
+{
+   bind_str (b, s, len);
+   b->buffer_type = MYSQL_TYPE_BLOB;
+}
+
+static void bind_i64 (MYSQL_BIND *b, int64_t *v)
+{
+   memset (b, 0, sizeof *b);
+   b->buffer_type = MYSQL_TYPE_LONGLONG;
+   b->buffer = v;
+}
+
+/* Holder strings are stored up to 255 bytes. */
+static unsigned long clip255 (const char *s)
+{
+   size_t n = s ? strlen (s) : 0;
+   return n > 255 ? 255 : (unsigned long)n;
+}
+
+/* ---- operations ------------------------------------------------------ */
+
+static void my_close (void *conn)
+{
+   my_conn_t *c = conn;
+   if (!c)
+      return;
+   disconnect (c);
+   for (int i = 0; i < ST_COUNT; i++)
+      free (c->sql[i]);
+   if (c->password)
+      memset (c->password, 0, strlen (c->password));
+   free (c->host);
+   free (c->user);
+   free (c->password);
+   free (c->dbname);
+   free (c->socket);
+   free (c);
+}
+
+/* In a forked child the socket is shared with the parent: its descriptor
+ * is pointed at /dev/null first, so closing sends nothing on the parent's
+ * connection (no COM_QUIT, no TLS close), then everything is freed. If
+ * /dev/null cannot be opened the connection is leaked instead. */
+static void my_abandon (void *conn)
+{
+   my_conn_t *c = conn;
+   if (!c)
+      return;
+   if (c->db) {
+      int fd = (int)mysql_get_socket (c->db);
+      int null_fd = open ("/dev/null", O_RDWR | O_CLOEXEC);
+      if (fd < 0 || null_fd < 0 || dup2 (null_fd, fd) < 0) {
+         if (null_fd >= 0)
+            close (null_fd);
+         return; /* leak rather than touch the parent's socket */
+      }
+      close (null_fd);
+   }
+   my_close (c);
+}
+
+static void *my_open (const char *uri, leaselock_error_t *err)
+{
+   my_conn_t *c = calloc (1, sizeof *c);
+   if (!c)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
+   if (!parse_uri (c, uri, err))
+      goto fail;
+   for (int i = 0; i < ST_COUNT; i++) {
+      int n = snprintf (NULL, 0, sql_templates[i], c->table);
+      if (!(c->sql[i] = malloc ((size_t)n + 1))) {
+         ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+         goto fail;
+      }
+      snprintf (c->sql[i], (size_t)n + 1, sql_templates[i], c->table);
+   }
+   if (!do_connect (c, err))
+      goto fail;
+   return c;
+fail:
+   my_close (c);
+   return NULL;
+}
+
+static bool my_acquire (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t ttl_ms,
+                        const ll_holder_t *holder,
+                        int64_t *fence,
+                        leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   unsigned long hlen = clip255 (holder->host), llen = clip255 (holder->label);
+   int64_t ttl_us = ttl_ms * 1000, pid = holder->pid;
+   const char *host = holder->host ? holder->host : "", *label = holder->label ? holder->label : "";
+   MYSQL_BIND p[20];
+   int i = 0;
+   bind_blob (&p[i++], key, &klen);
+   bind_str (&p[i++], owner, &olen);
+   bind_i64 (&p[i++], &ttl_us);
+   bind_blob (&p[i++], host, &hlen);
+   bind_i64 (&p[i++], &pid);
+   bind_blob (&p[i++], label, &llen);
+   bind_str (&p[i++], owner, &olen); /* fence */
+   bind_str (&p[i++], owner, &olen); /* acquired_at */
+   bind_str (&p[i++], owner, &olen); /* holder_host */
+   bind_blob (&p[i++], host, &hlen);
+   bind_str (&p[i++], owner, &olen); /* holder_pid */
+   bind_i64 (&p[i++], &pid);
+   bind_str (&p[i++], owner, &olen); /* holder_label */
+   bind_blob (&p[i++], label, &llen);
+   bind_str (&p[i++], owner, &olen); /* owner */
+   bind_str (&p[i++], owner, &olen);
+   bind_str (&p[i++], owner, &olen); /* expires_at */
+   bind_i64 (&p[i++], &ttl_us);
+   if (!execute (c, ST_ACQUIRE, p, "acquire", err))
+      return false;
+   MYSQL_STMT *st = c->st[ST_ACQUIRE];
+   my_ulonglong id = mysql_stmt_insert_id (st);
+   if (id == 0 || mysql_stmt_affected_rows (st) == 0)
+      return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+   *fence = (int64_t)id;
+   return true;
+}
+
+static bool my_renew (void *conn,
+                      const char *key,
+                      size_t key_len,
+                      const char *owner,
+                      int64_t ttl_ms,
+                      leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   int64_t ttl_us = ttl_ms * 1000;
+   MYSQL_BIND p[3];
+   bind_i64 (&p[0], &ttl_us);
+   bind_blob (&p[1], key, &klen);
+   bind_str (&p[2], owner, &olen);
+   if (!execute (c, ST_RENEW, p, "renew", err))
+      return false;
+   /* Rows changed: the new expiry differs from the old one by at least the
+    * time between the two statements (microsecond column). */
+   if (mysql_stmt_affected_rows (c->st[ST_RENEW]) != 1)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   return true;
+}
+
+static bool my_release (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t min_hold_ms,
+                        leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   int64_t hold_us = min_hold_ms * 1000;
+   MYSQL_BIND p[3];
+   bind_i64 (&p[0], &hold_us);
+   bind_blob (&p[1], key, &klen);
+   bind_str (&p[2], owner, &olen);
+   if (!execute (c, ST_RELEASE, p, "release", err))
+      return false;
+   /* The owner column always changes (ours -> NULL) when it matched. */
+   if (mysql_stmt_affected_rows (c->st[ST_RELEASE]) != 1)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   return true;
+}
+
+/* Result row of the SELECTs. */
+typedef struct
+{
+   char key[LEASELOCK_KEY_MAX + 1];
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   char host[256], label[256];
+   unsigned long key_len, owner_len, host_len, label_len;
+   my_bool owner_null;
+   int64_t fence, diff_us, pid;
+   MYSQL_BIND b[7];
+} my_row_t;
+
+static void row_bind (my_row_t *r)
+{
+   memset (r->b, 0, sizeof r->b);
+   r->b[0].buffer_type = MYSQL_TYPE_BLOB;
+   r->b[0].buffer = r->key;
+   r->b[0].buffer_length = LEASELOCK_KEY_MAX;
+   r->b[0].length = &r->key_len;
+   r->b[1].buffer_type = MYSQL_TYPE_STRING;
+   r->b[1].buffer = r->owner;
+   r->b[1].buffer_length = sizeof r->owner;
+   r->b[1].length = &r->owner_len;
+   r->b[1].is_null = &r->owner_null;
+   bind_i64 (&r->b[2], &r->fence);
+   bind_i64 (&r->b[3], &r->diff_us);
+   r->b[4].buffer_type = MYSQL_TYPE_BLOB;
+   r->b[4].buffer = r->host;
+   r->b[4].buffer_length = sizeof r->host - 1;
+   r->b[4].length = &r->host_len;
+   bind_i64 (&r->b[5], &r->pid);
+   r->b[6].buffer_type = MYSQL_TYPE_BLOB;
+   r->b[6].buffer = r->label;
+   r->b[6].buffer_length = sizeof r->label - 1;
+   r->b[6].length = &r->label_len;
+}
+
+static void row_to_record (my_row_t *r, leaselock_record_t *rec)
+{
+   memset (rec, 0, sizeof *rec);
+   size_t n = r->key_len > LEASELOCK_KEY_MAX ? LEASELOCK_KEY_MAX : r->key_len;
+   memcpy (rec->key, r->key, n);
+   rec->key_len = n;
+   if (!r->owner_null) {
+      n = r->owner_len > LEASELOCK_OWNER_LEN ? LEASELOCK_OWNER_LEN : r->owner_len;
+      memcpy (rec->owner, r->owner, n);
+   }
+   rec->fence = r->fence;
+   /* Rounded away from zero: live means > 0, expired means <= 0. */
+   rec->expires_in_ms = r->diff_us > 0 ? (r->diff_us + 999) / 1000 : r->diff_us / 1000;
+   n = r->host_len > sizeof rec->host - 1 ? sizeof rec->host - 1 : r->host_len;
+   memcpy (rec->host, r->host, n);
+   rec->pid = r->pid;
+   n = r->label_len > sizeof rec->label - 1 ? sizeof rec->label - 1 : r->label_len;
+   memcpy (rec->label, r->label, n);
+}
+
+/* Executes a SELECT, buffers its rows, and calls fn for each (fn returns
+ * false to stop). */
+static bool query_rows (my_conn_t *c,
+                        int id,
+                        MYSQL_BIND *params,
+                        bool (*fn) (leaselock_record_t *, void *),
+                        void *data,
+                        const char *what,
+                        leaselock_error_t *err)
+{
+   if (!execute (c, id, params, what, err))
+      return false;
+   MYSQL_STMT *st = c->st[id];
+   my_row_t *r = malloc (sizeof *r);
+   leaselock_record_t *rec = malloc (sizeof *rec);
+   bool ok = false;
+   if (!r || !rec) {
+      ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+      goto done;
+   }
+   row_bind (r);
+   if (mysql_stmt_bind_result (st, r->b) || mysql_stmt_store_result (st)) {
+      fail_stmt (c, st, what, err);
+      goto done;
+   }
+   for (;;) {
+      int rc = mysql_stmt_fetch (st);
+      if (rc == MYSQL_NO_DATA)
+         break;
+      if (rc == 1) {
+         fail_stmt (c, st, what, err);
+         goto done;
+      }
+      /* rc 0, or MYSQL_DATA_TRUNCATED (cannot happen with these widths) */
+      row_to_record (r, rec);
+      if (!fn (rec, data))
+         break;
+   }
+   ok = true;
+done:
+   if (c->db && c->st[id])
+      mysql_stmt_free_result (c->st[id]);
+   free (r);
+   free (rec);
+   return ok;
+}
+
+typedef struct
+{
+   leaselock_record_t *out;
+   bool *found;
+} one_t;
+
+static bool take_one (leaselock_record_t *rec, void *data)
+{
+   one_t *o = data;
+   *o->out = *rec;
+   *o->found = true;
+   return false;
+}
+
+static bool my_inspect (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        leaselock_record_t *rec,
+                        bool *found,
+                        leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len;
+   MYSQL_BIND p[1];
+   bind_blob (&p[0], key, &klen);
+   *found = false;
+   one_t o = { rec, found };
+   return query_rows (c, ST_INSPECT, p, take_one, &o, "inspect", err);
+}
+
+typedef struct
+{
+   leaselock_record_cb fn;
+   void *data;
+} list_t;
+
+static bool list_one (leaselock_record_t *rec, void *data)
+{
+   list_t *l = data;
+   return l->fn (rec, l->data);
+}
+
+static bool my_list (void *conn,
+                     const char *prefix,
+                     size_t prefix_len,
+                     leaselock_record_cb fn,
+                     void *user_data,
+                     leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   /* Keys starting with prefix are exactly those in [prefix, upper) where
+    * upper is prefix with trailing 0xff bytes dropped and the last byte
+    * incremented (none when the prefix is empty or all 0xff). */
+   char upper[LEASELOCK_KEY_MAX + 1];
+   size_t ulen = prefix_len;
+   memcpy (upper, prefix, prefix_len);
+   while (ulen > 0 && (unsigned char)upper[ulen - 1] == 0xff)
+      ulen--;
+   if (ulen > 0)
+      upper[ulen - 1] = (char)((unsigned char)upper[ulen - 1] + 1);
+   unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
+   MYSQL_BIND p[2];
+   bind_blob (&p[0], prefix_len ? prefix : "", &plen);
+   bind_blob (&p[1], upper, &uplen);
+   list_t l = { fn, user_data };
+   return query_rows (c, ulen ? ST_LIST_RANGE : ST_LIST_FROM, p, list_one, &l, "list", err);
+}
+
+static bool my_force_release (void *conn,
+                              const char *key,
+                              size_t key_len,
+                              bool *took,
+                              leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len;
+   MYSQL_BIND p[1];
+   bind_blob (&p[0], key, &klen);
+   if (!execute (c, ST_FORCE, p, "force_release", err))
+      return false;
+   *took = mysql_stmt_insert_id (c->st[ST_FORCE]) != 0;
+   return true;
+}
+
+const ll_backend_t ll_backend_mysql = {
+   .name = "mysql",
+   .schemes = { "mysql", "mariadb", NULL },
+   .available = true,
+   .unavailable = NULL,
+   .open = my_open,
+   .close = my_close,
+   .abandon = my_abandon,
+   .acquire = my_acquire,
+   .renew = my_renew,
+   .release = my_release,
+   .inspect = my_inspect,
+   .list = my_list,
+   .force_release = my_force_release,
+};
+
+#else /* !LEASELOCK_WITH_MARIADB */
+
+const ll_backend_t ll_backend_mysql = {
+   .name = "mysql",
+   .schemes = { "mysql", "mariadb", NULL },
+   .available = false,
+   .unavailable = "built without libmariadb (install libmariadb-dev and rebuild)",
+};
+
+#endif

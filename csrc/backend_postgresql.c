@@ -1,0 +1,694 @@
+/*
+ * backend_postgresql.c - PostgreSQL through libpq.
+ *
+ * URI: postgresql://... or postgres://..., a libpq connection URI passed
+ * to libpq as it is (every libpq option and PG* environment variable
+ * works), except for one option of leaselock's own, removed before:
+ *   table=name   the lock table (default "leaselock"); the schema version
+ *                lives in <table>_meta
+ * Defaults that the URI may override: connect_timeout=10,
+ * fallback_application_name=leaselock. client_encoding is always UTF8.
+ *
+ * Table (created on first use, schema version 1):
+ *   lock_key text COLLATE "C" PRIMARY KEY   byte order, byte-exact UTF-8
+ *   owner text NULL (NULL once released), fence bigint,
+ *   expires_at / acquired_at timestamptz, holder_host, holder_pid,
+ *   holder_label
+ *
+ * Every operation is one prepared statement with bound parameters and
+ * judges time with the server's clock_timestamp(). Acquire is
+ * INSERT ... ON CONFLICT (lock_key) DO UPDATE ... WHERE <expired or ours>
+ * RETURNING fence: no row back means BUSY.
+ *
+ * Connections: before each statement a zero-timeout poll() on the socket
+ * tells whether the server closed an idle connection (restart,
+ * pg_terminate_backend, idle timeout); such a connection is re-established
+ * first. A statement that fails once sent is not assumed to have applied
+ * or not: the call reports BACKEND, the connection is dropped, and the
+ * next call reconnects (the owner condition makes a retry safe).
+ */
+#include "ll_internal.h"
+
+#ifdef LEASELOCK_WITH_LIBPQ
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SCHEMA_VERSION 1
+
+enum
+{
+   ST_ACQUIRE,
+   ST_RENEW,
+   ST_RELEASE,
+   ST_INSPECT,
+   ST_LIST_FROM,
+   ST_LIST_RANGE,
+   ST_FORCE,
+   ST_COUNT
+};
+
+typedef struct
+{
+   PGconn *db; /* NULL while disconnected */
+   bool prepared[ST_COUNT];
+   char *conninfo; /* the URI without leaselock's options */
+   char *password; /* to scrub from messages; may be NULL */
+   char table[64];
+   char *sql[ST_COUNT];
+} pg_conn_t;
+
+/* ---- errors ---------------------------------------------------------- */
+
+static void scrub (const pg_conn_t *c, const char *msg, char *out, size_t size)
+{
+   size_t o = 0;
+   size_t plen = c->password ? strlen (c->password) : 0;
+   for (const char *p = msg; *p && o + 1 < size;) {
+      if (plen >= 3 && !strncmp (p, c->password, plen)) {
+         for (const char *s = "***"; *s && o + 1 < size; s++)
+            out[o++] = *s;
+         p += plen;
+      } else {
+         out[o++] = (*p == '\n' || *p == '\t') ? ' ' : *p;
+         p++;
+      }
+   }
+   while (o > 0 && out[o - 1] == ' ')
+      o--;
+   out[o] = '\0';
+}
+
+static void disconnect (pg_conn_t *c)
+{
+   if (c->db)
+      PQfinish (c->db);
+   c->db = NULL;
+   memset (c->prepared, 0, sizeof c->prepared);
+}
+
+/* BACKEND with the server's or libpq's message. res may be NULL. The
+ * connection is dropped when it is no longer usable. Returns false. */
+static bool fail (pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err)
+{
+   const char *msg = res ? PQresultErrorMessage (res) : NULL;
+   if (!msg || !*msg)
+      msg = c->db ? PQerrorMessage (c->db) : "not connected";
+   const char *state = res ? PQresultErrorField (res, PG_DIAG_SQLSTATE) : NULL;
+   char clean[LEASELOCK_ERROR_MAX];
+   scrub (c, *msg ? msg : "unknown error", clean, sizeof clean);
+   ll_error_set (err, LEASELOCK_BACKEND, "postgresql: %s: %s%s%s%s", what, clean,
+                 state ? " (SQLSTATE " : "", state ? state : "", state ? ")" : "");
+   /* Class 08 (connection exception), 57P (operator intervention:
+    * shutdown, terminated) or a broken socket: reconnect next time. */
+   if (!c->db || PQstatus (c->db) != CONNECTION_OK ||
+       (state && (!strncmp (state, "08", 2) || !strncmp (state, "57P", 3))))
+      disconnect (c);
+   return false;
+}
+
+/* ---- URI ------------------------------------------------------------- */
+
+static bool valid_identifier (const char *s)
+{
+   size_t n = strlen (s);
+   if (n < 1 || n > 58) /* room for "_meta" within PostgreSQL's 63 */
+      return false;
+   if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+      return false;
+   for (size_t i = 1; i < n; i++)
+      if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+            (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+         return false;
+   return true;
+}
+
+/* Copies uri to c->conninfo without the "table" option, and reads it. */
+static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
+{
+   ll_uri_t u;
+   if (!ll_uri_parse (text, &u, err))
+      return false;
+   snprintf (c->table, sizeof c->table, "leaselock");
+   const char *table = ll_uri_param (&u, "table");
+   bool ok = false;
+   if (table && !valid_identifier (table)) {
+      ll_error_set (err, LEASELOCK_INVALID,
+                    "postgresql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
+                    "letters, digits or _ not starting with a digit",
+                    table);
+      goto out;
+   }
+   if (table)
+      snprintf (c->table, sizeof c->table, "%s", table);
+   if (u.password && !(c->password = strdup (u.password)))
+      goto nomem;
+
+   size_t len = strlen (text);
+   if (!(c->conninfo = malloc (len + 1)))
+      goto nomem;
+   const char *q = strchr (text, '?');
+   if (!q) {
+      memcpy (c->conninfo, text, len + 1);
+   } else {
+      size_t o = (size_t)(q - text);
+      memcpy (c->conninfo, text, o);
+      const char *end = q + 1 + strcspn (q + 1, "#");
+      char sep = '?';
+      for (const char *item = q + 1; item < end;) {
+         const char *amp = memchr (item, '&', (size_t)(end - item));
+         const char *item_end = amp ? amp : end;
+         size_t n = (size_t)(item_end - item);
+         bool is_table = (n >= 5 && !strncmp (item, "table", 5) && (n == 5 || item[5] == '='));
+         if (n && !is_table) {
+            c->conninfo[o++] = sep;
+            memcpy (c->conninfo + o, item, n);
+            o += n;
+            sep = '&';
+         }
+         item = amp ? amp + 1 : end;
+      }
+      c->conninfo[o] = '\0';
+   }
+   ok = true;
+   goto out;
+nomem:
+   ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+out:
+   ll_uri_cleanup (&u);
+   return ok;
+}
+
+/* ---- statements ------------------------------------------------------ */
+
+#define COLS                                                                                       \
+   "lock_key, owner, fence, "                                                                      \
+   "(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000000)::bigint, holder_host, "         \
+   "holder_pid, holder_label"
+
+static const char *const sql_templates[ST_COUNT] = {
+   [ST_ACQUIRE] =
+     "INSERT INTO \"%1$s\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "
+     "holder_pid, holder_label) VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * "
+     "interval '1 microsecond', clock_timestamp(), $4, $5::bigint, $6) "
+     "ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, fence = l.fence + 1, "
+     "expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', "
+     "acquired_at = clock_timestamp(), holder_host = excluded.holder_host, "
+     "holder_pid = excluded.holder_pid, holder_label = excluded.holder_label "
+     "WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner RETURNING fence",
+   [ST_RENEW] = "UPDATE \"%1$s\" SET expires_at = clock_timestamp() + $3::bigint * "
+                "interval '1 microsecond' WHERE lock_key = $1 AND owner = $2 AND "
+                "expires_at > clock_timestamp()",
+   [ST_RELEASE] = "UPDATE \"%1$s\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "
+                  "acquired_at + $3::bigint * interval '1 microsecond') "
+                  "WHERE lock_key = $1 AND owner = $2",
+   [ST_INSPECT] = "SELECT " COLS " FROM \"%1$s\" WHERE lock_key = $1",
+   [ST_LIST_FROM] = "SELECT " COLS " FROM \"%1$s\" WHERE lock_key >= $1 ORDER BY lock_key",
+   [ST_LIST_RANGE] = "SELECT " COLS " FROM \"%1$s\" WHERE lock_key >= $1 AND lock_key < $2 "
+                     "ORDER BY lock_key",
+   [ST_FORCE] = "WITH old AS (SELECT lock_key, owner IS NOT NULL AND expires_at > "
+                "clock_timestamp() AS live FROM \"%1$s\" WHERE lock_key = $1 FOR UPDATE) "
+                "UPDATE \"%1$s\" AS l SET owner = NULL, expires_at = LEAST(l.expires_at, "
+                "clock_timestamp()) FROM old WHERE l.lock_key = old.lock_key RETURNING old.live",
+};
+
+static const int n_params[ST_COUNT] = {
+   [ST_ACQUIRE] = 6,   [ST_RENEW] = 3,      [ST_RELEASE] = 3, [ST_INSPECT] = 1,
+   [ST_LIST_FROM] = 1, [ST_LIST_RANGE] = 2, [ST_FORCE] = 1,
+};
+
+static const char *const st_names[ST_COUNT] = {
+   "leaselock_acquire",   "leaselock_renew",      "leaselock_release", "leaselock_inspect",
+   "leaselock_list_from", "leaselock_list_range", "leaselock_force",
+};
+
+/* Creates the tables when missing (under an advisory lock, since
+ * PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two sessions race)
+ * and checks the schema version. */
+static bool ensure_schema (pg_conn_t *c, leaselock_error_t *err)
+{
+   char sql[2048];
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM \"%s_meta\" WHERE id = 1", c->table);
+   PGresult *res = PQexec (c->db, sql);
+   long version = -1;
+   if (PQresultStatus (res) == PGRES_TUPLES_OK) {
+      if (PQntuples (res) == 1)
+         version = strtol (PQgetvalue (res, 0, 0), NULL, 10);
+   } else {
+      const char *state = PQresultErrorField (res, PG_DIAG_SQLSTATE);
+      if (!state || strcmp (state, "42P01") /* undefined_table */) {
+         fail (c, res, "reading the schema version", err);
+         PQclear (res);
+         return false;
+      }
+   }
+   PQclear (res);
+   if (version < 0) {
+      snprintf (sql, sizeof sql,
+                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('leaselock schema %1$s')); "
+                "CREATE TABLE IF NOT EXISTS \"%1$s\" ("
+                "lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY, "
+                "owner text NULL, "
+                "fence bigint NOT NULL, "
+                "expires_at timestamptz NOT NULL, "
+                "acquired_at timestamptz NOT NULL, "
+                "holder_host text NOT NULL, "
+                "holder_pid bigint NOT NULL, "
+                "holder_label text NOT NULL); "
+                "CREATE TABLE IF NOT EXISTS \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "
+                "schema_version int NOT NULL); "
+                "INSERT INTO \"%1$s_meta\" VALUES (1, %2$d) ON CONFLICT (id) DO NOTHING; "
+                "COMMIT",
+                c->table, SCHEMA_VERSION);
+      res = PQexec (c->db, sql);
+      if (PQresultStatus (res) != PGRES_COMMAND_OK) {
+         fail (c, res, "creating the lock table", err);
+         PQclear (res);
+         if (c->db) {
+            PQclear (PQexec (c->db, "ROLLBACK"));
+         }
+         return false;
+      }
+      PQclear (res);
+      version = SCHEMA_VERSION;
+   }
+   if (version != SCHEMA_VERSION)
+      return ll_error_set (err, LEASELOCK_BACKEND,
+                           "postgresql: table \"%s\" has schema version %ld; this leaselock knows "
+                           "version %d",
+                           c->table, version, SCHEMA_VERSION);
+   return true;
+}
+
+static void quiet_notices (void *arg, const char *message)
+{
+   (void)arg;
+   (void)message;
+}
+
+static bool do_connect (pg_conn_t *c, leaselock_error_t *err)
+{
+   const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname",
+                          "client_encoding", NULL };
+   const char *vals[] = { "10", "leaselock", c->conninfo, "UTF8", NULL };
+   c->db = PQconnectdbParams (keys, vals, 1);
+   if (!c->db)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (PQconnectdbParams)");
+   if (PQstatus (c->db) != CONNECTION_OK) {
+      fail (c, NULL, "connecting", err);
+      disconnect (c);
+      return false;
+   }
+   PQsetNoticeProcessor (c->db, quiet_notices, NULL);
+   if (!ensure_schema (c, err)) {
+      disconnect (c);
+      return false;
+   }
+   return true;
+}
+
+/* An idle connection whose socket is readable or hung up was closed (or is
+ * being closed) by the server. */
+static bool looks_closed (pg_conn_t *c)
+{
+   if (PQstatus (c->db) != CONNECTION_OK)
+      return true;
+   int fd = PQsocket (c->db);
+   if (fd < 0)
+      return true;
+   struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+   return poll (&p, 1, 0) != 0;
+}
+
+/* Runs prepared statement id (preparing it on this connection first). */
+static PGresult *run (pg_conn_t *c,
+                      int id,
+                      const char *const *params,
+                      const char *what,
+                      leaselock_error_t *err)
+{
+   if (c->db && looks_closed (c))
+      disconnect (c);
+   if (!c->db && !do_connect (c, err))
+      return NULL;
+   if (!c->prepared[id]) {
+      PGresult *res = PQprepare (c->db, st_names[id], c->sql[id], n_params[id], NULL);
+      if (PQresultStatus (res) != PGRES_COMMAND_OK) {
+         fail (c, res, "preparing a statement", err);
+         PQclear (res);
+         return NULL;
+      }
+      PQclear (res);
+      c->prepared[id] = true;
+   }
+   PGresult *res = PQexecPrepared (c->db, st_names[id], n_params[id], params, NULL, NULL, 0);
+   ExecStatusType s = PQresultStatus (res);
+   if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+      fail (c, res, what, err);
+      PQclear (res);
+      return NULL;
+   }
+   return res;
+}
+
+/* Holder strings are stored up to 255 bytes (cut at a UTF-8 boundary). */
+static const char *clip255 (const char *s, char buf[256])
+{
+   if (!s)
+      return "";
+   size_t n = strlen (s);
+   if (n <= 255)
+      return s;
+   n = 255;
+   while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+      n--;
+   memcpy (buf, s, n);
+   buf[n] = '\0';
+   return buf;
+}
+
+/* ---- operations ------------------------------------------------------ */
+
+static void pg_close (void *conn)
+{
+   pg_conn_t *c = conn;
+   if (!c)
+      return;
+   disconnect (c);
+   for (int i = 0; i < ST_COUNT; i++)
+      free (c->sql[i]);
+   if (c->password)
+      memset (c->password, 0, strlen (c->password));
+   if (c->conninfo)
+      memset (c->conninfo, 0, strlen (c->conninfo));
+   free (c->password);
+   free (c->conninfo);
+   free (c);
+}
+
+/* In a forked child the socket is shared with the parent: its descriptor
+ * is pointed at /dev/null first, so PQfinish sends nothing on the parent's
+ * connection (no Terminate message, no TLS close), then everything is
+ * freed. If /dev/null cannot be opened the connection is leaked instead. */
+static void pg_abandon (void *conn)
+{
+   pg_conn_t *c = conn;
+   if (!c)
+      return;
+   if (c->db) {
+      int fd = PQsocket (c->db);
+      if (fd >= 0) {
+         int null_fd = open ("/dev/null", O_RDWR | O_CLOEXEC);
+         if (null_fd < 0 || dup2 (null_fd, fd) < 0) {
+            if (null_fd >= 0)
+               close (null_fd);
+            return; /* leak rather than touch the parent's socket */
+         }
+         close (null_fd);
+      }
+   }
+   pg_close (c);
+}
+
+static void *pg_open (const char *uri, leaselock_error_t *err)
+{
+   pg_conn_t *c = calloc (1, sizeof *c);
+   if (!c)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
+   if (!parse_uri (c, uri, err))
+      goto fail;
+   for (int i = 0; i < ST_COUNT; i++) {
+      int n = snprintf (NULL, 0, sql_templates[i], c->table);
+      if (!(c->sql[i] = malloc ((size_t)n + 1))) {
+         ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+         goto fail;
+      }
+      snprintf (c->sql[i], (size_t)n + 1, sql_templates[i], c->table);
+   }
+   if (!do_connect (c, err))
+      goto fail;
+   return c;
+fail:
+   pg_close (c);
+   return NULL;
+}
+
+/* Copies key (key_len bytes) into a NUL-terminated buffer. */
+static const char *key_z (const char *key, size_t key_len, char buf[LEASELOCK_KEY_MAX + 1])
+{
+   size_t n = key_len > LEASELOCK_KEY_MAX ? LEASELOCK_KEY_MAX : key_len;
+   memcpy (buf, key, n);
+   buf[n] = '\0';
+   return buf;
+}
+
+static bool pg_acquire (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t ttl_ms,
+                        const ll_holder_t *holder,
+                        int64_t *fence,
+                        leaselock_error_t *err)
+{
+   pg_conn_t *c = conn;
+   char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256];
+   snprintf (ttl, sizeof ttl, "%" PRId64, ttl_ms * 1000);
+   snprintf (pid, sizeof pid, "%" PRId64, holder->pid);
+   const char *p[6] = { key_z (key, key_len, kbuf),   owner, ttl,
+                        clip255 (holder->host, hbuf), pid,   clip255 (holder->label, lbuf) };
+   PGresult *res = run (c, ST_ACQUIRE, p, "acquire", err);
+   if (!res)
+      return false;
+   bool ok = PQntuples (res) == 1;
+   if (ok)
+      *fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+   else
+      ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+   PQclear (res);
+   return ok;
+}
+
+static bool update_one (pg_conn_t *c,
+                        int id,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t ms,
+                        const char *what,
+                        leaselock_error_t *err)
+{
+   char kbuf[LEASELOCK_KEY_MAX + 1], us[32];
+   snprintf (us, sizeof us, "%" PRId64, ms * 1000);
+   const char *p[3] = { key_z (key, key_len, kbuf), owner, us };
+   PGresult *res = run (c, id, p, what, err);
+   if (!res)
+      return false;
+   bool ok = !strcmp (PQcmdTuples (res), "1");
+   PQclear (res);
+   if (!ok)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   return true;
+}
+
+static bool pg_renew (void *conn,
+                      const char *key,
+                      size_t key_len,
+                      const char *owner,
+                      int64_t ttl_ms,
+                      leaselock_error_t *err)
+{
+   return update_one (conn, ST_RENEW, key, key_len, owner, ttl_ms, "renew", err);
+}
+
+static bool pg_release (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int64_t min_hold_ms,
+                        leaselock_error_t *err)
+{
+   return update_one (conn, ST_RELEASE, key, key_len, owner, min_hold_ms, "release", err);
+}
+
+static void copy_field (char *dst, size_t size, size_t *len_out, PGresult *res, int row, int col)
+{
+   size_t n = (size_t)PQgetlength (res, row, col);
+   if (n > size - 1)
+      n = size - 1;
+   memcpy (dst, PQgetvalue (res, row, col), n);
+   dst[n] = '\0';
+   if (len_out)
+      *len_out = n;
+}
+
+static void row_to_record (PGresult *res, int row, leaselock_record_t *rec)
+{
+   memset (rec, 0, sizeof *rec);
+   copy_field (rec->key, sizeof rec->key, &rec->key_len, res, row, 0);
+   if (!PQgetisnull (res, row, 1))
+      copy_field (rec->owner, sizeof rec->owner, NULL, res, row, 1);
+   rec->fence = strtoll (PQgetvalue (res, row, 2), NULL, 10);
+   int64_t us = strtoll (PQgetvalue (res, row, 3), NULL, 10);
+   /* Rounded away from zero: live means > 0, expired means <= 0. */
+   rec->expires_in_ms = us > 0 ? (us + 999) / 1000 : us / 1000;
+   copy_field (rec->host, sizeof rec->host, NULL, res, row, 4);
+   rec->pid = strtoll (PQgetvalue (res, row, 5), NULL, 10);
+   copy_field (rec->label, sizeof rec->label, NULL, res, row, 6);
+}
+
+static bool pg_inspect (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        leaselock_record_t *rec,
+                        bool *found,
+                        leaselock_error_t *err)
+{
+   pg_conn_t *c = conn;
+   char kbuf[LEASELOCK_KEY_MAX + 1];
+   const char *p[1] = { key_z (key, key_len, kbuf) };
+   *found = false;
+   PGresult *res = run (c, ST_INSPECT, p, "inspect", err);
+   if (!res)
+      return false;
+   if (PQntuples (res) > 0) {
+      row_to_record (res, 0, rec);
+      *found = true;
+   }
+   PQclear (res);
+   return true;
+}
+
+/* The smallest string greater than every string starting with prefix
+ * (valid UTF-8): the last code point incremented (past the surrogates),
+ * dropping code points that cannot grow. False when there is none. */
+static bool prefix_upper (const char *prefix, size_t len, char *out, size_t *out_len)
+{
+   while (len > 0) {
+      size_t start = len - 1;
+      while (start > 0 && ((unsigned char)prefix[start] & 0xC0) == 0x80)
+         start--;
+      const unsigned char *s = (const unsigned char *)prefix + start;
+      size_t n = len - start;
+      uint32_t cp;
+      if (n == 1)
+         cp = s[0];
+      else if (n == 2)
+         cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+      else if (n == 3)
+         cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+      else
+         cp = ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+              ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+      cp++;
+      if (cp == 0xD800)
+         cp = 0xE000;
+      if (cp > 0x10FFFF) {
+         len = start; /* this code point cannot grow: drop it */
+         continue;
+      }
+      memcpy (out, prefix, start);
+      size_t o = start;
+      if (cp < 0x80) {
+         out[o++] = (char)cp;
+      } else if (cp < 0x800) {
+         out[o++] = (char)(0xC0 | (cp >> 6));
+         out[o++] = (char)(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+         out[o++] = (char)(0xE0 | (cp >> 12));
+         out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+         out[o++] = (char)(0x80 | (cp & 0x3F));
+      } else {
+         out[o++] = (char)(0xF0 | (cp >> 18));
+         out[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+         out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+         out[o++] = (char)(0x80 | (cp & 0x3F));
+      }
+      out[o] = '\0';
+      *out_len = o;
+      return true;
+   }
+   return false;
+}
+
+static bool pg_list (void *conn,
+                     const char *prefix,
+                     size_t prefix_len,
+                     leaselock_record_cb fn,
+                     void *user_data,
+                     leaselock_error_t *err)
+{
+   pg_conn_t *c = conn;
+   char pbuf[LEASELOCK_KEY_MAX + 1], upper[LEASELOCK_KEY_MAX + 2];
+   size_t ulen = 0;
+   bool bounded = prefix_upper (prefix, prefix_len, upper, &ulen);
+   const char *p[2] = { prefix_len ? key_z (prefix, prefix_len, pbuf) : "", upper };
+   PGresult *res = run (c, bounded ? ST_LIST_RANGE : ST_LIST_FROM, p, "list", err);
+   if (!res)
+      return false;
+   leaselock_record_t *rec = malloc (sizeof *rec);
+   if (!rec) {
+      PQclear (res);
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   }
+   int n = PQntuples (res);
+   for (int i = 0; i < n; i++) {
+      row_to_record (res, i, rec);
+      if (!fn (rec, user_data))
+         break;
+   }
+   free (rec);
+   PQclear (res);
+   return true;
+}
+
+static bool pg_force_release (void *conn,
+                              const char *key,
+                              size_t key_len,
+                              bool *took,
+                              leaselock_error_t *err)
+{
+   pg_conn_t *c = conn;
+   char kbuf[LEASELOCK_KEY_MAX + 1];
+   const char *p[1] = { key_z (key, key_len, kbuf) };
+   PGresult *res = run (c, ST_FORCE, p, "force_release", err);
+   if (!res)
+      return false;
+   *took = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 0), "t");
+   PQclear (res);
+   return true;
+}
+
+const ll_backend_t ll_backend_postgresql = {
+   .name = "postgresql",
+   .schemes = { "postgresql", "postgres", NULL },
+   .available = true,
+   .unavailable = NULL,
+   .open = pg_open,
+   .close = pg_close,
+   .abandon = pg_abandon,
+   .acquire = pg_acquire,
+   .renew = pg_renew,
+   .release = pg_release,
+   .inspect = pg_inspect,
+   .list = pg_list,
+   .force_release = pg_force_release,
+};
+
+#else /* !LEASELOCK_WITH_LIBPQ */
+
+const ll_backend_t ll_backend_postgresql = {
+   .name = "postgresql",
+   .schemes = { "postgresql", "postgres", NULL },
+   .available = false,
+   .unavailable = "built without libpq (install libpq-dev and rebuild)",
+};
+
+#endif

@@ -1,0 +1,959 @@
+/*
+ * test_sql.c - what the MySQL/MariaDB and PostgreSQL backends must do
+ * beyond the contract suite:
+ *
+ *   test_sql mysql://user:pass@host:port/db
+ *   test_sql postgresql://user:pass@host:port/db
+ *
+ * Hostile and multibyte keys stored verbatim (bound parameters only),
+ * byte-wise prefix listing without wildcards, a client whose clock is an
+ * hour off (a helper process under faketime), a MySQL take-over that must
+ * not extend the old owner's lease, reconnection after the server kills a
+ * connection, a server restart mid-hold (LEASELOCK_MYSQL_RESTART /
+ * LEASELOCK_POSTGRES_RESTART name the restart command; tests/servers/<name>.sh
+ * print them), bad URIs, the table option, concurrent first use, and
+ * connections abandoned after fork.
+ *
+ * A raw driver connection (libmariadb / libpq) checks the server side.
+ */
+#include "ll_internal.h"
+#include "testlib.h"
+
+#if defined(LEASELOCK_WITH_MARIADB) && defined(LEASELOCK_WITH_LIBPQ)
+#include <libpq-fe.h>
+#include <mysql.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *URI;
+static bool IS_MYSQL;
+static char PFX[64];
+static const char *SELF;
+
+static void sleep_ms (int64_t ms)
+{
+   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+   while (nanosleep (&ts, &ts) != 0) {
+   }
+}
+
+static int64_t mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A key under this run's prefix (static buffer ring). */
+static const char *key (const char *name)
+{
+   static char bufs[8][300];
+   static int i;
+   char *b = bufs[i++ % 8];
+   snprintf (b, 300, "%s%s", PFX, name);
+   return b;
+}
+
+/* A URI like URI with extra options appended. */
+static const char *uri_with (const char *opts)
+{
+   static char buf[1024];
+   snprintf (buf, sizeof buf, "%s%s%s", URI, strchr (URI, '?') ? "&" : "?", opts);
+   return buf;
+}
+
+/* ---- raw driver access ------------------------------------------------ */
+
+/* Runs sql on a fresh raw connection; copies the first cell of the first
+ * row (or "") to out. Returns false and prints why on error. */
+static bool raw_query (const char *sql, char *out, size_t size)
+{
+   if (out && size)
+      out[0] = '\0';
+   if (IS_MYSQL) {
+      ll_uri_t u;
+      leaselock_error_t err;
+      if (!ll_uri_parse (URI, &u, &err))
+         return false;
+      const char *sock = ll_uri_param (&u, "socket");
+      MYSQL *db = mysql_init (NULL);
+      bool ok = false;
+      if (!mysql_real_connect (db, sock ? NULL : u.host, u.user, u.password, u.path + 1,
+                               (unsigned)(u.port ? u.port : 3306), sock, 0)) {
+         fprintf (stderr, "    raw connect: %s\n", mysql_error (db));
+      } else if (mysql_query (db, sql)) {
+         fprintf (stderr, "    raw query: %s\n", mysql_error (db));
+      } else {
+         MYSQL_RES *res = mysql_store_result (db);
+         MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
+         if (row && row[0] && out)
+            snprintf (out, size, "%s", row[0]);
+         if (res)
+            mysql_free_result (res);
+         ok = true;
+      }
+      mysql_close (db);
+      ll_uri_cleanup (&u);
+      return ok;
+   }
+   PGconn *db = PQconnectdb (URI);
+   bool ok = false;
+   if (PQstatus (db) != CONNECTION_OK) {
+      fprintf (stderr, "    raw connect: %s\n", PQerrorMessage (db));
+   } else {
+      PGresult *res = PQexec (db, sql);
+      ExecStatusType s = PQresultStatus (res);
+      if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
+         fprintf (stderr, "    raw query: %s\n", PQresultErrorMessage (res));
+      } else {
+         if (s == PGRES_TUPLES_OK && PQntuples (res) > 0 && out)
+            snprintf (out, size, "%s", PQgetvalue (res, 0, 0));
+         ok = true;
+      }
+      PQclear (res);
+   }
+   PQfinish (db);
+   return ok;
+}
+
+/* Kills every other connection of this user to this database, as an admin
+ * or a crash would. Returns how many. */
+static int kill_other_connections (void)
+{
+   char out[64];
+   if (IS_MYSQL) {
+      /* One statement can't KILL a list: collect the ids, then kill each. */
+      ll_uri_t u;
+      leaselock_error_t err;
+      if (!ll_uri_parse (URI, &u, &err))
+         return -1;
+      const char *sock = ll_uri_param (&u, "socket");
+      MYSQL *db = mysql_init (NULL);
+      int n = -1;
+      if (mysql_real_connect (db, sock ? NULL : u.host, u.user, u.password, u.path + 1,
+                              (unsigned)(u.port ? u.port : 3306), sock, 0) &&
+          !mysql_query (db, "SELECT id FROM information_schema.processlist WHERE "
+                            "user = SUBSTRING_INDEX(USER(), '@', 1) AND db = DATABASE() "
+                            "AND id <> CONNECTION_ID()")) {
+         MYSQL_RES *res = mysql_store_result (db);
+         unsigned long ids[256];
+         int k = 0;
+         for (MYSQL_ROW row; res && (row = mysql_fetch_row (res)) && k < 256;)
+            ids[k++] = strtoul (row[0], NULL, 10);
+         if (res)
+            mysql_free_result (res);
+         n = 0;
+         for (int i = 0; i < k; i++) {
+            char sql[64];
+            snprintf (sql, sizeof sql, "KILL CONNECTION %lu", ids[i]);
+            if (!mysql_query (db, sql))
+               n++;
+         }
+      }
+      mysql_close (db);
+      ll_uri_cleanup (&u);
+      return n;
+   }
+   if (!raw_query ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                   "datname = current_database() AND usename = current_user AND "
+                   "pid <> pg_backend_pid()",
+                   out, sizeof out))
+      return -1;
+   return atoi (out);
+}
+
+static int count_connections (void)
+{
+   char out[64];
+   bool ok = IS_MYSQL ? raw_query ("SELECT COUNT(*) FROM information_schema.processlist WHERE "
+                                   "user = SUBSTRING_INDEX(USER(), '@', 1) AND db = DATABASE()",
+                                   out, sizeof out)
+                      : raw_query ("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                   "current_database() AND usename = current_user",
+                                   out, sizeof out);
+   return ok ? atoi (out) : -1;
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static leaselock_client_t *client (const char *label)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
+   if (!c)
+      fprintf (stderr, "    client_new: %s %s\n", leaselock_code_name (err.code), err.message);
+   return c;
+}
+
+static leaselock_acquire_opts_t opts (int64_t ttl_ms, bool auto_renew)
+{
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = ttl_ms;
+   o.auto_renew = auto_renew;
+   return o;
+}
+
+typedef struct
+{
+   int n;
+   char keys[16][300];
+   size_t lens[16];
+} seen_t;
+
+static bool collect (const leaselock_record_t *rec, void *data)
+{
+   seen_t *s = data;
+   if (s->n < 16) {
+      memcpy (s->keys[s->n], rec->key, rec->key_len);
+      s->lens[s->n] = rec->key_len;
+      s->n++;
+   }
+   return true;
+}
+
+/* ---- keys ------------------------------------------------------------- */
+
+/* Hostile and multibyte keys go in and come back byte for byte, and the
+ * table is still there. */
+static void test_hostile_keys (void)
+{
+   const char *names[] = {
+      "'; DROP TABLE leaselock; --",
+      "\"; DROP TABLE leaselock; --",
+      "it's a \"quoted\" key`",
+      "back\\slash\\\\ and \\' \\\" \\0 \\n",
+      "percent% under_score * ? [a-z] ^$",
+      "ключ/鍵/🔒/é",
+      "$1 $2 ? :name @var %s",
+      " leading and trailing spaces ",
+   };
+   leaselock_client_t *c = client ("keys");
+   CHECK (c);
+   leaselock_error_t err;
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      const char *k = key (names[i]);
+      size_t klen = strlen (k);
+      leaselock_lease_t *l;
+      leaselock_acquire_opts_t o = opts (10000, false);
+      bool ok = leaselock_acquire (c, k, klen, &o, &l, &err);
+      CHECK_OK (ok, err);
+      CHECK (leaselock_lease_fence (l) >= 1);
+      leaselock_record_t rec;
+      bool found;
+      ok = leaselock_inspect (c, k, klen, &rec, &found, &err);
+      CHECK_OK (ok, err);
+      CHECK (found);
+      CHECK_EQ (rec.key_len, klen);
+      CHECK (!memcmp (rec.key, k, klen));
+      CHECK (!strcmp (rec.owner, leaselock_lease_owner (l)));
+      seen_t s = { 0 };
+      ok = leaselock_list (c, k, klen, collect, &s, &err);
+      CHECK_OK (ok, err);
+      CHECK_EQ (s.n, 1);
+      CHECK (s.lens[0] == klen && !memcmp (s.keys[0], k, klen));
+      ok = leaselock_lease_release (l, &err);
+      CHECK_OK (ok, err);
+      leaselock_lease_destroy (l);
+   }
+   /* A key of 255 bytes of 3-byte characters (85 x U+20AC). */
+   char big[256] = "";
+   for (int i = 0; i < 85; i++)
+      strcat (big, "€");
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (10000, false);
+   bool ok = leaselock_acquire (c, big, 255, &o, &l, &err);
+   CHECK_OK (ok, err);
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, big, 255, &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.key_len == 255 && !memcmp (rec.key, big, 255));
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+
+   char out[64];
+   CHECK (raw_query (IS_MYSQL ? "SELECT COUNT(*) FROM leaselock" : "SELECT count(*) FROM leaselock",
+                     out, sizeof out));
+   CHECK (atoi (out) >= 9);
+   char sql[1024];
+   /* Stored as the exact bytes, not escaped text. */
+   char hex[700] = "";
+   const char *k = key ("'; DROP TABLE leaselock; --");
+   for (const unsigned char *p = (const unsigned char *)k; *p; p++)
+      sprintf (hex + strlen (hex), "%02x", *p);
+   snprintf (sql, sizeof sql,
+             IS_MYSQL ? "SELECT COUNT(*) FROM leaselock WHERE lock_key = 0x%s"
+                      : "SELECT count(*) FROM leaselock WHERE convert_to(lock_key, 'UTF8') = "
+                        "'\\x%s'::bytea",
+             hex);
+   CHECK (raw_query (sql, out, sizeof out));
+   CHECK_EQ (atoi (out), 1);
+}
+
+/* Prefixes are literal bytes: no LIKE wildcards, no escapes, no partial
+ * characters matching their neighbours. */
+static void test_list_prefix_literal (void)
+{
+   const char *names[] = { "w/100%", "w/100x", "w/a_b", "w/axb", "w/back\\", "w/backs",
+                           "w/é1",   "w/ê1",   "w/🔒1",  "w/🔓1",  "w/\x7f",   "w/~" };
+   const int n = (int)(sizeof names / sizeof names[0]);
+   leaselock_client_t *c = client ("list");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *ls[16];
+   for (int i = 0; i < n; i++) {
+      leaselock_acquire_opts_t o = opts (10000, false);
+      bool ok = leaselock_acquire (c, key (names[i]), strlen (key (names[i])), &o, &ls[i], &err);
+      CHECK_OK (ok, err);
+   }
+   struct
+   {
+      const char *prefix;
+      int want;
+      const char *first;
+   } cases[] = {
+      { "w/100%", 1, "w/100%" }, { "w/a_", 1, "w/a_b" },   { "w/back\\", 1, "w/back\\" },
+      { "w/é", 1, "w/é1" },      { "w/🔒", 1, "w/🔒1" },     { "w/\x7f", 1, "w/\x7f" },
+      { "w/", n, "w/100%" },     { "w/100", 2, "w/100%" },
+   };
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      seen_t s = { 0 };
+      const char *p = key (cases[i].prefix);
+      bool ok = leaselock_list (c, p, strlen (p), collect, &s, &err);
+      CHECK_OK (ok, err);
+      if (s.n != cases[i].want)
+         fprintf (stderr, "    prefix \"%s\": %d records\n", cases[i].prefix, s.n);
+      CHECK_EQ (s.n, cases[i].want);
+      const char *f = key (cases[i].first);
+      CHECK (s.lens[0] == strlen (f) && !memcmp (s.keys[0], f, s.lens[0]));
+   }
+   /* Key order is byte order. */
+   seen_t s = { 0 };
+   bool ok = leaselock_list (c, key ("w/"), strlen (key ("w/")), collect, &s, &err);
+   CHECK_OK (ok, err);
+   for (int i = 1; i < s.n; i++) {
+      size_t m = s.lens[i - 1] < s.lens[i] ? s.lens[i - 1] : s.lens[i];
+      int cmp = memcmp (s.keys[i - 1], s.keys[i], m);
+      CHECK (cmp < 0 || (cmp == 0 && s.lens[i - 1] < s.lens[i]));
+   }
+   for (int i = 0; i < n; i++)
+      leaselock_lease_destroy (ls[i]);
+   leaselock_client_destroy (c);
+}
+
+/* ---- server clock ----------------------------------------------------- */
+
+/* The helper (this program under faketime): prints its wall clock, then
+ *   hold KEY TTL_MS: acquires, prints the fence, exits without releasing;
+ *   try KEY: one acquire; prints BUSY or the fence. */
+static int helper (int argc, char **argv)
+{
+   if (argc < 5)
+      return 2;
+   printf ("time %lld\n", (long long)time (NULL));
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (argv[3], "skewed", &err);
+   if (!c) {
+      printf ("error %s %s\n", leaselock_code_name (err.code), err.message);
+      fflush (stdout);
+      _exit (3);
+   }
+   leaselock_acquire_opts_t o = opts (argc > 5 ? atoll (argv[5]) : 5000, false);
+   leaselock_lease_t *l;
+   if (leaselock_acquire (c, argv[4], strlen (argv[4]), &o, &l, &err))
+      printf ("fence %lld\n", (long long)leaselock_lease_fence (l));
+   else
+      printf ("%s %s\n", leaselock_code_name (err.code), err.message);
+   fflush (stdout);
+   _exit (0); /* no release: the record keeps the expiry the helper wrote */
+}
+
+/* Runs the helper under faketime with offset; its output goes to out. */
+static bool run_skewed (const char *offset,
+                        const char *what,
+                        const char *k,
+                        int64_t ttl,
+                        char *out,
+                        size_t size)
+{
+   char cmd[2048], ttl_s[32];
+   snprintf (ttl_s, sizeof ttl_s, "%lld", (long long)ttl);
+   /* Under ASan, libfaketime is preloaded ahead of the sanitizer runtime. */
+   const char *asan = getenv ("ASAN_OPTIONS");
+   snprintf (cmd, sizeof cmd,
+             "ASAN_OPTIONS='%s%sverify_asan_link_order=0' faketime -f '%s' '%s' --helper %s '%s' "
+             "'%s' %s",
+             asan ? asan : "", asan && *asan ? ":" : "", offset, SELF, what, URI, k, ttl_s);
+   FILE *f = popen (cmd, "r");
+   if (!f)
+      return false;
+   size_t n = fread (out, 1, size - 1, f);
+   out[n] = '\0';
+   int rc = pclose (f);
+   if (rc != 0)
+      fprintf (stderr, "    helper (%s): exit %d: %s\n", offset, rc, out);
+   return rc == 0;
+}
+
+/* A client whose clock is an hour ahead or behind neither steals a live
+ * lease nor writes a lease that is longer or shorter than its TTL. */
+static void test_clock_skew (void)
+{
+   if (system ("command -v faketime >/dev/null 2>&1") != 0) {
+      fprintf (stderr, "    faketime is not installed (apt-get install faketime)\n");
+      CHECK (!"faketime available");
+   }
+   const char *offsets[] = { "+1h", "-1h" };
+   leaselock_client_t *c = client ("skew");
+   CHECK (c);
+   leaselock_error_t err;
+   for (int i = 0; i < 2; i++) {
+      char out[1024];
+      /* 1. We hold a live lease; the skewed client must get BUSY. */
+      char held[64];
+      snprintf (held, sizeof held, "skew/held%d", i);
+      const char *k = key (held);
+      leaselock_lease_t *l;
+      leaselock_acquire_opts_t o = opts (20000, false);
+      bool ok = leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+      CHECK_OK (ok, err);
+      CHECK (run_skewed (offsets[i], "try", k, 5000, out, sizeof out));
+      long long t_helper = 0;
+      CHECK (sscanf (out, "time %lld", &t_helper) == 1);
+      long long skew = t_helper - (long long)time (NULL);
+      if (llabs (skew) < 3000)
+         fprintf (stderr, "    faketime had no effect (skew %lld s)\n", skew);
+      CHECK (llabs (skew) > 3000 && llabs (skew) < 4200); /* the helper really was skewed */
+      CHECK (strstr (out, "BUSY") != NULL);
+      leaselock_record_t rec;
+      bool found;
+      ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err);
+      CHECK_OK (ok, err);
+      CHECK (!strcmp (rec.owner, leaselock_lease_owner (l)));
+      CHECK (rec.expires_in_ms > 15000 && rec.expires_in_ms <= 20000);
+      leaselock_lease_destroy (l);
+
+      /* 2. The skewed client takes a lease of 3 s: by the server clock it
+       * lasts 3 s, not 3 s +/- an hour. */
+      char fresh[64];
+      snprintf (fresh, sizeof fresh, "skew/fresh%d", i);
+      k = key (fresh);
+      CHECK (run_skewed (offsets[i], "hold", k, 3000, out, sizeof out));
+      CHECK (strstr (out, "fence ") != NULL);
+      ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err);
+      CHECK_OK (ok, err);
+      CHECK (found && !strcmp (rec.label, "skewed"));
+      if (rec.expires_in_ms <= 0 || rec.expires_in_ms > 3000)
+         fprintf (stderr, "    skewed lease expires in %lld ms\n", (long long)rec.expires_in_ms);
+      CHECK (rec.expires_in_ms > 0 && rec.expires_in_ms <= 3000);
+      /* ... so it blocks us now and frees up after about 3 s. */
+      o = opts (5000, false);
+      ok = leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+      CHECK (!ok && err.code == LEASELOCK_BUSY);
+      sleep_ms (rec.expires_in_ms + 50);
+      ok = leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+      CHECK_OK (ok, err);
+      leaselock_lease_destroy (l);
+   }
+   leaselock_client_destroy (c);
+}
+
+/* ---- take-over -------------------------------------------------------- */
+
+/* An expired lease taken over by another owner: the new owner gets the
+ * full TTL and the old owner's lease is not extended (MySQL evaluates the
+ * ON DUPLICATE KEY UPDATE assignments left to right); a BUSY attempt
+ * changes nothing. Backend level, so the old owner cannot stop itself. */
+static void test_takeover_does_not_extend_old (void)
+{
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
+   CHECK (b);
+   void *conn = b->open (URI, &err);
+   CHECK_OK (conn != NULL, err);
+   const char *A = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", *B = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+   ll_holder_t ha = { "host-a", 111, "label-a" }, hb = { "host-b", 222, "label-b" };
+   const char *k = key ("takeover");
+   size_t kl = strlen (k);
+   int64_t f1 = 0, f2 = 0, f3 = 0;
+   bool ok = b->acquire (conn, k, kl, A, 300, &ha, &f1, &err);
+   leaselock_record_t r1, r2, r3;
+   bool found = false;
+   bool busy_ok = false, renew_a = true, release_a = true, release_b = false;
+   leaselock_error_t e_renew = { 0 }, e_release = { 0 };
+   if (ok) {
+      /* BUSY while A is live: nothing changes, not even A's expiry. */
+      ok = b->inspect (conn, k, kl, &r1, &found, &err);
+      busy_ok = !b->acquire (conn, k, kl, B, 60000, &hb, &f2, &err) && err.code == LEASELOCK_BUSY;
+      if (ok)
+         ok = b->inspect (conn, k, kl, &r2, &found, &err);
+   }
+   if (ok) {
+      sleep_ms (400);
+      ok = b->acquire (conn, k, kl, B, 5000, &hb, &f3, &err);
+   }
+   if (ok) {
+      ok = b->inspect (conn, k, kl, &r3, &found, &err);
+      renew_a = b->renew (conn, k, kl, A, 60000, &e_renew);
+      release_a = b->release (conn, k, kl, A, 0, &e_release);
+   }
+   leaselock_record_t r4;
+   if (ok)
+      ok = b->inspect (conn, k, kl, &r4, &found, &err);
+   if (ok)
+      release_b = b->release (conn, k, kl, B, 0, &err);
+   b->close (conn);
+   CHECK_OK (ok, err);
+   CHECK (busy_ok);
+   CHECK (!strcmp (r2.owner, A) && r2.fence == f1 && !strcmp (r2.label, "label-a") &&
+          !strcmp (r2.host, "host-a") && r2.pid == 111);
+   CHECK (r2.expires_in_ms <= r1.expires_in_ms && r2.expires_in_ms <= 300);
+   CHECK (f3 == f1 + 1);
+   CHECK (!strcmp (r3.owner, B) && r3.fence == f3 && !strcmp (r3.label, "label-b") &&
+          !strcmp (r3.host, "host-b") && r3.pid == 222);
+   CHECK (r3.expires_in_ms > 4000 && r3.expires_in_ms <= 5000);
+   CHECK (!renew_a && e_renew.code == LEASELOCK_NOT_HELD);
+   CHECK (!release_a && e_release.code == LEASELOCK_NOT_HELD);
+   CHECK (!strcmp (r4.owner, B) && r4.expires_in_ms <= r3.expires_in_ms);
+   CHECK (release_b);
+}
+
+/* ---- connections ------------------------------------------------------ */
+
+/* The server kills the client's idle connections: the next calls work. */
+static void test_reconnect_after_kill (void)
+{
+   leaselock_client_t *c = client ("kill");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (10000, false);
+   bool ok = leaselock_acquire (c, key ("kill"), strlen (key ("kill")), &o, &l, &err);
+   CHECK_OK (ok, err);
+   int killed = kill_other_connections ();
+   CHECK (killed >= 1);
+   sleep_ms (100);
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, key ("kill"), strlen (key ("kill")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.owner, leaselock_lease_owner (l)));
+   ok = leaselock_lease_renew (l, 0, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+
+   /* Backend level: the same connection object reconnects by itself. */
+   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
+   CHECK (b);
+   void *conn = b->open (URI, &err);
+   CHECK_OK (conn != NULL, err);
+   CHECK (kill_other_connections () >= 1);
+   sleep_ms (100);
+   ok = b->inspect (conn, key ("kill"), strlen (key ("kill")), &rec, &found, &err);
+   b->close (conn);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.owner[0] == '\0');
+   leaselock_client_destroy (c);
+}
+
+typedef struct
+{
+   atomic_int calls;
+   _Atomic int64_t at;
+} lost_t;
+
+static void on_lost (leaselock_lease_t *lease, void *data)
+{
+   (void)lease;
+   lost_t *L = data;
+   atomic_store (&L->at, mono_ms ());
+   atomic_fetch_add (&L->calls, 1);
+}
+
+/* The server goes away for longer than the TTL while a lease is held with
+ * auto-renewal: renewal fails, the lease is LOST before the database's own
+ * expiry, and once the server is back the same client works again. */
+static void test_server_restart_mid_hold (void)
+{
+   const char *cmd = getenv (IS_MYSQL ? "LEASELOCK_MYSQL_RESTART" : "LEASELOCK_POSTGRES_RESTART");
+   if (!cmd || !*cmd) {
+      fprintf (stderr, "    skipped: %s is not set (tests/servers/<name>.sh set it)\n",
+               IS_MYSQL ? "LEASELOCK_MYSQL_RESTART" : "LEASELOCK_POSTGRES_RESTART");
+      return;
+   }
+   leaselock_client_t *c = client ("restart");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   lost_t L = { 0 };
+   leaselock_acquire_opts_t o = opts (2000, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   const char *k = key ("restart");
+   bool ok = leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   CHECK_OK (ok, err);
+   int64_t fence = leaselock_lease_fence (l);
+   sleep_ms (800); /* at least one renewal went through */
+   char full[1024];
+   snprintf (full, sizeof full, "%s 4 >/dev/null", cmd); /* down for 4 s */
+   int rc = system (full);
+   CHECK_EQ (rc, 0);
+   int64_t back = mono_ms ();
+   CHECK_EQ (atomic_load (&L.calls), 1);
+   CHECK_EQ (leaselock_lease_state (l), LEASELOCK_STATE_LOST);
+   /* The database still names us (nobody else came) and its expiry is not
+    * earlier than the moment we gave up. */
+   leaselock_record_t rec;
+   bool found = false;
+   ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err);
+   int64_t recv = mono_ms ();
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.owner, leaselock_lease_owner (l)));
+   /* The server computed expires_in_ms before we got the reply: the expiry
+    * on our clock is at most recv + expires_in_ms (+1 ms of rounding). The
+    * holder's deadline is the renewal's send time + TTL, earlier than the
+    * server's receive time + TTL by the one-way latency; on_lost runs at
+    * that deadline. */
+   int64_t db_expiry = recv + rec.expires_in_ms + 1;
+   int64_t lost_at = atomic_load (&L.at);
+   if (lost_at > db_expiry)
+      fprintf (stderr, "    lost at %lld, database expiry %lld (back at %lld)\n",
+               (long long)lost_at, (long long)db_expiry, (long long)back);
+   CHECK (lost_at <= db_expiry);
+   /* (Releasing it would still clear the record: nobody took it over.) */
+   leaselock_lease_destroy (l);
+   /* Later calls on the same client work again. */
+   o = opts (5000, false);
+   ok = leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   CHECK_OK (ok, err);
+   CHECK (leaselock_lease_fence (l) > fence);
+   ok = leaselock_lease_renew (l, 0, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+/* A forked child abandons the parent's connection without a word on it:
+ * the parent's connection stays open on the server. */
+static void test_abandon_after_fork (void)
+{
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
+   CHECK (b);
+   CHECK (b->abandon != NULL);
+   void *conn = b->open (URI, &err);
+   CHECK_OK (conn != NULL, err);
+   int before = count_connections ();
+   pid_t pid = fork ();
+   if (pid == 0) {
+      b->abandon (conn);
+      _exit (0);
+   }
+   int st = 0;
+   waitpid (pid, &st, 0);
+   sleep_ms (200);
+   int after = count_connections ();
+   leaselock_record_t rec;
+   bool found;
+   bool ok = b->inspect (conn, key ("nothing"), strlen (key ("nothing")), &rec, &found, &err);
+   b->close (conn);
+   CHECK (WIFEXITED (st) && WEXITSTATUS (st) == 0);
+   CHECK (before >= 2);
+   CHECK_EQ (after, before);
+   CHECK_OK (ok, err);
+   CHECK (!found);
+
+   /* Through the engine: the child uses the client (new connections). */
+   leaselock_client_t *c = client ("fork");
+   CHECK (c);
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (10000, false);
+   ok = leaselock_acquire (c, key ("fork"), strlen (key ("fork")), &o, &l, &err);
+   CHECK_OK (ok, err);
+   pid = fork ();
+   if (pid == 0) {
+      leaselock_error_t e2;
+      leaselock_record_t r;
+      bool f;
+      bool ok2 = leaselock_inspect (c, key ("fork"), strlen (key ("fork")), &r, &f, &e2);
+      _exit (ok2 && f ? 0 : 1);
+   }
+   waitpid (pid, &st, 0);
+   CHECK (WIFEXITED (st) && WEXITSTATUS (st) == 0);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+/* ---- URIs and schema -------------------------------------------------- */
+
+static int free_port (void)
+{
+   int s = socket (AF_INET, SOCK_STREAM, 0);
+   struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+   socklen_t len = sizeof a;
+   bind (s, (struct sockaddr *)&a, sizeof a);
+   getsockname (s, (struct sockaddr *)&a, &len);
+   close (s);
+   return ntohs (a.sin_port);
+}
+
+static void expect_fail (const char *uri,
+                         leaselock_code_t code,
+                         const char *substr,
+                         const char *secret)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
+   if (c)
+      leaselock_client_destroy (c);
+   if (c || err.code != code || !strstr (err.message, substr) ||
+       (secret && strstr (err.message, secret)))
+      fprintf (stderr, "    %s -> %s \"%s\"\n", uri, leaselock_code_name (err.code), err.message);
+   CHECK (!c);
+   CHECK_EQ (err.code, code);
+   CHECK (strstr (err.message, substr) != NULL);
+   CHECK (!secret || !strstr (err.message, secret));
+}
+
+static void test_bad_uris (void)
+{
+   ll_uri_t u;
+   leaselock_error_t err;
+   CHECK (ll_uri_parse (URI, &u, &err));
+   const char *scheme = IS_MYSQL ? "mysql" : "postgresql";
+   char uri[1024];
+   const char *pw = u.password ? u.password : "";
+   int port = u.port;
+   /* wrong password: BACKEND, and the password given is nowhere */
+   snprintf (uri, sizeof uri, "%s://%s:Wr0ngSecret-7c1f@%s:%d%s", scheme, u.user, u.host, port,
+             u.path);
+   expect_fail (uri, LEASELOCK_BACKEND, IS_MYSQL ? "mysql" : "postgresql", "Wr0ngSecret-7c1f");
+   /* unknown database */
+   snprintf (uri, sizeof uri, "%s://%s:%s@%s:%d/no_such_db_ll", scheme, u.user, pw, u.host, port);
+   expect_fail (uri, LEASELOCK_BACKEND, "no_such_db_ll", strlen (pw) >= 3 ? pw : NULL);
+   /* closed port */
+   snprintf (uri, sizeof uri, "%s://%s:%s@127.0.0.1:%d%s", scheme, u.user, pw, free_port (),
+             u.path);
+   expect_fail (uri, LEASELOCK_BACKEND, IS_MYSQL ? "mysql" : "postgresql",
+                strlen (pw) >= 3 ? pw : NULL);
+   /* bad table names */
+   expect_fail (uri_with ("table=bad-name"), LEASELOCK_INVALID, "table", NULL);
+   expect_fail (uri_with ("table=1abc"), LEASELOCK_INVALID, "table", NULL);
+   expect_fail (uri_with ("table=a%60b"), LEASELOCK_INVALID, "table", NULL);
+   expect_fail (uri_with ("table=a%22b"), LEASELOCK_INVALID, "table", NULL);
+   if (IS_MYSQL) {
+      expect_fail (uri_with ("colour=blue"), LEASELOCK_INVALID, "unknown option \"colour\"", NULL);
+      expect_fail (uri_with ("connect_timeout=soon"), LEASELOCK_INVALID, "connect_timeout", NULL);
+      snprintf (uri, sizeof uri, "mysql://%s:%s@%s:%d", u.user, pw, u.host, port);
+      expect_fail (uri, LEASELOCK_INVALID, "database", strlen (pw) >= 3 ? pw : NULL);
+   } else {
+      expect_fail (uri_with ("colour=blue"), LEASELOCK_BACKEND, "colour", NULL);
+   }
+   /* the client shows its URI without the password */
+   leaselock_client_t *c = client ("uri");
+   CHECK (c);
+   const char *shown = leaselock_client_uri (c);
+   CHECK (strstr (shown, "***") != NULL);
+   CHECK (strlen (pw) < 3 || !strstr (shown, pw));
+   CHECK (!strcmp (leaselock_client_backend (c), IS_MYSQL ? "mysql" : "postgresql"));
+   leaselock_client_destroy (c);
+   ll_uri_cleanup (&u);
+}
+
+/* ?table= names the table; the schema version is recorded beside it. */
+static void test_table_option_and_schema (void)
+{
+   char opt[64], sql[256], out[64];
+   snprintf (opt, sizeof opt, "table=ll_custom_%d", (int)getpid ());
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri_with (opt), NULL, &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (10000, false);
+   bool ok = leaselock_acquire (c, "custom", 6, &o, &l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   snprintf (sql, sizeof sql, "SELECT fence FROM ll_custom_%d WHERE lock_key = 'custom'",
+             (int)getpid ());
+   CHECK (raw_query (sql, out, sizeof out));
+   CHECK_EQ (atoi (out), 1);
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM ll_custom_%d_meta", (int)getpid ());
+   CHECK (raw_query (sql, out, sizeof out));
+   CHECK_EQ (atoi (out), 1);
+   CHECK (raw_query ("SELECT schema_version FROM leaselock_meta", out, sizeof out));
+   CHECK_EQ (atoi (out), 1);
+   snprintf (sql, sizeof sql, "DROP TABLE ll_custom_%d, ll_custom_%d_meta", (int)getpid (),
+             (int)getpid ());
+   CHECK (raw_query (sql, NULL, 0));
+
+   /* A table of a newer schema version is refused with a clear message. */
+   snprintf (opt, sizeof opt, "table=ll_future_%d", (int)getpid ());
+   c = leaselock_client_new (uri_with (opt), NULL, &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_client_destroy (c);
+   snprintf (sql, sizeof sql, "UPDATE ll_future_%d_meta SET schema_version = 99", (int)getpid ());
+   CHECK (raw_query (sql, NULL, 0));
+   c = leaselock_client_new (uri_with (opt), NULL, &err);
+   bool refused = !c && err.code == LEASELOCK_BACKEND && strstr (err.message, "schema version 99");
+   if (c)
+      leaselock_client_destroy (c);
+   snprintf (sql, sizeof sql, "DROP TABLE ll_future_%d, ll_future_%d_meta", (int)getpid (),
+             (int)getpid ());
+   raw_query (sql, NULL, 0);
+   CHECK (refused);
+}
+
+/* Several processes using a new table at once all succeed. */
+static void test_concurrent_first_use (void)
+{
+   char opt[64], sql[256];
+   snprintf (opt, sizeof opt, "table=ll_race_%d", (int)getpid ());
+   const char *u = uri_with (opt);
+   int fds[2];
+   CHECK (pipe (fds) == 0);
+   pid_t pids[6];
+   for (int i = 0; i < 6; i++) {
+      pids[i] = fork ();
+      if (pids[i] == 0) {
+         char c;
+         close (fds[1]);
+         if (read (fds[0], &c, 1) < 0) /* all start together */
+            _exit (4);
+         leaselock_error_t err;
+         leaselock_client_t *cl = leaselock_client_new (u, NULL, &err);
+         if (!cl) {
+            fprintf (stderr, "    child: %s %s\n", leaselock_code_name (err.code), err.message);
+            _exit (1);
+         }
+         leaselock_lease_t *l;
+         leaselock_acquire_opts_t o = opts (5000, false);
+         o.timeout_ms = 10000;
+         bool ok = leaselock_acquire (cl, "race", 4, &o, &l, &err);
+         if (!ok)
+            fprintf (stderr, "    child acquire: %s %s\n", leaselock_code_name (err.code),
+                     err.message);
+         if (ok)
+            leaselock_lease_destroy (l);
+         leaselock_client_destroy (cl);
+         _exit (ok ? 0 : 2);
+      }
+   }
+   close (fds[0]);
+   sleep_ms (200);
+   close (fds[1]);
+   int failed = 0;
+   for (int i = 0; i < 6; i++) {
+      int st;
+      waitpid (pids[i], &st, 0);
+      if (!WIFEXITED (st) || WEXITSTATUS (st) != 0)
+         failed++;
+   }
+   char out[64];
+   snprintf (sql, sizeof sql, "SELECT fence FROM ll_race_%d", (int)getpid ());
+   bool read_ok = raw_query (sql, out, sizeof out);
+   snprintf (sql, sizeof sql, "DROP TABLE ll_race_%d, ll_race_%d_meta", (int)getpid (),
+             (int)getpid ());
+   raw_query (sql, NULL, 0);
+   CHECK_EQ (failed, 0);
+   CHECK (read_ok);
+   CHECK_EQ (atoi (out), 6);
+}
+
+/* Holder info with quotes and UTF-8 comes back as given. */
+static void test_holder_info (void)
+{
+   const char *label = "worker 'quoted' \"x\" \\ ünïcödé 🔒";
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (10000, false);
+   bool ok = leaselock_acquire (c, key ("holder"), strlen (key ("holder")), &o, &l, &err);
+   CHECK_OK (ok, err);
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, key ("holder"), strlen (key ("holder")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   char host[256] = "";
+   gethostname (host, sizeof host - 1);
+   CHECK (found && !strcmp (rec.label, label));
+   CHECK (!strcmp (rec.host, host));
+   CHECK_EQ (rec.pid, getpid ());
+   CHECK_EQ (rec.fence, leaselock_lease_fence (l));
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+#define HAVE_DRIVERS 1
+#endif
+
+int main (int argc, char **argv)
+{
+#ifndef HAVE_DRIVERS
+   (void)argc;
+   (void)argv;
+   printf ("sql: built without libmariadb or libpq (install libmariadb-dev and libpq-dev)\n");
+   printf ("sql: 0 passed, 1 failed\n");
+   return 1;
+#else
+   if (argc >= 2 && !strcmp (argv[1], "--helper"))
+      return helper (argc, argv);
+   if (argc < 2) {
+      fprintf (stderr, "usage: %s mysql://...|postgresql://...\n", argv[0]);
+      return 2;
+   }
+   URI = argv[1];
+   SELF = argv[0];
+   IS_MYSQL = !strncmp (URI, "mysql:", 6) || !strncmp (URI, "mariadb:", 8);
+   if (!IS_MYSQL && strncmp (URI, "postgres", 8)) {
+      fprintf (stderr, "test_sql: expected a mysql:// or postgresql:// URI\n");
+      return 2;
+   }
+   char path[4096];
+   ssize_t n = readlink ("/proc/self/exe", path, sizeof path - 1);
+   if (n > 0) {
+      path[n] = '\0';
+      SELF = path;
+   }
+   unsigned r = 0;
+   FILE *f = fopen ("/dev/urandom", "rb");
+   if (f) {
+      if (fread (&r, sizeof r, 1, f) != 1)
+         r = (unsigned)getpid ();
+      fclose (f);
+   }
+   snprintf (PFX, sizeof PFX, "sql-%08x/", r);
+   char shown[256];
+   ll_uri_redact (URI, shown, sizeof shown);
+   printf ("sql suite on %s (keys under %s)\n", shown, PFX);
+   fflush (stdout);
+
+   RUN (test_hostile_keys);
+   RUN (test_list_prefix_literal);
+   RUN (test_holder_info);
+   RUN (test_takeover_does_not_extend_old);
+   RUN (test_clock_skew);
+   RUN (test_reconnect_after_kill);
+   RUN (test_abandon_after_fork);
+   RUN (test_bad_uris);
+   RUN (test_table_option_and_schema);
+   RUN (test_concurrent_first_use);
+   RUN (test_server_restart_mid_hold);
+   return tl_summary ("sql");
+#endif
+}
