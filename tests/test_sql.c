@@ -874,6 +874,152 @@ static void test_concurrent_first_use (void)
    CHECK_EQ (atoi (out), 6);
 }
 
+/* Opens a raw connection that holds the row of k locked in an open
+ * transaction (k must exist). Returns the handle, NULL on error. */
+static void *raw_lock_row (const char *k)
+{
+   char sql[600];
+   if (IS_MYSQL) {
+      ll_uri_t u;
+      leaselock_error_t err;
+      if (!ll_uri_parse (URI, &u, &err))
+         return NULL;
+      const char *sock = ll_uri_param (&u, "socket");
+      MYSQL *db = mysql_init (NULL);
+      bool ok = mysql_real_connect (db, sock ? NULL : u.host, u.user, u.password, u.path + 1,
+                                    (unsigned)(u.port ? u.port : 3306), sock, 0) != NULL;
+      ll_uri_cleanup (&u);
+      snprintf (sql, sizeof sql, "SELECT fence FROM leaselock WHERE lock_key = '%s' FOR UPDATE", k);
+      if (ok)
+         ok = !mysql_query (db, "BEGIN") && !mysql_query (db, sql);
+      if (ok) {
+         MYSQL_RES *res = mysql_store_result (db);
+         if (res)
+            mysql_free_result (res);
+         return db;
+      }
+      fprintf (stderr, "    raw lock: %s\n", mysql_error (db));
+      mysql_close (db);
+      return NULL;
+   }
+   PGconn *db = PQconnectdb (URI);
+   snprintf (sql, sizeof sql, "BEGIN; SELECT fence FROM leaselock WHERE lock_key = '%s' FOR UPDATE",
+             k);
+   PGresult *res = PQstatus (db) == CONNECTION_OK ? PQexec (db, sql) : NULL;
+   bool ok = res && PQresultStatus (res) == PGRES_TUPLES_OK;
+   if (!ok)
+      fprintf (stderr, "    raw lock: %s\n", PQerrorMessage (db));
+   PQclear (res);
+   if (!ok) {
+      PQfinish (db);
+      return NULL;
+   }
+   return db;
+}
+
+static void raw_unlock (void *h)
+{
+   if (IS_MYSQL) {
+      mysql_query (h, "COMMIT");
+      mysql_close (h);
+   } else {
+      PQclear (PQexec (h, "COMMIT"));
+      PQfinish (h);
+   }
+}
+
+/* A statement that fails in flight (the client gives up waiting on a row
+ * that another transaction holds: MySQL read_timeout, PostgreSQL
+ * statement_timeout) is reported as BACKEND, and once the row is free a
+ * retry by the same owner succeeds whether or not the first one applied. */
+static void test_failed_in_flight (void)
+{
+   leaselock_error_t err;
+   const char *u = uri_with (IS_MYSQL ? "read_timeout=1" : "options=-c%20statement_timeout%3D1000");
+   const ll_backend_t *b = ll_backend_for_uri (u, &err);
+   CHECK (b);
+   void *conn = b->open (u, &err);
+   CHECK_OK (conn != NULL, err);
+   const char *k = key ("inflight");
+   const char *X = "cccccccccccccccccccccccccccccccc";
+   ll_holder_t h = { "host", 1, "inflight" };
+   int64_t f0 = 0, f1 = 0, f2 = 0;
+   bool ok = b->acquire (conn, k, strlen (k), X, 5000, &h, &f0, &err);
+   if (ok)
+      ok = b->release (conn, k, strlen (k), X, 0, &err);
+   void *lock = ok ? raw_lock_row (k) : NULL;
+   bool failed_backend = false;
+   int64_t t0 = mono_ms (), waited = 0;
+   if (lock) {
+      leaselock_error_t e1;
+      failed_backend =
+        !b->acquire (conn, k, strlen (k), X, 5000, &h, &f1, &e1) && e1.code == LEASELOCK_BACKEND;
+      waited = mono_ms () - t0;
+      if (!failed_backend)
+         fprintf (stderr, "    in-flight acquire: %s %s\n", leaselock_code_name (e1.code),
+                  e1.message);
+      raw_unlock (lock);
+   }
+   bool retried = false;
+   leaselock_record_t rec;
+   bool found = false;
+   if (lock) {
+      retried = b->acquire (conn, k, strlen (k), X, 5000, &h, &f2, &err);
+      if (retried)
+         ok = b->inspect (conn, k, strlen (k), &rec, &found, &err);
+      if (retried)
+         b->release (conn, k, strlen (k), X, 0, &err);
+   }
+   b->close (conn);
+   CHECK_OK (ok, err);
+   CHECK (lock != NULL);
+   CHECK (failed_backend);
+   CHECK (waited >= 900);
+   CHECK_OK (retried, err);
+   CHECK (f2 > f0);
+   CHECK (found && !strcmp (rec.owner, X) && rec.fence == f2);
+}
+
+/* The scheme aliases and, for MySQL, a unix socket. */
+static void test_scheme_aliases_and_socket (void)
+{
+   char uri[1024];
+   const char *colon = strstr (URI, "://");
+   CHECK (colon);
+   snprintf (uri, sizeof uri, "%s%s", IS_MYSQL ? "mariadb" : "postgres", colon);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_record_t rec;
+   bool found;
+   bool ok = leaselock_inspect (c, key ("alias"), strlen (key ("alias")), &rec, &found, &err);
+   leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   const char *sock = getenv ("LEASELOCK_MYSQL_SOCKET");
+   if (!IS_MYSQL || !sock || !*sock)
+      return;
+   ll_uri_t u;
+   CHECK (ll_uri_parse (URI, &u, &err));
+   snprintf (uri, sizeof uri, "mysql://%s:%s@localhost%s?socket=%s", u.user,
+             u.password ? u.password : "", u.path, sock);
+   ll_uri_cleanup (&u);
+   c = leaselock_client_new (uri, NULL, &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   ok = leaselock_acquire (c, key ("socket"), strlen (key ("socket")), &o, &l, &err);
+   if (ok)
+      leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   snprintf (uri, sizeof uri, "%s%ssocket=/nonexistent/mysqld.sock", URI,
+             strchr (URI, '?') ? "&" : "?");
+   c = leaselock_client_new (uri, NULL, &err);
+   if (c)
+      leaselock_client_destroy (c);
+   CHECK (!c && err.code == LEASELOCK_BACKEND && strstr (err.message, "/nonexistent/mysqld.sock"));
+}
+
 /* Holder info with quotes and UTF-8 comes back as given. */
 static void test_holder_info (void)
 {
@@ -949,6 +1095,8 @@ int main (int argc, char **argv)
    RUN (test_takeover_does_not_extend_old);
    RUN (test_clock_skew);
    RUN (test_reconnect_after_kill);
+   RUN (test_failed_in_flight);
+   RUN (test_scheme_aliases_and_socket);
    RUN (test_abandon_after_fork);
    RUN (test_bad_uris);
    RUN (test_table_option_and_schema);

@@ -4,8 +4,9 @@
 # A throwaway MariaDB server for the suites: "start DIR" initialises a data
 # directory under DIR, starts mariadbd on 127.0.0.1 on a free port, creates
 # the database leaselock_test and the user leaselock (with a password), and
-# prints MYSQL_URI=... and LEASELOCK_MYSQL_RESTART=... (the command the SQL
-# suite runs to restart the server mid-hold). "stop DIR" stops it;
+# prints MYSQL_URI=..., LEASELOCK_MYSQL_RESTART=... (the command the SQL
+# suite runs to restart the server mid-hold) and LEASELOCK_MYSQL_SOCKET=...
+# (its unix socket, for the ?socket= test). "stop DIR" stops it;
 # "restart DIR [SECONDS]" stops it, waits SECONDS (default 0) and starts it
 # again on the same port and data.
 set -euo pipefail
@@ -86,6 +87,7 @@ GRANT ALL ON leaselock_test.* TO 'leaselock'@'localhost';
 SQL
   echo "MYSQL_URI=mysql://leaselock:$password@127.0.0.1:$port/leaselock_test"
   echo "LEASELOCK_MYSQL_RESTART=bash $self restart $dir"
+  echo "LEASELOCK_MYSQL_SOCKET=$dir/mysqld.sock"
   ;;
 stop)
   stop_server
