@@ -32,7 +32,10 @@
  * take-over therefore never extends the old owner's lease and BUSY changes
  * no column. The new fence comes back through LAST_INSERT_ID(expr), which
  * is only evaluated when the key was taken: mysql_stmt_insert_id() is the
- * fence, or 0 for BUSY.
+ * fence, or 0 for BUSY (the server reports 0 for a statement that did not
+ * run LAST_INSERT_ID(expr); BUSY also changes no row: 0 affected rows).
+ * Renew and force_release use the same device to tell whether their row
+ * matched.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart, KILL, idle
@@ -279,7 +282,9 @@ static const char *const sql_templates[ST_COUNT] = {
      /* owner and expires_at last, in this order (see the top of the file) */
      "owner = IF(" TAKEABLE ", ?, owner), "
      "expires_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)",
-   [ST_RENEW] = "UPDATE `%s` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND "
+   /* LAST_INSERT_ID(fence) (>= 1) runs only when the row matched. */
+   [ST_RENEW] = "UPDATE `%s` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, "
+                "fence = LAST_INSERT_ID(fence) "
                 "WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)",
    [ST_RELEASE] = "UPDATE `%s` SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "
                   "acquired_at + INTERVAL ? MICROSECOND) WHERE lock_key = ? AND owner = ?",
@@ -626,9 +631,9 @@ static bool my_renew (void *conn,
    bind_str (&p[2], owner, &olen);
    if (!execute (c, ST_RENEW, p, "renew", err))
       return false;
-   /* Rows changed: the new expiry differs from the old one by at least the
-    * time between the two statements (microsecond column). */
-   if (mysql_stmt_affected_rows (c->st[ST_RENEW]) != 1)
+   /* Not the rows changed (an expiry could in theory be rewritten with the
+    * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
+   if (mysql_stmt_insert_id (c->st[ST_RENEW]) == 0)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
    return true;
 }
