@@ -1077,7 +1077,9 @@ int main (int argc, char **argv)
    if (f)
       fclose (f);
    snprintf (PFX, sizeof PFX, "contract-%08x", r);
-   printf ("contract suite on %s (keys under %s/)\n", URI, PFX);
+   char shown[512];
+   ll_uri_redact (URI, shown, sizeof shown);
+   printf ("contract suite on %s (keys under %s/)\n", shown, PFX);
 
    RUN (test_acquire_release);
    RUN (test_owner_tokens_unique);

@@ -7,7 +7,7 @@
  *
  *   test_exclusion URI [iterations]
  */
-#include "leaselock.h"
+#include "ll_internal.h"
 #include "testlib.h"
 
 #include <errno.h>
@@ -243,7 +243,9 @@ int main (int argc, char **argv)
       ITER = atoi (argv[2]) > 0 && atoi (argv[2]) <= 100 ? atoi (argv[2]) : ITER;
    srand ((unsigned)getpid ());
    snprintf (KEY, sizeof KEY, "exclusion-%d-%d", (int)getpid (), rand () % 100000);
-   printf ("exclusion on %s: %d threads and %d processes x %d\n", URI, THREADS, PROCS, ITER);
+   char shown[512];
+   ll_uri_redact (URI, shown, sizeof shown);
+   printf ("exclusion on %s: %d threads and %d processes x %d\n", shown, THREADS, PROCS, ITER);
    RUN (test_threads);
    RUN (test_processes);
    return tl_summary ("exclusion");
