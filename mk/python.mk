@@ -53,4 +53,4 @@ BENCH_PY_ROUNDS ?= 15
 bench-python: $(PY_BUILD)/.built $(PY_VENV)/.ready
 	@# Only MongoDB is needed: naming the SQL servers keeps them from starting.
 	@MYSQL_URI=unused POSTGRES_URI=unused bash tests/with-servers.sh env PYTHONPATH=$(abspath $(PY_LIB)) \
-	  $(PY_VENV)/bin/python bench/python/bench.py --pairs $(BENCH_PY_PAIRS) --rounds $(BENCH_PY_ROUNDS)
+	  $(BENCH_PIN) $(PY_VENV)/bin/python bench/python/bench.py --pairs $(BENCH_PY_PAIRS) --rounds $(BENCH_PY_ROUNDS)

@@ -35,10 +35,7 @@ test-postgres: $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion $(BUIL
 	$(call sql_suite,POSTGRES_URI,postgres)
 
 # SQL_BENCH_PAIRS acquire+release pairs per round, SQL_BENCH_ROUNDS rounds
-# (engine and bare client interleaved). The client is pinned to one CPU so
-# the servers' processes run on the other: on two cores, which connection's
-# server process shares the client's core otherwise decides a round.
-BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
+# (engine and bare client interleaved; the client pinned by BENCH_PIN).
 SQL_BENCH_PAIRS ?= 200
 SQL_BENCH_ROUNDS ?= 61
 

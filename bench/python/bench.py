@@ -53,11 +53,14 @@ def run(name, uri, pairs, rounds, pymongo_impl=None):
     series = {"with lock:": [], "C core": []}
     if pymongo_impl:
         series["pymongo"] = []
-    # Warm up each path (connections, statements, first record).
-    rate_with_lock(client, f"bench/{run_id}/py", 50)
-    rate_core(uri, f"bench/{run_id}/core", 50)
+    # Warm up each path (connections, statements, first record) and, on
+    # MongoDB, the test server's JVM, whose JIT needs a few thousand
+    # commands before its speed settles.
+    warm = 3000 if pymongo_impl else 50
+    rate_with_lock(client, f"bench/{run_id}/py", warm)
+    rate_core(uri, f"bench/{run_id}/core", warm)
     if pymongo_impl:
-        rate_pymongo(pymongo_impl, f"bench/{run_id}/pymongo", 50)
+        rate_pymongo(pymongo_impl, f"bench/{run_id}/pymongo", warm)
     for _ in range(rounds):
         series["with lock:"].append(rate_with_lock(client, f"bench/{run_id}/py", pairs))
         series["C core"].append(rate_core(uri, f"bench/{run_id}/core", pairs))
@@ -65,12 +68,17 @@ def run(name, uri, pairs, rounds, pymongo_impl=None):
             series["pymongo"].append(rate_pymongo(pymongo_impl, f"bench/{run_id}/pymongo", pairs))
     client.close()
     med = {k: statistics.median(v) for k, v in series.items()}
-    print(f"--- {name}: {pairs} pairs x {rounds} rounds (median pairs/s; min..max)")
+    best = {k: max(v) for k, v in series.items()}
+    print(f"--- {name}: {pairs} pairs x {rounds} rounds (pairs/s: median, best round; min)")
     for k, v in series.items():
-        print(f"  {k:<11} {med[k]:>10.0f}   ({min(v):.0f}..{max(v):.0f})")
-    print(f"  with lock: / C core  = {med['with lock:'] / med['C core']:.3f}   (goal >= 0.85)")
+        print(f"  {k:<11} {med[k]:>10.0f} {best[k]:>10.0f}   ({min(v):.0f})")
+
+    def ratio(a, b):
+        return f"median {med[a] / med[b]:.3f}, best {best[a] / best[b]:.3f}"
+
+    print(f"  with lock: / C core  = {ratio('with lock:', 'C core')}   (goal >= 0.85)")
     if pymongo_impl:
-        print(f"  with lock: / pymongo = {med['with lock:'] / med['pymongo']:.2f}x   (goal >= 2x)")
+        print(f"  with lock: / pymongo = {ratio('with lock:', 'pymongo')}   (goal >= 2x)")
     return med
 
 
