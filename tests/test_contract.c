@@ -805,7 +805,9 @@ static void test_fork_child_cannot_release (void)
    CHECK (c);
    leaselock_error_t err;
    leaselock_lease_t *l;
-   bool ok = acq (c, key ("fork"), opts (60000, true), &l, &err);
+   /* On the fake clock a short TTL makes the parent renew often, so a
+    * renewal from the child would show within a few milliseconds. */
+   bool ok = acq (c, key ("fork"), opts (FAKE ? 3000 : 60000, true), &l, &err);
    CHECK_OK (ok, err);
    /* Let the new renewal thread settle into its wait: a thread caught in
     * the middle of its start-up (allocating) at fork() can leave an
@@ -816,6 +818,29 @@ static void test_fork_child_cannot_release (void)
    if (pid == 0) {
       int code = 0;
       leaselock_error_t e;
+      if (FAKE) {
+         /* The child's own renewal thread renews the child's lease only,
+          * never the parent's (the fake database is the child's copy, so
+          * the parent's own renewals do not show here). */
+         leaselock_lease_t *own = NULL;
+         leaselock_acquire_opts_t oo = opts (3000, true);
+         long renews = fake_backend_calls (FAKE_RENEW);
+         if (!leaselock_acquire (c, key ("fork-own"), strlen (key ("fork-own")), &oo, &own, &e))
+            code |= 32;
+         for (int i = 0; i < 200; i++) { /* the ticker thread stayed in the parent */
+            ll_clock_advance (20);
+            real_sleep (1);
+         }
+         leaselock_record_t rec;
+         bool found = false;
+         leaselock_inspect (c, key ("fork"), strlen (key ("fork")), &rec, &found, &e);
+         if (!found || rec.expires_in_ms > 0)
+            code |= 16;
+         if (fake_backend_calls (FAKE_RENEW) == renews ||
+             leaselock_lease_state (own) != LEASELOCK_STATE_HELD)
+            code |= 32;
+         leaselock_lease_destroy (own);
+      }
       if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD ||
           !strstr (e.message, "fork"))
          code |= 1;
