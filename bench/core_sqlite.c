@@ -5,20 +5,17 @@
  * the plain sqlite3 API with the same two statements, the same pragmas
  * and the same bound values. Rounds alternate (engine, bare, engine, ...)
  * so both see the same machine load and the same file state (WAL size,
- * checkpoints).
+ * checkpoints); bench.h runs the rounds and prints the figures.
  *
  * Usage: core_sqlite [PAIRS_PER_ROUND [ROUNDS]]   (default 5000, 20)
  * The file is made in a new directory under $SQLITE_BENCH_DIR or /tmp.
  * A benchmark, not a test: it prints figures and fails only on errors.
  */
-#include "leaselock.h"
+#define BENCH_NAME "core_sqlite"
+#include "bench.h"
 
 #include <inttypes.h>
 #include <sqlite3.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* The backend's two statements, word for word (csrc/backend_sqlite.c). */
@@ -35,50 +32,6 @@ static const char release_sql[] =
   "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" NOW_MS ", acquired_at + ?3)"
   " WHERE key = ?1 AND owner = ?2";
 
-#define TTL_MS 30000
-#define LABEL "bench"
-
-static double now_s (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double (const void *a, const void *b)
-{
-   double x = *(const double *)a, y = *(const double *)b;
-   return (x > y) - (x < y);
-}
-
-static void die (const char *what, const char *msg)
-{
-   fprintf (stderr, "core_sqlite: %s: %s\n", what, msg);
-   exit (1);
-}
-
-/* ---- the engine ------------------------------------------------------- */
-
-static double engine_round (leaselock_client_t *c, long pairs)
-{
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = TTL_MS;
-   o.timeout_ms = 0;
-   o.auto_renew = false;
-   leaselock_error_t err;
-   double t0 = now_s ();
-   for (long i = 0; i < pairs; i++) {
-      leaselock_lease_t *l = NULL;
-      if (!leaselock_acquire (c, "bench-engine", 12, &o, &l, &err))
-         die ("engine acquire", err.message);
-      if (!leaselock_lease_release (l, &err))
-         die ("engine release", err.message);
-      leaselock_lease_destroy (l);
-   }
-   return now_s () - t0;
-}
-
 /* ---- the bare program ------------------------------------------------- */
 
 typedef struct
@@ -92,7 +45,7 @@ typedef struct
 static void bare_check (bare_t *b, int rc, const char *what)
 {
    if (rc != SQLITE_OK)
-      die (what, sqlite3_errmsg (b->db));
+      bench_die (what, sqlite3_errmsg (b->db));
 }
 
 static void bare_open (bare_t *b, const char *path)
@@ -121,42 +74,43 @@ static void bare_close (bare_t *b)
    sqlite3_close (b->db);
 }
 
-static double bare_round (bare_t *b, long pairs)
+static double bare_round (void *ctx, long pairs)
 {
+   bare_t *b = ctx;
    static const char key[] = "bench-bare";
    char owner[33];
    int64_t pid = getpid ();
-   double t0 = now_s ();
+   double t0 = bench_now ();
    for (long i = 0; i < pairs; i++) {
       /* A distinct owner per acquire, as the engine makes (but from a
        * counter: no random bytes, the cheapest a bare program can be). */
       snprintf (owner, sizeof owner, "%032" PRIx64, ++b->counter);
       sqlite3_bind_text (b->acq, 1, key, (int)sizeof key - 1, SQLITE_STATIC);
       sqlite3_bind_text (b->acq, 2, owner, 32, SQLITE_STATIC);
-      sqlite3_bind_int64 (b->acq, 3, TTL_MS);
+      sqlite3_bind_int64 (b->acq, 3, BENCH_TTL_MS);
       sqlite3_bind_text (b->acq, 4, b->host, -1, SQLITE_STATIC);
       sqlite3_bind_int64 (b->acq, 5, pid);
-      sqlite3_bind_text (b->acq, 6, LABEL, -1, SQLITE_STATIC);
+      sqlite3_bind_text (b->acq, 6, BENCH_LABEL, -1, SQLITE_STATIC);
       if (sqlite3_step (b->acq) != SQLITE_ROW)
-         die ("bare acquire", sqlite3_errmsg (b->db));
+         bench_die ("bare acquire", sqlite3_errmsg (b->db));
       if (sqlite3_step (b->acq) != SQLITE_DONE)
-         die ("bare acquire", sqlite3_errmsg (b->db));
+         bench_die ("bare acquire", sqlite3_errmsg (b->db));
       sqlite3_reset (b->acq);
       sqlite3_bind_text (b->rel, 1, key, (int)sizeof key - 1, SQLITE_STATIC);
       sqlite3_bind_text (b->rel, 2, owner, 32, SQLITE_STATIC);
       sqlite3_bind_int64 (b->rel, 3, 0);
       if (sqlite3_step (b->rel) != SQLITE_DONE || sqlite3_changes (b->db) != 1)
-         die ("bare release", sqlite3_errmsg (b->db));
+         bench_die ("bare release", sqlite3_errmsg (b->db));
       sqlite3_reset (b->rel);
    }
-   return now_s () - t0;
+   return bench_now () - t0;
 }
 
 int main (int argc, char **argv)
 {
-   long pairs = argc > 1 ? atol (argv[1]) : 5000;
-   int rounds = argc > 2 ? atoi (argv[2]) : 20;
-   if (pairs < 1 || rounds < 1) {
+   long pairs = 5000;
+   int rounds = 20;
+   if (!bench_sizes (argc, argv, 1, &pairs, &rounds)) {
       fprintf (stderr, "usage: core_sqlite [PAIRS_PER_ROUND [ROUNDS]]\n");
       return 2;
    }
@@ -172,61 +126,21 @@ int main (int argc, char **argv)
 
    /* The engine's client creates the schema; the bare program then uses
     * the same file. */
-   leaselock_error_t err;
-   leaselock_client_t *c = leaselock_client_new (uri, LABEL, &err);
-   if (!c)
-      die ("client", err.message);
+   leaselock_client_t *c = bench_client (uri);
    bare_t b;
    bare_open (&b, path);
 
    printf ("SQLite %s, %s: %d rounds of %ld acquire+release pairs each, alternating\n",
            sqlite3_libversion (), path, rounds, pairs);
-   /* Warm-up: page cache, WAL file, statement caches. */
-   engine_round (c, pairs / 2 + 1);
-   bare_round (&b, pairs / 2 + 1);
+   /* Half a round of warm-up: page cache, WAL file, statement caches. */
+   bench_bare_t bare = { "bare sqlite3", "bare sqlite3 (same two statements)", bare_round, &b };
+   bench_run (c, "bench-engine", &bare, pairs, rounds, pairs / 2 + 1);
 
-   double t_engine = 0, t_bare = 0;
-   double *ratios = calloc ((size_t)rounds, sizeof *ratios);
-   if (!ratios)
-      die ("calloc", "out of memory");
-   for (int r = 0; r < rounds; r++) {
-      /* Alternate which goes first so neither always follows the other's
-       * checkpoint. */
-      double te, tb;
-      if (r % 2 == 0) {
-         te = engine_round (c, pairs);
-         tb = bare_round (&b, pairs);
-      } else {
-         tb = bare_round (&b, pairs);
-         te = engine_round (c, pairs);
-      }
-      t_engine += te;
-      t_bare += tb;
-      ratios[r] = tb / te;
-      printf ("  round %d: engine %9.0f pairs/s   bare sqlite3 %9.0f pairs/s   ratio %.3f\n", r + 1,
-              pairs / te, pairs / tb, tb / te);
-   }
-   double pe = pairs * rounds / t_engine, pb = pairs * rounds / t_bare;
-   double ratio = pe / pb;
-   printf ("engine (leaselock_acquire + leaselock_lease_release): %.0f pairs/s (%.1f us/pair)\n",
-           pe, 1e6 / pe);
-   printf ("bare sqlite3 (same two statements):                   %.0f pairs/s (%.1f us/pair)\n",
-           pb, 1e6 / pb);
-   qsort (ratios, (size_t)rounds, sizeof *ratios, cmp_double);
-   double median =
-     rounds % 2 ? ratios[rounds / 2] : (ratios[rounds / 2 - 1] + ratios[rounds / 2]) / 2;
-   free (ratios);
-   /* Other processes on the machine slow single rounds now and then; the
-    * median of the interleaved rounds is the figure such a spike does not
-    * move, so the goal is judged on it. */
-   printf ("ratio engine/bare: median of rounds %.3f, all rounds together %.3f (goal: median >= "
-           "0.90: %s)\n",
-           median, ratio, median >= 0.9 ? "met" : "NOT met");
-
+   leaselock_error_t err;
    leaselock_record_t rec;
    bool found = false;
    if (!leaselock_inspect (c, "bench-engine", 12, &rec, &found, &err) || !found)
-      die ("inspect", found ? err.message : "no record");
+      bench_die ("inspect", found ? err.message : "no record");
    printf ("fence after the run: %" PRId64 " (engine key)\n", rec.fence);
 
    bare_close (&b);

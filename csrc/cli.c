@@ -104,37 +104,36 @@ static const char help_text[] =
 
 static const char *cmd_name = "leaselock";
 
-static void say (const char *fmt, ...)
 #if defined(__GNUC__)
-  __attribute__ ((format (printf, 1, 2)))
+#define PRINTF_LIKE __attribute__ ((format (printf, 1, 2)))
+#else
+#define PRINTF_LIKE
 #endif
-  ;
 
 /* Prints "leaselock[ SUBCOMMAND]: message" on stderr. */
+static void vsay (const char *fmt, va_list ap)
+{
+   fprintf (stderr, "%s: ", cmd_name);
+   vfprintf (stderr, fmt, ap);
+   fputc ('\n', stderr);
+}
+
+static void say (const char *fmt, ...) PRINTF_LIKE;
 static void say (const char *fmt, ...)
 {
    va_list ap;
    va_start (ap, fmt);
-   fprintf (stderr, "%s: ", cmd_name);
-   vfprintf (stderr, fmt, ap);
-   fputc ('\n', stderr);
+   vsay (fmt, ap);
    va_end (ap);
 }
 
 /* A usage error: the message, a hint, EXIT_USAGE. */
-static int usage_error (const char *fmt, ...)
-#if defined(__GNUC__)
-  __attribute__ ((format (printf, 1, 2)))
-#endif
-  ;
-
+static int usage_error (const char *fmt, ...) PRINTF_LIKE;
 static int usage_error (const char *fmt, ...)
 {
    va_list ap;
    va_start (ap, fmt);
-   fprintf (stderr, "%s: ", cmd_name);
-   vfprintf (stderr, fmt, ap);
-   fputc ('\n', stderr);
+   vsay (fmt, ap);
    va_end (ap);
    fputs ("Try 'leaselock --help'.\n", stderr);
    return EXIT_USAGE;
@@ -235,6 +234,40 @@ static int print_help (void)
 {
    printf ("%s%s", usage_text, help_text);
    return 0;
+}
+
+/* Parses the arguments of status, list and release: --help, --uri, one
+ * boolean option FLAG (sets *flag_set) and at most one positional argument
+ * (*arg; TAKES ends the error for a second one, e.g. "status takes one
+ * KEY"). Returns PARSED when all were read, else the exit status the
+ * subcommand returns at once (0 after --help, EXIT_USAGE on an error). */
+#define PARSED (-1)
+static int parse_flag_and_arg (int argc,
+                               char **argv,
+                               const char **uri,
+                               const char *flag,
+                               bool *flag_set,
+                               const char **arg,
+                               const char *takes)
+{
+   for (int i = 0; i < argc; i++) {
+      int r;
+      if (is_help (argv[i]))
+         return print_help ();
+      if ((r = opt_uri (argc, argv, &i, uri)) != 0) {
+         if (r < 0)
+            return EXIT_USAGE;
+      } else if (!strcmp (argv[i], flag)) {
+         *flag_set = true;
+      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+         return usage_error ("unknown option %s", argv[i]);
+      } else if (!*arg) {
+         *arg = argv[i];
+      } else {
+         return usage_error ("unexpected argument \"%s\" (%s)", argv[i], takes);
+      }
+   }
+   return PARSED;
 }
 
 /* ---- output helpers --------------------------------------------------- */
@@ -401,23 +434,10 @@ static int cmd_status (const char *uri, int argc, char **argv)
 {
    const char *key = NULL;
    bool json = false;
-   for (int i = 0; i < argc; i++) {
-      int r;
-      if (is_help (argv[i]))
-         return print_help ();
-      if ((r = opt_uri (argc, argv, &i, &uri)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-      } else if (!strcmp (argv[i], "--json")) {
-         json = true;
-      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-         return usage_error ("unknown option %s", argv[i]);
-      } else if (!key) {
-         key = argv[i];
-      } else {
-         return usage_error ("unexpected argument \"%s\" (status takes one KEY)", argv[i]);
-      }
-   }
+   int parsed =
+     parse_flag_and_arg (argc, argv, &uri, "--json", &json, &key, "status takes one KEY");
+   if (parsed != PARSED)
+      return parsed;
    if (!key)
       return usage_error ("missing KEY");
 
@@ -496,23 +516,10 @@ static int cmd_list (const char *uri, int argc, char **argv)
 {
    const char *prefix = NULL;
    list_ctx_t ctx = { false, 0 };
-   for (int i = 0; i < argc; i++) {
-      int r;
-      if (is_help (argv[i]))
-         return print_help ();
-      if ((r = opt_uri (argc, argv, &i, &uri)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-      } else if (!strcmp (argv[i], "--json")) {
-         ctx.json = true;
-      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-         return usage_error ("unknown option %s", argv[i]);
-      } else if (!prefix) {
-         prefix = argv[i];
-      } else {
-         return usage_error ("unexpected argument \"%s\" (list takes one PREFIX)", argv[i]);
-      }
-   }
+   int parsed =
+     parse_flag_and_arg (argc, argv, &uri, "--json", &ctx.json, &prefix, "list takes one PREFIX");
+   if (parsed != PARSED)
+      return parsed;
    int status = EXIT_INTERNAL;
    leaselock_client_t *client = open_client (uri, NULL, &status);
    if (!client)
@@ -535,23 +542,10 @@ static int cmd_release (const char *uri, int argc, char **argv)
 {
    const char *key = NULL;
    bool force = false;
-   for (int i = 0; i < argc; i++) {
-      int r;
-      if (is_help (argv[i]))
-         return print_help ();
-      if ((r = opt_uri (argc, argv, &i, &uri)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-      } else if (!strcmp (argv[i], "--force")) {
-         force = true;
-      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-         return usage_error ("unknown option %s", argv[i]);
-      } else if (!key) {
-         key = argv[i];
-      } else {
-         return usage_error ("unexpected argument \"%s\" (release takes one KEY)", argv[i]);
-      }
-   }
+   int parsed =
+     parse_flag_and_arg (argc, argv, &uri, "--force", &force, &key, "release takes one KEY");
+   if (parsed != PARSED)
+      return parsed;
    if (!key)
       return usage_error ("missing KEY");
    if (!force)

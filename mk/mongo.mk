@@ -11,7 +11,7 @@ MONGO_BENCH := $(BUILD)/bench/core_mongo
 $(MONGO_TEST): tests/test_mongo.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
-$(MONGO_BENCH): bench/core_mongo.c $(LIB_A) | $(BUILD)/bench
+$(MONGO_BENCH): bench/core_mongo.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
 .PHONY: test-mongo bench-core-mongo mongo-server
@@ -34,10 +34,16 @@ test-mongo: $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion $(MONGO_T
 	$(MONGO_TEST) "$$MONGODB_URI" || rc=1; \
 	exit $$rc
 
+# MONGO_BENCH_PAIRS acquire+release pairs per round, MONGO_BENCH_ROUNDS
+# rounds (engine and bare client interleaved; the client pinned by
+# BENCH_PIN).
+MONGO_BENCH_PAIRS ?= 200
+MONGO_BENCH_ROUNDS ?= 100
+
 bench-core-mongo: $(MONGO_BENCH)
 	@if [ -z "$$MONGODB_URI" ]; then \
 	  echo "bench-core-mongo: MONGODB_URI is not set (make bench-core starts the server)"; exit 1; fi
-	@$(MONGO_BENCH) "$$MONGODB_URI"
+	@$(BENCH_PIN) $(MONGO_BENCH) "$$MONGODB_URI" $(MONGO_BENCH_PAIRS) $(MONGO_BENCH_ROUNDS)
 
 # Builds the MongoDB test server launcher (mongo-java-server via Maven).
 mongo-server:

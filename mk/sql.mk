@@ -39,10 +39,10 @@ test-postgres: $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion $(BUIL
 SQL_BENCH_PAIRS ?= 200
 SQL_BENCH_ROUNDS ?= 61
 
-$(BUILD)/bench/core_mysql: bench/core_mysql.c $(LIB_A) | $(BUILD)/bench
+$(BUILD)/bench/core_mysql: bench/core_mysql.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
-$(BUILD)/bench/core_postgres: bench/core_postgres.c $(LIB_A) | $(BUILD)/bench
+$(BUILD)/bench/core_postgres: bench/core_postgres.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 bench-core-mysql: $(BUILD)/bench/core_mysql

@@ -16,12 +16,13 @@ test-sqlite: $(BUILD)/tests/test_sqlite
 	$(BUILD)/tests/test_sqlite
 
 # SQLITE_BENCH_PAIRS / SQLITE_BENCH_ROUNDS size the run; the file lives in
-# a fresh temporary directory (SQLITE_BENCH_DIR to choose its parent).
+# a fresh temporary directory (SQLITE_BENCH_DIR to choose its parent); the
+# client is pinned by BENCH_PIN.
 SQLITE_BENCH_PAIRS ?= 5000
 SQLITE_BENCH_ROUNDS ?= 20
 
-$(BUILD)/bench/core_sqlite: bench/core_sqlite.c $(LIB_A) | $(BUILD)/bench
+$(BUILD)/bench/core_sqlite: bench/core_sqlite.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 bench-core-sqlite: $(BUILD)/bench/core_sqlite
-	$(BUILD)/bench/core_sqlite $(SQLITE_BENCH_PAIRS) $(SQLITE_BENCH_ROUNDS)
+	$(BENCH_PIN) $(BUILD)/bench/core_sqlite $(SQLITE_BENCH_PAIRS) $(SQLITE_BENCH_ROUNDS)

@@ -1,0 +1,178 @@
+/*
+ * bench.h - the harness the core benchmarks share (header only).
+ *
+ * Each bench measures acquire+release pairs per second through the
+ * leaselock engine (leaselock_acquire, one try, no auto-renewal, then
+ * leaselock_lease_release) beside its own bare client program doing the
+ * same work, in the same process. bench_run interleaves the two over many
+ * short rounds, alternating which side goes first, and prints:
+ *   - one line per round when there are at most 10 rounds,
+ *   - each side's pairs/s and us/pair over all rounds,
+ *   - "ratio engine/bare: best rounds X, median of N rounds Y, all rounds
+ *     together Z (goal: best >= 0.90: met|NOT met)".
+ * Other load on the machine only ever slows a round down, so the fastest
+ * round of each side is the best estimate of its own cost (as timeit's
+ * min): the goal is judged on the ratio of the two best rounds.
+ *
+ * Define BENCH_NAME (the program's name, for error messages) before
+ * including this file.
+ */
+#ifndef LEASELOCK_BENCH_H
+#define LEASELOCK_BENCH_H
+
+#include "leaselock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef BENCH_NAME
+#error "define BENCH_NAME before including bench.h"
+#endif
+
+#define BENCH_TTL_MS 30000
+#define BENCH_LABEL "bench"
+#define BENCH_GOAL 0.90
+
+/* Seconds on the monotonic clock. */
+static inline double bench_now (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Prints "BENCH_NAME: what: msg" and exits 1. */
+static inline void bench_die (const char *what, const char *msg)
+{
+   fprintf (stderr, "%s: %s: %s\n", BENCH_NAME, what, msg);
+   exit (1);
+}
+
+/* Reads PAIRS_PER_ROUND and ROUNDS from argv[AT] and argv[AT + 1] where
+ * given (*pairs and *rounds hold the defaults). False unless both are
+ * positive. */
+static inline bool bench_sizes (int argc, char **argv, int at, long *pairs, int *rounds)
+{
+   if (argc > at)
+      *pairs = atol (argv[at]);
+   if (argc > at + 1)
+      *rounds = atoi (argv[at + 1]);
+   return *pairs > 0 && *rounds > 0;
+}
+
+/* A new client on URI labelled BENCH_LABEL (the caller destroys it); dies
+ * on error. */
+static inline leaselock_client_t *bench_client (const char *uri)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, BENCH_LABEL, &err);
+   if (!c)
+      bench_die ("client", err.message);
+   return c;
+}
+
+/* One round through the engine: PAIRS acquire+release pairs on KEY with
+ * the options every bench uses. Returns the seconds it took. */
+static inline double bench_engine_round (leaselock_client_t *client, const char *key, long pairs)
+{
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = BENCH_TTL_MS;
+   o.timeout_ms = 0;
+   o.auto_renew = false;
+   leaselock_error_t err;
+   size_t klen = strlen (key);
+   double t0 = bench_now ();
+   for (long i = 0; i < pairs; i++) {
+      leaselock_lease_t *l = NULL;
+      if (!leaselock_acquire (client, key, klen, &o, &l, &err))
+         bench_die ("engine acquire", err.message);
+      if (!leaselock_lease_release (l, &err))
+         bench_die ("engine release", err.message);
+      leaselock_lease_destroy (l);
+   }
+   return bench_now () - t0;
+}
+
+/* The bare program's side: ROUND (CTX, PAIRS) does PAIRS acquire+release
+ * pairs and returns the seconds they took. NAME is its short name in the
+ * per-round lines ("bare libpq"), WHAT its longer one in the summary
+ * ("bare libpq (same two statements)"). Nothing here is owned. */
+typedef struct
+{
+   const char *name;
+   const char *what;
+   double (*round) (void *ctx, long pairs);
+   void *ctx;
+} bench_bare_t;
+
+static inline int bench_cmp_double (const void *a, const void *b)
+{
+   double x = *(const double *)a, y = *(const double *)b;
+   return (x > y) - (x < y);
+}
+
+/* Sorts V (N > 0 values) and returns their median. */
+static inline double bench_median (double *v, int n)
+{
+   qsort (v, (size_t)n, sizeof *v, bench_cmp_double);
+   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Warms both sides up with WARMUP pairs each (engine first), then runs
+ * ROUNDS interleaved rounds of PAIRS pairs on each side (engine first in
+ * even rounds, bare first in odd ones, so neither always follows the
+ * other's pauses) and prints the figures described above. */
+static inline void bench_run (leaselock_client_t *client,
+                              const char *engine_key,
+                              const bench_bare_t *bare,
+                              long pairs,
+                              int rounds,
+                              long warmup)
+{
+   if (warmup > 0) {
+      bench_engine_round (client, engine_key, warmup);
+      bare->round (bare->ctx, warmup);
+   }
+   double t_engine = 0, t_bare = 0, best_e = 1e300, best_b = 1e300;
+   double *ratios = calloc ((size_t)rounds, sizeof *ratios);
+   if (!ratios)
+      bench_die ("bench", "out of memory");
+   for (int r = 0; r < rounds; r++) {
+      double te, tb;
+      if (r % 2 == 0) {
+         te = bench_engine_round (client, engine_key, pairs);
+         tb = bare->round (bare->ctx, pairs);
+      } else {
+         tb = bare->round (bare->ctx, pairs);
+         te = bench_engine_round (client, engine_key, pairs);
+      }
+      t_engine += te;
+      t_bare += tb;
+      ratios[r] = tb / te;
+      best_e = te < best_e ? te : best_e;
+      best_b = tb < best_b ? tb : best_b;
+      if (rounds <= 10)
+         printf ("  round %d: engine %9.0f pairs/s   %s %9.0f pairs/s   ratio %.3f\n", r + 1,
+                 pairs / te, bare->name, pairs / tb, tb / te);
+   }
+   double pe = (double)pairs * rounds / t_engine, pb = (double)pairs * rounds / t_bare;
+   double median = bench_median (ratios, rounds);
+   free (ratios);
+   static const char engine_what[] = "engine (leaselock_acquire + leaselock_lease_release)";
+   int w = (int)strlen (engine_what) + 1;
+   if ((int)strlen (bare->what) + 1 > w)
+      w = (int)strlen (bare->what) + 1;
+   printf ("%s:%*s%.0f pairs/s (%.1f us/pair)\n", engine_what, w - (int)strlen (engine_what), "",
+           pe, 1e6 / pe);
+   printf ("%s:%*s%.0f pairs/s (%.1f us/pair)\n", bare->what, w - (int)strlen (bare->what), "", pb,
+           1e6 / pb);
+   double best = best_b / best_e;
+   printf ("ratio engine/bare: best rounds %.3f, median of %d rounds %.3f, all rounds together "
+           "%.3f (goal: best >= %.2f: %s)\n",
+           best, rounds, median, pe / pb, BENCH_GOAL, best >= BENCH_GOAL ? "met" : "NOT met");
+}
+
+#endif /* LEASELOCK_BENCH_H */
