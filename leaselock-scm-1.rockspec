@@ -48,6 +48,7 @@ build = {
         "csrc/uri.c",
         "csrc/duration.c",
         "csrc/backend.c",
+        "csrc/backend_util.c",
         "csrc/engine.c",
         "csrc/backend_sqlite.c",
         "csrc/backend_mongodb.c",

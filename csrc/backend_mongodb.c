@@ -805,12 +805,9 @@ static void ll_mongo_copy_str (const bson_iter_t *it, char *buf, size_t size, si
 {
    uint32_t len = 0;
    const char *s = BSON_ITER_HOLDS_UTF8 (it) ? bson_iter_utf8 (it, &len) : "";
-   if (len >= size)
-      len = (uint32_t)size - 1;
-   memcpy (buf, s, len);
-   buf[len] = '\0';
+   size_t n = ll_copy_clipped (buf, size, s, len);
    if (len_out)
-      *len_out = len;
+      *len_out = n;
 }
 
 /* Fills rec from a document shaped by ll_mongo_record_pipeline. */
@@ -912,20 +909,6 @@ static bool ll_mongo_records (ll_mongo_conn_t *conn,
    return ok;
 }
 
-typedef struct
-{
-   leaselock_record_t *rec;
-   bool *found;
-} ll_mongo_one_t;
-
-static bool ll_mongo_take_one (const leaselock_record_t *rec, void *data)
-{
-   ll_mongo_one_t *one = data;
-   *one->rec = *rec;
-   *one->found = true;
-   return false;
-}
-
 static bool ll_mongo_inspect (void *c,
                               const char *key,
                               size_t key_len,
@@ -934,7 +917,7 @@ static bool ll_mongo_inspect (void *c,
                               leaselock_error_t *err)
 {
    bson_t match = BSON_INITIALIZER;
-   ll_mongo_one_t one = { rec, found };
+   ll_record_one_t one = { rec, found };
    bool ok;
 
    *found = false;
@@ -942,7 +925,7 @@ static bool ll_mongo_inspect (void *c,
       bson_destroy (&match);
       return ll_mongo_nomem (err);
    }
-   ok = ll_mongo_records (c, &match, ll_mongo_take_one, &one, err);
+   ok = ll_mongo_records (c, &match, ll_record_take_one, &one, err);
    bson_destroy (&match);
    return ok;
 }

@@ -49,14 +49,11 @@
 #ifdef LEASELOCK_WITH_MARIADB
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <mysql.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define SCHEMA_VERSION 1
 #define DEADLOCK_RETRIES 5
@@ -87,23 +84,6 @@ typedef struct
 
 /* ---- errors ---------------------------------------------------------- */
 
-/* Copies msg with every occurrence of the password replaced by "***". */
-static void scrub (const my_conn_t *c, const char *msg, char *out, size_t size)
-{
-   size_t o = 0;
-   size_t plen = c->password ? strlen (c->password) : 0;
-   for (const char *p = msg; *p && o + 1 < size;) {
-      if (plen >= 3 && !strncmp (p, c->password, plen)) {
-         for (const char *s = "***"; *s && o + 1 < size; s++)
-            out[o++] = *s;
-         p += plen;
-      } else {
-         out[o++] = *p++;
-      }
-   }
-   out[o] = '\0';
-}
-
 static bool is_conn_error (unsigned no)
 {
    switch (no) {
@@ -133,7 +113,7 @@ static bool fail_with (my_conn_t *c,
                        leaselock_error_t *err)
 {
    char clean[LEASELOCK_ERROR_MAX];
-   scrub (c, msg && *msg ? msg : "unknown error", clean, sizeof clean);
+   ll_scrub_password (msg && *msg ? msg : "unknown error", c->password, clean, sizeof clean);
    ll_error_set (err, LEASELOCK_BACKEND, "mysql: %s: %s (error %u)", what, clean, no);
    if (is_conn_error (no))
       disconnect (c);
@@ -165,20 +145,6 @@ static bool parse_seconds (const char *name, const char *v, unsigned *out, lease
    return true;
 }
 
-static bool valid_identifier (const char *s)
-{
-   size_t n = strlen (s);
-   if (n < 1 || n > 58) /* room for "_meta" within MySQL's 64 */
-      return false;
-   if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
-      return false;
-   for (size_t i = 1; i < n; i++)
-      if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
-            (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-         return false;
-   return true;
-}
-
 static char *dup_or_null (const char *s)
 {
    return s ? strdup (s) : NULL;
@@ -204,7 +170,7 @@ static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
          if (!(c->socket = strdup (v)))
             goto nomem;
       } else if (!strcmp (n, "table")) {
-         if (!valid_identifier (v)) {
+         if (!ll_valid_identifier (v)) {
             ll_error_set (err, LEASELOCK_INVALID,
                           "mysql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
                           "letters, digits or _ not starting with a digit",
@@ -426,11 +392,7 @@ static bool do_connect (my_conn_t *c, leaselock_error_t *err)
  * closed by the server (nothing is in flight between calls). */
 static bool looks_closed (my_conn_t *c)
 {
-   int fd = (int)mysql_get_socket (c->db);
-   if (fd < 0)
-      return true;
-   struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
-   return poll (&p, 1, 0) != 0;
+   return ll_fd_looks_closed ((int)mysql_get_socket (c->db));
 }
 
 /* The prepared statement for id, connecting first when needed. */
@@ -535,16 +497,8 @@ static void my_abandon (void *conn)
    my_conn_t *c = conn;
    if (!c)
       return;
-   if (c->db) {
-      int fd = (int)mysql_get_socket (c->db);
-      int null_fd = open ("/dev/null", O_RDWR | O_CLOEXEC);
-      if (fd < 0 || null_fd < 0 || dup2 (null_fd, fd) < 0) {
-         if (null_fd >= 0)
-            close (null_fd);
-         return; /* leak rather than touch the parent's socket */
-      }
-      close (null_fd);
-   }
+   if (c->db && !ll_fd_point_at_devnull ((int)mysql_get_socket (c->db)))
+      return; /* leak rather than touch the parent's socket */
    my_close (c);
 }
 
@@ -553,22 +507,13 @@ static void *my_open (const char *uri, leaselock_error_t *err)
    my_conn_t *c = calloc (1, sizeof *c);
    if (!c)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
-   if (!parse_uri (c, uri, err))
-      goto fail;
-   for (int i = 0; i < ST_COUNT; i++) {
-      int n = snprintf (NULL, 0, sql_templates[i], c->table);
-      if (!(c->sql[i] = malloc ((size_t)n + 1))) {
-         ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-         goto fail;
-      }
-      snprintf (c->sql[i], (size_t)n + 1, sql_templates[i], c->table);
+   if (!parse_uri (c, uri, err) ||
+       !ll_sql_format_all (c->sql, sql_templates, ST_COUNT, c->table, err) ||
+       !do_connect (c, err)) {
+      my_close (c);
+      return NULL;
    }
-   if (!do_connect (c, err))
-      goto fail;
    return c;
-fail:
-   my_close (c);
-   return NULL;
 }
 
 static bool my_acquire (void *conn,
@@ -700,21 +645,14 @@ static void row_bind (my_row_t *r)
 static void row_to_record (my_row_t *r, leaselock_record_t *rec)
 {
    memset (rec, 0, sizeof *rec);
-   size_t n = r->key_len > LEASELOCK_KEY_MAX ? LEASELOCK_KEY_MAX : r->key_len;
-   memcpy (rec->key, r->key, n);
-   rec->key_len = n;
-   if (!r->owner_null) {
-      n = r->owner_len > LEASELOCK_OWNER_LEN ? LEASELOCK_OWNER_LEN : r->owner_len;
-      memcpy (rec->owner, r->owner, n);
-   }
+   rec->key_len = ll_copy_clipped (rec->key, sizeof rec->key, r->key, r->key_len);
+   if (!r->owner_null)
+      ll_copy_clipped (rec->owner, sizeof rec->owner, r->owner, r->owner_len);
    rec->fence = r->fence;
-   /* Rounded away from zero: live means > 0, expired means <= 0. */
-   rec->expires_in_ms = r->diff_us > 0 ? (r->diff_us + 999) / 1000 : r->diff_us / 1000;
-   n = r->host_len > sizeof rec->host - 1 ? sizeof rec->host - 1 : r->host_len;
-   memcpy (rec->host, r->host, n);
+   rec->expires_in_ms = ll_us_to_left_ms (r->diff_us);
+   ll_copy_clipped (rec->host, sizeof rec->host, r->host, r->host_len);
    rec->pid = r->pid;
-   n = r->label_len > sizeof rec->label - 1 ? sizeof rec->label - 1 : r->label_len;
-   memcpy (rec->label, r->label, n);
+   ll_copy_clipped (rec->label, sizeof rec->label, r->label, r->label_len);
 }
 
 /* Executes a SELECT, buffers its rows, and calls fn for each (fn returns
@@ -722,7 +660,7 @@ static void row_to_record (my_row_t *r, leaselock_record_t *rec)
 static bool query_rows (my_conn_t *c,
                         int id,
                         MYSQL_BIND *params,
-                        bool (*fn) (leaselock_record_t *, void *),
+                        leaselock_record_cb fn,
                         void *data,
                         const char *what,
                         leaselock_error_t *err)
@@ -764,20 +702,6 @@ done:
    return ok;
 }
 
-typedef struct
-{
-   leaselock_record_t *out;
-   bool *found;
-} one_t;
-
-static bool take_one (leaselock_record_t *rec, void *data)
-{
-   one_t *o = data;
-   *o->out = *rec;
-   *o->found = true;
-   return false;
-}
-
 static bool my_inspect (void *conn,
                         const char *key,
                         size_t key_len,
@@ -790,20 +714,8 @@ static bool my_inspect (void *conn,
    MYSQL_BIND p[1];
    bind_blob (&p[0], key, &klen);
    *found = false;
-   one_t o = { rec, found };
-   return query_rows (c, ST_INSPECT, p, take_one, &o, "inspect", err);
-}
-
-typedef struct
-{
-   leaselock_record_cb fn;
-   void *data;
-} list_t;
-
-static bool list_one (leaselock_record_t *rec, void *data)
-{
-   list_t *l = data;
-   return l->fn (rec, l->data);
+   ll_record_one_t o = { rec, found };
+   return query_rows (c, ST_INSPECT, p, ll_record_take_one, &o, "inspect", err);
 }
 
 static bool my_list (void *conn,
@@ -818,18 +730,12 @@ static bool my_list (void *conn,
     * upper is prefix with trailing 0xff bytes dropped and the last byte
     * incremented (none when the prefix is empty or all 0xff). */
    char upper[LEASELOCK_KEY_MAX + 1];
-   size_t ulen = prefix_len;
-   memcpy (upper, prefix, prefix_len);
-   while (ulen > 0 && (unsigned char)upper[ulen - 1] == 0xff)
-      ulen--;
-   if (ulen > 0)
-      upper[ulen - 1] = (char)((unsigned char)upper[ulen - 1] + 1);
+   size_t ulen = ll_prefix_upper (prefix, prefix_len, upper);
    unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
    MYSQL_BIND p[2];
    bind_blob (&p[0], prefix_len ? prefix : "", &plen);
    bind_blob (&p[1], upper, &uplen);
-   list_t l = { fn, user_data };
-   return query_rows (c, ulen ? ST_LIST_RANGE : ST_LIST_FROM, p, list_one, &l, "list", err);
+   return query_rows (c, ulen ? ST_LIST_RANGE : ST_LIST_FROM, p, fn, user_data, "list", err);
 }
 
 static bool my_force_release (void *conn,

@@ -32,14 +32,11 @@
 #ifdef LEASELOCK_WITH_LIBPQ
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define SCHEMA_VERSION 1
 
@@ -67,20 +64,15 @@ typedef struct
 
 /* ---- errors ---------------------------------------------------------- */
 
+/* The message without the password, on one line: newlines and tabs
+ * become spaces, trailing spaces are dropped. */
 static void scrub (const pg_conn_t *c, const char *msg, char *out, size_t size)
 {
+   ll_scrub_password (msg, c->password, out, size);
    size_t o = 0;
-   size_t plen = c->password ? strlen (c->password) : 0;
-   for (const char *p = msg; *p && o + 1 < size;) {
-      if (plen >= 3 && !strncmp (p, c->password, plen)) {
-         for (const char *s = "***"; *s && o + 1 < size; s++)
-            out[o++] = *s;
-         p += plen;
-      } else {
-         out[o++] = (*p == '\n' || *p == '\t') ? ' ' : *p;
-         p++;
-      }
-   }
+   for (; out[o]; o++)
+      if (out[o] == '\n' || out[o] == '\t')
+         out[o] = ' ';
    while (o > 0 && out[o - 1] == ' ')
       o--;
    out[o] = '\0';
@@ -116,20 +108,6 @@ static bool fail (pg_conn_t *c, PGresult *res, const char *what, leaselock_error
 
 /* ---- URI ------------------------------------------------------------- */
 
-static bool valid_identifier (const char *s)
-{
-   size_t n = strlen (s);
-   if (n < 1 || n > 58) /* room for "_meta" within PostgreSQL's 63 */
-      return false;
-   if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
-      return false;
-   for (size_t i = 1; i < n; i++)
-      if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
-            (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-         return false;
-   return true;
-}
-
 /* Copies uri to c->conninfo without the "table" option, and reads it. */
 static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
 {
@@ -139,7 +117,7 @@ static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
    snprintf (c->table, sizeof c->table, "leaselock");
    const char *table = ll_uri_param (&u, "table");
    bool ok = false;
-   if (table && !valid_identifier (table)) {
+   if (table && !ll_valid_identifier (table)) {
       ll_error_set (err, LEASELOCK_INVALID,
                     "postgresql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
                     "letters, digits or _ not starting with a digit",
@@ -318,13 +296,7 @@ static bool do_connect (pg_conn_t *c, leaselock_error_t *err)
  * being closed) by the server. */
 static bool looks_closed (pg_conn_t *c)
 {
-   if (PQstatus (c->db) != CONNECTION_OK)
-      return true;
-   int fd = PQsocket (c->db);
-   if (fd < 0)
-      return true;
-   struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
-   return poll (&p, 1, 0) != 0;
+   return PQstatus (c->db) != CONNECTION_OK || ll_fd_looks_closed (PQsocket (c->db));
 }
 
 /* Runs prepared statement id (preparing it on this connection first). */
@@ -404,15 +376,8 @@ static void pg_abandon (void *conn)
       return;
    if (c->db) {
       int fd = PQsocket (c->db);
-      if (fd >= 0) {
-         int null_fd = open ("/dev/null", O_RDWR | O_CLOEXEC);
-         if (null_fd < 0 || dup2 (null_fd, fd) < 0) {
-            if (null_fd >= 0)
-               close (null_fd);
-            return; /* leak rather than touch the parent's socket */
-         }
-         close (null_fd);
-      }
+      if (fd >= 0 && !ll_fd_point_at_devnull (fd))
+         return; /* leak rather than touch the parent's socket */
    }
    pg_close (c);
 }
@@ -422,22 +387,13 @@ static void *pg_open (const char *uri, leaselock_error_t *err)
    pg_conn_t *c = calloc (1, sizeof *c);
    if (!c)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
-   if (!parse_uri (c, uri, err))
-      goto fail;
-   for (int i = 0; i < ST_COUNT; i++) {
-      int n = snprintf (NULL, 0, sql_templates[i], c->table);
-      if (!(c->sql[i] = malloc ((size_t)n + 1))) {
-         ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-         goto fail;
-      }
-      snprintf (c->sql[i], (size_t)n + 1, sql_templates[i], c->table);
+   if (!parse_uri (c, uri, err) ||
+       !ll_sql_format_all (c->sql, sql_templates, ST_COUNT, c->table, err) ||
+       !do_connect (c, err)) {
+      pg_close (c);
+      return NULL;
    }
-   if (!do_connect (c, err))
-      goto fail;
    return c;
-fail:
-   pg_close (c);
-   return NULL;
 }
 
 /* Copies key (key_len bytes) into a NUL-terminated buffer. */
@@ -520,11 +476,8 @@ static bool pg_release (void *conn,
 
 static void copy_field (char *dst, size_t size, size_t *len_out, PGresult *res, int row, int col)
 {
-   size_t n = (size_t)PQgetlength (res, row, col);
-   if (n > size - 1)
-      n = size - 1;
-   memcpy (dst, PQgetvalue (res, row, col), n);
-   dst[n] = '\0';
+   size_t n =
+     ll_copy_clipped (dst, size, PQgetvalue (res, row, col), (size_t)PQgetlength (res, row, col));
    if (len_out)
       *len_out = n;
 }
@@ -536,9 +489,7 @@ static void row_to_record (PGresult *res, int row, leaselock_record_t *rec)
    if (!PQgetisnull (res, row, 1))
       copy_field (rec->owner, sizeof rec->owner, NULL, res, row, 1);
    rec->fence = strtoll (PQgetvalue (res, row, 2), NULL, 10);
-   int64_t us = strtoll (PQgetvalue (res, row, 3), NULL, 10);
-   /* Rounded away from zero: live means > 0, expired means <= 0. */
-   rec->expires_in_ms = us > 0 ? (us + 999) / 1000 : us / 1000;
+   rec->expires_in_ms = ll_us_to_left_ms (strtoll (PQgetvalue (res, row, 3), NULL, 10));
    copy_field (rec->host, sizeof rec->host, NULL, res, row, 4);
    rec->pid = strtoll (PQgetvalue (res, row, 5), NULL, 10);
    copy_field (rec->label, sizeof rec->label, NULL, res, row, 6);

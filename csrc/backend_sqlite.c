@@ -573,16 +573,8 @@ static bool sqlite_release (void *conn,
 /* Copies a TEXT column into a fixed buffer (truncating; NUL-terminated). */
 static size_t copy_text (sqlite3_stmt *st, int col, char *buf, size_t size)
 {
-   const unsigned char *s = sqlite3_column_text (st, col);
-   size_t n = (size_t)sqlite3_column_bytes (st, col);
-   if (!s)
-      n = 0;
-   if (n >= size)
-      n = size - 1;
-   if (n)
-      memcpy (buf, s, n);
-   buf[n] = '\0';
-   return n;
+   const char *s = (const char *)sqlite3_column_text (st, col);
+   return ll_copy_clipped (buf, size, s, (size_t)sqlite3_column_bytes (st, col));
 }
 
 static void read_record (sqlite3_stmt *st, leaselock_record_t *rec)
@@ -634,12 +626,10 @@ static bool sqlite_list (void *conn,
     * byte can always be increased, and "\xff" is above every key (the
     * bound for the empty prefix). */
    char upper[LEASELOCK_KEY_MAX + 1];
-   size_t upper_len = 1;
-   upper[0] = (char)0xFF;
-   if (prefix_len > 0 && prefix_len <= LEASELOCK_KEY_MAX) {
-      memcpy (upper, prefix, prefix_len);
-      upper[prefix_len - 1] = (char)((unsigned char)upper[prefix_len - 1] + 1);
-      upper_len = prefix_len;
+   size_t upper_len = ll_prefix_upper (prefix, prefix_len, upper);
+   if (upper_len == 0) {
+      upper[0] = (char)0xFF;
+      upper_len = 1;
    }
    sqlite3_bind_text (st, 1, prefix_len ? prefix : "", (int)prefix_len, SQLITE_STATIC);
    sqlite3_bind_text (st, 2, upper, (int)upper_len, SQLITE_STATIC);

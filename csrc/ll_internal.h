@@ -190,4 +190,44 @@ void ll_backend_register (const ll_backend_t *backend);
  * scheme) or UNSUPPORTED (known but not built) in err. */
 const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err);
 
+/* ---- helpers shared by backends (backend_util.c) --------------------- */
+
+/* Copies msg to out (size bytes, NUL-terminated, truncated) with each
+ * occurrence of password (when 3 bytes or longer) replaced by "***". */
+void ll_scrub_password (const char *msg, const char *password, char *out, size_t size);
+/* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
+bool ll_valid_identifier (const char *s);
+/* out[i] = templates[i] formatted with table (new strings the caller frees,
+ * also after a failure: NOMEM leaves the rest NULL). */
+bool ll_sql_format_all (char **out,
+                        const char *const *templates,
+                        int count,
+                        const char *table,
+                        leaselock_error_t *err);
+/* Whether an idle connection's socket fd was closed by its peer (a zero-
+ * timeout poll finds it readable or hung up); true when fd < 0. */
+bool ll_fd_looks_closed (int fd);
+/* After fork: points fd at /dev/null so closing it sends nothing on the
+ * parent's connection. False (fd untouched) when fd < 0 or that fails. */
+bool ll_fd_point_at_devnull (int fd);
+/* Writes to out (room for len bytes) the bound above every string starting
+ * with prefix: trailing 0xff bytes dropped, the last byte incremented.
+ * Returns its length, 0 when there is none (empty or all-0xff prefix). */
+size_t ll_prefix_upper (const char *prefix, size_t len, char *out);
+/* Copies at most size - 1 of src's n bytes (none when src is NULL) to dst
+ * and NUL-terminates; returns the bytes copied. */
+size_t ll_copy_clipped (char *dst, size_t size, const char *src, size_t n);
+/* For inspect through a list-style row loop: ll_record_take_one (a
+ * leaselock_record_cb) copies the first record to one->rec (borrowed), sets
+ * *one->found and stops the loop. */
+typedef struct ll_record_one
+{
+   leaselock_record_t *rec;
+   bool *found;
+} ll_record_one_t;
+bool ll_record_take_one (const leaselock_record_t *rec, void *one);
+/* Microseconds left to milliseconds, rounded away from zero (so live stays
+ * > 0 and expired <= 0). */
+int64_t ll_us_to_left_ms (int64_t us);
+
 #endif /* LL_INTERNAL_H */

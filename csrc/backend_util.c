@@ -1,0 +1,116 @@
+/*
+ * backend_util.c - small helpers that several backends share: no driver
+ * header, no connection state, only bytes, strings and file descriptors.
+ */
+#include "ll_internal.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void ll_scrub_password (const char *msg, const char *password, char *out, size_t size)
+{
+   size_t o = 0;
+   size_t plen = password ? strlen (password) : 0;
+   for (const char *p = msg; *p && o + 1 < size;) {
+      if (plen >= 3 && !strncmp (p, password, plen)) {
+         for (const char *s = "***"; *s && o + 1 < size; s++)
+            out[o++] = *s;
+         p += plen;
+      } else {
+         out[o++] = *p++;
+      }
+   }
+   out[o] = '\0';
+}
+
+bool ll_valid_identifier (const char *s)
+{
+   size_t n = strlen (s);
+   if (n < 1 || n > 58) /* room for "_meta" within MySQL's 64 and PostgreSQL's 63 */
+      return false;
+   if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+      return false;
+   for (size_t i = 1; i < n; i++)
+      if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+            (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+         return false;
+   return true;
+}
+
+bool ll_sql_format_all (char **out,
+                        const char *const *templates,
+                        int count,
+                        const char *table,
+                        leaselock_error_t *err)
+{
+   for (int i = 0; i < count; i++) {
+      int n = snprintf (NULL, 0, templates[i], table);
+      if (!(out[i] = malloc ((size_t)n + 1)))
+         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+      snprintf (out[i], (size_t)n + 1, templates[i], table);
+   }
+   return true;
+}
+
+bool ll_fd_looks_closed (int fd)
+{
+   if (fd < 0)
+      return true;
+   struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+   return poll (&p, 1, 0) != 0;
+}
+
+bool ll_fd_point_at_devnull (int fd)
+{
+   if (fd < 0)
+      return false;
+   int null_fd = open ("/dev/null", O_RDWR | O_CLOEXEC);
+   if (null_fd < 0)
+      return false;
+   if (dup2 (null_fd, fd) < 0) {
+      close (null_fd);
+      return false;
+   }
+   close (null_fd);
+   return true;
+}
+
+size_t ll_prefix_upper (const char *prefix, size_t len, char *out)
+{
+   if (len)
+      memcpy (out, prefix, len);
+   while (len > 0 && (unsigned char)out[len - 1] == 0xff)
+      len--;
+   if (len > 0)
+      out[len - 1] = (char)((unsigned char)out[len - 1] + 1);
+   return len;
+}
+
+size_t ll_copy_clipped (char *dst, size_t size, const char *src, size_t n)
+{
+   if (!src)
+      n = 0;
+   if (n > size - 1)
+      n = size - 1;
+   if (n)
+      memcpy (dst, src, n);
+   dst[n] = '\0';
+   return n;
+}
+
+int64_t ll_us_to_left_ms (int64_t us)
+{
+   return us > 0 ? (us + 999) / 1000 : us / 1000;
+}
+
+bool ll_record_take_one (const leaselock_record_t *rec, void *one)
+{
+   ll_record_one_t *o = one;
+   *o->rec = *rec;
+   *o->found = true;
+   return false;
+}
