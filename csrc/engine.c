@@ -631,7 +631,7 @@ static bool try_once (leaselock_client_t *c,
 }
 
 /* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
-static int64_t backoff_ms (int attempt)
+int64_t ll_backoff_ms (int attempt)
 {
    int64_t cap = BACKOFF_BASE_MS;
    for (int i = 0; i < attempt && cap < BACKOFF_CAP_MS; i++)
@@ -698,7 +698,7 @@ bool leaselock_acquire (leaselock_client_t *c,
            (long long)(now - start), key);
       /* Sleep for the backoff, but wake at once if a holder in this
        * process releases a key in this bucket. */
-      int64_t until = now + backoff_ms (attempt);
+      int64_t until = now + ll_backoff_ms (attempt);
       if (!forever && until > deadline)
          until = deadline;
       pthread_mutex_lock (&b->mu);

@@ -43,6 +43,10 @@ bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
 /* Fills out with 32 hex chars + NUL from getrandom(2). */
 bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
 
+/* Blocking acquire's sleep before retry number attempt (0-based): full
+ * jitter, uniform in [1, min(1000, 5 * 2^attempt)] ms. */
+int64_t ll_backoff_ms (int attempt);
+
 /* ---- clock ----------------------------------------------------------- */
 
 /* Monotonic milliseconds. Tests may switch the process to a fake clock

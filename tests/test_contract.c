@@ -518,6 +518,30 @@ static void test_blocking_timeout (void)
    leaselock_client_destroy (b);
 }
 
+/* Capped exponential backoff with full jitter: never a fixed sleep, never
+ * a busy loop. */
+static void test_backoff_jitter (void)
+{
+   for (int attempt = 0; attempt < 12; attempt++) {
+      int64_t cap = 5LL << attempt;
+      if (cap > 1000)
+         cap = 1000;
+      int64_t lo = INT64_MAX, hi = 0, sum = 0;
+      for (int i = 0; i < 2000; i++) {
+         int64_t b = ll_backoff_ms (attempt);
+         lo = b < lo ? b : lo;
+         hi = b > hi ? b : hi;
+         sum += b;
+      }
+      CHECK (lo >= 1);
+      CHECK (hi <= cap);
+      CHECK (hi > lo); /* jitter */
+      /* uniform in [1, cap]: the mean is near cap / 2 */
+      double mean = (double)sum / 2000;
+      CHECK (mean > cap * 0.35 && mean < cap * 0.65 + 1);
+   }
+}
+
 typedef struct
 {
    leaselock_client_t *c;
@@ -1120,6 +1144,7 @@ int main (int argc, char **argv)
    RUN (test_destroy_releases);
    RUN (test_lease_outlives_client);
    RUN (test_blocking_timeout);
+   RUN (test_backoff_jitter);
    RUN (test_local_handoff);
    RUN (test_wait_interrupted);
    RUN (test_auto_renew);
