@@ -683,7 +683,7 @@ bool leaselock_acquire (leaselock_client_t *c,
    bucket_t *b = bucket_for (key, key_len);
    pid_t me = getpid ();
    for (int attempt = 0;; attempt++) {
-      uint64_t gen = bucket_gen (b);
+      uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (b) : 0; /* only waiters need it */
       if (try_once (c, key, key_len, opts, me, lease, err))
          return true;
       if (err->code != LEASELOCK_BUSY)

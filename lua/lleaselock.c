@@ -804,12 +804,11 @@ static int lease_gc (lua_State *L)
 static int lease_tbc_close (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__close", false);
-   bool newly_lost;
+   bool seen = ls->lost_seen, newly_lost;
    if (!ls->lease) {
       return 0;
    }
-   newly_lost = !ls->lost_seen && leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST;
-   ls->lost_seen = ls->lost_seen || newly_lost;
+   newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
    lease_close (ls);
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -826,12 +825,11 @@ static int lease_with_finish (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 2, "with", false);
    leaselock_error_t err;
-   bool newly_lost = false, released = true;
+   bool seen = ls->lost_seen, newly_lost = false, released = true;
 
    if (ls->lease) {
-      if (leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST) {
-         newly_lost = !ls->lost_seen;
-         ls->lost_seen = true;
+      if (observe (L, 1, ls, false) == LEASELOCK_STATE_LOST) {
+         newly_lost = !seen;
       } else {
          released = leaselock_lease_release (ls->lease, &err);
       }

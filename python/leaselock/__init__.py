@@ -302,12 +302,7 @@ class Lock:
         return rec is not None and rec["expires_in"] > 0
 
     def __enter__(self) -> Lease:
-        hid = _holder_id()
-        self._check_not_mine(hid)
-        lease = self._client._acquire(self._key, self._ttl_ms, -1, self._min_hold_ms,
-                                      self._auto_renew, self._on_lost, None)
-        self._push(hid, lease)
-        return lease
+        return self.acquire()
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         hid = _holder_id()
