@@ -48,9 +48,12 @@ $(PY_VENV)/.ready: mk/python.mk
 	@touch $@
 
 BENCH_PY_PAIRS ?= 500
+BENCH_PY_SQLITE_PAIRS ?= 500
+BENCH_PY_SQLITE_ROUNDS ?= 61
 BENCH_PY_ROUNDS ?= 15
 
 bench-python: $(PY_BUILD)/.built $(PY_VENV)/.ready
 	@# Only MongoDB is needed: naming the SQL servers keeps them from starting.
 	@MYSQL_URI=unused POSTGRES_URI=unused bash tests/with-servers.sh env PYTHONPATH=$(abspath $(PY_LIB)) \
-	  $(BENCH_PIN) $(PY_VENV)/bin/python bench/python/bench.py --pairs $(BENCH_PY_PAIRS) --rounds $(BENCH_PY_ROUNDS)
+	  $(BENCH_PIN) $(PY_VENV)/bin/python bench/python/bench.py --pairs $(BENCH_PY_PAIRS) --rounds $(BENCH_PY_ROUNDS) \
+	  --sqlite-pairs $(BENCH_PY_SQLITE_PAIRS) --sqlite-rounds $(BENCH_PY_SQLITE_ROUNDS)

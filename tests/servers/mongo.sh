@@ -4,7 +4,8 @@
 # MongoDB test server: mongo-java-server (memory backend) through the
 # launcher in tests/mongo-server, built once with Maven (jars cached in
 # ~/.m2). "start DIR" binds a free port on 127.0.0.1 and prints
-# MONGODB_URI=mongodb://127.0.0.1:PORT/leaselock_test; the server exits with
+# MONGODB_URI=mongodb://127.0.0.1:PORT/leaselock_test (and the server's pid
+# as LEASELOCK_MONGO_SERVER_PID); the server exits with
 # the process that started this script (or LEASELOCK_SERVERS_PID). "stop DIR"
 # stops it.
 set -euo pipefail
@@ -24,6 +25,8 @@ start)
   for _ in $(seq 1 300); do
     if [ -s "$dir/port" ] && grep -q '^[0-9][0-9]*$' "$dir/port"; then
       echo "MONGODB_URI=mongodb://127.0.0.1:$(head -1 "$dir/port")/leaselock_test"
+      # For make bench-python, which places the server's threads on CPUs.
+      echo "LEASELOCK_MONGO_SERVER_PID=$(cat "$dir/pid")"
       exit 0
     fi
     kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
