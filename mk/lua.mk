@@ -81,6 +81,6 @@ test-luarock:
 bench-lua: $(LUA54_MOD) $(LUAJIT_MOD)
 	@mkdir -p $(BUILD)/lua/tmp
 	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp LUA_CPATH='$(abspath $(BUILD))/lua/5.4/?.so' \
-	  $(LUA54) bench/lua/bench_with.lua
+	  $(BENCH_PIN) $(LUA54) bench/lua/bench_with.lua
 	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp LUA_CPATH='$(abspath $(BUILD))/lua/jit/?.so' \
-	  $(LUAJIT) bench/lua/bench_with.lua
+	  $(BENCH_PIN) $(LUAJIT) bench/lua/bench_with.lua
