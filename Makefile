@@ -108,9 +108,9 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@for d in $(DEMOS); do $(MAKE) --no-print-directory demo-$$d || exit 1; done
 
-# Benchmarks pin their client to one CPU so the servers run on the other:
-# on two cores, whether a server process shares the client's core would
-# otherwise decide a round.
+# Benchmarks pin their client to CPU 0; bench/run.sh places the test
+# servers explicitly (other CPUs, then the client's), since whether a
+# server process shares the client's core would otherwise decide a round.
 BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
 
 # Each backend adds bench-core-<name> to BENCH_CORE; one run prints them all.

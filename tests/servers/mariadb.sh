@@ -88,6 +88,8 @@ SQL
   echo "MYSQL_URI=mysql://leaselock:$password@127.0.0.1:$port/leaselock_test"
   echo "LEASELOCK_MYSQL_RESTART=bash $self restart $dir"
   echo "LEASELOCK_MYSQL_SOCKET=$dir/mysqld.sock"
+  # For make bench-core, which places the server's threads on CPUs.
+  echo "LEASELOCK_MYSQL_SERVER_PID=$(cat "$dir/mysqld.pid.launch")"
   ;;
 stop)
   stop_server

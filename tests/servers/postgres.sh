@@ -71,6 +71,8 @@ start)
     -c "CREATE DATABASE leaselock_test OWNER leaselock" >/dev/null
   echo "POSTGRES_URI=postgresql://leaselock:$password@127.0.0.1:$port/leaselock_test"
   echo "LEASELOCK_POSTGRES_RESTART=bash $self restart $dir"
+  # For make bench-core, which places the server's processes on CPUs.
+  echo "LEASELOCK_POSTGRES_SERVER_PID=$(head -1 "$pg/data/postmaster.pid")"
   ;;
 stop)
   pg=$(cat "$dir/pgdir" 2>/dev/null) || exit 0
