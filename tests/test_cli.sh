@@ -72,13 +72,15 @@ wait_file() {
   fail "$1 never appeared"
   return 1
 }
-# wait_blocked PID: waits until PID blocks SIGTERM (leaselock run has set
-# up its signal handling), at most about 20 s.
+# wait_blocked PID: waits until PID is leaselock (not the shell forked to
+# start it, which may block SIGTERM for a moment itself) and blocks SIGTERM
+# (leaselock run has set up its signal handling), at most about 20 s.
 wait_blocked() {
   local i blk
   for ((i = 0; i < 400; i++)); do
     blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
-    [ -n "$blk" ] && (((16#$blk >> 14) & 1)) && return 0
+    [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$BIN" ] && [ -n "$blk" ] &&
+      (((16#$blk >> 14) & 1)) && return 0
     sleep 0.05
   done
   fail "process $1 never blocked SIGTERM"
