@@ -453,6 +453,12 @@ static void sqlite_close (void *conn)
  * whose POSIX locks SQLite tracks per inode. So nothing is freed: the
  * connection is put on a list that keeps it reachable (leak checkers stay
  * quiet) and the child opens fresh connections of its own.
+ *
+ * This is only the fallback for a fork() that skipped the engine's atfork
+ * handlers: those close every SQLite connection before fork()
+ * (close_before_fork), because a child's new connection to a file would
+ * otherwise share the inherited per-inode lock bookkeeping, which holds the
+ * parent's locks, not the child's.
  */
 static _Atomic (sqlite_conn_t *) abandoned;
 
@@ -696,6 +702,7 @@ const ll_backend_t ll_backend_sqlite = {
    .open = sqlite_open,
    .close = sqlite_close,
    .abandon = sqlite_abandon,
+   .close_before_fork = true,
    .acquire = sqlite_acquire,
    .renew = sqlite_renew,
    .release = sqlite_release,

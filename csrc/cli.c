@@ -419,6 +419,32 @@ static void put_holder (FILE *f, const leaselock_record_t *r)
    }
 }
 
+/* Copies the first LEN bytes of S to OUT (SIZE > 0 bytes), each byte that
+ * is not part of valid UTF-8 as '?', cut at a character boundary to fit.
+ * Returns whether S was valid UTF-8 and fit. */
+static bool utf8_copy (const char *s, size_t len, char *out, size_t size)
+{
+   const unsigned char *u = (const unsigned char *)s;
+   bool clean = true;
+   size_t o = 0;
+   for (size_t i = 0; i < len;) {
+      size_t n = u[i] ? utf8_seq (u + i, len - i) : 0;
+      if (o + (n ? n : 1) >= size) {
+         clean = false;
+         break;
+      }
+      if (n) {
+         memcpy (out + o, s + i, n);
+         o += n, i += n;
+      } else {
+         out[o++] = '?', i++;
+         clean = false;
+      }
+   }
+   out[o] = '\0';
+   return clean;
+}
+
 static leaselock_client_t *open_client (const char *uri, const char *label, int *status)
 {
    leaselock_error_t err;
@@ -682,6 +708,7 @@ static int cmd_run (const char *uri, int argc, char **argv)
 {
    int64_t ttl_ms = DEFAULT_TTL_MS, wait_ms = 0, min_hold_ms = 0, grace_ms = DEFAULT_GRACE_MS;
    const char *label = NULL, *key = NULL;
+   char label_buf[LEASELOCK_KEY_MAX + 1];
    char **cmd = NULL;
    bool saw_dashes = false;
 
@@ -718,6 +745,8 @@ static int cmd_run (const char *uri, int argc, char **argv)
       } else if ((r = opt_value (argc, argv, &i, "--label", &v)) != 0) {
          if (r < 0)
             return EXIT_USAGE;
+         if (!utf8_copy (v, strlen (v), label_buf, sizeof label_buf))
+            return usage_error ("--label must be at most %d bytes of UTF-8", LEASELOCK_KEY_MAX);
          label = v;
       } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
          return usage_error ("unknown option %s", argv[i]);
@@ -734,8 +763,11 @@ static int cmd_run (const char *uri, int argc, char **argv)
    if (!cmd)
       return usage_error ("missing command after \"--\"");
    if (!label) {
+      /* CMD's file name, which need not be UTF-8: shown, not refused. */
       const char *slash = strrchr (cmd[0], '/');
-      label = slash ? slash + 1 : cmd[0];
+      const char *name = slash ? slash + 1 : cmd[0];
+      utf8_copy (name, strlen (name), label_buf, sizeof label_buf);
+      label = label_buf;
    }
 
    /* Block the signals we wait for in every thread (the renewal thread

@@ -4,8 +4,14 @@
  *
  * Locking: a global list mutex, then a client's mutex, then a wait bucket's
  * mutex, always in that order. No mutex is held across database I/O or a
- * user callback, so fork() (whose prepare handler takes them all) never
- * waits on the network.
+ * user callback.
+ *
+ * fork(): the prepare handler takes every mutex, and first waits until no
+ * connection of any client is in use by another thread, so that no thread
+ * is inside a database library (whose own mutexes the child would inherit
+ * locked) at the moment of the fork; it may thus wait for a call in flight
+ * to finish. Backends marked close_before_fork have their idle connections
+ * closed there too.
  */
 #include "ll_internal.h"
 
@@ -39,6 +45,8 @@ struct leaselock_client
    bool closed;
    void *idle[POOL_MAX];
    int n_idle;
+   int in_use;                  /* connections handed out by pool_get */
+   pthread_cond_t drained;      /* signalled when in_use drops to 0 */
    leaselock_lease_t *renewing; /* auto-renewed leases of this process */
    pthread_cond_t cond;         /* wakes the renewal thread */
    pthread_t thread;
@@ -91,9 +99,21 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare (void)
 {
+   pid_t me = getpid ();
    pthread_mutex_lock (&clients_mu);
-   for (leaselock_client_t *c = clients; c; c = c->next_client)
+   for (leaselock_client_t *c = clients; c; c = c->next_client) {
       pthread_mutex_lock (&c->mu);
+      /* Connections in use belong to other threads of this process (the
+       * forking thread holds none: no connection is kept across user
+       * code). In a client last used by a parent, the count is stale. */
+      while (c->pid == me && c->in_use > 0)
+         ll_cond_wait_until (&c->drained, &c->mu, -1);
+      if (c->pid == me && c->backend->close_before_fork) {
+         for (int i = 0; i < c->n_idle; i++)
+            c->backend->close (c->idle[i]);
+         c->n_idle = 0;
+      }
+   }
    for (int i = 0; i < N_BUCKETS; i++)
       pthread_mutex_lock (&buckets[i].mu);
 }
@@ -120,6 +140,7 @@ static void fork_child (void)
    }
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       ll_cond_init (&c->cond);
+      ll_cond_init (&c->drained);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);
@@ -167,6 +188,7 @@ static void client_unref (leaselock_client_t *c)
       return;
    pthread_mutex_destroy (&c->mu);
    pthread_cond_destroy (&c->cond);
+   pthread_cond_destroy (&c->drained);
    free (c->uri);
    free (c->uri_shown);
    free (c->label);
@@ -184,6 +206,7 @@ static void reset_after_fork_locked (leaselock_client_t *c, pid_t me)
       if (c->backend->abandon)
          c->backend->abandon (c->idle[i]);
    c->n_idle = 0;
+   c->in_use = 0; /* the threads using them are not in this process */
    for (leaselock_lease_t *l = c->renewing, *next; l; l = next) {
       next = l->next;
       l->in_list = false;
@@ -204,15 +227,43 @@ static void check_fork (leaselock_client_t *c, pid_t me)
    pthread_mutex_unlock (&c->mu);
 }
 
+/* Removes c from the global list of clients. */
+static void unlist (leaselock_client_t *c)
+{
+   pthread_mutex_lock (&clients_mu);
+   for (leaselock_client_t **p = &clients; *p; p = &(*p)->next_client)
+      if (*p == c) {
+         *p = c->next_client;
+         break;
+      }
+   pthread_mutex_unlock (&clients_mu);
+}
+
+/* One connection fewer in use (by this process); takes c->mu unless
+ * already held (LOCK false). */
+static void pool_done_locked (leaselock_client_t *c, pid_t me, bool lock)
+{
+   if (lock)
+      pthread_mutex_lock (&c->mu);
+   if (c->pid == me && c->in_use > 0 && --c->in_use == 0)
+      pthread_cond_broadcast (&c->drained);
+   if (lock)
+      pthread_mutex_unlock (&c->mu);
+}
+
 /* getpid() is a system call: each public call asks once and passes it down. */
 static void *pool_get (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
 {
    pthread_mutex_lock (&c->mu);
    reset_after_fork_locked (c, me);
    void *conn = c->n_idle ? c->idle[--c->n_idle] : NULL;
+   c->in_use++;
    pthread_mutex_unlock (&c->mu);
-   if (!conn)
+   if (!conn) {
       conn = c->backend->open (c->uri, err);
+      if (!conn)
+         pool_done_locked (c, me, true);
+   }
    return conn;
 }
 
@@ -222,6 +273,7 @@ static void pool_put (leaselock_client_t *c, void *conn, pid_t me, bool failed)
 {
    pthread_mutex_lock (&c->mu);
    bool stale = c->pid != me;
+   pool_done_locked (c, me, false);
    if (!stale && !failed && !c->closed && c->n_idle < POOL_MAX) {
       c->idle[c->n_idle++] = conn;
       conn = NULL;
@@ -302,10 +354,10 @@ leaselock_client_t *leaselock_client_new (const char *uri,
          uri = dflt;
       }
    }
-   if (label && strlen (label) > 255)
-      return ll_error_set (error, LEASELOCK_INVALID, "label is %zu bytes long (at most 255)",
-                           strlen (label)),
-             NULL;
+   /* A label is held to a key's rules (it may be empty): it is stored as
+    * text, and PostgreSQL, for one, refuses invalid UTF-8. */
+   if (label && !ll_check_key (label, strlen (label), "label", true, error))
+      return NULL;
    const ll_backend_t *backend = ll_backend_for_uri (uri, error);
    if (!backend)
       return NULL;
@@ -330,23 +382,27 @@ leaselock_client_t *leaselock_client_new (const char *uri,
    atomic_init (&c->refs, 1);
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
+   ll_cond_init (&c->drained);
    c->pid = getpid ();
 
-   /* Open the first connection now so a bad URI fails here. */
-   leaselock_error_t local;
-   void *conn = backend->open (c->uri, &local);
-   if (!conn) {
-      if (error)
-         *error = local;
-      client_unref (c);
-      return NULL;
-   }
-   c->idle[c->n_idle++] = conn;
-
+   /* Listed first, so that a fork() while the first connection opens waits
+    * for it like for any other. */
    pthread_mutex_lock (&clients_mu);
    c->next_client = clients;
    clients = c;
    pthread_mutex_unlock (&clients_mu);
+
+   /* Open the first connection now so a bad URI fails here. */
+   leaselock_error_t local;
+   void *conn = pool_get (c, c->pid, &local);
+   if (!conn) {
+      if (error)
+         *error = local;
+      unlist (c);
+      client_unref (c);
+      return NULL;
+   }
+   pool_put (c, conn, c->pid, false);
    return c;
 }
 
@@ -356,13 +412,7 @@ void leaselock_client_destroy (leaselock_client_t *c)
 {
    if (!c)
       return;
-   pthread_mutex_lock (&clients_mu);
-   for (leaselock_client_t **p = &clients; *p; p = &(*p)->next_client)
-      if (*p == c) {
-         *p = c->next_client;
-         break;
-      }
-   pthread_mutex_unlock (&clients_mu);
+   unlist (c);
 
    pthread_mutex_lock (&c->mu);
    reset_after_fork_locked (c, getpid ());
@@ -570,21 +620,23 @@ void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
    opts->auto_renew = true;
 }
 
+/* One acquire statement for owner. *sent says whether it was handed to the
+ * backend on a connection (so, on failure, it may have been applied). */
 static bool try_once (leaselock_client_t *c,
                       const char *key,
                       size_t key_len,
+                      const char *owner,
                       const leaselock_acquire_opts_t *o,
                       pid_t me,
                       leaselock_lease_t **out,
+                      bool *sent_out,
                       leaselock_error_t *err)
 {
+   *sent_out = false;
    leaselock_lease_t *l = calloc (1, sizeof *l);
    if (!l)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   if (!ll_owner_new (l->owner, err)) {
-      free (l);
-      return false;
-   }
+   memcpy (l->owner, owner, sizeof l->owner);
    memcpy (l->key, key, key_len);
    l->key[key_len] = '\0';
    l->key_len = key_len;
@@ -603,6 +655,7 @@ static bool try_once (leaselock_client_t *c,
       return false;
    }
    int64_t sent = ll_now_ms ();
+   *sent_out = true;
    bool ok =
      c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
@@ -682,10 +735,26 @@ bool leaselock_acquire (leaselock_client_t *c,
    int64_t deadline = start + opts->timeout_ms;
    bucket_t *b = bucket_for (key, key_len);
    pid_t me = getpid ();
+   /* One owner for every attempt of this call: an attempt whose reply was
+    * lost may have taken the key, and the record then accepts this owner
+    * again (a re-acquire) instead of standing locked by nobody until its
+    * TTL runs out. */
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   if (!ll_owner_new (owner, err))
+      return false;
+   bool resent = false;
    for (int attempt = 0;; attempt++) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (b) : 0; /* only waiters need it */
-      if (try_once (c, key, key_len, opts, me, lease, err))
+      bool sent;
+      if (try_once (c, key, key_len, owner, opts, me, lease, &sent, err))
          return true;
+      if (err->code == LEASELOCK_BACKEND && sent && !resent) {
+         /* Failed once sent (a dropped connection, a lost reply): send it
+          * once more, at once, on a fresh connection. */
+         resent = true;
+         attempt--;
+         continue;
+      }
       if (err->code != LEASELOCK_BUSY)
          return false;
       int64_t now = ll_now_ms ();
@@ -750,9 +819,11 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    pid_t me = getpid ();
    if (!lease_usable (l, me, err))
       return false;
+   if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))
+      return false;
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
-   if (ttl_ms <= 0)
+   if (ttl_ms == 0)
       ttl_ms = l->ttl_ms;
    check_deadline_locked (c, l, ll_now_ms ());
    leaselock_state_t st = l->state;
@@ -855,6 +926,8 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
          leaselock_lease_release (l, NULL);
    }
    pthread_mutex_lock (&c->mu);
+   /* In a child forked while on_lost ran, in_callback is the parent's. */
+   reset_after_fork_locked (c, getpid ());
    if (l->pid == c->pid) {
       l->lost_notify = false; /* the user is gone: no callback after destroy */
       list_remove_locked (c, l);

@@ -81,7 +81,7 @@ extern "C"
     * opened here, so a bad URI or unreachable database fails now.
     *
     * label: optional caller label stored with every lease as holder info
-    * (copied; may be NULL).
+    * (copied; may be NULL): at most 255 bytes of valid UTF-8, else INVALID.
     *
     * Returns a new client to free with leaselock_client_destroy(), or NULL
     * with error filled.
@@ -89,6 +89,15 @@ extern "C"
    LEASELOCK_API leaselock_client_t *leaselock_client_new (const char *uri,
                                                            const char *label,
                                                            leaselock_error_t *error);
+
+   /*
+    * fork(): the child may go on using a client of its parent; it gets new
+    * connections and no leases (those stay the parent's, see
+    * leaselock_lease_release). While fork() runs, the core's atfork handler
+    * waits for database calls other threads have in flight (at most the
+    * backend's timeouts) and closes idle SQLite connections, so that no
+    * database library state crosses the fork half-way.
+    */
 
    /*
     * Stops the renewal thread, releases nothing (leases still held keep their
@@ -144,6 +153,12 @@ extern "C"
     * with leaselock_lease_destroy(). On failure *lease is NULL and
     * error->code is BUSY (one try, another owner holds it), TIMEOUT (waited
     * timeout_ms), INTERRUPTED, INVALID or BACKEND.
+    *
+    * Every attempt of one call uses the same owner token. A statement that
+    * fails once sent (the connection dropped, the reply lost) may have been
+    * applied, so it is sent once more at once, on a fresh connection: the
+    * database accepts the same owner again. If that fails too, BACKEND; a
+    * record taken by the lost attempt then stays until its TTL.
     */
    LEASELOCK_API bool leaselock_acquire (leaselock_client_t *client,
                                          const char *key,
@@ -152,9 +167,10 @@ extern "C"
                                          leaselock_lease_t **lease,
                                          leaselock_error_t *error);
 
-   /* Extend the lease to ttl_ms from now (database clock); ttl_ms <= 0 means
-    * the lease's own TTL. Fails NOT_HELD if another owner has it or it
-    * expired, LOST if it was already declared lost. */
+   /* Extend the lease to ttl_ms from now (database clock); ttl_ms 0 means
+    * the lease's own TTL, other values must be a valid TTL (INVALID). Fails
+    * NOT_HELD if another owner has it or it expired, LOST if it was already
+    * declared lost. */
    LEASELOCK_API bool leaselock_lease_renew (leaselock_lease_t *lease,
                                              int64_t ttl_ms,
                                              leaselock_error_t *error);

@@ -128,8 +128,14 @@ typedef struct ll_backend
    /* Closes a connection normally. */
    void (*close) (void *conn);
    /* In a forked child: frees what can be freed without any I/O on the
-    * parent's sockets or files (may leak). NULL means leak the connection. */
+    * parent's sockets or files (may leak). NULL means leak the connection.
+    * Only reached when fork() ran without the engine's atfork handlers. */
    void (*abandon) (void *conn);
+   /* The engine closes this backend's idle connections in the parent just
+    * before fork(), so the child inherits none (SQLite: its per-file lock
+    * bookkeeping is process memory, and a child's new connection to the
+    * same file would trust the parent's locks as its own). */
+   bool close_before_fork;
 
    /* One statement / round trip: take the key if there is no record, the
     * record is expired by the database clock, or it is already ours (a

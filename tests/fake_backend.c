@@ -22,14 +22,22 @@ typedef struct rec
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static rec_t recs[MAX_RECORDS];
 static int n_recs;
-static int fail_ops;    /* while > 0 every op fails with BACKEND */
-static int64_t db_skew; /* the "database clock" = engine clock + skew */
+static int fail_ops;     /* while > 0 every op fails with BACKEND */
+static int64_t db_skew;  /* the "database clock" = engine clock + skew */
+static int lose_replies; /* acquires still to apply and then fail */
 static long n_calls[8];
 
 void fake_backend_fail (bool on)
 {
    pthread_mutex_lock (&mu);
    fail_ops = on;
+   pthread_mutex_unlock (&mu);
+}
+
+void fake_backend_lose_replies (int n)
+{
+   pthread_mutex_lock (&mu);
+   lose_replies = n;
    pthread_mutex_unlock (&mu);
 }
 
@@ -123,6 +131,11 @@ static bool fake_acquire (void *conn,
    snprintf (r->host, sizeof r->host, "%s", holder->host);
    snprintf (r->label, sizeof r->label, "%s", holder->label);
    *fence = r->fence;
+   if (lose_replies > 0) {
+      lose_replies--;
+      pthread_mutex_unlock (&mu);
+      return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: the reply was lost");
+   }
    pthread_mutex_unlock (&mu);
    return true;
 }

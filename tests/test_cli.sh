@@ -285,11 +285,16 @@ assert b["state"] == "held" and len(b["owner"]) == 32 and b["pid"] == int(sys.ar
 assert b["fence"] == 1 and 0 < b["expires_in_ms"] <= 30000, b
 assert w["label"] == "lab\x01el", w
 EOF
-  # Bytes that are not UTF-8 in a label become U+FFFD: the JSON stays valid.
-  ll run --label $'bad\xffx' lab/x -- true; expect_rc 0 || return
+  # A label must be text; a command's file name need not be, and becomes
+  # the default label with '?' for its bytes that are not UTF-8.
+  ll run --label $'bad\xffx' lab/x -- true; expect_rc 64 || return
+  expect_err "--label must be at most 255 bytes of UTF-8" || return
+  ll run --label "$(printf 'x%.0s' {1..256})" lab/x -- true; expect_rc 64 || return
+  printf '#!/bin/sh\nexit 0\n' >"$T/"$'bad\xffname' && chmod +x "$T/"$'bad\xffname'
+  ll run lab/x -- "$T/"$'bad\xffname'; expect_rc 0 || return
   ll list --json lab/; expect_rc 0 || return
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r[0]["label"]=="bad\ufffdx", r' "$OUT" ||
-    { fail "label not UTF-8: $(cat "$OUT")"; return; }
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r[0]["label"]=="bad?name", r' "$OUT" ||
+    { fail "label from a file name that is not UTF-8: $(cat "$OUT")"; return; }
   ll list --json nothing/; expect_rc 0 || return
   [ "$(cat "$OUT")" = "[]" ] || { fail "empty list: $(cat "$OUT")"; return; }
   ll list; expect_rc 0 || return

@@ -987,6 +987,81 @@ static void test_bad_ttls (void)
    leaselock_client_destroy (c);
 }
 
+/* An acquire applied by the database whose reply is lost is sent once
+ * more with the same owner: the caller gets the lease, not a key locked by
+ * nobody until its TTL. A second loss in a row is reported. (fake only) */
+static void test_lost_reply_resent (void)
+{
+   leaselock_client_t *c = client ("lost-reply");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l = NULL;
+   const char *k = key ("lost-reply");
+   long before = fake_backend_calls (FAKE_ACQUIRE);
+   fake_backend_lose_replies (1);
+   bool ok = acq (c, k, opts (5000, false), &l, &err);
+   fake_backend_lose_replies (0);
+   long calls = fake_backend_calls (FAKE_ACQUIRE) - before;
+   leaselock_record_t rec;
+   bool found = false;
+   bool iok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (calls, 2);
+   CHECK_OK (iok, err);
+   CHECK (found && !strcmp (rec.owner, leaselock_lease_owner (l)));
+   CHECK_EQ (leaselock_lease_fence (l), rec.fence);
+   CHECK (leaselock_lease_release (l, &err));
+   leaselock_lease_destroy (l);
+
+   /* Lost twice: BACKEND, after exactly two sends, even while waiting. */
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 2000;
+   before = fake_backend_calls (FAKE_ACQUIRE);
+   fake_backend_lose_replies (2);
+   l = NULL;
+   ok = acq (c, k, o, &l, &err);
+   fake_backend_lose_replies (0);
+   calls = fake_backend_calls (FAKE_ACQUIRE) - before;
+   CHECK_ERR (ok, err, LEASELOCK_BACKEND, "the reply was lost");
+   CHECK (l == NULL);
+   CHECK_EQ (calls, 2);
+   leaselock_client_destroy (c);
+}
+
+/* Labels follow a key's rules (they may be empty); renew's TTL is the
+ * lease's own (0) or a valid TTL. */
+static void test_bad_labels_and_renew_ttls (void)
+{
+   leaselock_error_t err;
+   char long_label[300];
+   memset (long_label, 'x', 256);
+   long_label[256] = '\0';
+   leaselock_client_t *bad = leaselock_client_new (URI, long_label, &err);
+   CHECK_ERR (bad != NULL, err, LEASELOCK_INVALID, "label is 256 bytes long (at most 255)");
+   leaselock_client_destroy (bad);
+   bad = leaselock_client_new (URI, "bad\xff", &err);
+   CHECK_ERR (bad != NULL, err, LEASELOCK_INVALID,
+              "label is not valid UTF-8 (bad byte at offset 3)");
+   leaselock_client_destroy (bad);
+   leaselock_client_t *c = client ("");
+   CHECK (c);
+   leaselock_client_destroy (c);
+   c = client ("caf\xc3\xa9 \xe2\x9c\x93");
+   CHECK (c);
+   leaselock_lease_t *l = NULL;
+   bool ok = acq (c, key ("renew-ttl"), opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_renew (l, -5, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl must be at least 1 ms (got -5 ms)");
+   ok = leaselock_lease_renew (l, LEASELOCK_TTL_MAX_MS + 1, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl must be at most 30 days");
+   CHECK (leaselock_lease_state (l) == LEASELOCK_STATE_HELD);
+   ok = leaselock_lease_renew (l, 0, &err); /* its own TTL */
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
 static void test_null_arguments (void)
 {
    leaselock_error_t err;
@@ -1156,11 +1231,13 @@ int main (int argc, char **argv)
    if (FAKE) {
       RUN (test_loss_when_database_down);
       RUN (test_local_deadline_exact);
+      RUN (test_lost_reply_resent);
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
    RUN (test_bad_keys);
    RUN (test_bad_ttls);
+   RUN (test_bad_labels_and_renew_ttls);
    RUN (test_null_arguments);
    RUN (test_bad_uris);
    RUN (test_durations);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -690,8 +691,165 @@ static void test_fork_client (void)
    CHECK_EQ (raw_int (path, "SELECT fence FROM leaselock_locks WHERE key = 'q'"), 1);
 }
 
+static bool one_try (leaselock_client_t *c,
+                     const char *k,
+                     leaselock_lease_t **l,
+                     leaselock_error_t *err)
+{
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = 60000;
+   o.auto_renew = false;
+   return leaselock_acquire (c, k, strlen (k), &o, l, err);
+}
+
+/* A byte through a pipe, so parent and child take turns. */
+static void send_byte (int fd)
+{
+   char b = 1;
+   if (write (fd, &b, 1) != 1)
+      _exit (3);
+}
+
+static bool recv_byte (int fd)
+{
+   char b;
+   return read (fd, &b, 1) == 1;
+}
+
+/* The parent's SQLite connections must not outlive fork() into the child:
+ * SQLite keeps each file's locks in process memory, so a child's new
+ * connection would take the parent's locks for its own, and the parent
+ * closing its last connection would checkpoint and delete the WAL the
+ * child still writes to. Then a third connection would not see the
+ * child's lease at all. */
+static void test_fork_parent_closes (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = { 0 };
+   leaselock_client_t *c = leaselock_client_new (uri, "parent", &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_lease_t *l = NULL;
+   bool ok = one_try (c, "warm", &l, &err); /* the pool holds a connection now */
+   leaselock_lease_destroy (l);
+   if (!ok)
+      leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   int to_child[2], to_parent[2];
+   CHECK (pipe (to_child) == 0 && pipe (to_parent) == 0);
+   pid_t pid = fork ();
+   if (pid == 0) {
+      alarm (30);
+      leaselock_lease_t *x = NULL, *y = NULL;
+      leaselock_error_t cerr;
+      if (!one_try (c, "x", &x, &cerr))
+         _exit (4);
+      send_byte (to_parent[1]); /* holds x */
+      if (!recv_byte (to_child[0]))
+         _exit (5);
+      if (!one_try (c, "y", &y, &cerr))
+         _exit (6);
+      send_byte (to_parent[1]); /* holds y */
+      recv_byte (to_child[0]);
+      bool rel = leaselock_lease_release (y, &cerr) && leaselock_lease_release (x, &cerr);
+      _exit (rel ? 0 : 7);
+   }
+   bool step1 = recv_byte (to_parent[0]);
+   leaselock_client_destroy (c); /* the parent's last connection closes */
+   send_byte (to_child[1]);
+   bool step2 = recv_byte (to_parent[0]);
+   /* A third process, new (this one may keep SQLite state of the file). */
+   char cmd[800];
+   snprintf (cmd, sizeof cmd, "/proc/%d/exe --try '%s' y", (int)getpid (), uri);
+   int third = system (cmd);
+   send_byte (to_child[1]);
+   int status = 0;
+   waitpid (pid, &status, 0);
+   for (int i = 0; i < 2; i++) {
+      close (to_child[i]);
+      close (to_parent[i]);
+   }
+   CHECK (step1 && step2);
+   CHECK (WIFEXITED (third));
+   CHECK_EQ (WEXITSTATUS (third), 10); /* BUSY */
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+}
+
+static atomic_bool hammer_stop;
+
+static void *hammer (void *arg)
+{
+   leaselock_client_t *c = arg;
+   while (!atomic_load (&hammer_stop)) {
+      leaselock_lease_t *l = NULL;
+      leaselock_error_t err;
+      if (one_try (c, "hammer", &l, &err))
+         leaselock_lease_release (l, &err);
+      leaselock_lease_destroy (l);
+   }
+   return NULL;
+}
+
+/* fork() while another thread is inside SQLite: the child must not inherit
+ * SQLite's mutexes locked (it would hang on its first allocation). The
+ * engine's prepare handler waits for calls in flight. */
+static void test_fork_while_busy (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err = { 0 };
+   leaselock_client_t *c = leaselock_client_new (uri, "busy", &err);
+   CHECK_OK (c != NULL, err);
+   atomic_store (&hammer_stop, false);
+   pthread_t t;
+   pthread_create (&t, NULL, hammer, c);
+   int hung = 0, failed = 0;
+   for (int i = 0; i < 60; i++) {
+      sleep_ms (1 + i % 3);
+      pid_t pid = fork ();
+      if (pid == 0) {
+         alarm (20);
+         char k[32];
+         snprintf (k, sizeof k, "child-%d", i);
+         leaselock_lease_t *l = NULL;
+         leaselock_error_t cerr;
+         bool ok = one_try (c, k, &l, &cerr) && leaselock_lease_release (l, &cerr);
+         _exit (ok ? 0 : 1);
+      }
+      int status = 0;
+      waitpid (pid, &status, 0);
+      if (WIFSIGNALED (status))
+         hung++;
+      else if (!WIFEXITED (status) || WEXITSTATUS (status) != 0)
+         failed++;
+   }
+   atomic_store (&hammer_stop, true);
+   pthread_join (t, NULL);
+   leaselock_client_destroy (c);
+   CHECK_EQ (hung, 0);
+   CHECK_EQ (failed, 0);
+}
+
+/* test_sqlite --try URI KEY: one try on KEY in a process of its own; exits
+ * 0 when acquired, 10 when BUSY, 1 otherwise. */
+static int try_mode (const char *uri, const char *k)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, "third", &err);
+   leaselock_lease_t *l = NULL;
+   bool ok = c && one_try (c, k, &l, &err);
+   if (!ok && err.code != LEASELOCK_BUSY)
+      fprintf (stderr, "    --try %s: %s %s\n", k, leaselock_code_name (err.code), err.message);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   return ok ? 0 : err.code == LEASELOCK_BUSY ? 10 : 1;
+}
+
 int main (int argc, char **argv)
 {
+   if (argc == 4 && !strcmp (argv[1], "--try"))
+      return try_mode (argv[2], argv[3]);
    if (argc > 1) {
       snprintf (tmp, sizeof tmp, "%s", argv[1]);
       mkdir (tmp, 0700);
@@ -715,6 +873,8 @@ int main (int argc, char **argv)
    RUN (test_concurrent_first_open);
    RUN (test_fork_abandon);
    RUN (test_fork_client);
+   RUN (test_fork_parent_closes);
+   RUN (test_fork_while_busy);
    int rc = tl_summary ("sqlite");
    if (argc <= 1 && rc == 0) {
       char cmd[600];
