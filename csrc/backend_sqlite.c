@@ -321,28 +321,29 @@ static void *sqlite_open (const char *uri_text, leaselock_error_t *err)
 
    sqlite_conn_t *c = NULL;
    int busy_ms = DEFAULT_BUSY_TIMEOUT_MS;
+   char shown[512]; /* the URI as messages may show it: no password */
+   ll_uri_redact (uri_text, shown, sizeof shown);
    const char *want = "expected sqlite:///absolute/path.db";
    if (uri.user || uri.password || uri.port) {
       ll_error_set (err, LEASELOCK_INVALID,
-                    "bad SQLite URI \"%s\": no user, password or port allowed; %s", uri_text, want);
+                    "bad SQLite URI \"%s\": no user, password or port allowed; %s", shown, want);
       goto fail;
    }
    if (uri.host[0]) {
       ll_error_set (err, LEASELOCK_INVALID,
                     "bad SQLite URI \"%s\": a host (\"%s\") is not allowed and relative paths "
                     "are not supported; %s",
-                    uri_text, uri.host, want);
+                    shown, uri.host, want);
       goto fail;
    }
    if (uri.path[0] != '/') {
-      ll_error_set (err, LEASELOCK_INVALID, "bad SQLite URI \"%s\": no file path; %s", uri_text,
-                    want);
+      ll_error_set (err, LEASELOCK_INVALID, "bad SQLite URI \"%s\": no file path; %s", shown, want);
       goto fail;
    }
    size_t plen = strlen (uri.path);
    if (uri.path[plen - 1] == '/') {
       ll_error_set (err, LEASELOCK_INVALID,
-                    "bad SQLite URI \"%s\": the path names a directory, not a file; %s", uri_text,
+                    "bad SQLite URI \"%s\": the path names a directory, not a file; %s", shown,
                     want);
       goto fail;
    }

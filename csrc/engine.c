@@ -367,7 +367,9 @@ leaselock_client_t *leaselock_client_new (const char *uri,
       return ll_error_set (error, LEASELOCK_NOMEM, "out of memory"), NULL;
    c->backend = backend;
    c->uri = strdup (uri);
-   c->uri_shown = malloc (strlen (uri) + 8);
+   /* Each secret shown as "***" grows by at most 3 bytes per '&' or '@'. */
+   size_t shown_size = 2 * strlen (uri) + 8;
+   c->uri_shown = malloc (shown_size);
    c->label = strdup (label ? label : "");
    if (!c->uri || !c->uri_shown || !c->label) {
       free (c->uri);
@@ -376,7 +378,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
       free (c);
       return ll_error_set (error, LEASELOCK_NOMEM, "out of memory"), NULL;
    }
-   ll_uri_redact (uri, c->uri_shown, strlen (uri) + 8);
+   ll_uri_redact (uri, c->uri_shown, shown_size);
    if (gethostname (c->host, sizeof c->host - 1) != 0)
       snprintf (c->host, sizeof c->host, "unknown");
    atomic_init (&c->refs, 1);

@@ -189,6 +189,32 @@ const char *ll_uri_param (const ll_uri_t *uri, const char *name)
    return NULL;
 }
 
+/* Appends n bytes of s to buf (size bytes) at *o, cut to fit; keeps it
+ * NUL-terminated. */
+static void put (char *buf, size_t size, size_t *o, const char *s, size_t n)
+{
+   if (*o + n >= size)
+      n = size - 1 - *o;
+   memcpy (buf + *o, s, n);
+   *o += n;
+   buf[*o] = '\0';
+}
+
+/* URI options whose value is a secret (matched without case). */
+static bool secret_option (const char *name, size_t len)
+{
+   static const char *const secrets[] = { "password",
+                                          "pwd",
+                                          "sslpassword",
+                                          "authmechanismproperties",
+                                          "tlscertificatekeyfilepassword",
+                                          "sslclientcertificatekeypassword" };
+   for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
+      if (strlen (secrets[i]) == len && !strncasecmp (name, secrets[i], len))
+         return true;
+   return false;
+}
+
 void ll_uri_redact (const char *text, char *buf, size_t size)
 {
    if (!size)
@@ -197,33 +223,36 @@ void ll_uri_redact (const char *text, char *buf, size_t size)
       snprintf (buf, size, "(null)");
       return;
    }
+   size_t o = 0;
+   buf[0] = '\0';
+   const char *p = text;
    const char *sep = strstr (text, "://");
-   const char *auth = sep ? sep + 3 : NULL;
-   const char *auth_end = auth ? auth + strcspn (auth, "/?#") : NULL;
-   const char *at = NULL, *colon = NULL;
-   if (auth) {
-      for (const char *p = auth; p < auth_end; p++)
-         if (*p == '@')
-            at = p;
-      if (at)
-         colon = memchr (auth, ':', (size_t)(at - auth));
+   if (sep) {
+      /* The user info ends at the last '@': a password may hold '/', '?'
+       * or '#' unescaped. (An '@' later in the URI only hides more.) */
+      const char *auth = sep + 3;
+      const char *at = strrchr (auth, '@');
+      const char *colon = at ? memchr (auth, ':', (size_t)(at - auth)) : NULL;
+      if (colon) {
+         put (buf, size, &o, text, (size_t)(colon + 1 - text));
+         put (buf, size, &o, "***", 3);
+         p = at;
+      }
    }
-   if (!colon) {
-      snprintf (buf, size, "%s", text);
-   } else {
-      snprintf (buf, size, "%.*s:***%s", (int)(colon - text), text, at);
-   }
-   /* A password may also come as an option (password=, pwd=). */
-   for (const char *opt = strchr (buf, '?'); opt; opt = strchr (opt + 1, '&')) {
-      const char *name = opt + 1;
-      if (!strncasecmp (name, "password=", 9) || !strncasecmp (name, "pwd=", 4)) {
-         char *eq = strchr (name, '=');
-         char *end = eq + 1 + strcspn (eq + 1, "&#");
-         size_t tail = strlen (end);
-         if ((size_t)(eq + 4 - buf) + tail + 1 <= size) {
-            memmove (eq + 4, end, tail + 1);
-            memcpy (eq + 1, "***", 3);
-         }
+   const char *q = strchr (p, '?');
+   put (buf, size, &o, p, q ? (size_t)(q - p) : strlen (p));
+   /* Options: name=value pairs after '?', separated by '&'. */
+   while (q) {
+      put (buf, size, &o, q, 1);
+      const char *opt = q + 1;
+      q = strchr (opt, '&');
+      size_t len = q ? (size_t)(q - opt) : strlen (opt);
+      const char *eq = memchr (opt, '=', len);
+      if (eq && secret_option (opt, (size_t)(eq - opt))) {
+         put (buf, size, &o, opt, (size_t)(eq + 1 - opt));
+         put (buf, size, &o, "***", 3);
+      } else {
+         put (buf, size, &o, opt, len);
       }
    }
 }

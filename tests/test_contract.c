@@ -1062,6 +1062,43 @@ static void test_bad_labels_and_renew_ttls (void)
    leaselock_client_destroy (c);
 }
 
+/* URIs as messages and repr show them: no password, wherever it sits. */
+static void test_uri_redaction (void)
+{
+   static const struct
+   {
+      const char *in, *out;
+   } cases[] = {
+      { "mysql://u:s3cr/t?x#y@h:1/db", "mysql://u:***@h:1/db" },
+      { "postgresql://u:pw@h/db?sslpassword=kk&sslmode=require",
+        "postgresql://u:***@h/db?sslpassword=***&sslmode=require" },
+      { "mongodb://h/?authMechanismProperties=AWS_SESSION_TOKEN:tok&w=1",
+        "mongodb://h/?authMechanismProperties=***&w=1" },
+      { "mysql://h/db?user=u&PASSWORD=pw", "mysql://h/db?user=u&PASSWORD=***" },
+      { "mongodb://h1:1,h2:2/db", "mongodb://h1:1,h2:2/db" },
+      { "sqlite:///tmp/x.db", "sqlite:///tmp/x.db" },
+   };
+   char shown[256];
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      ll_uri_redact (cases[i].in, shown, sizeof shown);
+      if (strcmp (shown, cases[i].out))
+         fprintf (stderr, "    redact(%s) = %s\n", cases[i].in, shown);
+      CHECK (!strcmp (shown, cases[i].out));
+   }
+   /* Too small a buffer cuts; it never leaves a secret in. */
+   ll_uri_redact ("mysql://h/db?pwd=a&password=b", shown, 20);
+   CHECK (!strcmp (shown, "mysql://h/db?pwd=**"));
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new ("sqlite://user:s3cretpw@/tmp/x.db", NULL, &err);
+   CHECK_ERR (c != NULL, err, LEASELOCK_INVALID, "sqlite://user:***@/tmp/x.db");
+   CHECK (!strstr (err.message, "s3cretpw"));
+   leaselock_client_destroy (c);
+   c = leaselock_client_new ("mysql://u:pa/ss9q@", NULL, &err);
+   CHECK (c == NULL);
+   CHECK (!strstr (err.message, "ss9q"));
+   leaselock_client_destroy (c);
+}
+
 static void test_null_arguments (void)
 {
    leaselock_error_t err;
@@ -1238,6 +1275,7 @@ int main (int argc, char **argv)
    RUN (test_bad_keys);
    RUN (test_bad_ttls);
    RUN (test_bad_labels_and_renew_ttls);
+   RUN (test_uri_redaction);
    RUN (test_null_arguments);
    RUN (test_bad_uris);
    RUN (test_durations);
