@@ -862,19 +862,27 @@ static int cmd_run (const char *uri, int argc, char **argv)
    }
    pid_t target = own_group ? -pid : pid;
 
-   bool lost = false, killed = false;
+   bool lost = false, killed = false, internal_error = false;
    int64_t kill_at = -1;
    int wstatus = 0;
    for (;;) {
+      /* Wake at the lease's local deadline too: the renewal thread reports a
+       * loss only once its database call returns, and a call stuck in a
+       * busy database must not let the command outlive the lease. */
+      int64_t wake = lost ? kill_at : leaselock_lease_remaining_ms (lease);
       int timeout = -1;
-      if (kill_at >= 0) {
-         int64_t left = kill_at - mono_ms ();
+      if (wake >= 0) {
+         int64_t left = lost ? wake - mono_ms () : wake;
          timeout = left > 0 ? (int)(left > 60000 ? 60000 : left) : 0;
       }
       struct pollfd pfd[2] = { { sigfd, POLLIN, 0 }, { lost_pipe[0], POLLIN, 0 } };
       int n = poll (pfd, 2, timeout);
       if (n < 0 && errno != EINTR) {
-         say ("poll: %s", strerror (errno));
+         /* Nothing can be watched any more: stop the command. */
+         say ("poll: %s; stopping %s (pid %d)", strerror (errno), cmd[0], (int)pid);
+         kill (target, SIGKILL);
+         waitpid (pid, &wstatus, 0);
+         internal_error = true;
          break;
       }
       bool child_done = false;
@@ -893,7 +901,10 @@ static int cmd_run (const char *uri, int argc, char **argv)
       if (child_done)
          break;
       char drain[16];
-      if (read (lost_pipe[0], drain, sizeof drain) > 0 && !lost) {
+      bool lost_now = read (lost_pipe[0], drain, sizeof drain) > 0;
+      if (!lost && !lost_now && leaselock_lease_remaining_ms (lease) == 0)
+         lost_now = leaselock_lease_state (lease) == LEASELOCK_STATE_LOST;
+      if (lost_now && !lost) {
          lost = true;
          char g[32];
          fmt_ms (grace_ms, g, sizeof g);
@@ -923,7 +934,9 @@ static int cmd_run (const char *uri, int argc, char **argv)
          say ("release: %s: %s (the lease ends when its TTL runs out)",
               leaselock_code_name (err.code), err.message);
    }
-   if (lost) {
+   if (internal_error) {
+      status = EXIT_INTERNAL;
+   } else if (lost) {
       fprintf (stderr, "%s: the lease on ", cmd_name);
       put_text (stderr, key, strlen (key));
       fprintf (stderr, " was lost while %s ran (exit status %d)\n", cmd[0], EXIT_LOST);

@@ -224,6 +224,46 @@ test_lost_sigterm() {
   ! kill -0 "$(cat "$T/pid")" 2>/dev/null || fail "the command is still running"
 }
 
+# The renewal thread is stuck in a database another process has locked
+# (SQLite waits up to busy_timeout_ms for it): the command is still stopped
+# at the lease's local deadline, while the database is still locked, not
+# once the stuck call returns.
+test_lost_while_renewal_blocked() {
+  local u="$URI?busy_timeout_ms=60000"
+  "$BIN" --uri "$u" run --ttl 1500ms lost/blocked -- sh -c 'echo $$ > "$0/pid"; exec sleep 60' "$T" \
+    >"$T/bg.out" 2>"$T/bg.err" &
+  local holder=$!
+  BG+=("$holder")
+  wait_file "$T/pid" || return
+  wait_state lost/blocked 0 || return
+  python3 -c '
+import sqlite3, sys, time, pathlib
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("BEGIN IMMEDIATE")
+pathlib.Path(sys.argv[2], "locked").write_text("1")
+time.sleep(20)
+pathlib.Path(sys.argv[2], "unlocking").touch()
+db.execute("COMMIT")
+' "${URI#sqlite://}" "$T" &
+  local locker=$!
+  BG+=("$locker")
+  wait_file "$T/locked" || return
+  # The command must be stopped while the database is still locked.
+  local cmd_pid i
+  cmd_pid=$(cat "$T/pid")
+  for ((i = 0; i < 400; i++)); do
+    [ ! -e "$T/unlocking" ] && kill -0 "$cmd_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ ! -e "$T/unlocking" ] || { fail "the command was stopped only once the database was unlocked"; return; }
+  ! kill -0 "$cmd_pid" 2>/dev/null || { fail "the command is still running"; return; }
+  # leaselock itself ends once its last database calls return.
+  kill "$locker" 2>/dev/null; wait "$locker" 2>/dev/null
+  reap "$holder"
+  [ "$BGRC" = 76 ] || { fail "exit $BGRC, want 76; $(cat "$T/bg.err")"; return; }
+  grep -q "lease on lost/blocked lost" "$T/bg.err" || { fail "no loss message: $(cat "$T/bg.err")"; return; }
+}
+
 test_lost_sigkill() {
   ll_bg run --ttl 1s --grace 500ms lost/kill -- sh -c \
     'trap "" TERM; echo $$ > "$0/pid"; while :; do sleep 0.05; done' "$T"
