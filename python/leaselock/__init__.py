@@ -209,7 +209,8 @@ class Lock:
         self._client = client
         self._auto_renew = auto_renew
         self._on_lost = on_lost
-        self._held: dict = {}  # holder id -> list of leases taken through this Lock
+        # holder id -> [(lease, taken by a with-block on this Lock)], oldest first
+        self._held: dict = {}
         _locks.add(self)
 
     # -- properties ------------------------------------------------------
@@ -239,38 +240,58 @@ class Lock:
         e.code = "BUSY"
         return e
 
-    def _mine(self, hid: Any) -> Optional[list]:
-        """This holder's live leases through this Lock (stale ones dropped)."""
+    def _mine(self, hid: Any) -> bool:
+        """True when this holder holds a lease through this Lock now. Reads
+        only: a lost lease stays until its with-block (or release()) ends."""
         stack = self._held.get(hid)
-        if stack:
-            stack[:] = [lease for lease in stack if lease.held]
-            if not stack:
-                self._held.pop(hid, None)
-                return None
-        return stack
+        return bool(stack) and any(lease.held for lease, _ in stack)
 
     def _check_not_mine(self, hid: Any) -> None:
-        if hid in self._held and self._mine(hid):
+        if self._mine(hid):
             raise RuntimeError(
                 f'"{self._key}" is already held by this {"task" if isinstance(hid, tuple) else "thread"} '
                 "through this Lock; leaselock locks are not reentrant")
 
-    def _push(self, hid: Any, lease: Lease) -> None:
-        self._held.setdefault(hid, []).append(lease)
+    def _push(self, hid: Any, lease: Lease, block: bool) -> None:
+        """Records a lease this holder took; block: by entering a with-block
+        on the Lock, whose exit reports and releases that one lease."""
+        stack = self._held.get(hid)
+        if stack is None:
+            self._held[hid] = [(lease, block)]
+            return
+        # Forget the leases released meanwhile (lease.release(), a
+        # with-block on the lease): neither held nor lost.
+        stack[:] = [e for e in stack if e[0].held or e[0].lost]
+        stack.append((lease, block))
+
+    def _take(self, timeout_ms: int, block: bool) -> Lease:
+        hid = _holder_id()
+        self._check_not_mine(hid)
+        lease = self._acquire_ms(timeout_ms, None)
+        if lease is None:
+            raise self._busy_error(timeout_ms)
+        self._push(hid, lease, block)
+        return lease
+
+    def _pop_block(self, hid: Any) -> Optional[Lease]:
+        """Takes the lease of the innermost with-block of this holder."""
+        stack = self._held.get(hid)
+        if not stack:
+            return None
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][1]:
+                lease = stack.pop(i)[0]
+                if not stack:
+                    del self._held[hid]
+                return lease
+        return None
 
     # -- the threading.Lock-like API --------------------------------------------
     def acquire(self, timeout: Optional[float] = None) -> Lease:
         """Blocks until acquired (timeout None: forever; 0: one try) and
         returns the Lease (a context manager). Raises LockTimeout when the
         time runs out. Ctrl-C stops the wait."""
-        timeout_ms = _seconds(timeout, "timeout", "timeout")
-        hid = _holder_id()
-        self._check_not_mine(hid)
-        lease = self._acquire_ms(timeout_ms, None)
-        if lease is None:
-            raise self._busy_error(timeout_ms)
-        self._push(hid, lease)
-        return lease
+        return self._take(_seconds(timeout, "timeout", "timeout"), False)
 
     def try_acquire(self) -> Optional[Lease]:
         """One try: the Lease, or None when another owner holds the key."""
@@ -278,7 +299,7 @@ class Lock:
         self._check_not_mine(hid)
         lease = self._acquire_ms(0, None)
         if lease is not None:
-            self._push(hid, lease)
+            self._push(hid, lease, False)
         return lease
 
     def release(self) -> None:
@@ -290,7 +311,7 @@ class Lock:
             e = NotHeld(f'"{self._key}" is not held by this thread through this Lock')
             e.code = "NOT_HELD"
             raise e
-        lease = stack.pop()
+        lease = stack.pop()[0]
         if not stack:
             self._held.pop(hid, None)
         lease.release()
@@ -302,20 +323,16 @@ class Lock:
         return rec is not None and rec["expires_in"] > 0
 
     def __enter__(self) -> Lease:
-        return self.acquire()
+        return self._take(-1, True)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        hid = _holder_id()
-        stack = self._held.get(hid)
-        if not stack:
-            return None
-        lease = stack.pop()
-        if not stack:
-            del self._held[hid]
-        lease.__exit__(et, ev, tb)
+        lease = self._pop_block(_holder_id())
+        if lease is not None:
+            lease.__exit__(et, ev, tb)
 
     # -- asyncio -------------------------------------------------------------
-    async def _acquire_async_ms(self, timeout_ms: int, register: bool) -> Lease:
+    async def _acquire_async_ms(self, timeout_ms: int, register: bool,
+                                block: bool = False) -> Lease:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         cancel = threading.Event()
@@ -352,7 +369,7 @@ class Lock:
             cancel.set()
             raise
         if register:
-            self._push(_holder_id(), lease)
+            self._push(_holder_id(), lease, block)
         return lease
 
     async def acquire_async(self, timeout: Optional[float] = None) -> Lease:
@@ -364,17 +381,13 @@ class Lock:
         return await self._acquire_async_ms(timeout_ms, True)
 
     async def __aenter__(self) -> Lease:
-        return await self.acquire_async(None)
+        self._check_not_mine(_holder_id())
+        return await self._acquire_async_ms(-1, True, True)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        hid = _holder_id()
-        stack = self._held.get(hid)
-        if not stack:
-            return None
-        lease = stack.pop()
-        if not stack:
-            del self._held[hid]
-        await _AsyncLease(lease).__aexit__(et, ev, tb)
+        lease = self._pop_block(_holder_id())
+        if lease is not None:
+            await _AsyncLease(lease).__aexit__(et, ev, tb)
 
     def __repr__(self) -> str:
         mine = self._mine(_holder_id())
