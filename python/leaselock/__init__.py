@@ -58,7 +58,6 @@ Holder = namedtuple("Holder", "host pid label")
 
 _check_key = _leaselock._check_key
 _get_running_loop = asyncio._get_running_loop
-_get_ident = threading.get_ident
 _seconds = _leaselock._seconds
 
 # Every open client and every Lock, so exit can release and a forked
@@ -171,13 +170,10 @@ class Client(_leaselock.Client):
         return f"<leaselock.Client {self.uri} ({self.backend}) {state}>"
 
 
-def _holder_id() -> Any:
-    """Who holds a Lock through `with`: the asyncio task, else the thread."""
-    if _get_running_loop() is not None:
-        task = asyncio.current_task()
-        if task is not None:
-            return ("task", id(task))
-    return _get_ident()
+def _current_task() -> Optional["asyncio.Task"]:
+    """The asyncio task running on this thread, if any."""
+    loop = _get_running_loop()
+    return None if loop is None else asyncio.current_task(loop)
 
 
 class Lock:
@@ -191,7 +187,7 @@ class Lock:
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_held", "__weakref__")
+                 "_threads", "_tasks", "__weakref__")
 
     def __init__(self, client: Client, key: str, *, ttl: float = 30.0, min_hold: float = 0.0,
                  auto_renew: bool = True, on_lost: Optional[Callable] = None) -> None:
@@ -209,8 +205,13 @@ class Lock:
         self._client = client
         self._auto_renew = auto_renew
         self._on_lost = on_lost
-        # holder id -> [(lease, taken by a with-block on this Lock)], oldest first
-        self._held: dict = {}
+        # What each thread, and each asyncio task, took through this Lock:
+        # [(lease, taken by a with-block on this Lock)], oldest first. Kept
+        # per thread in thread-local storage and per task in a weak-keyed
+        # mapping, not by thread or task id: both are reused once their
+        # thread or task is gone.
+        self._threads = threading.local()
+        self._tasks: "weakref.WeakKeyDictionary[asyncio.Task, list]" = weakref.WeakKeyDictionary()
         _locks.add(self)
 
     # -- properties ------------------------------------------------------
@@ -240,50 +241,56 @@ class Lock:
         e.code = "BUSY"
         return e
 
-    def _mine(self, hid: Any) -> bool:
-        """True when this holder holds a lease through this Lock now. Reads
+    def _stack(self, create: bool = False) -> Optional[list]:
+        """The leases of the calling task (else thread) through this Lock."""
+        task = _current_task()
+        if task is not None:
+            stack = self._tasks.get(task)
+            if stack is None and create:
+                stack = self._tasks[task] = []
+            return stack
+        stack = getattr(self._threads, "stack", None)
+        if stack is None and create:
+            stack = self._threads.stack = []
+        return stack
+
+    def _mine(self) -> bool:
+        """True when the caller holds a lease through this Lock now. Reads
         only: a lost lease stays until its with-block (or release()) ends."""
-        stack = self._held.get(hid)
+        stack = self._stack()
         return bool(stack) and any(lease.held for lease, _ in stack)
 
-    def _check_not_mine(self, hid: Any) -> None:
-        if self._mine(hid):
-            raise RuntimeError(
-                f'"{self._key}" is already held by this {"task" if isinstance(hid, tuple) else "thread"} '
-                "through this Lock; leaselock locks are not reentrant")
+    def _check_not_mine(self) -> None:
+        if self._mine():
+            who = "task" if _current_task() is not None else "thread"
+            raise RuntimeError(f'"{self._key}" is already held by this {who} through this Lock; '
+                               "leaselock locks are not reentrant")
 
-    def _push(self, hid: Any, lease: Lease, block: bool) -> None:
-        """Records a lease this holder took; block: by entering a with-block
+    def _push(self, lease: Lease, block: bool) -> None:
+        """Records a lease the caller took; block: by entering a with-block
         on the Lock, whose exit reports and releases that one lease."""
-        stack = self._held.get(hid)
-        if stack is None:
-            self._held[hid] = [(lease, block)]
-            return
-        # Forget the leases released meanwhile (lease.release(), a
-        # with-block on the lease): neither held nor lost.
-        stack[:] = [e for e in stack if e[0].held or e[0].lost]
+        stack = self._stack(True)
+        if stack:
+            # Forget the leases released meanwhile (lease.release(), a
+            # with-block on the lease): neither held nor lost.
+            stack[:] = [e for e in stack if e[0].held or e[0].lost]
         stack.append((lease, block))
 
     def _take(self, timeout_ms: int, block: bool) -> Lease:
-        hid = _holder_id()
-        self._check_not_mine(hid)
+        self._check_not_mine()
         lease = self._acquire_ms(timeout_ms, None)
         if lease is None:
             raise self._busy_error(timeout_ms)
-        self._push(hid, lease, block)
+        self._push(lease, block)
         return lease
 
-    def _pop_block(self, hid: Any) -> Optional[Lease]:
-        """Takes the lease of the innermost with-block of this holder."""
-        stack = self._held.get(hid)
-        if not stack:
-            return None
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i][1]:
-                lease = stack.pop(i)[0]
-                if not stack:
-                    del self._held[hid]
-                return lease
+    def _pop_block(self) -> Optional[Lease]:
+        """Takes the lease of the caller's innermost with-block."""
+        stack = self._stack()
+        if stack:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][1]:
+                    return stack.pop(i)[0]
         return None
 
     # -- the threading.Lock-like API --------------------------------------------
@@ -295,26 +302,21 @@ class Lock:
 
     def try_acquire(self) -> Optional[Lease]:
         """One try: the Lease, or None when another owner holds the key."""
-        hid = _holder_id()
-        self._check_not_mine(hid)
+        self._check_not_mine()
         lease = self._acquire_ms(0, None)
         if lease is not None:
-            self._push(hid, lease, False)
+            self._push(lease, False)
         return lease
 
     def release(self) -> None:
         """Releases the lease this thread (or task) took last through this
         Lock. Raises NotHeld when it holds none, or no longer holds it."""
-        hid = _holder_id()
-        stack = self._held.get(hid)
+        stack = self._stack()
         if not stack:
             e = NotHeld(f'"{self._key}" is not held by this thread through this Lock')
             e.code = "NOT_HELD"
             raise e
-        lease = stack.pop()[0]
-        if not stack:
-            self._held.pop(hid, None)
-        lease.release()
+        stack.pop()[0].release()
 
     def locked(self) -> bool:
         """True when some owner holds the key now (by the database's clock),
@@ -326,7 +328,7 @@ class Lock:
         return self._take(-1, True)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        lease = self._pop_block(_holder_id())
+        lease = self._pop_block()
         if lease is not None:
             lease.__exit__(et, ev, tb)
 
@@ -369,7 +371,7 @@ class Lock:
             cancel.set()
             raise
         if register:
-            self._push(_holder_id(), lease, block)
+            self._push(lease, block)
         return lease
 
     async def acquire_async(self, timeout: Optional[float] = None) -> Lease:
@@ -377,21 +379,22 @@ class Lock:
         Cancelling the task stops the wait; an acquire that completes after
         the cancellation is released at once."""
         timeout_ms = _seconds(timeout, "timeout", "timeout")
-        self._check_not_mine(_holder_id())
+        self._check_not_mine()
         return await self._acquire_async_ms(timeout_ms, True)
 
     async def __aenter__(self) -> Lease:
-        self._check_not_mine(_holder_id())
+        self._check_not_mine()
         return await self._acquire_async_ms(-1, True, True)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        lease = self._pop_block(_holder_id())
+        lease = self._pop_block()
         if lease is not None:
             await _AsyncLease(lease).__aexit__(et, ev, tb)
 
     def __repr__(self) -> str:
-        mine = self._mine(_holder_id())
-        state = "held by this thread" if mine else "not held here"
+        state = "not held here"
+        if self._mine():
+            state = f"held by this {'task' if _current_task() is not None else 'thread'}"
         if self._client.closed:
             state = "client closed"
         return (f"<leaselock.Lock {self._key!r} ttl={self.ttl:g}s"
@@ -427,7 +430,8 @@ def _after_fork_child() -> None:
     # The child holds none of its parent's leases (the core refuses to act
     # on them there): forget which threads held what.
     for lock in list(_locks):
-        lock._held.clear()
+        lock._threads = threading.local()
+        lock._tasks = weakref.WeakKeyDictionary()
 
 
 def _at_exit() -> None:

@@ -199,3 +199,35 @@ def test_locked_decorator_async(client, other, key):
         held.release()
 
     asyncio.run(main())
+
+
+def test_a_new_task_does_not_inherit_an_ended_tasks_lease(client, other, key):
+    # Like threads, tasks are not told apart by id(): a new task may get
+    # the address of one that ended holding a lease through the Lock.
+    import gc
+
+    async def main():
+        lock = client.lock(key)
+        kept = []
+
+        async def first():
+            kept.append(await lock.acquire_async())
+            return id(asyncio.current_task())
+
+        async def later():
+            with pytest.raises(leaselock.NotHeld):
+                lock.release()
+            assert "not held here" in repr(lock)
+            return id(asyncio.current_task())
+
+        first_id = await asyncio.create_task(first())
+        for _ in range(20):  # in CPython the address comes back within a few tasks
+            gc.collect()
+            reused = await asyncio.create_task(later()) == first_id
+            assert kept[0].held and other.info(key)["owner"] == kept[0].owner
+            if reused:
+                break
+        kept.pop().release()
+
+    asyncio.run(main())
+    assert other.info(key)["owner"] is None

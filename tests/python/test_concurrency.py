@@ -98,3 +98,44 @@ def test_processes_contend(uri, key, tmp_path, method):
         fences = [int(x) for x in f.read().split()]
     assert len(fences) == 40  # no lost update
     assert fences == sorted(fences) and len(set(fences)) == 40
+
+
+def test_a_new_thread_does_not_inherit_an_ended_threads_lease(client, other, key):
+    # Thread identifiers are reused once a thread ends: a new thread must
+    # not see (nor release) what an ended thread acquired through the Lock.
+    lock = client.lock(key)
+    kept = []
+
+    def first():
+        kept.append((threading.get_ident(), lock.acquire()))
+
+    t = threading.Thread(target=first)
+    t.start()
+    t.join()
+    ident, lease = kept[0]
+    assert lease.held
+
+    for _ in range(20):  # usually the very first new thread reuses the ident
+        seen = {}
+
+        def second():
+            seen["ident"] = threading.get_ident()
+            seen["repr"] = repr(lock)
+            try:
+                lock.release()
+                seen["release"] = "released"
+            except leaselock.NotHeld:
+                seen["release"] = "NotHeld"
+            seen["try"] = lock.try_acquire()
+
+        t = threading.Thread(target=second)
+        t.start()
+        t.join()
+        assert "not held here" in seen["repr"]
+        assert seen["release"] == "NotHeld"
+        assert seen["try"] is None  # the ended thread's lease still holds the key
+        assert lease.held and other.info(key)["owner"] == lease.owner
+        if seen["ident"] == ident:
+            break
+    lease.release()
+    assert other.info(key)["owner"] is None
