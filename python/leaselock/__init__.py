@@ -369,6 +369,20 @@ class Lock:
             lease = await fut
         except asyncio.CancelledError:
             cancel.set()
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The lease was delivered, then the task was cancelled
+                # before it resumed: release it (off the event loop) before
+                # the cancellation goes on, whatever else cancels us.
+                lease = fut.result()
+                try:
+                    done = loop.run_in_executor(None, _release_quietly, lease)
+                except RuntimeError:  # the executor is shut down
+                    _release_quietly(lease)
+                else:
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:
+                        pass
             raise
         if register:
             self._push(lease, block)
