@@ -255,7 +255,13 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
       if (!PyErr_ExceptionMatches (PyExc_OverflowError))
          return -1;
       PyErr_Clear ();
-      d = _PyLong_Sign (v) < 0 ? -INFINITY : INFINITY;
+      /* An int too large for a double: only its sign matters. */
+      PyObject *zero = PyLong_FromLong (0);
+      int negative = zero ? PyObject_RichCompareBool (v, zero, Py_LT) : -1;
+      Py_XDECREF (zero);
+      if (negative < 0)
+         return -1;
+      d = negative ? -INFINITY : INFINITY;
    }
    if (isnan (d)) {
       raise_invalid ("%s must be a number of seconds, not NaN", name);
@@ -372,6 +378,13 @@ static bool lease_foreign (LeaseObject *self)
 
 /* ---- the core's callbacks --------------------------------------------- */
 
+/* Py_IsFinalizing() is public from 3.13, which removed _Py_IsFinalizing(). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define ll_py_finalizing() Py_IsFinalizing ()
+#else
+#define ll_py_finalizing() _Py_IsFinalizing ()
+#endif
+
 static int decref_pending (void *arg)
 {
    Py_DECREF ((PyObject *)arg);
@@ -380,7 +393,7 @@ static int decref_pending (void *arg)
 
 static void lost_trampoline (leaselock_lease_t *lease, void *data)
 {
-   if (atomic_load (&finalizing) || _Py_IsFinalizing ())
+   if (atomic_load (&finalizing) || ll_py_finalizing ())
       return;
    PyGILState_STATE g = PyGILState_Ensure ();
    LeaseObject *self = data;

@@ -30,6 +30,8 @@ CASES = [
     ("ttl inf", lambda c: c.lock("k", ttl=math.inf), ValueError, "ttl must be at most 30 days"),
     ("ttl too long", lambda c: c.lock("k", ttl=31 * 86400), ValueError, "at most 30 days"),
     ("ttl huge int", lambda c: c.lock("k", ttl=10**400), ValueError, "at most 30 days"),
+    ("ttl huge negative int", lambda c: c.lock("k", ttl=-10**400), ValueError,
+     "ttl must not be negative"),
     ("ttl str", lambda c: c.lock("k", ttl="30s"), TypeError, "ttl must be a number"),
     ("ttl bool", lambda c: c.lock("k", ttl=True), TypeError, "ttl must be a number"),
     ("ttl None", lambda c: c.lock("k", ttl=None), TypeError, "ttl must be a number"),
