@@ -181,18 +181,48 @@ static PyObject *raise_error (ll_state *st, const leaselock_error_t *err)
    return raise_code (exc_class (st, err->code), err->code, err->message);
 }
 
-/* ValueError naming the argument, with code INVALID like the core's. */
-static PyObject *raise_invalid (const char *fmt, ...)
+/* cls(message) with code INVALID like the core's: the errors of bad
+ * arguments (ValueError, TypeError) and of use after close. */
+static PyObject *raise_invalid_as (PyObject *cls, const char *fmt, va_list ap)
 {
    char buf[LEASELOCK_ERROR_MAX];
+   vsnprintf (buf, sizeof buf, fmt, ap);
+   return raise_code (cls, LEASELOCK_INVALID, buf);
+}
+
+/* ValueError naming the argument, with code INVALID. */
+__attribute__ ((format (printf, 1, 2))) static PyObject *raise_invalid (const char *fmt, ...)
+{
    va_list ap;
    va_start (ap, fmt);
-   vsnprintf (buf, sizeof buf, fmt, ap);
+   raise_invalid_as (PyExc_ValueError, fmt, ap);
    va_end (ap);
-   return raise_code (PyExc_ValueError, LEASELOCK_INVALID, buf);
+   return NULL;
+}
+
+/* TypeError naming the argument, with code INVALID. */
+__attribute__ ((format (printf, 1, 2))) static PyObject *raise_type (const char *fmt, ...)
+{
+   va_list ap;
+   va_start (ap, fmt);
+   raise_invalid_as (PyExc_TypeError, fmt, ap);
+   va_end (ap);
+   return NULL;
 }
 
 /* ---- argument checks ----------------------------------------------------- */
+
+/* The UTF-8 of str s, or NULL with ValueError (code INVALID) naming the
+ * argument when it holds a lone surrogate. */
+static const char *utf8_arg (PyObject *s, const char *name, Py_ssize_t *n)
+{
+   const char *u = PyUnicode_AsUTF8AndSize (s, n);
+   if (!u && PyErr_ExceptionMatches (PyExc_UnicodeEncodeError)) {
+      PyErr_Clear ();
+      raise_invalid ("%s must be valid UTF-8 text (it holds a lone surrogate)", name);
+   }
+   return u;
+}
 
 /* A key or prefix: str, valid UTF-8 (no lone surrogate), 1..255 bytes (0
  * allowed for a prefix), no NUL. *s points into the str's UTF-8 cache. */
@@ -203,17 +233,11 @@ static int key_arg (PyObject *key,
                     Py_ssize_t *n)
 {
    if (!PyUnicode_Check (key)) {
-      PyErr_Format (PyExc_TypeError, "%s must be a str, not %.100s", name, Py_TYPE (key)->tp_name);
+      raise_type ("%s must be a str, not %.100s", name, Py_TYPE (key)->tp_name);
       return -1;
    }
-   *s = PyUnicode_AsUTF8AndSize (key, n);
-   if (!*s) {
-      if (!PyErr_ExceptionMatches (PyExc_UnicodeEncodeError))
-         return -1;
-      PyErr_Clear ();
-      raise_invalid ("%s must be valid UTF-8 text (it holds a lone surrogate)", name);
+   if (!(*s = utf8_arg (key, name, n)))
       return -1;
-   }
    if (*n == 0 && !allow_empty) {
       raise_invalid ("%s must not be empty", name);
       return -1;
@@ -246,8 +270,8 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
       return 0;
    }
    if (PyBool_Check (v) || !(PyFloat_Check (v) || PyLong_Check (v))) {
-      PyErr_Format (PyExc_TypeError, "%s must be a number of seconds (int or float)%s, not %.100s",
-                    name, kind == SECS_TIMEOUT ? " or None" : "", Py_TYPE (v)->tp_name);
+      raise_type ("%s must be a number of seconds (int or float)%s, not %.100s", name,
+                  kind == SECS_TIMEOUT ? " or None" : "", Py_TYPE (v)->tp_name);
       return -1;
    }
    double d = PyFloat_AsDouble (v);
@@ -499,7 +523,7 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    if (!PyArg_ParseTupleAndKeywords (args, kwds, "|O$O:Client", kwlist, &uri_o, &label_o))
       return -1;
    if (self->inited) {
-      PyErr_SetString (PyExc_TypeError, "Client.__init__ may be called only once");
+      raise_type ("Client.__init__ may be called only once");
       return -1;
    }
    PyObject *module = PyType_GetModuleByDef (Py_TYPE (self), &module_def);
@@ -509,11 +533,10 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    Py_ssize_t n;
    if (uri_o != Py_None) {
       if (!PyUnicode_Check (uri_o)) {
-         PyErr_Format (PyExc_TypeError, "uri must be a str or None, not %.100s",
-                       Py_TYPE (uri_o)->tp_name);
+         raise_type ("uri must be a str or None, not %.100s", Py_TYPE (uri_o)->tp_name);
          return -1;
       }
-      if (!(uri = PyUnicode_AsUTF8AndSize (uri_o, &n)))
+      if (!(uri = utf8_arg (uri_o, "uri", &n)))
          return -1;
       if (n == 0) {
          raise_invalid ("uri must not be empty (pass None for $LEASELOCK_URI or the default)");
@@ -526,11 +549,10 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    }
    if (label_o != Py_None) {
       if (!PyUnicode_Check (label_o)) {
-         PyErr_Format (PyExc_TypeError, "label must be a str or None, not %.100s",
-                       Py_TYPE (label_o)->tp_name);
+         raise_type ("label must be a str or None, not %.100s", Py_TYPE (label_o)->tp_name);
          return -1;
       }
-      if (!(label = PyUnicode_AsUTF8AndSize (label_o, &n)))
+      if (!(label = utf8_arg (label_o, "label", &n)))
          return -1;
       if (n > 255 || memchr (label, '\0', (size_t)n)) {
          raise_invalid ("label must be at most 255 bytes of UTF-8 without NUL (got %zd bytes)", n);
@@ -659,7 +681,7 @@ static LeaseObject *lease_alloc (ClientObject *cl, PyObject *key, PyObject *on_l
 static PyObject *Client_acquire (ClientObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
    if (nargs != 7) {
-      PyErr_SetString (PyExc_TypeError, "_acquire takes 7 positional arguments");
+      raise_type ("_acquire takes 7 positional arguments");
       return NULL;
    }
    const char *key;
@@ -679,8 +701,7 @@ static PyObject *Client_acquire (ClientObject *self, PyObject *const *args, Py_s
    o.auto_renew = ar;
    PyObject *on_lost = args[5];
    if (on_lost != Py_None && !PyCallable_Check (on_lost)) {
-      PyErr_Format (PyExc_TypeError, "on_lost must be callable or None, not %.100s",
-                    Py_TYPE (on_lost)->tp_name);
+      raise_type ("on_lost must be callable or None, not %.100s", Py_TYPE (on_lost)->tp_name);
       return NULL;
    }
    if (client_begin (self) < 0)
@@ -1195,9 +1216,7 @@ static PyObject *Lease_new_refused (PyTypeObject *type, PyObject *args, PyObject
 {
    (void)args;
    (void)kwds;
-   PyErr_Format (PyExc_TypeError, "cannot create '%s' instances: use Lock.acquire()",
-                 type->tp_name);
-   return NULL;
+   return raise_type ("cannot create '%s' instances: use Lock.acquire()", type->tp_name);
 }
 
 static PyType_Slot Lease_slots[] = {
@@ -1228,7 +1247,7 @@ static PyObject *mod_check_key (PyObject *m, PyObject *const *args, Py_ssize_t n
    const char *s, *name = "key";
    Py_ssize_t n;
    if (nargs < 1 || nargs > 2) {
-      PyErr_SetString (PyExc_TypeError, "_check_key(key, name='key')");
+      raise_type ("_check_key(key, name='key')");
       return NULL;
    }
    if (nargs == 2 && !(name = PyUnicode_AsUTF8 (args[1])))
@@ -1242,7 +1261,7 @@ static PyObject *mod_seconds (PyObject *m, PyObject *const *args, Py_ssize_t nar
 {
    (void)m;
    if (nargs != 3) {
-      PyErr_SetString (PyExc_TypeError, "_seconds(value, name, kind)");
+      raise_type ("_seconds(value, name, kind)");
       return NULL;
    }
    const char *name = PyUnicode_AsUTF8 (args[1]);
@@ -1257,7 +1276,7 @@ static PyObject *mod_seconds (PyObject *m, PyObject *const *args, Py_ssize_t nar
    else if (!strcmp (kind, "timeout"))
       k = SECS_TIMEOUT;
    else {
-      PyErr_Format (PyExc_ValueError, "unknown kind %s", kind);
+      raise_invalid ("unknown kind %s", kind);
       return NULL;
    }
    int64_t ms;

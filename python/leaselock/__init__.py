@@ -73,6 +73,14 @@ def connect(uri: Optional[str] = None, **options: Any) -> "Client":
     return Client(uri, **options)
 
 
+def _invalid(cls: type, message: str) -> Exception:
+    """cls(message) with code INVALID, as the extension raises for bad
+    arguments and use after close."""
+    e = cls(message)
+    e.code = "INVALID"
+    return e
+
+
 def _record(t: tuple) -> dict:
     key, owner, fence, expires_ms, host, pid, label = t
     return {
@@ -120,12 +128,12 @@ class Client(_leaselock.Client):
         lock = self.lock(key, ttl=ttl, min_hold=min_hold)
         timeout_ms = _seconds(timeout, "timeout", "timeout")
         if not isinstance(raise_on_busy, bool):
-            raise TypeError(
-                f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
+            raise _invalid(TypeError,
+                           f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
 
         def decorate(fn: Callable) -> Callable:
             if not callable(fn):
-                raise TypeError(f"locked() decorates a callable, not {type(fn).__name__}")
+                raise _invalid(TypeError, f"locked() decorates a callable, not {type(fn).__name__}")
             if inspect.iscoroutinefunction(fn):
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -192,16 +200,18 @@ class Lock:
     def __init__(self, client: Client, key: str, *, ttl: float = 30.0, min_hold: float = 0.0,
                  auto_renew: bool = True, on_lost: Optional[Callable] = None) -> None:
         if not isinstance(client, _leaselock.Client):
-            raise TypeError(f"client must be a leaselock.Client, not {type(client).__name__}")
+            raise _invalid(TypeError,
+                           f"client must be a leaselock.Client, not {type(client).__name__}")
         self._key = _check_key(key, "key")
         self._ttl_ms = _seconds(ttl, "ttl", "ttl")
         self._min_hold_ms = _seconds(min_hold, "min_hold", "duration")
         if not isinstance(auto_renew, bool):
-            raise TypeError(f"auto_renew must be a bool, not {type(auto_renew).__name__}")
+            raise _invalid(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
         if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable or None, not {type(on_lost).__name__}")
+            raise _invalid(TypeError,
+                           f"on_lost must be callable or None, not {type(on_lost).__name__}")
         if client.closed:
-            raise ValueError("I/O operation on a closed client")
+            raise _invalid(ValueError, "I/O operation on a closed client")
         self._client = client
         self._auto_renew = auto_renew
         self._on_lost = on_lost
@@ -263,8 +273,9 @@ class Lock:
     def _check_not_mine(self) -> None:
         if self._mine():
             who = "task" if _current_task() is not None else "thread"
-            raise RuntimeError(f'"{self._key}" is already held by this {who} through this Lock; '
-                               "leaselock locks are not reentrant")
+            raise _invalid(RuntimeError,
+                           f'"{self._key}" is already held by this {who} through this Lock; '
+                           "leaselock locks are not reentrant")
 
     def _push(self, lease: Lease, block: bool) -> None:
         """Records a lease the caller took; block: by entering a with-block
