@@ -109,7 +109,9 @@ class Client(_leaselock.Client):
         auto_renew: bool = True,
         on_lost: Optional[Callable[[Lease], Any]] = None,
     ) -> "Lock":
-        """A Lock on key. Nothing is acquired yet."""
+        """A Lock on key. Nothing is acquired yet. on_lost(lease) is called
+        from the renewal thread when a lease is lost; it needs
+        auto_renew=True (ValueError otherwise)."""
         return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost)
 
     def locked(
@@ -192,6 +194,10 @@ class Lock:
     Not reentrant: a thread (or asyncio task) that holds it through this
     Lock object and asks again gets RuntimeError instead of waiting for
     itself. Several threads may share one Lock object; each waits its turn.
+
+    on_lost(lease) is called from the renewal thread when a lease taken
+    through this Lock is lost; it needs auto_renew=True, so passing it with
+    auto_renew=False raises ValueError.
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
@@ -210,6 +216,11 @@ class Lock:
         if on_lost is not None and not callable(on_lost):
             raise _invalid(TypeError,
                            f"on_lost must be callable or None, not {type(on_lost).__name__}")
+        if on_lost is not None and not auto_renew:
+            # The core calls on_lost from its renewal thread only.
+            raise _invalid(ValueError, "on_lost needs auto_renew=True: without renewal the "
+                           "loss is found only by the lease's own calls (lease.lost, "
+                           "renew(), release() or the with-block's exit)")
         if client.closed:
             raise _invalid(ValueError, "I/O operation on a closed client")
         self._client = client

@@ -39,6 +39,8 @@ CASES = [
     ("min_hold NaN", lambda c: c.lock("k", min_hold=math.nan), ValueError, "min_hold"),
     ("auto_renew str", lambda c: c.lock("k", auto_renew="yes"), TypeError, "auto_renew"),
     ("on_lost not callable", lambda c: c.lock("k", on_lost=3), TypeError, "on_lost"),
+    ("on_lost without auto_renew", lambda c: c.lock("k", auto_renew=False, on_lost=print),
+     ValueError, "on_lost needs auto_renew=True"),
     ("timeout negative", lambda c: c.lock("k").acquire(timeout=-1), ValueError, "timeout"),
     ("timeout NaN", lambda c: c.lock("k").acquire(timeout=math.nan), ValueError, "timeout"),
     ("timeout str", lambda c: c.lock("k").acquire(timeout="5"), TypeError, "timeout"),
