@@ -261,8 +261,10 @@ typedef enum
 } secs_kind_t;
 
 /* Seconds (int or float) to milliseconds, range-checked for kind:
- * TTL 0.001 .. 30 days; DURATION 0 .. 30 days; TIMEOUT None/inf (forever,
- * -1) or 0 .. 30 days. A positive value below 1 ms rounds up to 1 ms. */
+ * TTL 0.001 .. 30 days (the contract's 1 ms to 30 days: shorter is
+ * refused); DURATION 0 .. 30 days; TIMEOUT None/inf (forever, -1) or 0 ..
+ * 30 days, 0 meaning one try. A DURATION or TIMEOUT above 0 but below
+ * 1 ms rounds up to 1 ms. */
 static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t *ms)
 {
    if (kind == SECS_TIMEOUT && v == Py_None) {
@@ -301,6 +303,10 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
    }
    if (kind == SECS_TTL && d == 0) {
       raise_invalid ("%s must be greater than 0 (got 0 s)", name);
+      return -1;
+   }
+   if (kind == SECS_TTL && d < 0.001) {
+      raise_invalid ("%s must be at least 0.001 s (1 ms), got %g s", name, d);
       return -1;
    }
    if (!(d <= TTL_MAX_S)) {

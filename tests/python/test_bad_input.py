@@ -26,6 +26,9 @@ CASES = [
     ("key lone surrogate", lambda c: c.lock("a\udc80"), ValueError, "UTF-8"),
     ("ttl zero", lambda c: c.lock("k", ttl=0), ValueError, "ttl must be greater than 0"),
     ("ttl negative", lambda c: c.lock("k", ttl=-1), ValueError, "ttl must not be negative"),
+    ("ttl below 1 ms", lambda c: c.lock("k", ttl=0.0005), ValueError,
+     "ttl must be at least 0.001 s (1 ms)"),
+    ("ttl tiny", lambda c: c.lock("k", ttl=1e-300), ValueError, "ttl must be at least 0.001 s"),
     ("ttl NaN", lambda c: c.lock("k", ttl=math.nan), ValueError, "ttl must be a number"),
     ("ttl inf", lambda c: c.lock("k", ttl=math.inf), ValueError, "ttl must be at most 30 days"),
     ("ttl too long", lambda c: c.lock("k", ttl=31 * 86400), ValueError, "at most 30 days"),
@@ -46,6 +49,8 @@ CASES = [
     ("timeout str", lambda c: c.lock("k").acquire(timeout="5"), TypeError, "timeout"),
     ("renew ttl zero", lambda c: c.lock("r").acquire().renew(ttl=0), ValueError, "ttl"),
     ("renew ttl NaN", lambda c: c.lock("r2").acquire().renew(ttl=math.nan), ValueError, "ttl"),
+    ("renew ttl below 1 ms", lambda c: c.lock("r3").acquire().renew(ttl=0.0009), ValueError,
+     "ttl must be at least 0.001 s"),
     ("info int key", lambda c: c.info(1), TypeError, "key must be a str"),
     ("force_release lone surrogate", lambda c: c.force_release("\udc80"), ValueError, "UTF-8"),
     ("info empty key", lambda c: c.info(""), ValueError, "key must not be empty"),
@@ -121,3 +126,16 @@ def test_codes_on_value_errors(c):
     with pytest.raises(ValueError) as e:
         leaselock.connect("redis://x/")
     assert e.value.code == "INVALID"
+
+
+def test_durations_at_the_edges(c):
+    # 1 ms is the shortest TTL; shorter min_hold and timeout round up to
+    # 1 ms, and timeout=0 stays one try.
+    assert c.lock("k", ttl=0.001).ttl == 0.001
+    assert c.lock("k", min_hold=0.0004).min_hold == 0.001
+    lease = c.lock("edge").acquire(timeout=0.0004)
+    assert lease.held
+    lease.release()
+    held = c.lock("edge").acquire(timeout=0)
+    assert c.lock("edge").try_acquire() is None
+    held.release()
