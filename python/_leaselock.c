@@ -560,8 +560,12 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
       }
       if (!(label = utf8_arg (label_o, "label", &n)))
          return -1;
-      if (n > 255 || memchr (label, '\0', (size_t)n)) {
-         raise_invalid ("label must be at most 255 bytes of UTF-8 without NUL (got %zd bytes)", n);
+      if (n > 255) {
+         raise_invalid ("label is %zd bytes long in UTF-8 (at most 255)", n);
+         return -1;
+      }
+      if (memchr (label, '\0', (size_t)n)) {
+         raise_invalid ("label must not contain a NUL character");
          return -1;
       }
    }

@@ -114,9 +114,19 @@ def test_bad_connect_options(sqlite_uri):
     with pytest.raises(TypeError, match="label must be a str") as e:
         leaselock.connect(sqlite_uri, label=3)
     assert e.value.code == "INVALID"
-    with pytest.raises(ValueError, match="label") as e:
+    with pytest.raises(ValueError) as e:
         leaselock.connect(sqlite_uri, label="x" * 300)
+    assert str(e.value) == "label is 300 bytes long in UTF-8 (at most 255)"
     assert e.value.code == "INVALID"
+    with pytest.raises(ValueError) as e:
+        leaselock.connect(sqlite_uri, label="a\0b")
+    assert str(e.value) == "label must not contain a NUL character"
+    assert e.value.code == "INVALID"
+    with pytest.raises(ValueError, match="label must be valid UTF-8") as e:
+        leaselock.connect(sqlite_uri, label="\udc80")
+    assert e.value.code == "INVALID"
+    with leaselock.connect(sqlite_uri, label="é" * 127) as c:  # 254 bytes
+        assert c.label == "é" * 127
 
 
 def test_codes_on_value_errors(c):
