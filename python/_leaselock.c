@@ -919,14 +919,14 @@ static PyObject *Client_get_label (ClientObject *self, void *c)
 
 static PyMethodDef Client_methods[] = {
    { "close", (PyCFunction)Client_close, METH_NOARGS,
-     "close()\n--\n\nReleases the leases this client still holds and closes its "
+     "close($self, /)\n--\n\nReleases the leases this client still holds and closes its "
      "connections. Idempotent; any later use raises ValueError." },
    { "_acquire", (PyCFunction)(void (*) (void))Client_acquire, METH_FASTCALL, NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,
-     "force_release(key)\n--\n\nClears the owner of key whoever holds it and makes it free now "
-     "(the fence survives). Returns True when a live lease was taken away." },
+     "force_release($self, key, /)\n--\n\nClears the owner of key whoever holds it and makes it "
+     "free now (the fence survives). Returns True when a live lease was taken away." },
    { "__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },
@@ -1196,10 +1196,11 @@ static PyObject *Lease_repr (LeaseObject *self)
 
 static PyMethodDef Lease_methods[] = {
    { "renew", (PyCFunction)(void (*) (void))Lease_renew, METH_VARARGS | METH_KEYWORDS,
-     "renew(ttl=None)\n--\n\nExtends the lease to ttl seconds from now (database clock); None "
-     "keeps its TTL. Raises NotHeld or LockLost when it is no longer ours." },
+     "renew($self, /, ttl=None)\n--\n\nExtends the lease to ttl seconds from now (database "
+     "clock); None keeps its TTL. Raises NotHeld or LockLost when it is no longer ours." },
    { "release", (PyCFunction)Lease_release, METH_NOARGS,
-     "release()\n--\n\nReleases the lease. Raises NotHeld when this owner no longer holds it." },
+     "release($self, /)\n--\n\nReleases the lease. Raises NotHeld when this owner no longer holds "
+     "it." },
    { "__enter__", (PyCFunction)Lease_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)(void (*) (void))Lease_exit, METH_FASTCALL, NULL },
    { NULL, NULL, 0, NULL },
@@ -1372,8 +1373,8 @@ static PyMethodDef module_methods[] = {
    { "_check_key", (PyCFunction)(void (*) (void))mod_check_key, METH_FASTCALL, NULL },
    { "_seconds", (PyCFunction)(void (*) (void))mod_seconds, METH_FASTCALL, NULL },
    { "default_uri", (PyCFunction)mod_default_uri, METH_NOARGS,
-     "default_uri()\n--\n\nThe embedded SQLite URI used when no URI and no $LEASELOCK_URI are "
-     "given." },
+     "default_uri($module, /)\n--\n\nThe embedded SQLite URI used when no URI and no "
+     "$LEASELOCK_URI are given." },
    { "_shutdown", (PyCFunction)mod_shutdown, METH_NOARGS, NULL },
    { "_bench_core", (PyCFunction)mod_bench_core, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },
