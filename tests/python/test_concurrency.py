@@ -139,3 +139,18 @@ def test_a_new_thread_does_not_inherit_an_ended_threads_lease(client, other, key
             break
     lease.release()
     assert other.info(key)["owner"] is None
+
+
+def test_a_lease_left_by_an_ended_thread_is_released_once_unreachable(client, other, key):
+    # Nobody can release it through the Lock any more (release() is per
+    # thread): like any dropped Lease, it is released, not renewed forever.
+    lock = client.lock(key)
+    t = threading.Thread(target=lock.acquire)
+    t.start()
+    t.join()
+    deadline = time.monotonic() + 5
+    while other.info(key)["owner"] is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert other.info(key)["owner"] is None
+    assert lock.try_acquire() is not None
+    lock.release()
