@@ -9,6 +9,7 @@ Then a scheduled-job decorator: whoever finds the job already running skips.
 """
 import multiprocessing
 import os
+import sys
 import time
 
 import leaselock
@@ -37,32 +38,36 @@ def nightly(n: int, out) -> None:
         out.put(job() or f"worker {n} skipped: already running elsewhere")
 
 
+def run(ctx, target, args_list) -> None:
+    """Starts one process per args, waits for them all, and ends the demo
+    with an error when any of them failed."""
+    procs = [ctx.Process(target=target, args=args) for args in args_list]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    failed = [f"{p.name} (pid {p.pid}) exited with {p.exitcode}" for p in procs if p.exitcode]
+    if failed:
+        print(f"{target.__name__} workers failed: " + "; ".join(failed), file=sys.stderr)
+        raise SystemExit(1)
+
+
 def main() -> None:
     with leaselock.connect() as client:
         print(f"database: {client.uri}")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(n,)) for n in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
+    run(ctx, worker, [(n,) for n in range(3)])
 
     print("a scheduled job started by three processes at once:")
     q = ctx.Queue()
-    procs = [ctx.Process(target=nightly, args=(n, q)) for n in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    for _ in procs:
-        print("  " + q.get())
+    run(ctx, nightly, [(n, q) for n in range(3)])
+    for _ in range(3):
+        print("  " + q.get(timeout=10))
 
     with leaselock.connect() as client:
         rec = client.info(KEY)
         print(f"record now: fence {rec['fence']}, owner {rec['owner']}, "
               f"last holder {rec['holder'].label!r} pid {rec['holder'].pid}")
-    if any(p.exitcode for p in procs):
-        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -181,18 +181,48 @@ static PyObject *raise_error (ll_state *st, const leaselock_error_t *err)
    return raise_code (exc_class (st, err->code), err->code, err->message);
 }
 
-/* ValueError naming the argument, with code INVALID like the core's. */
-static PyObject *raise_invalid (const char *fmt, ...)
+/* cls(message) with code INVALID like the core's: the errors of bad
+ * arguments (ValueError, TypeError) and of use after close. */
+static PyObject *raise_invalid_as (PyObject *cls, const char *fmt, va_list ap)
 {
    char buf[LEASELOCK_ERROR_MAX];
+   vsnprintf (buf, sizeof buf, fmt, ap);
+   return raise_code (cls, LEASELOCK_INVALID, buf);
+}
+
+/* ValueError naming the argument, with code INVALID. */
+__attribute__ ((format (printf, 1, 2))) static PyObject *raise_invalid (const char *fmt, ...)
+{
    va_list ap;
    va_start (ap, fmt);
-   vsnprintf (buf, sizeof buf, fmt, ap);
+   raise_invalid_as (PyExc_ValueError, fmt, ap);
    va_end (ap);
-   return raise_code (PyExc_ValueError, LEASELOCK_INVALID, buf);
+   return NULL;
+}
+
+/* TypeError naming the argument, with code INVALID. */
+__attribute__ ((format (printf, 1, 2))) static PyObject *raise_type (const char *fmt, ...)
+{
+   va_list ap;
+   va_start (ap, fmt);
+   raise_invalid_as (PyExc_TypeError, fmt, ap);
+   va_end (ap);
+   return NULL;
 }
 
 /* ---- argument checks ----------------------------------------------------- */
+
+/* The UTF-8 of str s, or NULL with ValueError (code INVALID) naming the
+ * argument when it holds a lone surrogate. */
+static const char *utf8_arg (PyObject *s, const char *name, Py_ssize_t *n)
+{
+   const char *u = PyUnicode_AsUTF8AndSize (s, n);
+   if (!u && PyErr_ExceptionMatches (PyExc_UnicodeEncodeError)) {
+      PyErr_Clear ();
+      raise_invalid ("%s must be valid UTF-8 text (it holds a lone surrogate)", name);
+   }
+   return u;
+}
 
 /* A key or prefix: str, valid UTF-8 (no lone surrogate), 1..255 bytes (0
  * allowed for a prefix), no NUL. *s points into the str's UTF-8 cache. */
@@ -203,17 +233,11 @@ static int key_arg (PyObject *key,
                     Py_ssize_t *n)
 {
    if (!PyUnicode_Check (key)) {
-      PyErr_Format (PyExc_TypeError, "%s must be a str, not %.100s", name, Py_TYPE (key)->tp_name);
+      raise_type ("%s must be a str, not %.100s", name, Py_TYPE (key)->tp_name);
       return -1;
    }
-   *s = PyUnicode_AsUTF8AndSize (key, n);
-   if (!*s) {
-      if (!PyErr_ExceptionMatches (PyExc_UnicodeEncodeError))
-         return -1;
-      PyErr_Clear ();
-      raise_invalid ("%s must be valid UTF-8 text (it holds a lone surrogate)", name);
+   if (!(*s = utf8_arg (key, name, n)))
       return -1;
-   }
    if (*n == 0 && !allow_empty) {
       raise_invalid ("%s must not be empty", name);
       return -1;
@@ -237,8 +261,10 @@ typedef enum
 } secs_kind_t;
 
 /* Seconds (int or float) to milliseconds, range-checked for kind:
- * TTL 0.001 .. 30 days; DURATION 0 .. 30 days; TIMEOUT None/inf (forever,
- * -1) or 0 .. 30 days. A positive value below 1 ms rounds up to 1 ms. */
+ * TTL 0.001 .. 30 days (the contract's 1 ms to 30 days: shorter is
+ * refused); DURATION 0 .. 30 days; TIMEOUT None/inf (forever, -1) or 0 ..
+ * 30 days, 0 meaning one try. A DURATION or TIMEOUT above 0 but below
+ * 1 ms rounds up to 1 ms. */
 static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t *ms)
 {
    if (kind == SECS_TIMEOUT && v == Py_None) {
@@ -246,8 +272,8 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
       return 0;
    }
    if (PyBool_Check (v) || !(PyFloat_Check (v) || PyLong_Check (v))) {
-      PyErr_Format (PyExc_TypeError, "%s must be a number of seconds (int or float)%s, not %.100s",
-                    name, kind == SECS_TIMEOUT ? " or None" : "", Py_TYPE (v)->tp_name);
+      raise_type ("%s must be a number of seconds (int or float)%s, not %.100s", name,
+                  kind == SECS_TIMEOUT ? " or None" : "", Py_TYPE (v)->tp_name);
       return -1;
    }
    double d = PyFloat_AsDouble (v);
@@ -255,7 +281,13 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
       if (!PyErr_ExceptionMatches (PyExc_OverflowError))
          return -1;
       PyErr_Clear ();
-      d = _PyLong_Sign (v) < 0 ? -INFINITY : INFINITY;
+      /* An int too large for a double: only its sign matters. */
+      PyObject *zero = PyLong_FromLong (0);
+      int negative = zero ? PyObject_RichCompareBool (v, zero, Py_LT) : -1;
+      Py_XDECREF (zero);
+      if (negative < 0)
+         return -1;
+      d = negative ? -INFINITY : INFINITY;
    }
    if (isnan (d)) {
       raise_invalid ("%s must be a number of seconds, not NaN", name);
@@ -271,6 +303,10 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
    }
    if (kind == SECS_TTL && d == 0) {
       raise_invalid ("%s must be greater than 0 (got 0 s)", name);
+      return -1;
+   }
+   if (kind == SECS_TTL && d < 0.001) {
+      raise_invalid ("%s must be at least 0.001 s (1 ms), got %g s", name, d);
       return -1;
    }
    if (!(d <= TTL_MAX_S)) {
@@ -372,6 +408,13 @@ static bool lease_foreign (LeaseObject *self)
 
 /* ---- the core's callbacks --------------------------------------------- */
 
+/* Py_IsFinalizing() is public from 3.13, which removed _Py_IsFinalizing(). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define ll_py_finalizing() Py_IsFinalizing ()
+#else
+#define ll_py_finalizing() _Py_IsFinalizing ()
+#endif
+
 static int decref_pending (void *arg)
 {
    Py_DECREF ((PyObject *)arg);
@@ -380,7 +423,7 @@ static int decref_pending (void *arg)
 
 static void lost_trampoline (leaselock_lease_t *lease, void *data)
 {
-   if (atomic_load (&finalizing) || _Py_IsFinalizing ())
+   if (atomic_load (&finalizing) || ll_py_finalizing ())
       return;
    PyGILState_STATE g = PyGILState_Ensure ();
    LeaseObject *self = data;
@@ -486,7 +529,7 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    if (!PyArg_ParseTupleAndKeywords (args, kwds, "|O$O:Client", kwlist, &uri_o, &label_o))
       return -1;
    if (self->inited) {
-      PyErr_SetString (PyExc_TypeError, "Client.__init__ may be called only once");
+      raise_type ("Client.__init__ may be called only once");
       return -1;
    }
    PyObject *module = PyType_GetModuleByDef (Py_TYPE (self), &module_def);
@@ -496,11 +539,10 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    Py_ssize_t n;
    if (uri_o != Py_None) {
       if (!PyUnicode_Check (uri_o)) {
-         PyErr_Format (PyExc_TypeError, "uri must be a str or None, not %.100s",
-                       Py_TYPE (uri_o)->tp_name);
+         raise_type ("uri must be a str or None, not %.100s", Py_TYPE (uri_o)->tp_name);
          return -1;
       }
-      if (!(uri = PyUnicode_AsUTF8AndSize (uri_o, &n)))
+      if (!(uri = utf8_arg (uri_o, "uri", &n)))
          return -1;
       if (n == 0) {
          raise_invalid ("uri must not be empty (pass None for $LEASELOCK_URI or the default)");
@@ -513,14 +555,17 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    }
    if (label_o != Py_None) {
       if (!PyUnicode_Check (label_o)) {
-         PyErr_Format (PyExc_TypeError, "label must be a str or None, not %.100s",
-                       Py_TYPE (label_o)->tp_name);
+         raise_type ("label must be a str or None, not %.100s", Py_TYPE (label_o)->tp_name);
          return -1;
       }
-      if (!(label = PyUnicode_AsUTF8AndSize (label_o, &n)))
+      if (!(label = utf8_arg (label_o, "label", &n)))
          return -1;
-      if (n > 255 || memchr (label, '\0', (size_t)n)) {
-         raise_invalid ("label must be at most 255 bytes of UTF-8 without NUL (got %zd bytes)", n);
+      if (n > 255) {
+         raise_invalid ("label is %zd bytes long in UTF-8 (at most 255)", n);
+         return -1;
+      }
+      if (memchr (label, '\0', (size_t)n)) {
+         raise_invalid ("label must not contain a NUL character");
          return -1;
       }
    }
@@ -646,7 +691,7 @@ static LeaseObject *lease_alloc (ClientObject *cl, PyObject *key, PyObject *on_l
 static PyObject *Client_acquire (ClientObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
    if (nargs != 7) {
-      PyErr_SetString (PyExc_TypeError, "_acquire takes 7 positional arguments");
+      raise_type ("_acquire takes 7 positional arguments");
       return NULL;
    }
    const char *key;
@@ -666,8 +711,7 @@ static PyObject *Client_acquire (ClientObject *self, PyObject *const *args, Py_s
    o.auto_renew = ar;
    PyObject *on_lost = args[5];
    if (on_lost != Py_None && !PyCallable_Check (on_lost)) {
-      PyErr_Format (PyExc_TypeError, "on_lost must be callable or None, not %.100s",
-                    Py_TYPE (on_lost)->tp_name);
+      raise_type ("on_lost must be callable or None, not %.100s", Py_TYPE (on_lost)->tp_name);
       return NULL;
    }
    if (client_begin (self) < 0)
@@ -875,14 +919,14 @@ static PyObject *Client_get_label (ClientObject *self, void *c)
 
 static PyMethodDef Client_methods[] = {
    { "close", (PyCFunction)Client_close, METH_NOARGS,
-     "close()\n--\n\nReleases the leases this client still holds and closes its "
+     "close($self, /)\n--\n\nReleases the leases this client still holds and closes its "
      "connections. Idempotent; any later use raises ValueError." },
    { "_acquire", (PyCFunction)(void (*) (void))Client_acquire, METH_FASTCALL, NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,
-     "force_release(key)\n--\n\nClears the owner of key whoever holds it and makes it free now "
-     "(the fence survives). Returns True when a live lease was taken away." },
+     "force_release($self, key, /)\n--\n\nClears the owner of key whoever holds it and makes it "
+     "free now (the fence survives). Returns True when a live lease was taken away." },
    { "__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },
@@ -1152,10 +1196,11 @@ static PyObject *Lease_repr (LeaseObject *self)
 
 static PyMethodDef Lease_methods[] = {
    { "renew", (PyCFunction)(void (*) (void))Lease_renew, METH_VARARGS | METH_KEYWORDS,
-     "renew(ttl=None)\n--\n\nExtends the lease to ttl seconds from now (database clock); None "
-     "keeps its TTL. Raises NotHeld or LockLost when it is no longer ours." },
+     "renew($self, /, ttl=None)\n--\n\nExtends the lease to ttl seconds from now (database "
+     "clock); None keeps its TTL. Raises NotHeld or LockLost when it is no longer ours." },
    { "release", (PyCFunction)Lease_release, METH_NOARGS,
-     "release()\n--\n\nReleases the lease. Raises NotHeld when this owner no longer holds it." },
+     "release($self, /)\n--\n\nReleases the lease. Raises NotHeld when this owner no longer holds "
+     "it." },
    { "__enter__", (PyCFunction)Lease_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)(void (*) (void))Lease_exit, METH_FASTCALL, NULL },
    { NULL, NULL, 0, NULL },
@@ -1182,9 +1227,7 @@ static PyObject *Lease_new_refused (PyTypeObject *type, PyObject *args, PyObject
 {
    (void)args;
    (void)kwds;
-   PyErr_Format (PyExc_TypeError, "cannot create '%s' instances: use Lock.acquire()",
-                 type->tp_name);
-   return NULL;
+   return raise_type ("cannot create '%s' instances: use Lock.acquire()", type->tp_name);
 }
 
 static PyType_Slot Lease_slots[] = {
@@ -1215,7 +1258,7 @@ static PyObject *mod_check_key (PyObject *m, PyObject *const *args, Py_ssize_t n
    const char *s, *name = "key";
    Py_ssize_t n;
    if (nargs < 1 || nargs > 2) {
-      PyErr_SetString (PyExc_TypeError, "_check_key(key, name='key')");
+      raise_type ("_check_key(key, name='key')");
       return NULL;
    }
    if (nargs == 2 && !(name = PyUnicode_AsUTF8 (args[1])))
@@ -1229,7 +1272,7 @@ static PyObject *mod_seconds (PyObject *m, PyObject *const *args, Py_ssize_t nar
 {
    (void)m;
    if (nargs != 3) {
-      PyErr_SetString (PyExc_TypeError, "_seconds(value, name, kind)");
+      raise_type ("_seconds(value, name, kind)");
       return NULL;
    }
    const char *name = PyUnicode_AsUTF8 (args[1]);
@@ -1244,7 +1287,7 @@ static PyObject *mod_seconds (PyObject *m, PyObject *const *args, Py_ssize_t nar
    else if (!strcmp (kind, "timeout"))
       k = SECS_TIMEOUT;
    else {
-      PyErr_Format (PyExc_ValueError, "unknown kind %s", kind);
+      raise_invalid ("unknown kind %s", kind);
       return NULL;
    }
    int64_t ms;
@@ -1330,8 +1373,8 @@ static PyMethodDef module_methods[] = {
    { "_check_key", (PyCFunction)(void (*) (void))mod_check_key, METH_FASTCALL, NULL },
    { "_seconds", (PyCFunction)(void (*) (void))mod_seconds, METH_FASTCALL, NULL },
    { "default_uri", (PyCFunction)mod_default_uri, METH_NOARGS,
-     "default_uri()\n--\n\nThe embedded SQLite URI used when no URI and no $LEASELOCK_URI are "
-     "given." },
+     "default_uri($module, /)\n--\n\nThe embedded SQLite URI used when no URI and no "
+     "$LEASELOCK_URI are given." },
    { "_shutdown", (PyCFunction)mod_shutdown, METH_NOARGS, NULL },
    { "_bench_core", (PyCFunction)mod_bench_core, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },

@@ -58,7 +58,6 @@ Holder = namedtuple("Holder", "host pid label")
 
 _check_key = _leaselock._check_key
 _get_running_loop = asyncio._get_running_loop
-_get_ident = threading.get_ident
 _seconds = _leaselock._seconds
 
 # Every open client and every Lock, so exit can release and a forked
@@ -72,6 +71,14 @@ def connect(uri: Optional[str] = None, **options: Any) -> "Client":
     default (see default_uri()). options: label (str) stored with every
     lease as holder info."""
     return Client(uri, **options)
+
+
+def _invalid(cls: type, message: str) -> Exception:
+    """cls(message) with code INVALID, as the extension raises for bad
+    arguments and use after close."""
+    e = cls(message)
+    e.code = "INVALID"
+    return e
 
 
 def _record(t: tuple) -> dict:
@@ -102,7 +109,9 @@ class Client(_leaselock.Client):
         auto_renew: bool = True,
         on_lost: Optional[Callable[[Lease], Any]] = None,
     ) -> "Lock":
-        """A Lock on key. Nothing is acquired yet."""
+        """A Lock on key. Nothing is acquired yet. on_lost(lease) is called
+        from the renewal thread when a lease is lost; it needs
+        auto_renew=True (ValueError otherwise)."""
         return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost)
 
     def locked(
@@ -121,12 +130,12 @@ class Client(_leaselock.Client):
         lock = self.lock(key, ttl=ttl, min_hold=min_hold)
         timeout_ms = _seconds(timeout, "timeout", "timeout")
         if not isinstance(raise_on_busy, bool):
-            raise TypeError(
-                f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
+            raise _invalid(TypeError,
+                           f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
 
         def decorate(fn: Callable) -> Callable:
             if not callable(fn):
-                raise TypeError(f"locked() decorates a callable, not {type(fn).__name__}")
+                raise _invalid(TypeError, f"locked() decorates a callable, not {type(fn).__name__}")
             if inspect.iscoroutinefunction(fn):
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -171,13 +180,10 @@ class Client(_leaselock.Client):
         return f"<leaselock.Client {self.uri} ({self.backend}) {state}>"
 
 
-def _holder_id() -> Any:
-    """Who holds a Lock through `with`: the asyncio task, else the thread."""
-    if _get_running_loop() is not None:
-        task = asyncio.current_task()
-        if task is not None:
-            return ("task", id(task))
-    return _get_ident()
+def _current_task() -> Optional["asyncio.Task"]:
+    """The asyncio task running on this thread, if any."""
+    loop = _get_running_loop()
+    return None if loop is None else asyncio.current_task(loop)
 
 
 class Lock:
@@ -188,28 +194,45 @@ class Lock:
     Not reentrant: a thread (or asyncio task) that holds it through this
     Lock object and asks again gets RuntimeError instead of waiting for
     itself. Several threads may share one Lock object; each waits its turn.
+
+    on_lost(lease) is called from the renewal thread when a lease taken
+    through this Lock is lost; it needs auto_renew=True, so passing it with
+    auto_renew=False raises ValueError.
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_held", "__weakref__")
+                 "_threads", "_tasks", "__weakref__")
 
     def __init__(self, client: Client, key: str, *, ttl: float = 30.0, min_hold: float = 0.0,
                  auto_renew: bool = True, on_lost: Optional[Callable] = None) -> None:
         if not isinstance(client, _leaselock.Client):
-            raise TypeError(f"client must be a leaselock.Client, not {type(client).__name__}")
+            raise _invalid(TypeError,
+                           f"client must be a leaselock.Client, not {type(client).__name__}")
         self._key = _check_key(key, "key")
         self._ttl_ms = _seconds(ttl, "ttl", "ttl")
         self._min_hold_ms = _seconds(min_hold, "min_hold", "duration")
         if not isinstance(auto_renew, bool):
-            raise TypeError(f"auto_renew must be a bool, not {type(auto_renew).__name__}")
+            raise _invalid(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
         if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable or None, not {type(on_lost).__name__}")
+            raise _invalid(TypeError,
+                           f"on_lost must be callable or None, not {type(on_lost).__name__}")
+        if on_lost is not None and not auto_renew:
+            # The core calls on_lost from its renewal thread only.
+            raise _invalid(ValueError, "on_lost needs auto_renew=True: without renewal the "
+                           "loss is found only by the lease's own calls (lease.lost, "
+                           "renew(), release() or the with-block's exit)")
         if client.closed:
-            raise ValueError("I/O operation on a closed client")
+            raise _invalid(ValueError, "I/O operation on a closed client")
         self._client = client
         self._auto_renew = auto_renew
         self._on_lost = on_lost
-        self._held: dict = {}  # holder id -> list of leases taken through this Lock
+        # What each thread, and each asyncio task, took through this Lock:
+        # [(lease, taken by a with-block on this Lock)], oldest first. Kept
+        # per thread in thread-local storage and per task in a weak-keyed
+        # mapping, not by thread or task id: both are reused once their
+        # thread or task is gone.
+        self._threads = threading.local()
+        self._tasks: "weakref.WeakKeyDictionary[asyncio.Task, list]" = weakref.WeakKeyDictionary()
         _locks.add(self)
 
     # -- properties ------------------------------------------------------
@@ -239,61 +262,83 @@ class Lock:
         e.code = "BUSY"
         return e
 
-    def _mine(self, hid: Any) -> Optional[list]:
-        """This holder's live leases through this Lock (stale ones dropped)."""
-        stack = self._held.get(hid)
-        if stack:
-            stack[:] = [lease for lease in stack if lease.held]
-            if not stack:
-                self._held.pop(hid, None)
-                return None
+    def _stack(self, create: bool = False) -> Optional[list]:
+        """The leases of the calling task (else thread) through this Lock."""
+        task = _current_task()
+        if task is not None:
+            stack = self._tasks.get(task)
+            if stack is None and create:
+                stack = self._tasks[task] = []
+            return stack
+        stack = getattr(self._threads, "stack", None)
+        if stack is None and create:
+            stack = self._threads.stack = []
         return stack
 
-    def _check_not_mine(self, hid: Any) -> None:
-        if hid in self._held and self._mine(hid):
-            raise RuntimeError(
-                f'"{self._key}" is already held by this {"task" if isinstance(hid, tuple) else "thread"} '
-                "through this Lock; leaselock locks are not reentrant")
+    def _mine(self) -> bool:
+        """True when the caller holds a lease through this Lock now. Reads
+        only: a lost lease stays until its with-block (or release()) ends."""
+        stack = self._stack()
+        return bool(stack) and any(lease.held for lease, _ in stack)
 
-    def _push(self, hid: Any, lease: Lease) -> None:
-        self._held.setdefault(hid, []).append(lease)
+    def _check_not_mine(self) -> None:
+        if self._mine():
+            who = "task" if _current_task() is not None else "thread"
+            raise _invalid(RuntimeError,
+                           f'"{self._key}" is already held by this {who} through this Lock; '
+                           "leaselock locks are not reentrant")
+
+    def _push(self, lease: Lease, block: bool) -> None:
+        """Records a lease the caller took; block: by entering a with-block
+        on the Lock, whose exit reports and releases that one lease."""
+        stack = self._stack(True)
+        if stack:
+            # Forget the leases released meanwhile (lease.release(), a
+            # with-block on the lease): neither held nor lost.
+            stack[:] = [e for e in stack if e[0].held or e[0].lost]
+        stack.append((lease, block))
+
+    def _take(self, timeout_ms: int, block: bool) -> Lease:
+        self._check_not_mine()
+        lease = self._acquire_ms(timeout_ms, None)
+        if lease is None:
+            raise self._busy_error(timeout_ms)
+        self._push(lease, block)
+        return lease
+
+    def _pop_block(self) -> Optional[Lease]:
+        """Takes the lease of the caller's innermost with-block."""
+        stack = self._stack()
+        if stack:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][1]:
+                    return stack.pop(i)[0]
+        return None
 
     # -- the threading.Lock-like API --------------------------------------------
     def acquire(self, timeout: Optional[float] = None) -> Lease:
         """Blocks until acquired (timeout None: forever; 0: one try) and
         returns the Lease (a context manager). Raises LockTimeout when the
         time runs out. Ctrl-C stops the wait."""
-        timeout_ms = _seconds(timeout, "timeout", "timeout")
-        hid = _holder_id()
-        self._check_not_mine(hid)
-        lease = self._acquire_ms(timeout_ms, None)
-        if lease is None:
-            raise self._busy_error(timeout_ms)
-        self._push(hid, lease)
-        return lease
+        return self._take(_seconds(timeout, "timeout", "timeout"), False)
 
     def try_acquire(self) -> Optional[Lease]:
         """One try: the Lease, or None when another owner holds the key."""
-        hid = _holder_id()
-        self._check_not_mine(hid)
+        self._check_not_mine()
         lease = self._acquire_ms(0, None)
         if lease is not None:
-            self._push(hid, lease)
+            self._push(lease, False)
         return lease
 
     def release(self) -> None:
         """Releases the lease this thread (or task) took last through this
         Lock. Raises NotHeld when it holds none, or no longer holds it."""
-        hid = _holder_id()
-        stack = self._held.get(hid)
+        stack = self._stack()
         if not stack:
             e = NotHeld(f'"{self._key}" is not held by this thread through this Lock')
             e.code = "NOT_HELD"
             raise e
-        lease = stack.pop()
-        if not stack:
-            self._held.pop(hid, None)
-        lease.release()
+        stack.pop()[0].release()
 
     def locked(self) -> bool:
         """True when some owner holds the key now (by the database's clock),
@@ -302,20 +347,16 @@ class Lock:
         return rec is not None and rec["expires_in"] > 0
 
     def __enter__(self) -> Lease:
-        return self.acquire()
+        return self._take(-1, True)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        hid = _holder_id()
-        stack = self._held.get(hid)
-        if not stack:
-            return None
-        lease = stack.pop()
-        if not stack:
-            del self._held[hid]
-        lease.__exit__(et, ev, tb)
+        lease = self._pop_block()
+        if lease is not None:
+            lease.__exit__(et, ev, tb)
 
     # -- asyncio -------------------------------------------------------------
-    async def _acquire_async_ms(self, timeout_ms: int, register: bool) -> Lease:
+    async def _acquire_async_ms(self, timeout_ms: int, register: bool,
+                                block: bool = False) -> Lease:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         cancel = threading.Event()
@@ -350,9 +391,23 @@ class Lock:
             lease = await fut
         except asyncio.CancelledError:
             cancel.set()
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The lease was delivered, then the task was cancelled
+                # before it resumed: release it (off the event loop) before
+                # the cancellation goes on, whatever else cancels us.
+                lease = fut.result()
+                try:
+                    done = loop.run_in_executor(None, _release_quietly, lease)
+                except RuntimeError:  # the executor is shut down
+                    _release_quietly(lease)
+                else:
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:
+                        pass
             raise
         if register:
-            self._push(_holder_id(), lease)
+            self._push(lease, block)
         return lease
 
     async def acquire_async(self, timeout: Optional[float] = None) -> Lease:
@@ -360,25 +415,22 @@ class Lock:
         Cancelling the task stops the wait; an acquire that completes after
         the cancellation is released at once."""
         timeout_ms = _seconds(timeout, "timeout", "timeout")
-        self._check_not_mine(_holder_id())
+        self._check_not_mine()
         return await self._acquire_async_ms(timeout_ms, True)
 
     async def __aenter__(self) -> Lease:
-        return await self.acquire_async(None)
+        self._check_not_mine()
+        return await self._acquire_async_ms(-1, True, True)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        hid = _holder_id()
-        stack = self._held.get(hid)
-        if not stack:
-            return None
-        lease = stack.pop()
-        if not stack:
-            del self._held[hid]
-        await _AsyncLease(lease).__aexit__(et, ev, tb)
+        lease = self._pop_block()
+        if lease is not None:
+            await _AsyncLease(lease).__aexit__(et, ev, tb)
 
     def __repr__(self) -> str:
-        mine = self._mine(_holder_id())
-        state = "held by this thread" if mine else "not held here"
+        state = "not held here"
+        if self._mine():
+            state = f"held by this {'task' if _current_task() is not None else 'thread'}"
         if self._client.closed:
             state = "client closed"
         return (f"<leaselock.Lock {self._key!r} ttl={self.ttl:g}s"
@@ -414,7 +466,8 @@ def _after_fork_child() -> None:
     # The child holds none of its parent's leases (the core refuses to act
     # on them there): forget which threads held what.
     for lock in list(_locks):
-        lock._held.clear()
+        lock._threads = threading.local()
+        lock._tasks = weakref.WeakKeyDictionary()
 
 
 def _at_exit() -> None:

@@ -199,3 +199,70 @@ def test_locked_decorator_async(client, other, key):
         held.release()
 
     asyncio.run(main())
+
+
+def test_async_acquire_delivered_just_before_cancel_is_released(client, other, key):
+    # The worker thread delivers the lease, then the task is cancelled
+    # before it resumes: `await` raises CancelledError with the lease in
+    # the future's result. It must be released, not leaked.
+    async def main():
+        loop = asyncio.get_running_loop()
+        lock = client.lock(key)
+        box = {"delivered": 0}
+        real = loop.call_soon_threadsafe
+
+        def call_soon_threadsafe(cb, *args, **kwargs):
+            handle = real(cb, *args, **kwargs)
+            if getattr(cb, "__name__", "") == "deliver":
+                box["delivered"] += 1
+                real(box["task"].cancel)  # runs after deliver, before the task resumes
+            return handle
+
+        loop.call_soon_threadsafe = call_soon_threadsafe
+        try:
+            box["task"] = task = asyncio.create_task(lock.acquire_async(timeout=5))
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            del loop.call_soon_threadsafe
+        assert box["delivered"] == 1
+        assert other.info(key)["owner"] is None  # released before the cancel propagated
+        assert "not held here" in repr(lock)
+        lease = await lock.acquire_async(timeout=0)
+        lock.release()
+        return lease
+
+    lease = asyncio.run(main())
+    assert not lease.held and other.info(key)["owner"] is None
+
+
+def test_a_new_task_does_not_inherit_an_ended_tasks_lease(client, other, key):
+    # Like threads, tasks are not told apart by id(): a new task may get
+    # the address of one that ended holding a lease through the Lock.
+    import gc
+
+    async def main():
+        lock = client.lock(key)
+        kept = []
+
+        async def first():
+            kept.append(await lock.acquire_async())
+            return id(asyncio.current_task())
+
+        async def later():
+            with pytest.raises(leaselock.NotHeld):
+                lock.release()
+            assert "not held here" in repr(lock)
+            return id(asyncio.current_task())
+
+        first_id = await asyncio.create_task(first())
+        for _ in range(20):  # in CPython the address comes back within a few tasks
+            gc.collect()
+            reused = await asyncio.create_task(later()) == first_id
+            assert kept[0].held and other.info(key)["owner"] == kept[0].owner
+            if reused:
+                break
+        kept.pop().release()
+
+    asyncio.run(main())
+    assert other.info(key)["owner"] is None

@@ -99,8 +99,9 @@ def test_threading_style_acquire_release(client, other, key):
     lock = client.lock(key)
     lock.acquire()
     assert lock.locked()
-    with pytest.raises(RuntimeError, match="not reentrant"):
+    with pytest.raises(RuntimeError, match="not reentrant") as e:
         lock.acquire(timeout=0)
+    assert e.value.code == "INVALID"
     with pytest.raises(RuntimeError, match="not reentrant"):
         with lock:
             pass
@@ -203,3 +204,22 @@ def test_dropping_lease_and_lock_releases(client, other, key):
     got = other.lock(key).try_acquire()
     assert got is not None
     got.release()
+
+
+def test_signatures_of_the_c_methods(client, key):
+    import inspect
+
+    def params(f):
+        return [(p.name, p.kind.name) for p in inspect.signature(f).parameters.values()]
+
+    assert params(leaselock.Lease.renew) == [("self", "POSITIONAL_ONLY"),
+                                             ("ttl", "POSITIONAL_OR_KEYWORD")]
+    assert params(leaselock.Lease.release) == [("self", "POSITIONAL_ONLY")]
+    assert params(leaselock.Client.close) == [("self", "POSITIONAL_ONLY")]
+    assert params(leaselock.Client.force_release) == [("self", "POSITIONAL_ONLY"),
+                                                      ("key", "POSITIONAL_ONLY")]
+    assert params(client.force_release) == [("key", "POSITIONAL_ONLY")]
+    assert params(leaselock.default_uri) == []
+    with client.lock(key) as lease:
+        assert str(inspect.signature(lease.renew)) == "(ttl=None)"
+        assert inspect.signature(leaselock.Lease.renew).parameters["ttl"].default is None

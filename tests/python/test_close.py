@@ -31,8 +31,9 @@ def test_use_after_close(uri, key):
         lambda: c.locked(key),
     ]
     for use in uses:
-        with pytest.raises(ValueError, match="closed"):
+        with pytest.raises(ValueError, match="closed") as e:
             use()
+        assert e.value.code == "INVALID"
     assert not lease.held
     with lease:  # leaving a block after close: nothing left to do
         pass

@@ -98,3 +98,59 @@ def test_processes_contend(uri, key, tmp_path, method):
         fences = [int(x) for x in f.read().split()]
     assert len(fences) == 40  # no lost update
     assert fences == sorted(fences) and len(set(fences)) == 40
+
+
+def test_a_new_thread_does_not_inherit_an_ended_threads_lease(client, other, key):
+    # Thread identifiers are reused once a thread ends: a new thread must
+    # not see (nor release) what an ended thread acquired through the Lock.
+    lock = client.lock(key)
+    kept = []
+
+    def first():
+        kept.append((threading.get_ident(), lock.acquire()))
+
+    t = threading.Thread(target=first)
+    t.start()
+    t.join()
+    ident, lease = kept[0]
+    assert lease.held
+
+    for _ in range(20):  # usually the very first new thread reuses the ident
+        seen = {}
+
+        def second():
+            seen["ident"] = threading.get_ident()
+            seen["repr"] = repr(lock)
+            try:
+                lock.release()
+                seen["release"] = "released"
+            except leaselock.NotHeld:
+                seen["release"] = "NotHeld"
+            seen["try"] = lock.try_acquire()
+
+        t = threading.Thread(target=second)
+        t.start()
+        t.join()
+        assert "not held here" in seen["repr"]
+        assert seen["release"] == "NotHeld"
+        assert seen["try"] is None  # the ended thread's lease still holds the key
+        assert lease.held and other.info(key)["owner"] == lease.owner
+        if seen["ident"] == ident:
+            break
+    lease.release()
+    assert other.info(key)["owner"] is None
+
+
+def test_a_lease_left_by_an_ended_thread_is_released_once_unreachable(client, other, key):
+    # Nobody can release it through the Lock any more (release() is per
+    # thread): like any dropped Lease, it is released, not renewed forever.
+    lock = client.lock(key)
+    t = threading.Thread(target=lock.acquire)
+    t.start()
+    t.join()
+    deadline = time.monotonic() + 5
+    while other.info(key)["owner"] is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert other.info(key)["owner"] is None
+    assert lock.try_acquire() is not None
+    lock.release()

@@ -119,3 +119,40 @@ def test_min_hold_passes(client, other, key):
     lease = other.lock(key).acquire(timeout=10)
     assert lease.held
     lease.release()
+
+
+def test_lost_lease_raises_at_exit_after_repr_and_try_acquire(client, other, key):
+    # repr(lock) and the reentrancy check of try_acquire() look at the
+    # thread's leases; they must not forget the lost one before the exit.
+    lost = threading.Event()
+    lock = client.lock(key, ttl=0.6, on_lost=lambda lease: lost.set())
+    with pytest.raises(leaselock.LockLost):
+        with lock as lease:
+            thief = _take_over(other, key)
+            assert lost.wait(10)
+            assert lease.lost
+            assert "not held here" in repr(lock)
+            assert lock.try_acquire() is None  # the thief holds it
+            assert "not held here" in repr(lock)
+    assert other.info(key)["owner"] == thief.owner
+    thief.release()
+
+
+def test_lost_lease_raises_at_exit_after_reacquire_in_the_body(client, other, key):
+    # Expired without renewal, then taken again by the same Lock in the
+    # body: the block still reports its own lease as lost, and the new
+    # lease is left to the body's owner (here: lock.release()).
+    lock = client.lock(key, ttl=0.2, auto_renew=False)
+    with pytest.raises(leaselock.LockLost):
+        with lock as lease:
+            time.sleep(0.6)
+            assert lease.lost
+            repr(lock)
+            second = lock.try_acquire()
+            assert second is not None and second.held
+            assert "held by this thread" in repr(lock)
+    assert second.held and other.info(key)["owner"] == second.owner
+    lock.release()
+    assert not second.held and other.info(key)["owner"] is None
+    with pytest.raises(leaselock.NotHeld):
+        lock.release()
