@@ -51,6 +51,13 @@ struct leaselock_client
    pthread_cond_t cond;         /* wakes the renewal thread */
    pthread_t thread;
    bool thread_running;
+   /* The renewal thread keeps time and calls on_lost; its database calls
+    * run on the I/O thread, so that a call stuck in a busy or unreachable
+    * database never delays a loss past the lease's local deadline. */
+   pthread_t io_thread;
+   bool io_running;
+   pthread_cond_t io_cond;    /* wakes the I/O thread */
+   leaselock_lease_t *io_job; /* lease it renews now (a counted reference) */
    bool stopping;
    bool sleeping;                   /* the renewal thread waits on cond ... */
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
@@ -77,7 +84,7 @@ struct leaselock_lease
    int64_t deadline_ms;   /* local: send time of the last acquire/renew + ttl */
    int64_t next_renew_ms; /* when the renewal thread next acts */
    bool in_list;
-   bool busy;        /* the renewal thread is renewing it now */
+   bool busy;        /* the I/O thread has it to renew */
    bool lost_notify; /* on_lost still to be called */
    bool in_callback; /* on_lost is running now */
    leaselock_lease_t *next;
@@ -141,6 +148,7 @@ static void fork_child (void)
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       ll_cond_init (&c->cond);
       ll_cond_init (&c->drained);
+      ll_cond_init (&c->io_cond);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);
@@ -189,6 +197,7 @@ static void client_unref (leaselock_client_t *c)
    pthread_mutex_destroy (&c->mu);
    pthread_cond_destroy (&c->cond);
    pthread_cond_destroy (&c->drained);
+   pthread_cond_destroy (&c->io_cond);
    free (c->uri);
    free (c->uri_shown);
    free (c->label);
@@ -214,7 +223,13 @@ static void reset_after_fork_locked (leaselock_client_t *c, pid_t me)
       l->next = NULL;
    }
    c->renewing = NULL;
-   c->thread_running = false; /* it exists only in the parent */
+   c->thread_running = false; /* they exist only in the parent */
+   c->io_running = false;
+   if (c->io_job) { /* its reference is the parent thread's */
+      c->io_job->busy = false;
+      atomic_fetch_sub (&c->io_job->refs, 1);
+      c->io_job = NULL;
+   }
    c->sleeping = false;
    c->stopping = false;
    c->pid = me;
@@ -385,6 +400,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
    ll_cond_init (&c->drained);
+   ll_cond_init (&c->io_cond);
    c->pid = getpid ();
 
    /* Listed first, so that a fork() while the first connection opens waits
@@ -420,14 +436,18 @@ void leaselock_client_destroy (leaselock_client_t *c)
    reset_after_fork_locked (c, getpid ());
    c->closed = true;
    c->stopping = true;
-   bool join = c->thread_running;
+   bool join = c->thread_running, join_io = c->io_running;
    pthread_cond_broadcast (&c->cond);
+   pthread_cond_broadcast (&c->io_cond);
    pthread_mutex_unlock (&c->mu);
    if (join)
       pthread_join (c->thread, NULL);
+   if (join_io)
+      pthread_join (c->io_thread, NULL); /* after its call in flight, if any */
 
    pthread_mutex_lock (&c->mu);
    c->thread_running = false;
+   c->io_running = false;
    for (leaselock_lease_t *l = c->renewing; l; l = l->next)
       l->in_list = false;
    c->renewing = NULL;
@@ -506,7 +526,6 @@ static int64_t retry_interval (int64_t ttl)
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
-   pid_t me = getpid (); /* the thread lives in one process only */
    pthread_mutex_lock (&c->mu);
    while (!c->stopping) {
       int64_t now = ll_now_ms ();
@@ -518,9 +537,11 @@ static void *renew_main (void *arg)
             notify = l;
             break;
          }
-         if (l->state != LEASELOCK_STATE_HELD || l->busy)
+         if (l->state != LEASELOCK_STATE_HELD)
             continue;
-         int64_t at = l->next_renew_ms < l->deadline_ms ? l->next_renew_ms : l->deadline_ms;
+         /* While the I/O thread works, only deadlines can come due. */
+         int64_t at = l->busy || c->io_job || l->next_renew_ms > l->deadline_ms ? l->deadline_ms
+                                                                                : l->next_renew_ms;
          if (at <= now) {
             if (!due)
                due = l;
@@ -551,8 +572,37 @@ static void *renew_main (void *arg)
          continue;
       }
 
+      /* Hand it to the I/O thread. */
       due->busy = true;
       atomic_fetch_add (&due->refs, 1);
+      c->io_job = due;
+      pthread_cond_signal (&c->io_cond);
+   }
+   pthread_mutex_unlock (&c->mu);
+   return NULL;
+}
+
+/* The I/O thread: renews the lease the renewal thread hands it, one at a
+ * time, and records the outcome. */
+static void *io_main (void *arg)
+{
+   leaselock_client_t *c = arg;
+   pid_t me = getpid (); /* the thread lives in one process only */
+   pthread_mutex_lock (&c->mu);
+   for (;;) {
+      while (!c->io_job && !c->stopping)
+         ll_cond_wait_until (&c->io_cond, &c->mu, -1);
+      leaselock_lease_t *due = c->io_job;
+      if (c->stopping) {
+         if (due) {
+            due->busy = false;
+            c->io_job = NULL;
+            pthread_mutex_unlock (&c->mu);
+            lease_unref (due);
+            pthread_mutex_lock (&c->mu);
+         }
+         break;
+      }
       int64_t ttl = due->ttl_ms;
       pthread_mutex_unlock (&c->mu);
 
@@ -569,7 +619,7 @@ static void *renew_main (void *arg)
       pthread_mutex_lock (&c->mu);
       due->busy = false;
       if (due->state == LEASELOCK_STATE_HELD) {
-         now = ll_now_ms ();
+         int64_t now = ll_now_ms ();
          if (ok && sent < due->deadline_ms) {
             due->deadline_ms = sent + ttl;
             due->next_renew_ms = sent + ttl / 3;
@@ -580,6 +630,8 @@ static void *renew_main (void *arg)
             check_deadline_locked (c, due, now);
          }
       }
+      c->io_job = NULL;
+      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
       pthread_mutex_unlock (&c->mu);
       lease_unref (due);
       pthread_mutex_lock (&c->mu);
@@ -588,12 +640,19 @@ static void *renew_main (void *arg)
    return NULL;
 }
 
-/* Adds l to the renewal list, starting the thread in this process if
+/* Adds l to the renewal list, starting the threads in this process if
  * needed. Called with c->mu held. */
 static bool schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
 {
-   if (!c->thread_running) {
+   if (!c->io_running) {
       c->stopping = false;
+      int rc = pthread_create (&c->io_thread, NULL, io_main, c);
+      if (rc != 0)
+         return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal I/O thread: %s",
+                              strerror (rc));
+      c->io_running = true;
+   }
+   if (!c->thread_running) {
       int rc = pthread_create (&c->thread, NULL, renew_main, c);
       if (rc != 0)
          return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal thread: %s",

@@ -5,6 +5,9 @@
  */
 #include "fake_backend.h"
 
+#include <stdatomic.h>
+#include <time.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +28,7 @@ static int n_recs;
 static int fail_ops;     /* while > 0 every op fails with BACKEND */
 static int64_t db_skew;  /* the "database clock" = engine clock + skew */
 static int lose_replies; /* acquires still to apply and then fail */
+static atomic_bool hang;
 static long n_calls[8];
 
 void fake_backend_fail (bool on)
@@ -32,6 +36,11 @@ void fake_backend_fail (bool on)
    pthread_mutex_lock (&mu);
    fail_ops = on;
    pthread_mutex_unlock (&mu);
+}
+
+void fake_backend_hang (bool on)
+{
+   atomic_store (&hang, on);
 }
 
 void fake_backend_lose_replies (int n)
@@ -74,6 +83,12 @@ static bool enter (fake_op_t op, leaselock_error_t *err)
 {
    pthread_mutex_lock (&mu);
    n_calls[op]++;
+   pthread_mutex_unlock (&mu);
+   while (atomic_load (&hang)) {
+      struct timespec ts = { 0, 1000000 };
+      nanosleep (&ts, NULL);
+   }
+   pthread_mutex_lock (&mu);
    if (fail_ops) {
       pthread_mutex_unlock (&mu);
       return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: injected failure");

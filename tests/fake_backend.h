@@ -19,6 +19,9 @@ typedef enum
 extern const ll_backend_t fake_backend;
 /* While on, every operation fails with BACKEND (a database that is down). */
 void fake_backend_fail (bool on);
+/* While on, every operation waits (in real time) before it starts: a
+ * database that does not answer. */
+void fake_backend_hang (bool on);
 /* The next n acquires are applied, then fail with BACKEND as if their
  * reply had been lost on the way back. */
 void fake_backend_lose_replies (int n);

@@ -987,6 +987,50 @@ static void test_bad_ttls (void)
    leaselock_client_destroy (c);
 }
 
+/* A renewal stuck in a database that does not answer must not delay the
+ * loss: on_lost fires at the local deadline while the call still hangs.
+ * (fake only) */
+static void test_loss_while_renewal_hangs (void)
+{
+   leaselock_client_t *a = client ("hang");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la = NULL;
+   lost_t L = { 0 };
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   atomic_store (&ticking, false);
+   int64_t t0 = ll_now_ms ();
+   bool ok = acq (a, key ("hang"), o, &la, &err);
+   if (!ok) {
+      atomic_store (&ticking, true);
+      leaselock_client_destroy (a);
+   }
+   CHECK_OK (ok, err);
+   fake_backend_hang (true);
+   long renews = fake_backend_calls (FAKE_RENEW);
+   /* To the first renewal, which then hangs. */
+   while (fake_backend_calls (FAKE_RENEW) == renews && ll_now_ms () < t0 + 900) {
+      ll_clock_advance (10);
+      real_sleep (2);
+   }
+   bool renewing = fake_backend_calls (FAKE_RENEW) > renews;
+   ll_clock_advance (t0 + 1000 - ll_now_ms ());
+   for (int i = 0; i < 2000 && !atomic_load (&L.calls); i++)
+      real_sleep (1);
+   int calls_while_hung = atomic_load (&L.calls);
+   bool lost = leaselock_lease_state (la) == LEASELOCK_STATE_LOST;
+   fake_backend_hang (false);
+   atomic_store (&ticking, true);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   CHECK (renewing);
+   CHECK (lost);
+   CHECK_EQ (calls_while_hung, 1);
+   CHECK (L.lease == la);
+}
+
 /* An acquire applied by the database whose reply is lost is sent once
  * more with the same owner: the caller gets the lease, not a key locked by
  * nobody until its TTL. A second loss in a row is reported. (fake only) */
@@ -1269,6 +1313,7 @@ int main (int argc, char **argv)
       RUN (test_loss_when_database_down);
       RUN (test_local_deadline_exact);
       RUN (test_lost_reply_resent);
+      RUN (test_loss_while_renewal_hangs);
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
