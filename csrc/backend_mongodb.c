@@ -35,9 +35,11 @@
  *
  * Threads and fork: a connection is one single-threaded mongoc_client_t,
  * used by one thread at a time (the engine pools connections). abandon()
- * (in a forked child) calls mongoc_client_reset() before destroying the
+ * (in a forked child) must send nothing on the sockets it shares with the
+ * parent. Without TLS it calls mongoc_client_reset() before destroying the
  * client: the session pool is dropped without endSessions and the sockets
- * are closed without shutdown(), so nothing reaches the parent's sockets.
+ * are closed without shutdown(). With TLS it leaks the client (see
+ * ll_mongo_abandon): destroying it would send a TLS close_notify.
  */
 #include "ll_internal.h"
 
@@ -65,6 +67,7 @@ typedef struct ll_mongo_conn
    mongoc_client_t *client;   /* single-threaded, owned */
    mongoc_collection_t *coll; /* owned; carries the write concern */
    char *password;            /* owned copy, scrubbed from messages; may be NULL */
+   bool tls;                  /* the URI asks for TLS (see ll_mongo_abandon) */
 } ll_mongo_conn_t;
 
 /* Options libmongoc 1.x knows (MONGOC_URI_* in mongoc-uri.h), lower case. */
@@ -415,6 +418,7 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
          err->code = LEASELOCK_INVALID;
       goto fail;
    }
+   conn->tls = mongoc_uri_get_tls (uri);
    mongoc_client_set_error_api (conn->client, MONGOC_ERROR_API_VERSION_2);
    conn->coll = mongoc_client_get_collection (conn->client, db, collname);
 
@@ -463,14 +467,33 @@ static void ll_mongo_close (void *c)
    ll_mongo_conn_free (c);
 }
 
+/* In a forked child: the client's sockets are shared with the parent.
+ *
+ * Without TLS, mongoc_client_reset() drops the session pool without
+ * endSessions and bumps the generation; destroying the client then closes
+ * the sockets without shutdown() (libmongoc skips it for a socket made by
+ * another pid). Nothing is sent.
+ *
+ * With TLS, destroying a stream frees its OpenSSL BIO, which calls
+ * SSL_shutdown(): a close_notify alert written on the parent's socket with
+ * the parent's session keys and sequence number, which ends the parent's
+ * TLS connection. libmongoc has no way to drop a TLS stream without that,
+ * so the client is leaked: its memory and its copies of the socket
+ * descriptors (close-on-exec, so an exec closes them). The engine abandons
+ * at most its pool of idle connections plus those in use at the fork, so
+ * the leak is bounded by that per fork. */
 static void ll_mongo_abandon (void *c)
 {
    ll_mongo_conn_t *conn = c;
    if (!conn)
       return;
-   /* Drops the session pool without endSessions and bumps the generation;
-    * the sockets then close without shutdown() (owned by another pid). */
-   mongoc_client_reset (conn->client);
+   if (conn->tls) {
+      mongoc_collection_destroy (conn->coll); /* memory only, no I/O */
+      conn->coll = NULL;
+      conn->client = NULL; /* leaked on purpose */
+   } else {
+      mongoc_client_reset (conn->client);
+   }
    ll_mongo_conn_free (conn);
 }
 

@@ -8,8 +8,10 @@
 MONGO_TEST := $(BUILD)/tests/test_mongo
 MONGO_BENCH := $(BUILD)/bench/core_mongo
 
+# OpenSSL (a dependency of libmongoc-dev): the suite's own TLS front.
 $(MONGO_TEST): tests/test_mongo.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) \
+	  $(shell $(PKG_CONFIG) --libs openssl) -o $@
 
 $(MONGO_BENCH): bench/core_mongo.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@

@@ -11,7 +11,8 @@
  *  - server down / hung: clear BACKEND errors within the configured
  *    timeouts, then the same connection works again once it is back;
  *  - a retried acquire whose first reply was lost succeeds;
- *  - after fork, abandoning the parent's connection leaves it working;
+ *  - after fork, abandoning the parent's connection leaves it working,
+ *    with TLS too (a TLS front of the suite's own: the server has none);
  *  - bad input: closed port, unknown host, malformed URI, unknown option,
  *    collection names MongoDB refuses, no password in messages.
  *
@@ -23,6 +24,10 @@
 #include "testlib.h"
 
 #include <mongoc/mongoc.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -666,41 +671,32 @@ static void *proxy_main (void *arg)
    return NULL;
 }
 
-/* Starts the proxy in front of URI's single host and writes a URI through
- * it to out. Returns false when URI has several hosts or is +srv. */
-static bool proxy_start (char *out, size_t size, const char *extra_opts)
+/* The address of URI's single host (false when URI has several hosts or
+ * is +srv). */
+static bool upstream_addr (struct sockaddr_in *up)
 {
    bson_error_t e;
    mongoc_uri_t *u = mongoc_uri_new_with_error (URI, &e);
    if (!u)
       return false;
    const mongoc_host_list_t *h = mongoc_uri_get_hosts (u);
-   if (!h || h->next || strncmp (URI, "mongodb://", 10) != 0) {
-      mongoc_uri_destroy (u);
-      return false;
-   }
-   memset (&PX, 0, sizeof PX);
-   pthread_mutex_init (&PX.mu, NULL);
-   for (int i = 0; i < 64; i++)
-      PX.pairs[i][0] = PX.pairs[i][1] = -1;
-   PX.up.sin_family = AF_INET;
-   PX.up.sin_port = htons (h->port);
-   if (inet_pton (AF_INET, strcmp (h->host, "localhost") ? h->host : "127.0.0.1",
-                  &PX.up.sin_addr) != 1) {
-      mongoc_uri_destroy (u);
-      return false;
+   bool ok = h && !h->next && strncmp (URI, "mongodb://", 10) == 0;
+   memset (up, 0, sizeof *up);
+   up->sin_family = AF_INET;
+   if (ok) {
+      up->sin_port = htons (h->port);
+      ok = inet_pton (AF_INET, strcmp (h->host, "localhost") ? h->host : "127.0.0.1",
+                      &up->sin_addr) == 1;
    }
    mongoc_uri_destroy (u);
-   PX.lfd = proxy_listen (0);
-   if (PX.lfd < 0)
-      return false;
-   struct sockaddr_in a;
-   socklen_t al = sizeof a;
-   getsockname (PX.lfd, (struct sockaddr *)&a, &al);
-   PX.port = ntohs (a.sin_port);
+   return ok;
+}
 
-   /* Same URI with the host list replaced: after "://" and any userinfo,
-    * up to the first '/' or '?'. */
+/* URI with its host list replaced by 127.0.0.1:port (after "://" and any
+ * userinfo, up to the first '/' or '?'), directConnection=true and
+ * extra_opts, written to out. */
+static void uri_via (char *out, size_t size, int port, const char *extra_opts)
+{
    const char *hs = URI + 10, *at = NULL;
    const char *he = hs + strcspn (hs, "/?");
    for (const char *p = hs; p < he; p++)
@@ -709,11 +705,31 @@ static bool proxy_start (char *out, size_t size, const char *extra_opts)
    if (at)
       hs = at + 1;
    char base[1024];
-   snprintf (base, sizeof base, "%.*s127.0.0.1:%d%s", (int)(hs - URI), URI, PX.port, he);
+   snprintf (base, sizeof base, "%.*s127.0.0.1:%d%s", (int)(hs - URI), URI, port, he);
    char opts[512];
    snprintf (opts, sizeof opts, "directConnection=true%s%s", extra_opts ? "&" : "",
              extra_opts ? extra_opts : "");
    uri_with (out, size, base, opts);
+}
+
+/* Starts the proxy in front of URI's single host and writes a URI through
+ * it to out. Returns false when URI has several hosts or is +srv. */
+static bool proxy_start (char *out, size_t size, const char *extra_opts)
+{
+   memset (&PX, 0, sizeof PX);
+   if (!upstream_addr (&PX.up))
+      return false;
+   pthread_mutex_init (&PX.mu, NULL);
+   for (int i = 0; i < 64; i++)
+      PX.pairs[i][0] = PX.pairs[i][1] = -1;
+   PX.lfd = proxy_listen (0);
+   if (PX.lfd < 0)
+      return false;
+   struct sockaddr_in a;
+   socklen_t al = sizeof a;
+   getsockname (PX.lfd, (struct sockaddr *)&a, &al);
+   PX.port = ntohs (a.sin_port);
+   uri_via (out, size, PX.port, extra_opts);
    pthread_create (&PX.thread, NULL, proxy_main, NULL);
    return true;
 }
@@ -903,6 +919,221 @@ static void test_fork_abandon (void)
    ok = B->release (c, k, strlen (k), a, 0, &err);
    CHECK_OK (ok, err);
    B->close (c);
+}
+
+/* A TLS front for the test server: a self-signed certificate, each
+ * connection in a thread of its own that decrypts what the client sends
+ * and forwards it to the server in plain text, and back. It counts how each
+ * connection ended from the client's side: a TLS close_notify (SSL_shutdown
+ * in the client), another TLS error (e.g. a record whose sequence number
+ * was already used, as after a fork), or an open connection. */
+typedef struct
+{
+   pthread_t thread;
+   SSL_CTX *ctx;
+   int lfd;
+   struct sockaddr_in up;
+   pthread_t conns[16];
+   int n_conns;
+   atomic_bool stop;
+   atomic_int accepted, close_notify, tls_errors;
+} tls_front_t;
+
+static tls_front_t TF;
+
+static SSL_CTX *tls_server_ctx (void)
+{
+   EVP_PKEY *pkey = EVP_EC_gen ("P-256");
+   X509 *x = X509_new ();
+   SSL_CTX *ctx = SSL_CTX_new (TLS_server_method ());
+   bool ok = pkey && x && ctx;
+   if (ok) {
+      X509_NAME *name = X509_get_subject_name (x);
+      ok = X509_set_version (x, 2) && ASN1_INTEGER_set (X509_get_serialNumber (x), 1) &&
+           X509_gmtime_adj (X509_getm_notBefore (x), -3600) &&
+           X509_gmtime_adj (X509_getm_notAfter (x), 86400) && X509_set_pubkey (x, pkey) &&
+           X509_NAME_add_entry_by_txt (name, "CN", MBSTRING_ASC, (const unsigned char *)"127.0.0.1",
+                                       -1, -1, 0) &&
+           X509_set_issuer_name (x, name) && X509_sign (x, pkey, EVP_sha256 ()) > 0 &&
+           SSL_CTX_use_certificate (ctx, x) == 1 && SSL_CTX_use_PrivateKey (ctx, pkey) == 1;
+   }
+   X509_free (x);
+   EVP_PKEY_free (pkey);
+   if (!ok) {
+      ERR_print_errors_fp (stderr);
+      SSL_CTX_free (ctx);
+      return NULL;
+   }
+   return ctx;
+}
+
+static bool write_all (int fd, const char *buf, size_t n)
+{
+   while (n > 0) {
+      ssize_t k = write (fd, buf, n);
+      if (k <= 0)
+         return false;
+      buf += k;
+      n -= (size_t)k;
+   }
+   return true;
+}
+
+static void *tls_conn_main (void *arg)
+{
+   int cfd = (int)(intptr_t)arg;
+   int sfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+   SSL *ssl = SSL_new (TF.ctx);
+   char buf[16384];
+   if (!ssl || connect (sfd, (struct sockaddr *)&TF.up, sizeof TF.up) != 0 ||
+       !SSL_set_fd (ssl, cfd) || SSL_accept (ssl) != 1) {
+      atomic_fetch_add (&TF.tls_errors, 1);
+      goto done;
+   }
+   while (!atomic_load (&TF.stop)) {
+      struct pollfd p[2] = { { .fd = cfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+      if (SSL_pending (ssl) == 0 && poll (p, 2, 20) <= 0)
+         continue;
+      if (SSL_pending (ssl) > 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+         int r = SSL_read (ssl, buf, sizeof buf);
+         if (r <= 0) {
+            int e = SSL_get_error (ssl, r);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+               continue;
+            if (e == SSL_ERROR_ZERO_RETURN)
+               atomic_fetch_add (&TF.close_notify, 1);
+            else if (e != SSL_ERROR_SYSCALL || ERR_peek_error () != 0)
+               atomic_fetch_add (&TF.tls_errors, 1);
+            break;
+         }
+         if (!write_all (sfd, buf, (size_t)r))
+            break;
+      }
+      if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+         ssize_t r = read (sfd, buf, sizeof buf);
+         if (r <= 0 || SSL_write (ssl, buf, (int)r) != (int)r)
+            break;
+      }
+   }
+done:
+   ERR_clear_error ();
+   SSL_free (ssl);
+   close (cfd);
+   close (sfd);
+   return NULL;
+}
+
+static void *tls_accept_main (void *arg)
+{
+   (void)arg;
+   while (!atomic_load (&TF.stop)) {
+      struct pollfd p = { .fd = TF.lfd, .events = POLLIN };
+      if (poll (&p, 1, 20) <= 0)
+         continue;
+      int cfd = accept4 (TF.lfd, NULL, NULL, SOCK_CLOEXEC);
+      if (cfd < 0)
+         continue;
+      if (TF.n_conns == 16 ||
+          pthread_create (&TF.conns[TF.n_conns], NULL, tls_conn_main, (void *)(intptr_t)cfd)) {
+         close (cfd);
+         continue;
+      }
+      TF.n_conns++;
+      atomic_fetch_add (&TF.accepted, 1);
+   }
+   for (int i = 0; i < TF.n_conns; i++)
+      pthread_join (TF.conns[i], NULL);
+   close (TF.lfd);
+   return NULL;
+}
+
+/* Starts the TLS front and writes a URI through it (TLS on, any certificate
+ * accepted) to out. False when URI has several hosts or is +srv. */
+static bool tls_front_start (char *out, size_t size, const char *extra_opts, bool *setup_ok)
+{
+   *setup_ok = false;
+   memset (&TF, 0, sizeof TF);
+   if (!upstream_addr (&TF.up))
+      return false;
+   TF.ctx = tls_server_ctx ();
+   TF.lfd = TF.ctx ? proxy_listen (0) : -1;
+   if (TF.lfd < 0) {
+      SSL_CTX_free (TF.ctx);
+      return true;
+   }
+   struct sockaddr_in a;
+   socklen_t al = sizeof a;
+   getsockname (TF.lfd, (struct sockaddr *)&a, &al);
+   char opts[512];
+   snprintf (opts, sizeof opts, "tls=true&tlsInsecure=true%s%s", extra_opts ? "&" : "",
+             extra_opts ? extra_opts : "");
+   uri_via (out, size, ntohs (a.sin_port), opts);
+   pthread_create (&TF.thread, NULL, tls_accept_main, NULL);
+   *setup_ok = true;
+   return true;
+}
+
+static void tls_front_stop (void)
+{
+   atomic_store (&TF.stop, true);
+   pthread_join (TF.thread, NULL);
+   SSL_CTX_free (TF.ctx);
+}
+
+/* After fork, abandoning a TLS connection sends nothing on the socket the
+ * child shares with its parent. Destroying the client would run OpenSSL's
+ * SSL_shutdown, whose close_notify ends the parent's TLS session (and any
+ * record from the child's copy of the session state reuses a sequence number
+ * the parent will use too). mongo-java-server has no TLS: a TLS front of the
+ * test's own terminates it and reports how each connection ended. */
+static void test_fork_abandon_tls (void)
+{
+   char u[1200];
+   bool setup_ok;
+   if (!tls_front_start (u, sizeof u, "retryWrites=false", &setup_ok)) {
+      fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
+      return;
+   }
+   CHECK (setup_ok);
+   void *c = open_conn (u);
+   leaselock_error_t err;
+   char a[33];
+   bool ok = false, renewed = false;
+   int st = -1, accepted = 0, notify = 0, errors = 0;
+   pid_t pid = -1;
+   new_owner (a);
+   const char *k = key ("fork-tls");
+   if (c)
+      ok = acquire (c, k, a, 30000, NULL, &err);
+   if (ok) {
+      fflush (NULL);
+      pid = fork ();
+      if (pid == 0) {
+         B->abandon (c);
+         _exit (0);
+      }
+      if (pid > 0 && waitpid (pid, &st, 0) == pid) {
+         /* Whatever the child sent has reached the front by now. */
+         sleep_ms (200);
+         notify = atomic_load (&TF.close_notify);
+         errors = atomic_load (&TF.tls_errors);
+         renewed = B->renew (c, k, strlen (k), a, 30000, &err);
+         accepted = atomic_load (&TF.accepted);
+         if (renewed)
+            renewed = B->release (c, k, strlen (k), a, 0, &err);
+      }
+   }
+   B->close (c);
+   tls_front_stop ();
+   CHECK (c);
+   CHECK_OK (ok, err);
+   CHECK (pid > 0);
+   CHECK (WIFEXITED (st) && WEXITSTATUS (st) == 0);
+   CHECK_EQ (notify, 0);
+   CHECK_EQ (errors, 0);
+   /* The parent's TLS connection still works: no reconnection. */
+   CHECK_OK (renewed, err);
+   CHECK_EQ (accepted, 1);
 }
 
 /* ---- URI, collection, database ---------------------------------------- */
@@ -1147,6 +1378,7 @@ int main (int argc, char **argv)
    RUN (test_collection_option);
    RUN (test_bad_uris);
    RUN (test_fork_abandon);
+   RUN (test_fork_abandon_tls);
    RUN (test_server_clock_only);
    RUN (test_lost_reply_retry);
    RUN (test_server_down_and_back);
