@@ -12,6 +12,8 @@
  *   serverSelectionTimeoutMS=5000  (driver: 30 s)
  *   connectTimeoutMS=5000          (driver: 10 s)
  *   w=majority, wtimeoutMS=5000    for acquire, renew, release, force_release
+ *                                  (unless the URI sets w; its journal= is
+ *                                  kept; w=0, w=-1 and safe=false refused)
  *   appname=leaselock
  *
  * One record per key, written only with the server's clock:
@@ -386,6 +388,20 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
    }
    if (!ll_mongo_check_collection (db, collname, strlen (collname), err))
       goto fail;
+   /* Unacknowledged writes (w=0, w=-1, or safe=false, which libmongoc turns
+    * into w=0) cannot hold a lock: acquire would never learn whether it got
+    * the key, nor release whether it let it go. */
+   {
+      int32_t w = mongoc_write_concern_get_w (mongoc_uri_get_write_concern (uri));
+      if (w == MONGOC_WRITE_CONCERN_W_UNACKNOWLEDGED ||
+          w == MONGOC_WRITE_CONCERN_W_ERRORS_IGNORED) {
+         ll_error_set (err, LEASELOCK_INVALID,
+                       "MongoDB URI asks for unacknowledged writes (w=%d): unacknowledged writes "
+                       "cannot hold a lock; leave w unset (majority) or use w=1 or more",
+                       (int)w);
+         goto fail;
+      }
+   }
 
    if (!mongoc_uri_has_option (uri, MONGOC_URI_SOCKETTIMEOUTMS))
       mongoc_uri_set_option_as_int32 (uri, MONGOC_URI_SOCKETTIMEOUTMS, LL_MONGO_SOCKET_TIMEOUT_MS);
@@ -422,15 +438,21 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
    mongoc_client_set_error_api (conn->client, MONGOC_ERROR_API_VERSION_2);
    conn->coll = mongoc_client_get_collection (conn->client, db, collname);
 
-   /* w=majority unless the URI names its own write concern. */
-   if (!mongoc_uri_has_option (uri, MONGOC_URI_W) &&
-       !mongoc_uri_has_option (uri, MONGOC_URI_SAFE) &&
-       !mongoc_uri_has_option (uri, MONGOC_URI_JOURNAL)) {
-      mongoc_write_concern_t *wc = mongoc_write_concern_new ();
-      mongoc_write_concern_set_wmajority (
-        wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
-              ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
-              : LL_MONGO_WTIMEOUT_MS);
+   /* The URI's write concern, with w=majority unless the URI sets w itself:
+    * journal= and wtimeoutMS= combine with the default. safe=true (which
+    * libmongoc turns into w=1) asks for acknowledged writes, which majority
+    * is, so it does not lower the default. */
+   {
+      mongoc_write_concern_t *wc = mongoc_write_concern_copy (mongoc_uri_get_write_concern (uri));
+      if (!wc) {
+         ll_mongo_nomem (err);
+         goto fail;
+      }
+      if (!mongoc_uri_has_option (uri, MONGOC_URI_W))
+         mongoc_write_concern_set_wmajority (
+           wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
+                 ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
+                 : LL_MONGO_WTIMEOUT_MS);
       mongoc_collection_set_write_concern (conn->coll, wc);
       mongoc_write_concern_destroy (wc);
    }

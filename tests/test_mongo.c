@@ -361,26 +361,98 @@ static void test_command_shape (void)
    CHECK (doc_has_key (cmds[0], "$currentDate") && doc_has_key (cmds[0], "$inc"));
    clear_cmds ();
    B->close (c);
+}
 
-   /* A URI's w= wins over the majority default. */
-   char u[1024];
-   uri_with (u, sizeof u, URI, "w=1");
-   c = open_conn (u);
-   CHECK (c);
-   cbs = mongoc_apm_callbacks_new ();
+/* The write concern of a captured command: w as text ("majority", "1", or
+ * "" when absent) and j (-1 when absent). */
+static void write_concern_of (const bson_t *cmd, char *w, size_t size, int *j)
+{
+   bson_iter_t it, wc;
+   w[0] = '\0';
+   *j = -1;
+   if (!bson_iter_init_find (&it, cmd, "writeConcern") || !bson_iter_recurse (&it, &wc))
+      return;
+   while (bson_iter_next (&wc)) {
+      if (!strcmp (bson_iter_key (&wc), "w")) {
+         if (BSON_ITER_HOLDS_UTF8 (&wc))
+            snprintf (w, size, "%s", bson_iter_utf8 (&wc, NULL));
+         else
+            snprintf (w, size, "%lld", (long long)bson_iter_as_int64 (&wc));
+      } else if (!strcmp (bson_iter_key (&wc), "j")) {
+         *j = bson_iter_as_bool (&wc);
+      }
+   }
+}
+
+/* Opens URI + opts, acquires and releases a key, and checks the write
+ * concern of every write sent (want_j -1: no j). */
+static void expect_write_concern (const char *opts, const char *want_w, int want_j, int line)
+{
+   char u[1200], a[33], m[1024];
+   leaselock_error_t err;
+   uri_with (u, sizeof u, URI, opts);
+   new_owner (a);
+   void *c = open_conn (u);
+   if (!c) {
+      tl_fail (__FILE__, line, "open");
+      return;
+   }
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL);
    mongoc_apm_callbacks_destroy (cbs);
-   ok = acquire (c, k, a, 30000, NULL, &err);
-   CHECK_OK (ok, err);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
-   CHECK_OK (ok, err);
-   writes = check_cmds (false, why, sizeof why);
-   if (writes < 0)
-      fprintf (stderr, "    %s\n", why);
-   CHECK (writes >= 2);
    clear_cmds ();
+   const char *k = key ("write-concern");
+   bool ok = acquire (c, k, a, 30000, NULL, &err) && B->release (c, k, strlen (k), a, 0, &err);
    B->close (c);
+   int writes = 0;
+   m[0] = '\0';
+   for (int i = 0; ok && i < n_cmds && !m[0]; i++) {
+      const char *name = "";
+      bson_iter_t it;
+      if (bson_iter_init (&it, cmds[i]) && bson_iter_next (&it))
+         name = bson_iter_key (&it);
+      if (strcmp (name, "findAndModify") && strcmp (name, "update"))
+         continue;
+      char w[64];
+      int j;
+      write_concern_of (cmds[i], w, sizeof w, &j);
+      writes++;
+      if (strcmp (w, want_w) || j != want_j) {
+         char *js = json (cmds[i]);
+         snprintf (m, sizeof m, "%s: want w=%s j=%d, got w=%s j=%d in %.300s", opts, want_w, want_j,
+                   w, j, js);
+         bson_free (js);
+      }
+   }
+   clear_cmds ();
+   if (!ok)
+      snprintf (m, sizeof m, "%s: %s %s", opts, leaselock_code_name (err.code), err.message);
+   else if (!m[0] && writes < 2)
+      snprintf (m, sizeof m, "%s: %d writes captured", opts, writes);
+   if (m[0])
+      tl_fail (__FILE__, line, m);
+}
+
+#define EXPECT_WRITE_CONCERN(opts, w, j)                                                           \
+   do {                                                                                            \
+      expect_write_concern ((opts), (w), (j), __LINE__);                                           \
+      if (tl_cur_failed)                                                                           \
+         return;                                                                                   \
+   } while (0)
+
+/* w=majority unless the URI sets w; journal= combines with it; safe=true
+ * does not lower it. */
+static void test_write_concern (void)
+{
+   EXPECT_WRITE_CONCERN ("appname=wc", "majority", -1);
+   EXPECT_WRITE_CONCERN ("journal=true", "majority", 1);
+   EXPECT_WRITE_CONCERN ("journal=false", "majority", 0);
+   EXPECT_WRITE_CONCERN ("safe=true", "majority", -1);
+   EXPECT_WRITE_CONCERN ("safe=true&journal=true", "majority", 1);
+   EXPECT_WRITE_CONCERN ("w=1", "1", -1);
+   EXPECT_WRITE_CONCERN ("w=1&journal=true", "1", 1);
+   EXPECT_WRITE_CONCERN ("w=majority&safe=false", "majority", -1);
 }
 
 /* The checker itself rejects the shapes it must (so it can fail). */
@@ -1233,6 +1305,14 @@ static void test_bad_uris (void)
                       "sockettimeoutms");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?w=0&journal=true", LEASELOCK_INVALID,
                       "invalid MongoDB URI");
+   /* Unacknowledged writes, refused before any I/O (nothing listens on the
+    * closed port). */
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?w=0", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?w=-1", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?safe=false", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
    EXPECT_OPEN_ERROR ("mongodb+srv://127.0.0.1:1234/", LEASELOCK_INVALID, "invalid MongoDB URI");
    EXPECT_OPEN_ERROR ("mongodb+srv://no-such-host.invalid/", LEASELOCK_INVALID, "service name");
    /* A name that does not resolve (or has no SRV record): the network. */
@@ -1373,6 +1453,7 @@ int main (int argc, char **argv)
 
    RUN (test_command_shape_checker);
    RUN (test_command_shape);
+   RUN (test_write_concern);
    RUN (test_keys_are_text);
    RUN (test_min_hold_record);
    RUN (test_collection_option);
