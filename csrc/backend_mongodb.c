@@ -1016,9 +1016,12 @@ static bool ll_mongo_list (void *c,
 }
 
 /* For tests in tests/test_mongo.c: the connection's client (to install APM
- * callbacks) and collection. Borrowed. */
+ * callbacks) and collection. Borrowed. ll_mongodb_test_set_password gives a
+ * connection opened without credentials the password that its error
+ * messages must hide (the test server has no authentication). */
 mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+bool ll_mongodb_test_set_password (void *conn, const char *password);
 
 mongoc_client_t *ll_mongodb_test_client (void *conn)
 {
@@ -1028,6 +1031,20 @@ mongoc_client_t *ll_mongodb_test_client (void *conn)
 mongoc_collection_t *ll_mongodb_test_collection (void *conn)
 {
    return ((ll_mongo_conn_t *)conn)->coll;
+}
+
+bool ll_mongodb_test_set_password (void *conn, const char *password)
+{
+   ll_mongo_conn_t *c = conn;
+   char *copy = strdup (password);
+   if (!copy)
+      return false;
+   if (c->password) {
+      memset (c->password, 0, strlen (c->password));
+      free (c->password);
+   }
+   c->password = copy;
+   return true;
 }
 
 const ll_backend_t ll_backend_mongodb = {

@@ -43,6 +43,7 @@
 /* Test hooks exported by csrc/backend_mongodb.c (borrowed pointers). */
 mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+bool ll_mongodb_test_set_password (void *conn, const char *password);
 
 static const char *URI;
 static char PFX[64];
@@ -905,6 +906,68 @@ static void test_server_down_and_back (void)
    CHECK (f3 > f2);
 }
 
+/* Errors from operations (not only from open) never carry the password.
+ * The test server has no authentication, so unless URI has credentials of
+ * its own the connection is given a password that the driver's messages
+ * will hold: the proxy's address, which every "connection refused" names. */
+static void test_no_password_in_operation_errors (void)
+{
+   char u[1200], pw[64];
+   if (!proxy_start (u, sizeof u,
+                     "serverSelectionTimeoutMS=500&connectTimeoutMS=500&socketTimeoutMS=1000")) {
+      fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
+      return;
+   }
+   bson_error_t e;
+   mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &e);
+   const char *own = given ? mongoc_uri_get_password (given) : NULL;
+   snprintf (pw, sizeof pw, "%s", own ? own : "");
+   if (!own)
+      snprintf (pw, sizeof pw, "127.0.0.1:%d", PX.port);
+   mongoc_uri_destroy (given);
+
+   void *c = open_conn (u);
+   bool set = c && (own || ll_mongodb_test_set_password (c, pw));
+   leaselock_error_t errs[7];
+   bool oks[7] = { false };
+   bool found = false, took = false;
+   int listed = 0;
+   leaselock_record_t rec;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("no-password");
+   if (set) {
+      oks[0] = acquire (c, k, a, 30000, NULL, &errs[0]);
+      atomic_store (&PX.down, true);
+      sleep_ms (100);
+      oks[1] = acquire (c, k, a, 30000, NULL, &errs[1]);
+      oks[2] = B->renew (c, k, strlen (k), a, 30000, &errs[2]);
+      oks[3] = B->release (c, k, strlen (k), a, 0, &errs[3]);
+      oks[4] = B->inspect (c, k, strlen (k), &rec, &found, &errs[4]);
+      oks[5] = B->list (c, PFX, strlen (PFX), collect, &listed, &errs[5]);
+      oks[6] = B->force_release (c, k, strlen (k), &took, &errs[6]);
+   }
+   B->close (c);
+   proxy_stop ();
+   CHECK (c);
+   CHECK (set);
+   CHECK_OK (oks[0], errs[0]);
+   int hidden = 0;
+   for (int i = 1; i < 7; i++) {
+      if (oks[i] || errs[i].code != LEASELOCK_BACKEND || strstr (errs[i].message, pw)) {
+         char m[768];
+         snprintf (m, sizeof m, "operation %d: want BACKEND without the password, got ok=%d %s %s",
+                   i, (int)oks[i], leaselock_code_name (errs[i].code), errs[i].message);
+         tl_fail (__FILE__, __LINE__, m);
+         return;
+      }
+      hidden += strstr (errs[i].message, "***") != NULL;
+   }
+   /* The messages did name the proxy's address: hidden, not absent. */
+   if (!own)
+      CHECK (hidden > 0);
+}
+
 static void test_lost_reply_retry (void)
 {
    char u[1200];
@@ -1245,6 +1308,83 @@ static void test_collection_option (void)
    B->close (c);
 }
 
+/* The driver settings leaselock changes, as the client sees them: the
+ * defaults unless the URI sets its own, then the URI's. */
+static void test_driver_defaults (void)
+{
+   bson_error_t e;
+   mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &e);
+   CHECK (given);
+   bool sets_own = mongoc_uri_has_option (given, MONGOC_URI_SOCKETTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_SERVERSELECTIONTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_CONNECTTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_WTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_W) || mongoc_uri_get_appname (given);
+   mongoc_uri_destroy (given);
+   void *c;
+   const mongoc_uri_t *u;
+   const mongoc_write_concern_t *wc;
+   if (!sets_own) {
+      c = open_conn (URI);
+      CHECK (c);
+      u = mongoc_client_get_uri (ll_mongodb_test_client (c));
+      wc = mongoc_collection_get_write_concern (ll_mongodb_test_collection (c));
+      int32_t st = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SOCKETTIMEOUTMS, -1);
+      int32_t sst = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, -1);
+      int32_t ct = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_CONNECTTIMEOUTMS, -1);
+      bool app = mongoc_uri_get_appname (u) && !strcmp (mongoc_uri_get_appname (u), "leaselock");
+      bool majority = mongoc_write_concern_get_wmajority (wc);
+      int64_t wt = mongoc_write_concern_get_wtimeout_int64 (wc);
+      B->close (c);
+      CHECK_EQ (st, 10000);
+      CHECK_EQ (sst, 5000);
+      CHECK_EQ (ct, 5000);
+      CHECK (app);
+      CHECK (majority);
+      CHECK_EQ (wt, 5000);
+   } else {
+      fprintf (stderr, "    (defaults not checked: the URI sets its own)\n");
+   }
+
+   char o[1200];
+   uri_with (o, sizeof o, URI,
+             "socketTimeoutMS=4321&serverSelectionTimeoutMS=3210&connectTimeoutMS=2109&"
+             "wtimeoutMS=1098&appname=mine");
+   c = open_conn (o);
+   CHECK (c);
+   u = mongoc_client_get_uri (ll_mongodb_test_client (c));
+   wc = mongoc_collection_get_write_concern (ll_mongodb_test_collection (c));
+   int32_t st = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SOCKETTIMEOUTMS, -1);
+   int32_t sst = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, -1);
+   int32_t ct = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_CONNECTTIMEOUTMS, -1);
+   bool app = mongoc_uri_get_appname (u) && !strcmp (mongoc_uri_get_appname (u), "mine");
+   int64_t wt = mongoc_write_concern_get_wtimeout_int64 (wc);
+   B->close (c);
+   CHECK_EQ (st, 4321);
+   CHECK_EQ (sst, 3210);
+   CHECK_EQ (ct, 2109);
+   CHECK (app);
+   CHECK_EQ (wt, 1098);
+}
+
+/* A lease that expired (by the server clock) is no longer the owner's to
+ * renew, even though nobody took it. */
+static void test_renew_expired (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("renew-expired");
+   bool ok = acquire (c, k, a, 300, NULL, &err);
+   CHECK_OK (ok, err);
+   sleep_ms (400);
+   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   B->close (c);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
+}
+
 /* A closed port on 127.0.0.1. */
 static int closed_port (void)
 {
@@ -1463,11 +1603,14 @@ int main (int argc, char **argv)
    RUN (test_min_hold_record);
    RUN (test_collection_option);
    RUN (test_bad_uris);
+   RUN (test_driver_defaults);
+   RUN (test_renew_expired);
    RUN (test_fork_abandon);
    RUN (test_fork_abandon_tls);
    RUN (test_server_clock_only);
    RUN (test_lost_reply_retry);
    RUN (test_server_down_and_back);
+   RUN (test_no_password_in_operation_errors);
 
    clear_cmds ();
    mongoc_cleanup ();
