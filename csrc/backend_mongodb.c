@@ -33,7 +33,9 @@
  * existing record, { _id: key, fence: { $exists: false } }: a record that
  * exists answers duplicate key 11000, which is BUSY (and nothing else is).
  * Real MongoDB refuses $expr in an upsert's query and mongo-java-server has
- * no pipeline updates; this shape is valid on both.
+ * no pipeline updates; this shape is valid on both. force_release reads the
+ * record, then frees it with an update conditional on what it read (see
+ * ll_mongo_force_release).
  *
  * Threads and fork: a connection is one single-threaded mongoc_client_t,
  * used by one thread at a time (the engine pools connections). abandon()
@@ -805,46 +807,6 @@ static bool ll_mongo_release (void *c,
    return ok;
 }
 
-static bool ll_mongo_force_release (void *c,
-                                    const char *key,
-                                    size_t key_len,
-                                    bool *took,
-                                    leaselock_error_t *err)
-{
-   ll_mongo_conn_t *conn = c;
-   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, t;
-   bool ok = true, matched = false;
-
-   *took = false;
-   /* First: a live lease with an owner (then *took). */
-   ok = ok && ll_mongo_append_key (&q, key, key_len);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "owner", &t);
-   ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
-   ok = ok && bson_append_document_end (&q, &t);
-   ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
-   ok = ok && ll_mongo_free_update (&u, 0);
-   if (!ok) {
-      bson_destroy (&q);
-      bson_destroy (&u);
-      return ll_mongo_nomem (err);
-   }
-   ok = ll_mongo_update (conn, &q, &u, &matched, err);
-   bson_destroy (&q);
-   if (ok && matched) {
-      *took = true;
-   } else if (ok) {
-      /* Otherwise: whatever the record holds (a min_hold tail included). */
-      bson_init (&q);
-      if (!ll_mongo_append_key (&q, key, key_len))
-         ok = ll_mongo_nomem (err);
-      else
-         ok = ll_mongo_update (conn, &q, &u, &matched, err);
-      bson_destroy (&q);
-   }
-   bson_destroy (&u);
-   return ok;
-}
-
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
 static void ll_mongo_copy_str (const bson_iter_t *it, char *buf, size_t size, size_t *len_out)
 {
@@ -1013,6 +975,70 @@ static bool ll_mongo_list (void *c,
    ok = ll_mongo_records (c, &match, fn, user_data, err);
    bson_destroy (&match);
    return ok;
+}
+
+/*
+ * force_release: owner cleared and expiry = now whatever the owner, fence
+ * kept; *took when a live lease was taken away. *took must be judged by the
+ * server clock at the moment of the write, which one classic findAndModify
+ * cannot report (it returns the document before or after the update, never
+ * "now" with the old expiry; pipeline updates, which could, are missing on
+ * mongo-java-server). So: read the record (the inspect pipeline, expiry
+ * judged by $$NOW), then free it with an update conditional on what was
+ * read: the same fence (no acquire since), an owner or none as read (no
+ * release since), and, when it was live, still live by $$NOW. If anything
+ * changed in between, read again. An unconditional second write could
+ * clear a lease acquired in between while reporting that none was taken.
+ */
+#define LL_MONGO_FORCE_TRIES 16
+
+static bool ll_mongo_force_release (void *c,
+                                    const char *key,
+                                    size_t key_len,
+                                    bool *took,
+                                    leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+
+   *took = false;
+   for (int i = 0; i < LL_MONGO_FORCE_TRIES; i++) {
+      leaselock_record_t rec;
+      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, t;
+      bool found = false, matched = false, ok = true, live;
+
+      if (!ll_mongo_inspect (conn, key, key_len, &rec, &found, err))
+         return false;
+      if (!found)
+         return true; /* no record: nothing to release */
+      live = rec.owner[0] && rec.expires_in_ms > 0;
+      ok = ok && ll_mongo_append_key (&q, key, key_len);
+      ok = ok && BSON_APPEND_INT64 (&q, "fence", rec.fence);
+      if (rec.owner[0]) {
+         ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "owner", &t);
+         ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
+         ok = ok && bson_append_document_end (&q, &t);
+      } else {
+         ok = ok && BSON_APPEND_NULL (&q, "owner"); /* null or missing */
+      }
+      if (live)
+         ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
+      ok = ok && ll_mongo_free_update (&u, 0);
+      if (!ok)
+         ll_mongo_nomem (err);
+      else
+         ok = ll_mongo_update (conn, &q, &u, &matched, err);
+      bson_destroy (&q);
+      bson_destroy (&u);
+      if (!ok)
+         return false;
+      if (matched) {
+         *took = live;
+         return true;
+      }
+   }
+   return ll_error_set (err, LEASELOCK_BACKEND,
+                        "MongoDB force_release: the record kept changing (%d tries)",
+                        LL_MONGO_FORCE_TRIES);
 }
 
 /* For tests in tests/test_mongo.c: the connection's client (to install APM

@@ -483,6 +483,108 @@ static void test_command_shape_checker (void)
    clear_cmds ();
 }
 
+/* ---- force_release ---------------------------------------------------- */
+
+/* A second connection acquires the key just before the Nth lease command
+ * (aggregate, find, findAndModify, update) of the connection under test is
+ * sent: a race between force_release's round trips, made certain. */
+static struct
+{
+   void *conn;
+   const char *key;
+   char owner[33];
+   int countdown; /* fires when it reaches 0; < 0: disarmed */
+   bool fired, ok;
+   int64_t fence;
+   leaselock_error_t err;
+} RACE;
+
+static void on_started_race (const mongoc_apm_command_started_t *ev)
+{
+   const char *name = mongoc_apm_command_started_get_command_name (ev);
+   if (strcmp (name, "findAndModify") && strcmp (name, "update") && strcmp (name, "aggregate") &&
+       strcmp (name, "find"))
+      return;
+   if (RACE.countdown < 0 || --RACE.countdown > 0)
+      return;
+   RACE.countdown = -1;
+   RACE.fired = true;
+   RACE.ok = acquire (RACE.conn, RACE.key, RACE.owner, 30000, &RACE.fence, &RACE.err);
+}
+
+static void test_force_release (void)
+{
+   void *c = open_conn (URI), *other = open_conn (URI);
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   char a[33];
+   int64_t f = 0;
+   bool ok = false, found = false, took = true;
+   new_owner (a);
+   if (!c || !other) {
+      B->close (c);
+      B->close (other);
+      CHECK (c && other);
+   }
+
+   /* No record: nothing to do, nothing created. */
+   const char *k0 = key ("force-none");
+   ok = B->force_release (c, k0, strlen (k0), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = B->inspect (c, k0, strlen (k0), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!found);
+
+   /* A live lease: taken, owner cleared, fence kept, free at once. */
+   const char *k1 = key ("force-live");
+   ok = acquire (c, k1, a, 60000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = B->force_release (c, k1, strlen (k1), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (took);
+   ok = B->inspect (c, k1, strlen (k1), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.owner[0] == '\0' && rec.fence == f && rec.expires_in_ms <= 0);
+   ok = B->renew (c, k1, strlen (k1), a, 30000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
+
+   /* Race: the key is free when force_release starts; another owner
+    * acquires it between force_release's first and second command. That
+    * live lease must not be cleared while force_release reports took=false:
+    * either it survives, or it was taken and took says so. */
+   const char *k2 = key ("force-race");
+   ok = acquire (c, k2, a, 60000, &f, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   CHECK_OK (ok, err);
+   memset (&RACE, 0, sizeof RACE);
+   RACE.conn = other;
+   RACE.key = k2;
+   new_owner (RACE.owner);
+   RACE.countdown = 2;
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started_race);
+   mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL);
+   mongoc_apm_callbacks_destroy (cbs);
+   took = false;
+   ok = B->force_release (c, k2, strlen (k2), &took, &err);
+   RACE.countdown = -1;
+   leaselock_error_t err2;
+   bool ok2 = B->inspect (c, k2, strlen (k2), &rec, &found, &err2);
+   B->close (c);
+   B->close (other);
+   CHECK_OK (ok, err);
+   CHECK (RACE.fired);
+   CHECK_OK (RACE.ok, RACE.err);
+   CHECK_EQ (RACE.fence, f + 1);
+   CHECK_OK (ok2, err2);
+   CHECK (found);
+   CHECK_EQ (rec.fence, f + 1);
+   if (rec.owner[0] == '\0')
+      CHECK (took); /* the racing owner's live lease was taken: say so */
+   else
+      CHECK (!strcmp (rec.owner, RACE.owner) && !took);
+}
+
 /* ---- server clock (faketime) ------------------------------------------ */
 
 /* Child mode: test_mongo --child URI op key owner ttl. Prints
@@ -1601,6 +1703,7 @@ int main (int argc, char **argv)
    RUN (test_write_concern);
    RUN (test_keys_are_text);
    RUN (test_min_hold_record);
+   RUN (test_force_release);
    RUN (test_collection_option);
    RUN (test_bad_uris);
    RUN (test_driver_defaults);
