@@ -247,31 +247,41 @@ static int check_cmds (bool want_majority, char *why, size_t size)
          writes++;
       } else if (is_update) {
          bson_iter_t ups, one;
-         if (!bson_iter_init_find (&ups, c, "updates") || !bson_iter_recurse (&ups, &one)) {
-            /* OP_MSG carries "updates" as a document sequence: check the
-             * payload mongoc reports as the command. */
-         } else {
-            while (bson_iter_next (&one)) {
-               bson_iter_t f;
-               bson_iter_t qq, uu;
-               bool upsert = false, hq = false, hu = false;
-               if (!bson_iter_recurse (&one, &f))
-                  continue;
-               while (bson_iter_next (&f)) {
-                  if (!strcmp (bson_iter_key (&f), "q"))
-                     qq = f, hq = true;
-                  else if (!strcmp (bson_iter_key (&f), "u"))
-                     uu = f, hu = true;
-                  else if (!strcmp (bson_iter_key (&f), "upsert"))
-                     upsert = bson_iter_as_bool (&f);
-               }
-               if (!hu) {
-                  snprintf (why, size, "update %d without u", i);
-                  return -1;
-               }
-               if (!check_write (hq ? &qq : NULL, &uu, upsert, why, size))
-                  return -1;
+         int n_updates = 0;
+         /* libmongoc's started event holds the OP_MSG document sequence
+          * as an "updates" array: without one, nothing could be checked. */
+         if (!bson_iter_init_find (&ups, c, "updates") || !BSON_ITER_HOLDS_ARRAY (&ups) ||
+             !bson_iter_recurse (&ups, &one)) {
+            snprintf (why, size, "update %d without an updates array", i);
+            return -1;
+         }
+         while (bson_iter_next (&one)) {
+            bson_iter_t f;
+            bson_iter_t qq, uu;
+            bool upsert = false, hq = false, hu = false;
+            n_updates++;
+            if (!BSON_ITER_HOLDS_DOCUMENT (&one) || !bson_iter_recurse (&one, &f)) {
+               snprintf (why, size, "update %d: a statement is not a document", i);
+               return -1;
             }
+            while (bson_iter_next (&f)) {
+               if (!strcmp (bson_iter_key (&f), "q"))
+                  qq = f, hq = true;
+               else if (!strcmp (bson_iter_key (&f), "u"))
+                  uu = f, hu = true;
+               else if (!strcmp (bson_iter_key (&f), "upsert"))
+                  upsert = bson_iter_as_bool (&f);
+            }
+            if (!hu) {
+               snprintf (why, size, "update %d without u", i);
+               return -1;
+            }
+            if (!check_write (hq ? &qq : NULL, &uu, upsert, why, size))
+               return -1;
+         }
+         if (n_updates == 0) {
+            snprintf (why, size, "update %d with an empty updates array", i);
+            return -1;
          }
          writes++;
       } else {
@@ -473,6 +483,10 @@ static void test_command_shape_checker (void)
       "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":{\"$set\":{\"t\":{\"$date\":"
       "\"2020-01-01T00:00:00Z\"}}},\"writeConcern\":{\"w\":\"majority\"}}",
       "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":{\"$set\":{\"a\":1}}}",
+      "{\"update\":\"c\",\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"update\":\"c\",\"updates\":[],\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"update\":\"c\",\"updates\":{\"0\":{\"q\":{},\"u\":{\"$set\":{\"a\":1}}}},"
+      "\"writeConcern\":{\"w\":\"majority\"}}",
    };
    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
       clear_cmds ();
