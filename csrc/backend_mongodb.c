@@ -221,7 +221,12 @@ static bool ll_mongo_option_known (const char *name, size_t len)
 }
 
 /* Collection names MongoDB refuses: empty, a '$', a NUL, a leading '.',
- * the reserved "system." prefix, not UTF-8, or a namespace over 255 bytes. */
+ * the reserved "system." prefix, not UTF-8, or a namespace over 255 bytes.
+ * 255 is the limit from MongoDB 4.4 on. MongoDB 4.2 allows only 120 bytes
+ * for "db.collection"; the server version is not known here (and may differ
+ * between the hosts of a URI), so on 4.2 a namespace of 121 to 255 bytes is
+ * accepted at open and the first write that creates the collection fails
+ * with BACKEND, carrying the server's message. */
 static bool ll_mongo_check_collection (const char *db,
                                        const char *coll,
                                        size_t len,
@@ -246,7 +251,8 @@ static bool ll_mongo_check_collection (const char *db,
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB collection name is not valid UTF-8");
    if (strlen (db) + 1 + len > 255)
       return ll_error_set (err, LEASELOCK_INVALID,
-                           "MongoDB namespace is longer than 255 bytes (%zu): \"%.32s.%.32s...\"",
+                           "MongoDB namespace is longer than 255 bytes (%zu; MongoDB 4.2 allows "
+                           "120): \"%.32s.%.32s...\"",
                            strlen (db) + 1 + len, db, coll);
    return true;
 }

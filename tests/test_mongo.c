@@ -1417,6 +1417,34 @@ static void test_collection_option (void)
    B->close (c);
    CHECK_EQ (n, 1);
 
+   /* The namespace "db.collection" may have 255 bytes (MongoDB 4.4+), not
+    * one more. */
+   {
+      bson_error_t ue;
+      mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &ue);
+      CHECK (given);
+      const char *db = mongoc_uri_get_database (given);
+      size_t room = 255 - 1 - strlen (db && *db ? db : "leaselock");
+      mongoc_uri_destroy (given);
+      char name[300], nu[1600];
+      memset (name, 'n', room + 1);
+      name[room] = '\0';
+      uri_with (nu, sizeof nu, URI, "leaselockCollection=");
+      strcat (nu, name);
+      c = open_conn (nu);
+      CHECK (c);
+      B->close (c);
+      name[room] = 'n';
+      name[room + 1] = '\0';
+      uri_with (nu, sizeof nu, URI, "leaselockCollection=");
+      strcat (nu, name);
+      leaselock_error_t oe;
+      c = B->open (nu, &oe);
+      B->close (c);
+      CHECK (!c);
+      CHECK_ERR (false, oe, LEASELOCK_INVALID, "longer than 255 bytes (256");
+   }
+
    /* The default collection is "leaselock". */
    c = open_conn (URI);
    CHECK (c);
