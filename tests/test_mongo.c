@@ -5,7 +5,12 @@
  *
  *  - command shape (libmongoc APM): no upsert query holds $expr, no update
  *    is a pipeline, no client time is ever sent, $$NOW judges expiry,
- *    w=majority by default and a URI's w= wins;
+ *    w=majority by default, combined with journal=, and a URI's w= wins;
+ *    unacknowledged writes (w=0, w=-1, safe=false) refused at open;
+ *  - driver defaults (timeouts, appname, wtimeout) and URI overrides;
+ *  - renew of an expired lease nobody took: NOT_HELD;
+ *  - force_release: owner cleared, fence kept, and a lease acquired between
+ *    its read and its write is never cleared while reporting took=false;
  *  - server clock only: a process whose clock is an hour off (faketime)
  *    neither steals a live lease nor shortens its own;
  *  - server down / hung: clear BACKEND errors within the configured
@@ -14,7 +19,8 @@
  *  - after fork, abandoning the parent's connection leaves it working,
  *    with TLS too (a TLS front of the suite's own: the server has none);
  *  - bad input: closed port, unknown host, malformed URI, unknown option,
- *    collection names MongoDB refuses, no password in messages.
+ *    collection names MongoDB refuses, no password in messages (from open
+ *    and from operations).
  *
  * The down/hung/lost-reply tests put a small TCP proxy of their own between
  * the backend and the server (single host URIs; directConnection=true).
