@@ -12,6 +12,8 @@
  *   serverSelectionTimeoutMS=5000  (driver: 30 s)
  *   connectTimeoutMS=5000          (driver: 10 s)
  *   w=majority, wtimeoutMS=5000    for acquire, renew, release, force_release
+ *                                  (unless the URI sets w; its journal= is
+ *                                  kept; w=0, w=-1 and safe=false refused)
  *   appname=leaselock
  *
  * One record per key, written only with the server's clock:
@@ -31,13 +33,17 @@
  * existing record, { _id: key, fence: { $exists: false } }: a record that
  * exists answers duplicate key 11000, which is BUSY (and nothing else is).
  * Real MongoDB refuses $expr in an upsert's query and mongo-java-server has
- * no pipeline updates; this shape is valid on both.
+ * no pipeline updates; this shape is valid on both. force_release reads the
+ * record, then frees it with an update conditional on what it read (see
+ * ll_mongo_force_release).
  *
  * Threads and fork: a connection is one single-threaded mongoc_client_t,
  * used by one thread at a time (the engine pools connections). abandon()
- * (in a forked child) calls mongoc_client_reset() before destroying the
+ * (in a forked child) must send nothing on the sockets it shares with the
+ * parent. Without TLS it calls mongoc_client_reset() before destroying the
  * client: the session pool is dropped without endSessions and the sockets
- * are closed without shutdown(), so nothing reaches the parent's sockets.
+ * are closed without shutdown(). With TLS it leaks the client (see
+ * ll_mongo_abandon): destroying it would send a TLS close_notify.
  */
 #include "ll_internal.h"
 
@@ -65,6 +71,7 @@ typedef struct ll_mongo_conn
    mongoc_client_t *client;   /* single-threaded, owned */
    mongoc_collection_t *coll; /* owned; carries the write concern */
    char *password;            /* owned copy, scrubbed from messages; may be NULL */
+   bool tls;                  /* the URI asks for TLS (see ll_mongo_abandon) */
 } ll_mongo_conn_t;
 
 /* Options libmongoc 1.x knows (MONGOC_URI_* in mongoc-uri.h), lower case. */
@@ -214,7 +221,12 @@ static bool ll_mongo_option_known (const char *name, size_t len)
 }
 
 /* Collection names MongoDB refuses: empty, a '$', a NUL, a leading '.',
- * the reserved "system." prefix, not UTF-8, or a namespace over 255 bytes. */
+ * the reserved "system." prefix, not UTF-8, or a namespace over 255 bytes.
+ * 255 is the limit from MongoDB 4.4 on. MongoDB 4.2 allows only 120 bytes
+ * for "db.collection"; the server version is not known here (and may differ
+ * between the hosts of a URI), so on 4.2 a namespace of 121 to 255 bytes is
+ * accepted at open and the first write that creates the collection fails
+ * with BACKEND, carrying the server's message. */
 static bool ll_mongo_check_collection (const char *db,
                                        const char *coll,
                                        size_t len,
@@ -239,7 +251,8 @@ static bool ll_mongo_check_collection (const char *db,
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB collection name is not valid UTF-8");
    if (strlen (db) + 1 + len > 255)
       return ll_error_set (err, LEASELOCK_INVALID,
-                           "MongoDB namespace is longer than 255 bytes (%zu): \"%.32s.%.32s...\"",
+                           "MongoDB namespace is longer than 255 bytes (%zu; MongoDB 4.2 allows "
+                           "120): \"%.32s.%.32s...\"",
                            strlen (db) + 1 + len, db, coll);
    return true;
 }
@@ -383,6 +396,20 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
    }
    if (!ll_mongo_check_collection (db, collname, strlen (collname), err))
       goto fail;
+   /* Unacknowledged writes (w=0, w=-1, or safe=false, which libmongoc turns
+    * into w=0) cannot hold a lock: acquire would never learn whether it got
+    * the key, nor release whether it let it go. */
+   {
+      int32_t w = mongoc_write_concern_get_w (mongoc_uri_get_write_concern (uri));
+      if (w == MONGOC_WRITE_CONCERN_W_UNACKNOWLEDGED ||
+          w == MONGOC_WRITE_CONCERN_W_ERRORS_IGNORED) {
+         ll_error_set (err, LEASELOCK_INVALID,
+                       "MongoDB URI asks for unacknowledged writes (w=%d): unacknowledged writes "
+                       "cannot hold a lock; leave w unset (majority) or use w=1 or more",
+                       (int)w);
+         goto fail;
+      }
+   }
 
    if (!mongoc_uri_has_option (uri, MONGOC_URI_SOCKETTIMEOUTMS))
       mongoc_uri_set_option_as_int32 (uri, MONGOC_URI_SOCKETTIMEOUTMS, LL_MONGO_SOCKET_TIMEOUT_MS);
@@ -415,18 +442,25 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
          err->code = LEASELOCK_INVALID;
       goto fail;
    }
+   conn->tls = mongoc_uri_get_tls (uri);
    mongoc_client_set_error_api (conn->client, MONGOC_ERROR_API_VERSION_2);
    conn->coll = mongoc_client_get_collection (conn->client, db, collname);
 
-   /* w=majority unless the URI names its own write concern. */
-   if (!mongoc_uri_has_option (uri, MONGOC_URI_W) &&
-       !mongoc_uri_has_option (uri, MONGOC_URI_SAFE) &&
-       !mongoc_uri_has_option (uri, MONGOC_URI_JOURNAL)) {
-      mongoc_write_concern_t *wc = mongoc_write_concern_new ();
-      mongoc_write_concern_set_wmajority (
-        wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
-              ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
-              : LL_MONGO_WTIMEOUT_MS);
+   /* The URI's write concern, with w=majority unless the URI sets w itself:
+    * journal= and wtimeoutMS= combine with the default. safe=true (which
+    * libmongoc turns into w=1) asks for acknowledged writes, which majority
+    * is, so it does not lower the default. */
+   {
+      mongoc_write_concern_t *wc = mongoc_write_concern_copy (mongoc_uri_get_write_concern (uri));
+      if (!wc) {
+         ll_mongo_nomem (err);
+         goto fail;
+      }
+      if (!mongoc_uri_has_option (uri, MONGOC_URI_W))
+         mongoc_write_concern_set_wmajority (
+           wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
+                 ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
+                 : LL_MONGO_WTIMEOUT_MS);
       mongoc_collection_set_write_concern (conn->coll, wc);
       mongoc_write_concern_destroy (wc);
    }
@@ -463,14 +497,33 @@ static void ll_mongo_close (void *c)
    ll_mongo_conn_free (c);
 }
 
+/* In a forked child: the client's sockets are shared with the parent.
+ *
+ * Without TLS, mongoc_client_reset() drops the session pool without
+ * endSessions and bumps the generation; destroying the client then closes
+ * the sockets without shutdown() (libmongoc skips it for a socket made by
+ * another pid). Nothing is sent.
+ *
+ * With TLS, destroying a stream frees its OpenSSL BIO, which calls
+ * SSL_shutdown(): a close_notify alert written on the parent's socket with
+ * the parent's session keys and sequence number, which ends the parent's
+ * TLS connection. libmongoc has no way to drop a TLS stream without that,
+ * so the client is leaked: its memory and its copies of the socket
+ * descriptors (close-on-exec, so an exec closes them). The engine abandons
+ * at most its pool of idle connections plus those in use at the fork, so
+ * the leak is bounded by that per fork. */
 static void ll_mongo_abandon (void *c)
 {
    ll_mongo_conn_t *conn = c;
    if (!conn)
       return;
-   /* Drops the session pool without endSessions and bumps the generation;
-    * the sockets then close without shutdown() (owned by another pid). */
-   mongoc_client_reset (conn->client);
+   if (conn->tls) {
+      mongoc_collection_destroy (conn->coll); /* memory only, no I/O */
+      conn->coll = NULL;
+      conn->client = NULL; /* leaked on purpose */
+   } else {
+      mongoc_client_reset (conn->client);
+   }
    ll_mongo_conn_free (conn);
 }
 
@@ -760,46 +813,6 @@ static bool ll_mongo_release (void *c,
    return ok;
 }
 
-static bool ll_mongo_force_release (void *c,
-                                    const char *key,
-                                    size_t key_len,
-                                    bool *took,
-                                    leaselock_error_t *err)
-{
-   ll_mongo_conn_t *conn = c;
-   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, t;
-   bool ok = true, matched = false;
-
-   *took = false;
-   /* First: a live lease with an owner (then *took). */
-   ok = ok && ll_mongo_append_key (&q, key, key_len);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "owner", &t);
-   ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
-   ok = ok && bson_append_document_end (&q, &t);
-   ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
-   ok = ok && ll_mongo_free_update (&u, 0);
-   if (!ok) {
-      bson_destroy (&q);
-      bson_destroy (&u);
-      return ll_mongo_nomem (err);
-   }
-   ok = ll_mongo_update (conn, &q, &u, &matched, err);
-   bson_destroy (&q);
-   if (ok && matched) {
-      *took = true;
-   } else if (ok) {
-      /* Otherwise: whatever the record holds (a min_hold tail included). */
-      bson_init (&q);
-      if (!ll_mongo_append_key (&q, key, key_len))
-         ok = ll_mongo_nomem (err);
-      else
-         ok = ll_mongo_update (conn, &q, &u, &matched, err);
-      bson_destroy (&q);
-   }
-   bson_destroy (&u);
-   return ok;
-}
-
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
 static void ll_mongo_copy_str (const bson_iter_t *it, char *buf, size_t size, size_t *len_out)
 {
@@ -970,10 +983,77 @@ static bool ll_mongo_list (void *c,
    return ok;
 }
 
+/*
+ * force_release: owner cleared and expiry = now whatever the owner, fence
+ * kept; *took when a live lease was taken away. *took must be judged by the
+ * server clock at the moment of the write, which one classic findAndModify
+ * cannot report (it returns the document before or after the update, never
+ * "now" with the old expiry; pipeline updates, which could, are missing on
+ * mongo-java-server). So: read the record (the inspect pipeline, expiry
+ * judged by $$NOW), then free it with an update conditional on what was
+ * read: the same fence (no acquire since), an owner or none as read (no
+ * release since), and, when it was live, still live by $$NOW. If anything
+ * changed in between, read again. An unconditional second write could
+ * clear a lease acquired in between while reporting that none was taken.
+ */
+#define LL_MONGO_FORCE_TRIES 16
+
+static bool ll_mongo_force_release (void *c,
+                                    const char *key,
+                                    size_t key_len,
+                                    bool *took,
+                                    leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+
+   *took = false;
+   for (int i = 0; i < LL_MONGO_FORCE_TRIES; i++) {
+      leaselock_record_t rec;
+      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, t;
+      bool found = false, matched = false, ok = true, live;
+
+      if (!ll_mongo_inspect (conn, key, key_len, &rec, &found, err))
+         return false;
+      if (!found)
+         return true; /* no record: nothing to release */
+      live = rec.owner[0] && rec.expires_in_ms > 0;
+      ok = ok && ll_mongo_append_key (&q, key, key_len);
+      ok = ok && BSON_APPEND_INT64 (&q, "fence", rec.fence);
+      if (rec.owner[0]) {
+         ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "owner", &t);
+         ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
+         ok = ok && bson_append_document_end (&q, &t);
+      } else {
+         ok = ok && BSON_APPEND_NULL (&q, "owner"); /* null or missing */
+      }
+      if (live)
+         ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
+      ok = ok && ll_mongo_free_update (&u, 0);
+      if (!ok)
+         ll_mongo_nomem (err);
+      else
+         ok = ll_mongo_update (conn, &q, &u, &matched, err);
+      bson_destroy (&q);
+      bson_destroy (&u);
+      if (!ok)
+         return false;
+      if (matched) {
+         *took = live;
+         return true;
+      }
+   }
+   return ll_error_set (err, LEASELOCK_BACKEND,
+                        "MongoDB force_release: the record kept changing (%d tries)",
+                        LL_MONGO_FORCE_TRIES);
+}
+
 /* For tests in tests/test_mongo.c: the connection's client (to install APM
- * callbacks) and collection. Borrowed. */
+ * callbacks) and collection. Borrowed. ll_mongodb_test_set_password gives a
+ * connection opened without credentials the password that its error
+ * messages must hide (the test server has no authentication). */
 mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+bool ll_mongodb_test_set_password (void *conn, const char *password);
 
 mongoc_client_t *ll_mongodb_test_client (void *conn)
 {
@@ -983,6 +1063,20 @@ mongoc_client_t *ll_mongodb_test_client (void *conn)
 mongoc_collection_t *ll_mongodb_test_collection (void *conn)
 {
    return ((ll_mongo_conn_t *)conn)->coll;
+}
+
+bool ll_mongodb_test_set_password (void *conn, const char *password)
+{
+   ll_mongo_conn_t *c = conn;
+   char *copy = strdup (password);
+   if (!copy)
+      return false;
+   if (c->password) {
+      memset (c->password, 0, strlen (c->password));
+      free (c->password);
+   }
+   c->password = copy;
+   return true;
 }
 
 const ll_backend_t ll_backend_mongodb = {

@@ -8,8 +8,10 @@
 MONGO_TEST := $(BUILD)/tests/test_mongo
 MONGO_BENCH := $(BUILD)/bench/core_mongo
 
+# OpenSSL (a dependency of libmongoc-dev): the suite's own TLS front.
 $(MONGO_TEST): tests/test_mongo.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) \
+	  $(shell $(PKG_CONFIG) --libs openssl) -o $@
 
 $(MONGO_BENCH): bench/core_mongo.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
@@ -20,6 +22,8 @@ TEST_SUITES += mongo
 ASAN_SUITES += mongo
 BENCH_CORE += mongo
 
+# When tests/with-servers.sh started the server (LEASELOCK_MONGO_SERVER_PID),
+# it must watch the pid with-servers exported (LEASELOCK_SERVERS_PID).
 # LeakSanitizer: libmongoc's process-wide state (mongoc_init) stays
 # reachable until exit by design; nothing of ours is suppressed.
 test-mongo: $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion $(MONGO_TEST)
@@ -29,6 +33,13 @@ test-mongo: $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion $(MONGO_T
 	  echo "mongo: 0 passed, 1 failed"; exit 1; fi; \
 	command -v faketime >/dev/null || { echo "test-mongo: faketime is missing (make deps)"; exit 1; }; \
 	rc=0; \
+	if [ -n "$${LEASELOCK_MONGO_SERVER_PID:-}" ]; then \
+	  watched=$$(tr '\0' '\n' </proc/$$LEASELOCK_MONGO_SERVER_PID/cmdline 2>/dev/null | sed -n '/^--parent$$/{n;p;}'); \
+	  if [ -z "$${LEASELOCK_SERVERS_PID:-}" ] || [ "$$watched" != "$$LEASELOCK_SERVERS_PID" ]; then \
+	    echo "test-mongo: the test server watches pid '$$watched', not LEASELOCK_SERVERS_PID '$${LEASELOCK_SERVERS_PID:-}'"; \
+	    echo "mongo: 0 passed, 1 failed"; rc=1; \
+	  fi; \
+	fi; \
 	$(BUILD)/tests/test_contract "$$MONGODB_URI" || rc=1; \
 	$(BUILD)/tests/test_exclusion "$$MONGODB_URI" || rc=1; \
 	$(MONGO_TEST) "$$MONGODB_URI" || rc=1; \

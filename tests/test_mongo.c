@@ -5,15 +5,22 @@
  *
  *  - command shape (libmongoc APM): no upsert query holds $expr, no update
  *    is a pipeline, no client time is ever sent, $$NOW judges expiry,
- *    w=majority by default and a URI's w= wins;
+ *    w=majority by default, combined with journal=, and a URI's w= wins;
+ *    unacknowledged writes (w=0, w=-1, safe=false) refused at open;
+ *  - driver defaults (timeouts, appname, wtimeout) and URI overrides;
+ *  - renew of an expired lease nobody took: NOT_HELD;
+ *  - force_release: owner cleared, fence kept, and a lease acquired between
+ *    its read and its write is never cleared while reporting took=false;
  *  - server clock only: a process whose clock is an hour off (faketime)
  *    neither steals a live lease nor shortens its own;
  *  - server down / hung: clear BACKEND errors within the configured
  *    timeouts, then the same connection works again once it is back;
  *  - a retried acquire whose first reply was lost succeeds;
- *  - after fork, abandoning the parent's connection leaves it working;
+ *  - after fork, abandoning the parent's connection leaves it working,
+ *    with TLS too (a TLS front of the suite's own: the server has none);
  *  - bad input: closed port, unknown host, malformed URI, unknown option,
- *    collection names MongoDB refuses, no password in messages.
+ *    collection names MongoDB refuses, no password in messages (from open
+ *    and from operations).
  *
  * The down/hung/lost-reply tests put a small TCP proxy of their own between
  * the backend and the server (single host URIs; directConnection=true).
@@ -23,6 +30,10 @@
 #include "testlib.h"
 
 #include <mongoc/mongoc.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -38,6 +49,7 @@
 /* Test hooks exported by csrc/backend_mongodb.c (borrowed pointers). */
 mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+bool ll_mongodb_test_set_password (void *conn, const char *password);
 
 static const char *URI;
 static char PFX[64];
@@ -241,31 +253,41 @@ static int check_cmds (bool want_majority, char *why, size_t size)
          writes++;
       } else if (is_update) {
          bson_iter_t ups, one;
-         if (!bson_iter_init_find (&ups, c, "updates") || !bson_iter_recurse (&ups, &one)) {
-            /* OP_MSG carries "updates" as a document sequence: check the
-             * payload mongoc reports as the command. */
-         } else {
-            while (bson_iter_next (&one)) {
-               bson_iter_t f;
-               bson_iter_t qq, uu;
-               bool upsert = false, hq = false, hu = false;
-               if (!bson_iter_recurse (&one, &f))
-                  continue;
-               while (bson_iter_next (&f)) {
-                  if (!strcmp (bson_iter_key (&f), "q"))
-                     qq = f, hq = true;
-                  else if (!strcmp (bson_iter_key (&f), "u"))
-                     uu = f, hu = true;
-                  else if (!strcmp (bson_iter_key (&f), "upsert"))
-                     upsert = bson_iter_as_bool (&f);
-               }
-               if (!hu) {
-                  snprintf (why, size, "update %d without u", i);
-                  return -1;
-               }
-               if (!check_write (hq ? &qq : NULL, &uu, upsert, why, size))
-                  return -1;
+         int n_updates = 0;
+         /* libmongoc's started event holds the OP_MSG document sequence
+          * as an "updates" array: without one, nothing could be checked. */
+         if (!bson_iter_init_find (&ups, c, "updates") || !BSON_ITER_HOLDS_ARRAY (&ups) ||
+             !bson_iter_recurse (&ups, &one)) {
+            snprintf (why, size, "update %d without an updates array", i);
+            return -1;
+         }
+         while (bson_iter_next (&one)) {
+            bson_iter_t f;
+            bson_iter_t qq, uu;
+            bool upsert = false, hq = false, hu = false;
+            n_updates++;
+            if (!BSON_ITER_HOLDS_DOCUMENT (&one) || !bson_iter_recurse (&one, &f)) {
+               snprintf (why, size, "update %d: a statement is not a document", i);
+               return -1;
             }
+            while (bson_iter_next (&f)) {
+               if (!strcmp (bson_iter_key (&f), "q"))
+                  qq = f, hq = true;
+               else if (!strcmp (bson_iter_key (&f), "u"))
+                  uu = f, hu = true;
+               else if (!strcmp (bson_iter_key (&f), "upsert"))
+                  upsert = bson_iter_as_bool (&f);
+            }
+            if (!hu) {
+               snprintf (why, size, "update %d without u", i);
+               return -1;
+            }
+            if (!check_write (hq ? &qq : NULL, &uu, upsert, why, size))
+               return -1;
+         }
+         if (n_updates == 0) {
+            snprintf (why, size, "update %d with an empty updates array", i);
+            return -1;
          }
          writes++;
       } else {
@@ -356,26 +378,98 @@ static void test_command_shape (void)
    CHECK (doc_has_key (cmds[0], "$currentDate") && doc_has_key (cmds[0], "$inc"));
    clear_cmds ();
    B->close (c);
+}
 
-   /* A URI's w= wins over the majority default. */
-   char u[1024];
-   uri_with (u, sizeof u, URI, "w=1");
-   c = open_conn (u);
-   CHECK (c);
-   cbs = mongoc_apm_callbacks_new ();
+/* The write concern of a captured command: w as text ("majority", "1", or
+ * "" when absent) and j (-1 when absent). */
+static void write_concern_of (const bson_t *cmd, char *w, size_t size, int *j)
+{
+   bson_iter_t it, wc;
+   w[0] = '\0';
+   *j = -1;
+   if (!bson_iter_init_find (&it, cmd, "writeConcern") || !bson_iter_recurse (&it, &wc))
+      return;
+   while (bson_iter_next (&wc)) {
+      if (!strcmp (bson_iter_key (&wc), "w")) {
+         if (BSON_ITER_HOLDS_UTF8 (&wc))
+            snprintf (w, size, "%s", bson_iter_utf8 (&wc, NULL));
+         else
+            snprintf (w, size, "%lld", (long long)bson_iter_as_int64 (&wc));
+      } else if (!strcmp (bson_iter_key (&wc), "j")) {
+         *j = bson_iter_as_bool (&wc);
+      }
+   }
+}
+
+/* Opens URI + opts, acquires and releases a key, and checks the write
+ * concern of every write sent (want_j -1: no j). */
+static void expect_write_concern (const char *opts, const char *want_w, int want_j, int line)
+{
+   char u[1200], a[33], m[1024];
+   leaselock_error_t err;
+   uri_with (u, sizeof u, URI, opts);
+   new_owner (a);
+   void *c = open_conn (u);
+   if (!c) {
+      tl_fail (__FILE__, line, "open");
+      return;
+   }
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL);
    mongoc_apm_callbacks_destroy (cbs);
-   ok = acquire (c, k, a, 30000, NULL, &err);
-   CHECK_OK (ok, err);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
-   CHECK_OK (ok, err);
-   writes = check_cmds (false, why, sizeof why);
-   if (writes < 0)
-      fprintf (stderr, "    %s\n", why);
-   CHECK (writes >= 2);
    clear_cmds ();
+   const char *k = key ("write-concern");
+   bool ok = acquire (c, k, a, 30000, NULL, &err) && B->release (c, k, strlen (k), a, 0, &err);
    B->close (c);
+   int writes = 0;
+   m[0] = '\0';
+   for (int i = 0; ok && i < n_cmds && !m[0]; i++) {
+      const char *name = "";
+      bson_iter_t it;
+      if (bson_iter_init (&it, cmds[i]) && bson_iter_next (&it))
+         name = bson_iter_key (&it);
+      if (strcmp (name, "findAndModify") && strcmp (name, "update"))
+         continue;
+      char w[64];
+      int j;
+      write_concern_of (cmds[i], w, sizeof w, &j);
+      writes++;
+      if (strcmp (w, want_w) || j != want_j) {
+         char *js = json (cmds[i]);
+         snprintf (m, sizeof m, "%s: want w=%s j=%d, got w=%s j=%d in %.300s", opts, want_w, want_j,
+                   w, j, js);
+         bson_free (js);
+      }
+   }
+   clear_cmds ();
+   if (!ok)
+      snprintf (m, sizeof m, "%s: %s %s", opts, leaselock_code_name (err.code), err.message);
+   else if (!m[0] && writes < 2)
+      snprintf (m, sizeof m, "%s: %d writes captured", opts, writes);
+   if (m[0])
+      tl_fail (__FILE__, line, m);
+}
+
+#define EXPECT_WRITE_CONCERN(opts, w, j)                                                           \
+   do {                                                                                            \
+      expect_write_concern ((opts), (w), (j), __LINE__);                                           \
+      if (tl_cur_failed)                                                                           \
+         return;                                                                                   \
+   } while (0)
+
+/* w=majority unless the URI sets w; journal= combines with it; safe=true
+ * does not lower it. */
+static void test_write_concern (void)
+{
+   EXPECT_WRITE_CONCERN ("appname=wc", "majority", -1);
+   EXPECT_WRITE_CONCERN ("journal=true", "majority", 1);
+   EXPECT_WRITE_CONCERN ("journal=false", "majority", 0);
+   EXPECT_WRITE_CONCERN ("safe=true", "majority", -1);
+   EXPECT_WRITE_CONCERN ("safe=true&journal=true", "majority", 1);
+   EXPECT_WRITE_CONCERN ("w=1", "1", -1);
+   EXPECT_WRITE_CONCERN ("w=1&journal=true", "1", 1);
+   EXPECT_WRITE_CONCERN ("w=majority&safe=false", "majority", -1);
 }
 
 /* The checker itself rejects the shapes it must (so it can fail). */
@@ -395,6 +489,10 @@ static void test_command_shape_checker (void)
       "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":{\"$set\":{\"t\":{\"$date\":"
       "\"2020-01-01T00:00:00Z\"}}},\"writeConcern\":{\"w\":\"majority\"}}",
       "{\"findAndModify\":\"c\",\"query\":{\"_id\":\"k\"},\"update\":{\"$set\":{\"a\":1}}}",
+      "{\"update\":\"c\",\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"update\":\"c\",\"updates\":[],\"writeConcern\":{\"w\":\"majority\"}}",
+      "{\"update\":\"c\",\"updates\":{\"0\":{\"q\":{},\"u\":{\"$set\":{\"a\":1}}}},"
+      "\"writeConcern\":{\"w\":\"majority\"}}",
    };
    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
       clear_cmds ();
@@ -403,6 +501,108 @@ static void test_command_shape_checker (void)
       CHECK (check_cmds (true, why, sizeof why) < 0);
    }
    clear_cmds ();
+}
+
+/* ---- force_release ---------------------------------------------------- */
+
+/* A second connection acquires the key just before the Nth lease command
+ * (aggregate, find, findAndModify, update) of the connection under test is
+ * sent: a race between force_release's round trips, made certain. */
+static struct
+{
+   void *conn;
+   const char *key;
+   char owner[33];
+   int countdown; /* fires when it reaches 0; < 0: disarmed */
+   bool fired, ok;
+   int64_t fence;
+   leaselock_error_t err;
+} RACE;
+
+static void on_started_race (const mongoc_apm_command_started_t *ev)
+{
+   const char *name = mongoc_apm_command_started_get_command_name (ev);
+   if (strcmp (name, "findAndModify") && strcmp (name, "update") && strcmp (name, "aggregate") &&
+       strcmp (name, "find"))
+      return;
+   if (RACE.countdown < 0 || --RACE.countdown > 0)
+      return;
+   RACE.countdown = -1;
+   RACE.fired = true;
+   RACE.ok = acquire (RACE.conn, RACE.key, RACE.owner, 30000, &RACE.fence, &RACE.err);
+}
+
+static void test_force_release (void)
+{
+   void *c = open_conn (URI), *other = open_conn (URI);
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   char a[33];
+   int64_t f = 0;
+   bool ok = false, found = false, took = true;
+   new_owner (a);
+   if (!c || !other) {
+      B->close (c);
+      B->close (other);
+      CHECK (c && other);
+   }
+
+   /* No record: nothing to do, nothing created. */
+   const char *k0 = key ("force-none");
+   ok = B->force_release (c, k0, strlen (k0), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (!took);
+   ok = B->inspect (c, k0, strlen (k0), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!found);
+
+   /* A live lease: taken, owner cleared, fence kept, free at once. */
+   const char *k1 = key ("force-live");
+   ok = acquire (c, k1, a, 60000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = B->force_release (c, k1, strlen (k1), &took, &err);
+   CHECK_OK (ok, err);
+   CHECK (took);
+   ok = B->inspect (c, k1, strlen (k1), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.owner[0] == '\0' && rec.fence == f && rec.expires_in_ms <= 0);
+   ok = B->renew (c, k1, strlen (k1), a, 30000, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
+
+   /* Race: the key is free when force_release starts; another owner
+    * acquires it between force_release's first and second command. That
+    * live lease must not be cleared while force_release reports took=false:
+    * either it survives, or it was taken and took says so. */
+   const char *k2 = key ("force-race");
+   ok = acquire (c, k2, a, 60000, &f, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   CHECK_OK (ok, err);
+   memset (&RACE, 0, sizeof RACE);
+   RACE.conn = other;
+   RACE.key = k2;
+   new_owner (RACE.owner);
+   RACE.countdown = 2;
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started_race);
+   mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL);
+   mongoc_apm_callbacks_destroy (cbs);
+   took = false;
+   ok = B->force_release (c, k2, strlen (k2), &took, &err);
+   RACE.countdown = -1;
+   leaselock_error_t err2;
+   bool ok2 = B->inspect (c, k2, strlen (k2), &rec, &found, &err2);
+   B->close (c);
+   B->close (other);
+   CHECK_OK (ok, err);
+   CHECK (RACE.fired);
+   CHECK_OK (RACE.ok, RACE.err);
+   CHECK_EQ (RACE.fence, f + 1);
+   CHECK_OK (ok2, err2);
+   CHECK (found);
+   CHECK_EQ (rec.fence, f + 1);
+   if (rec.owner[0] == '\0')
+      CHECK (took); /* the racing owner's live lease was taken: say so */
+   else
+      CHECK (!strcmp (rec.owner, RACE.owner) && !took);
 }
 
 /* ---- server clock (faketime) ------------------------------------------ */
@@ -666,41 +866,32 @@ static void *proxy_main (void *arg)
    return NULL;
 }
 
-/* Starts the proxy in front of URI's single host and writes a URI through
- * it to out. Returns false when URI has several hosts or is +srv. */
-static bool proxy_start (char *out, size_t size, const char *extra_opts)
+/* The address of URI's single host (false when URI has several hosts or
+ * is +srv). */
+static bool upstream_addr (struct sockaddr_in *up)
 {
    bson_error_t e;
    mongoc_uri_t *u = mongoc_uri_new_with_error (URI, &e);
    if (!u)
       return false;
    const mongoc_host_list_t *h = mongoc_uri_get_hosts (u);
-   if (!h || h->next || strncmp (URI, "mongodb://", 10) != 0) {
-      mongoc_uri_destroy (u);
-      return false;
-   }
-   memset (&PX, 0, sizeof PX);
-   pthread_mutex_init (&PX.mu, NULL);
-   for (int i = 0; i < 64; i++)
-      PX.pairs[i][0] = PX.pairs[i][1] = -1;
-   PX.up.sin_family = AF_INET;
-   PX.up.sin_port = htons (h->port);
-   if (inet_pton (AF_INET, strcmp (h->host, "localhost") ? h->host : "127.0.0.1",
-                  &PX.up.sin_addr) != 1) {
-      mongoc_uri_destroy (u);
-      return false;
+   bool ok = h && !h->next && strncmp (URI, "mongodb://", 10) == 0;
+   memset (up, 0, sizeof *up);
+   up->sin_family = AF_INET;
+   if (ok) {
+      up->sin_port = htons (h->port);
+      ok = inet_pton (AF_INET, strcmp (h->host, "localhost") ? h->host : "127.0.0.1",
+                      &up->sin_addr) == 1;
    }
    mongoc_uri_destroy (u);
-   PX.lfd = proxy_listen (0);
-   if (PX.lfd < 0)
-      return false;
-   struct sockaddr_in a;
-   socklen_t al = sizeof a;
-   getsockname (PX.lfd, (struct sockaddr *)&a, &al);
-   PX.port = ntohs (a.sin_port);
+   return ok;
+}
 
-   /* Same URI with the host list replaced: after "://" and any userinfo,
-    * up to the first '/' or '?'. */
+/* URI with its host list replaced by 127.0.0.1:port (after "://" and any
+ * userinfo, up to the first '/' or '?'), directConnection=true and
+ * extra_opts, written to out. */
+static void uri_via (char *out, size_t size, int port, const char *extra_opts)
+{
    const char *hs = URI + 10, *at = NULL;
    const char *he = hs + strcspn (hs, "/?");
    for (const char *p = hs; p < he; p++)
@@ -709,11 +900,31 @@ static bool proxy_start (char *out, size_t size, const char *extra_opts)
    if (at)
       hs = at + 1;
    char base[1024];
-   snprintf (base, sizeof base, "%.*s127.0.0.1:%d%s", (int)(hs - URI), URI, PX.port, he);
+   snprintf (base, sizeof base, "%.*s127.0.0.1:%d%s", (int)(hs - URI), URI, port, he);
    char opts[512];
    snprintf (opts, sizeof opts, "directConnection=true%s%s", extra_opts ? "&" : "",
              extra_opts ? extra_opts : "");
    uri_with (out, size, base, opts);
+}
+
+/* Starts the proxy in front of URI's single host and writes a URI through
+ * it to out. Returns false when URI has several hosts or is +srv. */
+static bool proxy_start (char *out, size_t size, const char *extra_opts)
+{
+   memset (&PX, 0, sizeof PX);
+   if (!upstream_addr (&PX.up))
+      return false;
+   pthread_mutex_init (&PX.mu, NULL);
+   for (int i = 0; i < 64; i++)
+      PX.pairs[i][0] = PX.pairs[i][1] = -1;
+   PX.lfd = proxy_listen (0);
+   if (PX.lfd < 0)
+      return false;
+   struct sockaddr_in a;
+   socklen_t al = sizeof a;
+   getsockname (PX.lfd, (struct sockaddr *)&a, &al);
+   PX.port = ntohs (a.sin_port);
+   uri_via (out, size, PX.port, extra_opts);
    pthread_create (&PX.thread, NULL, proxy_main, NULL);
    return true;
 }
@@ -817,10 +1028,77 @@ static void test_server_down_and_back (void)
    CHECK (f3 > f2);
 }
 
+/* Errors from operations (not only from open) never carry the password.
+ * The test server has no authentication, so unless URI has credentials of
+ * its own the connection is given a password that the driver's messages
+ * will hold: the proxy's address, which every "connection refused" names. */
+static void test_no_password_in_operation_errors (void)
+{
+   char u[1200], pw[64];
+   if (!proxy_start (u, sizeof u,
+                     "serverSelectionTimeoutMS=500&connectTimeoutMS=500&socketTimeoutMS=1000")) {
+      fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
+      return;
+   }
+   bson_error_t e;
+   mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &e);
+   const char *own = given ? mongoc_uri_get_password (given) : NULL;
+   snprintf (pw, sizeof pw, "%s", own ? own : "");
+   if (!own)
+      snprintf (pw, sizeof pw, "127.0.0.1:%d", PX.port);
+   mongoc_uri_destroy (given);
+
+   void *c = open_conn (u);
+   bool set = c && (own || ll_mongodb_test_set_password (c, pw));
+   leaselock_error_t errs[7];
+   bool oks[7] = { false };
+   bool found = false, took = false;
+   int listed = 0;
+   leaselock_record_t rec;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("no-password");
+   if (set) {
+      oks[0] = acquire (c, k, a, 30000, NULL, &errs[0]);
+      atomic_store (&PX.down, true);
+      sleep_ms (100);
+      oks[1] = acquire (c, k, a, 30000, NULL, &errs[1]);
+      oks[2] = B->renew (c, k, strlen (k), a, 30000, &errs[2]);
+      oks[3] = B->release (c, k, strlen (k), a, 0, &errs[3]);
+      oks[4] = B->inspect (c, k, strlen (k), &rec, &found, &errs[4]);
+      oks[5] = B->list (c, PFX, strlen (PFX), collect, &listed, &errs[5]);
+      oks[6] = B->force_release (c, k, strlen (k), &took, &errs[6]);
+   }
+   B->close (c);
+   proxy_stop ();
+   CHECK (c);
+   CHECK (set);
+   CHECK_OK (oks[0], errs[0]);
+   int hidden = 0;
+   for (int i = 1; i < 7; i++) {
+      if (oks[i] || errs[i].code != LEASELOCK_BACKEND || strstr (errs[i].message, pw)) {
+         char m[768];
+         snprintf (m, sizeof m, "operation %d: want BACKEND without the password, got ok=%d %s %s",
+                   i, (int)oks[i], leaselock_code_name (errs[i].code), errs[i].message);
+         tl_fail (__FILE__, __LINE__, m);
+         return;
+      }
+      hidden += strstr (errs[i].message, "***") != NULL;
+   }
+   /* The messages did name the proxy's address: hidden, not absent. */
+   if (!own)
+      CHECK (hidden > 0);
+}
+
 static void test_lost_reply_retry (void)
 {
    char u[1200];
-   if (!proxy_start (u, sizeof u, "serverSelectionTimeoutMS=3000&socketTimeoutMS=3000")) {
+   /* retryWrites=false: on a replica set libmongoc would otherwise retry
+    * the findAndModify whose reply was lost and get the server's recorded
+    * answer, so the lost reply would never show (mongo-java-server has no
+    * retryable writes either way). */
+   if (!proxy_start (u, sizeof u,
+                     "serverSelectionTimeoutMS=3000&socketTimeoutMS=3000&retryWrites=false")) {
       fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
       return;
    }
@@ -905,6 +1183,221 @@ static void test_fork_abandon (void)
    B->close (c);
 }
 
+/* A TLS front for the test server: a self-signed certificate, each
+ * connection in a thread of its own that decrypts what the client sends
+ * and forwards it to the server in plain text, and back. It counts how each
+ * connection ended from the client's side: a TLS close_notify (SSL_shutdown
+ * in the client), another TLS error (e.g. a record whose sequence number
+ * was already used, as after a fork), or an open connection. */
+typedef struct
+{
+   pthread_t thread;
+   SSL_CTX *ctx;
+   int lfd;
+   struct sockaddr_in up;
+   pthread_t conns[16];
+   int n_conns;
+   atomic_bool stop;
+   atomic_int accepted, close_notify, tls_errors;
+} tls_front_t;
+
+static tls_front_t TF;
+
+static SSL_CTX *tls_server_ctx (void)
+{
+   EVP_PKEY *pkey = EVP_EC_gen ("P-256");
+   X509 *x = X509_new ();
+   SSL_CTX *ctx = SSL_CTX_new (TLS_server_method ());
+   bool ok = pkey && x && ctx;
+   if (ok) {
+      X509_NAME *name = X509_get_subject_name (x);
+      ok = X509_set_version (x, 2) && ASN1_INTEGER_set (X509_get_serialNumber (x), 1) &&
+           X509_gmtime_adj (X509_getm_notBefore (x), -3600) &&
+           X509_gmtime_adj (X509_getm_notAfter (x), 86400) && X509_set_pubkey (x, pkey) &&
+           X509_NAME_add_entry_by_txt (name, "CN", MBSTRING_ASC, (const unsigned char *)"127.0.0.1",
+                                       -1, -1, 0) &&
+           X509_set_issuer_name (x, name) && X509_sign (x, pkey, EVP_sha256 ()) > 0 &&
+           SSL_CTX_use_certificate (ctx, x) == 1 && SSL_CTX_use_PrivateKey (ctx, pkey) == 1;
+   }
+   X509_free (x);
+   EVP_PKEY_free (pkey);
+   if (!ok) {
+      ERR_print_errors_fp (stderr);
+      SSL_CTX_free (ctx);
+      return NULL;
+   }
+   return ctx;
+}
+
+static bool write_all (int fd, const char *buf, size_t n)
+{
+   while (n > 0) {
+      ssize_t k = write (fd, buf, n);
+      if (k <= 0)
+         return false;
+      buf += k;
+      n -= (size_t)k;
+   }
+   return true;
+}
+
+static void *tls_conn_main (void *arg)
+{
+   int cfd = (int)(intptr_t)arg;
+   int sfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+   SSL *ssl = SSL_new (TF.ctx);
+   char buf[16384];
+   if (!ssl || connect (sfd, (struct sockaddr *)&TF.up, sizeof TF.up) != 0 ||
+       !SSL_set_fd (ssl, cfd) || SSL_accept (ssl) != 1) {
+      atomic_fetch_add (&TF.tls_errors, 1);
+      goto done;
+   }
+   while (!atomic_load (&TF.stop)) {
+      struct pollfd p[2] = { { .fd = cfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+      if (SSL_pending (ssl) == 0 && poll (p, 2, 20) <= 0)
+         continue;
+      if (SSL_pending (ssl) > 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+         int r = SSL_read (ssl, buf, sizeof buf);
+         if (r <= 0) {
+            int e = SSL_get_error (ssl, r);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+               continue;
+            if (e == SSL_ERROR_ZERO_RETURN)
+               atomic_fetch_add (&TF.close_notify, 1);
+            else if (e != SSL_ERROR_SYSCALL || ERR_peek_error () != 0)
+               atomic_fetch_add (&TF.tls_errors, 1);
+            break;
+         }
+         if (!write_all (sfd, buf, (size_t)r))
+            break;
+      }
+      if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+         ssize_t r = read (sfd, buf, sizeof buf);
+         if (r <= 0 || SSL_write (ssl, buf, (int)r) != (int)r)
+            break;
+      }
+   }
+done:
+   ERR_clear_error ();
+   SSL_free (ssl);
+   close (cfd);
+   close (sfd);
+   return NULL;
+}
+
+static void *tls_accept_main (void *arg)
+{
+   (void)arg;
+   while (!atomic_load (&TF.stop)) {
+      struct pollfd p = { .fd = TF.lfd, .events = POLLIN };
+      if (poll (&p, 1, 20) <= 0)
+         continue;
+      int cfd = accept4 (TF.lfd, NULL, NULL, SOCK_CLOEXEC);
+      if (cfd < 0)
+         continue;
+      if (TF.n_conns == 16 ||
+          pthread_create (&TF.conns[TF.n_conns], NULL, tls_conn_main, (void *)(intptr_t)cfd)) {
+         close (cfd);
+         continue;
+      }
+      TF.n_conns++;
+      atomic_fetch_add (&TF.accepted, 1);
+   }
+   for (int i = 0; i < TF.n_conns; i++)
+      pthread_join (TF.conns[i], NULL);
+   close (TF.lfd);
+   return NULL;
+}
+
+/* Starts the TLS front and writes a URI through it (TLS on, any certificate
+ * accepted) to out. False when URI has several hosts or is +srv. */
+static bool tls_front_start (char *out, size_t size, const char *extra_opts, bool *setup_ok)
+{
+   *setup_ok = false;
+   memset (&TF, 0, sizeof TF);
+   if (!upstream_addr (&TF.up))
+      return false;
+   TF.ctx = tls_server_ctx ();
+   TF.lfd = TF.ctx ? proxy_listen (0) : -1;
+   if (TF.lfd < 0) {
+      SSL_CTX_free (TF.ctx);
+      return true;
+   }
+   struct sockaddr_in a;
+   socklen_t al = sizeof a;
+   getsockname (TF.lfd, (struct sockaddr *)&a, &al);
+   char opts[512];
+   snprintf (opts, sizeof opts, "tls=true&tlsInsecure=true%s%s", extra_opts ? "&" : "",
+             extra_opts ? extra_opts : "");
+   uri_via (out, size, ntohs (a.sin_port), opts);
+   pthread_create (&TF.thread, NULL, tls_accept_main, NULL);
+   *setup_ok = true;
+   return true;
+}
+
+static void tls_front_stop (void)
+{
+   atomic_store (&TF.stop, true);
+   pthread_join (TF.thread, NULL);
+   SSL_CTX_free (TF.ctx);
+}
+
+/* After fork, abandoning a TLS connection sends nothing on the socket the
+ * child shares with its parent. Destroying the client would run OpenSSL's
+ * SSL_shutdown, whose close_notify ends the parent's TLS session (and any
+ * record from the child's copy of the session state reuses a sequence number
+ * the parent will use too). mongo-java-server has no TLS: a TLS front of the
+ * test's own terminates it and reports how each connection ended. */
+static void test_fork_abandon_tls (void)
+{
+   char u[1200];
+   bool setup_ok;
+   if (!tls_front_start (u, sizeof u, "retryWrites=false", &setup_ok)) {
+      fprintf (stderr, "    (skipped: needs a single-host mongodb:// URI)\n");
+      return;
+   }
+   CHECK (setup_ok);
+   void *c = open_conn (u);
+   leaselock_error_t err;
+   char a[33];
+   bool ok = false, renewed = false;
+   int st = -1, accepted = 0, notify = 0, errors = 0;
+   pid_t pid = -1;
+   new_owner (a);
+   const char *k = key ("fork-tls");
+   if (c)
+      ok = acquire (c, k, a, 30000, NULL, &err);
+   if (ok) {
+      fflush (NULL);
+      pid = fork ();
+      if (pid == 0) {
+         B->abandon (c);
+         _exit (0);
+      }
+      if (pid > 0 && waitpid (pid, &st, 0) == pid) {
+         /* Whatever the child sent has reached the front by now. */
+         sleep_ms (200);
+         notify = atomic_load (&TF.close_notify);
+         errors = atomic_load (&TF.tls_errors);
+         renewed = B->renew (c, k, strlen (k), a, 30000, &err);
+         accepted = atomic_load (&TF.accepted);
+         if (renewed)
+            renewed = B->release (c, k, strlen (k), a, 0, &err);
+      }
+   }
+   B->close (c);
+   tls_front_stop ();
+   CHECK (c);
+   CHECK_OK (ok, err);
+   CHECK (pid > 0);
+   CHECK (WIFEXITED (st) && WEXITSTATUS (st) == 0);
+   CHECK_EQ (notify, 0);
+   CHECK_EQ (errors, 0);
+   /* The parent's TLS connection still works: no reconnection. */
+   CHECK_OK (renewed, err);
+   CHECK_EQ (accepted, 1);
+}
+
 /* ---- URI, collection, database ---------------------------------------- */
 
 static void test_collection_option (void)
@@ -930,11 +1423,116 @@ static void test_collection_option (void)
    B->close (c);
    CHECK_EQ (n, 1);
 
+   /* The namespace "db.collection" may have 255 bytes (MongoDB 4.4+), not
+    * one more. */
+   {
+      bson_error_t ue;
+      mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &ue);
+      CHECK (given);
+      const char *db = mongoc_uri_get_database (given);
+      size_t room = 255 - 1 - strlen (db && *db ? db : "leaselock");
+      mongoc_uri_destroy (given);
+      char name[300], nu[1600];
+      memset (name, 'n', room + 1);
+      name[room] = '\0';
+      uri_with (nu, sizeof nu, URI, "leaselockCollection=");
+      strcat (nu, name);
+      c = open_conn (nu);
+      CHECK (c);
+      B->close (c);
+      name[room] = 'n';
+      name[room + 1] = '\0';
+      uri_with (nu, sizeof nu, URI, "leaselockCollection=");
+      strcat (nu, name);
+      leaselock_error_t oe;
+      c = B->open (nu, &oe);
+      B->close (c);
+      CHECK (!c);
+      CHECK_ERR (false, oe, LEASELOCK_INVALID, "longer than 255 bytes (256");
+   }
+
    /* The default collection is "leaselock". */
    c = open_conn (URI);
    CHECK (c);
    CHECK (!strcmp (mongoc_collection_get_name (ll_mongodb_test_collection (c)), "leaselock"));
    B->close (c);
+}
+
+/* The driver settings leaselock changes, as the client sees them: the
+ * defaults unless the URI sets its own, then the URI's. */
+static void test_driver_defaults (void)
+{
+   bson_error_t e;
+   mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &e);
+   CHECK (given);
+   bool sets_own = mongoc_uri_has_option (given, MONGOC_URI_SOCKETTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_SERVERSELECTIONTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_CONNECTTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_WTIMEOUTMS) ||
+                   mongoc_uri_has_option (given, MONGOC_URI_W) || mongoc_uri_get_appname (given);
+   mongoc_uri_destroy (given);
+   void *c;
+   const mongoc_uri_t *u;
+   const mongoc_write_concern_t *wc;
+   if (!sets_own) {
+      c = open_conn (URI);
+      CHECK (c);
+      u = mongoc_client_get_uri (ll_mongodb_test_client (c));
+      wc = mongoc_collection_get_write_concern (ll_mongodb_test_collection (c));
+      int32_t st = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SOCKETTIMEOUTMS, -1);
+      int32_t sst = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, -1);
+      int32_t ct = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_CONNECTTIMEOUTMS, -1);
+      bool app = mongoc_uri_get_appname (u) && !strcmp (mongoc_uri_get_appname (u), "leaselock");
+      bool majority = mongoc_write_concern_get_wmajority (wc);
+      int64_t wt = mongoc_write_concern_get_wtimeout_int64 (wc);
+      B->close (c);
+      CHECK_EQ (st, 10000);
+      CHECK_EQ (sst, 5000);
+      CHECK_EQ (ct, 5000);
+      CHECK (app);
+      CHECK (majority);
+      CHECK_EQ (wt, 5000);
+   } else {
+      fprintf (stderr, "    (defaults not checked: the URI sets its own)\n");
+   }
+
+   char o[1200];
+   uri_with (o, sizeof o, URI,
+             "socketTimeoutMS=4321&serverSelectionTimeoutMS=3210&connectTimeoutMS=2109&"
+             "wtimeoutMS=1098&appname=mine");
+   c = open_conn (o);
+   CHECK (c);
+   u = mongoc_client_get_uri (ll_mongodb_test_client (c));
+   wc = mongoc_collection_get_write_concern (ll_mongodb_test_collection (c));
+   int32_t st = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SOCKETTIMEOUTMS, -1);
+   int32_t sst = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, -1);
+   int32_t ct = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_CONNECTTIMEOUTMS, -1);
+   bool app = mongoc_uri_get_appname (u) && !strcmp (mongoc_uri_get_appname (u), "mine");
+   int64_t wt = mongoc_write_concern_get_wtimeout_int64 (wc);
+   B->close (c);
+   CHECK_EQ (st, 4321);
+   CHECK_EQ (sst, 3210);
+   CHECK_EQ (ct, 2109);
+   CHECK (app);
+   CHECK_EQ (wt, 1098);
+}
+
+/* A lease that expired (by the server clock) is no longer the owner's to
+ * renew, even though nobody took it. */
+static void test_renew_expired (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("renew-expired");
+   bool ok = acquire (c, k, a, 300, NULL, &err);
+   CHECK_OK (ok, err);
+   sleep_ms (400);
+   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   B->close (c);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
 }
 
 /* A closed port on 127.0.0.1. */
@@ -1002,6 +1600,14 @@ static void test_bad_uris (void)
                       "sockettimeoutms");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?w=0&journal=true", LEASELOCK_INVALID,
                       "invalid MongoDB URI");
+   /* Unacknowledged writes, refused before any I/O (nothing listens on the
+    * closed port). */
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?w=0", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?w=-1", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
+   snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?safe=false", port);
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
    EXPECT_OPEN_ERROR ("mongodb+srv://127.0.0.1:1234/", LEASELOCK_INVALID, "invalid MongoDB URI");
    EXPECT_OPEN_ERROR ("mongodb+srv://no-such-host.invalid/", LEASELOCK_INVALID, "service name");
    /* A name that does not resolve (or has no SRV record): the network. */
@@ -1142,14 +1748,20 @@ int main (int argc, char **argv)
 
    RUN (test_command_shape_checker);
    RUN (test_command_shape);
+   RUN (test_write_concern);
    RUN (test_keys_are_text);
    RUN (test_min_hold_record);
+   RUN (test_force_release);
    RUN (test_collection_option);
    RUN (test_bad_uris);
+   RUN (test_driver_defaults);
+   RUN (test_renew_expired);
    RUN (test_fork_abandon);
+   RUN (test_fork_abandon_tls);
    RUN (test_server_clock_only);
    RUN (test_lost_reply_retry);
    RUN (test_server_down_and_back);
+   RUN (test_no_password_in_operation_errors);
 
    clear_cmds ();
    mongoc_cleanup ();

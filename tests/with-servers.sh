@@ -7,6 +7,10 @@
 # and "stop DIR" by stopping it. A server whose variable is already set in
 # the environment (MONGODB_URI, MYSQL_URI, POSTGRES_URI) is not started: the
 # suites then run against the server the user named.
+#
+# LEASELOCK_SERVERS_PID (this shell's pid) names the process whose end the
+# servers watch: they exit with it, even if this script is killed before
+# its trap runs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 run=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-servers.XXXXXX")
@@ -20,6 +24,7 @@ stop_all() {
 }
 trap stop_all EXIT
 trap 'exit 130' INT TERM
+export LEASELOCK_SERVERS_PID=$$
 
 for script in "$root"/tests/servers/*.sh; do
   [ -e "$script" ] || continue

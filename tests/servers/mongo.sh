@@ -5,9 +5,10 @@
 # launcher in tests/mongo-server, built once with Maven (jars cached in
 # ~/.m2). "start DIR" binds a free port on 127.0.0.1 and prints
 # MONGODB_URI=mongodb://127.0.0.1:PORT/leaselock_test (and the server's pid
-# as LEASELOCK_MONGO_SERVER_PID); the server exits with
-# the process that started this script (or LEASELOCK_SERVERS_PID). "stop DIR"
-# stops it.
+# as LEASELOCK_MONGO_SERVER_PID); the server exits with the process
+# LEASELOCK_SERVERS_PID names (tests/with-servers.sh exports its own pid),
+# or, when it is unset, with the process that started this script. "stop
+# DIR" stops it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
