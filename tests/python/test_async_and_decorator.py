@@ -212,11 +212,18 @@ def test_async_acquire_delivered_just_before_cancel_is_released(client, other, k
         real = loop.call_soon_threadsafe
 
         def call_soon_threadsafe(cb, *args, **kwargs):
-            handle = real(cb, *args, **kwargs)
-            if getattr(cb, "__name__", "") == "deliver":
+            if getattr(cb, "__name__", "") != "deliver":
+                return real(cb, *args, **kwargs)
+
+            def deliver_then_cancel(*a):
+                # On the loop, right after the result is set and before the
+                # task resumes (queueing the cancel from the worker thread
+                # instead would race the loop).
+                cb(*a)
                 box["delivered"] += 1
-                real(box["task"].cancel)  # runs after deliver, before the task resumes
-            return handle
+                box["task"].cancel()
+
+            return real(deliver_then_cancel, *args, **kwargs)
 
         loop.call_soon_threadsafe = call_soon_threadsafe
         try:
