@@ -1,7 +1,6 @@
 /* duration.c - "30s", "500ms", "1.5" (seconds) -> milliseconds. */
 #include "ll_internal.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +14,23 @@ bool leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t 
    const char *p = text;
    if (!*p)
       return ll_error_set (error, LEASELOCK_INVALID, "duration is empty");
-   if (*p == '-' || *p == '+' || *p == ' ' || *p == '\t')
+   /* Plain decimal only, [digits][.digits]: strtod alone would also take
+    * hex ("0x10"), exponents, "inf" and "nan". What follows is the unit. */
+   size_t digits = strspn (p, "0123456789"), len = digits;
+   if (p[len] == '.')
+      len += 1 + strspn (p + len + 1, "0123456789");
+   char num[64];
+   if (len == digits + (p[digits] == '.') && digits == 0)
+      len = 0; /* no digit at all */
+   if (len == 0 || len >= sizeof num)
       return ll_error_set (error, LEASELOCK_INVALID,
                            "invalid duration \"%.64s\": expected a number and a unit such as 30s, "
                            "500ms, 2m, 1h, 1d",
                            text);
-   errno = 0;
-   char *end;
-   double v = strtod (p, &end);
-   if (end == p || errno == ERANGE || !isfinite (v))
-      return ll_error_set (error, LEASELOCK_INVALID,
-                           "invalid duration \"%.64s\": expected a number and a unit such as 30s, "
-                           "500ms, 2m, 1h, 1d",
-                           text);
+   memcpy (num, p, len);
+   num[len] = '\0';
+   double v = strtod (num, NULL);
+   const char *end = p + len;
    double scale;
    if (!strcmp (end, "") || !strcmp (end, "s"))
       scale = 1000;

@@ -1213,13 +1213,15 @@ static void test_durations (void)
       const char *text;
       int64_t ms;
    } good[] = { { "30s", 30000 },   { "500ms", 500 }, { "2m", 120000 }, { "1h", 3600000 },
-                { "1d", 86400000 }, { "1.5", 1500 },  { "0", 0 },       { "0.25s", 250 } };
+                { "1d", 86400000 }, { "1.5", 1500 },  { "0", 0 },       { "0.25s", 250 },
+                { ".5s", 500 },     { "2.", 2000 } };
    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
       bool ok = leaselock_parse_duration (good[i].text, &ms, &err);
       CHECK_OK (ok, err);
       CHECK_EQ (ms, good[i].ms);
    }
-   const char *bad[] = { "", "abc", "-1s", "10x", "nan", "inf", " 5s", "5 s", "1e400" };
+   const char *bad[] = { "",    "abc",   "-1s", "10x",  "nan", "inf",    " 5s",
+                         "5 s", "1e400", "1e3", "0x10", ".",   "1.2.3s", "+5s" };
    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
       bool ok = leaselock_parse_duration (bad[i], &ms, &err);
       CHECK (!ok && err.code == LEASELOCK_INVALID);
