@@ -226,8 +226,9 @@ enum
  * Converts seconds (a Lua number) at idx to milliseconds, rounding up so
  * that a positive value never becomes 0. kind: SECONDS_POSITIVE (a TTL:
  * > 0, at most 30 days), SECONDS_NONNEGATIVE (min_hold: 0 .. 30 days),
- * SECONDS_TIMEOUT (>= 0; math.huge or beyond ~292 million years: -1,
- * wait forever).
+ * SECONDS_TIMEOUT (0 .. 30 days, or math.huge: -1, wait forever; any
+ * other value above 30 days is refused here like the core refuses it,
+ * rather than read as "forever").
  */
 static int64_t check_seconds (lua_State *L,
                               int idx,
@@ -254,8 +255,16 @@ static int64_t check_seconds (lua_State *L,
          arg_error (L, level, fname, arg, "%s must be >= 0 seconds (nil waits forever), got %s",
                     what, num);
       }
+      if (isinf (s)) {
+         return -1;
+      }
       ms = ceil (s * 1000.0);
-      return ms >= 9.0e18 ? -1 : (int64_t)ms;
+      if (ms > (double)LEASELOCK_TTL_MAX_MS) {
+         arg_error (L, level, fname, arg,
+                    "%s must be at most 30 days (%d s), or math.huge to wait forever, got %s", what,
+                    (int)(LEASELOCK_TTL_MAX_MS / 1000), num);
+      }
+      return (int64_t)ms;
    }
    if (s < 0 || (s == 0 && kind == SECONDS_POSITIVE) || s * 1000.0 > (double)LEASELOCK_TTL_MAX_MS) {
       arg_error (L, level, fname, arg, "%s must be %s 0 and at most 30 days (%d s), got %s", what,

@@ -459,6 +459,19 @@ describe("bad input", function()
       "bad argument #1 to 'acquire' (timeout must be >= 0 seconds (nil waits forever), got -1)" },
     { function() lock:acquire { timeout = 0 / 0 } end,
       "bad argument #1 to 'acquire' (timeout must be a number of seconds, got nan)" },
+    { function() lock:acquire { timeout = -math.huge } end,
+      "bad argument #1 to 'acquire' (timeout must be >= 0 seconds (nil waits forever), got -inf)" },
+    { function() lock:acquire { timeout = 31 * 86400 } end,
+      "bad argument #1 to 'acquire' (timeout must be at most 30 days (2592000 s), "
+        .. "or math.huge to wait forever, got 2678400)" },
+    { function() lock:acquire { timeout = 1e300 } end,
+      "bad argument #1 to 'acquire' (timeout must be at most 30 days (2592000 s), "
+        .. "or math.huge to wait forever, got 1e+300)" },
+    { function() lock:acquire { timeout = "5" } end,
+      "bad argument #1 to 'acquire' (timeout must be a number of seconds, got string)" },
+    { function() lock:with(print, { timeout = 1e300 }) end,
+      "bad argument #2 to 'with' (timeout must be at most 30 days (2592000 s), "
+        .. "or math.huge to wait forever, got 1e+300)" },
     { function() lock:acquire { wait = 1 } end,
       "bad argument #1 to 'acquire' (unknown option 'wait')" },
     { function() lock:with() end,
@@ -503,6 +516,15 @@ describe("bad input", function()
 
   it("has at least 20 cases", function()
     assert.is_true(#cases >= 20)
+  end)
+
+  it("accepts a timeout of 30 days, and math.huge (wait forever)", function()
+    local free = client:lock(H.key("timeouts"))
+    for _, t in ipairs { 30 * 86400, math.huge } do
+      local l = assert(free:acquire { timeout = t })
+      assert.is_true(l:release())
+    end
+    assert.equals("waited", free:with(function() return "waited" end, { timeout = math.huge }))
   end)
 
   it("keeps handles' metatables private", function()
