@@ -46,6 +46,9 @@
 #define LOCK_MT "leaselock.lock"
 #define LEASE_MT "leaselock.lease"
 
+/* The longest label the core stores (holder info, leaselock_record_t). */
+#define LL_LABEL_MAX (sizeof ((leaselock_record_t *)0)->label - 1)
+
 /* User value slots (a table, as the 5.1 API requires). */
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
@@ -354,10 +357,23 @@ static int l_connect (lua_State *L)
    if (lua_istable (L, 2)) {
       lua_getfield (L, 2, "label");
       if (!lua_isnil (L, -1)) {
+         size_t len;
          if (lua_type (L, -1) != LUA_TSTRING) {
             arg_error (L, 1, "connect", 2, "label must be a string, got %s", luaL_typename (L, -1));
          }
-         label = lua_tostring (L, -1); /* stays on the stack */
+         label = lua_tolstring (L, -1, &len); /* stays on the stack */
+         /* The core takes a C string: check here what it would cut at a
+          * NUL or refuse later, so that a bad label is a clean error. */
+         if (len > LL_LABEL_MAX) {
+            arg_error (L, 1, "connect", 2, "label must be at most %d bytes, got %d",
+                       (int)LL_LABEL_MAX, (int)(len > 100000 ? 100000 : len));
+         }
+         if (memchr (label, '\0', len)) {
+            arg_error (L, 1, "connect", 2, "label must not contain a NUL byte");
+         }
+         if (!utf8_valid ((const unsigned char *)label, len)) {
+            arg_error (L, 1, "connect", 2, "label is not valid UTF-8");
+         }
       }
    }
    /* The handle exists (closed) before the client does: a memory error

@@ -415,6 +415,12 @@ describe("bad input", function()
       "bad argument #2 to 'connect' (label must be a string, got number)" },
     { function() leaselock.connect(nil, { lable = "x" }) end,
       "bad argument #2 to 'connect' (unknown option 'lable')" },
+    { function() leaselock.connect(nil, { label = "a\0b" }) end,
+      "bad argument #2 to 'connect' (label must not contain a NUL byte)" },
+    { function() leaselock.connect(nil, { label = ("l"):rep(256) }) end,
+      "bad argument #2 to 'connect' (label must be at most 255 bytes, got 256)" },
+    { function() leaselock.connect(nil, { label = "bad\255utf8" }) end,
+      "bad argument #2 to 'connect' (label is not valid UTF-8)" },
     { function() client:lock() end,
       "bad argument #1 to 'lock' (key: string expected, got no value)" },
     { function() client:lock(7) end,
@@ -525,6 +531,17 @@ describe("bad input", function()
       assert.is_true(l:release())
     end
     assert.equals("waited", free:with(function() return "waited" end, { timeout = math.huge }))
+  end)
+
+  it("stores a label of 255 bytes of UTF-8 whole", function()
+    local label = ("é"):rep(127) .. "x"
+    assert.equals(255, #label)
+    local c = assert(leaselock.connect(H.backends()[1].uri, { label = label }))
+    local key = H.key("label")
+    local l = assert(c:lock(key):try_acquire())
+    assert.equals(label, c:info(key).holder.label)
+    l:release()
+    c:close()
   end)
 
   it("keeps handles' metatables private", function()
