@@ -30,7 +30,8 @@
  *
  * Ownership: a lease handle keeps its client handle alive through its user
  * value, so a client is collected after its leases; closing a client
- * explicitly first is allowed (the core then answers NOT_HELD for them).
+ * explicitly first is allowed: its leases then report "client closed"
+ * (held() is false) and the core answers NOT_HELD for them.
  */
 #include "ll_lua_compat.h"
 
@@ -53,9 +54,12 @@
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
 
+typedef struct ll_lua_lease ll_lua_lease_t;
+
 typedef struct
 {
    leaselock_client_t *client; /* owned; NULL once closed */
+   ll_lua_lease_t *leases;     /* its open lease handles (see client_close) */
 } ll_lua_client_t;
 
 typedef struct
@@ -67,16 +71,35 @@ typedef struct
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
 
-typedef struct
+/*
+ * The lease states Lua reports: the core's three, plus CLIENT_CLOSED for a
+ * lease whose client was closed while it was held (the core keeps saying
+ * HELD until the local deadline passes, but nothing renews or releases it).
+ */
+typedef enum
 {
-   leaselock_lease_t *lease; /* owned; NULL once closed */
-   bool lost_seen;           /* on_lost already called (or due) */
-   bool closed_lost;         /* the state was LOST when it was closed */
+   LL_HELD = LEASELOCK_STATE_HELD,
+   LL_RELEASED = LEASELOCK_STATE_RELEASED,
+   LL_LOST = LEASELOCK_STATE_LOST,
+   LL_CLIENT_CLOSED
+} ll_state_t;
+
+struct ll_lua_lease
+{
+   leaselock_lease_t *lease;  /* owned; NULL once closed */
+   bool lost_seen;            /* on_lost already called (or due) */
+   bool closed_lost;          /* the state was LOST when it was closed */
+   bool client_closed;        /* the client was closed first ... */
+   ll_state_t state_at_close; /* ... and this was the state then */
+   /* In the client handle's list while both are open. The client handle
+    * outlives its leases' handles (it is their user value). */
+   ll_lua_client_t *handle;
+   ll_lua_lease_t *prev, *next;
    int64_t fence;
    char owner[LEASELOCK_OWNER_LEN + 1];
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
-} ll_lua_lease_t;
+};
 
 /* ---- errors --------------------------------------------------------- */
 
@@ -334,6 +357,53 @@ static int raise_invalid (lua_State *L, int level, const char *fname, const leas
    return lua_error (L);
 }
 
+/* ---- lease handles of a client ------------------------------------- */
+
+/*
+ * A client handle keeps a list of its open lease handles, so that closing
+ * the client can record, for each, the state it had then: the core keeps
+ * answering HELD for a lease of a destroyed client until its deadline.
+ */
+static void lease_link (ll_lua_client_t *c, ll_lua_lease_t *ls)
+{
+   ls->handle = c;
+   ls->prev = NULL;
+   ls->next = c->leases;
+   if (c->leases) {
+      c->leases->prev = ls;
+   }
+   c->leases = ls;
+}
+
+static void lease_unlink (ll_lua_lease_t *ls)
+{
+   if (!ls->handle) {
+      return;
+   }
+   if (ls->prev) {
+      ls->prev->next = ls->next;
+   } else {
+      ls->handle->leases = ls->next;
+   }
+   if (ls->next) {
+      ls->next->prev = ls->prev;
+   }
+   ls->handle = NULL;
+   ls->prev = ls->next = NULL;
+}
+
+/* The state without side effects on the Lua side (no on_lost). */
+static ll_state_t lease_state (ll_lua_lease_t *ls)
+{
+   if (!ls->lease) {
+      return ls->closed_lost ? LL_LOST : LL_RELEASED;
+   }
+   if (ls->client_closed) {
+      return ls->state_at_close;
+   }
+   return (ll_state_t)leaselock_lease_state (ls->lease);
+}
+
 /* ---- module functions ----------------------------------------------- */
 
 /* leaselock.connect([uri [, {label=}]]) -> client | nil, msg, code */
@@ -380,6 +450,7 @@ static int l_connect (lua_State *L)
     * here leaks nothing. */
    c = lua_newuserdata (L, sizeof *c);
    c->client = NULL;
+   c->leases = NULL;
    luaL_setmetatable (L, CLIENT_MT);
    c->client = leaselock_client_new (uri, label, &err);
    if (!c->client) {
@@ -399,11 +470,24 @@ static int l_monotonic (lua_State *L)
 
 /* ---- client --------------------------------------------------------- */
 
+/* client:close() -> true. Idempotent. Leases still held are not released
+ * (they keep their database expiry) and now report "client closed". */
 static int client_close (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "close");
-   leaselock_client_destroy (c->client);
-   c->client = NULL;
+   if (c->client) {
+      /* Destroyed first: its renewal thread has stopped, so the states
+       * read below are final, as of the close. */
+      leaselock_client_destroy (c->client);
+      c->client = NULL;
+      while (c->leases) {
+         ll_lua_lease_t *ls = c->leases;
+         ll_state_t st = (ll_state_t)leaselock_lease_state (ls->lease);
+         ls->state_at_close = st == LL_HELD ? LL_CLIENT_CLOSED : st;
+         ls->client_closed = true;
+         lease_unlink (ls);
+      }
+   }
    lua_pushboolean (L, 1);
    return 1;
 }
@@ -683,6 +767,7 @@ static int do_acquire (lua_State *L,
                        int64_t timeout_ms)
 {
    ll_lua_lease_t *ls;
+   ll_lua_client_t *handle;
    leaselock_client_t *client;
    leaselock_acquire_opts_t o;
    leaselock_error_t err;
@@ -692,6 +777,7 @@ static int do_acquire (lua_State *L,
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_CLIENT);
    client = check_open_client (L, lua_gettop (L), level, fname);
+   handle = lua_touserdata (L, -1);
 
    /* The handle exists (closed) before the lease does. */
    ls = lua_newuserdata (L, sizeof *ls);
@@ -718,6 +804,7 @@ static int do_acquire (lua_State *L,
       return push_failure (L, &err);
    }
    ls->lease = lease;
+   lease_link (handle, ls);
    ls->fence = leaselock_lease_fence (lease);
    strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
    ls->key_len = k->key_len;
@@ -791,14 +878,10 @@ static void call_on_lost (lua_State *L, int idx)
  * The lease state as Lua sees it. The first time LOST is seen, on_lost
  * runs here (when notify) on the Lua thread, once.
  */
-static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
+static ll_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
 {
-   leaselock_state_t st;
-   if (!ls->lease) {
-      return ls->closed_lost ? LEASELOCK_STATE_LOST : LEASELOCK_STATE_RELEASED;
-   }
-   st = leaselock_lease_state (ls->lease);
-   if (st == LEASELOCK_STATE_LOST && !ls->lost_seen) {
+   ll_state_t st = lease_state (ls);
+   if (ls->lease && st == LL_LOST && !ls->lost_seen) {
       ls->lost_seen = true;
       if (notify) {
          call_on_lost (L, idx);
@@ -812,7 +895,8 @@ static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, boo
 static void lease_close (ll_lua_lease_t *ls)
 {
    if (ls->lease) {
-      ls->closed_lost = leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST;
+      ls->closed_lost = lease_state (ls) == LL_LOST;
+      lease_unlink (ls);
       leaselock_lease_destroy (ls->lease);
       ls->lease = NULL;
    }
@@ -833,7 +917,7 @@ static int lease_tbc_close (lua_State *L)
    if (!ls->lease) {
       return 0;
    }
-   newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
+   newly_lost = observe (L, 1, ls, false) == LL_LOST && !seen;
    lease_close (ls);
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -853,7 +937,8 @@ static int lease_with_finish (lua_State *L)
    bool seen = ls->lost_seen, newly_lost = false, released = true;
 
    if (ls->lease) {
-      if (observe (L, 1, ls, false) == LEASELOCK_STATE_LOST) {
+      ll_state_t st = observe (L, 1, ls, false);
+      if (st == LL_LOST) {
          newly_lost = !seen;
       } else {
          released = leaselock_lease_release (ls->lease, &err);
@@ -878,14 +963,16 @@ static int lease_with_finish (lua_State *L)
    return 1;
 }
 
-static const char *state_name (leaselock_state_t st, bool open)
+static const char *state_name (ll_state_t st, bool open)
 {
    switch (st) {
-      case LEASELOCK_STATE_HELD:
+      case LL_HELD:
          return "held";
-      case LEASELOCK_STATE_LOST:
+      case LL_LOST:
          return open ? "lost" : "lost, closed";
-      case LEASELOCK_STATE_RELEASED:
+      case LL_CLIENT_CLOSED:
+         return "client closed";
+      case LL_RELEASED:
       default:
          return open ? "released" : "closed";
    }
@@ -895,7 +982,7 @@ static int lease_tostring (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__tostring", false);
    /* No on_lost here: printing must not run user code. */
-   leaselock_state_t st = observe (L, 1, ls, false);
+   ll_state_t st = observe (L, 1, ls, false);
    /* The fence as an integer without relying on %I (absent in 5.1). */
    {
       char buf[32];
@@ -909,11 +996,11 @@ static int lease_tostring (lua_State *L)
    return 1;
 }
 
-/* lease:held() -> boolean */
+/* lease:held() -> boolean (false once released, lost, or its client closed) */
 static int lease_held (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "held", false);
-   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_HELD);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LL_HELD);
    return 1;
 }
 
@@ -921,7 +1008,7 @@ static int lease_held (lua_State *L)
 static int lease_lost (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "lost", false);
-   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_LOST);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LL_LOST);
    return 1;
 }
 

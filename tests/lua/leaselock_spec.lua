@@ -363,6 +363,21 @@ for _, backend in ipairs(H.backends()) do
       assert.is_false(lease:held())
     end)
 
+    it("keeps a lease lost before its client closed lost", function()
+      local key = H.key("lost-then-closed")
+      local c = assert(leaselock.connect(backend.uri))
+      local calls = 0
+      local lease = assert(c:lock(key, {
+        ttl = 0.2, auto_renew = false, on_lost = function() calls = calls + 1 end,
+      }):try_acquire())
+      H.sleep(0.3)
+      c:close()
+      assert.is_false(lease:held())
+      assert.is_true(lease:lost())
+      assert.equals(1, calls)
+      assert.matches(", lost%)", tostring(lease))
+    end)
+
     it("says what each handle is in tostring", function()
       local key = H.key("tostring")
       local lock = client:lock(key)
@@ -378,12 +393,22 @@ for _, backend in ipairs(H.backends()) do
       local key = H.key("closed-client")
       local c = assert(leaselock.connect(backend.uri))
       local lease = assert(c:lock(key, { ttl = 5 }):try_acquire())
+      local released = assert(c:lock(H.key("closed-client-released")):try_acquire())
+      assert.is_true(released:release())
       assert.is_true(c:close())
       assert.is_true(c:close()) -- idempotent
       assert.matches("closed", tostring(c))
-      local ok, _, code = lease:release()
+      assert.is_false(lease:held())
+      assert.is_false(lease:lost())
+      assert.matches("fence=" .. lease.fence .. ", client closed%)", tostring(lease))
+      assert.matches(", released%)", tostring(released))
+      local ok, msg, code = lease:release()
       assert.is_nil(ok)
+      assert.matches("client of this lease is closed", msg)
       assert.equals("NOT_HELD", code)
+      assert.is_false(lease:held())
+      -- not released: the record keeps its owner until it expires
+      assert.equals(lease.owner, admin:info(key).owner)
       assert.has_error(function() c:lock(key) end,
         "attempt to use a closed leaselock.client (in 'lock')")
       assert.is_true(admin:force_release(key))
