@@ -927,8 +927,16 @@ static int lease_tbc_close (lua_State *L)
 
 /*
  * The second half of lock:with: finish(lease) -> true | nil, msg, code.
- * LOST when the lease was lost while fn ran; otherwise a failed release
- * (NOT_HELD, BACKEND). Closes the lease in every case.
+ * Closes the lease in every case.
+ *  - fn released the lease itself (state RELEASED, whatever its release
+ *    returned to it): nothing left to do; true, so with returns fn's results.
+ *  - the lease was lost while fn ran: nil, msg, "LOST".
+ *  - otherwise with releases it, and a failed release is with's failure:
+ *    NOT_HELD (taken over, or fn closed the client) or BACKEND. After a
+ *    BACKEND error the lock's state is unknown (the release may or may not
+ *    have landed; the lease expires by its TTL anyway), so with returns
+ *    nil, msg, "BACKEND" rather than fn's results: a caller that needs
+ *    them keeps them in an upvalue.
  */
 static int lease_with_finish (lua_State *L)
 {
@@ -940,7 +948,7 @@ static int lease_with_finish (lua_State *L)
       ll_state_t st = observe (L, 1, ls, false);
       if (st == LL_LOST) {
          newly_lost = !seen;
-      } else {
+      } else if (st != LL_RELEASED) {
          released = leaselock_lease_release (ls->lease, &err);
       }
       lease_close (ls);

@@ -196,6 +196,77 @@ for _, backend in ipairs(H.backends()) do
       holder:release()
     end)
 
+    it("lock:with returns fn's results when fn released the lease itself", function()
+      local key = H.key("with-self-release")
+      local lock = client:lock(key)
+      local a, b = lock:with(function(l)
+        assert.is_true(l:release())
+        return "result", 2
+      end)
+      assert.equals("result", a)
+      assert.equals(2, b)
+      assert.is_nil(admin:info(key).owner)
+      -- fn's own release result is fn's to handle: with does not repeat it
+      a = lock:with(function(l)
+        assert.is_true(admin:force_release(key))
+        local ok, _, code = l:release()
+        assert.is_nil(ok)
+        assert.equals("NOT_HELD", code)
+        return "handled"
+      end)
+      assert.equals("handled", a)
+    end)
+
+    it("lock:with reports NOT_HELD when the lease was taken over while fn ran", function()
+      local key = H.key("with-taken")
+      local r, msg, code = client:lock(key):with(function()
+        assert.is_true(admin:force_release(key))
+        return "result"
+      end)
+      assert.is_nil(r)
+      assert.matches("no longer held", msg)
+      assert.equals("NOT_HELD", code)
+    end)
+
+    it("lock:with reports NOT_HELD when fn closed the client", function()
+      local key = H.key("with-closed-client")
+      local c = assert(leaselock.connect(backend.uri))
+      local r, msg, code = c:lock(key):with(function(l)
+        c:close()
+        assert.is_false(l:held())
+        return "result"
+      end)
+      assert.is_nil(r)
+      assert.matches("client of this lease is closed", msg)
+      assert.equals("NOT_HELD", code)
+      assert.is_true(admin:force_release(key))
+    end)
+
+    if backend.name == "sqlite" then
+      it("lock:with returns nil, msg, BACKEND when the final release fails", function()
+        local key = H.key("with-backend")
+        local path = assert(backend.uri:match("^sqlite://(/.*)$"))
+        local c = assert(leaselock.connect(backend.uri .. "?busy_timeout_ms=50"))
+        local owner, p
+        local r, msg, code = c:lock(key):with(function(l)
+          owner = l.owner
+          -- another process holds SQLite's write lock past the release
+          p = assert(io.popen(("printf 'BEGIN EXCLUSIVE;\\n.print locked\\n"
+            .. ".shell sleep 0.5\\nCOMMIT;\\n' | sqlite3 '%s'"):format(path)))
+          assert.equals("locked", p:read("*l"))
+          return "result"
+        end)
+        assert.is_nil(r)
+        assert.matches("SQLite", msg)
+        assert.equals("BACKEND", code)
+        p:close()
+        -- the release did not land: the lock's state was unknown, as reported
+        assert.equals(owner, admin:info(key).owner)
+        assert.is_true(admin:force_release(key))
+        c:close()
+      end)
+    end
+
     if is54 then
       it("<close> releases at scope exit, normal and by error", function()
         local key = H.key("close")
