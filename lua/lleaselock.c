@@ -22,7 +22,7 @@
  *    the lease state (leaselock_lease_state) when Lua next looks at the
  *    lease (lease:held(), lease:lost(), lease:renew(), lease:release(), the
  *    end of lock:with, __close); the Lua on_lost callback runs then, once,
- *    on the Lua thread.
+ *    on the Lua thread, protected (its error is reported, not raised).
  *  - Acquiring with a timeout blocks the OS thread (and so every coroutine
  *    of the lua_State) while the core waits. Coroutine schedulers use
  *    lock:try_acquire() between their own yields; OpenResty handlers run
@@ -861,16 +861,41 @@ static int lock_with_begin (lua_State *L)
 
 /* ---- lease ---------------------------------------------------------- */
 
+/*
+ * Reports an error raised by on_lost (on top of the stack, popped): as a
+ * warning on Lua 5.4 (like an error in __gc; shown once warnings are on,
+ * `lua -W` or warn("@on")), on stderr on 5.1/LuaJIT (nginx: the error log).
+ * on_lost runs from held(), lost(), renew(), release(), __close and the end
+ * of lock:with: its error must not replace what those return or raise.
+ */
+static void report_on_lost_error (lua_State *L)
+{
+   const char *msg =
+     lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "error object is not a string";
+#if LUA_VERSION_NUM >= 504
+   lua_warning (L, "leaselock: error in on_lost (", 1);
+   lua_warning (L, msg, 1);
+   lua_warning (L, ")", 0);
+#else
+   fprintf (stderr, "leaselock: error in on_lost (%s)\n", msg);
+#endif
+   lua_pop (L, 1);
+}
+
+/* Calls the lease's on_lost(lease), protected. */
 static void call_on_lost (lua_State *L, int idx)
 {
+   idx = lua_absindex (L, idx);
    lua_getuservalue (L, idx);
    lua_rawgeti (L, -1, UV_ON_LOST);
    lua_remove (L, -2);
-   if (lua_isfunction (L, -1)) {
-      lua_pushvalue (L, idx);
-      lua_call (L, 1, 0); /* its errors propagate to the observer */
-   } else {
+   if (!lua_isfunction (L, -1)) {
       lua_pop (L, 1);
+      return;
+   }
+   lua_pushvalue (L, idx);
+   if (lua_pcall (L, 1, 0, 0) != 0) {
+      report_on_lost_error (L);
    }
 }
 

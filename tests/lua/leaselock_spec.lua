@@ -449,6 +449,68 @@ for _, backend in ipairs(H.backends()) do
       assert.matches(", lost%)", tostring(lease))
     end)
 
+    it("calls on_lost protected: its error replaces nothing", function()
+      local key = H.key("on-lost-error")
+      local calls = 0
+      local lock = client:lock(key, {
+        ttl = 0.1, auto_renew = false,
+        on_lost = function() calls = calls + 1; error("on_lost failed (as this test expects)") end,
+      })
+      -- held() answers
+      local lease = assert(lock:try_acquire())
+      H.sleep(0.15)
+      assert.is_false(lease:held())
+      assert.equals(1, calls)
+      assert.is_true(lease:lost())
+      -- with's own LOST failure
+      local r, msg, code = lock:with(function() H.sleep(0.15); return "done" end)
+      assert.is_nil(r)
+      assert.matches("lost", msg)
+      assert.equals("LOST", code)
+      assert.equals(2, calls)
+      -- fn's error passes through unchanged
+      local ok, err = pcall(lock.with, lock, function()
+        H.sleep(0.15)
+        error("fn failed", 0)
+      end)
+      assert.is_false(ok)
+      assert.equals("fn failed", err)
+      assert.equals(3, calls)
+      -- release() answers too (whatever the core says of a lost lease)
+      lease = assert(lock:try_acquire())
+      H.sleep(0.15)
+      assert.has_no.errors(function() lease:release() end)
+      assert.equals(4, calls)
+      if is54 then -- and <close> keeps the scope's error
+        local run = assert(load([[
+          local lock, sleep = ...
+          local lease <close> = assert(lock:try_acquire())
+          sleep(0.15)
+          error("scope error", 0)
+        ]], "=close-on-lost", "t"))
+        local cok, cerr = pcall(run, lock, H.sleep)
+        assert.is_false(cok)
+        assert.equals("scope error", cerr)
+        assert.equals(5, calls)
+      end
+    end)
+
+    it("reports an on_lost error as a warning (5.4) or on stderr (LuaJIT)", function()
+      local key = H.key("on-lost-report")
+      local p = H.spawn(([[
+        if warn then warn("@on") end
+        local c = assert(require("leaselock").connect(%q))
+        local lease = assert(c:lock(%q, { ttl = 0.1, auto_renew = false,
+          on_lost = function() error("on_lost says no", 0) end }):try_acquire())
+        os.execute("sleep 0.2")
+        io.stdout:write("held=", tostring(lease:held()), "\n"); io.stdout:flush()
+      ]]):format(backend.uri, key), nil, true)
+      local out = p:read("*a")
+      p:close()
+      assert.matches("held=false", out, 1, true)
+      assert.matches("leaselock: error in on_lost (on_lost says no)", out, 1, true)
+    end)
+
     it("says what each handle is in tostring", function()
       local key = H.key("tostring")
       local lock = client:lock(key)
