@@ -1209,7 +1209,13 @@ static void new_type (lua_State *L,
    lua_setfield (L, -3, "__metatable");
 }
 
-/* The one exported symbol (the module is built with -fvisibility=hidden). */
+/*
+ * The one symbol Lua needs. The core's leaselock_* API is declared with
+ * default visibility in leaselock.h, so -fvisibility=hidden alone would
+ * export it too: `make` links with lua/leaselock.map, which keeps only
+ * this one. The rock (luarocks' builtin backend passes no linker flags)
+ * exports the core's symbols as well.
+ */
 __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
 {
    new_type (L, CLIENT_MT, client_methods, client_index);

@@ -3,8 +3,10 @@
 # $(BUILD)/lua/jit/leaselock.so (LuaJIT 2.1, as OpenResty runs it).
 #
 # The module is not linked against liblua: its Lua symbols come from the
-# interpreter that loads it. -Bsymbolic keeps the core's calls inside the
-# module even if another copy of leaselock is loaded in the same process.
+# interpreter that loads it. lua/leaselock.map makes luaopen_leaselock its
+# one exported symbol (the core's API would otherwise be exported too), so
+# the core's calls stay inside the module even if another copy of leaselock
+# is loaded in the same process (-Bsymbolic says the same for the linker).
 #
 #   make lua             both modules
 #   make test-lua54      busted specs under lua5.4
@@ -24,6 +26,7 @@ BUSTED ?= /usr/bin/busted
 LUA54_MOD := $(BUILD)/lua/5.4/leaselock.so
 LUAJIT_MOD := $(BUILD)/lua/jit/leaselock.so
 LUA_MOD_DEPS := lua/lleaselock.c lua/ll_lua_compat.h csrc/leaselock.h
+LUA_MOD_MAP := lua/leaselock.map
 
 .PHONY: lua test-lua54 test-luajit test-openresty test-sources test-luarock bench-lua
 
@@ -38,8 +41,9 @@ $(BUILD)/lua/jit/lleaselock.o: $(LUA_MOD_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(LUAJIT_INC) -c $< -o $@
 
-$(BUILD)/lua/%/leaselock.so: $(BUILD)/lua/%/lleaselock.o $(LL_OBJS)
-	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(SANFLAGS) $(LDLIBS_ALL)
+$(BUILD)/lua/%/leaselock.so: $(BUILD)/lua/%/lleaselock.o $(LL_OBJS) $(LUA_MOD_MAP)
+	$(CC) -shared -Wl,-Bsymbolic -Wl,--version-script=$(LUA_MOD_MAP) -o $@ \
+	  $(filter %.o,$^) $(SANFLAGS) $(LDLIBS_ALL)
 
 # busted per interpreter: /usr/bin/busted is a Lua script, run here by the
 # interpreter named (Debian installs busted's pure-Lua dependencies for 5.1
