@@ -14,7 +14,8 @@
 #   make test-openresty  nginx + lua module, a lease per request via
 #                        ngx.run_worker_thread
 #   make test-sources    the rockspec lists exactly csrc/SOURCES
-#   make test-luarock    `luarocks make` into a local tree, then a smoke run
+#   make test-luarock    `luarocks make` into a local tree, then a smoke run,
+#                        for Lua 5.4 and for LuaJIT
 #   make bench-lua       lock:with beside the C core, pairs per second
 
 LUA54_INC ?= $(shell $(PKG_CONFIG) --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
@@ -68,19 +69,29 @@ test-openresty: $(LUAJIT_MOD)
 test-sources:
 	@bash tests/check_sources.sh
 
-# luarocks' builtin backend writes its objects next to the sources, so the
-# rock is built from a copy of the tree it needs, into a local tree.
+# luarocks' builtin backend writes its objects next to the sources, so each
+# rock is built from a copy of the tree it needs, into a local tree: once
+# for Lua 5.4, once for LuaJIT. luarocks has no LuaJIT configuration of its
+# own here: the 5.1 one (Debian's /etc/luarocks/config-5.1.lua) builds it,
+# with LUA_INCDIR pointed at luajit2's headers instead of PUC Lua 5.1's.
 LUAROCKS ?= luarocks
-LUA_ROCK_SRC := $(BUILD)/lua/rock-src
-LUA_ROCK_TREE := $(abspath $(BUILD))/lua/rocks
+LUA_ROCK_DIR := $(abspath $(BUILD))/lua/rock
+LUAJIT_INCDIR ?= $(patsubst -I%,%,$(filter -I%,$(LUAJIT_INC)))
 test-luarock:
-	@rm -rf $(LUA_ROCK_SRC) $(LUA_ROCK_TREE) && mkdir -p $(LUA_ROCK_SRC)
-	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_SRC)/
-	@cd $(LUA_ROCK_SRC) && $(LUAROCKS) --lua-version 5.4 make --tree $(LUA_ROCK_TREE) \
-	  leaselock-scm-1.rockspec >build.log 2>&1 || { cat build.log; exit 1; }
-	@mkdir -p $(BUILD)/lua/tmp && rm -f $(BUILD)/lua/tmp/rock.db*
-	@LUA_CPATH='$(LUA_ROCK_TREE)/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
-	  'sqlite://$(abspath $(BUILD))/lua/tmp/rock.db'
+	@rm -rf $(LUA_ROCK_DIR) && mkdir -p $(LUA_ROCK_DIR)/src-5.4 $(LUA_ROCK_DIR)/src-jit
+	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-5.4/
+	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-jit/
+	@cd $(LUA_ROCK_DIR)/src-5.4 && $(LUAROCKS) --lua-version 5.4 make \
+	  --tree $(LUA_ROCK_DIR)/tree-5.4 leaselock-scm-1.rockspec >build.log 2>&1 \
+	  || { cat build.log; exit 1; }
+	@cd $(LUA_ROCK_DIR)/src-jit && $(LUAROCKS) --lua-version 5.1 make \
+	  --tree $(LUA_ROCK_DIR)/tree-jit leaselock-scm-1.rockspec \
+	  LUA_INCDIR='$(LUAJIT_INCDIR)' >build.log 2>&1 || { cat build.log; exit 1; }
+	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-5.4/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
+	  'sqlite://$(LUA_ROCK_DIR)/rock-5.4.db'
+	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-jit/lib/lua/5.1/?.so' $(LUAJIT) tests/lua/rock_smoke.lua \
+	  'sqlite://$(LUA_ROCK_DIR)/rock-jit.db'
+	@echo "2 passed, 0 failed"
 
 bench-lua: $(LUA54_MOD) $(LUAJIT_MOD)
 	@mkdir -p $(BUILD)/lua/tmp
