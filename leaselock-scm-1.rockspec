@@ -1,5 +1,11 @@
 -- luarocks package for the Lua module: `luarocks make` in a checkout.
 -- The builtin backend compiles lua/lleaselock.c with the core's C sources.
+-- For LuaJIT (OpenResty's luajit2 on Debian) use luarocks' Lua 5.1
+-- configuration with LuaJIT's headers:
+--   luarocks --lua-version 5.1 make LUA_INCDIR=/usr/include/luajit-2.1
+-- The builtin backend passes no linker flags, so unlike the `make` build
+-- (lua/leaselock.map) the rock exports the core's symbols besides
+-- luaopen_leaselock.
 -- Keep build.modules.leaselock.sources equal to csrc/SOURCES (rockspecs
 -- cannot read files; tests/check_sources.sh, `make test-sources`, checks).
 rockspec_format = "3.0"

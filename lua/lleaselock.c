@@ -22,7 +22,7 @@
  *    the lease state (leaselock_lease_state) when Lua next looks at the
  *    lease (lease:held(), lease:lost(), lease:renew(), lease:release(), the
  *    end of lock:with, __close); the Lua on_lost callback runs then, once,
- *    on the Lua thread.
+ *    on the Lua thread, protected (its error is reported, not raised).
  *  - Acquiring with a timeout blocks the OS thread (and so every coroutine
  *    of the lua_State) while the core waits. Coroutine schedulers use
  *    lock:try_acquire() between their own yields; OpenResty handlers run
@@ -30,7 +30,8 @@
  *
  * Ownership: a lease handle keeps its client handle alive through its user
  * value, so a client is collected after its leases; closing a client
- * explicitly first is allowed (the core then answers NOT_HELD for them).
+ * explicitly first is allowed: its leases then report "client closed"
+ * (held() is false) and the core answers NOT_HELD for them.
  */
 #include "ll_lua_compat.h"
 
@@ -46,13 +47,19 @@
 #define LOCK_MT "leaselock.lock"
 #define LEASE_MT "leaselock.lease"
 
+/* The longest label the core stores (holder info, leaselock_record_t). */
+#define LL_LABEL_MAX (sizeof ((leaselock_record_t *)0)->label - 1)
+
 /* User value slots (a table, as the 5.1 API requires). */
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
 
+typedef struct ll_lua_lease ll_lua_lease_t;
+
 typedef struct
 {
    leaselock_client_t *client; /* owned; NULL once closed */
+   ll_lua_lease_t *leases;     /* its open lease handles (see client_close) */
 } ll_lua_client_t;
 
 typedef struct
@@ -64,16 +71,35 @@ typedef struct
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
 
-typedef struct
+/*
+ * The lease states Lua reports: the core's three, plus CLIENT_CLOSED for a
+ * lease whose client was closed while it was held (the core keeps saying
+ * HELD until the local deadline passes, but nothing renews or releases it).
+ */
+typedef enum
 {
-   leaselock_lease_t *lease; /* owned; NULL once closed */
-   bool lost_seen;           /* on_lost already called (or due) */
-   bool closed_lost;         /* the state was LOST when it was closed */
+   LL_HELD = LEASELOCK_STATE_HELD,
+   LL_RELEASED = LEASELOCK_STATE_RELEASED,
+   LL_LOST = LEASELOCK_STATE_LOST,
+   LL_CLIENT_CLOSED
+} ll_state_t;
+
+struct ll_lua_lease
+{
+   leaselock_lease_t *lease;  /* owned; NULL once closed */
+   bool lost_seen;            /* on_lost already called (or due) */
+   bool closed_lost;          /* the state was LOST when it was closed */
+   bool client_closed;        /* the client was closed first ... */
+   ll_state_t state_at_close; /* ... and this was the state then */
+   /* In the client handle's list while both are open. The client handle
+    * outlives its leases' handles (it is their user value). */
+   ll_lua_client_t *handle;
+   ll_lua_lease_t *prev, *next;
    int64_t fence;
    char owner[LEASELOCK_OWNER_LEN + 1];
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
-} ll_lua_lease_t;
+};
 
 /* ---- errors --------------------------------------------------------- */
 
@@ -226,8 +252,9 @@ enum
  * Converts seconds (a Lua number) at idx to milliseconds, rounding up so
  * that a positive value never becomes 0. kind: SECONDS_POSITIVE (a TTL:
  * > 0, at most 30 days), SECONDS_NONNEGATIVE (min_hold: 0 .. 30 days),
- * SECONDS_TIMEOUT (>= 0; math.huge or beyond ~292 million years: -1,
- * wait forever).
+ * SECONDS_TIMEOUT (0 .. 30 days, or math.huge: -1, wait forever; any
+ * other value above 30 days is refused here like the core refuses it,
+ * rather than read as "forever").
  */
 static int64_t check_seconds (lua_State *L,
                               int idx,
@@ -254,8 +281,16 @@ static int64_t check_seconds (lua_State *L,
          arg_error (L, level, fname, arg, "%s must be >= 0 seconds (nil waits forever), got %s",
                     what, num);
       }
+      if (isinf (s)) {
+         return -1;
+      }
       ms = ceil (s * 1000.0);
-      return ms >= 9.0e18 ? -1 : (int64_t)ms;
+      if (ms > (double)LEASELOCK_TTL_MAX_MS) {
+         arg_error (L, level, fname, arg,
+                    "%s must be at most 30 days (%d s), or math.huge to wait forever, got %s", what,
+                    (int)(LEASELOCK_TTL_MAX_MS / 1000), num);
+      }
+      return (int64_t)ms;
    }
    if (s < 0 || (s == 0 && kind == SECONDS_POSITIVE) || s * 1000.0 > (double)LEASELOCK_TTL_MAX_MS) {
       arg_error (L, level, fname, arg, "%s must be %s 0 and at most 30 days (%d s), got %s", what,
@@ -322,6 +357,53 @@ static int raise_invalid (lua_State *L, int level, const char *fname, const leas
    return lua_error (L);
 }
 
+/* ---- lease handles of a client ------------------------------------- */
+
+/*
+ * A client handle keeps a list of its open lease handles, so that closing
+ * the client can record, for each, the state it had then: the core keeps
+ * answering HELD for a lease of a destroyed client until its deadline.
+ */
+static void lease_link (ll_lua_client_t *c, ll_lua_lease_t *ls)
+{
+   ls->handle = c;
+   ls->prev = NULL;
+   ls->next = c->leases;
+   if (c->leases) {
+      c->leases->prev = ls;
+   }
+   c->leases = ls;
+}
+
+static void lease_unlink (ll_lua_lease_t *ls)
+{
+   if (!ls->handle) {
+      return;
+   }
+   if (ls->prev) {
+      ls->prev->next = ls->next;
+   } else {
+      ls->handle->leases = ls->next;
+   }
+   if (ls->next) {
+      ls->next->prev = ls->prev;
+   }
+   ls->handle = NULL;
+   ls->prev = ls->next = NULL;
+}
+
+/* The state without side effects on the Lua side (no on_lost). */
+static ll_state_t lease_state (ll_lua_lease_t *ls)
+{
+   if (!ls->lease) {
+      return ls->closed_lost ? LL_LOST : LL_RELEASED;
+   }
+   if (ls->client_closed) {
+      return ls->state_at_close;
+   }
+   return (ll_state_t)leaselock_lease_state (ls->lease);
+}
+
 /* ---- module functions ----------------------------------------------- */
 
 /* leaselock.connect([uri [, {label=}]]) -> client | nil, msg, code */
@@ -345,16 +427,30 @@ static int l_connect (lua_State *L)
    if (lua_istable (L, 2)) {
       lua_getfield (L, 2, "label");
       if (!lua_isnil (L, -1)) {
+         size_t len;
          if (lua_type (L, -1) != LUA_TSTRING) {
             arg_error (L, 1, "connect", 2, "label must be a string, got %s", luaL_typename (L, -1));
          }
-         label = lua_tostring (L, -1); /* stays on the stack */
+         label = lua_tolstring (L, -1, &len); /* stays on the stack */
+         /* The core takes a C string: check here what it would cut at a
+          * NUL or refuse later, so that a bad label is a clean error. */
+         if (len > LL_LABEL_MAX) {
+            arg_error (L, 1, "connect", 2, "label must be at most %d bytes, got %d",
+                       (int)LL_LABEL_MAX, (int)(len > 100000 ? 100000 : len));
+         }
+         if (memchr (label, '\0', len)) {
+            arg_error (L, 1, "connect", 2, "label must not contain a NUL byte");
+         }
+         if (!utf8_valid ((const unsigned char *)label, len)) {
+            arg_error (L, 1, "connect", 2, "label is not valid UTF-8");
+         }
       }
    }
    /* The handle exists (closed) before the client does: a memory error
     * here leaks nothing. */
    c = lua_newuserdata (L, sizeof *c);
    c->client = NULL;
+   c->leases = NULL;
    luaL_setmetatable (L, CLIENT_MT);
    c->client = leaselock_client_new (uri, label, &err);
    if (!c->client) {
@@ -374,11 +470,24 @@ static int l_monotonic (lua_State *L)
 
 /* ---- client --------------------------------------------------------- */
 
+/* client:close() -> true. Idempotent. Leases still held are not released
+ * (they keep their database expiry) and now report "client closed". */
 static int client_close (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "close");
-   leaselock_client_destroy (c->client);
-   c->client = NULL;
+   if (c->client) {
+      /* Destroyed first: its renewal thread has stopped, so the states
+       * read below are final, as of the close. */
+      leaselock_client_destroy (c->client);
+      c->client = NULL;
+      while (c->leases) {
+         ll_lua_lease_t *ls = c->leases;
+         ll_state_t st = (ll_state_t)leaselock_lease_state (ls->lease);
+         ls->state_at_close = st == LL_HELD ? LL_CLIENT_CLOSED : st;
+         ls->client_closed = true;
+         lease_unlink (ls);
+      }
+   }
    lua_pushboolean (L, 1);
    return 1;
 }
@@ -658,6 +767,7 @@ static int do_acquire (lua_State *L,
                        int64_t timeout_ms)
 {
    ll_lua_lease_t *ls;
+   ll_lua_client_t *handle;
    leaselock_client_t *client;
    leaselock_acquire_opts_t o;
    leaselock_error_t err;
@@ -667,6 +777,7 @@ static int do_acquire (lua_State *L,
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_CLIENT);
    client = check_open_client (L, lua_gettop (L), level, fname);
+   handle = lua_touserdata (L, -1);
 
    /* The handle exists (closed) before the lease does. */
    ls = lua_newuserdata (L, sizeof *ls);
@@ -693,6 +804,7 @@ static int do_acquire (lua_State *L,
       return push_failure (L, &err);
    }
    ls->lease = lease;
+   lease_link (handle, ls);
    ls->fence = leaselock_lease_fence (lease);
    strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
    ls->key_len = k->key_len;
@@ -749,16 +861,41 @@ static int lock_with_begin (lua_State *L)
 
 /* ---- lease ---------------------------------------------------------- */
 
+/*
+ * Reports an error raised by on_lost (on top of the stack, popped): as a
+ * warning on Lua 5.4 (like an error in __gc; shown once warnings are on,
+ * `lua -W` or warn("@on")), on stderr on 5.1/LuaJIT (nginx: the error log).
+ * on_lost runs from held(), lost(), renew(), release(), __close and the end
+ * of lock:with: its error must not replace what those return or raise.
+ */
+static void report_on_lost_error (lua_State *L)
+{
+   const char *msg =
+     lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "error object is not a string";
+#if LUA_VERSION_NUM >= 504
+   lua_warning (L, "leaselock: error in on_lost (", 1);
+   lua_warning (L, msg, 1);
+   lua_warning (L, ")", 0);
+#else
+   fprintf (stderr, "leaselock: error in on_lost (%s)\n", msg);
+#endif
+   lua_pop (L, 1);
+}
+
+/* Calls the lease's on_lost(lease), protected. */
 static void call_on_lost (lua_State *L, int idx)
 {
+   idx = lua_absindex (L, idx);
    lua_getuservalue (L, idx);
    lua_rawgeti (L, -1, UV_ON_LOST);
    lua_remove (L, -2);
-   if (lua_isfunction (L, -1)) {
-      lua_pushvalue (L, idx);
-      lua_call (L, 1, 0); /* its errors propagate to the observer */
-   } else {
+   if (!lua_isfunction (L, -1)) {
       lua_pop (L, 1);
+      return;
+   }
+   lua_pushvalue (L, idx);
+   if (lua_pcall (L, 1, 0, 0) != 0) {
+      report_on_lost_error (L);
    }
 }
 
@@ -766,14 +903,10 @@ static void call_on_lost (lua_State *L, int idx)
  * The lease state as Lua sees it. The first time LOST is seen, on_lost
  * runs here (when notify) on the Lua thread, once.
  */
-static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
+static ll_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
 {
-   leaselock_state_t st;
-   if (!ls->lease) {
-      return ls->closed_lost ? LEASELOCK_STATE_LOST : LEASELOCK_STATE_RELEASED;
-   }
-   st = leaselock_lease_state (ls->lease);
-   if (st == LEASELOCK_STATE_LOST && !ls->lost_seen) {
+   ll_state_t st = lease_state (ls);
+   if (ls->lease && st == LL_LOST && !ls->lost_seen) {
       ls->lost_seen = true;
       if (notify) {
          call_on_lost (L, idx);
@@ -787,7 +920,8 @@ static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, boo
 static void lease_close (ll_lua_lease_t *ls)
 {
    if (ls->lease) {
-      ls->closed_lost = leaselock_lease_state (ls->lease) == LEASELOCK_STATE_LOST;
+      ls->closed_lost = lease_state (ls) == LL_LOST;
+      lease_unlink (ls);
       leaselock_lease_destroy (ls->lease);
       ls->lease = NULL;
    }
@@ -808,7 +942,7 @@ static int lease_tbc_close (lua_State *L)
    if (!ls->lease) {
       return 0;
    }
-   newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
+   newly_lost = observe (L, 1, ls, false) == LL_LOST && !seen;
    lease_close (ls);
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -818,8 +952,16 @@ static int lease_tbc_close (lua_State *L)
 
 /*
  * The second half of lock:with: finish(lease) -> true | nil, msg, code.
- * LOST when the lease was lost while fn ran; otherwise a failed release
- * (NOT_HELD, BACKEND). Closes the lease in every case.
+ * Closes the lease in every case.
+ *  - fn released the lease itself (state RELEASED, whatever its release
+ *    returned to it): nothing left to do; true, so with returns fn's results.
+ *  - the lease was lost while fn ran: nil, msg, "LOST".
+ *  - otherwise with releases it, and a failed release is with's failure:
+ *    NOT_HELD (taken over, or fn closed the client) or BACKEND. After a
+ *    BACKEND error the lock's state is unknown (the release may or may not
+ *    have landed; the lease expires by its TTL anyway), so with returns
+ *    nil, msg, "BACKEND" rather than fn's results: a caller that needs
+ *    them keeps them in an upvalue.
  */
 static int lease_with_finish (lua_State *L)
 {
@@ -828,9 +970,10 @@ static int lease_with_finish (lua_State *L)
    bool seen = ls->lost_seen, newly_lost = false, released = true;
 
    if (ls->lease) {
-      if (observe (L, 1, ls, false) == LEASELOCK_STATE_LOST) {
+      ll_state_t st = observe (L, 1, ls, false);
+      if (st == LL_LOST) {
          newly_lost = !seen;
-      } else {
+      } else if (st != LL_RELEASED) {
          released = leaselock_lease_release (ls->lease, &err);
       }
       lease_close (ls);
@@ -853,14 +996,16 @@ static int lease_with_finish (lua_State *L)
    return 1;
 }
 
-static const char *state_name (leaselock_state_t st, bool open)
+static const char *state_name (ll_state_t st, bool open)
 {
    switch (st) {
-      case LEASELOCK_STATE_HELD:
+      case LL_HELD:
          return "held";
-      case LEASELOCK_STATE_LOST:
+      case LL_LOST:
          return open ? "lost" : "lost, closed";
-      case LEASELOCK_STATE_RELEASED:
+      case LL_CLIENT_CLOSED:
+         return "client closed";
+      case LL_RELEASED:
       default:
          return open ? "released" : "closed";
    }
@@ -870,7 +1015,7 @@ static int lease_tostring (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__tostring", false);
    /* No on_lost here: printing must not run user code. */
-   leaselock_state_t st = observe (L, 1, ls, false);
+   ll_state_t st = observe (L, 1, ls, false);
    /* The fence as an integer without relying on %I (absent in 5.1). */
    {
       char buf[32];
@@ -884,11 +1029,11 @@ static int lease_tostring (lua_State *L)
    return 1;
 }
 
-/* lease:held() -> boolean */
+/* lease:held() -> boolean (false once released, lost, or its client closed) */
 static int lease_held (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "held", false);
-   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_HELD);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LL_HELD);
    return 1;
 }
 
@@ -896,7 +1041,7 @@ static int lease_held (lua_State *L)
 static int lease_lost (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "lost", false);
-   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_LOST);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LL_LOST);
    return 1;
 }
 
@@ -1064,7 +1209,13 @@ static void new_type (lua_State *L,
    lua_setfield (L, -3, "__metatable");
 }
 
-/* The one exported symbol (the module is built with -fvisibility=hidden). */
+/*
+ * The one symbol Lua needs. The core's leaselock_* API is declared with
+ * default visibility in leaselock.h, so -fvisibility=hidden alone would
+ * export it too: `make` links with lua/leaselock.map, which keeps only
+ * this one. The rock (luarocks' builtin backend passes no linker flags)
+ * exports the core's symbols as well.
+ */
 __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
 {
    new_type (L, CLIENT_MT, client_methods, client_index);

@@ -3,8 +3,10 @@
 # $(BUILD)/lua/jit/leaselock.so (LuaJIT 2.1, as OpenResty runs it).
 #
 # The module is not linked against liblua: its Lua symbols come from the
-# interpreter that loads it. -Bsymbolic keeps the core's calls inside the
-# module even if another copy of leaselock is loaded in the same process.
+# interpreter that loads it. lua/leaselock.map makes luaopen_leaselock its
+# one exported symbol (the core's API would otherwise be exported too), so
+# the core's calls stay inside the module even if another copy of leaselock
+# is loaded in the same process (-Bsymbolic says the same for the linker).
 #
 #   make lua             both modules
 #   make test-lua54      busted specs under lua5.4
@@ -12,7 +14,8 @@
 #   make test-openresty  nginx + lua module, a lease per request via
 #                        ngx.run_worker_thread
 #   make test-sources    the rockspec lists exactly csrc/SOURCES
-#   make test-luarock    `luarocks make` into a local tree, then a smoke run
+#   make test-luarock    `luarocks make` into a local tree, then a smoke run,
+#                        for Lua 5.4 and for LuaJIT
 #   make bench-lua       lock:with beside the C core, pairs per second
 
 LUA54_INC ?= $(shell $(PKG_CONFIG) --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
@@ -24,6 +27,7 @@ BUSTED ?= /usr/bin/busted
 LUA54_MOD := $(BUILD)/lua/5.4/leaselock.so
 LUAJIT_MOD := $(BUILD)/lua/jit/leaselock.so
 LUA_MOD_DEPS := lua/lleaselock.c lua/ll_lua_compat.h csrc/leaselock.h
+LUA_MOD_MAP := lua/leaselock.map
 
 .PHONY: lua test-lua54 test-luajit test-openresty test-sources test-luarock bench-lua
 
@@ -38,8 +42,9 @@ $(BUILD)/lua/jit/lleaselock.o: $(LUA_MOD_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(LUAJIT_INC) -c $< -o $@
 
-$(BUILD)/lua/%/leaselock.so: $(BUILD)/lua/%/lleaselock.o $(LL_OBJS)
-	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(SANFLAGS) $(LDLIBS_ALL)
+$(BUILD)/lua/%/leaselock.so: $(BUILD)/lua/%/lleaselock.o $(LL_OBJS) $(LUA_MOD_MAP)
+	$(CC) -shared -Wl,-Bsymbolic -Wl,--version-script=$(LUA_MOD_MAP) -o $@ \
+	  $(filter %.o,$^) $(SANFLAGS) $(LDLIBS_ALL)
 
 # busted per interpreter: /usr/bin/busted is a Lua script, run here by the
 # interpreter named (Debian installs busted's pure-Lua dependencies for 5.1
@@ -64,19 +69,29 @@ test-openresty: $(LUAJIT_MOD)
 test-sources:
 	@bash tests/check_sources.sh
 
-# luarocks' builtin backend writes its objects next to the sources, so the
-# rock is built from a copy of the tree it needs, into a local tree.
+# luarocks' builtin backend writes its objects next to the sources, so each
+# rock is built from a copy of the tree it needs, into a local tree: once
+# for Lua 5.4, once for LuaJIT. luarocks has no LuaJIT configuration of its
+# own here: the 5.1 one (Debian's /etc/luarocks/config-5.1.lua) builds it,
+# with LUA_INCDIR pointed at luajit2's headers instead of PUC Lua 5.1's.
 LUAROCKS ?= luarocks
-LUA_ROCK_SRC := $(BUILD)/lua/rock-src
-LUA_ROCK_TREE := $(abspath $(BUILD))/lua/rocks
+LUA_ROCK_DIR := $(abspath $(BUILD))/lua/rock
+LUAJIT_INCDIR ?= $(patsubst -I%,%,$(filter -I%,$(LUAJIT_INC)))
 test-luarock:
-	@rm -rf $(LUA_ROCK_SRC) $(LUA_ROCK_TREE) && mkdir -p $(LUA_ROCK_SRC)
-	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_SRC)/
-	@cd $(LUA_ROCK_SRC) && $(LUAROCKS) --lua-version 5.4 make --tree $(LUA_ROCK_TREE) \
-	  leaselock-scm-1.rockspec >build.log 2>&1 || { cat build.log; exit 1; }
-	@mkdir -p $(BUILD)/lua/tmp && rm -f $(BUILD)/lua/tmp/rock.db*
-	@LUA_CPATH='$(LUA_ROCK_TREE)/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
-	  'sqlite://$(abspath $(BUILD))/lua/tmp/rock.db'
+	@rm -rf $(LUA_ROCK_DIR) && mkdir -p $(LUA_ROCK_DIR)/src-5.4 $(LUA_ROCK_DIR)/src-jit
+	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-5.4/
+	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-jit/
+	@cd $(LUA_ROCK_DIR)/src-5.4 && $(LUAROCKS) --lua-version 5.4 make \
+	  --tree $(LUA_ROCK_DIR)/tree-5.4 leaselock-scm-1.rockspec >build.log 2>&1 \
+	  || { cat build.log; exit 1; }
+	@cd $(LUA_ROCK_DIR)/src-jit && $(LUAROCKS) --lua-version 5.1 make \
+	  --tree $(LUA_ROCK_DIR)/tree-jit leaselock-scm-1.rockspec \
+	  LUA_INCDIR='$(LUAJIT_INCDIR)' >build.log 2>&1 || { cat build.log; exit 1; }
+	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-5.4/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
+	  'sqlite://$(LUA_ROCK_DIR)/rock-5.4.db'
+	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-jit/lib/lua/5.1/?.so' $(LUAJIT) tests/lua/rock_smoke.lua \
+	  'sqlite://$(LUA_ROCK_DIR)/rock-jit.db'
+	@echo "2 passed, 0 failed"
 
 bench-lua: $(LUA54_MOD) $(LUAJIT_MOD)
 	@mkdir -p $(BUILD)/lua/tmp

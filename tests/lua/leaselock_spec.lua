@@ -196,6 +196,77 @@ for _, backend in ipairs(H.backends()) do
       holder:release()
     end)
 
+    it("lock:with returns fn's results when fn released the lease itself", function()
+      local key = H.key("with-self-release")
+      local lock = client:lock(key)
+      local a, b = lock:with(function(l)
+        assert.is_true(l:release())
+        return "result", 2
+      end)
+      assert.equals("result", a)
+      assert.equals(2, b)
+      assert.is_nil(admin:info(key).owner)
+      -- fn's own release result is fn's to handle: with does not repeat it
+      a = lock:with(function(l)
+        assert.is_true(admin:force_release(key))
+        local ok, _, code = l:release()
+        assert.is_nil(ok)
+        assert.equals("NOT_HELD", code)
+        return "handled"
+      end)
+      assert.equals("handled", a)
+    end)
+
+    it("lock:with reports NOT_HELD when the lease was taken over while fn ran", function()
+      local key = H.key("with-taken")
+      local r, msg, code = client:lock(key):with(function()
+        assert.is_true(admin:force_release(key))
+        return "result"
+      end)
+      assert.is_nil(r)
+      assert.matches("no longer held", msg)
+      assert.equals("NOT_HELD", code)
+    end)
+
+    it("lock:with reports NOT_HELD when fn closed the client", function()
+      local key = H.key("with-closed-client")
+      local c = assert(leaselock.connect(backend.uri))
+      local r, msg, code = c:lock(key):with(function(l)
+        c:close()
+        assert.is_false(l:held())
+        return "result"
+      end)
+      assert.is_nil(r)
+      assert.matches("client of this lease is closed", msg)
+      assert.equals("NOT_HELD", code)
+      assert.is_true(admin:force_release(key))
+    end)
+
+    if backend.name == "sqlite" then
+      it("lock:with returns nil, msg, BACKEND when the final release fails", function()
+        local key = H.key("with-backend")
+        local path = assert(backend.uri:match("^sqlite://(/.*)$"))
+        local c = assert(leaselock.connect(backend.uri .. "?busy_timeout_ms=50"))
+        local owner, p
+        local r, msg, code = c:lock(key):with(function(l)
+          owner = l.owner
+          -- another process holds SQLite's write lock past the release
+          p = assert(io.popen(("printf 'BEGIN EXCLUSIVE;\\n.print locked\\n"
+            .. ".shell sleep 0.5\\nCOMMIT;\\n' | sqlite3 '%s'"):format(path)))
+          assert.equals("locked", p:read("*l"))
+          return "result"
+        end)
+        assert.is_nil(r)
+        assert.matches("SQLite", msg)
+        assert.equals("BACKEND", code)
+        p:close()
+        -- the release did not land: the lock's state was unknown, as reported
+        assert.equals(owner, admin:info(key).owner)
+        assert.is_true(admin:force_release(key))
+        c:close()
+      end)
+    end
+
     if is54 then
       it("<close> releases at scope exit, normal and by error", function()
         local key = H.key("close")
@@ -363,6 +434,83 @@ for _, backend in ipairs(H.backends()) do
       assert.is_false(lease:held())
     end)
 
+    it("keeps a lease lost before its client closed lost", function()
+      local key = H.key("lost-then-closed")
+      local c = assert(leaselock.connect(backend.uri))
+      local calls = 0
+      local lease = assert(c:lock(key, {
+        ttl = 0.2, auto_renew = false, on_lost = function() calls = calls + 1 end,
+      }):try_acquire())
+      H.sleep(0.3)
+      c:close()
+      assert.is_false(lease:held())
+      assert.is_true(lease:lost())
+      assert.equals(1, calls)
+      assert.matches(", lost%)", tostring(lease))
+    end)
+
+    it("calls on_lost protected: its error replaces nothing", function()
+      local key = H.key("on-lost-error")
+      local calls = 0
+      local lock = client:lock(key, {
+        ttl = 0.1, auto_renew = false,
+        on_lost = function() calls = calls + 1; error("on_lost failed (as this test expects)") end,
+      })
+      -- held() answers
+      local lease = assert(lock:try_acquire())
+      H.sleep(0.15)
+      assert.is_false(lease:held())
+      assert.equals(1, calls)
+      assert.is_true(lease:lost())
+      -- with's own LOST failure
+      local r, msg, code = lock:with(function() H.sleep(0.15); return "done" end)
+      assert.is_nil(r)
+      assert.matches("lost", msg)
+      assert.equals("LOST", code)
+      assert.equals(2, calls)
+      -- fn's error passes through unchanged
+      local ok, err = pcall(lock.with, lock, function()
+        H.sleep(0.15)
+        error("fn failed", 0)
+      end)
+      assert.is_false(ok)
+      assert.equals("fn failed", err)
+      assert.equals(3, calls)
+      -- release() answers too (whatever the core says of a lost lease)
+      lease = assert(lock:try_acquire())
+      H.sleep(0.15)
+      assert.has_no.errors(function() lease:release() end)
+      assert.equals(4, calls)
+      if is54 then -- and <close> keeps the scope's error
+        local run = assert(load([[
+          local lock, sleep = ...
+          local lease <close> = assert(lock:try_acquire())
+          sleep(0.15)
+          error("scope error", 0)
+        ]], "=close-on-lost", "t"))
+        local cok, cerr = pcall(run, lock, H.sleep)
+        assert.is_false(cok)
+        assert.equals("scope error", cerr)
+        assert.equals(5, calls)
+      end
+    end)
+
+    it("reports an on_lost error as a warning (5.4) or on stderr (LuaJIT)", function()
+      local key = H.key("on-lost-report")
+      local p = H.spawn(([[
+        if warn then warn("@on") end
+        local c = assert(require("leaselock").connect(%q))
+        local lease = assert(c:lock(%q, { ttl = 0.1, auto_renew = false,
+          on_lost = function() error("on_lost says no", 0) end }):try_acquire())
+        os.execute("sleep 0.2")
+        io.stdout:write("held=", tostring(lease:held()), "\n"); io.stdout:flush()
+      ]]):format(backend.uri, key), nil, true)
+      local out = p:read("*a")
+      p:close()
+      assert.matches("held=false", out, 1, true)
+      assert.matches("leaselock: error in on_lost (on_lost says no)", out, 1, true)
+    end)
+
     it("says what each handle is in tostring", function()
       local key = H.key("tostring")
       local lock = client:lock(key)
@@ -378,12 +526,22 @@ for _, backend in ipairs(H.backends()) do
       local key = H.key("closed-client")
       local c = assert(leaselock.connect(backend.uri))
       local lease = assert(c:lock(key, { ttl = 5 }):try_acquire())
+      local released = assert(c:lock(H.key("closed-client-released")):try_acquire())
+      assert.is_true(released:release())
       assert.is_true(c:close())
       assert.is_true(c:close()) -- idempotent
       assert.matches("closed", tostring(c))
-      local ok, _, code = lease:release()
+      assert.is_false(lease:held())
+      assert.is_false(lease:lost())
+      assert.matches("fence=" .. lease.fence .. ", client closed%)", tostring(lease))
+      assert.matches(", released%)", tostring(released))
+      local ok, msg, code = lease:release()
       assert.is_nil(ok)
+      assert.matches("client of this lease is closed", msg)
       assert.equals("NOT_HELD", code)
+      assert.is_false(lease:held())
+      -- not released: the record keeps its owner until it expires
+      assert.equals(lease.owner, admin:info(key).owner)
       assert.has_error(function() c:lock(key) end,
         "attempt to use a closed leaselock.client (in 'lock')")
       assert.is_true(admin:force_release(key))
@@ -415,6 +573,12 @@ describe("bad input", function()
       "bad argument #2 to 'connect' (label must be a string, got number)" },
     { function() leaselock.connect(nil, { lable = "x" }) end,
       "bad argument #2 to 'connect' (unknown option 'lable')" },
+    { function() leaselock.connect(nil, { label = "a\0b" }) end,
+      "bad argument #2 to 'connect' (label must not contain a NUL byte)" },
+    { function() leaselock.connect(nil, { label = ("l"):rep(256) }) end,
+      "bad argument #2 to 'connect' (label must be at most 255 bytes, got 256)" },
+    { function() leaselock.connect(nil, { label = "bad\255utf8" }) end,
+      "bad argument #2 to 'connect' (label is not valid UTF-8)" },
     { function() client:lock() end,
       "bad argument #1 to 'lock' (key: string expected, got no value)" },
     { function() client:lock(7) end,
@@ -459,6 +623,19 @@ describe("bad input", function()
       "bad argument #1 to 'acquire' (timeout must be >= 0 seconds (nil waits forever), got -1)" },
     { function() lock:acquire { timeout = 0 / 0 } end,
       "bad argument #1 to 'acquire' (timeout must be a number of seconds, got nan)" },
+    { function() lock:acquire { timeout = -math.huge } end,
+      "bad argument #1 to 'acquire' (timeout must be >= 0 seconds (nil waits forever), got -inf)" },
+    { function() lock:acquire { timeout = 31 * 86400 } end,
+      "bad argument #1 to 'acquire' (timeout must be at most 30 days (2592000 s), "
+        .. "or math.huge to wait forever, got 2678400)" },
+    { function() lock:acquire { timeout = 1e300 } end,
+      "bad argument #1 to 'acquire' (timeout must be at most 30 days (2592000 s), "
+        .. "or math.huge to wait forever, got 1e+300)" },
+    { function() lock:acquire { timeout = "5" } end,
+      "bad argument #1 to 'acquire' (timeout must be a number of seconds, got string)" },
+    { function() lock:with(print, { timeout = 1e300 }) end,
+      "bad argument #2 to 'with' (timeout must be at most 30 days (2592000 s), "
+        .. "or math.huge to wait forever, got 1e+300)" },
     { function() lock:acquire { wait = 1 } end,
       "bad argument #1 to 'acquire' (unknown option 'wait')" },
     { function() lock:with() end,
@@ -503,6 +680,26 @@ describe("bad input", function()
 
   it("has at least 20 cases", function()
     assert.is_true(#cases >= 20)
+  end)
+
+  it("accepts a timeout of 30 days, and math.huge (wait forever)", function()
+    local free = client:lock(H.key("timeouts"))
+    for _, t in ipairs { 30 * 86400, math.huge } do
+      local l = assert(free:acquire { timeout = t })
+      assert.is_true(l:release())
+    end
+    assert.equals("waited", free:with(function() return "waited" end, { timeout = math.huge }))
+  end)
+
+  it("stores a label of 255 bytes of UTF-8 whole", function()
+    local label = ("é"):rep(127) .. "x"
+    assert.equals(255, #label)
+    local c = assert(leaselock.connect(H.backends()[1].uri, { label = label }))
+    local key = H.key("label")
+    local l = assert(c:lock(key):try_acquire())
+    assert.equals(label, c:info(key).holder.label)
+    l:release()
+    c:close()
   end)
 
   it("keeps handles' metatables private", function()

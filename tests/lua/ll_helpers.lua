@@ -40,8 +40,9 @@ function M.interpreter()
 end
 
 -- Runs a Lua chunk in a child interpreter with the same package.cpath;
--- returns a popen handle reading its stdout.
-function M.spawn(code, env)
+-- returns a popen handle reading its stdout (and its stderr too when
+-- with_stderr is true).
+function M.spawn(code, env, with_stderr)
   local prefix = ""
   for k, v in pairs(env or {}) do prefix = prefix .. ("%s='%s' "):format(k, v) end
   local script = ("package.cpath=%q\n%s"):format(package.cpath, code)
@@ -49,7 +50,8 @@ function M.spawn(code, env)
   local f = assert(io.open(path, "w"))
   f:write(script)
   f:close()
-  return assert(io.popen(("%s%s %s; rm -f %s"):format(prefix, M.interpreter(), path, path)))
+  return assert(io.popen(("%s%s %s%s; rm -f %s"):format(prefix, M.interpreter(), path,
+    with_stderr and " 2>&1" or "", path)))
 end
 
 -- Runs the functions as coroutines, round robin, until all have returned.
