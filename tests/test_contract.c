@@ -662,6 +662,26 @@ static void on_lost (leaselock_lease_t *lease, void *ud)
    atomic_fetch_add (&L->calls, 1);
 }
 
+/* Acquires NAME on a (1 s TTL, auto-renewed, on_lost counting into L)
+ * and stops the fake clock at *t0. On failure the clock runs again. */
+static bool acquire_frozen (leaselock_client_t *a,
+                            const char *name,
+                            leaselock_lease_t **la,
+                            lost_t *L,
+                            int64_t *t0,
+                            leaselock_error_t *err)
+{
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = L;
+   atomic_store (&ticking, false);
+   *t0 = ll_now_ms ();
+   bool ok = acq (a, key (name), o, la, err);
+   if (!ok)
+      atomic_store (&ticking, true);
+   return ok;
+}
+
 static void test_auto_renew (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
@@ -727,14 +747,8 @@ static void test_loss_when_database_down (void)
    leaselock_error_t err;
    leaselock_lease_t *la;
    lost_t L = { 0 };
-   leaselock_acquire_opts_t o = opts (1000, true);
-   o.on_lost = on_lost;
-   o.on_lost_data = &L;
-   atomic_store (&ticking, false);
-   int64_t t0 = ll_now_ms ();
-   bool ok = acq (a, key ("down"), o, &la, &err);
-   if (!ok)
-      atomic_store (&ticking, true);
+   int64_t t0;
+   bool ok = acquire_frozen (a, "down", &la, &L, &t0, &err);
    CHECK_OK (ok, err);
    fake_backend_fail (true);
    long renews = fake_backend_calls (FAKE_RENEW);
@@ -997,16 +1011,10 @@ static void test_loss_while_renewal_hangs (void)
    leaselock_error_t err;
    leaselock_lease_t *la = NULL;
    lost_t L = { 0 };
-   leaselock_acquire_opts_t o = opts (1000, true);
-   o.on_lost = on_lost;
-   o.on_lost_data = &L;
-   atomic_store (&ticking, false);
-   int64_t t0 = ll_now_ms ();
-   bool ok = acq (a, key ("hang"), o, &la, &err);
-   if (!ok) {
-      atomic_store (&ticking, true);
+   int64_t t0;
+   bool ok = acquire_frozen (a, "hang", &la, &L, &t0, &err);
+   if (!ok)
       leaselock_client_destroy (a);
-   }
    CHECK_OK (ok, err);
    fake_backend_hang (true);
    long renews = fake_backend_calls (FAKE_RENEW);
