@@ -747,7 +747,7 @@ static int cmd_run (const char *uri, int argc, char **argv)
             return EXIT_USAGE;
          if (!utf8_copy (v, strlen (v), label_buf, sizeof label_buf))
             return usage_error ("--label must be at most %d bytes of UTF-8", LEASELOCK_KEY_MAX);
-         label = v;
+         label = label_buf;
       } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
          return usage_error ("unknown option %s", argv[i]);
       } else if (!key) {
@@ -901,9 +901,10 @@ static int cmd_run (const char *uri, int argc, char **argv)
       if (child_done)
          break;
       char drain[16];
-      bool lost_now = read (lost_pipe[0], drain, sizeof drain) > 0;
-      if (!lost && !lost_now && leaselock_lease_remaining_ms (lease) == 0)
-         lost_now = leaselock_lease_state (lease) == LEASELOCK_STATE_LOST;
+      /* Lost: on_lost wrote to the pipe, or the local deadline passed
+       * (leaselock_lease_state judges it). */
+      bool lost_now = read (lost_pipe[0], drain, sizeof drain) > 0 ||
+                      leaselock_lease_state (lease) == LEASELOCK_STATE_LOST;
       if (lost_now && !lost) {
          lost = true;
          char g[32];

@@ -16,13 +16,13 @@ bool leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t 
       return ll_error_set (error, LEASELOCK_INVALID, "duration is empty");
    /* Plain decimal only, [digits][.digits]: strtod alone would also take
     * hex ("0x10"), exponents, "inf" and "nan". What follows is the unit. */
-   size_t digits = strspn (p, "0123456789"), len = digits;
-   if (p[len] == '.')
-      len += 1 + strspn (p + len + 1, "0123456789");
+   size_t digits = strspn (p, "0123456789"), frac = 0, len = digits;
+   if (p[len] == '.') {
+      frac = strspn (p + len + 1, "0123456789");
+      len += 1 + frac;
+   }
    char num[64];
-   if (len == digits + (p[digits] == '.') && digits == 0)
-      len = 0; /* no digit at all */
-   if (len == 0 || len >= sizeof num)
+   if (digits + frac == 0 || len >= sizeof num)
       return ll_error_set (error, LEASELOCK_INVALID,
                            "invalid duration \"%.64s\": expected a number and a unit such as 30s, "
                            "500ms, 2m, 1h, 1d",

@@ -84,7 +84,6 @@ struct leaselock_lease
    int64_t deadline_ms;   /* local: send time of the last acquire/renew + ttl */
    int64_t next_renew_ms; /* when the renewal thread next acts */
    bool in_list;
-   bool busy;        /* the I/O thread has it to renew */
    bool lost_notify; /* on_lost still to be called */
    bool in_callback; /* on_lost is running now */
    leaselock_lease_t *next;
@@ -219,14 +218,12 @@ static void reset_after_fork_locked (leaselock_client_t *c, pid_t me)
    for (leaselock_lease_t *l = c->renewing, *next; l; l = next) {
       next = l->next;
       l->in_list = false;
-      l->busy = false;
       l->next = NULL;
    }
    c->renewing = NULL;
    c->thread_running = false; /* they exist only in the parent */
    c->io_running = false;
    if (c->io_job) { /* its reference is the parent thread's */
-      c->io_job->busy = false;
       atomic_fetch_sub (&c->io_job->refs, 1);
       c->io_job = NULL;
    }
@@ -254,16 +251,11 @@ static void unlist (leaselock_client_t *c)
    pthread_mutex_unlock (&clients_mu);
 }
 
-/* One connection fewer in use (by this process); takes c->mu unless
- * already held (LOCK false). */
-static void pool_done_locked (leaselock_client_t *c, pid_t me, bool lock)
+/* One connection fewer in use (by this process). Called with c->mu held. */
+static void pool_done_locked (leaselock_client_t *c, pid_t me)
 {
-   if (lock)
-      pthread_mutex_lock (&c->mu);
    if (c->pid == me && c->in_use > 0 && --c->in_use == 0)
       pthread_cond_broadcast (&c->drained);
-   if (lock)
-      pthread_mutex_unlock (&c->mu);
 }
 
 /* getpid() is a system call: each public call asks once and passes it down. */
@@ -276,8 +268,11 @@ static void *pool_get (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
    pthread_mutex_unlock (&c->mu);
    if (!conn) {
       conn = c->backend->open (c->uri, err);
-      if (!conn)
-         pool_done_locked (c, me, true);
+      if (!conn) {
+         pthread_mutex_lock (&c->mu);
+         pool_done_locked (c, me);
+         pthread_mutex_unlock (&c->mu);
+      }
    }
    return conn;
 }
@@ -288,7 +283,7 @@ static void pool_put (leaselock_client_t *c, void *conn, pid_t me, bool failed)
 {
    pthread_mutex_lock (&c->mu);
    bool stale = c->pid != me;
-   pool_done_locked (c, me, false);
+   pool_done_locked (c, me);
    if (!stale && !failed && !c->closed && c->n_idle < POOL_MAX) {
       c->idle[c->n_idle++] = conn;
       conn = NULL;
@@ -540,8 +535,8 @@ static void *renew_main (void *arg)
          if (l->state != LEASELOCK_STATE_HELD)
             continue;
          /* While the I/O thread works, only deadlines can come due. */
-         int64_t at = l->busy || c->io_job || l->next_renew_ms > l->deadline_ms ? l->deadline_ms
-                                                                                : l->next_renew_ms;
+         int64_t at =
+           c->io_job || l->next_renew_ms > l->deadline_ms ? l->deadline_ms : l->next_renew_ms;
          if (at <= now) {
             if (!due)
                due = l;
@@ -573,7 +568,6 @@ static void *renew_main (void *arg)
       }
 
       /* Hand it to the I/O thread. */
-      due->busy = true;
       atomic_fetch_add (&due->refs, 1);
       c->io_job = due;
       pthread_cond_signal (&c->io_cond);
@@ -595,7 +589,6 @@ static void *io_main (void *arg)
       leaselock_lease_t *due = c->io_job;
       if (c->stopping) {
          if (due) {
-            due->busy = false;
             c->io_job = NULL;
             pthread_mutex_unlock (&c->mu);
             lease_unref (due);
@@ -617,7 +610,6 @@ static void *io_main (void *arg)
       }
 
       pthread_mutex_lock (&c->mu);
-      due->busy = false;
       if (due->state == LEASELOCK_STATE_HELD) {
          int64_t now = ll_now_ms ();
          if (ok && sent < due->deadline_ms) {

@@ -73,11 +73,11 @@ def connect(uri: Optional[str] = None, **options: Any) -> "Client":
     return Client(uri, **options)
 
 
-def _invalid(cls: type, message: str) -> Exception:
-    """cls(message) with code INVALID, as the extension raises for bad
-    arguments and use after close."""
+def _error(cls: type, message: str, code: str = "INVALID") -> Exception:
+    """cls(message) carrying code (INVALID: as the extension raises for bad
+    arguments and use after close)."""
     e = cls(message)
-    e.code = "INVALID"
+    e.code = code
     return e
 
 
@@ -130,12 +130,12 @@ class Client(_leaselock.Client):
         lock = self.lock(key, ttl=ttl, min_hold=min_hold)
         timeout_ms = _seconds(timeout, "timeout", "timeout")
         if not isinstance(raise_on_busy, bool):
-            raise _invalid(TypeError,
+            raise _error(TypeError,
                            f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
 
         def decorate(fn: Callable) -> Callable:
             if not callable(fn):
-                raise _invalid(TypeError, f"locked() decorates a callable, not {type(fn).__name__}")
+                raise _error(TypeError, f"locked() decorates a callable, not {type(fn).__name__}")
             if inspect.iscoroutinefunction(fn):
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -206,23 +206,23 @@ class Lock:
     def __init__(self, client: Client, key: str, *, ttl: float = 30.0, min_hold: float = 0.0,
                  auto_renew: bool = True, on_lost: Optional[Callable] = None) -> None:
         if not isinstance(client, _leaselock.Client):
-            raise _invalid(TypeError,
+            raise _error(TypeError,
                            f"client must be a leaselock.Client, not {type(client).__name__}")
         self._key = _check_key(key, "key")
         self._ttl_ms = _seconds(ttl, "ttl", "ttl")
         self._min_hold_ms = _seconds(min_hold, "min_hold", "duration")
         if not isinstance(auto_renew, bool):
-            raise _invalid(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
+            raise _error(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
         if on_lost is not None and not callable(on_lost):
-            raise _invalid(TypeError,
+            raise _error(TypeError,
                            f"on_lost must be callable or None, not {type(on_lost).__name__}")
         if on_lost is not None and not auto_renew:
             # The core calls on_lost from its renewal thread only.
-            raise _invalid(ValueError, "on_lost needs auto_renew=True: without renewal the "
+            raise _error(ValueError, "on_lost needs auto_renew=True: without renewal the "
                            "loss is found only by the lease's own calls (lease.lost, "
                            "renew(), release() or the with-block's exit)")
         if client.closed:
-            raise _invalid(ValueError, "I/O operation on a closed client")
+            raise _error(ValueError, "I/O operation on a closed client")
         self._client = client
         self._auto_renew = auto_renew
         self._on_lost = on_lost
@@ -258,9 +258,7 @@ class Lock:
                                      self._auto_renew, self._on_lost, cancel)
 
     def _busy_error(self, timeout_ms: int) -> LockTimeout:
-        e = LockTimeout(f'"{self._key}" is held by another owner')
-        e.code = "BUSY"
-        return e
+        return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")
 
     def _stack(self, create: bool = False) -> Optional[list]:
         """The leases of the calling task (else thread) through this Lock."""
@@ -284,7 +282,7 @@ class Lock:
     def _check_not_mine(self) -> None:
         if self._mine():
             who = "task" if _current_task() is not None else "thread"
-            raise _invalid(RuntimeError,
+            raise _error(RuntimeError,
                            f'"{self._key}" is already held by this {who} through this Lock; '
                            "leaselock locks are not reentrant")
 
@@ -335,9 +333,8 @@ class Lock:
         Lock. Raises NotHeld when it holds none, or no longer holds it."""
         stack = self._stack()
         if not stack:
-            e = NotHeld(f'"{self._key}" is not held by this thread through this Lock')
-            e.code = "NOT_HELD"
-            raise e
+            raise _error(NotHeld, f'"{self._key}" is not held by this thread through this Lock',
+                         "NOT_HELD")
         stack.pop()[0].release()
 
     def locked(self) -> bool:
