@@ -814,10 +814,9 @@ bool leaselock_acquire (leaselock_client_t *c,
       if (opts->timeout_ms == 0)
          return false; /* BUSY is the answer of one try */
       if (!forever && now >= deadline)
-         return ll_error_set (
-           err, LEASELOCK_TIMEOUT,
-           "timed out after %lld ms waiting for \"%.64s\" (held by another owner)",
-           (long long)(now - start), key);
+         return ll_error_set (err, LEASELOCK_TIMEOUT,
+                              "timed out after %lld ms waiting for \"%s\" (held by another owner)",
+                              (long long)(now - start), LL_KEY_SHOWN (key, key_len));
       /* Sleep for the backoff, but wake at once if a holder in this
        * process releases a key in this bucket. */
       int64_t until = now + ll_backoff_ms (attempt);
@@ -836,14 +835,15 @@ bool leaselock_acquire (leaselock_client_t *c,
             pthread_mutex_unlock (&b->mu);
             if (opts->should_stop (opts->should_stop_data))
                return ll_error_set (err, LEASELOCK_INTERRUPTED,
-                                    "the wait for \"%.64s\" was interrupted", key);
+                                    "the wait for \"%s\" was interrupted",
+                                    LL_KEY_SHOWN (key, key_len));
             pthread_mutex_lock (&b->mu);
          }
       }
       pthread_mutex_unlock (&b->mu);
       if (opts->should_stop && opts->should_stop (opts->should_stop_data))
-         return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%.64s\" was interrupted",
-                              key);
+         return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
+                              LL_KEY_SHOWN (key, key_len));
    }
 }
 
@@ -855,9 +855,9 @@ static bool lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err
 {
    if (l->pid != me)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
-                           "the lease on \"%.64s\" belongs to process %d; this process (%d) is a "
+                           "the lease on \"%s\" belongs to process %d; this process (%d) is a "
                            "fork of it and does not hold it",
-                           l->key, (int)l->pid, (int)me);
+                           LL_KEY_SHOWN (l->key, l->key_len), (int)l->pid, (int)me);
    check_fork (l->client, me);
    return true;
 }
@@ -887,10 +887,12 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
    if (st == LEASELOCK_STATE_RELEASED)
-      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%.64s\" was released", l->key);
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was released",
+                           LL_KEY_SHOWN (l->key, l->key_len));
    if (st == LEASELOCK_STATE_LOST)
       return ll_error_set (err, LEASELOCK_LOST,
-                           "the lease on \"%.64s\" was lost (its local deadline passed)", l->key);
+                           "the lease on \"%s\" was lost (its local deadline passed)",
+                           LL_KEY_SHOWN (l->key, l->key_len));
 
    void *conn = pool_get (c, me, err);
    if (!conn)
@@ -906,7 +908,8 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
       l->next_renew_ms = sent + ttl_ms / 3;
       pthread_cond_broadcast (&c->cond);
    } else if (ok) {
-      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%.64s\" was lost meanwhile", l->key);
+      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
+                         LL_KEY_SHOWN (l->key, l->key_len));
    } else if (err->code == LEASELOCK_NOT_HELD) {
       mark_lost_locked (c, l);
    }
@@ -936,8 +939,8 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
    if (st == LEASELOCK_STATE_RELEASED)
-      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%.64s\" was already released",
-                           l->key);
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was already released",
+                           LL_KEY_SHOWN (l->key, l->key_len));
 
    void *conn = pool_get (c, me, err);
    if (!conn)
@@ -959,9 +962,9 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
       bucket_wake (l->key, l->key_len);
    } else if (err->code == LEASELOCK_NOT_HELD) {
       ll_error_set (err, LEASELOCK_NOT_HELD,
-                    "the lease on \"%.64s\" is no longer held by this owner (it expired and was "
+                    "the lease on \"%s\" is no longer held by this owner (it expired and was "
                     "taken, or was force-released)",
-                    l->key);
+                    LL_KEY_SHOWN (l->key, l->key_len));
    }
    return ok;
 }

@@ -57,3 +57,22 @@ void ll_error_clear (leaselock_error_t *err)
       err->message[0] = '\0';
    }
 }
+
+const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZE])
+{
+   if (!key)
+      len = 0;
+   size_t n = len;
+   if (n > LL_KEY_SHOWN_BYTES) {
+      n = LL_KEY_SHOWN_BYTES;
+      /* Back up over continuation bytes so no character is cut in two. */
+      while (n > 0 && ((unsigned char)key[n] & 0xC0) == 0x80)
+         n--;
+   }
+   if (n)
+      memcpy (buf, key, n);
+   if (n < len)
+      memcpy (buf + n, "...", 3), n += 3;
+   buf[n] = '\0';
+   return buf;
+}

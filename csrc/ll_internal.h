@@ -26,6 +26,15 @@ bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fm
   ;
 void ll_error_clear (leaselock_error_t *err);
 
+/* A key for a message, from (pointer, length): keys need not be NUL-
+ * terminated. At most LL_KEY_SHOWN_BYTES of it, cut at a UTF-8 character
+ * boundary, with "..." when cut. Writes to buf and returns it. */
+#define LL_KEY_SHOWN_BYTES 64
+#define LL_KEY_SHOWN_SIZE (LL_KEY_SHOWN_BYTES + 4)
+const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZE]);
+/* The same into a buffer that lives until the end of the enclosing block. */
+#define LL_KEY_SHOWN(key, len) ll_key_shown ((key), (len), (char[LL_KEY_SHOWN_SIZE]){ 0 })
+
 /* ---- validation (contract "Words") ----------------------------------- */
 
 /* key: 1..255 bytes, valid UTF-8, no NUL. what names the argument in the

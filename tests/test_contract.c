@@ -520,6 +520,70 @@ static void test_blocking_timeout (void)
    leaselock_client_destroy (b);
 }
 
+/* Keys are (pointer, length): a message about a key never reads past its
+ * length (ASan: heap-buffer-overflow before), and a long key is cut at a
+ * character boundary with "...". */
+static void test_key_in_messages (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   char name[200];
+   /* 3-byte characters, so byte 64 falls inside one. */
+   int n = snprintf (name, sizeof name, "%s/", key ("msg")), n0 = n;
+   while (n + 3 <= 120)
+      n += snprintf (name + n, sizeof name - (size_t)n, "\xe2\x82\xac");
+   char *exact = malloc ((size_t)n); /* no NUL after the key */
+   CHECK (exact);
+   memcpy (exact, name, (size_t)n);
+   leaselock_error_t err;
+   leaselock_lease_t *la = NULL, *lb = NULL;
+   leaselock_acquire_opts_t o = opts (60000, false);
+   bool ok = leaselock_acquire (a, exact, (size_t)n, &o, &la, &err);
+   if (ok) {
+      o.timeout_ms = 20;
+      ok = leaselock_acquire (b, exact, (size_t)n, &o, &lb, &err);
+   }
+   free (exact);
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "...\" (held by another owner)");
+   char *q = strchr (err.message, '"');
+   CHECK (q);
+   CHECK (strncmp (q + 1, name, LL_KEY_SHOWN_BYTES - 3) == 0);
+   /* The shown part is whole characters: at most 64 bytes, ending where a
+    * 3-byte character ends. */
+   size_t shown = (size_t)(strstr (q, "...") - (q + 1));
+   CHECK (shown <= LL_KEY_SHOWN_BYTES && shown > LL_KEY_SHOWN_BYTES - 3);
+   CHECK (((unsigned char)q[shown] & 0xC0) != 0xC0 && (unsigned char)q[shown] != 0xe2);
+   CHECK ((shown - (size_t)n0) % 3 == 0);
+
+   /* A short key in a buffer of exactly its length. */
+   const char *k = key ("m");
+   size_t kl = strlen (k);
+   exact = malloc (kl);
+   CHECK (exact);
+   memcpy (exact, k, kl);
+   a = client ("a");
+   b = client ("b");
+   la = lb = NULL;
+   o = opts (60000, false);
+   ok = a && b && leaselock_acquire (a, exact, kl, &o, &la, &err);
+   if (ok) {
+      o.timeout_ms = 20;
+      ok = leaselock_acquire (b, exact, kl, &o, &lb, &err);
+   }
+   free (exact);
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+   char want[300];
+   snprintf (want, sizeof want, "\"%s\" (held", k);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, want);
+}
+
 /* Capped exponential backoff with full jitter: never a fixed sleep, never
  * a busy loop. */
 static void test_backoff_jitter (void)
@@ -1314,6 +1378,7 @@ int main (int argc, char **argv)
    RUN (test_destroy_releases);
    RUN (test_lease_outlives_client);
    RUN (test_blocking_timeout);
+   RUN (test_key_in_messages);
    RUN (test_backoff_jitter);
    RUN (test_local_handoff);
    RUN (test_wait_interrupted);
