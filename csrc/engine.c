@@ -81,7 +81,7 @@ struct leaselock_lease
    /* Guarded by client->mu. */
    int64_t ttl_ms;
    leaselock_state_t state;
-   int64_t deadline_ms;   /* local: send time of the last acquire/renew + ttl */
+   ll_deadline_t dl;      /* local deadline (deadline.c) */
    int64_t next_renew_ms; /* when the renewal thread next acts */
    bool in_list;
    bool lost_notify; /* on_lost still to be called */
@@ -508,8 +508,85 @@ static void mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
 /* The local deadline rule (contract invariant 3). */
 static void check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
 {
-   if (l->state == LEASELOCK_STATE_HELD && now >= l->deadline_ms)
+   if (l->state == LEASELOCK_STATE_HELD && now >= l->dl.at_ms)
       mark_lost_locked (c, l);
+}
+
+/* The renewal thread acts a third of the way to the deadline. */
+static int64_t first_renewal (int64_t sent, const ll_deadline_t *dl)
+{
+   return sent + (dl->at_ms - sent) / 3;
+}
+
+/* One renew statement. *was_sent says whether it reached a connection (so,
+ * on failure, it may have been applied). */
+static bool renew_call (leaselock_client_t *c,
+                        leaselock_lease_t *l,
+                        int64_t ttl_ms,
+                        pid_t me,
+                        bool *was_sent,
+                        leaselock_error_t *err)
+{
+   ll_error_clear (err);
+   *was_sent = false;
+   void *conn = pool_get (c, me, err);
+   if (!conn)
+      return false;
+   *was_sent = true;
+   bool ok = c->backend->renew (conn, l->key, l->key_len, l->owner, ttl_ms, err);
+   pool_put (c, conn, me, !ok && conn_failed (err));
+   return ok;
+}
+
+/* One release statement; *was_sent as for renew_call. */
+static bool release_call (leaselock_client_t *c,
+                          leaselock_lease_t *l,
+                          pid_t me,
+                          bool *was_sent,
+                          leaselock_error_t *err)
+{
+   ll_error_clear (err);
+   *was_sent = false;
+   void *conn = pool_get (c, me, err);
+   if (!conn)
+      return false;
+   *was_sent = true;
+   bool ok = c->backend->release (conn, l->key, l->key_len, l->owner, l->min_hold_ms, err);
+   pool_put (c, conn, me, !ok && conn_failed (err));
+   return ok;
+}
+
+/* Records the outcome of a renew sent at sent (every renew, manual or
+ * automatic, goes through here, so that renews in flight together are
+ * judged together: deadline.c). Returns true when the lease is still HELD
+ * and was renewed. Called with c->mu held. */
+static bool renew_done_locked (leaselock_client_t *c,
+                               leaselock_lease_t *l,
+                               int64_t sent,
+                               bool ok,
+                               bool was_sent,
+                               const leaselock_error_t *err)
+{
+   ll_outcome_t outcome = ok                                            ? LL_OUTCOME_APPLIED
+                          : was_sent && err->code != LEASELOCK_NOT_HELD ? LL_OUTCOME_UNKNOWN
+                                                                        : LL_OUTCOME_NOT_APPLIED;
+   int64_t now = ll_now_ms ();
+   /* A reply after the deadline cannot bring the lease back. */
+   check_deadline_locked (c, l, now);
+   ll_deadline_renew_done (&l->dl, outcome);
+   if (l->state != LEASELOCK_STATE_HELD)
+      return false;
+   if (!ok && err->code == LEASELOCK_NOT_HELD) {
+      mark_lost_locked (c, l); /* taken over or force-released */
+      return false;
+   }
+   /* A renew in flight beside this one, or one that may have been applied,
+    * may have pulled the deadline in, maybe into the past. */
+   check_deadline_locked (c, l, now);
+   if (!ok || l->state != LEASELOCK_STATE_HELD)
+      return false;
+   l->next_renew_ms = first_renewal (sent, &l->dl);
+   return true;
 }
 
 static int64_t retry_interval (int64_t ttl)
@@ -535,8 +612,7 @@ static void *renew_main (void *arg)
          if (l->state != LEASELOCK_STATE_HELD)
             continue;
          /* While the I/O thread works, only deadlines can come due. */
-         int64_t at =
-           c->io_job || l->next_renew_ms > l->deadline_ms ? l->deadline_ms : l->next_renew_ms;
+         int64_t at = c->io_job || l->next_renew_ms > l->dl.at_ms ? l->dl.at_ms : l->next_renew_ms;
          if (at <= now) {
             if (!due)
                due = l;
@@ -597,31 +673,18 @@ static void *io_main (void *arg)
          break;
       }
       int64_t ttl = due->ttl_ms;
+      int64_t sent = ll_now_ms ();
+      ll_deadline_renew_sent (&due->dl, sent, ttl);
       pthread_mutex_unlock (&c->mu);
 
       leaselock_error_t err;
-      ll_error_clear (&err);
-      int64_t sent = ll_now_ms ();
-      bool ok = false;
-      void *conn = pool_get (c, me, &err);
-      if (conn) {
-         ok = c->backend->renew (conn, due->key, due->key_len, due->owner, ttl, &err);
-         pool_put (c, conn, me, !ok && conn_failed (&err));
-      }
+      bool was_sent;
+      bool ok = renew_call (c, due, ttl, me, &was_sent, &err);
 
       pthread_mutex_lock (&c->mu);
-      if (due->state == LEASELOCK_STATE_HELD) {
-         int64_t now = ll_now_ms ();
-         if (ok && sent < due->deadline_ms) {
-            due->deadline_ms = sent + ttl;
-            due->next_renew_ms = sent + ttl / 3;
-         } else if (!ok && err.code == LEASELOCK_NOT_HELD) {
-            mark_lost_locked (c, due); /* taken over or force-released */
-         } else {
-            due->next_renew_ms = now + retry_interval (ttl);
-            check_deadline_locked (c, due, now);
-         }
-      }
+      if (!renew_done_locked (c, due, sent, ok, was_sent, &err) &&
+          due->state == LEASELOCK_STATE_HELD)
+         due->next_renew_ms = ll_now_ms () + retry_interval (ttl);
       c->io_job = NULL;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
       pthread_mutex_unlock (&c->mu);
@@ -720,8 +783,8 @@ static bool try_once (leaselock_client_t *c,
    atomic_fetch_add (&c->refs, 1);
    l->client = c;
    l->state = LEASELOCK_STATE_HELD;
-   l->deadline_ms = sent + o->ttl_ms;
-   l->next_renew_ms = sent + o->ttl_ms / 3;
+   ll_deadline_start (&l->dl, sent, o->ttl_ms);
+   l->next_renew_ms = first_renewal (sent, &l->dl);
    if (o->auto_renew) {
       pthread_mutex_lock (&c->mu);
       bool scheduled = !c->closed && schedule_locked (c, l, err);
@@ -734,6 +797,27 @@ static bool try_once (leaselock_client_t *c,
    }
    *out = l;
    return true;
+}
+
+/* An acquire failed twice once sent: either attempt may have taken the
+ * key for owner, which nobody would then hold. Release it for that owner
+ * (no min_hold; best effort, errors ignored), so that it is not left
+ * blocked until its TTL runs out. Only this owner's record can match. */
+static void forget_owner (leaselock_client_t *c,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          pid_t me)
+{
+   char k[LEASELOCK_KEY_MAX + 1];
+   memcpy (k, key, key_len);
+   k[key_len] = '\0';
+   leaselock_error_t err;
+   void *conn = pool_get (c, me, &err);
+   if (!conn)
+      return;
+   bool ok = c->backend->release (conn, k, key_len, owner, 0, &err);
+   pool_put (c, conn, me, !ok && conn_failed (&err));
 }
 
 /* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
@@ -808,6 +892,10 @@ bool leaselock_acquire (leaselock_client_t *c,
          attempt--;
          continue;
       }
+      if (err->code == LEASELOCK_BACKEND && sent) {
+         forget_owner (c, key, key_len, owner, me);
+         return false;
+      }
       if (err->code != LEASELOCK_BUSY)
          return false;
       int64_t now = ll_now_ms ();
@@ -878,12 +966,13 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    pthread_mutex_lock (&c->mu);
    if (ttl_ms == 0)
       ttl_ms = l->ttl_ms;
-   check_deadline_locked (c, l, ll_now_ms ());
+   int64_t sent = ll_now_ms ();
+   check_deadline_locked (c, l, sent);
    leaselock_state_t st = l->state;
    bool closed = c->closed;
+   if (!closed && st == LEASELOCK_STATE_HELD)
+      ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
    pthread_mutex_unlock (&c->mu);
-   if (!ll_check_ttl (ttl_ms, "ttl", err))
-      return false;
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
    if (st == LEASELOCK_STATE_RELEASED)
@@ -894,24 +983,16 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
                            "the lease on \"%s\" was lost (its local deadline passed)",
                            LL_KEY_SHOWN (l->key, l->key_len));
 
-   void *conn = pool_get (c, me, err);
-   if (!conn)
-      return false;
-   int64_t sent = ll_now_ms ();
-   bool ok = c->backend->renew (conn, l->key, l->key_len, l->owner, ttl_ms, err);
-   pool_put (c, conn, me, !ok && conn_failed (err));
+   bool was_sent;
+   bool ok = renew_call (c, l, ttl_ms, me, &was_sent, err);
 
    pthread_mutex_lock (&c->mu);
-   if (ok && l->state == LEASELOCK_STATE_HELD && sent < l->deadline_ms) {
+   if (renew_done_locked (c, l, sent, ok, was_sent, err)) {
       l->ttl_ms = ttl_ms;
-      l->deadline_ms = sent + ttl_ms;
-      l->next_renew_ms = sent + ttl_ms / 3;
-      pthread_cond_broadcast (&c->cond);
+      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
    } else if (ok) {
       ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
                          LL_KEY_SHOWN (l->key, l->key_len));
-   } else if (err->code == LEASELOCK_NOT_HELD) {
-      mark_lost_locked (c, l);
    }
    pthread_mutex_unlock (&c->mu);
    return ok;
@@ -942,11 +1023,16 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was already released",
                            LL_KEY_SHOWN (l->key, l->key_len));
 
-   void *conn = pool_get (c, me, err);
-   if (!conn)
-      return false;
-   bool ok = c->backend->release (conn, l->key, l->key_len, l->owner, l->min_hold_ms, err);
-   pool_put (c, conn, me, !ok && conn_failed (err));
+   bool was_sent;
+   bool ok = release_call (c, l, me, &was_sent, err);
+   if (!ok && was_sent && err->code == LEASELOCK_BACKEND) {
+      /* It may have been applied: ask once more, on a fresh connection.
+       * "Not ours" then most likely means the first one landed; either way
+       * the key is no longer this owner's, which is what release is for. */
+      ok = release_call (c, l, me, &was_sent, err) || err->code == LEASELOCK_NOT_HELD;
+      if (ok)
+         ll_error_clear (err);
+   }
 
    pthread_mutex_lock (&c->mu);
    if (ok || err->code == LEASELOCK_NOT_HELD) {
@@ -954,9 +1040,11 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
          l->state = LEASELOCK_STATE_RELEASED;
       if (!l->lost_notify)
          list_remove_locked (c, l);
-   } else if (l->state == LEASELOCK_STATE_HELD && l->auto_renew && !l->in_list && !c->closed) {
-      schedule_locked (c, l, NULL); /* still ours, maybe: keep renewing */
    }
+   /* Otherwise the outcome is unknown. The lease is not renewed again: the
+    * caller is done with it, and renewing a record that may be released
+    * would report a loss that is not one. It stays HELD until its deadline
+    * (then LOST, without on_lost), and release may be called again. */
    pthread_mutex_unlock (&c->mu);
    if (ok) {
       bucket_wake (l->key, l->key_len);
@@ -1044,7 +1132,7 @@ int64_t leaselock_lease_remaining_ms (leaselock_lease_t *l)
       return 0;
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
-   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->deadline_ms - ll_now_ms () : 0;
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : 0;
    pthread_mutex_unlock (&c->mu);
    return left > 0 ? left : 0;
 }

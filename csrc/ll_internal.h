@@ -70,6 +70,44 @@ void ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dead
 /* Initialises a condition variable on CLOCK_MONOTONIC. */
 void ll_cond_init (pthread_cond_t *cond);
 
+/* ---- a holder's local deadline (deadline.c) ---------------------------- */
+
+/* The margin between a holder's local deadline and the database's expiry:
+ * LL_DEADLINE_MARGIN_MS for stored times rounded to milliseconds (SQLite,
+ * MongoDB) and our own truncation to milliseconds, plus TTL /
+ * LL_DEADLINE_RATE_DIV for the rate error between the database's clock and
+ * ours (1000 ppm: each may be slewed by 500 ppm). */
+#define LL_DEADLINE_MARGIN_MS 2
+#define LL_DEADLINE_RATE_DIV 1000
+int64_t ll_deadline_margin_ms (int64_t ttl_ms);
+
+/* What a renew did to the database, as far as its caller knows. */
+typedef enum ll_outcome
+{
+   LL_OUTCOME_APPLIED,     /* the database answered: renewed */
+   LL_OUTCOME_UNKNOWN,     /* sent, then failed: it may have been applied */
+   LL_OUTCOME_NOT_APPLIED, /* refused (not ours) or never sent */
+} ll_outcome_t;
+
+/* A lease's local deadline (local monotonic ms): the holder treats the
+ * lease as lost once ll_now_ms() >= at_ms. */
+typedef struct ll_deadline
+{
+   int64_t at_ms;
+   int inflight;      /* renews sent whose outcome is not yet known */
+   int64_t group_min; /* earliest deadline the renews in flight together could set */
+} ll_deadline_t;
+
+/* An acquire sent at sent_ms (taken before the statement went out) for ttl_ms
+ * succeeded. */
+void ll_deadline_start (ll_deadline_t *d, int64_t sent_ms, int64_t ttl_ms);
+/* A renew for ttl_ms is about to be sent; sent_ms is taken before it goes
+ * out. Every call is matched by one ll_deadline_renew_done. */
+void ll_deadline_renew_sent (ll_deadline_t *d, int64_t sent_ms, int64_t ttl_ms);
+/* A renew's outcome is known: moves at_ms to no later than the earliest
+ * expiry that any renew in flight with it could have left in the database. */
+void ll_deadline_renew_done (ll_deadline_t *d, ll_outcome_t outcome);
+
 /* ---- URIs ------------------------------------------------------------ */
 
 #define LL_URI_MAX_PARAMS 32

@@ -847,7 +847,9 @@ static void test_loss_when_database_down (void)
    leaselock_client_destroy (a);
 }
 
-/* Fake only: the local deadline is the send time + TTL, exactly. */
+/* Fake only: the local deadline is the send time + TTL - the margin for
+ * rounding and clock rate (ll_deadline_margin_ms: 2 ms + TTL / 1000),
+ * exactly. */
 static void test_local_deadline_exact (void)
 {
    leaselock_client_t *a = client ("a");
@@ -859,12 +861,14 @@ static void test_local_deadline_exact (void)
    if (!ok)
       atomic_store (&ticking, true);
    CHECK_OK (ok, err);
-   ll_clock_advance (999);
+   int64_t margin = ll_deadline_margin_ms (1000);
+   ll_clock_advance (999 - margin);
    bool held = leaselock_lease_state (la) == LEASELOCK_STATE_HELD;
    int64_t left = leaselock_lease_remaining_ms (la);
    ll_clock_advance (1);
    bool lost = leaselock_lease_state (la) == LEASELOCK_STATE_LOST;
    atomic_store (&ticking, true);
+   CHECK_EQ (margin, 3);
    CHECK (held);
    CHECK_EQ (left, 1);
    CHECK (lost);
