@@ -25,9 +25,12 @@ typedef struct rec
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static rec_t recs[MAX_RECORDS];
 static int n_recs;
-static int fail_ops;     /* while > 0 every op fails with BACKEND */
-static int64_t db_skew;  /* the "database clock" = engine clock + skew */
-static int lose_replies; /* acquires still to apply and then fail */
+static int fail_ops;    /* while > 0 every op fails with BACKEND */
+static int64_t db_skew; /* the "database clock" = engine clock + skew */
+static int lose[8];     /* per op: calls still to apply and then fail */
+static int hold[8];     /* per op: calls still to apply and then hold */
+static atomic_int held; /* calls holding their reply now */
+static atomic_bool holding;
 static atomic_bool hang;
 static long n_calls[8];
 
@@ -45,9 +48,36 @@ void fake_backend_hang (bool on)
 
 void fake_backend_lose_replies (int n)
 {
+   fake_backend_lose_replies_of (FAKE_ACQUIRE, n);
+}
+
+void fake_backend_lose_replies_of (fake_op_t op, int n)
+{
    pthread_mutex_lock (&mu);
-   lose_replies = n;
+   lose[op] = n;
    pthread_mutex_unlock (&mu);
+}
+
+void fake_backend_hold_replies (fake_op_t op, int n)
+{
+   pthread_mutex_lock (&mu);
+   hold[op] = n;
+   atomic_store (&holding, true);
+   pthread_mutex_unlock (&mu);
+}
+
+int fake_backend_held (void)
+{
+   return atomic_load (&held);
+}
+
+void fake_backend_let_go (void)
+{
+   atomic_store (&holding, false);
+   while (atomic_load (&held) > 0) {
+      struct timespec ts = { 0, 1000000 };
+      nanosleep (&ts, NULL);
+   }
 }
 
 void fake_backend_skew (int64_t ms)
@@ -94,6 +124,26 @@ static bool enter (fake_op_t op, leaselock_error_t *err)
       return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: injected failure");
    }
    return true;
+}
+
+/* After an op was applied (mu held, released here): its reply is lost or
+ * held back as the tests asked. */
+static bool leave (fake_op_t op, bool ok, leaselock_error_t *err)
+{
+   bool lost = ok && lose[op] > 0 && lose[op]--;
+   bool wait = ok && !lost && hold[op] > 0 && hold[op]--;
+   pthread_mutex_unlock (&mu);
+   if (lost)
+      return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: the reply was lost");
+   if (wait) {
+      atomic_fetch_add (&held, 1);
+      while (atomic_load (&holding)) {
+         struct timespec ts = { 0, 1000000 };
+         nanosleep (&ts, NULL);
+      }
+      atomic_fetch_sub (&held, 1);
+   }
+   return ok || ll_error_set (err, LEASELOCK_NOT_HELD, "not held");
 }
 
 static void *fake_open (const char *uri, leaselock_error_t *err)
@@ -146,13 +196,7 @@ static bool fake_acquire (void *conn,
    snprintf (r->host, sizeof r->host, "%s", holder->host);
    snprintf (r->label, sizeof r->label, "%s", holder->label);
    *fence = r->fence;
-   if (lose_replies > 0) {
-      lose_replies--;
-      pthread_mutex_unlock (&mu);
-      return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: the reply was lost");
-   }
-   pthread_mutex_unlock (&mu);
-   return true;
+   return leave (FAKE_ACQUIRE, true, err);
 }
 
 static bool fake_renew (void *conn,
@@ -170,8 +214,7 @@ static bool fake_renew (void *conn,
    bool ok = r && !strcmp (r->owner, owner) && r->expires_at > now;
    if (ok)
       r->expires_at = now + ttl_ms;
-   pthread_mutex_unlock (&mu);
-   return ok || ll_error_set (err, LEASELOCK_NOT_HELD, "not held");
+   return leave (FAKE_RENEW, ok, err);
 }
 
 static bool fake_release (void *conn,
@@ -189,11 +232,10 @@ static bool fake_release (void *conn,
    bool ok = r && !strcmp (r->owner, owner);
    if (ok) {
       r->owner[0] = '\0';
-      int64_t hold = r->acquired_at + min_hold_ms;
-      r->expires_at = hold > now ? hold : now;
+      int64_t until = r->acquired_at + min_hold_ms;
+      r->expires_at = until > now ? until : now;
    }
-   pthread_mutex_unlock (&mu);
-   return ok || ll_error_set (err, LEASELOCK_NOT_HELD, "not held");
+   return leave (FAKE_RELEASE, ok, err);
 }
 
 static void fill (const rec_t *r, leaselock_record_t *out, int64_t now)

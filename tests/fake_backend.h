@@ -25,6 +25,15 @@ void fake_backend_hang (bool on);
 /* The next n acquires are applied, then fail with BACKEND as if their
  * reply had been lost on the way back. */
 void fake_backend_lose_replies (int n);
+/* The same for the next n calls of op (acquire, renew or release). */
+void fake_backend_lose_replies_of (fake_op_t op, int n);
+/* The next n calls of op are applied, then hold their reply (in real
+ * time) until fake_backend_let_go(): a reply delayed on the way back. */
+void fake_backend_hold_replies (fake_op_t op, int n);
+/* How many calls hold their reply now. */
+int fake_backend_held (void);
+/* Lets every held reply go, and waits until they have. */
+void fake_backend_let_go (void);
 /* Offsets the fake database's clock from the engine's. */
 void fake_backend_skew (int64_t ms);
 /* How many times op was called (to prove e.g. that renewals happened). */

@@ -1145,7 +1145,88 @@ static void test_lost_reply_resent (void)
    CHECK_ERR (ok, err, LEASELOCK_BACKEND, "the reply was lost");
    CHECK (l == NULL);
    CHECK_EQ (calls, 2);
+   /* Either send may have taken the key for an owner nobody holds: it was
+    * released for that owner, so the key is free now, not blocked for its
+    * TTL. */
+   ok = acq (c, k, opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
    leaselock_client_destroy (c);
+}
+
+/* Fake only: a manual renew with a short TTL runs in the database after a
+ * (longer) automatic renewal that was applied first but whose reply comes
+ * back last. The database's expiry is the short one; the holder's local
+ * deadline must not be later. */
+static void test_renew_race (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   lost_t L = { 0 };
+   int64_t t0;
+   fake_backend_hold_replies (FAKE_RENEW, 1);
+   bool ok = acquire_frozen (a, "race", &la, &L, &t0, &err); /* TTL 1000, auto-renewed */
+   if (!ok)
+      fake_backend_let_go ();
+   CHECK_OK (ok, err);
+   ll_clock_advance (400); /* past TTL/3: the automatic renewal is applied, its reply held */
+   for (int i = 0; i < 2000 && fake_backend_held () == 0; i++)
+      real_sleep (1);
+   int held = fake_backend_held ();
+   ll_clock_advance (1);
+   bool rok = leaselock_lease_renew (la, 100, &err);
+   fake_backend_let_go ();
+   /* The least time between the holder's deadline and the database's
+    * expiry, while the held reply is taken in. */
+   int64_t least = INT64_MAX;
+   bool found = false, iok = true;
+   leaselock_record_t rec;
+   for (int i = 0; i < 100 && iok; i++) {
+      real_sleep (2);
+      iok = leaselock_inspect (a, key ("race"), strlen (key ("race")), &rec, &found, &err);
+      int64_t gap = rec.expires_in_ms - leaselock_lease_remaining_ms (la);
+      if (iok && found && gap < least)
+         least = gap;
+   }
+   atomic_store (&ticking, true);
+   CHECK_EQ (held, 1);
+   CHECK (rok);
+   CHECK (iok && found);
+   CHECK_EQ (rec.expires_in_ms, 100);
+   /* The deadline stays at least the margin before the database's expiry. */
+   CHECK (least >= ll_deadline_margin_ms (100));
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* Fake only: a release whose reply is lost although it was applied is
+ * asked again; the lease is released, not renewed again, and on_lost never
+ * fires. */
+static void test_release_lost_reply (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   lost_t L = { 0 };
+   int64_t t0;
+   bool ok = acquire_frozen (a, "rel-lost", &la, &L, &t0, &err);
+   CHECK_OK (ok, err);
+   atomic_store (&ticking, true);
+   fake_backend_lose_replies_of (FAKE_RELEASE, 1);
+   long before = fake_backend_calls (FAKE_RELEASE);
+   ok = leaselock_lease_release (la, &err);
+   long calls = fake_backend_calls (FAKE_RELEASE) - before;
+   fake_backend_lose_replies_of (FAKE_RELEASE, 0);
+   t_sleep (1500); /* past the TTL: a renewal would have found it gone */
+   CHECK_OK (ok, err);
+   CHECK_EQ (calls, 2);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_RELEASED);
+   CHECK_EQ (atomic_load (&L.calls), 0);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
 }
 
 /* Labels follow a key's rules (they may be empty); renew's TTL is the
@@ -1392,6 +1473,8 @@ int main (int argc, char **argv)
       RUN (test_loss_when_database_down);
       RUN (test_local_deadline_exact);
       RUN (test_lost_reply_resent);
+      RUN (test_renew_race);
+      RUN (test_release_lost_reply);
       RUN (test_loss_while_renewal_hangs);
    }
    RUN (test_reacquire_same_owner);
