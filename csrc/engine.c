@@ -563,6 +563,7 @@ static bool release_call (leaselock_client_t *c,
 static bool renew_done_locked (leaselock_client_t *c,
                                leaselock_lease_t *l,
                                int64_t sent,
+                               int64_t ttl,
                                bool ok,
                                bool was_sent,
                                const leaselock_error_t *err)
@@ -573,7 +574,7 @@ static bool renew_done_locked (leaselock_client_t *c,
    int64_t now = ll_now_ms ();
    /* A reply after the deadline cannot bring the lease back. */
    check_deadline_locked (c, l, now);
-   ll_deadline_renew_done (&l->dl, outcome);
+   ll_deadline_renew_done (&l->dl, outcome, ttl);
    if (l->state != LEASELOCK_STATE_HELD)
       return false;
    if (!ok && err->code == LEASELOCK_NOT_HELD) {
@@ -682,7 +683,7 @@ static void *io_main (void *arg)
       bool ok = renew_call (c, due, ttl, me, &was_sent, &err);
 
       pthread_mutex_lock (&c->mu);
-      if (!renew_done_locked (c, due, sent, ok, was_sent, &err) &&
+      if (!renew_done_locked (c, due, sent, ttl, ok, was_sent, &err) &&
           due->state == LEASELOCK_STATE_HELD)
          due->next_renew_ms = ll_now_ms () + retry_interval (ttl);
       c->io_job = NULL;
@@ -744,6 +745,7 @@ static bool try_once (leaselock_client_t *c,
                       const char *owner,
                       const leaselock_acquire_opts_t *o,
                       pid_t me,
+                      bool resent,
                       leaselock_lease_t **out,
                       bool *sent_out,
                       leaselock_error_t *err)
@@ -784,6 +786,8 @@ static bool try_once (leaselock_client_t *c,
    l->client = c;
    l->state = LEASELOCK_STATE_HELD;
    ll_deadline_start (&l->dl, sent, o->ttl_ms);
+   if (resent) /* the first send may still run, after any renew */
+      ll_deadline_may_rerun (&l->dl, o->ttl_ms);
    l->next_renew_ms = first_renewal (sent, &l->dl);
    if (o->auto_renew) {
       pthread_mutex_lock (&c->mu);
@@ -883,7 +887,7 @@ bool leaselock_acquire (leaselock_client_t *c,
    for (int attempt = 0;; attempt++) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (b) : 0; /* only waiters need it */
       bool sent;
-      if (try_once (c, key, key_len, owner, opts, me, lease, &sent, err))
+      if (try_once (c, key, key_len, owner, opts, me, resent, lease, &sent, err))
          return true;
       if (err->code == LEASELOCK_BACKEND && sent && !resent) {
          /* Failed once sent (a dropped connection, a lost reply): send it
@@ -987,7 +991,7 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    bool ok = renew_call (c, l, ttl_ms, me, &was_sent, err);
 
    pthread_mutex_lock (&c->mu);
-   if (renew_done_locked (c, l, sent, ok, was_sent, err)) {
+   if (renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err)) {
       l->ttl_ms = ttl_ms;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
    } else if (ok) {

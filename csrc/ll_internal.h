@@ -77,8 +77,10 @@ void ll_cond_init (pthread_cond_t *cond);
  * MongoDB) and our own truncation to milliseconds, plus TTL /
  * LL_DEADLINE_RATE_DIV for the rate error between the database's clock and
  * ours (1000 ppm: each may be slewed by 500 ppm). */
+#ifndef LL_DEADLINE_MARGIN_MS /* tests build variants of deadline.c */
 #define LL_DEADLINE_MARGIN_MS 2
 #define LL_DEADLINE_RATE_DIV 1000
+#endif
 int64_t ll_deadline_margin_ms (int64_t ttl_ms);
 
 /* What a renew did to the database, as far as its caller knows. */
@@ -94,8 +96,9 @@ typedef enum ll_outcome
 typedef struct ll_deadline
 {
    int64_t at_ms;
-   int inflight;      /* renews sent whose outcome is not yet known */
-   int64_t group_min; /* earliest deadline the renews in flight together could set */
+   int inflight;        /* renews sent whose outcome is not yet known */
+   int64_t group_min;   /* earliest deadline the renews in flight together could set */
+   int64_t unknown_ttl; /* shortest TTL of a renew that may yet run */
 } ll_deadline_t;
 
 /* An acquire sent at sent_ms (taken before the statement went out) for ttl_ms
@@ -104,9 +107,13 @@ void ll_deadline_start (ll_deadline_t *d, int64_t sent_ms, int64_t ttl_ms);
 /* A renew for ttl_ms is about to be sent; sent_ms is taken before it goes
  * out. Every call is matched by one ll_deadline_renew_done. */
 void ll_deadline_renew_sent (ll_deadline_t *d, int64_t sent_ms, int64_t ttl_ms);
-/* A renew's outcome is known: moves at_ms to no later than the earliest
- * expiry that any renew in flight with it could have left in the database. */
-void ll_deadline_renew_done (ll_deadline_t *d, ll_outcome_t outcome);
+/* A request whose outcome stayed unknown may still run and set the expiry
+ * to ttl_ms from then (an acquire sent twice: the first may run last). */
+void ll_deadline_may_rerun (ll_deadline_t *d, int64_t ttl_ms);
+/* A renew for ttl_ms has its outcome: moves at_ms to no later than the
+ * earliest expiry that any renew in flight with it, or any whose outcome
+ * stayed unknown, could have left in the database. */
+void ll_deadline_renew_done (ll_deadline_t *d, ll_outcome_t outcome, int64_t ttl_ms);
 
 /* ---- URIs ------------------------------------------------------------ */
 

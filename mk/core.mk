@@ -29,3 +29,25 @@ test-contract-sqlite: $(BUILD)/tests/test_contract
 test-exclusion-sqlite: $(BUILD)/tests/test_exclusion
 	@mkdir -p $(SQLITE_TEST_DIR)
 	$(BUILD)/tests/test_exclusion sqlite://$(SQLITE_TEST_DIR)/exclusion.db
+
+# The deterministic simulation (tests/test_sim.c): the engine's deadline
+# code against a model database, and deadline.c built once more without
+# its margin, as a mutant the simulator must catch.
+DEADLINE_FNS := margin_ms start renew_sent renew_done may_rerun
+$(BUILD)/tests/deadline_nomargin.o: csrc/deadline.c csrc/ll_internal.h mk/core.mk | $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) -DLL_DEADLINE_MARGIN_MS=0 -DLL_DEADLINE_RATE_DIV=INT64_MAX \
+	  $(foreach f,$(DEADLINE_FNS),-Dll_deadline_$(f)=nomargin_deadline_$(f)) -c $< -o $@
+
+$(BUILD)/tests/test_sim: tests/test_sim.c $(BUILD)/tests/deadline_nomargin.o $(LIB_A) | $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) $< $(BUILD)/tests/deadline_nomargin.o $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+
+# Bounded here; "make stress" runs it for millions of steps.
+SIM_SEEDS ?= 300
+SIM_STEPS ?= 20000
+TEST_SUITES += sim
+ASAN_SUITES += sim
+.PHONY: test-sim
+test-sim: $(BUILD)/tests/test_sim
+	$(BUILD)/tests/test_sim --seeds $(SIM_SEEDS) --steps $(SIM_STEPS)
+	$(BUILD)/tests/test_sim --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --policy nomargin --expect-violation
+	$(BUILD)/tests/test_sim --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --policy latest --expect-violation
