@@ -16,6 +16,13 @@ int64_t ll_now_ms (void)
    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t ll_real_now_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void ll_clock_use_fake (bool on)
 {
    atomic_store (&fake_on, on);

@@ -9,9 +9,10 @@
  * fork(): the prepare handler takes every mutex, and first waits until no
  * connection of any client is in use by another thread, so that no thread
  * is inside a database library (whose own mutexes the child would inherit
- * locked) at the moment of the fork; it may thus wait for a call in flight
- * to finish. Backends marked close_before_fork have their idle connections
- * closed there too.
+ * locked) at the moment of the fork; it waits at most FORK_WAIT_MS for the
+ * calls in flight (contract invariant 8), and a client whose call was still
+ * running is unusable in the child. Backends marked close_before_fork
+ * have their idle connections closed there too.
  */
 #include "ll_internal.h"
 
@@ -30,6 +31,7 @@
 #define STOP_POLL_MS 100
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
+#define FORK_WAIT_MS 2000
 
 struct leaselock_client
 {
@@ -46,6 +48,7 @@ struct leaselock_client
    void *idle[POOL_MAX];
    int n_idle;
    int in_use;                  /* connections handed out by pool_get */
+   bool fork_busy;              /* one was still in use when fork() ran */
    pthread_cond_t drained;      /* signalled when in_use drops to 0 */
    leaselock_lease_t *renewing; /* auto-renewed leases of this process */
    pthread_cond_t cond;         /* wakes the renewal thread */
@@ -112,8 +115,10 @@ static void fork_prepare (void)
       /* Connections in use belong to other threads of this process (the
        * forking thread holds none: no connection is kept across user
        * code). In a client last used by a parent, the count is stale. */
-      while (c->pid == me && c->in_use > 0)
-         ll_cond_wait_until (&c->drained, &c->mu, -1);
+      int64_t until = ll_real_now_ms () + FORK_WAIT_MS;
+      while (c->pid == me && c->in_use > 0 && ll_real_now_ms () < until)
+         ll_cond_wait_until (&c->drained, &c->mu, until);
+      c->fork_busy = c->pid == me && c->in_use > 0;
       if (c->pid == me && c->backend->close_before_fork) {
          for (int i = 0; i < c->n_idle; i++)
             c->backend->close (c->idle[i]);
@@ -128,8 +133,10 @@ static void fork_parent (void)
 {
    for (int i = N_BUCKETS - 1; i >= 0; i--)
       pthread_mutex_unlock (&buckets[i].mu);
-   for (leaselock_client_t *c = clients; c; c = c->next_client)
+   for (leaselock_client_t *c = clients; c; c = c->next_client) {
+      c->fork_busy = false;
       pthread_mutex_unlock (&c->mu);
+   }
    pthread_mutex_unlock (&clients_mu);
 }
 
@@ -263,6 +270,17 @@ static void *pool_get (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
 {
    pthread_mutex_lock (&c->mu);
    reset_after_fork_locked (c, me);
+   if (c->fork_busy) {
+      /* fork_busy stays set only in a child: a thread of its parent was
+       * inside the database library at the fork. */
+      pthread_mutex_unlock (&c->mu);
+      ll_error_set (err, LEASELOCK_BACKEND,
+                    "this process was forked while another thread's database call on "
+                    "this client ran for over %d ms; the client cannot be used in the "
+                    "child: create a new one",
+                    FORK_WAIT_MS);
+      return NULL;
+   }
    void *conn = c->n_idle ? c->idle[--c->n_idle] : NULL;
    c->in_use++;
    pthread_mutex_unlock (&c->mu);

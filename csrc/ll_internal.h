@@ -63,6 +63,9 @@ int64_t ll_backoff_ms (int attempt);
  * least every 2 ms of real time so waiters re-check the fake time. */
 int64_t ll_now_ms (void);
 void ll_clock_use_fake (bool on);
+/* Monotonic milliseconds even while the fake clock is on (for bounds on
+ * real waits, such as the fork handler's). */
+int64_t ll_real_now_ms (void);
 void ll_clock_advance (int64_t ms);
 /* Waits on cond until ll_now_ms() >= deadline_ms (or a signal). Spurious
  * wakeups are possible: callers loop. deadline_ms < 0 waits for a signal. */

@@ -1107,6 +1107,49 @@ static void test_loss_while_renewal_hangs (void)
    CHECK (L.lease == la);
 }
 
+/* Fake only: fork() while another thread's database call hangs returns
+ * after the handler's bounded wait (invariant 8), and the child cannot use
+ * that client (its library state may be mid-call), with a clear error. */
+static void test_fork_while_call_hangs (void)
+{
+   leaselock_client_t *a = client ("fork-hang");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la = NULL;
+   lost_t L = { 0 };
+   int64_t t0;
+   bool ok = acquire_frozen (a, "fork-hang", &la, &L, &t0, &err);
+   atomic_store (&ticking, true);
+   if (!ok)
+      leaselock_client_destroy (a);
+   CHECK_OK (ok, err);
+   fake_backend_hang (true);
+   long renews = fake_backend_calls (FAKE_RENEW);
+   for (int i = 0; i < 5000 && fake_backend_calls (FAKE_RENEW) == renews; i++)
+      real_sleep (1); /* the automatic renewal starts, and hangs */
+   bool hanging = fake_backend_calls (FAKE_RENEW) > renews;
+   int64_t f0 = ll_real_now_ms ();
+   pid_t pid = fork ();
+   if (pid == 0) {
+      leaselock_record_t rec;
+      bool found;
+      const char *k = key ("fork-hang");
+      bool iok = leaselock_inspect (a, k, strlen (k), &rec, &found, &err);
+      _exit (!iok && err.code == LEASELOCK_BACKEND && strstr (err.message, "forked") ? 0 : 1);
+   }
+   int64_t took = ll_real_now_ms () - f0;
+   int status = -1;
+   if (pid > 0)
+      waitpid (pid, &status, 0);
+   fake_backend_hang (false);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   CHECK (hanging);
+   CHECK (pid > 0);
+   CHECK (took < 30000); /* bounded, not "as long as the call hangs" */
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+}
+
 /* An acquire applied by the database whose reply is lost is sent once
  * more with the same owner: the caller gets the lease, not a key locked by
  * nobody until its TTL. A second loss in a row is reported. (fake only) */
@@ -1476,6 +1519,7 @@ int main (int argc, char **argv)
       RUN (test_renew_race);
       RUN (test_release_lost_reply);
       RUN (test_loss_while_renewal_hangs);
+      RUN (test_fork_while_call_hangs);
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
