@@ -1198,6 +1198,30 @@ bool leaselock_inspect (leaselock_client_t *c,
    return ok;
 }
 
+typedef struct records
+{
+   leaselock_record_t *recs;
+   size_t n, cap;
+   bool failed;
+} records_t;
+
+static bool records_add (const leaselock_record_t *rec, void *all_)
+{
+   records_t *all = all_;
+   if (all->n == all->cap) {
+      size_t cap = all->cap ? 2 * all->cap : 16;
+      leaselock_record_t *grown = realloc (all->recs, cap * sizeof *grown);
+      if (!grown) {
+         all->failed = true;
+         return false;
+      }
+      all->recs = grown;
+      all->cap = cap;
+   }
+   all->recs[all->n++] = *rec;
+   return true;
+}
+
 bool leaselock_list (leaselock_client_t *c,
                      const char *prefix,
                      size_t prefix_len,
@@ -1216,12 +1240,20 @@ bool leaselock_list (leaselock_client_t *c,
       return false;
    if (!fn)
       return ll_error_set (err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
+   /* Read everything first and call fn with no connection held: fn may
+    * call leaselock itself, or fork. */
+   records_t all = { 0 };
    pid_t me = getpid ();
    void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
-   bool ok = c->backend->list (conn, prefix, prefix_len, fn, user_data, err);
+   bool ok = c->backend->list (conn, prefix, prefix_len, records_add, &all, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
+   if (ok && all.failed)
+      ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory reading %zu records", all.n);
+   for (size_t i = 0; ok && i < all.n && fn (&all.recs[i], user_data); i++) {
+   }
+   free (all.recs);
    return ok;
 }
 

@@ -229,7 +229,9 @@ extern "C"
 
    /* Calls fn once per record whose key starts with prefix (prefix_len may be
     * 0), in key order. fn returns false to stop early. The record is only
-    * valid during the call. */
+    * valid during the call. The records are read first (one statement) and
+    * fn runs with no connection held, so it may call leaselock functions or
+    * fork; memory grows with the number of records. */
    typedef bool (*leaselock_record_cb) (const leaselock_record_t *record, void *user_data);
    LEASELOCK_API bool leaselock_list (leaselock_client_t *client,
                                       const char *prefix,

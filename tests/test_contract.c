@@ -379,6 +379,50 @@ static bool stop_after_one (const leaselock_record_t *r, void *ud)
    return false;
 }
 
+/* list calls its callback with no connection held: the callback may use
+ * the client, and fork, whose child can use it too. */
+typedef struct
+{
+   leaselock_client_t *c;
+   int calls, child_status;
+   bool inner_ok;
+} nested_t;
+
+static bool list_nested (const leaselock_record_t *r, void *ud)
+{
+   nested_t *n = ud;
+   leaselock_record_t rec;
+   bool found = false;
+   leaselock_error_t err;
+   n->inner_ok = leaselock_inspect (n->c, r->key, r->key_len, &rec, &found, &err) && found;
+   pid_t pid = fork ();
+   if (pid == 0)
+      _exit (leaselock_inspect (n->c, r->key, r->key_len, &rec, &found, &err) && found ? 0 : 1);
+   if (pid > 0)
+      waitpid (pid, &n->child_status, 0);
+   n->calls++;
+   return false;
+}
+
+static void test_list_callback_reenters (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   bool ok = acq (a, key ("nested/1"), opts (60000, false), &la, &err);
+   CHECK_OK (ok, err);
+   nested_t n = { a, 0, -1, false };
+   const char *p = key ("nested/");
+   ok = leaselock_list (a, p, strlen (p), list_nested, &n, &err);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n.calls, 1);
+   CHECK (n.inner_ok);
+   CHECK (WIFEXITED (n.child_status) && WEXITSTATUS (n.child_status) == 0);
+}
+
 static void test_list_prefix (void)
 {
    leaselock_client_t *c = client (NULL);
@@ -1502,6 +1546,7 @@ int main (int argc, char **argv)
    RUN (test_min_hold);
    RUN (test_inspect);
    RUN (test_list_prefix);
+   RUN (test_list_callback_reenters);
    RUN (test_force_release);
    RUN (test_destroy_releases);
    RUN (test_lease_outlives_client);
