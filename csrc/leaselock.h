@@ -157,8 +157,9 @@ extern "C"
     * Every attempt of one call uses the same owner token. A statement that
     * fails once sent (the connection dropped, the reply lost) may have been
     * applied, so it is sent once more at once, on a fresh connection: the
-    * database accepts the same owner again. If that fails too, BACKEND; a
-    * record taken by the lost attempt then stays until its TTL.
+    * database accepts the same owner again. If that fails too, BACKEND, and
+    * the key is released for this call's owner (best effort), so that an
+    * attempt that was applied does not leave it locked by nobody.
     */
    LEASELOCK_API bool leaselock_acquire (leaselock_client_t *client,
                                          const char *key,
@@ -170,7 +171,10 @@ extern "C"
    /* Extend the lease to ttl_ms from now (database clock); ttl_ms 0 means
     * the lease's own TTL, other values must be a valid TTL (INVALID). Fails
     * NOT_HELD if another owner has it or it expired, LOST if it was already
-    * declared lost. */
+    * declared lost. A shorter TTL shortens the local deadline as soon as the
+    * renew is sent; while renews (this and the automatic one) are in flight
+    * together, or one's outcome stayed unknown, the deadline is the
+    * earliest any of them could have left in the database. */
    LEASELOCK_API bool leaselock_lease_renew (leaselock_lease_t *lease,
                                              int64_t ttl_ms,
                                              leaselock_error_t *error);
@@ -180,7 +184,10 @@ extern "C"
     * the expiry becomes max(now, acquired_at + min_hold). Fails NOT_HELD when
     * the lease is no longer this owner's (released already, taken over, or
     * acquired by the parent of a forked process). Waiters in this process are
-    * woken at once.
+    * woken at once. A release whose reply is lost is sent once more. If it
+    * still fails (BACKEND), the lease is no longer renewed: it stays this
+    * owner's until its expiry, turns LOST at its deadline without on_lost,
+    * and release may be called again.
     */
    LEASELOCK_API bool leaselock_lease_release (leaselock_lease_t *lease, leaselock_error_t *error);
 
@@ -201,7 +208,11 @@ extern "C"
    LEASELOCK_API const char *leaselock_lease_owner (const leaselock_lease_t *lease);
    LEASELOCK_API int64_t leaselock_lease_fence (const leaselock_lease_t *lease);
    LEASELOCK_API int64_t leaselock_lease_ttl_ms (const leaselock_lease_t *lease);
-   /* HELD turns into LOST when the local deadline (send time + TTL) passes. */
+   /* HELD turns into LOST when the local deadline passes: send time of the
+    * acquire or renew + TTL - (2 ms + TTL / 1000), a margin for stored times
+    * rounded to milliseconds and for the database's clock running up to
+    * 1000 ppm faster than this machine's. So it comes before the
+    * database's expiry, and a TTL of 2 ms or less leaves no time at all. */
    LEASELOCK_API leaselock_state_t leaselock_lease_state (leaselock_lease_t *lease);
    /* Milliseconds until the holder's local deadline; <= 0 once passed. */
    LEASELOCK_API int64_t leaselock_lease_remaining_ms (leaselock_lease_t *lease);
