@@ -50,11 +50,11 @@
  * stopped answering. A call that must reconnect waits on: TCP connect,
  * the handshake and authentication (connect_timeout each), the init
  * command, the schema check (1 round trip, 4 on first use), the prepare,
- * the execute and its rows (io_timeout each); so a server that answers
- * each step just in time can make one call last several timeouts: the
- * defaults bound a call on an open connection by 10 s (write + read) and
- * a reconnecting one by about 15 s + 4 x 5 s in theory, 5 s past the last
- * answer in practice.
+ * the execute and its rows (io_timeout each). A stalled server ends a call
+ * one timeout after its last answer (5 s on an open connection, 5 s + 5 s
+ * when the call reconnects, by default), but the bound is per wait: a
+ * server that answers every packet just in time can stretch one call
+ * over several timeouts.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart, KILL, idle
