@@ -39,3 +39,13 @@ ASAN_SUITES += faults-inproc
 test-faults-inproc: $(FAULTS_TEST)
 	@rm -rf $(FAULTS_DIR) && mkdir -p $(FAULTS_DIR)
 	$(FAULTS_TEST) $(FAULTS_DIR)
+
+# valgrind runs on the plain build (not build/asan: the two do not mix).
+TEST_SUITES += valgrind
+VALGRIND_DEPS = $(BUILD)/tests/test_contract $(LEASELOCK_CLI)
+
+test-valgrind: $(VALGRIND_DEPS)
+	@bash tests/test_valgrind.sh $(BUILD)
+
+test-valgrind-full: $(VALGRIND_DEPS) $(BUILD)/tests/test_sqlite $(BUILD)/tests/test_exclusion $(FAULTS_TEST)
+	@bash tests/test_valgrind.sh $(BUILD) full

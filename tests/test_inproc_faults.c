@@ -4,9 +4,9 @@
  *   test_inproc_faults DIR     (DIR: a directory for the SQLite file)
  *
  * One scripted workload (client_new, acquire with and without a timeout,
- * a BUSY acquire, auto-renewal rounds, renew, inspect, list,
- * force_release, release, destroy) runs again and again while a fault
- * walks through it:
+ * a BUSY acquire, one with min_hold, auto-renewal rounds, renew, inspect,
+ * list, force_release, release, destroy of a held lease, client destroy) runs again and again while
+ * a fault walks through it:
  *
  *   - backend faults: through tests/fault_backend.c (faulty+fake://,
  *     faulty+sqlite://), call N of the backend fails with BACKEND, with
@@ -185,8 +185,11 @@ static bool list_count (const leaselock_record_t *rec, void *data)
 static bool count_held (const leaselock_record_t *rec, void *data)
 {
    void **args = data;
-   if (rec->owner[0] && rec->expires_in_ms > 0 && strcmp (rec->owner, (const char *)args[0]))
+   if (rec->owner[0] && rec->expires_in_ms > 0 && strcmp (rec->owner, (const char *)args[0])) {
       ++*(int *)args[1];
+      fprintf (stderr, "    note [%s] %s stays held by nobody for %lld ms\n",
+               ((run_t *)args[2])->what, rec->key, (long long)rec->expires_in_ms);
+   }
    return true;
 }
 
@@ -195,7 +198,7 @@ static bool count_held (const leaselock_record_t *rec, void *data)
 static void workload (run_t *r)
 {
    leaselock_error_t err;
-   const char *k1 = key (r, "k1"), *k2 = key (r, "k2"), *k3 = key (r, "k3");
+   const char *k1 = key (r, "k1"), *k2 = key (r, "k2"), *k3 = key (r, "k3"), *k4 = key (r, "k4");
 
    /* k3 is the admin's, so that one acquire answers BUSY. */
    leaselock_acquire_opts_t ao;
@@ -215,7 +218,7 @@ static void workload (run_t *r)
 
    leaselock_client_t *c = leaselock_client_new (r->faulty, "faults", &err);
    if (judge (r, "client_new", c != NULL, &err)) {
-      leaselock_lease_t *l1 = NULL, *l2 = NULL, *l3 = NULL;
+      leaselock_lease_t *l1 = NULL, *l2 = NULL, *l3 = NULL, *l4 = NULL;
       leaselock_acquire_opts_t o;
       leaselock_acquire_opts_init (&o);
       o.ttl_ms = TTL_MS;
@@ -233,8 +236,12 @@ static void workload (run_t *r)
          violation (r, "acquire k3 succeeded while the admin holds it");
       else if (err.code != LEASELOCK_BUSY)
          judge (r, "acquire k3 (busy)", ok, &err);
+      o.min_hold_ms = 100;
+      judge (r, "acquire k4 (min_hold)", leaselock_acquire (c, k4, strlen (k4), &o, &l4, &err),
+             &err);
       check_lease (r, "after acquire", l1);
       check_lease (r, "after acquire", l2);
+      check_lease (r, "after acquire", l4);
 
       renew_round (r, "auto-renewal 1", l1);
       check_lease (r, "auto-renewal 1", l1);
@@ -268,6 +275,7 @@ static void workload (run_t *r)
       if (atomic_load (&r->spurious))
          violation (r, "on_lost fired for the lease on %s after the caller released it", k1);
 
+      leaselock_lease_destroy (l4); /* releases it */
       leaselock_lease_destroy (l1);
       leaselock_lease_destroy (l2);
       leaselock_lease_destroy (l3);
@@ -276,7 +284,7 @@ static void workload (run_t *r)
 
    /* Keys still held by an owner nobody holds any more. */
    int n_held = 0;
-   void *args[2] = { admin_owner, &n_held };
+   void *args[3] = { admin_owner, &n_held, r };
    alloc_hook_pause (true);
    if (!leaselock_list (r->admin, r->pfx, strlen (r->pfx), count_held, args, &err))
       violation (r, "admin list: %s", err.message);
