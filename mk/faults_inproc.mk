@@ -5,8 +5,8 @@
 #                             the core, failed in turn (fake and SQLite)
 #   make test-valgrind        the contract suite (fake, SQLite) and a few CLI
 #                             runs under valgrind memcheck
-#   make test-valgrind-full   the same plus the SQLite suite, the exclusion
-#                             test and this fault suite under valgrind
+#   make test-valgrind-full   the same plus more CLI runs, the exclusion test
+#                             and this fault suite under valgrind
 #
 # The allocation hook: a copy of libleaselock.a whose calls to the
 # allocator are renamed to llt_* (tests/alloc_hook.c), so that only the
@@ -47,5 +47,5 @@ VALGRIND_DEPS = $(BUILD)/tests/test_contract $(LEASELOCK_CLI)
 test-valgrind: $(VALGRIND_DEPS)
 	@bash tests/test_valgrind.sh $(BUILD)
 
-test-valgrind-full: $(VALGRIND_DEPS) $(BUILD)/tests/test_sqlite $(BUILD)/tests/test_exclusion $(FAULTS_TEST)
+test-valgrind-full: $(VALGRIND_DEPS) $(BUILD)/tests/test_exclusion $(FAULTS_TEST)
 	@bash tests/test_valgrind.sh $(BUILD) full
