@@ -17,13 +17,19 @@ static int hexval (char c)
    return -1;
 }
 
+/* Set by decode when it runs out of memory: ll_uri_parse then fails with
+ * NOMEM, not with a bad escape. */
+static _Thread_local bool decode_nomem;
+
 /* Percent-decodes [s, s+n) into a new string; NULL on a bad escape or an
- * encoded NUL (which no component may hold). */
+ * encoded NUL (which no component may hold), or out of memory. */
 static char *decode (const char *s, size_t n, bool plus_is_space)
 {
    char *out = malloc (n + 1);
-   if (!out)
+   if (!out) {
+      decode_nomem = true;
       return NULL;
+   }
    size_t o = 0;
    for (size_t i = 0; i < n; i++) {
       if (s[i] == '%') {
@@ -73,6 +79,7 @@ void ll_uri_cleanup (ll_uri_t *uri)
 bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
 {
    memset (uri, 0, sizeof *uri);
+   decode_nomem = false;
    if (!text)
       return ll_error_set (err, LEASELOCK_INVALID, "uri is NULL");
    char shown[160];
@@ -160,7 +167,8 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
             const char *name_end = eq ? eq : item_end;
             ll_uri_param_t *prm = &uri->params[uri->n_params];
             prm->name = decode (q, (size_t)(name_end - q), true);
-            prm->value = eq ? decode (eq + 1, (size_t)(item_end - eq - 1), true) : strdup ("");
+            prm->value =
+              eq ? decode (eq + 1, (size_t)(item_end - eq - 1), true) : decode (q, 0, false);
             if (!prm->name || !prm->value) {
                free (prm->name);
                free (prm->value);
@@ -174,9 +182,12 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
    }
    return true;
 
+fail:
+   if (!decode_nomem)
+      goto cleanup;
 nomem:
    ll_error_set (err, LEASELOCK_NOMEM, "out of memory parsing a URI");
-fail:
+cleanup:
    ll_uri_cleanup (uri);
    return false;
 }
