@@ -901,12 +901,13 @@ bool leaselock_acquire (leaselock_client_t *c,
    char owner[LEASELOCK_OWNER_LEN + 1];
    if (!ll_owner_new (owner, err))
       return false;
-   bool resent = false;
+   bool resent = false, sent_any = false;
    for (int attempt = 0;; attempt++) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (b) : 0; /* only waiters need it */
       bool sent;
       if (try_once (c, key, key_len, owner, opts, me, resent, lease, &sent, err))
          return true;
+      sent_any = sent_any || sent;
       if (err->code == LEASELOCK_BACKEND && sent && !resent) {
          /* Failed once sent (a dropped connection, a lost reply): send it
           * once more, at once, on a fresh connection. */
@@ -914,7 +915,7 @@ bool leaselock_acquire (leaselock_client_t *c,
          attempt--;
          continue;
       }
-      if (err->code == LEASELOCK_BACKEND && sent) {
+      if (err->code == LEASELOCK_BACKEND && sent_any) {
          forget_owner (c, key, key_len, owner, me);
          return false;
       }
@@ -1045,9 +1046,10 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was already released",
                            LL_KEY_SHOWN (l->key, l->key_len));
 
-   bool was_sent;
+   bool was_sent, resent = false;
    bool ok = release_call (c, l, me, &was_sent, err);
    if (!ok && was_sent && err->code == LEASELOCK_BACKEND) {
+      resent = true;
       /* It may have been applied: ask once more, on a fresh connection.
        * "Not ours" then most likely means the first one landed; either way
        * the key is no longer this owner's, which is what release is for. */
@@ -1062,11 +1064,18 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
          l->state = LEASELOCK_STATE_RELEASED;
       if (!l->lost_notify)
          list_remove_locked (c, l);
+   } else if (!was_sent && !resent && l->state == LEASELOCK_STATE_HELD && l->auto_renew &&
+              !l->in_list && !c->closed) {
+      schedule_locked (c, l, NULL); /* nothing was sent: surely still ours */
+   } else if (l->state == LEASELOCK_STATE_HELD) {
+      /* Maybe released, maybe not: no longer held for sure, so LOST, and
+       * without on_lost (the caller is done with it; renewing a record that
+       * may be released would report a loss that is not one). Release may
+       * be called again; the database expires the record otherwise. */
+      l->state = LEASELOCK_STATE_LOST;
+      l->lost_notify = false;
+      list_remove_locked (c, l);
    }
-   /* Otherwise the outcome is unknown. The lease is not renewed again: the
-    * caller is done with it, and renewing a record that may be released
-    * would report a loss that is not one. It stays HELD until its deadline
-    * (then LOST, without on_lost), and release may be called again. */
    pthread_mutex_unlock (&c->mu);
    if (ok) {
       bucket_wake (l->key, l->key_len);

@@ -185,9 +185,10 @@ extern "C"
     * the lease is no longer this owner's (released already, taken over, or
     * acquired by the parent of a forked process). Waiters in this process are
     * woken at once. A release whose reply is lost is sent once more. If it
-    * still fails (BACKEND), the lease is no longer renewed: it stays this
-    * owner's until its expiry, turns LOST at its deadline without on_lost,
-    * and release may be called again.
+    * still fails (BACKEND), the lease is LOST (without on_lost) and no longer
+    * renewed: the record may or may not be released, and expires by its TTL
+    * otherwise; release may be called again. A release that reached no
+    * connection leaves the lease HELD and renewed.
     */
    LEASELOCK_API bool leaselock_lease_release (leaselock_lease_t *lease, leaselock_error_t *error);
 
