@@ -32,6 +32,16 @@
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
 #define FORK_WAIT_MS 2000
+#define IO_MAX 4 /* I/O threads per client, started as renewals need them */
+
+typedef struct io_slot
+{
+   leaselock_client_t *client;
+   pthread_t tid;
+   bool running;
+   bool failed;            /* its thread could not start: not tried again */
+   leaselock_lease_t *job; /* lease it renews now (a counted reference) */
+} io_slot_t;
 
 struct leaselock_client
 {
@@ -55,12 +65,12 @@ struct leaselock_client
    pthread_t thread;
    bool thread_running;
    /* The renewal thread keeps time and calls on_lost; its database calls
-    * run on the I/O thread, so that a call stuck in a busy or unreachable
-    * database never delays a loss past the lease's local deadline. */
-   pthread_t io_thread;
-   bool io_running;
-   pthread_cond_t io_cond;    /* wakes the I/O thread */
-   leaselock_lease_t *io_job; /* lease it renews now (a counted reference) */
+    * run on I/O threads, so that a call stuck in a busy or unreachable
+    * database never delays a loss past the lease's local deadline, and up
+    * to IO_MAX of them, so that one stuck call does not stop the other
+    * leases' renewals. */
+   io_slot_t io[IO_MAX];
+   pthread_cond_t io_cond; /* wakes the I/O threads */
    bool stopping;
    bool sleeping;                   /* the renewal thread waits on cond ... */
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
@@ -229,10 +239,13 @@ static void reset_after_fork_locked (leaselock_client_t *c, pid_t me)
    }
    c->renewing = NULL;
    c->thread_running = false; /* they exist only in the parent */
-   c->io_running = false;
-   if (c->io_job) { /* its reference is the parent thread's */
-      atomic_fetch_sub (&c->io_job->refs, 1);
-      c->io_job = NULL;
+   for (int i = 0; i < IO_MAX; i++) {
+      c->io[i].running = false;
+      c->io[i].failed = false;
+      if (c->io[i].job) { /* its reference is the parent thread's */
+         atomic_fetch_sub (&c->io[i].job->refs, 1);
+         c->io[i].job = NULL;
+      }
    }
    c->sleeping = false;
    c->stopping = false;
@@ -449,18 +462,22 @@ void leaselock_client_destroy (leaselock_client_t *c)
    reset_after_fork_locked (c, getpid ());
    c->closed = true;
    c->stopping = true;
-   bool join = c->thread_running, join_io = c->io_running;
+   bool join = c->thread_running, join_io[IO_MAX];
+   for (int i = 0; i < IO_MAX; i++)
+      join_io[i] = c->io[i].running;
    pthread_cond_broadcast (&c->cond);
    pthread_cond_broadcast (&c->io_cond);
    pthread_mutex_unlock (&c->mu);
    if (join)
       pthread_join (c->thread, NULL);
-   if (join_io)
-      pthread_join (c->io_thread, NULL); /* after its call in flight, if any */
+   for (int i = 0; i < IO_MAX; i++)
+      if (join_io[i])
+         pthread_join (c->io[i].tid, NULL); /* after its call in flight, if any */
 
    pthread_mutex_lock (&c->mu);
    c->thread_running = false;
-   c->io_running = false;
+   for (int i = 0; i < IO_MAX; i++)
+      c->io[i].running = false;
    for (leaselock_lease_t *l = c->renewing; l; l = l->next)
       l->in_list = false;
    c->renewing = NULL;
@@ -614,6 +631,38 @@ static int64_t retry_interval (int64_t ttl)
    return r < RETRY_MIN_MS ? RETRY_MIN_MS : r > RETRY_MAX_MS ? RETRY_MAX_MS : r;
 }
 
+static void *io_main (void *arg);
+
+/* Whether an I/O thread renews l now. Called with c->mu held. */
+static bool io_busy_with (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   for (int i = 0; i < IO_MAX; i++)
+      if (c->io[i].job == l)
+         return true;
+   return false;
+}
+
+/* An I/O thread free for a renewal, started if start and need be; NULL
+ * when all are busy (or none more can start). Called with c->mu held. */
+static io_slot_t *io_free_slot (leaselock_client_t *c, bool start)
+{
+   for (int i = 0; i < IO_MAX; i++)
+      if (c->io[i].running && !c->io[i].job)
+         return &c->io[i];
+   for (int i = 0; i < IO_MAX; i++) {
+      io_slot_t *s = &c->io[i];
+      if (!s->running && !s->failed) {
+         if (!start)
+            return s;
+         s->client = c;
+         s->failed = pthread_create (&s->tid, NULL, io_main, s) != 0;
+         s->running = !s->failed;
+         return s->running ? s : NULL;
+      }
+   }
+   return NULL;
+}
+
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
@@ -622,6 +671,7 @@ static void *renew_main (void *arg)
       int64_t now = ll_now_ms ();
       int64_t wake = -1;
       leaselock_lease_t *due = NULL, *notify = NULL;
+      bool can_renew = io_free_slot (c, false) != NULL;
       for (leaselock_lease_t *l = c->renewing; l; l = l->next) {
          check_deadline_locked (c, l, now);
          if (l->lost_notify) {
@@ -630,8 +680,10 @@ static void *renew_main (void *arg)
          }
          if (l->state != LEASELOCK_STATE_HELD)
             continue;
-         /* While the I/O thread works, only deadlines can come due. */
-         int64_t at = c->io_job || l->next_renew_ms > l->dl.at_ms ? l->dl.at_ms : l->next_renew_ms;
+         /* While its renewal is in flight, or no I/O thread is free, only
+          * its deadline can come due. */
+         bool wait = !can_renew || io_busy_with (c, l) || l->next_renew_ms > l->dl.at_ms;
+         int64_t at = wait ? l->dl.at_ms : l->next_renew_ms;
          if (at <= now) {
             if (!due)
                due = l;
@@ -662,29 +714,33 @@ static void *renew_main (void *arg)
          continue;
       }
 
-      /* Hand it to the I/O thread. */
+      /* Hand it to a free I/O thread. */
+      io_slot_t *slot = io_free_slot (c, true);
+      if (!slot)
+         continue; /* could not start one: plan again without it */
       atomic_fetch_add (&due->refs, 1);
-      c->io_job = due;
-      pthread_cond_signal (&c->io_cond);
+      slot->job = due;
+      pthread_cond_broadcast (&c->io_cond);
    }
    pthread_mutex_unlock (&c->mu);
    return NULL;
 }
 
-/* The I/O thread: renews the lease the renewal thread hands it, one at a
+/* An I/O thread: renews the leases the renewal thread hands it, one at a
  * time, and records the outcome. */
 static void *io_main (void *arg)
 {
-   leaselock_client_t *c = arg;
+   io_slot_t *slot = arg;
+   leaselock_client_t *c = slot->client;
    pid_t me = getpid (); /* the thread lives in one process only */
    pthread_mutex_lock (&c->mu);
    for (;;) {
-      while (!c->io_job && !c->stopping)
+      while (!slot->job && !c->stopping)
          ll_cond_wait_until (&c->io_cond, &c->mu, -1);
-      leaselock_lease_t *due = c->io_job;
+      leaselock_lease_t *due = slot->job;
       if (c->stopping) {
          if (due) {
-            c->io_job = NULL;
+            slot->job = NULL;
             pthread_mutex_unlock (&c->mu);
             lease_unref (due);
             pthread_mutex_lock (&c->mu);
@@ -704,7 +760,7 @@ static void *io_main (void *arg)
       if (!renew_done_locked (c, due, sent, ttl, ok, was_sent, &err) &&
           due->state == LEASELOCK_STATE_HELD)
          due->next_renew_ms = ll_now_ms () + retry_interval (ttl);
-      c->io_job = NULL;
+      slot->job = NULL;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
       pthread_mutex_unlock (&c->mu);
       lease_unref (due);
@@ -718,13 +774,14 @@ static void *io_main (void *arg)
  * needed. Called with c->mu held. */
 static bool schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
 {
-   if (!c->io_running) {
+   if (!c->io[0].running) {
       c->stopping = false;
-      int rc = pthread_create (&c->io_thread, NULL, io_main, c);
+      c->io[0].client = c;
+      int rc = pthread_create (&c->io[0].tid, NULL, io_main, &c->io[0]);
       if (rc != 0)
          return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal I/O thread: %s",
                               strerror (rc));
-      c->io_running = true;
+      c->io[0].running = true;
    }
    if (!c->thread_running) {
       int rc = pthread_create (&c->thread, NULL, renew_main, c);

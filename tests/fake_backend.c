@@ -32,6 +32,7 @@ static int hold[8];     /* per op: calls still to apply and then hold */
 static atomic_int held; /* calls holding their reply now */
 static atomic_bool holding;
 static atomic_bool hang;
+static char hang_key[LEASELOCK_KEY_MAX + 1]; /* ops on keys containing it hang */
 static long n_calls[8];
 
 void fake_backend_fail (bool on)
@@ -44,6 +45,13 @@ void fake_backend_fail (bool on)
 void fake_backend_hang (bool on)
 {
    atomic_store (&hang, on);
+}
+
+void fake_backend_hang_key (const char *part)
+{
+   pthread_mutex_lock (&mu);
+   snprintf (hang_key, sizeof hang_key, "%s", part ? part : "");
+   pthread_mutex_unlock (&mu);
 }
 
 void fake_backend_lose_replies (int n)
@@ -109,12 +117,20 @@ static rec_t *find (const char *key, size_t len)
 }
 
 /* Locks and counts; fails when injection is on. */
-static bool enter (fake_op_t op, leaselock_error_t *err)
+static bool key_hangs (const char *key)
+{
+   pthread_mutex_lock (&mu);
+   bool h = key && hang_key[0] && strstr (key, hang_key);
+   pthread_mutex_unlock (&mu);
+   return h;
+}
+
+static bool enter (fake_op_t op, const char *key, leaselock_error_t *err)
 {
    pthread_mutex_lock (&mu);
    n_calls[op]++;
    pthread_mutex_unlock (&mu);
-   while (atomic_load (&hang)) {
+   while (atomic_load (&hang) || key_hangs (key)) {
       struct timespec ts = { 0, 1000000 };
       nanosleep (&ts, NULL);
    }
@@ -170,7 +186,7 @@ static bool fake_acquire (void *conn,
                           leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_ACQUIRE, err))
+   if (!enter (FAKE_ACQUIRE, key, err))
       return false;
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
@@ -207,7 +223,7 @@ static bool fake_renew (void *conn,
                         leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_RENEW, err))
+   if (!enter (FAKE_RENEW, key, err))
       return false;
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
@@ -225,7 +241,7 @@ static bool fake_release (void *conn,
                           leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_RELEASE, err))
+   if (!enter (FAKE_RELEASE, key, err))
       return false;
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
@@ -259,7 +275,7 @@ static bool fake_inspect (void *conn,
                           leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_INSPECT, err))
+   if (!enter (FAKE_INSPECT, key, err))
       return false;
    rec_t *r = find (key, key_len);
    *found = r != NULL;
@@ -285,7 +301,7 @@ static bool fake_list (void *conn,
                        leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_LIST, err))
+   if (!enter (FAKE_LIST, NULL, err))
       return false;
    rec_t *copy = malloc (sizeof (rec_t) * (n_recs ? (size_t)n_recs : 1));
    int n = 0;
@@ -314,7 +330,7 @@ static bool fake_force (void *conn,
                         leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_FORCE, err))
+   if (!enter (FAKE_FORCE, key, err))
       return false;
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);

@@ -22,6 +22,9 @@ void fake_backend_fail (bool on);
 /* While on, every operation waits (in real time) before it starts: a
  * database that does not answer. */
 void fake_backend_hang (bool on);
+/* While part is not NULL or "", every operation on a key containing it
+ * waits, as fake_backend_hang does for all. */
+void fake_backend_hang_key (const char *part);
 /* The next n acquires are applied, then fail with BACKEND as if their
  * reply had been lost on the way back. */
 void fake_backend_lose_replies (int n);

@@ -1151,6 +1151,49 @@ static void test_loss_while_renewal_hangs (void)
    CHECK (L.lease == la);
 }
 
+/* Fake only: one lease's renewal stuck in the database does not stop the
+ * renewals of the client's other leases (each runs on a free I/O thread);
+ * the stuck one is still lost at its deadline. */
+static void test_stuck_renewal_alone (void)
+{
+   leaselock_client_t *a = client ("stuck");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *stuck = NULL, *fine = NULL;
+   lost_t Ls = { 0 }, Lf = { 0 };
+   int64_t t0;
+   bool ok = acquire_frozen (a, "stuck-renewal", &stuck, &Ls, &t0, &err);
+   if (ok) {
+      leaselock_acquire_opts_t o = opts (1000, true);
+      o.on_lost = on_lost;
+      o.on_lost_data = &Lf;
+      ok = acq (a, key ("fine-renewal"), o, &fine, &err);
+   }
+   if (!ok)
+      atomic_store (&ticking, true);
+   CHECK_OK (ok, err);
+   fake_backend_hang_key ("stuck-renewal");
+   /* Three TTLs of fake time, 10 ms at a time, with real time for the
+    * threads to act. */
+   for (int i = 0; i < 300; i++) {
+      ll_clock_advance (10);
+      real_sleep (1);
+   }
+   real_sleep (20);
+   leaselock_state_t fine_state = leaselock_lease_state (fine);
+   leaselock_state_t stuck_state = leaselock_lease_state (stuck);
+   int stuck_calls = atomic_load (&Ls.calls), fine_calls = atomic_load (&Lf.calls);
+   fake_backend_hang_key (NULL);
+   atomic_store (&ticking, true);
+   leaselock_lease_destroy (fine);
+   leaselock_lease_destroy (stuck);
+   leaselock_client_destroy (a);
+   CHECK_EQ (fine_state, LEASELOCK_STATE_HELD);
+   CHECK_EQ (fine_calls, 0);
+   CHECK_EQ (stuck_state, LEASELOCK_STATE_LOST);
+   CHECK_EQ (stuck_calls, 1);
+}
+
 /* Fake only: fork() while another thread's database call hangs returns
  * after the handler's bounded wait (invariant 8), and the child cannot use
  * that client (its library state may be mid-call), with a clear error. */
@@ -1565,6 +1608,7 @@ int main (int argc, char **argv)
       RUN (test_release_lost_reply);
       RUN (test_loss_while_renewal_hangs);
       RUN (test_fork_while_call_hangs);
+      RUN (test_stuck_renewal_alone);
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
