@@ -12,3 +12,9 @@ $(BUILD)/tests/test_uri: tests/test_uri.c tests/testlib.h $(LIB_A) | $(BUILD)/te
 
 test-uri: $(BUILD)/tests/test_uri
 	$(BUILD)/tests/test_uri
+
+# No password in the CLI's output or the Lua module's errors.
+TEST_SUITES += security
+.PHONY: test-security
+test-security: $(LEASELOCK_CLI) $(LUA54_MOD)
+	@bash tests/test_security.sh $(LEASELOCK_CLI) $(abspath $(BUILD))/lua/5.4
