@@ -77,7 +77,7 @@ typedef struct ll_mongo_conn
 {
    mongoc_client_t *client;   /* single-threaded, owned */
    mongoc_collection_t *coll; /* owned; carries the write concern */
-   char *password;            /* owned copy, scrubbed from messages; may be NULL */
+   ll_secrets_t secrets;      /* the URI's passwords, scrubbed from messages */
    bool tls;                  /* the URI asks for TLS (see ll_mongo_abandon) */
 } ll_mongo_conn_t;
 
@@ -152,21 +152,7 @@ static bool ll_mongo_fail (const ll_mongo_conn_t *conn,
                            const bson_error_t *e)
 {
    char msg[sizeof e->message + 16];
-   size_t o = 0;
-   const char *p = e->message;
-   const char *pw = conn ? conn->password : NULL;
-   size_t pwlen = pw ? strlen (pw) : 0;
-
-   while (*p && o + 4 < sizeof msg) {
-      if (pwlen && strncmp (p, pw, pwlen) == 0) {
-         memcpy (msg + o, "***", 3);
-         o += 3;
-         p += pwlen;
-      } else {
-         msg[o++] = *p++;
-      }
-   }
-   msg[o] = '\0';
+   ll_scrub_secrets (e->message, conn ? &conn->secrets : NULL, msg, sizeof msg);
    return ll_error_set (err, LEASELOCK_BACKEND, "MongoDB %s: %s", what, msg);
 }
 
@@ -382,10 +368,7 @@ static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
       return;
    mongoc_collection_destroy (conn->coll);
    mongoc_client_destroy (conn->client);
-   if (conn->password) {
-      memset (conn->password, 0, strlen (conn->password));
-      free (conn->password);
-   }
+   ll_secrets_clear (&conn->secrets);
    free (conn);
 }
 
@@ -400,14 +383,26 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
    pthread_once (&ll_mongo_once, ll_mongo_init);
    if (!text)
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB URI is NULL"), NULL;
-   if (!ll_mongo_split_uri (text, &drv, &collname, err))
+   if (!ll_uri_check_at (text, err) || !ll_mongo_split_uri (text, &drv, &collname, err))
       return NULL;
+   conn = calloc (1, sizeof *conn);
+   if (!conn) {
+      ll_mongo_nomem (err);
+      goto fail;
+   }
+   /* libmongoc's URI errors quote the password ("Password \"...\" must not
+    * have unescaped chars"), so they are scrubbed too. */
+   if (!ll_secrets_from_uri (&conn->secrets, text)) {
+      ll_mongo_nomem (err);
+      goto fail;
+   }
 
    uri = mongoc_uri_new_with_error (drv, &e);
    if (!uri) {
-      char shown[512];
+      char shown[512], msg[sizeof e.message];
       ll_uri_redact (text, shown, sizeof shown);
-      ll_error_set (err, LEASELOCK_INVALID, "invalid MongoDB URI %s: %s", shown, e.message);
+      ll_scrub_secrets (e.message, &conn->secrets, msg, sizeof msg);
+      ll_error_set (err, LEASELOCK_INVALID, "invalid MongoDB URI %s: %s", shown, msg);
       goto fail;
    }
    db = mongoc_uri_get_database (uri);
@@ -450,17 +445,12 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
    if (!mongoc_uri_get_appname (uri))
       mongoc_uri_set_appname (uri, "leaselock");
 
-   conn = calloc (1, sizeof *conn);
-   if (!conn) {
+   /* The password as libmongoc read it, should that differ. */
+   if (mongoc_uri_get_password (uri) &&
+       !ll_secrets_add (&conn->secrets, mongoc_uri_get_password (uri),
+                        strlen (mongoc_uri_get_password (uri)))) {
       ll_mongo_nomem (err);
       goto fail;
-   }
-   if (mongoc_uri_get_password (uri)) {
-      conn->password = strdup (mongoc_uri_get_password (uri));
-      if (!conn->password) {
-         ll_mongo_nomem (err);
-         goto fail;
-      }
    }
    conn->client = mongoc_client_new_from_uri_with_error (uri, &e);
    if (!conn->client) {
@@ -1096,15 +1086,7 @@ mongoc_collection_t *ll_mongodb_test_collection (void *conn)
 bool ll_mongodb_test_set_password (void *conn, const char *password)
 {
    ll_mongo_conn_t *c = conn;
-   char *copy = strdup (password);
-   if (!copy)
-      return false;
-   if (c->password) {
-      memset (c->password, 0, strlen (c->password));
-      free (c->password);
-   }
-   c->password = copy;
-   return true;
+   return ll_secrets_add (&c->secrets, password, strlen (password));
 }
 
 const ll_backend_t ll_backend_mongodb = {

@@ -94,6 +94,7 @@ typedef struct
    MYSQL *db; /* NULL while disconnected */
    MYSQL_STMT *st[ST_COUNT];
    char *host, *user, *password, *dbname, *socket;
+   ll_secrets_t secrets; /* the URI's passwords, to scrub from messages */
    unsigned port;
    unsigned connect_timeout, read_timeout, write_timeout;
    bool ssl;
@@ -132,7 +133,7 @@ static bool fail_with (my_conn_t *c,
                        leaselock_error_t *err)
 {
    char clean[LEASELOCK_ERROR_MAX];
-   ll_scrub_password (msg && *msg ? msg : "unknown error", c->password, clean, sizeof clean);
+   ll_scrub_secrets (msg && *msg ? msg : "unknown error", &c->secrets, clean, sizeof clean);
    ll_error_set (err, LEASELOCK_BACKEND, "mysql: %s: %s (error %u)", what, clean, no);
    if (is_conn_error (no))
       disconnect (c);
@@ -191,6 +192,8 @@ static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
    if (!ll_uri_parse (text, &u, err))
       return false;
    bool ok = false;
+   if (!ll_secrets_from_uri (&c->secrets, text))
+      goto nomem;
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
 
@@ -527,6 +530,7 @@ static void my_close (void *conn)
    free (c->host);
    free (c->user);
    free (c->password);
+   ll_secrets_clear (&c->secrets);
    free (c->dbname);
    free (c->socket);
    free (c);

@@ -80,8 +80,8 @@ typedef struct
 {
    PGconn *db; /* NULL while disconnected */
    bool prepared[ST_COUNT];
-   char *conninfo; /* the URI without leaselock's options */
-   char *password; /* to scrub from messages; may be NULL */
+   char *conninfo;       /* the URI without leaselock's options */
+   ll_secrets_t secrets; /* the URI's passwords, to scrub from messages */
    char table[64];
    int64_t io_timeout_ms;      /* one call's wait once connected */
    int64_t connect_timeout_ms; /* the whole connection set-up */
@@ -94,7 +94,7 @@ typedef struct
  * become spaces, trailing spaces are dropped. */
 static void scrub (const pg_conn_t *c, const char *msg, char *out, size_t size)
 {
-   ll_scrub_password (msg, c->password, out, size);
+   ll_scrub_secrets (msg, &c->secrets, out, size);
    size_t o = 0;
    for (; out[o]; o++)
       if (out[o] == '\n' || out[o] == '\t')
@@ -179,6 +179,21 @@ static bool parse_timeouts (pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *
    return true;
 }
 
+/* The URI's secrets as ll_uri_redact hides them, and the password and
+ * sslpassword exactly as libpq reads them (PQconninfoParse, no I/O). */
+static bool add_secrets (pg_conn_t *c, const char *text)
+{
+   if (!ll_secrets_from_uri (&c->secrets, text))
+      return false;
+   PQconninfoOption *opts = PQconninfoParse (text, NULL);
+   bool ok = true;
+   for (PQconninfoOption *o = opts; o && o->keyword && ok; o++)
+      if (o->val && (!strcmp (o->keyword, "password") || !strcmp (o->keyword, "sslpassword")))
+         ok = ll_secrets_add (&c->secrets, o->val, strlen (o->val));
+   PQconninfoFree (opts);
+   return ok;
+}
+
 /* Copies uri to c->conninfo without leaselock's own options, and reads
  * it. */
 static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
@@ -200,7 +215,7 @@ static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
    }
    if (table)
       snprintf (c->table, sizeof c->table, "%s", table);
-   if (u.password && !(c->password = strdup (u.password)))
+   if (!add_secrets (c, text))
       goto nomem;
 
    size_t len = strlen (text);
@@ -574,11 +589,9 @@ static void pg_close (void *conn)
    disconnect (c);
    for (int i = 0; i < ST_COUNT; i++)
       free (c->sql[i]);
-   if (c->password)
-      memset (c->password, 0, strlen (c->password));
+   ll_secrets_clear (&c->secrets);
    if (c->conninfo)
       memset (c->conninfo, 0, strlen (c->conninfo));
-   free (c->password);
    free (c->conninfo);
    free (c);
 }

@@ -46,9 +46,13 @@ bool leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t 
       return ll_error_set (
         error, LEASELOCK_INVALID,
         "invalid duration \"%.64s\": unknown unit \"%.16s\" (use ms, s, m, h or d)", text, end);
-   double total = v * scale;
-   if (total > (double)LEASELOCK_TTL_MAX_MS * 1000)
-      return ll_error_set (error, LEASELOCK_INVALID, "duration \"%.64s\" is too large", text);
-   *ms = (int64_t)llround (total);
+   /* Every duration leaselock takes (TTL, wait, min_hold, grace) is at most
+    * 30 days; rounding first so that "720h" is exactly the maximum. */
+   double total = round (v * scale);
+   if (!(total <= (double)LEASELOCK_TTL_MAX_MS))
+      return ll_error_set (error, LEASELOCK_INVALID,
+                           "duration \"%.64s\" is too long: at most 30 days (30d, %lld ms)", text,
+                           (long long)LEASELOCK_TTL_MAX_MS);
+   *ms = (int64_t)total;
    return true;
 }

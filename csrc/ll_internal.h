@@ -147,8 +147,28 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err);
 void ll_uri_cleanup (ll_uri_t *uri);
 /* The parameter's value or NULL. */
 const char *ll_uri_param (const ll_uri_t *uri, const char *name);
-/* Copies text to buf with the password of its userinfo replaced by "***". */
+/* Copies text to buf (cut to size) with every byte that libpq, libmongoc
+ * or leaselock's parser may read as a password or a secret option's value
+ * replaced by "***" (uri.c says how each driver reads a URI). */
 void ll_uri_redact (const char *text, char *buf, size_t size);
+/* INVALID unless the URI has at most one '@' before its first '/', and
+ * that one within the authority: where there are more, leaselock and the
+ * drivers could disagree on the password and the host. */
+bool ll_uri_check_at (const char *text, leaselock_error_t *err);
+
+/* Strings to scrub from driver messages (backend_util.c): owned copies,
+ * zeroed when cleared. */
+typedef struct ll_secrets
+{
+   char **v;
+   size_t n, cap;
+} ll_secrets_t;
+void ll_secrets_init (ll_secrets_t *s);
+/* Adds secret[0..len) (nothing when len is 0). False when out of memory. */
+bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len);
+/* Adds every secret of a URI as ll_uri_redact hides it, raw and decoded. */
+bool ll_secrets_from_uri (ll_secrets_t *s, const char *uri);
+void ll_secrets_clear (ll_secrets_t *s);
 
 /* ---- backend interface ----------------------------------------------- */
 
@@ -260,8 +280,10 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
 /* ---- helpers shared by backends (backend_util.c) --------------------- */
 
 /* Copies msg to out (size bytes, NUL-terminated, truncated) with each
- * occurrence of password (when 3 bytes or longer) replaced by "***". */
-void ll_scrub_password (const char *msg, const char *password, char *out, size_t size);
+ * occurrence of a secret 3 bytes or longer replaced by "***" (the longest
+ * that matches first). Shorter secrets would hide every such letter pair of
+ * the message; ll_uri_redact still hides them in URIs. */
+void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t size);
 /* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
 bool ll_valid_identifier (const char *s);
 /* out[i] = templates[i] formatted with table (new strings the caller frees,

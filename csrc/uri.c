@@ -82,6 +82,8 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
    decode_nomem = false;
    if (!text)
       return ll_error_set (err, LEASELOCK_INVALID, "uri is NULL");
+   if (!ll_uri_check_at (text, err))
+      return false;
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
 
@@ -99,10 +101,9 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
 
    const char *auth = sep + 3;
    const char *auth_end = auth + strcspn (auth, "/?#");
-   const char *at = NULL;
-   for (const char *p = auth; p < auth_end; p++)
-      if (*p == '@')
-         at = p; /* the last '@': passwords may hold an unescaped one */
+   /* The first '@', as libpq and libmongoc split it; ll_uri_check_at
+    * refused any other '@' before the first '/'. */
+   const char *at = memchr (auth, '@', (size_t)(auth_end - auth));
    const char *hostpart = auth;
    if (at) {
       const char *colon = memchr (auth, ':', (size_t)(at - auth));
@@ -200,6 +201,104 @@ const char *ll_uri_param (const ll_uri_t *uri, const char *name)
    return NULL;
 }
 
+/* ---- redaction --------------------------------------------------------
+ *
+ * Each driver reads a URI its own way, so what is secret is the union of
+ * their readings (over-hiding is harmless, under-hiding leaks):
+ * - libpq (conninfo_uri_parse_options): the user info ends at the first '@'
+ *   met before any '/' ('?' and '#' do not stop it); option names and
+ *   values are percent-decoded; values end at '&'.
+ * - libmongoc 1.23 (mongoc_uri_parse, scan_to_unichar): the same first '@'
+ *   before the first '/', but a backslash escapes the next character, even
+ *   '/', '@' or '&'; option names are matched without case.
+ * - leaselock's own parser (MySQL, SQLite): the user info ends at the first
+ *   '@' before any of "/?#".
+ * So the password is taken as everything from the first ':' of the user
+ * info to the last '@' before the first unescaped '/' (or before the first
+ * '=', whichever is later), and a secret option
+ * as any name (decoded, without case) starting after a '?' or '&' (or after
+ * a space in keyword/value text), its value running to the next unescaped
+ * '&'. ll_uri_check_at refuses the URIs where these readings disagree. */
+
+/* URI options whose value is a secret (matched after percent-decoding,
+ * without case). */
+static bool secret_option (const char *name, size_t len)
+{
+   static const char *const secrets[] = { "password",
+                                          "passwd",
+                                          "pwd",
+                                          "sslpassword",
+                                          "authmechanismproperties",
+                                          "tlscertificatekeyfilepassword",
+                                          "sslclientcertificatekeypassword" };
+   char dec[40];
+   size_t n = 0;
+   for (size_t i = 0; i < len; i++) {
+      if (n == sizeof dec)
+         return false; /* longer than any secret name */
+      int a, b;
+      if (name[i] == '%' && i + 2 < len && (a = hexval (name[i + 1])) >= 0 &&
+          (b = hexval (name[i + 2])) >= 0) {
+         dec[n++] = (char)(a * 16 + b);
+         i += 2;
+      } else {
+         dec[n++] = name[i];
+      }
+   }
+   for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
+      if (strlen (secrets[i]) == n && !strncasecmp (dec, secrets[i], n))
+         return true;
+   return false;
+}
+
+/* Sets mask[i] for each byte of text[0..n) that some driver may read as a
+ * secret (see above). */
+static void mark_secrets (const char *text, size_t n, unsigned char *mask)
+{
+   memset (mask, 0, n);
+   const char *sep = strstr (text, "://");
+   size_t start = 0;
+   if (sep) {
+      size_t a = (size_t)(sep + 3 - text), f = a, at = n;
+      while (f < n && text[f] != '/')
+         f += (text[f] == '\\' && f + 1 < n) ? 2 : 1;
+      if (f > n)
+         f = n;
+      /* Also up to the last '@' before the first '=' (no option has begun
+       * there): a password holding '/', '?' or '#' unescaped, which the
+       * drivers misread as host and port, is hidden too. */
+      const char *eq = strchr (text + a, '=');
+      size_t lim = eq ? (size_t)(eq - text) : n;
+      for (size_t i = a; i < (f > lim ? f : lim); i++)
+         if (text[i] == '@')
+            at = i;
+      const char *colon = at < n ? memchr (text + a, ':', at - a) : NULL;
+      if (colon)
+         memset (mask + (colon + 1 - text), 1, at - (size_t)(colon + 1 - text));
+      start = a;
+   }
+   for (size_t s = start; s < n; s++) {
+      bool begins = s > start ? (text[s - 1] == '?' || text[s - 1] == '&')
+                              : !sep; /* keyword/value text starts with a name */
+      if (!sep && s > 0 && isspace ((unsigned char)text[s - 1]))
+         begins = true;
+      if (!begins)
+         continue;
+      size_t e = s;
+      while (e < n && text[e] != '=' && text[e] != '&' && text[e] != '?' &&
+             !(!sep && isspace ((unsigned char)text[e])))
+         e++;
+      if (e == n || text[e] != '=' || !secret_option (text + s, e - s))
+         continue;
+      size_t v = e + 1;
+      while (v < n && text[v] != '&')
+         v += (text[v] == '\\' && v + 1 < n) ? 2 : 1;
+      if (v > n)
+         v = n;
+      memset (mask + e + 1, 1, v - e - 1);
+   }
+}
+
 /* Appends n bytes of s to buf (size bytes) at *o, cut to fit; keeps it
  * NUL-terminated. */
 static void put (char *buf, size_t size, size_t *o, const char *s, size_t n)
@@ -211,59 +310,116 @@ static void put (char *buf, size_t size, size_t *o, const char *s, size_t n)
    buf[*o] = '\0';
 }
 
-/* URI options whose value is a secret (matched without case). */
-static bool secret_option (const char *name, size_t len)
-{
-   static const char *const secrets[] = { "password",
-                                          "pwd",
-                                          "sslpassword",
-                                          "authmechanismproperties",
-                                          "tlscertificatekeyfilepassword",
-                                          "sslclientcertificatekeypassword" };
-   for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
-      if (strlen (secrets[i]) == len && !strncasecmp (name, secrets[i], len))
-         return true;
-   return false;
-}
-
 void ll_uri_redact (const char *text, char *buf, size_t size)
 {
    if (!size)
       return;
+   buf[0] = '\0';
    if (!text) {
       snprintf (buf, size, "(null)");
       return;
    }
+   size_t n = strlen (text), o = 0;
+   unsigned char small[512];
+   unsigned char *mask = n <= sizeof small ? small : malloc (n);
+   if (!mask) { /* no room to work out what to hide: hide everything */
+      snprintf (buf, size, "(URI hidden)");
+      return;
+   }
+   mark_secrets (text, n, mask);
+   for (size_t i = 0; i < n && o + 1 < size;) {
+      size_t j = i;
+      while (j < n && mask[j] == mask[i])
+         j++;
+      if (mask[i])
+         put (buf, size, &o, "***", 3);
+      else
+         put (buf, size, &o, text + i, j - i);
+      i = j;
+   }
+   if (mask != small)
+      free (mask);
+}
+
+/* Adds text[from, to), raw and percent-decoded. */
+static bool add_span (ll_secrets_t *s, const char *text, size_t from, size_t to)
+{
+   if (to <= from)
+      return true;
+   if (!ll_secrets_add (s, text + from, to - from))
+      return false;
+   char *dec = malloc (to - from + 1);
+   if (!dec)
+      return false;
    size_t o = 0;
-   buf[0] = '\0';
-   const char *p = text;
-   const char *sep = strstr (text, "://");
-   if (sep) {
-      /* The user info ends at the last '@': a password may hold '/', '?'
-       * or '#' unescaped. (An '@' later in the URI only hides more.) */
-      const char *auth = sep + 3;
-      const char *at = strrchr (auth, '@');
-      const char *colon = at ? memchr (auth, ':', (size_t)(at - auth)) : NULL;
-      if (colon) {
-         put (buf, size, &o, text, (size_t)(colon + 1 - text));
-         put (buf, size, &o, "***", 3);
-         p = at;
-      }
-   }
-   const char *q = strchr (p, '?');
-   put (buf, size, &o, p, q ? (size_t)(q - p) : strlen (p));
-   /* Options: name=value pairs after '?', separated by '&'. */
-   while (q) {
-      put (buf, size, &o, q, 1);
-      const char *opt = q + 1;
-      q = strchr (opt, '&');
-      size_t len = q ? (size_t)(q - opt) : strlen (opt);
-      const char *eq = memchr (opt, '=', len);
-      if (eq && secret_option (opt, (size_t)(eq - opt))) {
-         put (buf, size, &o, opt, (size_t)(eq + 1 - opt));
-         put (buf, size, &o, "***", 3);
+   for (size_t i = from; i < to; i++) {
+      int a, b;
+      if (text[i] == '%' && i + 2 < to && (a = hexval (text[i + 1])) >= 0 &&
+          (b = hexval (text[i + 2])) >= 0) {
+         dec[o++] = (char)(a * 16 + b);
+         i += 2;
       } else {
-         put (buf, size, &o, opt, len);
+         dec[o++] = text[i];
       }
    }
+   bool ok = o == to - from || ll_secrets_add (s, dec, o);
+   memset (dec, 0, o);
+   free (dec);
+   return ok;
+}
+
+bool ll_secrets_from_uri (ll_secrets_t *s, const char *text)
+{
+   if (!text)
+      return true;
+   size_t n = strlen (text);
+   unsigned char *mask = malloc (n + 1);
+   if (!mask)
+      return false;
+   mark_secrets (text, n, mask);
+   bool ok = true;
+   for (size_t i = 0; i < n && ok;) {
+      size_t j = i;
+      while (j < n && mask[j] == mask[i])
+         j++;
+      if (mask[i]) {
+         /* The run, and what a driver that stops at the first '@', '&' or
+          * '#' inside it reads (the drivers' messages quote those). */
+         ok = add_span (s, text, i, j);
+         for (const char *stop = "@&#"; *stop && ok; stop++) {
+            const char *c = memchr (text + i, *stop, j - i);
+            if (c)
+               ok = add_span (s, text, i, (size_t)(c - text));
+         }
+      }
+      i = j;
+   }
+   free (mask);
+   return ok;
+}
+
+bool ll_uri_check_at (const char *text, leaselock_error_t *err)
+{
+   const char *sep = text ? strstr (text, "://") : NULL;
+   if (!sep)
+      return true;
+   const char *a = sep + 3;
+   const char *f = a + strcspn (a, "/");
+   const char *auth_end = a + strcspn (a, "/?#");
+   int ats = 0;
+   const char *at = NULL;
+   for (const char *p = a; p < f; p++)
+      if (*p == '@' && !ats++)
+         at = p;
+   /* "\\@" is no '@' to libmongoc. */
+   if (ats > 1 || (ats == 1 && (at > auth_end || (at > a && at[-1] == '\\')))) {
+      char shown[160];
+      ll_uri_redact (text, shown, sizeof shown);
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "ambiguous URI \"%s\": more than one '@', or an '@' after '?', '#' or "
+                           "'\\', before the first '/'; write an '@' in a user name, password or "
+                           "option as %%40",
+                           shown);
+   }
+   return true;
 }

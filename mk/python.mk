@@ -30,8 +30,17 @@ $(PY_BUILD)/.built: $(PY_SRCS)
 
 python-ext: $(PY_BUILD)/.built
 
-test-python: $(PY_BUILD)/.built
-	cd tests/python && PYTHONPATH=$(abspath $(PY_LIB)) PYTHONDONTWRITEBYTECODE=1 \
+# Test-only packages (Hypothesis for the property tests), from PyPI into a
+# directory of our own that test-python puts on PYTHONPATH.
+PY_TEST_DEPS = $(BUILD)/pytest-deps
+HYPOTHESIS_SPEC ?= hypothesis>=6.80,<7
+
+$(PY_TEST_DEPS)/.ready: mk/python.mk
+	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(PY_TEST_DEPS) '$(HYPOTHESIS_SPEC)'
+	@touch $@
+
+test-python: $(PY_BUILD)/.built $(PY_TEST_DEPS)/.ready
+	cd tests/python && PYTHONPATH=$(abspath $(PY_LIB)):$(abspath $(PY_TEST_DEPS)) PYTHONDONTWRITEBYTECODE=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) .
 
 demo-python: $(PY_BUILD)/.built

@@ -388,7 +388,7 @@ test_bad_input() {
   bad 64 'invalid duration "abc"' "${U[@]}" run --ttl abc k -- touch "$T/ran"
   bad 64 'invalid duration "-1s"' "${U[@]}" run --ttl -1s k -- touch "$T/ran"
   bad 64 '--ttl "0": must be at least 1ms' "${U[@]}" run --ttl 0 k -- touch "$T/ran"
-  bad 64 '--ttl "31d": must be at most 30d' "${U[@]}" run --ttl 31d k -- touch "$T/ran"
+  bad 64 '--ttl: duration "31d" is too long: at most 30 days' "${U[@]}" run --ttl 31d k -- touch "$T/ran"
   bad 64 '--ttl: duration is empty' "${U[@]}" run --ttl= k -- touch "$T/ran"
   bad 64 'option --ttl needs a value' "${U[@]}" run --ttl
   bad 64 'invalid duration "abc"' "${U[@]}" run --wait abc k -- touch "$T/ran"

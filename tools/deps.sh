@@ -13,7 +13,7 @@ packages=(
   nginx libnginx-mod-http-lua
   python3-dev python3-venv
   faketime libfaketime
-  clang clang-format valgrind
+  clang libclang-rt-14-dev clang-format valgrind
   default-jre-headless maven curl
 )
 

@@ -1,0 +1,205 @@
+/*
+ * test_uri.c - URI redaction, the scrubbing of driver messages and the
+ * duration parser: regression tests for passwords that reached error
+ * messages, each through leaselock_client_new with no server contacted
+ * (PostgreSQL and MySQL are pointed at a socket in a directory that does
+ * not exist, MongoDB fails while parsing), and owner tokens.
+ */
+#include "leaselock.h"
+#include "ll_internal.h"
+#include "testlib.h"
+
+#include <stdint.h>
+
+/* The error of a client that cannot be created. */
+static leaselock_error_t open_error (const char *uri)
+{
+   leaselock_error_t err;
+   memset (&err, 0, sizeof err);
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
+   if (c) {
+      leaselock_client_destroy (c);
+      snprintf (err.message, sizeof err.message, "(the client was created)");
+      err.code = LEASELOCK_OK;
+   }
+   return err;
+}
+
+static bool shows (const char *text, const char *secret)
+{
+   if (strstr (text, secret)) {
+      fprintf (stderr, "    \"%s\" shows \"%s\"\n", text, secret);
+      return true;
+   }
+   return false;
+}
+
+static void redacts (const char *uri, const char *const *secrets)
+{
+   char out[512];
+   ll_uri_redact (uri, out, sizeof out);
+   for (const char *const *s = secrets; *s; s++)
+      CHECK (!shows (out, *s));
+}
+
+/* An '@' in the query made the redactor stop early and copy later options. */
+static void test_redact_at_in_query (void)
+{
+   redacts ("postgresql://u:pw1x@h/db?application_name=a@b&password=SECRETa&sslpassword=SECRETb",
+            (const char *const[]){ "pw1x", "SECRETa", "SECRETb", NULL });
+   redacts ("postgresql://h?application_name=a@b&password=SECRETc",
+            (const char *const[]){ "SECRETc", NULL });
+   redacts ("postgresql://u:pw2x@h?application_name=a@b&password=SECRETd",
+            (const char *const[]){ "pw2x", "SECRETd", NULL });
+   char out[512];
+   ll_uri_redact ("postgresql://u:pw@h:5/db?application_name=a@b", out, sizeof out);
+   CHECK (!strcmp (out, "postgresql://u:***@h:5/db?application_name=a@b"));
+}
+
+/* libpq decodes option names: pass%77ord is password. */
+static void test_redact_encoded_names (void)
+{
+   redacts ("postgresql://h/db?pass%77ord=SECRETe&%73slpassword=SECRETf&PASSWORD=SECRETg",
+            (const char *const[]){ "SECRETe", "SECRETf", "SECRETg", NULL });
+}
+
+/* Text that libpq or libmongoc reads as part of a password. */
+static void test_redact_driver_splits (void)
+{
+   /* libpq: '?' and '#' do not end the user info, only '@' and '/' do. */
+   redacts ("postgresql://u:SECRETh?x#y@h/db", (const char *const[]){ "SECRETh", NULL });
+   /* libmongoc: a backslash escapes the next character, even '/'. */
+   redacts ("mongodb://u:SEC\\/RETi@h/db", (const char *const[]){ "RETi", NULL });
+   /* keyword/value text is not a URI but may still hold a password. */
+   redacts ("host=h password=SECRETj", (const char *const[]){ "SECRETj", NULL });
+}
+
+/* leaselock split the user info at the last '@', the drivers at the
+ * first: such URIs are refused, and the message hides both readings. */
+static void test_refuse_second_at (void)
+{
+   const char *uris[] = { "mysql://u:SECRETk@evil.example@127.0.0.1/db",
+                          "postgresql://u:SECRETk@evil.example@127.0.0.1:1/db",
+                          "mongodb://u:SECRETk@evil.example@127.0.0.1:1/",
+                          "postgresql://h?application_name=a@b&password=SECRETk" };
+   for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
+      leaselock_error_t err = open_error (uris[i]);
+      CHECK_EQ (err.code, LEASELOCK_INVALID);
+      CHECK (strstr (err.message, "%40"));
+      CHECK (!shows (err.message, "SECRETk"));
+      CHECK (!shows (err.message, "evil"));
+   }
+   ll_uri_t u;
+   leaselock_error_t err;
+   CHECK (ll_uri_parse ("mysql://u:p%40ss@h/db", &u, &err));
+   CHECK (!strcmp (u.password, "p@ss"));
+   CHECK (!strcmp (u.host, "h"));
+   ll_uri_cleanup (&u);
+}
+
+/* libmongoc's own URI errors quote the password. */
+static void test_mongo_driver_error_scrubbed (void)
+{
+   leaselock_error_t err = open_error ("mongodb://u:SEC:RETm@localhost/");
+   if (err.code == LEASELOCK_UNSUPPORTED)
+      return;
+   CHECK_EQ (err.code, LEASELOCK_INVALID);
+   CHECK (!shows (err.message, "SEC:RETm"));
+   CHECK (!shows (err.message, "RETm"));
+}
+
+/* Driver messages (libpq's, libmariadb's) pass through the scrubber with
+ * every secret of the URI, by each driver's reading of it. */
+static void test_driver_messages_scrubbed (void)
+{
+   const char *uris[] = {
+      "postgresql://u:SECRETo@/db?host=/nonexistent-ll-dir&application_name=SECRETo",
+      "postgresql://u@/db?host=/nonexistent-ll-dir&pass%77ord=SECRETo&application_name=SECRETo",
+      "postgresql://u@/db?host=/nonexistent-ll-dir&sslpassword=SECRETo&sslkey=/x/SECRETo",
+      "mysql://u:SECRETo@localhost/db?socket=/nonexistent-ll-dir/x.sock",
+   };
+   for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
+      leaselock_error_t err = open_error (uris[i]);
+      if (err.code == LEASELOCK_UNSUPPORTED)
+         continue;
+      CHECK (err.code != LEASELOCK_OK);
+      CHECK (!shows (err.message, "SECRETo"));
+   }
+}
+
+static void test_scrub_secrets (void)
+{
+   ll_secrets_t s;
+   ll_secrets_init (&s);
+   CHECK (ll_secrets_from_uri (&s, "postgresql://u:ab%40c@h/db?password=xyz&sslpassword=q"));
+   char out[128];
+   ll_scrub_secrets ("bad ab@c, ab%40c and xyz; q stays", &s, out, sizeof out);
+   CHECK (!strcmp (out, "bad ***, *** and ***; q stays"));
+   ll_secrets_clear (&s);
+   ll_scrub_secrets ("nothing to hide", &s, out, 8);
+   CHECK (!strcmp (out, "nothing"));
+}
+
+/* Any caller, not only the CLI, gets the 30-day maximum. */
+static void test_duration_max (void)
+{
+   int64_t ms = 0;
+   leaselock_error_t err;
+   CHECK (leaselock_parse_duration ("30d", &ms, &err));
+   CHECK_EQ (ms, LEASELOCK_TTL_MAX_MS);
+   CHECK (leaselock_parse_duration ("720h", &ms, &err));
+   CHECK_EQ (ms, LEASELOCK_TTL_MAX_MS);
+   const char *over[] = { "31d", "2592000001ms", "2592000.001", "30000d", "99999999999999999999" };
+   for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+      CHECK_ERR (leaselock_parse_duration (over[i], &ms, &err), err, LEASELOCK_INVALID,
+                 "at most 30 days");
+   }
+   CHECK (leaselock_parse_duration ("1.5", &ms, &err));
+   CHECK_EQ (ms, 1500);
+}
+
+static int cmp_token (const void *a, const void *b)
+{
+   return memcmp (a, b, LEASELOCK_OWNER_LEN);
+}
+
+/* A million owner tokens: 32 lower-case hex digits each, all distinct. */
+static void test_owner_tokens (void)
+{
+   enum
+   {
+      N = 1000000
+   };
+   char (*t)[LEASELOCK_OWNER_LEN + 1] = malloc ((size_t)N * sizeof *t);
+   CHECK (t);
+   leaselock_error_t err;
+   int bad = 0;
+   for (int i = 0; i < N; i++) {
+      if (!ll_owner_new (t[i], &err))
+         bad++;
+      else if (strlen (t[i]) != LEASELOCK_OWNER_LEN ||
+               strspn (t[i], "0123456789abcdef") != LEASELOCK_OWNER_LEN)
+         bad++;
+   }
+   qsort (t, N, sizeof *t, cmp_token);
+   int dups = 0;
+   for (int i = 1; i < N; i++)
+      dups += !memcmp (t[i - 1], t[i], LEASELOCK_OWNER_LEN);
+   free (t);
+   CHECK_EQ (bad, 0);
+   CHECK_EQ (dups, 0);
+}
+
+int main (void)
+{
+   RUN (test_redact_at_in_query);
+   RUN (test_redact_encoded_names);
+   RUN (test_redact_driver_splits);
+   RUN (test_refuse_second_at);
+   RUN (test_mongo_driver_error_scrubbed);
+   RUN (test_driver_messages_scrubbed);
+   RUN (test_scrub_secrets);
+   RUN (test_duration_max);
+   RUN (test_owner_tokens);
+   return tl_summary ("uri");
+}
