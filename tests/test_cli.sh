@@ -369,6 +369,44 @@ test_release_force() {
   [ "$BGRC" = 76 ] || fail "the holder whose lease was taken exited $BGRC, want 76"
 }
 
+# parsed_ms DURATION: the CLI's own reading of DURATION, in ms, in PARSED
+# (a --min-hold on a fresh key, read back from status --json; the time the
+# two calls take is in it). Fails when the CLI refuses DURATION.
+parsed_ms() {
+  local k="rt/$((++RT_N))"
+  "$BIN" --uri "$URI" run --min-hold "$1" "$k" -- true 2>"$T/rt.err" ||
+    { fail "\"$1\", printed by the CLI, does not parse back: $(cat "$T/rt.err")"; return 1; }
+  PARSED=$("$BIN" --uri "$URI" status --json "$k" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["expires_in_ms"])')
+}
+RT_N=0
+
+# Every duration the CLI prints reads back through its own parser, as about
+# the same value (within 1% and the second the round trip takes).
+test_durations_parse_back() {
+  local d ms
+  for d in 1500ms 45s 2m 150s 125m 2h 27h 29d; do
+    ll run --min-hold "$d" "held/$d" -- true; expect_rc 0 || return
+  done
+  ll list held/; expect_rc 0 || return
+  grep -o 'expires_in=[^ ]*' "$OUT" | cut -d= -f2 >"$T/printed"
+  ll status held/27h; expect_rc 0 || return
+  sed -n 's/^expires in: //p' "$OUT" >>"$T/printed"
+  ll run --wait 100ms held/2m -- true; expect_rc 75 || return
+  sed -n 's/.*expires in \([^ ,]*\).*/\1/p' "$ERR" >>"$T/printed"
+  sed -n 's/.*gave up after --wait \([^ )]*\).*/\1/p' "$ERR" >>"$T/printed"
+  [ "$(wc -l <"$T/printed")" -ge 11 ] || { fail "durations found: $(cat "$T/printed")"; return; }
+  while read -r d; do
+    ms=$(python3 -c '
+import re, sys
+m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", sys.argv[1])
+print(round(float(m[1]) * {"ms": 1, "s": 1e3, "m": 6e4, "h": 3.6e6, "d": 8.64e7}[m[2]]) if m else -1)' "$d")
+    parsed_ms "$d" || return
+    python3 -c 'import sys; a, b = map(int, sys.argv[1:]); sys.exit(not (b <= a and a - b <= a // 100 + 1000))' \
+      "$ms" "$PARSED" || { fail "\"$d\" (${ms}ms by its text) was read back as ${PARSED}ms"; return; }
+  done <"$T/printed"
+}
+
 # bad RC MESSAGE ARGS...: leaselock ARGS fails with RC and MESSAGE on
 # stderr, and the command after "--" (touch ran) does not run.
 bad() {
