@@ -1,9 +1,12 @@
 #!/bin/bash
 # The leaselock CLI against a throwaway SQLite database per test: exit
-# statuses, the environment of the command, signals, loss of the lease,
-# status/list/release output and bad input.
+# statuses, the environment of the command, signals, loss of the lease (the
+# command is gone before the database could grant the key again, also when
+# leaselock is killed or stopped), status/list/release output, durations
+# that parse back, and bad input.
 #
-#   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some)
+#   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some;
+#                                                  KEEP=1 keeps the files)
 #
 # Ends with "N passed, N failed" and exits non-zero on any failure.
 set -uo pipefail
@@ -14,9 +17,8 @@ TOP=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-cli.XXXXXX")
 unset LEASELOCK_URI LEASELOCK_KEY LEASELOCK_FENCE LEASELOCK_OWNER
 BG=()
 cleanup() {
-  [ -n "${KEEP:-}" ] && return
   for p in "${BG[@]+"${BG[@]}"}"; do kill -KILL "$p" 2>/dev/null; done
-  rm -rf "$TOP"
+  [ -n "${KEEP:-}" ] && echo "files kept in $TOP" >&2 || rm -rf "$TOP"
 }
 trap cleanup EXIT
 
@@ -365,7 +367,12 @@ test_lost_sigkill() {
   [ "$BGRC" = 76 ] || { fail "exit $BGRC, want 76; $(cat "$T/bg.err")"; return; }
   grep -q "still running after the grace period: sending SIGKILL" "$T/bg.err" ||
     { fail "no SIGKILL message: $(cat "$T/bg.err")"; return; }
-  ! kill -0 "$(cat "$T/pid")" 2>/dev/null || fail "the command survived SIGKILL"
+  ! kill -0 "$(cat "$T/pid")" 2>/dev/null || { fail "the command survived SIGKILL"; return; }
+  # The grace it printed parses back (at most the 300ms asked for).
+  local g
+  g=$(sed -n 's/.*SIGKILL in \([^ ]*\)$/\1/p' "$T/bg.err")
+  parsed_ms "$g" || return
+  [ "$PARSED" -le 300 ] || fail "\"$g\" read back as ${PARSED}ms"
 }
 
 test_min_hold() {
