@@ -644,11 +644,12 @@ static int cmd_release (const char *uri, int argc, char **argv)
  * - The command dies with leaselock. It has PR_SET_PDEATHSIG = SIGKILL, and a
  *   watchdog process, holding one end of a socket whose other end only
  *   leaselock holds, SIGKILLs the command's process group (grandchildren
- *   too) when the socket ends without a word: leaselock died. The watchdog also SIGKILLs the
- *   group when a timer that leaselock keeps at the deadline minus half the
- *   margin runs out: that covers a leaselock stopped (SIGSTOP, Ctrl-Z) or
- *   starved, whose renewals stopped too. The timer counts CLOCK_BOOTTIME, which
- *   goes on while the machine is suspended, as the database's clock does.
+ *   too) when the socket ends without a word: leaselock died. The watchdog
+ *   also SIGKILLs the group when a timer that leaselock keeps at the deadline
+ *   minus the margin runs out: that covers a leaselock stopped (SIGSTOP,
+ *   Ctrl-Z) or starved, whose renewals stopped too. The timer counts
+ *   CLOCK_BOOTTIME, which goes on while the machine is suspended, as the
+ *   database's clock does.
  * - Both children start with _Fork, which runs no atfork handler (the core's
  *   waits for database calls in flight), and call only async-signal-safe
  *   functions until exec or _exit.
@@ -1184,7 +1185,7 @@ static bool start_watchdog (child_t *ch, leaselock_lease_t *lease, int64_t margi
    ch->timer_fd = timerfd_create (CLOCK_BOOTTIME, TFD_CLOEXEC);
    if (ch->timer_fd < 0 || socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, watch) < 0)
       return false;
-   arm_watchdog (ch, mono_ms () + leaselock_lease_remaining_ms (lease) - margin / 2);
+   arm_watchdog (ch, mono_ms () + leaselock_lease_remaining_ms (lease) - margin);
    pid_t pid = _Fork ();
    if (pid == 0)
       watchdog_main (watch[0], ch->timer_fd, ch->target);
@@ -1287,15 +1288,16 @@ typedef struct supervisor
 } supervisor_t;
 
 /* Follows the lease's local deadline while it is held, and keeps the
- * watchdog's timer half a margin before it. */
+ * watchdog's timer a margin before it, where our own SIGKILL is due at the
+ * latest: the watchdog acts only when we are late. */
 static void follow_deadline (supervisor_t *sv, int64_t now)
 {
    if (leaselock_lease_state (sv->lease) != LEASELOCK_STATE_HELD)
       return;
    /* now was read first: the sum is never later than the true deadline. */
    sv->deadline = now + leaselock_lease_remaining_ms (sv->lease);
-   if (sv->deadline - sv->margin / 2 != sv->armed) {
-      sv->armed = sv->deadline - sv->margin / 2;
+   if (sv->deadline - sv->margin != sv->armed) {
+      sv->armed = sv->deadline - sv->margin;
       arm_watchdog (sv->ch, sv->armed);
    }
 }
