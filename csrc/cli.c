@@ -8,11 +8,11 @@
  *
  * Uses the public API (leaselock.h) only. "run" holds the lease in this
  * process (renewed by the core's renewal thread) while the command runs as
- * a child started with posix_spawn, so the child execs at once and never
- * touches the lease. Every event the parent waits for arrives on one poll():
- * signals through a signalfd (they are blocked in every thread, so none is
- * lost between checks) and the loss of the lease through a pipe written by
- * the on_lost callback on the renewal thread.
+ * a forked child that execs at once and never touches the lease (see "How
+ * run keeps the command inside the lease" below). Every event the parent waits for arrives on one
+ * poll(): signals through a signalfd (they are blocked in every thread, so none is lost between
+ * checks) and the loss of the lease through a pipe written by the on_lost callback on the renewal
+ * thread.
  */
 #include "leaselock.h"
 
@@ -22,12 +22,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,15 +69,21 @@ static const char help_text[] =
   "TTL/3), then releases it and exits with CMD's status. The command sees\n"
   "LEASELOCK_KEY, LEASELOCK_FENCE and LEASELOCK_OWNER in its environment.\n"
   "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.\n"
-  "If the lease is lost, the command gets SIGTERM, then SIGKILL after the\n"
-  "grace period. Unless stdin is the controlling terminal, the command runs\n"
-  "in its own process group and the signals go to the whole group.\n"
+  "The command is stopped before its lease can expire: when the lease is lost,\n"
+  "or not renewed until its local deadline is --grace away, it gets SIGTERM,\n"
+  "then SIGKILL by that deadline. It dies with leaselock too: if leaselock is\n"
+  "killed or stopped, a watchdog process kills it, by the deadline at the\n"
+  "latest. Unless stdin is the controlling terminal, the command runs in its\n"
+  "own process group: all of it gets the signals and dies with leaselock, and\n"
+  "what is left in it when the command exits is killed.\n"
   "  --ttl DURATION       lease time to live (default 30s; 1ms to 30d)\n"
   "  --wait DURATION      wait that long for a busy lock (default 0: one try;\n"
   "                       \"forever\" waits without limit)\n"
   "  --min-hold DURATION  keep the lock at least this long after acquiring,\n"
   "                       even if CMD ends sooner (default 0)\n"
-  "  --grace DURATION     time between SIGTERM and SIGKILL on loss (default 10s)\n"
+  "  --grace DURATION     time between SIGTERM and SIGKILL on loss (default 10s,\n"
+  "                       less if the TTL needs it); at most TTL/2 - TTL/10\n"
+  "                       (this TTL/10 at most 1s)\n"
   "  --label TEXT         label stored with the lease (default: CMD's name)\n"
   "\n"
   "status: shows owner, fence, expiry and holder of KEY.\n"
@@ -96,7 +104,8 @@ static const char help_text[] =
   "  69     backend unavailable: database unreachable or not built in\n"
   "  70     internal error: out of memory, cannot start CMD\n"
   "  75     run: KEY is busy (--wait 0), or --wait ran out\n"
-  "  76     run: the lease was lost while CMD ran (CMD was stopped)\n"
+  "  76     run: the lease was lost, or not renewed in time, while CMD ran\n"
+  "         (CMD was stopped)\n"
   "  126    run: CMD cannot be executed\n"
   "  127    run: CMD not found\n"
   "  128+N  run: CMD was killed by signal N, or leaselock got signal N while\n"
@@ -272,21 +281,46 @@ static int parse_flag_and_arg (int argc,
 
 /* ---- output helpers --------------------------------------------------- */
 
-/* "28.4s", "3m12s", "2h05m", "1d03h"; ms may be negative (absolute shown). */
+/*
+ * Formats a duration as one number and one unit, so that the CLI reads back
+ * whatever it prints (leaselock_parse_duration takes no "3m12s"): "750ms",
+ * "28.4s", "3.2m", "2.08h", "1.13d", trailing zeros dropped. Rounds to the
+ * nearest step of the unit shown (100ms, 0.01m, 0.01h, 0.01d), or down with
+ * round_down, for limits that must still be accepted when typed back. A
+ * negative ms shows its absolute value.
+ */
+static void fmt_duration (int64_t ms, bool round_down, char *buf, size_t size)
+{
+   static const struct
+   {
+      int64_t below, step, per_unit; /* per_unit: steps in one unit */
+      const char *unit;
+   } units[] = {
+      { 1000, 1, 1, "ms" },          { 60000, 100, 10, "s" },         { 3600000, 600, 100, "m" },
+      { 86400000, 36000, 100, "h" }, { INT64_MAX, 864000, 100, "d" },
+   };
+   if (ms < 0)
+      ms = ms == INT64_MIN ? INT64_MAX : -ms;
+   size_t u = 0;
+   while (ms >= units[u].below)
+      u++;
+   int64_t q = ms / units[u].step;
+   if (!round_down && ms % units[u].step >= (units[u].step + 1) / 2)
+      q++;
+   int64_t whole = q / units[u].per_unit, frac = q % units[u].per_unit;
+   if (frac == 0)
+      snprintf (buf, size, "%" PRId64 "%s", whole, units[u].unit);
+   else if (units[u].per_unit == 10)
+      snprintf (buf, size, "%" PRId64 ".%" PRId64 "%s", whole, frac, units[u].unit);
+   else if (frac % 10 == 0)
+      snprintf (buf, size, "%" PRId64 ".%" PRId64 "%s", whole, frac / 10, units[u].unit);
+   else
+      snprintf (buf, size, "%" PRId64 ".%02" PRId64 "%s", whole, frac, units[u].unit);
+}
+
 static void fmt_ms (int64_t ms, char *buf, size_t size)
 {
-   if (ms < 0)
-      ms = -ms;
-   if (ms < 1000)
-      snprintf (buf, size, "%" PRId64 "ms", ms);
-   else if (ms < 60000)
-      snprintf (buf, size, "%.1fs", (double)ms / 1000);
-   else if (ms < 3600000)
-      snprintf (buf, size, "%" PRId64 "m%02" PRId64 "s", ms / 60000, ms / 1000 % 60);
-   else if (ms < 86400000)
-      snprintf (buf, size, "%" PRId64 "h%02" PRId64 "m", ms / 3600000, ms / 60000 % 60);
-   else
-      snprintf (buf, size, "%" PRId64 "d%02" PRId64 "h", ms / 86400000, ms / 3600000 % 24);
+   fmt_duration (ms, false, buf, size);
 }
 
 /* Writes s (len bytes) for a terminal: control bytes become \xNN. */
@@ -596,6 +630,31 @@ static int cmd_release (const char *uri, int argc, char **argv)
 
 /* ---- run -------------------------------------------------------------- */
 
+/*
+ * How "run" keeps the command inside the lease (contract invariant 3):
+ *
+ * - The command is stopped by the lease's local deadline, which comes before
+ *   the database's expiry. Renewals move that deadline on every TTL/3; once it
+ *   is only grace + margin away, the renewal has failed for too long: the
+ *   command gets SIGTERM, and SIGKILL at the deadline minus the margin at the
+ *   latest, whether or not the stuck renewal ever returns. The margin covers
+ *   this process waking late. A loss the database reports (force release,
+ *   takeover) sends SIGTERM at once and SIGKILL after --grace, still no later
+ *   than that.
+ * - The command dies with leaselock. It has PR_SET_PDEATHSIG = SIGKILL, and a
+ *   watchdog process, holding one end of a socket whose other end only
+ *   leaselock holds, SIGKILLs the command's process group (grandchildren
+ *   too) when the socket ends without a word: leaselock died. The watchdog
+ *   also SIGKILLs the group when a timer that leaselock keeps at the deadline
+ *   minus the margin runs out: that covers a leaselock stopped (SIGSTOP,
+ *   Ctrl-Z) or starved, whose renewals stopped too. The timer counts
+ *   CLOCK_BOOTTIME, which goes on while the machine is suspended, as the
+ *   database's clock does.
+ * - Both children start with _Fork, which runs no atfork handler (the core's
+ *   waits for database calls in flight), and call only async-signal-safe
+ *   functions until exec or _exit.
+ */
+
 /* The write end of the loss pipe, for the on_lost callback. */
 static int lost_fd = -1;
 
@@ -704,262 +763,724 @@ static void report_busy (leaselock_client_t *client, const char *key, const char
    fputc ('\n', stderr);
 }
 
-static int cmd_run (const char *uri, int argc, char **argv)
+static void close_fd (int *fd)
 {
-   int64_t ttl_ms = DEFAULT_TTL_MS, wait_ms = 0, min_hold_ms = 0, grace_ms = DEFAULT_GRACE_MS;
-   const char *label = NULL, *key = NULL;
-   char label_buf[LEASELOCK_KEY_MAX + 1];
-   char **cmd = NULL;
-   bool saw_dashes = false;
+   if (*fd >= 0)
+      close (*fd);
+   *fd = -1;
+}
 
+static void free_paths (char **paths)
+{
+   if (paths)
+      for (char **p = paths; *p; p++)
+         free (*p);
+   free (paths);
+}
+
+/* The SIGKILL margin before the lease's local deadline: TTL/10, at most 1s. */
+static int64_t kill_margin_ms (int64_t ttl_ms)
+{
+   return ttl_ms / 10 < 1000 ? ttl_ms / 10 : 1000;
+}
+
+/* The longest --grace for a TTL. SIGTERM goes out grace + margin before the
+ * deadline, so at least TTL/2 after the last renewal was sent: the renewal
+ * due at TTL/3 has TTL/6 to get through before the command is stopped. */
+static int64_t max_grace_ms (int64_t ttl_ms)
+{
+   int64_t g = ttl_ms / 2 - kill_margin_ms (ttl_ms);
+   return g > 0 ? g : 0;
+}
+
+typedef struct run_opts
+{
+   const char *uri, *key, *label;
+   char **cmd;
+   int64_t ttl_ms, wait_ms, min_hold_ms, grace_ms;
+   const char *ttl_text, *grace_text; /* as typed; grace_text NULL: default */
+   char label_buf[LEASELOCK_KEY_MAX + 1];
+} run_opts_t;
+
+/* Reads one option of run at argv[*i]: 1 read, 0 not an option of run,
+ * -1 error (message printed). */
+static int run_option (int argc, char **argv, int *i, run_opts_t *o)
+{
+   const char *v;
+   int r;
+   if ((r = opt_uri (argc, argv, i, &o->uri)) != 0)
+      return r;
+   if ((r = opt_value (argc, argv, i, "--ttl", &v)) != 0) {
+      o->ttl_text = r > 0 ? v : NULL;
+      return r < 0 || !parse_ms ("--ttl", v, 1, LEASELOCK_TTL_MAX_MS, &o->ttl_ms) ? -1 : 1;
+   }
+   if ((r = opt_value (argc, argv, i, "--wait", &v)) != 0) {
+      if (r > 0 && !strcmp (v, "forever")) {
+         o->wait_ms = -1;
+         return 1;
+      }
+      return r < 0 || !parse_ms ("--wait", v, 0, LEASELOCK_TTL_MAX_MS, &o->wait_ms) ? -1 : 1;
+   }
+   if ((r = opt_value (argc, argv, i, "--min-hold", &v)) != 0)
+      return r < 0 || !parse_ms ("--min-hold", v, 0, LEASELOCK_TTL_MAX_MS, &o->min_hold_ms) ? -1
+                                                                                            : 1;
+   if ((r = opt_value (argc, argv, i, "--grace", &v)) != 0) {
+      o->grace_text = r > 0 ? v : NULL;
+      return r < 0 || !parse_ms ("--grace", v, 0, LEASELOCK_TTL_MAX_MS, &o->grace_ms) ? -1 : 1;
+   }
+   if ((r = opt_value (argc, argv, i, "--label", &v)) != 0) {
+      if (r < 0)
+         return -1;
+      if (!utf8_copy (v, strlen (v), o->label_buf, sizeof o->label_buf)) {
+         usage_error ("--label must be at most %d bytes of UTF-8", LEASELOCK_KEY_MAX);
+         return -1;
+      }
+      o->label = o->label_buf;
+      return 1;
+   }
+   return 0;
+}
+
+/* --grace must fit in the TTL (see max_grace_ms). One that was typed and
+ * does not fit is refused: the command would lose the time it counts on.
+ * The default (10s) shrinks to fit. */
+static bool fit_grace (run_opts_t *o)
+{
+   int64_t max = max_grace_ms (o->ttl_ms);
+   if (o->grace_ms <= max)
+      return true;
+   if (!o->grace_text) {
+      o->grace_ms = max;
+      return true;
+   }
+   char m[32];
+   fmt_duration (max, true, m, sizeof m);
+   usage_error ("--grace %s does not fit in --ttl %s: at most %s (SIGKILL must come before the "
+                "lease can expire)",
+                o->grace_text, o->ttl_text, m);
+   return false;
+}
+
+/* Parses run's arguments into o. Returns PARSED, or the exit status. */
+static int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
+{
+   *o = (run_opts_t){
+      .uri = uri, .ttl_ms = DEFAULT_TTL_MS, .grace_ms = DEFAULT_GRACE_MS, .ttl_text = "30s"
+   };
+   bool saw_dashes = false;
    for (int i = 0; i < argc; i++) {
-      const char *v;
       int r;
       if (!strcmp (argv[i], "--")) {
          saw_dashes = true;
          if (i + 1 < argc)
-            cmd = argv + i + 1;
+            o->cmd = argv + i + 1;
          break;
       }
       if (is_help (argv[i]))
          return print_help ();
-      if ((r = opt_uri (argc, argv, &i, &uri)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-      } else if ((r = opt_value (argc, argv, &i, "--ttl", &v)) != 0) {
-         if (r < 0 || !parse_ms ("--ttl", v, 1, LEASELOCK_TTL_MAX_MS, &ttl_ms))
-            return EXIT_USAGE;
-      } else if ((r = opt_value (argc, argv, &i, "--wait", &v)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-         if (!strcmp (v, "forever"))
-            wait_ms = -1;
-         else if (!parse_ms ("--wait", v, 0, LEASELOCK_TTL_MAX_MS, &wait_ms))
-            return EXIT_USAGE;
-      } else if ((r = opt_value (argc, argv, &i, "--min-hold", &v)) != 0) {
-         if (r < 0 || !parse_ms ("--min-hold", v, 0, LEASELOCK_TTL_MAX_MS, &min_hold_ms))
-            return EXIT_USAGE;
-      } else if ((r = opt_value (argc, argv, &i, "--grace", &v)) != 0) {
-         if (r < 0 || !parse_ms ("--grace", v, 0, LEASELOCK_TTL_MAX_MS, &grace_ms))
-            return EXIT_USAGE;
-      } else if ((r = opt_value (argc, argv, &i, "--label", &v)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-         if (!utf8_copy (v, strlen (v), label_buf, sizeof label_buf))
-            return usage_error ("--label must be at most %d bytes of UTF-8", LEASELOCK_KEY_MAX);
-         label = label_buf;
-      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      if ((r = run_option (argc, argv, &i, o)) < 0)
+         return EXIT_USAGE;
+      if (r > 0)
+         continue;
+      if (argv[i][0] == '-' && argv[i][1] != '\0')
          return usage_error ("unknown option %s", argv[i]);
-      } else if (!key) {
-         key = argv[i];
-      } else {
+      if (o->key)
          return usage_error ("unexpected argument \"%s\": put the command after \"--\"", argv[i]);
-      }
+      o->key = argv[i];
    }
-   if (!key)
+   if (!o->key)
       return usage_error ("missing KEY");
    if (!saw_dashes)
       return usage_error ("missing \"--\" before the command (leaselock run KEY -- CMD ...)");
-   if (!cmd)
+   if (!o->cmd)
       return usage_error ("missing command after \"--\"");
-   if (!label) {
+   if (!fit_grace (o))
+      return EXIT_USAGE;
+   if (!o->label) {
       /* CMD's file name, which need not be UTF-8: shown, not refused. */
-      const char *slash = strrchr (cmd[0], '/');
-      const char *name = slash ? slash + 1 : cmd[0];
-      utf8_copy (name, strlen (name), label_buf, sizeof label_buf);
-      label = label_buf;
+      const char *slash = strrchr (o->cmd[0], '/');
+      const char *name = slash ? slash + 1 : o->cmd[0];
+      utf8_copy (name, strlen (name), o->label_buf, sizeof o->label_buf);
+      o->label = o->label_buf;
    }
+   return PARSED;
+}
 
-   /* Block the signals we wait for in every thread (the renewal thread
-    * inherits the mask) and receive them through a signalfd. SIGCHLD must
-    * not be ignored, or the child would be reaped behind our back. */
+/* ---- run: signals ----------------------------------------------------- */
+
+static const int forwarded[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+
+typedef struct run_signals
+{
+   int sigfd;          /* the forwarded signals and SIGCHLD */
+   int lost_pipe[2];   /* written by on_lost */
+   sigset_t orig_mask; /* the mask leaselock started with, for the command */
+} run_signals_t;
+
+/* Blocks the signals we wait for in every thread (the core's threads, started
+ * later, inherit the mask) and receives them through a signalfd. SIGCHLD must
+ * not be ignored, or the child would be reaped behind our back. */
+static bool signals_setup (run_signals_t *s)
+{
+   s->sigfd = -1;
+   s->lost_pipe[0] = s->lost_pipe[1] = -1;
    signal (SIGCHLD, SIG_DFL);
-   sigset_t waited, orig_mask;
+   sigset_t waited;
    sigemptyset (&waited);
-   int forwarded[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
       sigaddset (&waited, forwarded[i]);
    sigaddset (&waited, SIGCHLD);
-   pthread_sigmask (SIG_BLOCK, &waited, &orig_mask);
-   int sigfd = signalfd (-1, &waited, SFD_NONBLOCK | SFD_CLOEXEC);
-   int lost_pipe[2] = { -1, -1 };
-   if (sigfd < 0 || pipe2 (lost_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+   pthread_sigmask (SIG_BLOCK, &waited, &s->orig_mask);
+   s->sigfd = signalfd (-1, &waited, SFD_NONBLOCK | SFD_CLOEXEC);
+   if (s->sigfd < 0 || pipe2 (s->lost_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
       say ("cannot set up signal handling: %s", strerror (errno));
-      if (sigfd >= 0)
-         close (sigfd);
-      return EXIT_INTERNAL;
+      return false;
    }
-   lost_fd = lost_pipe[1];
+   lost_fd = s->lost_pipe[1];
+   return true;
+}
 
-   int status = EXIT_INTERNAL;
-   leaselock_lease_t *lease = NULL;
-   char **env = NULL;
-   posix_spawnattr_t attr;
-   bool attr_ok = false;
-   leaselock_error_t err;
+static void signals_close (run_signals_t *s)
+{
+   close_fd (&s->sigfd);
+   close_fd (&s->lost_pipe[0]);
+   close_fd (&s->lost_pipe[1]);
+   lost_fd = -1;
+}
+
+/* ---- run: acquire ----------------------------------------------------- */
+
+/* Acquires o->key, waiting as --wait says. Sets *status when it fails. */
+static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
+                                         const run_opts_t *o,
+                                         int sigfd,
+                                         int *status)
+{
    wait_ctx_t wctx = { sigfd, 0 };
-
-   leaselock_client_t *client = open_client (uri, label, &status);
-   if (!client)
-      goto done;
-
    leaselock_acquire_opts_t opts;
    leaselock_acquire_opts_init (&opts);
-   opts.ttl_ms = ttl_ms;
-   opts.timeout_ms = wait_ms;
-   opts.min_hold_ms = min_hold_ms;
+   opts.ttl_ms = o->ttl_ms;
+   opts.timeout_ms = o->wait_ms;
+   opts.min_hold_ms = o->min_hold_ms;
    opts.auto_renew = true;
    opts.on_lost = on_lost;
    opts.should_stop = should_stop;
    opts.should_stop_data = &wctx;
-   if (!leaselock_acquire (client, key, strlen (key), &opts, &lease, &err)) {
-      if (err.code == LEASELOCK_BUSY) {
-         report_busy (client, key, "");
-         status = EXIT_BUSY;
-      } else if (err.code == LEASELOCK_TIMEOUT) {
-         char w[32];
-         fmt_ms (wait_ms, w, sizeof w);
-         char why[64];
-         snprintf (why, sizeof why, " (gave up after --wait %s)", w);
-         report_busy (client, key, why);
-         status = EXIT_BUSY;
-      } else if (err.code == LEASELOCK_INTERRUPTED && wctx.signo) {
-         say ("interrupted by signal %d while waiting for the lock", wctx.signo);
-         status = 128 + wctx.signo;
-      } else {
-         status = fail ("acquire", &err);
+   leaselock_lease_t *lease = NULL;
+   leaselock_error_t err;
+   if (leaselock_acquire (client, o->key, strlen (o->key), &opts, &lease, &err))
+      return lease;
+   if (err.code == LEASELOCK_BUSY) {
+      report_busy (client, o->key, "");
+      *status = EXIT_BUSY;
+   } else if (err.code == LEASELOCK_TIMEOUT) {
+      char w[32], why[64];
+      fmt_ms (o->wait_ms, w, sizeof w);
+      snprintf (why, sizeof why, " (gave up after --wait %s)", w);
+      report_busy (client, o->key, why);
+      *status = EXIT_BUSY;
+   } else if (err.code == LEASELOCK_INTERRUPTED && wctx.signo) {
+      say ("interrupted by signal %d while waiting for the lock", wctx.signo);
+      *status = 128 + wctx.signo;
+   } else {
+      *status = fail ("acquire", &err);
+   }
+   return NULL;
+}
+
+/* ---- run: the command and its watchdog -------------------------------- */
+
+typedef struct child
+{
+   pid_t pid;      /* the command, -1 before it starts */
+   pid_t target;   /* where signals go: -pid (its own process group) or pid */
+   pid_t watchdog; /* -1: none */
+   int watch_fd;   /* our end of the watchdog's socket: 'X' = done, EOF = we died */
+   int timer_fd;   /* CLOCK_BOOTTIME timer shared with the watchdog: its SIGKILL */
+} child_t;
+
+/* What the forked command needs, all prepared before the fork. */
+typedef struct exec_plan
+{
+   char **argv, **env;
+   char **paths; /* where to look for argv[0], in PATH order, NULL-terminated */
+   sigset_t mask;
+   bool own_group;
+   pid_t parent;
+   int go_fd;  /* a socket: a byte once the watchdog runs, EOF if we died */
+   int go_wr;  /* our end of it, which the child closes */
+   int err_fd; /* write end, close-on-exec: errno when no exec worked */
+} exec_plan_t;
+
+/* The candidates execvp would try for file, or NULL (out of memory). PATH
+ * is the caller's, as for posix_spawnp. Free with free_paths. */
+static char **exec_paths (const char *file)
+{
+   const char *path = getenv ("PATH");
+   if (!path)
+      path = "/bin:/usr/bin"; /* glibc's default */
+   size_t n = 1;
+   for (const char *p = path; *p; p++)
+      n += *p == ':';
+   char **paths = calloc (n + 1, sizeof *paths);
+   if (!paths)
+      return NULL;
+   if (strchr (file, '/')) {
+      if (!(paths[0] = strdup (file))) {
+         free (paths);
+         return NULL;
       }
-      goto done;
+      return paths;
    }
-
-   env = child_env (lease);
-   if (!env || posix_spawnattr_init (&attr) != 0) {
-      say ("out of memory");
-      goto done;
+   if (!*file)
+      return paths; /* none: ENOENT */
+   size_t k = 0;
+   for (const char *p = path;; p++) {
+      size_t len = strcspn (p, ":");
+      /* An empty entry is the current directory. */
+      if (asprintf (&paths[k], "%.*s%s%s", (int)len, p, len ? "/" : "", file) < 0) {
+         paths[k] = NULL;
+         free_paths (paths);
+         return NULL;
+      }
+      k++;
+      p += len;
+      if (!*p)
+         break;
    }
-   attr_ok = true;
-   /* The child gets the mask we started with. It runs in its own process
-    * group (so a loss stops the whole job) unless we are in the foreground
-    * of a terminal, where it must stay with us to read it. */
-   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-   bool own_group = !(isatty (STDIN_FILENO) && tcgetpgrp (STDIN_FILENO) == getpgrp ());
-   if (own_group)
-      flags |= POSIX_SPAWN_SETPGROUP;
-   sigset_t def;
-   sigemptyset (&def);
-   sigaddset (&def, SIGCHLD);
-   posix_spawnattr_setflags (&attr, flags);
-   posix_spawnattr_setsigmask (&attr, &orig_mask);
-   posix_spawnattr_setsigdefault (&attr, &def);
-   posix_spawnattr_setpgroup (&attr, 0);
+   return paths;
+}
 
-   pid_t pid;
-   int rc = posix_spawnp (&pid, cmd[0], NULL, &attr, cmd, env);
-   if (rc != 0) {
-      say ("cannot run %s: %s", cmd[0], strerror (rc));
-      status = (rc == ENOENT) ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
-      goto done;
+/* In the forked child: joins its own process group, arranges to die with
+ * leaselock, waits for the watchdog and execs. Async-signal-safe calls only.
+ * A SIGKILL on the parent's death comes when the forking thread ends; that is
+ * the main thread, which lives as long as leaselock. */
+static _Noreturn void exec_child (const exec_plan_t *p)
+{
+   if (p->own_group)
+      setpgid (0, 0);
+   /* The getppid check covers a parent that died before prctl. */
+   if (prctl (PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid () != p->parent)
+      _exit (EXIT_INTERNAL);
+   close (p->go_wr);
+   char go;
+   ssize_t n;
+   while ((n = read (p->go_fd, &go, 1)) < 0 && errno == EINTR)
+      ;
+   if (n != 1)
+      _exit (EXIT_INTERNAL);
+   sigprocmask (SIG_SETMASK, &p->mask, NULL);
+   /* As execvp: a file not found there is looked for further on, any other
+    * error ends the search; EACCES is reported if no file would run. */
+   int err = ENOENT;
+   bool eacces = false, searched_all = true;
+   for (char **path = p->paths; *path; path++) {
+      execve (*path, p->argv, p->env);
+      err = errno;
+      eacces |= err == EACCES;
+      if (err != EACCES && err != ENOENT && err != ENOTDIR && err != ESTALE && err != ENODEV &&
+          err != ETIMEDOUT) {
+         searched_all = false;
+         break;
+      }
    }
-   pid_t target = own_group ? -pid : pid;
+   if (eacces && searched_all)
+      err = EACCES;
+   n = write (p->err_fd, &err, sizeof err);
+   (void)n;
+   _exit (EXIT_CANNOT_EXEC);
+}
 
-   bool lost = false, killed = false, internal_error = false;
-   int64_t kill_at = -1;
-   int wstatus = 0;
+/* The watchdog, forked: SIGKILLs target when leaselock dies (its socket
+ * ends without an 'X') or its timer runs out. Async-signal-safe calls only. */
+static _Noreturn void watchdog_main (int watch_fd, int timer_fd, pid_t target)
+{
+   /* The signals leaselock forwards stay blocked (the mask is inherited);
+    * job control must not stop it either. */
+   struct sigaction ign;
+   memset (&ign, 0, sizeof ign);
+   ign.sa_handler = SIG_IGN;
+   sigaction (SIGTSTP, &ign, NULL);
+   sigaction (SIGTTIN, &ign, NULL);
+   sigaction (SIGTTOU, &ign, NULL);
+   /* Keep no terminal, pipe or database connection of leaselock's open. */
+   unsigned lo = (unsigned)(watch_fd < timer_fd ? watch_fd : timer_fd);
+   unsigned hi = (unsigned)(watch_fd < timer_fd ? timer_fd : watch_fd);
+   if (lo > 0)
+      close_range (0, lo - 1, 0);
+   if (hi > lo + 1)
+      close_range (lo + 1, hi - 1, 0);
+   close_range (hi + 1, ~0U, 0);
    for (;;) {
-      /* Wake at the lease's local deadline too: the renewal thread reports a
-       * loss only once its database call returns, and a call stuck in a
-       * busy database must not let the command outlive the lease. */
-      int64_t wake = lost ? kill_at : leaselock_lease_remaining_ms (lease);
-      int timeout = -1;
-      if (wake >= 0) {
-         int64_t left = lost ? wake - mono_ms () : wake;
-         timeout = left > 0 ? (int)(left > 60000 ? 60000 : left) : 0;
-      }
-      struct pollfd pfd[2] = { { sigfd, POLLIN, 0 }, { lost_pipe[0], POLLIN, 0 } };
-      int n = poll (pfd, 2, timeout);
-      if (n < 0 && errno != EINTR) {
-         /* Nothing can be watched any more: stop the command. */
-         say ("poll: %s; stopping %s (pid %d)", strerror (errno), cmd[0], (int)pid);
-         kill (target, SIGKILL);
-         waitpid (pid, &wstatus, 0);
-         internal_error = true;
+      struct pollfd pfd[2] = { { watch_fd, POLLIN, 0 }, { timer_fd, POLLIN, 0 } };
+      if (poll (pfd, 2, -1) < 0) {
+         if (errno == EINTR)
+            continue;
          break;
       }
-      bool child_done = false;
-      struct signalfd_siginfo si;
-      while (read (sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-         if (si.ssi_signo == SIGCHLD) {
-            pid_t w = waitpid (pid, &wstatus, WNOHANG);
-            if (w == pid)
-               child_done = true;
-         } else if (own_group || si.ssi_code != SI_KERNEL) {
-            /* (In the terminal's group, the terminal's own signals reach
-             * the command directly.) */
-            kill (target, (int)si.ssi_signo);
-         }
-      }
-      if (child_done)
-         break;
-      char drain[16];
-      /* Lost: on_lost wrote to the pipe, or the local deadline passed
-       * (leaselock_lease_state judges it). */
-      bool lost_now = read (lost_pipe[0], drain, sizeof drain) > 0 ||
-                      leaselock_lease_state (lease) == LEASELOCK_STATE_LOST;
-      if (lost_now && !lost) {
-         lost = true;
-         char g[32];
-         fmt_ms (grace_ms, g, sizeof g);
-         fprintf (stderr, "%s: lease on ", cmd_name);
-         put_text (stderr, key, strlen (key));
-         fprintf (stderr,
-                  " lost (fence %" PRId64 "); sending SIGTERM to %s (pid %d), SIGKILL in %s\n",
-                  leaselock_lease_fence (lease), cmd[0], (int)pid, g);
-         kill (target, SIGTERM);
-         kill_at = mono_ms () + grace_ms;
-      }
-      if (kill_at >= 0 && !killed && mono_ms () >= kill_at) {
-         say ("%s (pid %d) still running after the grace period: sending SIGKILL", cmd[0],
-              (int)pid);
-         kill (target, SIGKILL);
-         killed = true;
-         kill_at = -1;
+      if (pfd[1].revents)
+         break; /* the lease's deadline */
+      char c;
+      ssize_t n = read (watch_fd, &c, 1);
+      if (n == 1 && c == 'X')
+         _exit (0);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+         break; /* leaselock died */
+   }
+   kill (target, SIGKILL);
+   _exit (0);
+}
+
+static int64_t boot_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_BOOTTIME, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sets the watchdog's SIGKILL to at_mono (CLOCK_MONOTONIC ms), counted on
+ * CLOCK_BOOTTIME. */
+static void arm_watchdog (const child_t *ch, int64_t at_mono)
+{
+   int64_t at = boot_ms () + (at_mono - mono_ms ());
+   struct itimerspec its;
+   memset (&its, 0, sizeof its);
+   at = at > 1 ? at : 1; /* zero would disarm it */
+   its.it_value.tv_sec = at / 1000;
+   its.it_value.tv_nsec = at % 1000 * 1000000;
+   timerfd_settime (ch->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Tells the watchdog to end without killing anything. (A socket, not a
+ * pipe: MSG_NOSIGNAL, when the watchdog has already gone, spares us a
+ * SIGPIPE that we may not ignore, for the command would inherit that.) */
+static void watchdog_done (child_t *ch)
+{
+   if (ch->watch_fd >= 0) {
+      ssize_t n = send (ch->watch_fd, "X", 1, MSG_NOSIGNAL);
+      (void)n;
+   }
+   close_fd (&ch->watch_fd);
+}
+
+/* Forks the command, which waits on plan->go_fd before it execs. */
+static bool fork_command (exec_plan_t *plan, child_t *ch)
+{
+   pid_t pid = _Fork ();
+   if (pid == 0)
+      exec_child (plan);
+   if (pid < 0)
+      return false;
+   ch->pid = pid;
+   ch->target = plan->own_group ? -pid : pid;
+   if (plan->own_group)
+      setpgid (pid, pid); /* also here, so that -pid is a group at once */
+   return true;
+}
+
+/* Forks the watchdog of ch, its timer set to the lease's deadline. */
+static bool start_watchdog (child_t *ch, leaselock_lease_t *lease, int64_t margin)
+{
+   int watch[2];
+   ch->timer_fd = timerfd_create (CLOCK_BOOTTIME, TFD_CLOEXEC);
+   if (ch->timer_fd < 0 || socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, watch) < 0)
+      return false;
+   arm_watchdog (ch, mono_ms () + leaselock_lease_remaining_ms (lease) - margin);
+   pid_t pid = _Fork ();
+   if (pid == 0)
+      watchdog_main (watch[0], ch->timer_fd, ch->target);
+   close (watch[0]);
+   if (pid < 0) {
+      close (watch[1]);
+      return false;
+   }
+   ch->watchdog = pid;
+   ch->watch_fd = watch[1];
+   return true;
+}
+
+/* Lets the command exec, and waits for it to have done so (or died).
+ * Returns 0, or the errno of the failed exec. */
+static int let_command_exec (int go_fd, int err_fd)
+{
+   ssize_t n = send (go_fd, "g", 1, MSG_NOSIGNAL); /* (no SIGPIPE if it died) */
+   (void)n;
+   int err = 0;
+   while ((n = read (err_fd, &err, sizeof err)) < 0 && errno == EINTR)
+      ;
+   return n == (ssize_t)sizeof err ? err : 0;
+}
+
+/* Starts o->cmd and its watchdog. Unless leaselock is in the foreground of
+ * a terminal, where the command must stay in its group to read it, the
+ * command gets its own process group, so a loss stops the whole job. Sets
+ * *status when it fails. */
+static bool start_command (const run_opts_t *o,
+                           leaselock_lease_t *lease,
+                           const sigset_t *mask,
+                           child_t *ch,
+                           int *status)
+{
+   int go[2] = { -1, -1 }, err[2] = { -1, -1 };
+   exec_plan_t plan = { .argv = o->cmd,
+                        .env = child_env (lease),
+                        .paths = exec_paths (o->cmd[0]),
+                        .mask = *mask,
+                        .parent = getpid () };
+   plan.own_group = !(isatty (STDIN_FILENO) && tcgetpgrp (STDIN_FILENO) == getpgrp ());
+   bool ok = false;
+   *status = EXIT_INTERNAL;
+   if (!plan.env || !plan.paths) {
+      say ("out of memory");
+   } else if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 ||
+              pipe2 (err, O_CLOEXEC) < 0) {
+      say ("cannot start %s: %s", o->cmd[0], strerror (errno));
+   } else {
+      plan.go_fd = go[0];
+      plan.go_wr = go[1];
+      plan.err_fd = err[1];
+      if (!fork_command (&plan, ch)) {
+         say ("cannot start %s: %s", o->cmd[0], strerror (errno));
+      } else {
+         /* Only the command may hold these, or their EOF would not come. */
+         close_fd (&go[0]);
+         close_fd (&err[1]);
+         if (!start_watchdog (ch, lease, kill_margin_ms (o->ttl_ms)))
+            say ("cannot start the watchdog of %s: %s", o->cmd[0], strerror (errno));
+         else
+            ok = true;
       }
    }
+   close_fd (&go[0]);
+   close_fd (&err[1]);
+   int exec_err = ok ? let_command_exec (go[1], err[0]) : 0;
+   close_fd (&go[1]); /* without the go byte, EOF: the command ends */
+   close_fd (&err[0]);
+   free_env (plan.env);
+   free_paths (plan.paths);
+   if (exec_err) {
+      say ("cannot run %s: %s", o->cmd[0], strerror (exec_err));
+      *status = exec_err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+      ok = false;
+   }
+   if (!ok && ch->pid > 0) {
+      watchdog_done (ch);
+      waitpid (ch->pid, NULL, 0);
+      ch->pid = -1;
+   }
+   return ok;
+}
 
-   if (!lost && leaselock_lease_state (lease) == LEASELOCK_STATE_LOST)
-      lost = true;
-   if (!lost && !leaselock_lease_release (lease, &err)) {
+/* ---- run: supervision ------------------------------------------------- */
+
+typedef struct supervisor
+{
+   const run_opts_t *o;
+   leaselock_lease_t *lease;
+   const run_signals_t *sig;
+   child_t *ch;
+   int64_t margin;   /* kill_margin_ms */
+   int64_t deadline; /* the lease's local deadline as last seen (monotonic ms) */
+   int64_t armed;    /* the watchdog's timer (monotonic ms) */
+   int64_t kill_at;  /* when SIGKILL is due, once stopping */
+   bool stopping, killed, internal_error;
+   int wstatus;
+} supervisor_t;
+
+/* Follows the lease's local deadline while it is held, and keeps the
+ * watchdog's timer a margin before it, where our own SIGKILL is due at the
+ * latest: the watchdog acts only when we are late. */
+static void follow_deadline (supervisor_t *sv, int64_t now)
+{
+   if (leaselock_lease_state (sv->lease) != LEASELOCK_STATE_HELD)
+      return;
+   /* now was read first: the sum is never later than the true deadline. */
+   sv->deadline = now + leaselock_lease_remaining_ms (sv->lease);
+   if (sv->deadline - sv->margin != sv->armed) {
+      sv->armed = sv->deadline - sv->margin;
+      arm_watchdog (sv->ch, sv->armed);
+   }
+}
+
+/* Whether the lease was declared lost (on_lost wrote to the pipe, or the
+ * local deadline passed). */
+static bool lease_lost (supervisor_t *sv)
+{
+   char drain[16];
+   bool written = read (sv->sig->lost_pipe[0], drain, sizeof drain) > 0;
+   return written || leaselock_lease_state (sv->lease) == LEASELOCK_STATE_LOST;
+}
+
+/* SIGTERM now, SIGKILL after the grace period but no later than a margin
+ * before the deadline. */
+static void begin_stop (supervisor_t *sv, int64_t now, bool lost)
+{
+   const run_opts_t *o = sv->o;
+   sv->stopping = true;
+   sv->kill_at = now + o->grace_ms;
+   if (sv->kill_at > sv->deadline - sv->margin)
+      sv->kill_at = sv->deadline - sv->margin;
+   char left[32], g[32];
+   fmt_ms (sv->deadline - now, left, sizeof left);
+   fmt_ms (sv->kill_at > now ? sv->kill_at - now : 0, g, sizeof g);
+   fprintf (stderr, "%s: lease on ", cmd_name);
+   put_text (stderr, o->key, strlen (o->key));
+   if (lost)
+      fprintf (stderr, " lost (fence %" PRId64 ")", leaselock_lease_fence (sv->lease));
+   else
+      fprintf (stderr, " not renewed, its local deadline is in %s", left);
+   fprintf (stderr, "; sending SIGTERM to %s (pid %d), SIGKILL in %s\n", o->cmd[0],
+            (int)sv->ch->pid, g);
+   kill (sv->ch->target, SIGTERM);
+}
+
+static void kill_if_due (supervisor_t *sv, int64_t now)
+{
+   if (!sv->stopping || sv->killed || now < sv->kill_at)
+      return;
+   say ("%s (pid %d) still running after the grace period: sending SIGKILL", sv->o->cmd[0],
+        (int)sv->ch->pid);
+   kill (sv->ch->target, SIGKILL);
+   sv->killed = true;
+}
+
+/* Milliseconds until the next thing to do: the point where the command must
+ * be stopped, its SIGKILL, or a look at the deadline (which renewals move)
+ * every TTL/4 to keep the watchdog's timer ahead. */
+static int next_wake_ms (const supervisor_t *sv, int64_t now)
+{
+   int64_t step = sv->o->ttl_ms / 4;
+   int64_t at = now + (step < 1 ? 1 : step > 60000 ? 60000 : step);
+   if (!sv->stopping) {
+      int64_t stop_at = sv->deadline - sv->o->grace_ms - sv->margin;
+      at = stop_at < at ? stop_at : at;
+   } else if (!sv->killed) {
+      at = sv->kill_at < at ? sv->kill_at : at;
+   }
+   return at > now ? (int)(at - now) : 0;
+}
+
+/* Once the command has exited (still a zombie, so its process group cannot
+ * be reused yet): SIGKILL what it left in its group, which would run without
+ * the lock, end the watchdog, reap the command. Returns whether it ended. */
+static bool command_ended (supervisor_t *sv)
+{
+   siginfo_t si;
+   memset (&si, 0, sizeof si);
+   if (waitid (P_PID, (id_t)sv->ch->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+       si.si_pid != sv->ch->pid)
+      return false;
+   if (sv->ch->target < 0)
+      kill (sv->ch->target, SIGKILL);
+   watchdog_done (sv->ch);
+   waitpid (sv->ch->pid, &sv->wstatus, 0);
+   sv->ch->pid = -1;
+   return true;
+}
+
+/* Reads the signals that arrived: forwards them, and returns whether the
+ * command ended (SIGCHLD). */
+static bool handle_signals (supervisor_t *sv)
+{
+   bool child_changed = false;
+   struct signalfd_siginfo si;
+   while (read (sv->sig->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+      if (si.ssi_signo == SIGCHLD)
+         child_changed = true;
+      else if (sv->ch->target < 0 || si.ssi_code != SI_KERNEL)
+         /* (In the terminal's group, the terminal's own signals reach the
+          * command directly.) */
+         kill (sv->ch->target, (int)si.ssi_signo);
+   }
+   return child_changed && command_ended (sv);
+}
+
+/* Waits for the command to end, forwarding signals and stopping it in time
+ * when the lease is lost or cannot be renewed. */
+static void supervise (supervisor_t *sv)
+{
+   for (;;) {
+      int64_t now = mono_ms ();
+      follow_deadline (sv, now);
+      bool lost = lease_lost (sv); /* (drains the pipe every time) */
+      if (!sv->stopping && (lost || sv->deadline - now <= sv->o->grace_ms + sv->margin))
+         begin_stop (sv, now, lost);
+      kill_if_due (sv, now);
+      struct pollfd pfd[2] = { { sv->sig->sigfd, POLLIN, 0 },
+                               { sv->sig->lost_pipe[0], POLLIN, 0 } };
+      if (poll (pfd, 2, next_wake_ms (sv, mono_ms ())) < 0 && errno != EINTR) {
+         /* Nothing can be watched any more: stop the command. */
+         say ("poll: %s; stopping %s (pid %d)", strerror (errno), sv->o->cmd[0], (int)sv->ch->pid);
+         kill (sv->ch->target, SIGKILL);
+         watchdog_done (sv->ch);
+         waitpid (sv->ch->pid, &sv->wstatus, 0);
+         sv->internal_error = true;
+         return;
+      }
+      if (handle_signals (sv))
+         return;
+   }
+}
+
+/* ---- run: exit status ------------------------------------------------- */
+
+/* Releases the lease if it is still held (also after a stop for a renewal
+ * that failed too long) and gives run's exit status. */
+static int run_status (supervisor_t *sv)
+{
+   leaselock_error_t err;
+   bool lost = leaselock_lease_state (sv->lease) == LEASELOCK_STATE_LOST;
+   if (!lost && !leaselock_lease_release (sv->lease, &err)) {
       if (err.code == LEASELOCK_NOT_HELD || err.code == LEASELOCK_LOST)
          lost = true;
       else
          say ("release: %s: %s (the lease ends when its TTL runs out)",
               leaselock_code_name (err.code), err.message);
    }
-   if (internal_error) {
-      status = EXIT_INTERNAL;
-   } else if (lost) {
+   if (sv->internal_error)
+      return EXIT_INTERNAL;
+   if (lost || sv->stopping) {
       fprintf (stderr, "%s: the lease on ", cmd_name);
-      put_text (stderr, key, strlen (key));
-      fprintf (stderr, " was lost while %s ran (exit status %d)\n", cmd[0], EXIT_LOST);
-      status = EXIT_LOST;
-   } else if (WIFEXITED (wstatus)) {
-      status = WEXITSTATUS (wstatus);
-   } else if (WIFSIGNALED (wstatus)) {
-      status = 128 + WTERMSIG (wstatus);
-   } else {
-      status = EXIT_INTERNAL;
+      put_text (stderr, sv->o->key, strlen (sv->o->key));
+      fprintf (stderr, " %s while %s ran (exit status %d)\n",
+               lost ? "was lost" : "could not be renewed in time", sv->o->cmd[0], EXIT_LOST);
+      return EXIT_LOST;
    }
+   if (WIFEXITED (sv->wstatus))
+      return WEXITSTATUS (sv->wstatus);
+   if (WIFSIGNALED (sv->wstatus))
+      return 128 + WTERMSIG (sv->wstatus);
+   return EXIT_INTERNAL;
+}
 
-done:
-   if (attr_ok)
-      posix_spawnattr_destroy (&attr);
-   free_env (env);
+static int cmd_run (const char *uri, int argc, char **argv)
+{
+   run_opts_t o;
+   int status = parse_run (uri, argc, argv, &o);
+   if (status != PARSED)
+      return status;
+   run_signals_t sig;
+   leaselock_client_t *client = NULL;
+   leaselock_lease_t *lease = NULL;
+   child_t ch = { -1, 0, -1, -1, -1 };
+   status = EXIT_INTERNAL;
+   if (signals_setup (&sig) && (client = open_client (o.uri, o.label, &status)) &&
+       (lease = acquire_lease (client, &o, sig.sigfd, &status)) &&
+       start_command (&o, lease, &sig.orig_mask, &ch, &status)) {
+      supervisor_t sv = { .o = &o,
+                          .lease = lease,
+                          .sig = &sig,
+                          .ch = &ch,
+                          .margin = kill_margin_ms (o.ttl_ms),
+                          .kill_at = -1 };
+      supervise (&sv);
+      status = run_status (&sv);
+   }
+   watchdog_done (&ch);
+   close_fd (&ch.timer_fd);
    leaselock_lease_destroy (lease);
    leaselock_client_destroy (client);
-   close (sigfd);
-   close (lost_pipe[0]);
-   close (lost_pipe[1]);
-   lost_fd = -1;
+   signals_close (&sig);
    return status;
 }
 

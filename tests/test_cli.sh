@@ -1,9 +1,12 @@
 #!/bin/bash
 # The leaselock CLI against a throwaway SQLite database per test: exit
-# statuses, the environment of the command, signals, loss of the lease,
-# status/list/release output and bad input.
+# statuses, the environment of the command, signals, loss of the lease (the
+# command is gone before the database could grant the key again, also when
+# leaselock is killed or stopped), status/list/release output, durations
+# that parse back, and bad input.
 #
-#   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some)
+#   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some;
+#                                                  KEEP=1 keeps the files)
 #
 # Ends with "N passed, N failed" and exits non-zero on any failure.
 set -uo pipefail
@@ -15,7 +18,7 @@ unset LEASELOCK_URI LEASELOCK_KEY LEASELOCK_FENCE LEASELOCK_OWNER
 BG=()
 cleanup() {
   for p in "${BG[@]+"${BG[@]}"}"; do kill -KILL "$p" 2>/dev/null; done
-  rm -rf "$TOP"
+  [ -n "${KEEP:-}" ] && echo "files kept in $TOP" >&2 || rm -rf "$TOP"
 }
 trap cleanup EXIT
 
@@ -226,16 +229,59 @@ test_lost_sigterm() {
   ! kill -0 "$(cat "$T/pid")" 2>/dev/null || fail "the command is still running"
 }
 
-# The renewal thread is stuck in a database another process has locked
-# (SQLite waits up to busy_timeout_ms for it): the command is still stopped
-# at the lease's local deadline, while the database is still locked, not
-# once the stuck call returns.
-test_lost_while_renewal_blocked() {
-  local u="$URI?busy_timeout_ms=60000"
-  "$BIN" --uri "$u" run --ttl 1500ms lost/blocked -- sh -c 'echo $$ > "$0/pid"; exec sleep 60' "$T" \
+# running PID: PID exists and is not a zombie (a killed process may stay a
+# zombie until its parent reaps it).
+running() {
+  local st
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+# gone PID...: waits (at most about 10 s) until no PID is running.
+gone() {
+  local i p alive
+  for ((i = 0; i < 200; i++)); do
+    alive=
+    for p in "$@"; do running "$p" && alive+=" $p"; done
+    [ -z "$alive" ] && return 0
+    sleep 0.05
+  done
+  fail "still running:$alive ($(ps -o pid=,pgid=,stat=,args= -p "${alive# }" 2>/dev/null))"
+  return 1
+}
+# A command that ignores SIGTERM (so does its sleep: ignored signals are
+# inherited) and writes a timestamp to $T/beats every 20 ms, in the
+# background; its pid in $T/pid, leaselock's in HOLDER.
+beating_bg() {
+  "$BIN" --uri "$1" run "${@:2}" -- sh -c \
+    'trap "" TERM; echo $$ > "$0/pid"; while :; do date +%s%N >> "$0/beats"; sleep 0.02; done' "$T" \
     >"$T/bg.out" 2>"$T/bg.err" &
-  local holder=$!
-  BG+=("$holder")
+  HOLDER=$!
+  BG+=("$HOLDER")
+}
+# second_run URI KEY: another run of KEY (waiting for it) writes its start
+# time; no beat of the first command may come after it (checked once the
+# first command is gone).
+second_run() {
+  "$BIN" --uri "$1" run --wait 20s "$2" -- sh -c 'date +%s%N > "$0/second"' "$T" 2>"$T/second.err"
+  local rc=$?
+  [ "$rc" = 0 ] || { fail "the second run exited $rc: $(cat "$T/second.err")"; return 1; }
+  # Once the first command is gone, compare all its beats.
+  gone "$(cat "$T/pid")"
+  local last
+  last=$(tail -n 1 "$T/beats")
+  [ "$last" -lt "$(cat "$T/second")" ] ||
+    { fail "the first command still ran $(( ($last - $(cat "$T/second")) / 1000000 ))ms after the second started"; return 1; }
+}
+
+# The renewal is stuck in a database another process has locked (SQLite
+# waits up to busy_timeout_ms for it), and the command ignores SIGTERM. It
+# must be killed before the lease expires in the database: the locker
+# unlocks once that expiry has passed and a second run, waiting on the same
+# key, starts at once. Not one beat of the first command may follow.
+test_stopped_before_expiry_while_renewal_blocked() {
+  local u="$URI?busy_timeout_ms=60000"
+  beating_bg "$u" --ttl 1500ms lost/blocked
+  local holder=$HOLDER
   wait_file "$T/pid" || return
   wait_state lost/blocked 0 || return
   python3 -c '
@@ -243,31 +289,75 @@ import sqlite3, sys, time, pathlib
 db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 db.execute("BEGIN IMMEDIATE")
 pathlib.Path(sys.argv[2], "locked").write_text("1")
-time.sleep(20)
-pathlib.Path(sys.argv[2], "unlocking").touch()
+time.sleep(2.0)  # past the database expiry: the last renewal came before
 db.execute("COMMIT")
 ' "${URI#sqlite://}" "$T" &
   local locker=$!
   BG+=("$locker")
   wait_file "$T/locked" || return
-  # The command must be stopped while the database is still locked.
-  local cmd_pid i
-  cmd_pid=$(cat "$T/pid")
-  for ((i = 0; i < 400; i++)); do
-    [ ! -e "$T/unlocking" ] && kill -0 "$cmd_pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  [ ! -e "$T/unlocking" ] || { fail "the command was stopped only once the database was unlocked"; return; }
-  ! kill -0 "$cmd_pid" 2>/dev/null || { fail "the command is still running"; return; }
-  # leaselock itself ends once its last database calls return.
-  kill "$locker" 2>/dev/null; wait "$locker" 2>/dev/null
+  second_run "$u" lost/blocked || return
+  wait "$locker"
   reap "$holder"
   [ "$BGRC" = 76 ] || { fail "exit $BGRC, want 76; $(cat "$T/bg.err")"; return; }
-  grep -q "lease on lost/blocked lost" "$T/bg.err" || { fail "no loss message: $(cat "$T/bg.err")"; return; }
+  grep -q "lease on lost/blocked not renewed" "$T/bg.err" || { fail "no loss message: $(cat "$T/bg.err")"; return; }
+  ! running "$(cat "$T/pid")" || fail "the command is still running"
+}
+
+# leaselock is stopped (SIGSTOP) past its TTL: the watchdog kills the
+# command by the lease's local deadline, before another run takes the key.
+# After SIGCONT, leaselock reports the loss.
+test_supervisor_stopped() {
+  beating_bg "$URI" --ttl 1s stop/key
+  local holder=$HOLDER
+  wait_file "$T/pid" || return
+  wait_state stop/key 0 || return
+  kill -STOP "$holder"
+  second_run "$URI" stop/key
+  local ok=$?
+  kill -CONT "$holder"
+  [ $ok = 0 ] || return
+  reap "$holder"
+  [ "$BGRC" = 76 ] || fail "exit $BGRC after SIGCONT, want 76; $(cat "$T/bg.err")"
+}
+
+# leaselock is SIGKILLed: its command and the command's own child die with
+# it, promptly (they would run without the lock).
+test_supervisor_killed() {
+  ll_bg run kill/key -- sh -c 'sleep 60 & echo $! > "$0/gpid"; echo $$ > "$0/pid"; wait' "$T"
+  local holder=$BGPID
+  wait_file "$T/pid" || return
+  wait_file "$T/gpid" || return
+  running "$(cat "$T/gpid")" || { fail "no grandchild"; return; }
+  kill -KILL "$holder"
+  reap "$holder" 2>/dev/null # (no "Killed" notice)
+  gone "$(cat "$T/pid")" "$(cat "$T/gpid")"
+}
+
+# What the command leaves behind in its process group is killed when it
+# ends, before the lease is released: it would run without the lock.
+test_leftovers_killed() {
+  ll run left/key -- sh -c 'sleep 60 & echo $! > "$0/gpid"' "$T"
+  expect_rc 0 || return
+  gone "$(cat "$T/gpid")"
+}
+
+# --grace must fit in the TTL (SIGKILL comes before the lease's local
+# deadline); an explicit one that does not is refused, the default shrinks.
+test_grace_fits_ttl() {
+  bad 64 '--grace 500ms does not fit in --ttl 1s: at most 400ms' --uri "$URI" run --ttl 1s --grace 500ms k -- touch "$T/ran"
+  bad 64 '--grace 10s does not fit in --ttl 5s: at most 2s' --uri "$URI" run --grace 10s --ttl 5s k -- touch "$T/ran"
+  ll run --ttl 1s --grace 400ms k -- true; expect_rc 0 || return
+  ll run --ttl 1s k -- true; expect_rc 0 || return
+  # The limit it prints is accepted when typed back.
+  "$BIN" --uri "$URI" run --ttl 30d --grace 30d k -- true 2>"$ERR"
+  local max
+  max=$(sed -n 's/.*at most \([^ ]*\) .*/\1/p' "$ERR")
+  [ -n "$max" ] || { fail "no limit: $(cat "$ERR")"; return; }
+  ll run --ttl 30d --grace "$max" k -- true; expect_rc 0
 }
 
 test_lost_sigkill() {
-  ll_bg run --ttl 1s --grace 500ms lost/kill -- sh -c \
+  ll_bg run --ttl 1s --grace 300ms lost/kill -- sh -c \
     'trap "" TERM; echo $$ > "$0/pid"; while :; do sleep 0.05; done' "$T"
   local holder=$BGPID
   wait_file "$T/pid" || return
@@ -277,7 +367,12 @@ test_lost_sigkill() {
   [ "$BGRC" = 76 ] || { fail "exit $BGRC, want 76; $(cat "$T/bg.err")"; return; }
   grep -q "still running after the grace period: sending SIGKILL" "$T/bg.err" ||
     { fail "no SIGKILL message: $(cat "$T/bg.err")"; return; }
-  ! kill -0 "$(cat "$T/pid")" 2>/dev/null || fail "the command survived SIGKILL"
+  ! kill -0 "$(cat "$T/pid")" 2>/dev/null || { fail "the command survived SIGKILL"; return; }
+  # The grace it printed parses back (at most the 300ms asked for).
+  local g
+  g=$(sed -n 's/.*SIGKILL in \([^ ]*\)$/\1/p' "$T/bg.err")
+  parsed_ms "$g" || return
+  [ "$PARSED" -le 300 ] || fail "\"$g\" read back as ${PARSED}ms"
 }
 
 test_min_hold() {
@@ -367,6 +462,46 @@ test_release_force() {
   expect_out "never/used: was not held"
   reap "$holder"
   [ "$BGRC" = 76 ] || fail "the holder whose lease was taken exited $BGRC, want 76"
+}
+
+# parsed_ms DURATION: the CLI's own reading of DURATION, in ms, in PARSED
+# (a --min-hold on a fresh key, read back from status --json; the time the
+# two calls take is in it). Fails when the CLI refuses DURATION.
+parsed_ms() {
+  local k="rt/$((++RT_N))"
+  "$BIN" --uri "$URI" run --min-hold "$1" "$k" -- true 2>"$T/rt.err" ||
+    { fail "\"$1\", printed by the CLI, does not parse back: $(cat "$T/rt.err")"; return 1; }
+  PARSED=$("$BIN" --uri "$URI" status --json "$k" | sed -n 's/.*"expires_in_ms":\([0-9-]*\).*/\1/p')
+}
+RT_N=0
+
+# Every duration the CLI prints reads back through its own parser, as about
+# the same value (within 1% and the second the round trip takes).
+test_durations_parse_back() {
+  local d ms
+  for d in 5500ms 45s 2m 150s 125m 2h 27h 29d; do
+    ll run --min-hold "$d" "held/$d" -- true; expect_rc 0 || return
+  done
+  ll list held/; expect_rc 0 || return
+  grep -o 'expires_in=[^ ]*' "$OUT" | cut -d= -f2 >"$T/printed"
+  ll status held/27h; expect_rc 0 || return
+  sed -n 's/^expires in: //p' "$OUT" >>"$T/printed"
+  ll run --wait 100ms held/2m -- true; expect_rc 75 || return
+  sed -n 's/.*expires in \([^ ,]*\).*/\1/p' "$ERR" >>"$T/printed"
+  sed -n 's/.*gave up after --wait \([^ )]*\).*/\1/p' "$ERR" >>"$T/printed"
+  [ "$(wc -l <"$T/printed")" -ge 11 ] || { fail "durations found: $(cat "$T/printed")"; return; }
+  while read -r d; do
+    ms=$(echo "$d" | awk '
+      match($0, /^[0-9]+(\.[0-9]+)?/) {
+        u = substr($0, RLENGTH + 1)
+        f = u == "ms" ? 1 : u == "s" ? 1e3 : u == "m" ? 6e4 : u == "h" ? 3.6e6 : u == "d" ? 8.64e7 : -1
+        if (f > 0) { printf "%.0f\n", substr($0, 1, RLENGTH) * f; exit }
+      }
+      { print -1 }')
+    parsed_ms "$d" || return
+    [ "$PARSED" -le "$ms" ] && [ $((ms - PARSED)) -le $((ms / 100 + 1000)) ] ||
+      { fail "\"$d\" (${ms}ms by its text) was read back as ${PARSED}ms"; return; }
+  done <"$T/printed"
 }
 
 # bad RC MESSAGE ARGS...: leaselock ARGS fails with RC and MESSAGE on
