@@ -119,13 +119,13 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void fork_prepare (void)
 {
    pid_t me = getpid ();
+   int64_t until = ll_real_now_ms () + FORK_WAIT_MS; /* one bound for all clients */
    pthread_mutex_lock (&clients_mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       pthread_mutex_lock (&c->mu);
       /* Connections in use belong to other threads of this process (the
        * forking thread holds none: no connection is kept across user
        * code). In a client last used by a parent, the count is stale. */
-      int64_t until = ll_real_now_ms () + FORK_WAIT_MS;
       while (c->pid == me && c->in_use > 0 && ll_real_now_ms () < until)
          ll_cond_wait_until (&c->drained, &c->mu, until);
       c->fork_busy = c->pid == me && c->in_use > 0;
@@ -1125,11 +1125,11 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
               !l->in_list && !c->closed) {
       schedule_locked (c, l, NULL); /* nothing was sent: surely still ours */
    } else if (l->state == LEASELOCK_STATE_HELD) {
-      /* Maybe released, maybe not: no longer held for sure, so LOST, and
-       * without on_lost (the caller is done with it; renewing a record that
-       * may be released would report a loss that is not one). Release may
-       * be called again; the database expires the record otherwise. */
-      l->state = LEASELOCK_STATE_LOST;
+      /* Maybe released, maybe not. The holder has let go either way, so
+       * RELEASED, never renewed again (renewing a record that may be
+       * released would report a loss that is not one); if the release did
+       * not land, the database expires the record by its TTL. */
+      l->state = LEASELOCK_STATE_RELEASED;
       l->lost_notify = false;
       list_remove_locked (c, l);
    }

@@ -185,10 +185,10 @@ extern "C"
     * the lease is no longer this owner's (released already, taken over, or
     * acquired by the parent of a forked process). Waiters in this process are
     * woken at once. A release whose reply is lost is sent once more. If it
-    * still fails (BACKEND), the lease is LOST (without on_lost) and no longer
-    * renewed: the record may or may not be released, and expires by its TTL
-    * otherwise; release may be called again. A release that reached no
-    * connection leaves the lease HELD and renewed.
+    * still fails (BACKEND), the holder has let go all the same: the lease is
+    * RELEASED and never renewed again, and if the release did not land the
+    * record expires by its TTL. A release that reached no connection leaves
+    * the lease HELD and renewed, and may be called again.
     */
    LEASELOCK_API bool leaselock_lease_release (leaselock_lease_t *lease, leaselock_error_t *error);
 

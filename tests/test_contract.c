@@ -564,6 +564,100 @@ static void test_blocking_timeout (void)
    leaselock_client_destroy (b);
 }
 
+/* Hostile keys are stored and listed verbatim, byte for byte, and are
+ * never read as SQL, LIKE patterns or MongoDB operators. */
+typedef struct
+{
+   char keys[16][LEASELOCK_KEY_MAX + 1];
+   size_t lens[16];
+   int n;
+} verbatim_t;
+
+static bool collect_verbatim (const leaselock_record_t *r, void *ud)
+{
+   verbatim_t *v = ud;
+   if (v->n < 16) {
+      memcpy (v->keys[v->n], r->key, r->key_len);
+      v->lens[v->n++] = r->key_len;
+   }
+   return true;
+}
+
+static void test_hostile_keys_verbatim (void)
+{
+   static const char *const tails[] = {
+      "q'uote\"d",
+      "back\\slash",
+      "$where",
+      "a.b.$c",
+      "x'); DROP TABLE t; --",
+      "100%_done",
+      "under_score",
+      "{\"$gt\": \"\"}",
+      "\xf0\x9f\x94\x92 emoji",
+      "tab\there\nnewline",
+      "semi;colon*star?",
+      "\\N NULL \x7f del",
+   };
+   int n = (int)(sizeof tails / sizeof tails[0]);
+   leaselock_client_t *a = client ("hostile");
+   CHECK (a);
+   leaselock_error_t err;
+   char base[64], keys[16][LEASELOCK_KEY_MAX + 1];
+   snprintf (base, sizeof base, "%s/", key ("hostile"));
+   bool ok = true;
+   for (int i = 0; i < n && ok; i++) {
+      snprintf (keys[i], sizeof keys[i], "%.63s%.63s", base, tails[i]);
+      leaselock_lease_t *l = NULL;
+      ok = acq (a, keys[i], opts (60000, false), &l, &err);
+      if (ok) {
+         leaselock_record_t rec;
+         bool found = false;
+         ok = leaselock_inspect (a, keys[i], strlen (keys[i]), &rec, &found, &err);
+         if (ok &&
+             (!found || rec.key_len != strlen (keys[i]) || memcmp (rec.key, keys[i], rec.key_len) ||
+              strcmp (rec.owner, leaselock_lease_owner (l))))
+            ok = ll_error_set (&err, LEASELOCK_INVALID, "inspect gave back another key for %d", i);
+         if (ok)
+            ok = leaselock_lease_release (l, &err);
+      }
+      leaselock_lease_destroy (l);
+   }
+   /* A 255-byte key of multibyte characters. */
+   char longest[LEASELOCK_KEY_MAX + 1];
+   size_t ln = (size_t)snprintf (longest, sizeof longest, "%s", base);
+   while (ln + 2 <= LEASELOCK_KEY_MAX)
+      ln += (size_t)snprintf (longest + ln, sizeof longest - ln, "\xc3\xa9");
+   while (ln < LEASELOCK_KEY_MAX)
+      longest[ln++] = '%';
+   longest[ln] = '\0';
+   leaselock_lease_t *l = NULL;
+   if (ok)
+      ok = acq (a, longest, opts (60000, false), &l, &err);
+   leaselock_lease_destroy (l);
+   verbatim_t v = { .n = 0 };
+   if (ok)
+      ok = leaselock_list (a, base, strlen (base), collect_verbatim, &v, &err);
+   /* A prefix with LIKE wildcards matches only keys that start with it. */
+   verbatim_t w = { .n = 0 };
+   char pct[320];
+   snprintf (pct, sizeof pct, "%s100%%", base);
+   if (ok)
+      ok = leaselock_list (a, pct, strlen (pct), collect_verbatim, &w, &err);
+   leaselock_client_destroy (a);
+   CHECK_OK (ok, err);
+   CHECK_EQ (ln, LEASELOCK_KEY_MAX);
+   CHECK_EQ (v.n, n + 1);
+   for (int i = 0; i < n; i++) {
+      bool seen = false;
+      for (int j = 0; j < v.n; j++)
+         seen = seen || (v.lens[j] == strlen (keys[i]) && !memcmp (v.keys[j], keys[i], v.lens[j]));
+      CHECK (seen);
+   }
+   CHECK_EQ (w.n, 1);
+   CHECK (w.lens[0] == strlen (keys[5]) && !memcmp (w.keys[0], keys[5], w.lens[0]));
+}
+
 /* Keys are (pointer, length): a message about a key never reads past its
  * length (ASan: heap-buffer-overflow before), and a long key is cut at a
  * character boundary with "...". */
@@ -1595,6 +1689,7 @@ int main (int argc, char **argv)
    RUN (test_lease_outlives_client);
    RUN (test_blocking_timeout);
    RUN (test_key_in_messages);
+   RUN (test_hostile_keys_verbatim);
    RUN (test_backoff_jitter);
    RUN (test_local_handoff);
    RUN (test_wait_interrupted);
