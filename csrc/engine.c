@@ -879,24 +879,82 @@ static bool try_once (leaselock_client_t *c,
 }
 
 /* An acquire failed twice once sent: either attempt may have taken the
- * key for owner, which nobody would then hold. Release it for that owner
- * (no min_hold; best effort, errors ignored), so that it is not left
- * blocked until its TTL runs out. Only this owner's record can match. */
+ * key for owner, which nobody would then hold. It is released for that
+ * owner (no min_hold; only this owner's record can match), so that it is
+ * not left blocked until its TTL runs out: at once, and when that fails
+ * too (the path that lost the replies is often still broken), by a thread
+ * that retries with backoff until the record would have expired anyway or
+ * the client is closed. Best effort: errors are not reported. */
+typedef struct forget
+{
+   leaselock_client_t *client; /* counted reference */
+   char key[LEASELOCK_KEY_MAX + 1];
+   size_t key_len;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   int64_t until; /* local ms after which the record has expired */
+} forget_t;
+
+/* One release of f's record; true when done (released, or not ours). */
+static bool forget_once (forget_t *f, pid_t me)
+{
+   leaselock_client_t *c = f->client;
+   leaselock_error_t err;
+   void *conn = pool_get (c, me, &err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->release (conn, f->key, f->key_len, f->owner, 0, &err);
+   pool_put (c, conn, me, !ok && conn_failed (&err));
+   return ok || err.code == LEASELOCK_NOT_HELD;
+}
+
+static void *forget_main (void *arg)
+{
+   forget_t *f = arg;
+   leaselock_client_t *c = f->client;
+   pid_t me = getpid ();
+   for (int64_t wait = RETRY_MIN_MS;; wait = wait * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : wait * 2) {
+      pthread_mutex_lock (&c->mu);
+      int64_t at = ll_now_ms () + wait;
+      while (!c->closed && c->pid == me && ll_now_ms () < at)
+         ll_cond_wait_until (&c->cond, &c->mu, at); /* destroy broadcasts it */
+      bool stop = c->closed || c->pid != me || ll_now_ms () >= f->until;
+      pthread_mutex_unlock (&c->mu);
+      if (stop || forget_once (f, me))
+         break;
+   }
+   client_unref (c);
+   free (f);
+   return NULL;
+}
+
 static void forget_owner (leaselock_client_t *c,
                           const char *key,
                           size_t key_len,
                           const char *owner,
+                          int64_t ttl_ms,
                           pid_t me)
 {
-   char k[LEASELOCK_KEY_MAX + 1];
-   memcpy (k, key, key_len);
-   k[key_len] = '\0';
-   leaselock_error_t err;
-   void *conn = pool_get (c, me, &err);
-   if (!conn)
+   forget_t *f = calloc (1, sizeof *f);
+   if (!f)
       return;
-   bool ok = c->backend->release (conn, k, key_len, owner, 0, &err);
-   pool_put (c, conn, me, !ok && conn_failed (&err));
+   f->client = c;
+   memcpy (f->key, key, key_len);
+   f->key_len = key_len;
+   memcpy (f->owner, owner, sizeof f->owner);
+   f->until = ll_now_ms () + ttl_ms; /* both sends went out before now */
+   pthread_t tid;
+   pthread_attr_t attr;
+   if (forget_once (f, me) || pthread_attr_init (&attr) != 0) {
+      free (f);
+      return;
+   }
+   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+   atomic_fetch_add (&c->refs, 1);
+   if (pthread_create (&tid, &attr, forget_main, f) != 0) {
+      atomic_fetch_sub (&c->refs, 1); /* the caller's reference keeps it alive */
+      free (f);
+   }
+   pthread_attr_destroy (&attr);
 }
 
 /* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
@@ -973,7 +1031,7 @@ bool leaselock_acquire (leaselock_client_t *c,
          continue;
       }
       if (err->code == LEASELOCK_BACKEND && sent_any) {
-         forget_owner (c, key, key_len, owner, me);
+         forget_owner (c, key, key_len, owner, opts->ttl_ms, me);
          return false;
       }
       if (err->code != LEASELOCK_BUSY)

@@ -29,6 +29,7 @@ static int fail_ops;    /* while > 0 every op fails with BACKEND */
 static int64_t db_skew; /* the "database clock" = engine clock + skew */
 static int lose[8];     /* per op: calls still to apply and then fail */
 static int hold[8];     /* per op: calls still to apply and then hold */
+static int refuse[8];   /* per op: calls still to fail before applying */
 static atomic_int held; /* calls holding their reply now */
 static atomic_bool holding;
 static atomic_bool hang;
@@ -63,6 +64,13 @@ void fake_backend_lose_replies_of (fake_op_t op, int n)
 {
    pthread_mutex_lock (&mu);
    lose[op] = n;
+   pthread_mutex_unlock (&mu);
+}
+
+void fake_backend_fail_next (fake_op_t op, int n)
+{
+   pthread_mutex_lock (&mu);
+   refuse[op] = n;
    pthread_mutex_unlock (&mu);
 }
 
@@ -135,6 +143,11 @@ static bool enter (fake_op_t op, const char *key, leaselock_error_t *err)
       nanosleep (&ts, NULL);
    }
    pthread_mutex_lock (&mu);
+   if (refuse[op] > 0) {
+      refuse[op]--;
+      pthread_mutex_unlock (&mu);
+      return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: injected failure");
+   }
    if (fail_ops) {
       pthread_mutex_unlock (&mu);
       return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: injected failure");

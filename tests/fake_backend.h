@@ -28,6 +28,8 @@ void fake_backend_hang_key (const char *part);
 /* The next n acquires are applied, then fail with BACKEND as if their
  * reply had been lost on the way back. */
 void fake_backend_lose_replies (int n);
+/* The next n calls of op fail with BACKEND before they are applied. */
+void fake_backend_fail_next (fake_op_t op, int n);
 /* The same for the next n calls of op (acquire, renew or release). */
 void fake_backend_lose_replies_of (fake_op_t op, int n);
 /* The next n calls of op are applied, then hold their reply (in real
