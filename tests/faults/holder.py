@@ -12,6 +12,7 @@ a fault, the same client must work again.
 import json
 import os
 import random
+import select
 import sys
 import threading
 import time
@@ -25,6 +26,13 @@ from faultlib import FencedStore  # noqa: E402
 NAME, URI = sys.argv[1], sys.argv[2]
 out_mu = threading.Lock()
 mono = time.monotonic
+
+
+def sleep(seconds):
+    """time.sleep, by select(): under libfaketime 0.9.10 with the monotonic
+    clock left real, Python's clock_nanosleep(TIMER_ABSTIME) fails with
+    EINVAL."""
+    select.select([], [], [], max(0.0, seconds))
 
 
 def emit(ev, **kw):
@@ -75,7 +83,7 @@ class State:
 
     def sampler(self):
         while True:
-            time.sleep(0.005)
+            sleep(0.005)
             with self.mu:
                 items = list(self.active.items())
             for fence, ent in items:
@@ -118,10 +126,10 @@ def op_loop(st, key, ttl, seconds, hold_max, timeout, seed):
         lease, err = st.acquire(key, ttl, timeout)
         if lease is None:
             counts["errors"][err] = counts["errors"].get(err, 0) + 1
-            time.sleep(rnd.uniform(0, 0.05))
+            sleep(rnd.uniform(0, 0.05))
             continue
         counts["grants"] += 1
-        time.sleep(rnd.uniform(0, hold_max))
+        sleep(rnd.uniform(0, hold_max))
         err = st.release(lease)
         if err:
             counts["errors"]["release " + err] = counts["errors"].get("release " + err, 0) + 1
@@ -140,7 +148,7 @@ def op_recover(st, key, ttl, hold, timeout, store=None):
         if not lease.held:
             st.release(lease)
             return {"ok": False, "why": f"lost the lease while holding it (fence {lease.fence})"}
-        time.sleep(0.02)
+        sleep(0.02)
     accepted, seen = FencedStore(store).write(lease.fence, NAME) if store else (True, 0)
     err = st.release(lease)
     if err:
