@@ -15,6 +15,13 @@
  *                                  (unless the URI sets w; its journal= is
  *                                  kept; w=0, w=-1 and safe=false refused)
  *   appname=leaselock
+ * A URI's own socketTimeoutMS, serverSelectionTimeoutMS and
+ * connectTimeoutMS must be 1 ms to 1 day: 0 (which libmongoc turns into its
+ * own default) and negative values (a negative socket timeout waits
+ * forever) are refused. A call therefore waits at most
+ * serverSelectionTimeoutMS (which covers connecting) + socketTimeoutMS per
+ * command (acquire may send two: 2 x (5 s + 10 s) by default; a replica
+ * set's retryable write may add one more).
  *
  * One record per key, written only with the server's clock:
  *   { _id: key, owner: "<32 hex>" | null, fence: int64,
@@ -350,6 +357,25 @@ static bool ll_mongo_split_uri (const char *text, char **drv, char **coll, lease
 
 /* ---- open / close ------------------------------------------------------ */
 
+/* The URI's own timeouts are bounds: 1 ms to 1 day. */
+static bool ll_mongo_check_timeouts (const mongoc_uri_t *uri, leaselock_error_t *err)
+{
+   static const char *const names[] = { "socketTimeoutMS", "serverSelectionTimeoutMS",
+                                        "connectTimeoutMS" };
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      if (!mongoc_uri_has_option (uri, names[i]))
+         continue;
+      int32_t v = mongoc_uri_get_option_as_int32 (uri, names[i], 0); /* 0 when 0 */
+      if (v < 1 || v > 86400000)
+         return ll_error_set (err, LEASELOCK_INVALID,
+                              "MongoDB URI option %s=%d: expected 1 to 86400000 ms (calls must "
+                              "be bounded: 0 means the driver's default and a negative value "
+                              "no bound at all)",
+                              names[i], (int)v);
+   }
+   return true;
+}
+
 static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
 {
    if (!conn)
@@ -411,6 +437,8 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
       }
    }
 
+   if (!ll_mongo_check_timeouts (uri, err))
+      goto fail;
    if (!mongoc_uri_has_option (uri, MONGOC_URI_SOCKETTIMEOUTMS))
       mongoc_uri_set_option_as_int32 (uri, MONGOC_URI_SOCKETTIMEOUTMS, LL_MONGO_SOCKET_TIMEOUT_MS);
    if (!mongoc_uri_has_option (uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))

@@ -7,9 +7,13 @@
  *   socket=/path        connect through a unix socket instead of TCP
  *   table=name          the lock table (default "leaselock"); the schema
  *                       version lives in <table>_meta
- *   connect_timeout=s   seconds (default 10)
- *   read_timeout=s      seconds a statement may wait for its reply (30)
- *   write_timeout=s     seconds (30)
+ *   io_timeout=5s       how long one wait for the server may last once
+ *                       connected (read and write; a duration in whole
+ *                       seconds: 5, 5s, 5000ms; default 5 s)
+ *   connect_timeout=s   seconds (default 5): TCP connect, and each wait
+ *                       of the handshake and authentication
+ *   read_timeout=s      seconds; overrides io_timeout for reads
+ *   write_timeout=s     seconds; overrides io_timeout for writes
  *   ssl=true|false      require TLS (default false: the server decides)
  * Unknown options are refused, so a typo does not go unnoticed.
  *
@@ -36,6 +40,21 @@
  * run LAST_INSERT_ID(expr); BUSY also changes no row: 0 affected rows).
  * Renew and force_release use the same device to tell whether their row
  * matched.
+ *
+ * Bounded calls: libmariadb waits for the socket with poll() and these
+ * timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT),
+ * per wait and without retries (unlike old libmysqlclient, whose read
+ * timeout was documented as tripled); a wait that times out ends the call
+ * with BACKEND (2013, lost connection) and the connection is dropped. A
+ * stalled server therefore ends a call at most one timeout after it
+ * stopped answering. A call that must reconnect waits on: TCP connect,
+ * the handshake and authentication (connect_timeout each), the init
+ * command, the schema check (1 round trip, 4 on first use), the prepare,
+ * the execute and its rows (io_timeout each). A stalled server ends a call
+ * one timeout after its last answer (5 s on an open connection, 5 s + 5 s
+ * when the call reconnects, by default), but the bound is per wait: a
+ * server that answers every packet just in time can stretch one call
+ * over several timeouts.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart, KILL, idle
@@ -132,6 +151,22 @@ static bool fail_stmt (my_conn_t *c, MYSQL_STMT *st, const char *what, leaselock
 
 /* ---- URI ------------------------------------------------------------- */
 
+/* io_timeout: a duration that is whole seconds (libmariadb counts in
+ * seconds), 1 s to 1 day. */
+static bool parse_io_timeout (const char *v, unsigned *out, leaselock_error_t *err)
+{
+   int64_t ms = 0;
+   leaselock_error_t e;
+   if (!leaselock_parse_duration (v, &ms, &e) || ms < 1000 || ms > 86400 * 1000 || ms % 1000)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI option io_timeout=\"%.32s\": expected whole seconds from 1s "
+                           "to 86400s such as 5 or 5s (libmariadb counts in seconds; calls must "
+                           "be bounded)",
+                           v);
+   *out = (unsigned)(ms / 1000);
+   return true;
+}
+
 static bool parse_seconds (const char *name, const char *v, unsigned *out, leaselock_error_t *err)
 {
    char *end;
@@ -159,9 +194,9 @@ static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
 
-   c->connect_timeout = 10;
-   c->read_timeout = 30;
-   c->write_timeout = 30;
+   unsigned io_timeout = 5;
+   bool read_set = false, write_set = false;
+   c->connect_timeout = 5;
    snprintf (c->table, sizeof c->table, "leaselock");
    for (int i = 0; i < u.n_params; i++) {
       const char *n = u.params[i].name, *v = u.params[i].value;
@@ -178,15 +213,20 @@ static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
             goto out;
          }
          snprintf (c->table, sizeof c->table, "%s", v);
+      } else if (!strcmp (n, "io_timeout")) {
+         if (!parse_io_timeout (v, &io_timeout, err))
+            goto out;
       } else if (!strcmp (n, "connect_timeout")) {
          if (!parse_seconds (n, v, &c->connect_timeout, err))
             goto out;
       } else if (!strcmp (n, "read_timeout")) {
          if (!parse_seconds (n, v, &c->read_timeout, err))
             goto out;
+         read_set = true;
       } else if (!strcmp (n, "write_timeout")) {
          if (!parse_seconds (n, v, &c->write_timeout, err))
             goto out;
+         write_set = true;
       } else if (!strcmp (n, "ssl")) {
          if (!strcmp (v, "true") || !strcmp (v, "1"))
             c->ssl = true;
@@ -200,11 +240,15 @@ static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
       } else {
          ll_error_set (err, LEASELOCK_INVALID,
                        "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
-                       "connect_timeout, read_timeout, write_timeout, ssl)",
+                       "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
                        shown, n);
          goto out;
       }
    }
+   if (!read_set)
+      c->read_timeout = io_timeout;
+   if (!write_set)
+      c->write_timeout = io_timeout;
    const char *db = u.path[0] == '/' ? u.path + 1 : u.path;
    if (!*db || strchr (db, '/')) {
       ll_error_set (err, LEASELOCK_INVALID,

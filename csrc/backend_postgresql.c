@@ -3,11 +3,30 @@
  *
  * URI: postgresql://... or postgres://..., a libpq connection URI passed
  * to libpq as it is (every libpq option and PG* environment variable
- * works), except for one option of leaselock's own, removed before:
- *   table=name   the lock table (default "leaselock"); the schema version
- *                lives in <table>_meta
- * Defaults that the URI may override: connect_timeout=10,
+ * works), except for options of leaselock's own, removed before:
+ *   table=name        the lock table (default "leaselock"); the schema
+ *                     version lives in <table>_meta
+ *   io_timeout=5s     how long one call may wait for the server once
+ *                     connected (a duration: 5s, 1500ms, 2.5; 1 ms to 1 d)
+ * and libpq's connect_timeout, which leaselock enforces itself (whole
+ * seconds, 1 to 86400; default 5): the whole connection set-up, every
+ * host and address of the URI together, TLS, authentication and the
+ * schema check, is one deadline. Defaults that the URI may override:
+ * keepalives=1, keepalives_idle=10, keepalives_interval=5,
+ * keepalives_count=3, tcp_user_timeout=<io_timeout in ms>,
  * fallback_application_name=leaselock. client_encoding is always UTF8.
+ *
+ * Bounded calls: the connection is non-blocking and every statement is
+ * sent with PQsendPrepare / PQsendQueryPrepared, flushed, and its results
+ * read with poll() on PQsocket against one deadline (now + io_timeout) for
+ * the call's prepare and execute together. A call that misses its deadline
+ * reports BACKEND and closes the connection (the statement may still run
+ * once the server wakes up: like any lost reply, the owner condition makes
+ * a retry safe); the next call reconnects. One call therefore takes at most
+ * connect_timeout + io_timeout (5 s + 5 s by default: at most the renewal
+ * interval of the default 30 s TTL, so a renewal stuck on a stalled server
+ * ends with time left for retries), plus name resolution (getaddrinfo,
+ * which libpq runs blocking and the system resolver bounds).
  *
  * Table (created on first use, schema version 1):
  *   lock_key text COLLATE "C" PRIMARY KEY   byte order, byte-exact UTF-8
@@ -34,11 +53,16 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SCHEMA_VERSION 1
+#define DEFAULT_IO_TIMEOUT_MS 5000
+#define DEFAULT_CONNECT_TIMEOUT_S 5
+#define MAX_TIMEOUT_S 86400
 
 enum
 {
@@ -59,6 +83,8 @@ typedef struct
    char *conninfo; /* the URI without leaselock's options */
    char *password; /* to scrub from messages; may be NULL */
    char table[64];
+   int64_t io_timeout_ms;      /* one call's wait once connected */
+   int64_t connect_timeout_ms; /* the whole connection set-up */
    char *sql[ST_COUNT];
 } pg_conn_t;
 
@@ -108,7 +134,53 @@ static bool fail (pg_conn_t *c, PGresult *res, const char *what, leaselock_error
 
 /* ---- URI ------------------------------------------------------------- */
 
-/* Copies uri to c->conninfo without the "table" option, and reads it. */
+/* The options of leaselock's own, removed before the URI reaches libpq. */
+static bool is_own_option (const char *item, size_t n)
+{
+   static const char *const own[] = { "table", "io_timeout" };
+   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+      size_t k = strlen (own[i]);
+      if (n >= k && !strncmp (item, own[i], k) && (n == k || item[k] == '='))
+         return true;
+   }
+   return false;
+}
+
+/* Reads the timeouts (each occurrence is checked; the last one counts, as
+ * in libpq). */
+static bool parse_timeouts (pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *err)
+{
+   c->io_timeout_ms = DEFAULT_IO_TIMEOUT_MS;
+   c->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_S * 1000;
+   for (int i = 0; i < u->n_params; i++) {
+      const char *n = u->params[i].name, *v = u->params[i].value;
+      if (!strcmp (n, "io_timeout")) {
+         int64_t ms = 0;
+         leaselock_error_t e;
+         if (!leaselock_parse_duration (v, &ms, &e) || ms < 1 || ms > MAX_TIMEOUT_S * 1000)
+            return ll_error_set (err, LEASELOCK_INVALID,
+                                 "postgresql URI option io_timeout=\"%.32s\": expected a duration "
+                                 "from 1ms to 1d such as 5s or 1500ms (calls must be bounded)",
+                                 v);
+         c->io_timeout_ms = ms;
+      } else if (!strcmp (n, "connect_timeout")) {
+         char *end;
+         errno = 0;
+         long sec = strtol (v, &end, 10);
+         if (!*v || *end || errno || sec < 1 || sec > MAX_TIMEOUT_S)
+            return ll_error_set (err, LEASELOCK_INVALID,
+                                 "postgresql URI option connect_timeout=\"%.32s\": expected whole "
+                                 "seconds from 1 to %d (0, libpq's \"forever\", is refused: calls "
+                                 "must be bounded)",
+                                 v, MAX_TIMEOUT_S);
+         c->connect_timeout_ms = (int64_t)sec * 1000;
+      }
+   }
+   return true;
+}
+
+/* Copies uri to c->conninfo without leaselock's own options, and reads
+ * it. */
 static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
 {
    ll_uri_t u;
@@ -117,6 +189,8 @@ static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
    snprintf (c->table, sizeof c->table, "leaselock");
    const char *table = ll_uri_param (&u, "table");
    bool ok = false;
+   if (!parse_timeouts (c, &u, err))
+      goto out;
    if (table && !ll_valid_identifier (table)) {
       ll_error_set (err, LEASELOCK_INVALID,
                     "postgresql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
@@ -144,8 +218,7 @@ static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
          const char *amp = memchr (item, '&', (size_t)(end - item));
          const char *item_end = amp ? amp : end;
          size_t n = (size_t)(item_end - item);
-         bool is_table = (n >= 5 && !strncmp (item, "table", 5) && (n == 5 || item[5] == '='));
-         if (n && !is_table) {
+         if (n && !is_own_option (item, n)) {
             c->conninfo[o++] = sep;
             memcpy (c->conninfo + o, item, n);
             o += n;
@@ -162,6 +235,112 @@ nomem:
 out:
    ll_uri_cleanup (&u);
    return ok;
+}
+
+/* ---- bounded I/O ----------------------------------------------------- */
+
+/* The real monotonic clock (not the engine's, which tests may fake). */
+static int64_t mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits until the connection's socket has one of events or deadline_ms
+ * passes. 1: ready (or an error poll reports: libpq will find it), 0: the
+ * deadline passed. */
+static int wait_socket (PGconn *db, short events, int64_t deadline_ms)
+{
+   struct pollfd p = { .fd = PQsocket (db), .events = events };
+   if (p.fd < 0)
+      return 1;
+   for (;;) {
+      int64_t left = deadline_ms - mono_ms ();
+      if (left <= 0)
+         return 0;
+      int r = poll (&p, 1, left > 60000 ? 60000 : (int)left);
+      if (r > 0 || (r < 0 && errno != EINTR))
+         return 1;
+   }
+}
+
+/* BACKEND for a call that got no answer in time; the connection is closed
+ * (whatever it was doing is abandoned). Returns false. */
+static bool timed_out (pg_conn_t *c,
+                       const char *what,
+                       int64_t limit_ms,
+                       const char *option,
+                       leaselock_error_t *err)
+{
+   disconnect (c);
+   return ll_error_set (err, LEASELOCK_BACKEND,
+                        "postgresql: %s: no answer from the server within %lld ms (%s); the "
+                        "connection was closed",
+                        what, (long long)limit_ms, option);
+}
+
+/* After a PQsend* call: flushes the query and reads every result by
+ * deadline_ms. Returns the first result that failed, or else the last
+ * one (the caller clears it); NULL with err set when the connection failed
+ * or the deadline passed (the connection is then closed). */
+static PGresult *collect (pg_conn_t *c,
+                          int64_t deadline_ms,
+                          int64_t limit_ms,
+                          const char *option,
+                          const char *what,
+                          leaselock_error_t *err)
+{
+   int f;
+   while ((f = PQflush (c->db)) != 0) {
+      if (f < 0)
+         return fail (c, NULL, what, err), NULL;
+      if (!wait_socket (c->db, POLLIN | POLLOUT, deadline_ms))
+         return timed_out (c, what, limit_ms, option, err), NULL;
+      if (!PQconsumeInput (c->db))
+         return fail (c, NULL, what, err), NULL;
+   }
+   PGresult *keep = NULL;
+   for (;;) {
+      while (PQisBusy (c->db)) {
+         if (!wait_socket (c->db, POLLIN, deadline_ms)) {
+            PQclear (keep);
+            return timed_out (c, what, limit_ms, option, err), NULL;
+         }
+         if (!PQconsumeInput (c->db)) {
+            PQclear (keep);
+            return fail (c, NULL, what, err), NULL;
+         }
+      }
+      PGresult *res = PQgetResult (c->db);
+      if (!res)
+         break;
+      ExecStatusType s = PQresultStatus (keep);
+      if (keep && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+         PQclear (res); /* keep the first failure */
+      } else {
+         PQclear (keep);
+         keep = res;
+      }
+   }
+   if (!keep) {
+      fail (c, NULL, what, err);
+      disconnect (c);
+   }
+   return keep;
+}
+
+/* Runs sql (one or more statements, no parameters) within the connect
+ * deadline. */
+static PGresult *exec_setup (pg_conn_t *c,
+                             const char *sql,
+                             int64_t deadline_ms,
+                             const char *what,
+                             leaselock_error_t *err)
+{
+   if (!PQsendQuery (c->db, sql))
+      return fail (c, NULL, what, err), NULL;
+   return collect (c, deadline_ms, c->connect_timeout_ms, "connect_timeout", what, err);
 }
 
 /* ---- statements ------------------------------------------------------ */
@@ -210,11 +389,13 @@ static const char *const st_names[ST_COUNT] = {
 /* Creates the tables when missing (under an advisory lock, since
  * PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two sessions race)
  * and checks the schema version. */
-static bool ensure_schema (pg_conn_t *c, leaselock_error_t *err)
+static bool ensure_schema (pg_conn_t *c, int64_t deadline_ms, leaselock_error_t *err)
 {
    char sql[2048];
    snprintf (sql, sizeof sql, "SELECT schema_version FROM \"%s_meta\" WHERE id = 1", c->table);
-   PGresult *res = PQexec (c->db, sql);
+   PGresult *res = exec_setup (c, sql, deadline_ms, "reading the schema version", err);
+   if (!res)
+      return false;
    long version = -1;
    if (PQresultStatus (res) == PGRES_TUPLES_OK) {
       if (PQntuples (res) == 1)
@@ -245,13 +426,15 @@ static bool ensure_schema (pg_conn_t *c, leaselock_error_t *err)
                 "INSERT INTO \"%1$s_meta\" VALUES (1, %2$d) ON CONFLICT (id) DO NOTHING; "
                 "COMMIT",
                 c->table, SCHEMA_VERSION);
-      res = PQexec (c->db, sql);
+      res = exec_setup (c, sql, deadline_ms, "creating the lock table", err);
+      if (!res)
+         return false;
       if (PQresultStatus (res) != PGRES_COMMAND_OK) {
          fail (c, res, "creating the lock table", err);
          PQclear (res);
-         if (c->db) {
-            PQclear (PQexec (c->db, "ROLLBACK"));
-         }
+         leaselock_error_t ignored;
+         if (c->db)
+            PQclear (exec_setup (c, "ROLLBACK", deadline_ms, "rolling back", &ignored));
          return false;
       }
       PQclear (res);
@@ -271,21 +454,45 @@ static void quiet_notices (void *arg, const char *message)
    (void)message;
 }
 
+/* Connects (every host and address of the URI in turn, as libpq does),
+ * sets the connection non-blocking and checks the schema, all within
+ * connect_timeout. */
 static bool do_connect (pg_conn_t *c, leaselock_error_t *err)
 {
-   const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname",
-                          "client_encoding", NULL };
-   const char *vals[] = { "10", "leaselock", c->conninfo, "UTF8", NULL };
-   c->db = PQconnectdbParams (keys, vals, 1);
+   int64_t deadline = mono_ms () + c->connect_timeout_ms;
+   char user_timeout[32];
+   snprintf (user_timeout, sizeof user_timeout, "%lld", (long long)c->io_timeout_ms);
+   /* Defaults first: the URI (dbname, expanded) overrides them; the
+    * encoding after it is always ours. */
+   const char *keys[] = { "keepalives",       "keepalives_idle",  "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout", "fallback_application_name",
+                          "dbname",           "client_encoding",  NULL };
+   const char *vals[] = {
+      "1", "10", "5", "3", user_timeout, "leaselock", c->conninfo, "UTF8", NULL
+   };
+   c->db = PQconnectStartParams (keys, vals, 1);
    if (!c->db)
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (PQconnectdbParams)");
-   if (PQstatus (c->db) != CONNECTION_OK) {
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (PQconnectStartParams)");
+   PostgresPollingStatusType st =
+     PQstatus (c->db) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+   while (st != PGRES_POLLING_OK) {
+      if (st == PGRES_POLLING_FAILED) {
+         fail (c, NULL, "connecting", err);
+         disconnect (c);
+         return false;
+      }
+      short ev = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+      if (!wait_socket (c->db, ev, deadline))
+         return timed_out (c, "connecting", c->connect_timeout_ms, "connect_timeout", err);
+      st = PQconnectPoll (c->db);
+   }
+   if (PQsetnonblocking (c->db, 1) != 0) {
       fail (c, NULL, "connecting", err);
       disconnect (c);
       return false;
    }
    PQsetNoticeProcessor (c->db, quiet_notices, NULL);
-   if (!ensure_schema (c, err)) {
+   if (!ensure_schema (c, deadline, err)) {
       disconnect (c);
       return false;
    }
@@ -310,8 +517,15 @@ static PGresult *run (pg_conn_t *c,
       disconnect (c);
    if (!c->db && !do_connect (c, err))
       return NULL;
+   /* One deadline for the call's prepare and execute together. */
+   int64_t deadline = mono_ms () + c->io_timeout_ms;
    if (!c->prepared[id]) {
-      PGresult *res = PQprepare (c->db, st_names[id], c->sql[id], n_params[id], NULL);
+      if (!PQsendPrepare (c->db, st_names[id], c->sql[id], n_params[id], NULL))
+         return fail (c, NULL, "preparing a statement", err), NULL;
+      PGresult *res =
+        collect (c, deadline, c->io_timeout_ms, "io_timeout", "preparing a statement", err);
+      if (!res)
+         return NULL;
       if (PQresultStatus (res) != PGRES_COMMAND_OK) {
          fail (c, res, "preparing a statement", err);
          PQclear (res);
@@ -320,7 +534,11 @@ static PGresult *run (pg_conn_t *c,
       PQclear (res);
       c->prepared[id] = true;
    }
-   PGresult *res = PQexecPrepared (c->db, st_names[id], n_params[id], params, NULL, NULL, 0);
+   if (!PQsendQueryPrepared (c->db, st_names[id], n_params[id], params, NULL, NULL, 0))
+      return fail (c, NULL, what, err), NULL;
+   PGresult *res = collect (c, deadline, c->io_timeout_ms, "io_timeout", what, err);
+   if (!res)
+      return NULL;
    ExecStatusType s = PQresultStatus (res);
    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
       fail (c, res, what, err);

@@ -1598,6 +1598,18 @@ static void test_bad_uris (void)
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/bad.db", LEASELOCK_INVALID, "database");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=abc", LEASELOCK_INVALID,
                       "sockettimeoutms");
+   /* Timeouts that would not bound a call (0: the driver's default, 5 min
+    * for the socket; negative: no bound), refused before any I/O. */
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=0", LEASELOCK_INVALID,
+                      "socketTimeoutMS=0: expected 1 to 86400000 ms");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=-5", LEASELOCK_INVALID,
+                      "socketTimeoutMS=-5");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?serverSelectionTimeoutMS=0", LEASELOCK_INVALID,
+                      "serverSelectionTimeoutMS=0");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?connectTimeoutMS=-1", LEASELOCK_INVALID,
+                      "connectTimeoutMS=-1");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=2147483647", LEASELOCK_INVALID,
+                      "socketTimeoutMS=2147483647");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?w=0&journal=true", LEASELOCK_INVALID,
                       "invalid MongoDB URI");
    /* Unacknowledged writes, refused before any I/O (nothing listens on the

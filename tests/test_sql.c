@@ -11,8 +11,10 @@
  * not extend the old owner's lease, reconnection after the server kills a
  * connection, a server restart mid-hold (LEASELOCK_MYSQL_RESTART /
  * LEASELOCK_POSTGRES_RESTART name the restart command; tests/servers/<name>.sh
- * print them), bad URIs, the table option, concurrent first use, and
- * connections abandoned after fork.
+ * print them), a stopped server (SIGSTOP on its processes: every call, and
+ * a fork() while one is in flight, ends within the URI's io_timeout and
+ * connect_timeout or the default bounds), bad URIs, the table option,
+ * concurrent first use, and connections abandoned after fork.
  *
  * A raw driver connection (libmariadb / libpq) checks the server side.
  */
@@ -24,8 +26,13 @@
 #include <mysql.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -776,6 +783,15 @@ static void test_bad_uris (void)
    expect_fail (uri_with ("table=1abc"), LEASELOCK_INVALID, "table", NULL);
    expect_fail (uri_with ("table=a%60b"), LEASELOCK_INVALID, "table", NULL);
    expect_fail (uri_with ("table=a%22b"), LEASELOCK_INVALID, "table", NULL);
+   /* I/O bounds: zero, garbage and (MySQL) fractions of a second refused */
+   expect_fail (uri_with ("io_timeout=0"), LEASELOCK_INVALID, "io_timeout", NULL);
+   expect_fail (uri_with ("io_timeout=soon"), LEASELOCK_INVALID, "io_timeout", NULL);
+   expect_fail (uri_with ("io_timeout=-5s"), LEASELOCK_INVALID, "io_timeout", NULL);
+   expect_fail (uri_with ("io_timeout=2d"), LEASELOCK_INVALID, "io_timeout", NULL);
+   expect_fail (uri_with ("connect_timeout=0"), LEASELOCK_INVALID, "connect_timeout", NULL);
+   expect_fail (uri_with ("connect_timeout=-1"), LEASELOCK_INVALID, "connect_timeout", NULL);
+   if (IS_MYSQL)
+      expect_fail (uri_with ("io_timeout=1500ms"), LEASELOCK_INVALID, "whole seconds", NULL);
    if (IS_MYSQL) {
       expect_fail (uri_with ("colour=blue"), LEASELOCK_INVALID, "unknown option \"colour\"", NULL);
       expect_fail (uri_with ("connect_timeout=soon"), LEASELOCK_INVALID, "connect_timeout", NULL);
@@ -1001,6 +1017,345 @@ static void test_failed_in_flight (void)
    CHECK (found && !strcmp (rec.owner, X) && rec.fence == f2);
 }
 
+/* ---- a stalled server ------------------------------------------------- */
+
+/* The I/O bounds the stall test gives in its URI (io_timeout, and
+ * connect_timeout in whole seconds, as both backends take it), and the
+ * slack it allows above the sum for a loaded machine. */
+#define STALL_IO_MS 1000
+#define STALL_CONNECT_MS 1000
+#define STALL_SLACK_MS 2500
+
+typedef struct
+{
+   pid_t pids[64]; /* the server's processes, stopped */
+   int n;
+   pid_t watchdog; /* resumes them if this process dies or hangs */
+   int wd_fd;      /* closing it tells the watchdog to resume them now */
+} stall_t;
+
+/* The parent pid of pid, or -1. */
+static pid_t parent_of (pid_t pid)
+{
+   char path[64], line[256];
+   snprintf (path, sizeof path, "/proc/%d/status", (int)pid);
+   FILE *f = fopen (path, "r");
+   pid_t pp = -1;
+   if (!f)
+      return -1;
+   while (fgets (line, sizeof line, f))
+      if (!strncmp (line, "PPid:", 5))
+         pp = (pid_t)atoi (line + 5);
+   fclose (f);
+   return pp;
+}
+
+/* Every process of the server: MariaDB is one process (its pid file);
+ * PostgreSQL is the postmaster (the parent of a backend) and its
+ * children, postmaster first. */
+static bool find_server_pids (stall_t *s)
+{
+   char out[4096];
+   s->n = 0;
+   if (IS_MYSQL) {
+      if (!raw_query ("SELECT @@pid_file", out, sizeof out))
+         return false;
+      FILE *f = fopen (out, "r");
+      int pid = 0;
+      if (!f || fscanf (f, "%d", &pid) != 1 || pid <= 1) {
+         fprintf (stderr, "    cannot read the server's pid from %s\n", out);
+         if (f)
+            fclose (f);
+         return false;
+      }
+      fclose (f);
+      s->pids[s->n++] = (pid_t)pid;
+      return true;
+   }
+   /* The backend's parent, read while its connection is open. */
+   PGconn *db = PQconnectdb (URI);
+   PGresult *res = PQstatus (db) == CONNECTION_OK ? PQexec (db, "SELECT pg_backend_pid()") : NULL;
+   pid_t postmaster = -1;
+   if (res && PQresultStatus (res) == PGRES_TUPLES_OK && PQntuples (res) == 1)
+      postmaster = parent_of ((pid_t)atoi (PQgetvalue (res, 0, 0)));
+   PQclear (res);
+   PQfinish (db);
+   if (postmaster <= 1) {
+      fprintf (stderr, "    cannot find the postmaster's pid\n");
+      return false;
+   }
+   s->pids[s->n++] = postmaster;
+   DIR *d = opendir ("/proc");
+   struct dirent *e;
+   while (d && (e = readdir (d)) && s->n < 64) {
+      pid_t p = (pid_t)atoi (e->d_name);
+      if (p > 1 && parent_of (p) == postmaster)
+         s->pids[s->n++] = p;
+   }
+   if (d)
+      closedir (d);
+   return true;
+}
+
+static void resume_all (const stall_t *s)
+{
+   for (int i = s->n - 1; i >= 0; i--)
+      kill (s->pids[i], SIGCONT);
+}
+
+/* Stops the server (SIGSTOP on its processes) with a watchdog process that
+ * sends SIGCONT when stall_end closes its pipe, when this process dies, or
+ * after 60 s, whichever comes first: a failing test never leaves a stopped
+ * server behind. */
+static bool stall_begin (stall_t *s)
+{
+   memset (s, 0, sizeof *s);
+   s->wd_fd = -1;
+   if (!find_server_pids (s))
+      return false;
+   int fds[2];
+   if (pipe (fds) != 0)
+      return false;
+   fflush (NULL);
+   s->watchdog = fork ();
+   if (s->watchdog == 0) {
+      close (fds[1]);
+      struct pollfd p = { .fd = fds[0], .events = POLLIN };
+      while (poll (&p, 1, 60000) < 0 && errno == EINTR) {
+      }
+      resume_all (s);
+      _exit (0);
+   }
+   close (fds[0]);
+   if (s->watchdog < 0) {
+      close (fds[1]);
+      return false;
+   }
+   s->wd_fd = fds[1];
+   for (int i = 0; i < s->n; i++)
+      kill (s->pids[i], SIGSTOP);
+   return true;
+}
+
+static void stall_end (stall_t *s)
+{
+   resume_all (s);
+   if (s->wd_fd >= 0)
+      close (s->wd_fd);
+   if (s->watchdog > 0)
+      waitpid (s->watchdog, NULL, 0);
+   s->wd_fd = -1;
+   s->watchdog = 0;
+}
+
+/* One call run on a thread of its own, so that a call that hangs fails the
+ * test instead of hanging it. */
+typedef struct
+{
+   leaselock_client_t *c;
+   const char *key;
+   enum
+   {
+      CALL_ACQUIRE,
+      CALL_INSPECT,
+      CALL_FORK
+   } what;
+   atomic_bool done;
+   bool ok;
+   leaselock_error_t err;
+   int64_t took_ms;
+   pthread_t th;
+} call_t;
+
+static void *call_main (void *arg)
+{
+   call_t *k = arg;
+   int64_t t0 = mono_ms ();
+   if (k->what == CALL_ACQUIRE) {
+      leaselock_lease_t *l = NULL;
+      leaselock_acquire_opts_t o = opts (5000, false);
+      o.timeout_ms = 1000;
+      k->ok = leaselock_acquire (k->c, k->key, strlen (k->key), &o, &l, &k->err);
+      leaselock_lease_destroy (l);
+   } else if (k->what == CALL_INSPECT) {
+      leaselock_record_t rec;
+      bool found;
+      k->ok = leaselock_inspect (k->c, k->key, strlen (k->key), &rec, &found, &k->err);
+   } else {
+      pid_t pid = fork ();
+      if (pid == 0)
+         _exit (0);
+      k->ok = pid > 0;
+      if (pid > 0)
+         waitpid (pid, NULL, 0);
+   }
+   k->took_ms = mono_ms () - t0;
+   atomic_store (&k->done, true);
+   return NULL;
+}
+
+static void call_start (call_t *k)
+{
+   atomic_init (&k->done, false);
+   k->ok = false;
+   memset (&k->err, 0, sizeof k->err);
+   pthread_create (&k->th, NULL, call_main, k);
+}
+
+/* Whether the call ended within bound_ms of its start (it is left running
+ * otherwise: resume the server, then call_join). */
+static bool call_wait (call_t *k, int64_t started, int64_t bound_ms)
+{
+   while (!atomic_load (&k->done) && mono_ms () - started < bound_ms)
+      sleep_ms (5);
+   return atomic_load (&k->done);
+}
+
+static void call_join (call_t *k)
+{
+   pthread_join (k->th, NULL);
+}
+
+/* A stopped server (SIGSTOP: the kernel still accepts connections and ACKs
+ * data, so neither TCP nor keepalives notice) bounds every call by the
+ * URI's io_timeout and connect_timeout: a blocking acquire with a 1 s
+ * timeout returns BACKEND or TIMEOUT, a call in flight ends, and a fork()
+ * from another thread meanwhile (whose handler waits for calls in flight)
+ * returns; once the server runs again the same client works. */
+static void test_stalled_server (void)
+{
+   char o[128];
+   snprintf (o, sizeof o, "io_timeout=%dms&connect_timeout=%d", STALL_IO_MS,
+             STALL_CONNECT_MS / 1000);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri_with (o), "stall", &err);
+   CHECK_OK (c != NULL, err);
+   const int64_t bound = STALL_IO_MS + STALL_CONNECT_MS + STALL_SLACK_MS;
+   const char *ka = key ("stall-a"), *kb = key ("stall-b"), *kc = key ("stall-c");
+   leaselock_record_t rec;
+   bool found;
+   stall_t s;
+
+   /* 1. A blocking acquire on a connection the stopped server holds: the
+    * statement times out, the engine sends it once more on a new
+    * connection, whose connect times out. */
+   bool ok = leaselock_inspect (c, ka, strlen (ka), &rec, &found, &err); /* warm */
+   if (!ok)
+      leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   call_t a = { .c = c, .key = kb, .what = CALL_ACQUIRE };
+   bool stalled = stall_begin (&s);
+   int64_t t0 = mono_ms ();
+   bool a_done = false;
+   if (stalled) {
+      call_start (&a);
+      a_done = call_wait (&a, t0, bound);
+   }
+   stall_end (&s);
+   if (stalled)
+      call_join (&a);
+   if (!a_done)
+      fprintf (stderr, "    acquire on a stopped server: still waiting after %lld ms\n",
+               (long long)bound);
+   else if (a.ok || (a.err.code != LEASELOCK_BACKEND && a.err.code != LEASELOCK_TIMEOUT))
+      fprintf (stderr, "    acquire on a stopped server: ok=%d %s %s\n", (int)a.ok,
+               leaselock_code_name (a.err.code), a.err.message);
+
+   /* 2. fork() from another thread while a call waits on the stopped
+    * server: the fork handler waits for that call, which ends within its
+    * bound. */
+   ok = leaselock_inspect (c, ka, strlen (ka), &rec, &found, &err); /* warm again */
+   call_t in = { .c = c, .key = ka, .what = CALL_INSPECT };
+   call_t fk = { .c = c, .what = CALL_FORK };
+   bool stalled2 = ok && stall_begin (&s);
+   bool in_done = false, fk_done = false;
+   if (stalled2) {
+      t0 = mono_ms ();
+      call_start (&in);
+      sleep_ms (200); /* the inspect is in flight */
+      call_start (&fk);
+      fk_done = call_wait (&fk, t0, bound);
+      in_done = call_wait (&in, t0, bound);
+   }
+   stall_end (&s);
+   if (stalled2) {
+      call_join (&in);
+      call_join (&fk);
+   }
+   if (!fk_done || !in_done)
+      fprintf (stderr, "    stopped server: fork %s, inspect %s after %lld ms\n",
+               fk_done ? "returned" : "still waiting", in_done ? "returned" : "still waiting",
+               (long long)bound);
+
+   /* 3. The server runs again: the same client works. */
+   leaselock_lease_t *l = NULL;
+   leaselock_acquire_opts_t ao = opts (5000, false);
+   bool ok3 = ok && leaselock_acquire (c, kc, strlen (kc), &ao, &l, &err);
+   if (ok3)
+      ok3 = leaselock_lease_renew (l, 0, &err) && leaselock_lease_release (l, &err);
+   if (ok3)
+      ok3 = leaselock_inspect (c, kc, strlen (kc), &rec, &found, &err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+
+   if (a_done && fk_done && in_done)
+      fprintf (stderr,
+               "    stopped server: acquire %s after %lld ms, inspect %lld ms, fork %lld ms\n",
+               leaselock_code_name (a.err.code), (long long)a.took_ms, (long long)in.took_ms,
+               (long long)fk.took_ms);
+   CHECK (stalled);
+   CHECK (a_done);
+   CHECK (!a.ok);
+   CHECK (a.err.code == LEASELOCK_BACKEND || a.err.code == LEASELOCK_TIMEOUT);
+   CHECK (a.took_ms < bound);
+   CHECK_OK (ok, err);
+   CHECK (stalled2);
+   CHECK (fk_done && fk.ok);
+   CHECK (in_done);
+   CHECK_EQ (in.err.code, LEASELOCK_BACKEND);
+   CHECK (in.took_ms >= STALL_IO_MS - 50);     /* it did wait for the reply */
+   CHECK (in.took_ms < 2 * STALL_IO_MS + 500); /* once: no retries multiply it */
+   CHECK_OK (ok3, err);
+   CHECK (found && rec.owner[0] == '\0');
+}
+
+/* Without any timeout in the URI, a call on a connection to a stopped
+ * server ends after the default io_timeout (5 s). */
+static void test_stalled_server_default_bound (void)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = client ("stall-default");
+   CHECK (c);
+   const char *k = key ("stall-default");
+   leaselock_record_t rec;
+   bool found;
+   bool ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err); /* warm */
+   if (!ok)
+      leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   call_t in = { .c = c, .key = k, .what = CALL_INSPECT };
+   stall_t s;
+   bool stalled = stall_begin (&s), done = false;
+   int64_t t0 = mono_ms ();
+   if (stalled) {
+      call_start (&in);
+      done = call_wait (&in, t0, 5000 + STALL_SLACK_MS);
+   }
+   stall_end (&s);
+   if (stalled)
+      call_join (&in);
+   ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err); /* works again */
+   leaselock_client_destroy (c);
+   if (done)
+      fprintf (stderr, "    stopped server, default bounds: inspect %s after %lld ms\n",
+               leaselock_code_name (in.err.code), (long long)in.took_ms);
+   CHECK (stalled);
+   CHECK (done);
+   CHECK_EQ (in.err.code, LEASELOCK_BACKEND);
+   CHECK (in.took_ms >= 4900);
+   CHECK_OK (ok, err);
+}
+
 /* The scheme aliases and, for MySQL, a unix socket. */
 static void test_scheme_aliases_and_socket (void)
 {
@@ -1117,6 +1472,8 @@ int main (int argc, char **argv)
    RUN (test_clock_skew);
    RUN (test_reconnect_after_kill);
    RUN (test_failed_in_flight);
+   RUN (test_stalled_server);
+   RUN (test_stalled_server_default_bound);
    RUN (test_scheme_aliases_and_socket);
    RUN (test_abandon_after_fork);
    RUN (test_bad_uris);
