@@ -9,9 +9,11 @@
 #   bash tests/with-servers.sh make test-faults
 #   LEASELOCK_FAULTS_ROUNDS=20 ...   every scenario 20 times (make stress)
 #   STRESS_OUT=DIR ...               also writes DIR/faults.summary
+#   FAULTS_SELECT='latency'          a pytest -k expression (within each group)
 #
 # Toxiproxy is built once with `go install` (tests/faults/install-toxiproxy.sh)
-# into build/tools. The run is bounded by FAULTS_TIMEOUT seconds.
+# into build/tools. tests/faults/run.sh runs three groups of backends at
+# once; the run is bounded by FAULTS_TIMEOUT seconds.
 
 TEST_SUITES += faults
 
@@ -29,6 +31,5 @@ toxiproxy:
 test-faults: python-ext
 	@command -v faketime >/dev/null || { echo "test-faults: faketime is missing (make deps)"; exit 1; }
 	@bin=$$(bash tests/faults/install-toxiproxy.sh) || exit 1; \
-	cd tests/faults && TOXIPROXY_BIN="$$bin" PYTHONPATH=$(abspath $(PY_LIB)) PYTHONDONTWRITEBYTECODE=1 \
-	  timeout -k 10 $(FAULTS_TIMEOUT) $(PYTHON) -m pytest -q -p no:cacheprovider --tb=short \
-	  $(FAULTS_PYTEST_ARGS) .
+	  TOXIPROXY_BIN="$$bin" PYTHONPATH=$(abspath $(PY_LIB)) PYTHONDONTWRITEBYTECODE=1 PYTHON=$(PYTHON) \
+	  timeout -k 10 $(FAULTS_TIMEOUT) bash tests/faults/run.sh $(FAULTS_PYTEST_ARGS)

@@ -116,13 +116,14 @@ def code_of(e):
     return getattr(e, "code", type(e).__name__)
 
 
-def op_loop(st, key, ttl, seconds, hold_max, timeout, seed):
+def op_loop(st, key, ttl, seconds, hold_max, timeout, seed, stop_after=None):
     """Contention: acquire, hold a random time (sometimes past the TTL, so
-    renewal matters), release; until `seconds` have passed."""
+    renewal matters), release; until `seconds` have passed, or once it has
+    had stop_after grants."""
     rnd = random.Random(seed)
     end = mono() + seconds
     counts = {"grants": 0, "errors": {}}
-    while mono() < end:
+    while mono() < end and (stop_after is None or counts["grants"] < stop_after):
         lease, err = st.acquire(key, ttl, timeout)
         if lease is None:
             counts["errors"][err] = counts["errors"].get(err, 0) + 1

@@ -7,7 +7,7 @@ import time
 
 from faultlib import FencedStore, assert_sound, wait_for
 
-TTL = 0.8
+TTL = 0.5
 
 
 def test_sigkill_holder(anybackend, rnd):
@@ -39,7 +39,7 @@ def test_sigkill_during_contention(anybackend, rnd):
     e = anybackend
     a, b = e.holder("A", "a"), e.holder("B", "b")
     a.send("loop", key=e.key, ttl=0.5, seconds=10, hold_max=0.4, timeout=1, seed=rnd)
-    b.send("loop", key=e.key, ttl=0.5, seconds=2.5, hold_max=0.4, timeout=1, seed=rnd + 1)
+    b.send("loop", key=e.key, ttl=0.5, seconds=2.0, hold_max=0.4, timeout=1, seed=rnd + 1)
     time.sleep(random.uniform(0.3, 1.5))
     a.kill()
     r = b.reply(wait=30)
