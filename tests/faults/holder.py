@@ -188,6 +188,8 @@ def main():
             elif op == "release":
                 err = st.release(st.lease)
                 r = {"ok": err is None, "err": err}
+            elif op == "force_release":
+                r = {"ok": st.client.force_release(cmd["key"])}
             elif op == "state":
                 lease = st.lease
                 r = {"held": bool(lease and lease.held), "lost": bool(lease and lease.lost),

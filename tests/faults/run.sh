@@ -10,7 +10,7 @@
 #   FAULTS_SELECT='latency or sigkill'       a -k expression within each group
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-groups=("sqlite or mongodb" "mysql" "postgresql")
+groups=("not (mysql or postgresql)" "mysql" "postgresql")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-faults.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
@@ -22,7 +22,9 @@ for i in "${!groups[@]}"; do
 done
 rc=0
 for i in "${!groups[@]}"; do
-  wait "${pids[$i]}" || rc=1
+  wait "${pids[$i]}"; r=$?
+  # 5: nothing selected in this group (only with FAULTS_SELECT).
+  if [ $r -ne 0 ] && ! { [ $r -eq 5 ] && [ -n "${FAULTS_SELECT:-}" ]; }; then rc=1; fi
   echo "--- faults: ${groups[$i]}"
   cat "$tmp/$i.log"
 done
