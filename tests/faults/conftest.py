@@ -64,13 +64,13 @@ def proxies(toxiproxy):
 # 10 s a call, suit the default 30 s TTL): a call stuck on a silent
 # connection ends well within the time the scenarios wait for it.
 BOUNDS = {
-    "mongodb": "socketTimeoutMS=1500&connectTimeoutMS=1000&serverSelectionTimeoutMS=1500",
-    "mysql": "io_timeout=1&connect_timeout=1",
-    "postgresql": "io_timeout=1s&connect_timeout=1",
+    "mongodb": "socketTimeoutMS=1500&connectTimeoutMS=2000&serverSelectionTimeoutMS=2000",
+    "mysql": "io_timeout=1&connect_timeout=2",
+    "postgresql": "io_timeout=1s&connect_timeout=2",
 }
 # The longest one call may take with those bounds (connect + I/O + a
 # resend on a fresh connection), with slack for a loaded machine.
-CALL_BOUND = 8.0
+CALL_BOUND = 10.0
 
 
 def bounded(backend, uri):

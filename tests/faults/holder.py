@@ -62,7 +62,16 @@ def deadline_of(lease):
 
 class State:
     def __init__(self):
-        self.client = leaselock.connect(URI, label=f"faults-{NAME}")
+        # Setting up, not a scenario: a connect that times out on a loaded
+        # machine is tried again.
+        for attempt in range(3):
+            try:
+                self.client = leaselock.connect(URI, label=f"faults-{NAME}")
+                break
+            except leaselock.BackendError:
+                if attempt == 2:
+                    raise
+                sleep(0.5)
         self.mu = threading.Lock()
         self.active = {}  # fence -> [lease, last deadline reported]
         self.lease = None

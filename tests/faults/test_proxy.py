@@ -164,7 +164,9 @@ def test_reply_cut(server, rnd):
 
 def test_server_unreachable_or_restarted(server, rnd):
     """The server goes away mid-hold and comes back: the SQL servers are
-    restarted for real (LEASELOCK_*_RESTART); mongo-java-server keeps its
+    restarted for real (LEASELOCK_*_RESTART), down for 2 s longer than a
+    restart takes in even rounds (the lease is lost during the outage),
+    restarted at once in odd rounds (it may survive); mongo-java-server keeps its
     records in memory, so a restart would forget the fences: it is cut off
     instead (both proxies disabled: connections closed, new ones refused)
     for as long as a restart takes. A keeps the key if it renews in time,
@@ -179,27 +181,33 @@ def test_server_unreachable_or_restarted(server, rnd):
     a, b = e.holder("A", "a"), e.holder("B", "b")
     r = a.call("acquire", key=e.key, ttl=ttl, timeout=5)
     assert r["ok"], r
-    b.send("loop", key=e.key, ttl=ttl, seconds=2.5 * ttl, hold_max=0.05, timeout=0, seed=1,
-           stop_after=None)
+    outage = rnd % 2 == 0  # longer than the TTL: A must lose the lease
+    # B tries all along; after a long outage, until it has had the key.
+    b.send("loop", key=e.key, ttl=ttl, seconds=30 if outage else 2.5 * ttl, hold_max=0.05,
+           timeout=0, seed=1, stop_after=3 if outage else None)
     time.sleep(0.2)
     t0 = time.monotonic()
     if e.backend in RESTART:
         from faultlib import Stats
 
         Stats.fault("server_restart")
-        subprocess.run(os.environ[RESTART[e.backend]], shell=True, check=True, timeout=120,
-                       stdout=subprocess.DEVNULL)
+        pause = 2 if outage else 0
+        subprocess.run(f"{os.environ[RESTART[e.backend]]} {pause}", shell=True, check=True,
+                       timeout=120, stdout=subprocess.DEVNULL)
     else:
         e.pa.enable(False)
         e.pb.enable(False)
-        time.sleep(1.5)
+        time.sleep(3.5 if outage else 1.0)
         e.pa.enable(True)
         e.pb.enable(True)
     down = time.monotonic() - t0
     e.history.note("test", f"server back after {down:.1f} s")
     print(f"{e.backend}: server back after {down:.1f} s")
-    b.reply(wait=120)
+    rb = b.reply(wait=120)
     r = a.call("release", wait=60)
+    if outage:
+        assert a.lost, f"A kept its lease through an outage longer than its TTL: {r}"
+        assert rb["grants"] > 0, f"B never got the key after the outage: {rb}"
     assert r["ok"] or r["err"] in ("NOT_HELD", "LOST"), r
     recovery_phase(e, a, b, ttl / 2)
     assert_sound(e.history)
