@@ -154,6 +154,25 @@ def test_reply_cut(server, rnd):
 
     hold_phase(e, a, b, ttl, cutoff, expect_loss=True)
 
+    # An acquire whose replies are all cut (its first send and its resend
+    # may both have applied) must not leave the key to an owner nobody
+    # holds until its TTL: B gets it within a few seconds, not 30.
+    orphan = e.key + "/orphan"
+    r = a.call("acquire", key=orphan + "/warm", ttl=ttl, timeout=5)  # a pooled connection
+    assert r["ok"], r
+    a.call("release")
+    cutoff(e.pa)
+    r = a.call("acquire", key=orphan, ttl=30, timeout=0, wait=CALL_BOUND + 5)
+    e.pa.clear()
+    if r["ok"]:
+        a.call("release")
+    else:
+        assert r["err"] == "BACKEND", r
+        rb = b.call("loop", key=orphan, ttl=ttl, seconds=5, hold_max=0, timeout=0, seed=4,
+                    stop_after=1, wait=30)
+        assert rb["grants"] == 1, ("after an acquire that failed on cut replies the key stays "
+                                   f"blocked by its owner for the TTL: {rb}")
+
     def sometimes(p):
         p.toxic("limit_data", "downstream", 0.5, bytes=200 + 97 * cut)
 
