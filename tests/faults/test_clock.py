@@ -39,7 +39,7 @@ def holds_against(e, holder, other, ttl, seconds):
 def test_skew_one_hour(server, rnd):
     """A one hour behind, B one hour ahead: each holds past its TTL while
     the other tries; neither steals nor loses."""
-    e, ttl = server, 0.6
+    e, ttl = server, 1.0
     a = e.holder("A", "a", faketime_env("-1h"))
     b = e.holder("B", "b", faketime_env("+1h"))
     assert abs(wall_offset(a) + HOUR) < 60 and abs(wall_offset(b) - HOUR) < 60, \
@@ -56,7 +56,7 @@ def test_wall_clock_step(server, rnd):
     libfaketime re-reads): A's an hour forward while it holds, B's an hour
     back while it waits; then the other way round. The lease neither ends
     early nor lives on."""
-    e, ttl = server, 0.6
+    e, ttl = server, 1.0
     fa, fb = e.tmp / "clock-a", e.tmp / "clock-b"
     fa.write_text("+0\n")
     fb.write_text("+0\n")
