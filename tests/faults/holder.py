@@ -12,6 +12,7 @@ a fault, the same client must work again.
 import json
 import os
 import random
+import resource
 import select
 import sys
 import threading
@@ -201,8 +202,9 @@ def main():
                 r = {"ok": st.client.force_release(cmd["key"])}
             elif op == "state":
                 lease = st.lease
+                ru = resource.getrusage(resource.RUSAGE_SELF)
                 r = {"held": bool(lease and lease.held), "lost": bool(lease and lease.lost),
-                     "wall": time.time(), "mono": mono()}
+                     "wall": time.time(), "mono": mono(), "cpu": ru.ru_utime + ru.ru_stime}
             elif op == "loop":
                 r = op_loop(st, **cmd)
             elif op == "recover":

@@ -25,11 +25,14 @@ def holds_against(e, holder, other, ttl, seconds):
     the lease lives and the key once it is released."""
     r = holder.call("acquire", key=e.key, ttl=ttl, timeout=5)
     assert r["ok"], r
+    before = holder.call("state")
     other.send("loop", key=e.key, ttl=ttl, seconds=seconds + 10, hold_max=0.05, timeout=0,
                seed=1, stop_after=3)
     time.sleep(seconds)
     st = holder.call("state")
     assert st["held"], f"{holder.name} lost its lease under a skewed clock"
+    busy = (st["cpu"] - before["cpu"]) / (st["mono"] - before["mono"])
+    assert busy < 0.5, f"{holder.name} used {busy:.0%} of a CPU holding a lease (a busy loop?)"
     r = holder.call("release")
     assert r["ok"], r
     ro = other.reply(wait=30)
