@@ -15,6 +15,7 @@ packages=(
   faketime libfaketime
   clang libclang-rt-14-dev clang-format valgrind
   default-jre-headless maven curl
+  golang-go
 )
 
 missing=()
@@ -30,6 +31,14 @@ if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
   m2=(); for p in "${missing[@]}"; do
     case $p in default-jre-headless|maven) ;; *) m2+=("$p");; esac
   done
+  missing=("${m2[@]+"${m2[@]}"}")
+  [ ${#missing[@]} -eq 0 ] && exit 0
+fi
+
+# A Go toolchain already on PATH is enough to build Toxiproxy (the fault
+# suite's proxy, tests/faults/install-toxiproxy.sh).
+if command -v go >/dev/null 2>&1; then
+  m2=(); for p in "${missing[@]}"; do [ "$p" = golang-go ] || m2+=("$p"); done
   missing=("${m2[@]+"${m2[@]}"}")
   [ ${#missing[@]} -eq 0 ] && exit 0
 fi
