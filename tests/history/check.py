@@ -18,6 +18,10 @@ Rule 2 judges t_end. t_late, the end by the last read of the remaining
 time alone (up to 1 ms later, README.md), is a second opinion: how many
 acquires came before it is counted and printed, never judged.
 
+Rules 1 and 2 leave out empty grants: an acquire that returned after the
+lease's own local deadline (t_end <= t_acquired) gave its worker nothing
+to hold. They are counted and shown.
+
 A worker that did not end its file with a "# done" line failed, and so
 does the run. Exits 1 on any violation, printing the offending pairs.
 """
@@ -111,12 +115,17 @@ def check_key(grants: list, out: dict, shown: dict) -> None:
             shown[kind] += 1
             print(text)
 
-    by_time = sorted(grants, key=lambda g: (g.t_acq, g.fence))
+    # A grant whose acquire returned after its own local deadline (t_end at
+    # or before t_acquired) was never held: its holder did nothing with it,
+    # and when its lease ran out is unknown beyond "before t_acquired".
+    held = [g for g in grants if g.t_end > g.t_acq]
+    out["empty"] += len(grants) - len(held)
+    by_time = sorted(held, key=lambda g: (g.t_acq, g.fence))
     for a, b in zip(by_time, by_time[1:]):
         if b.fence <= a.fence:
             report("fence_errors", f"FENCE ORDER on {a.key}: acquired later with a fence not "
                    f"larger:\n  first:  {a}  [{a.src}]\n  second: {b}  [{b.src}]")
-    by_fence = sorted(grants, key=lambda g: (g.fence, g.t_acq))
+    by_fence = sorted(held, key=lambda g: (g.fence, g.t_acq))
     latest = None  # the grant with the latest t_end among smaller fences
     late = None    # the same by t_late
     for g in by_fence:
@@ -189,7 +198,7 @@ def main() -> int:
                         if k.startswith("binding_"))
     print(f"history {name}: {t['grants']} grants checked, {t['overlaps']} overlaps, "
           f"{t['lost_updates']} lost updates, {t['fence_errors']} fence errors, "
-          f"{t['problems']} problems (largest overlap {t['overlap_max_ns'] / 1e6:.3f} ms, "
+          f"{t['problems']} problems ({t['empty']} empty grants; largest overlap {t['overlap_max_ns'] / 1e6:.3f} ms, "
           f"{t['overlaps_late']} by the last reads alone; {t['increments']} increments; ends: "
           f"{t['end_released']} released, {t['end_lost']} lost, {t['end_not_held']} not-held, "
           f"{t['end_error']} error; {t['late_writes']} late writes; "

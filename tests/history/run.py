@@ -30,7 +30,7 @@ import check  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 COUNTS = ("grants", "overlaps", "fence_errors", "lost_updates", "problems", "increments",
           "end_released", "end_lost", "end_not_held", "end_error", "late_writes", "errors",
-          "overlaps_late")
+          "overlaps_late", "empty")
 
 
 def commands(a, uri, rundir, prefix, seed):
@@ -136,6 +136,7 @@ def main():
     print(f"history {a.backend}: {totals['grants']} grants checked, {totals['overlaps']} "
           f"overlaps, {totals['lost_updates']} lost updates, {totals['fence_errors']} fence "
           f"errors, {totals['problems']} problems ({n} rounds, {elapsed:.0f} s; "
+          f"{totals['empty']} empty grants; "
           f"largest overlap {totals['overlap_max_ns'] / 1e6:.3f} ms, "
           f"{totals['overlaps_late']} by the last reads alone; "
           f"{totals['increments']} increments; ends: {totals['end_released']} released, "
