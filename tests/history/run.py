@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 
@@ -51,12 +52,50 @@ def commands(a, uri, rundir, prefix, seed):
     return out
 
 
+class ClockWatch:
+    """Samples wall clock minus monotonic clock every 5 ms during a round:
+    SQLite (and a server on this machine) judge expiry by the wall clock,
+    so a step of it can end a lease early without any fault of leaselock's.
+    Reported with the round, never judged."""
+
+    def __init__(self):
+        self.steps = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def offset():
+        """Wall minus monotonic, from reads close enough to trust (a
+        preemption between them would look like a step)."""
+        while True:
+            m1 = time.monotonic_ns()
+            w = time.time_ns()
+            m2 = time.monotonic_ns()
+            if m2 - m1 < 100_000:
+                return w - (m1 + m2) // 2
+
+    def run(self):
+        prev = self.offset()
+        while not self.stop.wait(0.005):
+            d = self.offset()
+            if abs(d - prev) > 500_000:
+                self.steps.append((time.monotonic_ns(), (d - prev) / 1e6))
+            prev = d
+
+    def done(self):
+        self.stop.set()
+        self.thread.join()
+        return self.steps
+
+
 def one_round(a, n, totals):
     rundir = tempfile.mkdtemp(prefix=f"history-{a.backend}-", dir=a.workdir)
     uri = f"sqlite://{rundir}/locks.db" if a.uri == "sqlite" else a.uri
     prefix = f"history/{secrets.token_hex(6)}"
     seed = int.from_bytes(secrets.token_bytes(4), "little")
     procs = []
+    watch = ClockWatch()
     for wid, argv, env in commands(a, uri, rundir, prefix, seed):
         log = open(os.path.join(rundir, f"{wid}.log"), "w")
         procs.append((wid, subprocess.Popen(argv, env={**os.environ, **env}, stdout=log,
@@ -77,6 +116,11 @@ def one_round(a, n, totals):
         text = open(log.name).read().strip()
         if text:
             print(f"  [{a.backend} round {n}] {wid}: " + text.replace("\n", f"\n  {wid}: ")[:2000])
+    steps = watch.done()
+    for at, ms in steps:
+        print(f"  [{a.backend} round {n}] the wall clock stepped by {ms:+.3f} ms "
+              f"(monotonic {at})")
+    totals["clock_steps"] += len(steps)
     t = check.check([rundir])
     for k in COUNTS:
         totals[k] += t[k]
@@ -142,7 +186,8 @@ def main():
           f"{totals['increments']} increments; ends: {totals['end_released']} released, "
           f"{totals['end_lost']} lost, {totals['end_not_held']} not-held, "
           f"{totals['end_error']} error; {totals['late_writes']} late writes; "
-          f"{totals['errors']} worker errors)", flush=True)
+          f"{totals['errors']} worker errors; {totals['clock_steps']} wall clock steps)",
+          flush=True)
     if a.summary:
         os.makedirs(os.path.dirname(os.path.abspath(a.summary)), exist_ok=True)
         with open(a.summary, "w", encoding="utf-8") as f:
