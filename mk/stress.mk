@@ -80,7 +80,7 @@ test-history: $(HIST_DEPS)
 STRESS_DIR ?= $(BUILD)/stress
 STRESS_ROUND_SECONDS ?= 60
 STRESS_SECONDS ?= 1200
-STRESS_GRANTS ?= 400000
+STRESS_GRANTS ?= 250000
 STRESS_NKEYS ?= 16
 STRESS_WORKERS ?= --c-procs 6 --c-threads 4 --py-procs 4 --py-threads 2 --lua-procs 4
 STRESS_GOAL_GRANTS ?= 1000000

@@ -74,6 +74,7 @@ typedef struct
    leaselock_lease_t *lease;
    int64_t deadline_ns; /* conservatively late: read time + remaining */
    int64_t tight_ns;    /* the least such bound since the deadline last moved */
+   int jumps;           /* moves later not made by the worker's own renews */
    bool lost;
 } hold_t;
 
@@ -97,7 +98,10 @@ static void read_deadline_reset (hold_t *h, bool reset)
       return;
    }
    h->deadline_ns = t + r * 1000000LL;
-   if (reset || h->deadline_ns < h->tight_ns || h->deadline_ns - h->tight_ns > 1000000 + (t - t0))
+   bool jump = h->deadline_ns - h->tight_ns > 1000000 + (t - t0);
+   if (jump && !reset)
+      h->jumps++;
+   if (reset || jump || h->deadline_ns < h->tight_ns)
       h->tight_ns = h->deadline_ns;
 }
 
@@ -257,10 +261,10 @@ static void one_grant (worker_t *w, uint64_t *rs)
    int64_t t_late = t_call < h.deadline_ns ? t_call : h.deadline_ns;
    fprintf (w->out,
             "%s %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %s %s.t%d c %d %" PRId64 " %" PRId64
-            " ar=%d,mh=%" PRId64 ",rn=%d,ot=%d\n",
+            " ar=%d,mh=%" PRId64 ",rn=%d,ot=%d,jp=%d\n",
             key, leaselock_lease_fence (h.lease), t_acq, t_end, t_late, end_name (end), WID, w->id,
             t_write ? 1 : 0, t_write, o.ttl_ms, (int)o.auto_renew, o.min_hold_ms, renews,
-            (int)one_try);
+            (int)one_try, h.jumps);
    leaselock_lease_destroy (h.lease);
    w->grants++;
    w->incs += t_write ? 1 : 0;

@@ -36,16 +36,17 @@ local function ns_str(v) return string.format("%d", v) end
 local function hold_new(lease)
   assert(hl.fence(lease) == lease.fence, "histlua cannot read this leaselock.lease")
   local t_now = now_ns()
-  local h = { lease = lease, deadline = t_now, tight = t_now, lost = false }
+  -- jumps: moves later not made by the worker's own renews
+  local h = { lease = lease, deadline = t_now, tight = t_now, lost = false, jumps = 0 }
   function h.read(reset)
     local t0 = now_ns()
     local r = hl.remaining_ms(lease)
     local t = now_ns()
     if r <= 0 then h.lost = true; return end
     h.deadline = t + r * 1000000
-    if reset or h.deadline < h.tight or h.deadline - h.tight > 1000000 + t - t0 then
-      h.tight = h.deadline
-    end
+    local jump = h.deadline - h.tight > 1000000 + t - t0
+    if jump and not reset then h.jumps = h.jumps + 1 end
+    if reset or jump or h.deadline < h.tight then h.tight = h.deadline end
   end
   function h.sleep(ns)
     local til = now_ns() + ns
@@ -149,10 +150,10 @@ local function one_grant()
   local t_end, t_late = auto_renew and h.deadline or h.tight, h.deadline
   if t_call and t_call < t_end then t_end = t_call end
   if t_call and t_call < t_late then t_late = t_call end
-  out:write(string.format("%s %d %s %s %s %s %s %s %d %s %d ar=%d,mh=%d,rn=%d,ot=%d\n",
+  out:write(string.format("%s %d %s %s %s %s %s %s %d %s %d ar=%d,mh=%d,rn=%d,ot=%d,jp=%d\n",
     key, lease.fence, ns_str(t_acq), ns_str(t_end), ns_str(t_late), ended, name, binding,
     t_write ~= 0 and 1 or 0, ns_str(t_write), ttl, auto_renew and 1 or 0, min_hold,
-    renews, one_try and 1 or 0))
+    renews, one_try and 1 or 0, h.jumps))
   grants = grants + 1
   if t_write ~= 0 then incs = incs + 1 end
 end

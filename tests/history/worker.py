@@ -33,6 +33,7 @@ class Hold:
         self.lease = lease
         self.deadline = self.tight = now_ns()
         self.lost = False
+        self.jumps = 0  # moves later not made by the worker's own renews
         self.read(True)
 
     def read(self, reset=False):
@@ -43,7 +44,10 @@ class Hold:
             self.lost = True
             return
         self.deadline = t + r * 1_000_000
-        if reset or self.deadline < self.tight or self.deadline - self.tight > 1_000_000 + t - t0:
+        jump = self.deadline - self.tight > 1_000_000 + t - t0
+        if jump and not reset:
+            self.jumps += 1
+        if reset or jump or self.deadline < self.tight:
             self.tight = self.deadline
 
     def sleep(self, ns):
@@ -148,7 +152,7 @@ class Worker:
         self.out.write(f"{key} {lease.fence} {t_acq} {t_end} {t_late} {end} {self.name} python "
                        f"{1 if t_write else 0} {t_write} {round(ttl * 1000)} "
                        f"ar={int(auto_renew)},mh={round(min_hold * 1000)},rn={renews},"
-                       f"ot={int(one_try)}\n")
+                       f"ot={int(one_try)},jp={h.jumps}\n")
         self.grants += 1
         self.incs += 1 if t_write else 0
 
