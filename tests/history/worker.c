@@ -75,6 +75,7 @@ typedef struct
    int64_t deadline_ns; /* conservatively late: read time + remaining */
    int64_t tight_ns;    /* the least such bound since the deadline last moved */
    int jumps;           /* moves later not made by the worker's own renews */
+   int64_t lost_ns;     /* when the worker saw it lost (the clock read after) */
    bool lost;
 } hold_t;
 
@@ -94,6 +95,10 @@ static void read_deadline_reset (hold_t *h, bool reset)
    int64_t r = leaselock_lease_remaining_ms (h->lease);
    int64_t t = now_ns ();
    if (r <= 0) {
+      /* The engine can declare it lost before the deadline (a renewal
+       * answered NOT_HELD): the worker stops when it sees that. */
+      if (!h->lost)
+         h->lost_ns = t;
       h->lost = true;
       return;
    }
@@ -257,6 +262,8 @@ static void one_grant (worker_t *w, uint64_t *rs)
     * so the least bound since the last one is still late; with it, a
     * renewal may have moved it unseen by less than the bounds' spread. */
    int64_t bound = o.auto_renew ? h.deadline_ns : h.tight_ns;
+   if (h.lost && h.lost_ns < t_call)
+      t_call = h.lost_ns;
    int64_t t_end = t_call < bound ? t_call : bound;
    int64_t t_late = t_call < h.deadline_ns ? t_call : h.deadline_ns;
    fprintf (w->out,

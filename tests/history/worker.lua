@@ -42,7 +42,13 @@ local function hold_new(lease)
     local t0 = now_ns()
     local r = hl.remaining_ms(lease)
     local t = now_ns()
-    if r <= 0 then h.lost = true; return end
+    if r <= 0 then
+      -- The engine can declare it lost before the deadline (a renewal
+      -- answered NOT_HELD): the worker stops when it sees that.
+      if not h.lost then h.lost_at = t end
+      h.lost = true
+      return
+    end
     h.deadline = t + r * 1000000
     local jump = h.deadline - h.tight > 1000000 + t - t0
     if jump and not reset then h.jumps = h.jumps + 1 end
@@ -148,6 +154,7 @@ local function one_grant()
   end
   -- t_end: the least bound unless auto-renewal could have moved it (worker.c)
   local t_end, t_late = auto_renew and h.deadline or h.tight, h.deadline
+  if h.lost_at and (not t_call or h.lost_at < t_call) then t_call = h.lost_at end
   if t_call and t_call < t_end then t_end = t_call end
   if t_call and t_call < t_late then t_late = t_call end
   out:write(string.format("%s %d %s %s %s %s %s %s %d %s %d ar=%d,mh=%d,rn=%d,ot=%d,jp=%d\n",

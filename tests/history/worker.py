@@ -33,6 +33,7 @@ class Hold:
         self.lease = lease
         self.deadline = self.tight = now_ns()
         self.lost = False
+        self.lost_at = None
         self.jumps = 0  # moves later not made by the worker's own renews
         self.read(True)
 
@@ -41,6 +42,10 @@ class Hold:
         r = round(self.lease.expires_in * 1000)  # the core's whole milliseconds
         t = now_ns()
         if r <= 0:
+            # The engine can declare it lost before the deadline (a renewal
+            # answered NOT_HELD): the worker stops when it sees that.
+            if not self.lost:
+                self.lost_at = t
             self.lost = True
             return
         self.deadline = t + r * 1_000_000
@@ -147,6 +152,8 @@ class Worker:
                 self.errors += 1
         # t_end: the least bound unless auto-renewal could have moved it (worker.c)
         bound = h.deadline if auto_renew else h.tight
+        if h.lost_at is not None and (t_call is None or h.lost_at < t_call):
+            t_call = h.lost_at
         t_end = bound if t_call is None else min(t_call, bound)
         t_late = h.deadline if t_call is None else min(t_call, h.deadline)
         self.out.write(f"{key} {lease.fence} {t_acq} {t_end} {t_late} {end} {self.name} python "
