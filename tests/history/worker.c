@@ -214,6 +214,8 @@ static void one_grant (worker_t *w, uint64_t *rs)
    int64_t t_acq = now_ns ();
    h.deadline_ns = h.tight_ns = t_acq;
    read_deadline_reset (&h, true);
+   if (h.lost)
+      h.lost_ns = t_acq; /* it ran out before acquire returned: never held */
 
    int steps = (int)(next_rand (rs) % 4), inc_step = (int)(next_rand (rs) % (steps + 1));
    int renews = 0;

@@ -117,6 +117,7 @@ local function one_grant()
   end
   local t_acq = now_ns()
   local h = hold_new(lease)
+  if h.lost then h.lost_at = t_acq end  -- it ran out before acquire returned: never held
   local steps = rand(4)
   local inc_step = rand(steps + 1)
   local renews, t_write, t_call, ended = 0, 0, nil, nil

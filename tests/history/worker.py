@@ -109,6 +109,8 @@ class Worker:
             return
         t_acq = now_ns()
         h = Hold(lease)
+        if h.lost:
+            h.lost_at = t_acq  # it ran out before acquire returned: never held
         steps = rnd.randrange(4)
         inc_step = rnd.randrange(steps + 1)
         renews, t_write, t_call, end = 0, 0, None, None
