@@ -244,7 +244,7 @@ static void one_grant (worker_t *w, uint64_t *rs)
          read_deadline (&h);
       }
    }
-   if (!ended && !h.lost && !o.auto_renew && next_rand (rs) % 10 == 0) {
+   if (!ended && !h.lost && !o.auto_renew && next_rand (rs) % 4 == 0) {
       /* Overstay: keep it until the local deadline passes. */
       while (!h.lost)
          hold_sleep (&h, CHUNK_NS);

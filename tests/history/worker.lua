@@ -140,7 +140,7 @@ local function one_grant()
       end
     end
   end
-  if not ended and not h.lost and not auto_renew and rand(10) == 0 then
+  if not ended and not h.lost and not auto_renew and rand(4) == 0 then
     while not h.lost do h.sleep(CHUNK_NS) end  -- overstay until the deadline passes
   end
   if not ended and h.lost then ended = "lost" end

@@ -134,7 +134,7 @@ class Worker:
             except leaselock.LockError:
                 self.errors += 1
                 h.read()
-        if not end and not h.lost and not auto_renew and rnd.random() < 0.1:
+        if not end and not h.lost and not auto_renew and rnd.random() < 0.25:
             while not h.lost:  # overstay until the local deadline passes
                 h.sleep(CHUNK_NS)
         if not end and h.lost:
