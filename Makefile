@@ -4,6 +4,8 @@
 #   make test       every suite (installs missing Debian packages when root)
 #   make demo       processes taking turns on one key with the embedded default
 #   make bench-core engine vs bare client programs, side by side
+#   make stress     the long torture runs (not part of make test), servers
+#                   started around them, then one table per backend
 #
 # Component rules live in mk/*.mk; each adds its suites to TEST_SUITES and
 # defines test-<suite>.
@@ -61,7 +63,7 @@ ASAN_SUITES :=
 BENCH_CORE :=
 DEMOS :=
 
-.PHONY: all deps test test-suites test-asan asan-suites demo bench-core format format-check test-format clean
+.PHONY: all deps test test-suites test-asan asan-suites demo bench-core stress format format-check test-format clean
 all: $(LIB_SO) $(LIB_A)
 
 $(BUILD)/obj/%.o: csrc/%.c csrc/leaselock.h csrc/ll_internal.h | $(BUILD)/obj
@@ -117,6 +119,12 @@ BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
 bench-core: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/with-servers.sh bash bench/run.sh $(BENCH_CORE)
+
+# Each stress tool adds itself to STRESS_TOOLS (mk/stress.mk: stress-tools
+# runs them, then prints the table).
+stress: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/with-servers.sh $(MAKE) --no-print-directory stress-tools
 
 # All C in the tree follows .clang-format; "make test" checks it.
 C_FILES = $(wildcard csrc/*.c csrc/*.h tests/*.c tests/*.h bench/*.c bench/*.h python/*.c lua/*.c lua/*.h)
