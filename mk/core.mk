@@ -44,6 +44,11 @@ $(BUILD)/tests/test_sim: tests/test_sim.c $(BUILD)/tests/deadline_nomargin.o $(L
 # Bounded here; "make stress" runs it for millions of steps.
 SIM_SEEDS ?= 300
 SIM_STEPS ?= 20000
+STRESS_SIM_SEEDS ?= 5000
+
+STRESS_TOOLS += sim
+stress-sim: $(BUILD)/tests/test_sim
+	STRESS_OUT=$(STRESS_DIR) $(BUILD)/tests/test_sim --seeds $(STRESS_SIM_SEEDS) --steps $(SIM_STEPS)
 TEST_SUITES += sim
 ASAN_SUITES += sim
 .PHONY: test-sim

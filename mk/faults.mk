@@ -37,3 +37,11 @@ test-faults: python-ext
 	@bin=$$(bash tests/faults/install-toxiproxy.sh) || exit 1; \
 	  TOXIPROXY_BIN="$$bin" PYTHONPATH=$(abspath $(PY_LIB)) PYTHONDONTWRITEBYTECODE=1 PYTHON=$(PYTHON) \
 	  timeout -k 10 $(FAULTS_TIMEOUT) bash tests/faults/run.sh $(FAULTS_PYTEST_ARGS)
+
+# For `make stress`: every scenario STRESS_FAULTS_ROUNDS times, its totals
+# into the stress table.
+STRESS_FAULTS_ROUNDS ?= 5
+STRESS_TOOLS += faults
+stress-faults:
+	@LEASELOCK_FAULTS_ROUNDS=$(STRESS_FAULTS_ROUNDS) STRESS_OUT=$(STRESS_DIR) \
+	  $(MAKE) --no-print-directory test-faults

@@ -56,6 +56,16 @@ FUZZ_LOOP = set -e; mkdir -p $(FUZZ_BUILD)/crashes; for f in $(FUZZERS); do \
 fuzz: fuzz-build
 	@FUZZ_TIME=$(FUZZ_SECONDS); $(FUZZ_LOOP)
 
+# For `make stress`: the same long run, and its counts as a summary (a
+# crash stops the loop and is counted).
+STRESS_TOOLS += fuzz
+stress-fuzz: fuzz-build
+	@FUZZ_TIME=$(FUZZ_SECONDS); rc=0; ( $(FUZZ_LOOP) ) || rc=1; \
+	  execs=$$(cat $(FUZZ_BUILD)/*.log | grep -oE '^stat::number_of_executed_units: *[0-9]+' | \
+	    grep -oE '[0-9]+$$' | awk '{s+=$$1} END {print s+0}'); \
+	  printf 'tool=fuzz\nbackend=-\nfuzz_executions=%s\ncrashes=%s\n' "$$execs" "$$rc" \
+	    >$(STRESS_DIR)/fuzz.summary; exit $$rc
+
 TEST_SUITES += fuzz-smoke
 test-fuzz-smoke: fuzz-build
 	@rm -rf $(FUZZ_BUILD)/corpus

@@ -717,8 +717,10 @@ int main (int argc, char **argv)
       snprintf (path, sizeof path, "%s/sim.summary", out);
       FILE *f = fopen (path, "w");
       if (f) {
-         fprintf (f, "simulated_steps=%ld\ngrants=%ld\nfaults=%ld\nviolations=%ld\n", steps_done,
-                  grants, faults, violations);
+         fprintf (f,
+                  "tool=sim\nbackend=simulated\nsimulated_steps=%ld\nsimulated_grants=%ld\n"
+                  "faults_injected=%ld\nviolations=%ld\n",
+                  steps_done, grants, faults, violations);
          fclose (f);
       }
    }

@@ -36,6 +36,11 @@ totals=$(cat "$tmp"/*.summary 2>/dev/null | tr ' ' '\n' | awk -F= '
 line="suite=faults ${totals}seconds=$((SECONDS - start)) failed=$rc rounds=${LEASELOCK_FAULTS_ROUNDS:-1}"
 echo "faults: $line"
 if [ -n "${STRESS_OUT:-}" ]; then
-  mkdir -p "$STRESS_OUT" && echo "$line" >"$STRESS_OUT/faults.summary"
+  # One summary in the stress table's form (tests/history/table.py).
+  get() { tr ' ' '\n' <<<"$totals" | sed -n "s/^$1=//p"; }
+  mkdir -p "$STRESS_OUT" && printf '%s\n' tool=faults backend=faults-proxy \
+    "grants=$(get grants)" "faults_injected=$(get faults)" "violations=$(get violations)" \
+    "losses_reported=$(get losses)" "scenarios=$(get scenarios)" "failures=$rc" \
+    >"$STRESS_OUT/faults.summary"
 fi
 exit $rc
