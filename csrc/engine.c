@@ -553,11 +553,15 @@ static int64_t first_renewal (int64_t sent, const ll_deadline_t *dl)
    return sent + (dl->at_ms - sent) / 3;
 }
 
-/* One renew statement. *was_sent says whether it reached a connection (so,
- * on failure, it may have been applied). */
-static bool renew_call (leaselock_client_t *c,
-                        leaselock_lease_t *l,
-                        int64_t ttl_ms,
+/* One renew (renew true: ms is the TTL) or release (ms is min_hold)
+ * statement for key and owner. *was_sent says whether it reached a
+ * connection (so, on failure, it may have been applied). */
+static bool owner_call (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        bool renew,
+                        int64_t ms,
                         pid_t me,
                         bool *was_sent,
                         leaselock_error_t *err)
@@ -568,27 +572,29 @@ static bool renew_call (leaselock_client_t *c,
    if (!conn)
       return false;
    *was_sent = true;
-   bool ok = c->backend->renew (conn, l->key, l->key_len, l->owner, ttl_ms, err);
+   bool ok = renew ? c->backend->renew (conn, key, key_len, owner, ms, err)
+                   : c->backend->release (conn, key, key_len, owner, ms, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    return ok;
 }
 
-/* One release statement; *was_sent as for renew_call. */
+static bool renew_call (leaselock_client_t *c,
+                        leaselock_lease_t *l,
+                        int64_t ttl_ms,
+                        pid_t me,
+                        bool *was_sent,
+                        leaselock_error_t *err)
+{
+   return owner_call (c, l->key, l->key_len, l->owner, true, ttl_ms, me, was_sent, err);
+}
+
 static bool release_call (leaselock_client_t *c,
                           leaselock_lease_t *l,
                           pid_t me,
                           bool *was_sent,
                           leaselock_error_t *err)
 {
-   ll_error_clear (err);
-   *was_sent = false;
-   void *conn = pool_get (c, me, err);
-   if (!conn)
-      return false;
-   *was_sent = true;
-   bool ok = c->backend->release (conn, l->key, l->key_len, l->owner, l->min_hold_ms, err);
-   pool_put (c, conn, me, !ok && conn_failed (err));
-   return ok;
+   return owner_call (c, l->key, l->key_len, l->owner, false, l->min_hold_ms, me, was_sent, err);
 }
 
 /* Records the outcome of a renew sent at sent (every renew, manual or
@@ -897,14 +903,10 @@ typedef struct forget
 /* One release of f's record; true when done (released, or not ours). */
 static bool forget_once (forget_t *f, pid_t me)
 {
-   leaselock_client_t *c = f->client;
    leaselock_error_t err;
-   void *conn = pool_get (c, me, &err);
-   if (!conn)
-      return false;
-   bool ok = c->backend->release (conn, f->key, f->key_len, f->owner, 0, &err);
-   pool_put (c, conn, me, !ok && conn_failed (&err));
-   return ok || err.code == LEASELOCK_NOT_HELD;
+   bool sent;
+   return owner_call (f->client, f->key, f->key_len, f->owner, false, 0, me, &sent, &err) ||
+          err.code == LEASELOCK_NOT_HELD;
 }
 
 static void *forget_main (void *arg)
@@ -971,26 +973,18 @@ int64_t ll_backoff_ms (int attempt)
    return 1 + (int64_t)(r % (uint32_t)cap);
 }
 
-bool leaselock_acquire (leaselock_client_t *c,
-                        const char *key,
-                        size_t key_len,
-                        const leaselock_acquire_opts_t *opts,
-                        leaselock_lease_t **lease,
-                        leaselock_error_t *error)
+/* The checks of leaselock_acquire's arguments, before any I/O. */
+static bool acquire_args_ok (leaselock_client_t *c,
+                             const char *key,
+                             size_t key_len,
+                             const leaselock_acquire_opts_t *opts,
+                             leaselock_lease_t **lease,
+                             leaselock_error_t *err)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
    if (!c)
       return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
    if (!lease)
       return ll_error_set (err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
-   *lease = NULL;
-   leaselock_acquire_opts_t dflt;
-   if (!opts) {
-      leaselock_acquire_opts_init (&dflt);
-      opts = &dflt;
-   }
    if (!ll_check_key (key, key_len, "key", false, err) ||
        !ll_check_ttl (opts->ttl_ms, "ttl", err) ||
        !ll_check_duration (opts->min_hold_ms, "min_hold", err))
@@ -1003,6 +997,56 @@ bool leaselock_acquire (leaselock_client_t *c,
    pthread_mutex_unlock (&c->mu);
    if (closed)
       return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
+   return true;
+}
+
+/* A blocking acquire's sleep: until until, or until a holder in this
+ * process releases a key in b (its generation moves on from gen). Returns
+ * false when should_stop asks to stop, polled every STOP_POLL_MS. */
+static bool wait_turn (bucket_t *b,
+                       uint64_t gen,
+                       int64_t until,
+                       const leaselock_acquire_opts_t *opts)
+{
+   pthread_mutex_lock (&b->mu);
+   while (b->gen == gen) {
+      int64_t t = ll_now_ms ();
+      if (t >= until)
+         break;
+      int64_t slice = until;
+      if (opts->should_stop && slice > t + STOP_POLL_MS)
+         slice = t + STOP_POLL_MS;
+      ll_cond_wait_until (&b->cond, &b->mu, slice);
+      if (opts->should_stop && ll_now_ms () >= slice && ll_now_ms () < until) {
+         pthread_mutex_unlock (&b->mu);
+         if (opts->should_stop (opts->should_stop_data))
+            return false;
+         pthread_mutex_lock (&b->mu);
+      }
+   }
+   pthread_mutex_unlock (&b->mu);
+   return !(opts->should_stop && opts->should_stop (opts->should_stop_data));
+}
+
+bool leaselock_acquire (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        const leaselock_acquire_opts_t *opts,
+                        leaselock_lease_t **lease,
+                        leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   leaselock_acquire_opts_t dflt;
+   if (!opts) {
+      leaselock_acquire_opts_init (&dflt);
+      opts = &dflt;
+   }
+   if (lease)
+      *lease = NULL;
+   if (!acquire_args_ok (c, key, key_len, opts, lease, err))
+      return false;
 
    int64_t start = ll_now_ms ();
    bool forever = opts->timeout_ms < 0;
@@ -1048,26 +1092,7 @@ bool leaselock_acquire (leaselock_client_t *c,
       int64_t until = now + ll_backoff_ms (attempt);
       if (!forever && until > deadline)
          until = deadline;
-      pthread_mutex_lock (&b->mu);
-      while (b->gen == gen) {
-         int64_t t = ll_now_ms ();
-         if (t >= until)
-            break;
-         int64_t slice = until;
-         if (opts->should_stop && slice > t + STOP_POLL_MS)
-            slice = t + STOP_POLL_MS;
-         ll_cond_wait_until (&b->cond, &b->mu, slice);
-         if (opts->should_stop && ll_now_ms () >= slice && ll_now_ms () < until) {
-            pthread_mutex_unlock (&b->mu);
-            if (opts->should_stop (opts->should_stop_data))
-               return ll_error_set (err, LEASELOCK_INTERRUPTED,
-                                    "the wait for \"%s\" was interrupted",
-                                    LL_KEY_SHOWN (key, key_len));
-            pthread_mutex_lock (&b->mu);
-         }
-      }
-      pthread_mutex_unlock (&b->mu);
-      if (opts->should_stop && opts->should_stop (opts->should_stop_data))
+      if (!wait_turn (b, gen, until, opts))
          return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
                               LL_KEY_SHOWN (key, key_len));
    }
