@@ -4,7 +4,8 @@
  * runs replaced by "***", so each occurrence of the password in it is one
  * in the URI outside what was hidden: it must show at least one
  * occurrence fewer than the URI (the password's own). With a '%' in the
- * URI the password may be encoded there, so only "no more" is required. */
+ * URI, or a '+' (a space in leaselock's query values), the password may be
+ * encoded there, so only "no more" is required. */
 #include "fuzz_drivers.h"
 
 #include <stdint.h>
@@ -17,7 +18,7 @@ static void check (const char *uri)
       return; /* cut: the counts below would not hold */
    fz_list_t pw = { 0 };
    fz_driver_passwords (uri, &pw);
-   bool encoded = strchr (uri, '%') != NULL;
+   bool encoded = strpbrk (uri, "%+") != NULL;
    for (int i = 0; i < pw.n; i++) {
       const char *p = pw.v[i];
       if (strchr (p, '*'))
