@@ -28,22 +28,22 @@ SANFLAGS ?=
 
 # Optional backends: compiled in when their library is found, otherwise the
 # backend reports UNSUPPORTED with the reason.
-HAVE_MONGOC := $(shell $(PKG_CONFIG) --exists libmongoc-1.0 && echo yes)
-HAVE_MARIADB := $(shell $(PKG_CONFIG) --exists libmariadb && echo yes)
-HAVE_LIBPQ := $(shell $(PKG_CONFIG) --exists libpq && echo yes)
+HAVE_MONGODB := $(shell $(PKG_CONFIG) --exists libmongoc-1.0 && echo yes)
+HAVE_MYSQL := $(shell $(PKG_CONFIG) --exists libmariadb && echo yes)
+HAVE_POSTGRESQL := $(shell $(PKG_CONFIG) --exists libpq && echo yes)
 
 LL_DEFS :=
 LL_PKGS := sqlite3
-ifeq ($(HAVE_MONGOC),yes)
-LL_DEFS += -DLEASELOCK_WITH_MONGOC
+ifeq ($(HAVE_MONGODB),yes)
+LL_DEFS += -DLEASELOCK_WITH_MONGODB
 LL_PKGS += libmongoc-1.0
 endif
-ifeq ($(HAVE_MARIADB),yes)
-LL_DEFS += -DLEASELOCK_WITH_MARIADB
+ifeq ($(HAVE_MYSQL),yes)
+LL_DEFS += -DLEASELOCK_WITH_MYSQL
 LL_PKGS += libmariadb
 endif
-ifeq ($(HAVE_LIBPQ),yes)
-LL_DEFS += -DLEASELOCK_WITH_LIBPQ
+ifeq ($(HAVE_POSTGRESQL),yes)
+LL_DEFS += -DLEASELOCK_WITH_POSTGRESQL
 LL_PKGS += libpq
 endif
 

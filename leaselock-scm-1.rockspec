@@ -64,9 +64,9 @@ build = {
       },
       defines = {
         "_GNU_SOURCE",
-        "LEASELOCK_WITH_MONGOC",
-        "LEASELOCK_WITH_MARIADB",
-        "LEASELOCK_WITH_LIBPQ",
+        "LEASELOCK_WITH_MONGODB",
+        "LEASELOCK_WITH_MYSQL",
+        "LEASELOCK_WITH_POSTGRESQL",
       },
       incdirs = {
         "csrc",

@@ -20,9 +20,9 @@ PKG_CONFIG = os.environ.get("PKG_CONFIG", "pkg-config")
 
 # Optional backend: (pkg-config name, macro that compiles it in).
 OPTIONAL = [
-    ("libmongoc-1.0", "LEASELOCK_WITH_MONGOC"),
-    ("libmariadb", "LEASELOCK_WITH_MARIADB"),
-    ("libpq", "LEASELOCK_WITH_LIBPQ"),
+    ("libmongoc-1.0", "LEASELOCK_WITH_MONGODB"),
+    ("libmariadb", "LEASELOCK_WITH_MYSQL"),
+    ("libpq", "LEASELOCK_WITH_POSTGRESQL"),
 ]
 
 

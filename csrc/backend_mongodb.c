@@ -54,7 +54,7 @@
  */
 #include "ll_internal.h"
 
-#ifdef LEASELOCK_WITH_MONGOC
+#ifdef LEASELOCK_WITH_MONGODB
 
 #include <mongoc/mongoc.h>
 
@@ -1105,7 +1105,7 @@ const ll_backend_t ll_backend_mongodb = {
    .force_release = ll_mongo_force_release,
 };
 
-#else /* !LEASELOCK_WITH_MONGOC */
+#else /* !LEASELOCK_WITH_MONGODB */
 
 const ll_backend_t ll_backend_mongodb = {
    .name = "mongodb",
@@ -1114,4 +1114,4 @@ const ll_backend_t ll_backend_mongodb = {
    .unavailable = "leaselock was built without libmongoc-1.0 (install libmongoc-dev, then rebuild)",
 };
 
-#endif /* LEASELOCK_WITH_MONGOC */
+#endif /* LEASELOCK_WITH_MONGODB */

@@ -65,7 +65,7 @@
  */
 #include "ll_internal.h"
 
-#ifdef LEASELOCK_WITH_MARIADB
+#ifdef LEASELOCK_WITH_MYSQL
 
 #include <errno.h>
 #include <limits.h>
@@ -818,7 +818,7 @@ const ll_backend_t ll_backend_mysql = {
    .force_release = my_force_release,
 };
 
-#else /* !LEASELOCK_WITH_MARIADB */
+#else /* !LEASELOCK_WITH_MYSQL */
 
 const ll_backend_t ll_backend_mysql = {
    .name = "mysql",

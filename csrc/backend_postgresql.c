@@ -48,7 +48,7 @@
  */
 #include "ll_internal.h"
 
-#ifdef LEASELOCK_WITH_LIBPQ
+#ifdef LEASELOCK_WITH_POSTGRESQL
 
 #include <errno.h>
 #include <inttypes.h>
@@ -864,7 +864,7 @@ const ll_backend_t ll_backend_postgresql = {
    .force_release = pg_force_release,
 };
 
-#else /* !LEASELOCK_WITH_LIBPQ */
+#else /* !LEASELOCK_WITH_POSTGRESQL */
 
 const ll_backend_t ll_backend_postgresql = {
    .name = "postgresql",

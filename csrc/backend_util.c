@@ -70,6 +70,30 @@ void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t
    out[o] = '\0';
 }
 
+bool ll_backend_fail (leaselock_error_t *err,
+                      const char *backend,
+                      const char *what,
+                      const char *driver_msg,
+                      const ll_secrets_t *secrets,
+                      const char *detail)
+{
+   char clean[LEASELOCK_ERROR_MAX];
+   ll_scrub_secrets (driver_msg && *driver_msg ? driver_msg : "unknown error", secrets, clean,
+                     sizeof clean);
+   /* Drivers end messages with newlines or put the server's hint on a
+    * second line: one line reads better in a log. */
+   size_t o = 0;
+   for (; clean[o]; o++)
+      if (clean[o] == '\n' || clean[o] == '\r' || clean[o] == '\t')
+         clean[o] = ' ';
+   while (o > 0 && clean[o - 1] == ' ')
+      o--;
+   clean[o] = '\0';
+   return ll_error_set (err, LEASELOCK_BACKEND, "%s: %s: %s%s%s%s", backend, what, clean,
+                        detail && *detail ? " (" : "", detail && *detail ? detail : "",
+                        detail && *detail ? ")" : "");
+}
+
 bool ll_valid_identifier (const char *s)
 {
    size_t n = strlen (s);

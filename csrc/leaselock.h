@@ -260,6 +260,17 @@ extern "C"
                                                bool *took,
                                                leaselock_error_t *error);
 
+   /* Strict UTF-8 (no overlong forms, no surrogates, nothing above
+    * U+10FFFF): the offset of the first byte of the first invalid or cut
+    * sequence in s[0..len), or len when all of it is valid. A NUL byte is
+    * valid UTF-8. The one validator of the core, exposed for the bindings
+    * and the CLI. */
+   LEASELOCK_API size_t leaselock_utf8_valid_len (const char *s, size_t len);
+
+   /* The check every call applies to a key: 1..LEASELOCK_KEY_MAX bytes of
+    * valid UTF-8 without NUL; INVALID with the reason otherwise. */
+   LEASELOCK_API bool leaselock_check_key (const char *key, size_t key_len, leaselock_error_t *error);
+
    /* Parses "30s", "500ms", "2m", "1h", "1d", or a bare number of seconds
     * ("1.5") into milliseconds. Used by the CLI; exposed for the bindings. */
    LEASELOCK_API bool leaselock_parse_duration (const char *text,

@@ -284,6 +284,17 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
  * that matches first). Shorter secrets would hide every such letter pair of
  * the message; ll_uri_redact still hides them in URIs. */
 void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t size);
+/* The one format of a driver failure: BACKEND with "<backend>: <what>:
+ * <driver message> (<detail>)". backend is the backend's name ("mysql");
+ * the driver message (may be NULL) has every secret replaced by "***" and
+ * is put on one line; detail (may be NULL or "") is the driver's error
+ * code ("error 2013", "SQLSTATE 08006"). Returns false. */
+bool ll_backend_fail (leaselock_error_t *err,
+                      const char *backend,
+                      const char *what,
+                      const char *driver_msg,
+                      const ll_secrets_t *secrets,
+                      const char *detail);
 /* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
 bool ll_valid_identifier (const char *s);
 /* out[i] = templates[i] formatted with table (new strings the caller frees,

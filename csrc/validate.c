@@ -6,10 +6,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-/* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF). Returns the
- * offset of the first bad byte, or len when valid. */
-static size_t utf8_invalid_at (const unsigned char *s, size_t len)
+size_t leaselock_utf8_valid_len (const char *text, size_t len)
 {
+   const unsigned char *s = (const unsigned char *)text;
    size_t i = 0;
    while (i < len) {
       unsigned char c = s[i];
@@ -60,11 +59,16 @@ bool ll_check_key (const char *key,
    if (nul)
       return ll_error_set (err, LEASELOCK_INVALID, "%s contains a NUL byte at offset %zu", what,
                            (size_t)(nul - key));
-   size_t bad = utf8_invalid_at ((const unsigned char *)key, len);
+   size_t bad = leaselock_utf8_valid_len (key, len);
    if (bad != len)
       return ll_error_set (err, LEASELOCK_INVALID, "%s is not valid UTF-8 (bad byte at offset %zu)",
                            what, bad);
    return true;
+}
+
+bool leaselock_check_key (const char *key, size_t key_len, leaselock_error_t *error)
+{
+   return ll_check_key (key, key_len, "key", false, error);
 }
 
 bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err)

@@ -4,13 +4,13 @@
 # the suites at other servers), and the two benchmarks.
 #
 #   bash tests/with-servers.sh make test-mysql test-postgres
-#   make bench-core-mysql bench-core-postgres   (servers started by bench-core)
+#   make bench-core-mysql bench-core-postgresql   (servers started by bench-core)
 
 TEST_SUITES += mysql postgres
 ASAN_SUITES += mysql postgres
-BENCH_CORE += mysql postgres
+BENCH_CORE += mysql postgresql
 
-.PHONY: test-mysql test-postgres bench-core-mysql bench-core-postgres
+.PHONY: test-mysql test-postgres bench-core-mysql bench-core-postgresql
 
 $(BUILD)/tests/test_sql: tests/test_sql.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
@@ -42,13 +42,13 @@ SQL_BENCH_ROUNDS ?= 61
 $(BUILD)/bench/core_mysql: bench/core_mysql.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
-$(BUILD)/bench/core_postgres: bench/core_postgres.c bench/bench.h $(LIB_A) | $(BUILD)/bench
+$(BUILD)/bench/core_postgresql: bench/core_postgresql.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 bench-core-mysql: $(BUILD)/bench/core_mysql
 	@if [ -z "$${MYSQL_URI:-}" ]; then echo "bench-core-mysql: MYSQL_URI is not set"; exit 1; fi
 	$(BENCH_PIN) $(BUILD)/bench/core_mysql "$$MYSQL_URI" $(SQL_BENCH_PAIRS) $(SQL_BENCH_ROUNDS)
 
-bench-core-postgres: $(BUILD)/bench/core_postgres
-	@if [ -z "$${POSTGRES_URI:-}" ]; then echo "bench-core-postgres: POSTGRES_URI is not set"; exit 1; fi
-	$(BENCH_PIN) $(BUILD)/bench/core_postgres "$$POSTGRES_URI" $(SQL_BENCH_PAIRS) $(SQL_BENCH_ROUNDS)
+bench-core-postgresql: $(BUILD)/bench/core_postgresql
+	@if [ -z "$${POSTGRES_URI:-}" ]; then echo "bench-core-postgresql: POSTGRES_URI is not set"; exit 1; fi
+	$(BENCH_PIN) $(BUILD)/bench/core_postgresql "$$POSTGRES_URI" $(SQL_BENCH_PAIRS) $(SQL_BENCH_ROUNDS)

@@ -21,7 +21,7 @@
 #include "ll_internal.h"
 #include "testlib.h"
 
-#if defined(LEASELOCK_WITH_MARIADB) && defined(LEASELOCK_WITH_LIBPQ)
+#if defined(LEASELOCK_WITH_MYSQL) && defined(LEASELOCK_WITH_POSTGRESQL)
 #include <libpq-fe.h>
 #include <mysql.h>
 

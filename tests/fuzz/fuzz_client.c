@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
    /* Only when it cannot connect: a URI that parses would reach a server
     * (MongoDB) or create a file (SQLite). */
    u = fz_with_scheme (text, "mongodb", "");
-#ifdef LEASELOCK_WITH_MONGOC
+#ifdef LEASELOCK_WITH_MONGODB
    if (u) {
       fz_list_t none = { 0 };
       fz_driver_passwords ("mongodb://x", &none); /* initializes libmongoc */

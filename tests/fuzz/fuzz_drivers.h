@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#ifdef LEASELOCK_WITH_LIBPQ
+#ifdef LEASELOCK_WITH_POSTGRESQL
 #include <libpq-fe.h>
 #endif
-#ifdef LEASELOCK_WITH_MONGOC
+#ifdef LEASELOCK_WITH_MONGODB
 #include <mongoc/mongoc.h>
 #endif
 
@@ -39,7 +39,7 @@ static void fz_free (fz_list_t *l)
    l->n = 0;
 }
 
-#ifdef LEASELOCK_WITH_MONGOC
+#ifdef LEASELOCK_WITH_MONGODB
 static void fz_quiet_log (mongoc_log_level_t l, const char *d, const char *m, void *u)
 {
    (void)l, (void)d, (void)m, (void)u;
@@ -49,7 +49,7 @@ static void fz_quiet_log (mongoc_log_level_t l, const char *d, const char *m, vo
 /* Adds to l every password the drivers read from uri. */
 static void fz_driver_passwords (const char *uri, fz_list_t *l)
 {
-#ifdef LEASELOCK_WITH_LIBPQ
+#ifdef LEASELOCK_WITH_POSTGRESQL
    if (!strncmp (uri, "postgresql://", 13) || !strncmp (uri, "postgres://", 11)) {
       PQconninfoOption *o = PQconninfoParse (uri, NULL);
       for (PQconninfoOption *p = o; p && p->keyword; p++)
@@ -58,7 +58,7 @@ static void fz_driver_passwords (const char *uri, fz_list_t *l)
       PQconninfoFree (o);
    }
 #endif
-#ifdef LEASELOCK_WITH_MONGOC
+#ifdef LEASELOCK_WITH_MONGODB
    if (!strncmp (uri, "mongodb://", 10)) {
       static bool init;
       if (!init) {

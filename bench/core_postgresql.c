@@ -1,5 +1,5 @@
 /*
- * core_postgres.c - acquire+release pairs per second on PostgreSQL:
+ * core_postgresql.c - acquire+release pairs per second on PostgreSQL:
  * through the leaselock engine (leaselock_acquire, one try, no
  * auto-renewal, then leaselock_lease_release) beside a bare program using
  * libpq's prepared statements directly with the same two statements and
@@ -7,10 +7,10 @@
  * Rounds alternate (engine, bare, bare, engine, ...) so both see the same
  * load; bench.h runs the rounds and prints the figures.
  *
- * Usage: core_postgres POSTGRES_URI [PAIRS_PER_ROUND [ROUNDS]]   (default 200, 61)
+ * Usage: core_postgresql POSTGRES_URI [PAIRS_PER_ROUND [ROUNDS]]   (default 200, 61)
  * A benchmark, not a test: it prints figures and fails only on errors.
  */
-#define BENCH_NAME "core_postgres"
+#define BENCH_NAME "core_postgresql"
 #include "bench.h"
 
 #include <inttypes.h>
@@ -89,7 +89,7 @@ int main (int argc, char **argv)
    long pairs = 200;
    int rounds = 61;
    if (!uri || !*uri || !bench_sizes (argc, argv, 2, &pairs, &rounds)) {
-      fprintf (stderr, "usage: core_postgres POSTGRES_URI [PAIRS_PER_ROUND [ROUNDS]]\n");
+      fprintf (stderr, "usage: core_postgresql POSTGRES_URI [PAIRS_PER_ROUND [ROUNDS]]\n");
       return 2;
    }
    leaselock_client_t *c = bench_client (uri);

@@ -1,5 +1,5 @@
 /*
- * core_mongo.c - acquire+release pairs per second on one MongoDB server:
+ * core_mongodb.c - acquire+release pairs per second on one MongoDB server:
  * through the leaselock engine (leaselock_acquire, one try, no
  * auto-renewal, then leaselock_lease_release) beside a bare libmongoc
  * program sending the same commands (the conditional findAndModify, the
@@ -9,10 +9,10 @@
  * pause of the server (its GC or JIT) or of the machine lands on both
  * sides alike; bench.h runs the rounds and prints the figures.
  *
- * Usage: core_mongo URI [PAIRS_PER_ROUND [ROUNDS]]   (default 200, 100)
+ * Usage: core_mongodb URI [PAIRS_PER_ROUND [ROUNDS]]   (default 200, 100)
  * A benchmark, not a test: it prints figures and fails only on errors.
  */
-#define BENCH_NAME "core_mongo"
+#define BENCH_NAME "core_mongodb"
 #include "bench.h"
 
 #include <mongoc/mongoc.h>
@@ -137,14 +137,14 @@ static double bare_round (void *ctx, long pairs)
 int main (int argc, char **argv)
 {
    if (argc < 2 || strncmp (argv[1], "mongodb", 7) != 0) {
-      fprintf (stderr, "usage: core_mongo mongodb://... [PAIRS_PER_ROUND [ROUNDS]]\n");
+      fprintf (stderr, "usage: core_mongodb mongodb://... [PAIRS_PER_ROUND [ROUNDS]]\n");
       return 2;
    }
    const char *uri = argv[1];
    long pairs = 200;
    int rounds = 100;
    if (!bench_sizes (argc, argv, 2, &pairs, &rounds)) {
-      fprintf (stderr, "core_mongo: PAIRS_PER_ROUND and ROUNDS must be positive\n");
+      fprintf (stderr, "core_mongodb: PAIRS_PER_ROUND and ROUNDS must be positive\n");
       return 2;
    }
    snprintf (engine_key, sizeof engine_key, "bench-engine-%d", (int)getpid ());

@@ -6,21 +6,21 @@
 # MongoDB-only tests (tests/test_mongo.c). Without MONGODB_URI it fails.
 
 MONGO_TEST := $(BUILD)/tests/test_mongo
-MONGO_BENCH := $(BUILD)/bench/core_mongo
+MONGO_BENCH := $(BUILD)/bench/core_mongodb
 
 # OpenSSL (a dependency of libmongoc-dev): the suite's own TLS front.
 $(MONGO_TEST): tests/test_mongo.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) \
 	  $(shell $(PKG_CONFIG) --libs openssl) -o $@
 
-$(MONGO_BENCH): bench/core_mongo.c bench/bench.h $(LIB_A) | $(BUILD)/bench
+$(MONGO_BENCH): bench/core_mongodb.c bench/bench.h $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
-.PHONY: test-mongo bench-core-mongo mongo-server
+.PHONY: test-mongo bench-core-mongodb mongo-server
 
 TEST_SUITES += mongo
 ASAN_SUITES += mongo
-BENCH_CORE += mongo
+BENCH_CORE += mongodb
 
 # When tests/with-servers.sh started the server (LEASELOCK_MONGO_SERVER_PID),
 # it must watch the pid with-servers exported (LEASELOCK_SERVERS_PID).
@@ -51,9 +51,9 @@ test-mongo: $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion $(MONGO_T
 MONGO_BENCH_PAIRS ?= 200
 MONGO_BENCH_ROUNDS ?= 100
 
-bench-core-mongo: $(MONGO_BENCH)
+bench-core-mongodb: $(MONGO_BENCH)
 	@if [ -z "$$MONGODB_URI" ]; then \
-	  echo "bench-core-mongo: MONGODB_URI is not set (make bench-core starts the server)"; exit 1; fi
+	  echo "bench-core-mongodb: MONGODB_URI is not set (make bench-core starts the server)"; exit 1; fi
 	@$(BENCH_PIN) $(MONGO_BENCH) "$$MONGODB_URI" $(MONGO_BENCH_PAIRS) $(MONGO_BENCH_ROUNDS)
 
 # Builds the MongoDB test server launcher (mongo-java-server via Maven).
