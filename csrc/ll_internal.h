@@ -147,6 +147,22 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err);
 void ll_uri_cleanup (ll_uri_t *uri);
 /* The parameter's value or NULL. */
 const char *ll_uri_param (const ll_uri_t *uri, const char *name);
+/* The one percent-decoder: s[0..n) into a new string (caller frees), '+'
+ * as a space when plus_is_space (query values). NULL on a bad or cut
+ * escape or an encoded NUL, or out of memory (then *nomem, if given, is
+ * set). */
+char *ll_percent_decode (const char *s, size_t n, bool plus_is_space, bool *nomem);
+/* The one integer URI-option parser: value is a plain decimal (no sign, no
+ * blanks) in [min, max], else INVALID with "<backend> URI option
+ * <name>=\"<value>\": expected whole <unit> from <min> to <max>". */
+bool ll_uri_int_option (const char *backend,
+                        const char *name,
+                        const char *value,
+                        int64_t min,
+                        int64_t max,
+                        const char *unit,
+                        int64_t *out,
+                        leaselock_error_t *err);
 /* Copies text to buf (cut to size) with every byte that libpq, libmongoc
  * or leaselock's parser may read as a password or a secret option's value
  * replaced by "***" (uri.c says how each driver reads a URI). */

@@ -2,6 +2,9 @@
 #include "ll_internal.h"
 
 #include <ctype.h>
+#include <errno.h>
+
+#include <ctype.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -52,6 +55,37 @@ static char *decode (const char *s, size_t n, bool plus_is_space)
    }
    out[o] = '\0';
    return out;
+}
+
+char *ll_percent_decode (const char *s, size_t n, bool plus_is_space, bool *nomem)
+{
+   decode_nomem = false;
+   char *out = decode (s, n, plus_is_space);
+   if (nomem)
+      *nomem = decode_nomem;
+   return out;
+}
+
+bool ll_uri_int_option (const char *backend,
+                        const char *name,
+                        const char *value,
+                        int64_t min,
+                        int64_t max,
+                        const char *unit,
+                        int64_t *out,
+                        leaselock_error_t *err)
+{
+   char *end;
+   errno = 0;
+   long long n = strtoll (value, &end, 10);
+   /* strtoll skips leading blanks and takes a sign: neither is a number
+    * a URI should carry. */
+   if (!isdigit ((unsigned char)value[0]) || *end || errno || n < min || n > max)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "%s URI option %s=\"%.32s\": expected whole %s from %lld to %lld",
+                           backend, name, value, unit, (long long)min, (long long)max);
+   *out = (int64_t)n;
+   return true;
 }
 
 void ll_uri_cleanup (ll_uri_t *uri)
