@@ -3,8 +3,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-
-#include <ctype.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
