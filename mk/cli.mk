@@ -4,8 +4,8 @@ LEASELOCK_CLI := $(BUILD)/leaselock
 
 all: $(LEASELOCK_CLI)
 
-$(LEASELOCK_CLI): csrc/cli.c csrc/leaselock.h $(LIB_A)
-	$(CC) $(CFLAGS_ALL) csrc/cli.c -o $@ $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
+$(LEASELOCK_CLI): cli/main.c csrc/leaselock.h $(LIB_A)
+	$(CC) $(CFLAGS_ALL) cli/main.c -o $@ $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 .PHONY: test-cli demo-cli
 

@@ -1,5 +1,5 @@
 /*
- * cli.c - the leaselock command line tool.
+ * main.c - the leaselock command line tool.
  *
  *   leaselock run [options] KEY -- CMD [ARGS...]
  *   leaselock status [--json] KEY
