@@ -335,83 +335,43 @@ static void put_text (FILE *f, const char *s, size_t len)
    }
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t utf8_seq (const unsigned char *s, size_t len)
+/* The JSON escape of the ASCII byte c (written into buf when numeric), or
+ * NULL when c stands for itself. */
+static const char *json_escape (unsigned char c, char buf[8])
 {
-   unsigned char c = s[0];
-   size_t n;
-   unsigned cp;
-   if (c < 0x80)
-      return 1;
-   if (c >= 0xC2 && c <= 0xDF)
-      n = 1, cp = c & 0x1F;
-   else if (c >= 0xE0 && c <= 0xEF)
-      n = 2, cp = c & 0x0F;
-   else if (c >= 0xF0 && c <= 0xF4)
-      n = 3, cp = c & 0x07;
-   else
-      return 0;
-   if (n >= len)
-      return 0;
-   for (size_t k = 1; k <= n; k++) {
-      if ((s[k] & 0xC0) != 0x80)
-         return 0;
-      cp = (cp << 6) | (s[k] & 0x3F);
+   static const char *const named[] = {
+      ['"'] = "\\\"", ['\\'] = "\\\\", ['\n'] = "\\n", ['\r'] = "\\r",
+      ['\t'] = "\\t", ['\b'] = "\\b",  ['\f'] = "\\f",
+   };
+   if (c < sizeof named / sizeof named[0] && named[c])
+      return named[c];
+   if (c < 0x20 || c == 0x7f) {
+      snprintf (buf, 8, "\\u%04x", c);
+      return buf;
    }
-   if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-       (cp >= 0xD800 && cp <= 0xDFFF))
-      return 0;
-   return n + 1;
+   return NULL;
 }
 
 /* Writes s as a JSON string: escapes quotes, backslashes and control
- * characters; bytes that are not UTF-8 become U+FFFD. */
+ * characters; each byte that is not part of valid UTF-8 (as the core
+ * judges it) becomes U+FFFD. */
 static void put_json_string (FILE *f, const char *s, size_t len)
 {
-   const unsigned char *u = (const unsigned char *)s;
    fputc ('"', f);
    for (size_t i = 0; i < len;) {
-      unsigned char c = u[i];
-      size_t n = utf8_seq (u + i, len - i);
-      if (n == 0) {
+      size_t end = i + leaselock_utf8_valid_len (s + i, len - i);
+      for (; i < end; i++) {
+         char buf[8];
+         const char *esc = json_escape ((unsigned char)s[i], buf);
+         if (esc)
+            fputs (esc, f);
+         else
+            fputc (s[i], f);
+      }
+      if (i < len) {
          fputs ("\\ufffd", f);
          i++;
-         continue;
       }
-      if (n > 1) {
-         fwrite (u + i, 1, n, f);
-         i += n;
-         continue;
-      }
-      switch (c) {
-         case '"':
-            fputs ("\\\"", f);
-            break;
-         case '\\':
-            fputs ("\\\\", f);
-            break;
-         case '\n':
-            fputs ("\\n", f);
-            break;
-         case '\r':
-            fputs ("\\r", f);
-            break;
-         case '\t':
-            fputs ("\\t", f);
-            break;
-         case '\b':
-            fputs ("\\b", f);
-            break;
-         case '\f':
-            fputs ("\\f", f);
-            break;
-         default:
-            if (c < 0x20 || c == 0x7f)
-               fprintf (f, "\\u%04x", c);
-            else
-               fputc (c, f);
-      }
-      i++;
    }
    fputc ('"', f);
 }
@@ -453,27 +413,31 @@ static void put_holder (FILE *f, const leaselock_record_t *r)
    }
 }
 
-/* Copies the first LEN bytes of S to OUT (SIZE > 0 bytes), each byte that
- * is not part of valid UTF-8 as '?', cut at a character boundary to fit.
- * Returns whether S was valid UTF-8 and fit. */
-static bool utf8_copy (const char *s, size_t len, char *out, size_t size)
+/* Copies the C string S to OUT (SIZE > 0 bytes), each byte that is not part
+ * of valid UTF-8 (as the core judges it) as '?', cut at a character boundary
+ * to fit. Returns whether S was valid UTF-8 and fit. */
+static bool utf8_copy (const char *s, char *out, size_t size)
 {
-   const unsigned char *u = (const unsigned char *)s;
+   size_t len = strlen (s), o = 0;
    bool clean = true;
-   size_t o = 0;
    for (size_t i = 0; i < len;) {
-      size_t n = u[i] ? utf8_seq (u + i, len - i) : 0;
-      if (o + (n ? n : 1) >= size) {
+      size_t valid = leaselock_utf8_valid_len (s + i, len - i);
+      if (o + valid >= size) {
+         /* Cut before the character that does not fit. */
+         valid = size - 1 - o;
+         while (valid > 0 && ((unsigned char)s[i + valid] & 0xC0) == 0x80)
+            valid--;
+         len = i + valid;
          clean = false;
+      }
+      memcpy (out + o, s + i, valid);
+      o += valid, i += valid;
+      if (i == len)
          break;
-      }
-      if (n) {
-         memcpy (out + o, s + i, n);
-         o += n, i += n;
-      } else {
-         out[o++] = '?', i++;
-         clean = false;
-      }
+      clean = false;
+      if (o + 1 >= size)
+         break;
+      out[o++] = '?', i++; /* an invalid byte */
    }
    out[o] = '\0';
    return clean;
@@ -831,7 +795,7 @@ static int run_option (int argc, char **argv, int *i, run_opts_t *o)
    if ((r = opt_value (argc, argv, i, "--label", &v)) != 0) {
       if (r < 0)
          return -1;
-      if (!utf8_copy (v, strlen (v), o->label_buf, sizeof o->label_buf)) {
+      if (!utf8_copy (v, o->label_buf, sizeof o->label_buf)) {
          usage_error ("--label must be at most %d bytes of UTF-8", LEASELOCK_KEY_MAX);
          return -1;
       }
@@ -900,7 +864,7 @@ static int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
       /* CMD's file name, which need not be UTF-8: shown, not refused. */
       const char *slash = strrchr (o->cmd[0], '/');
       const char *name = slash ? slash + 1 : o->cmd[0];
-      utf8_copy (name, strlen (name), o->label_buf, sizeof o->label_buf);
+      utf8_copy (name, o->label_buf, sizeof o->label_buf);
       o->label = o->label_buf;
    }
    return PARSED;
