@@ -18,6 +18,46 @@ leaselock_client_t *open_client (const char *uri, const char *label, int *status
 
 /* ---- status ----------------------------------------------------------- */
 
+/* One field a line, for a record that was found. */
+static void put_status_lines (const leaselock_record_t *rec)
+{
+   char when[32];
+   fmt_ms (rec->expires_in_ms, when, sizeof when);
+   fputs ("key:        ", stdout);
+   put_text (stdout, rec->key, rec->key_len);
+   fprintf (stdout, "\nstate:      %s\n", record_state (rec));
+   fprintf (stdout, "owner:      %s\n", rec->owner[0] ? rec->owner : "-");
+   fprintf (stdout, "fence:      %" PRId64 "\n", rec->fence);
+   if (rec->expires_in_ms > 0)
+      fprintf (stdout, "expires in: %s\n", when);
+   else
+      fprintf (stdout, "expired:    %s ago\n", when);
+   fputs ("holder:     ", stdout);
+   put_holder (stdout, rec);
+   fputc ('\n', stdout);
+}
+
+/* Prints what status found about key (rec is read only when found): a JSON
+ * object (null without a record) or one field a line. Returns status's exit
+ * status. */
+static int print_status (const char *key, const leaselock_record_t *rec, bool found, bool json)
+{
+   if (json) {
+      if (found)
+         put_record_json (stdout, rec);
+      else
+         fputs ("null", stdout);
+      fputc ('\n', stdout);
+   } else if (!found) {
+      fputs ("key:        ", stdout);
+      put_text (stdout, key, strlen (key));
+      fputs ("\nstate:      free (no record)\n", stdout);
+   } else {
+      put_status_lines (rec);
+   }
+   return !found ? EXIT_NO_RECORD : rec->expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
+}
+
 int cmd_status (const char *uri, int argc, char **argv)
 {
    const char *key = NULL;
@@ -36,37 +76,10 @@ int cmd_status (const char *uri, int argc, char **argv)
    leaselock_record_t rec;
    bool found = false;
    leaselock_error_t err;
-   if (!leaselock_inspect (client, key, strlen (key), &rec, &found, &err)) {
+   if (!leaselock_inspect (client, key, strlen (key), &rec, &found, &err))
       status = fail ("status", &err);
-   } else if (json) {
-      if (found)
-         put_record_json (stdout, &rec);
-      else
-         fputs ("null", stdout);
-      fputc ('\n', stdout);
-      status = !found ? EXIT_NO_RECORD : rec.expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
-   } else if (!found) {
-      fputs ("key:        ", stdout);
-      put_text (stdout, key, strlen (key));
-      fputs ("\nstate:      free (no record)\n", stdout);
-      status = EXIT_NO_RECORD;
-   } else {
-      char when[32];
-      fmt_ms (rec.expires_in_ms, when, sizeof when);
-      fputs ("key:        ", stdout);
-      put_text (stdout, rec.key, rec.key_len);
-      fprintf (stdout, "\nstate:      %s\n", record_state (&rec));
-      fprintf (stdout, "owner:      %s\n", rec.owner[0] ? rec.owner : "-");
-      fprintf (stdout, "fence:      %" PRId64 "\n", rec.fence);
-      if (rec.expires_in_ms > 0)
-         fprintf (stdout, "expires in: %s\n", when);
-      else
-         fprintf (stdout, "expired:    %s ago\n", when);
-      fputs ("holder:     ", stdout);
-      put_holder (stdout, &rec);
-      fputc ('\n', stdout);
-      status = rec.expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
-   }
+   else
+      status = print_status (key, &rec, found, json);
    leaselock_client_destroy (client);
    return status;
 }

@@ -81,47 +81,57 @@ int print_help (void)
    return 0;
 }
 
-int main (int argc, char **argv)
+/* The commands, and the name each prints its messages under. */
+static const struct
 {
-   const char *uri = NULL;
-   int i = 1;
-   for (; i < argc; i++) {
+   const char *name, *cmd_name;
+   int (*run) (const char *uri, int argc, char **argv);
+} commands[] = {
+   { "run", "leaselock run", cmd_run },
+   { "status", "leaselock status", cmd_status },
+   { "list", "leaselock list", cmd_list },
+   { "release", "leaselock release", cmd_release },
+};
+
+/* Reads the options before the command (--help, --version, --uri) from
+ * argv[*i] on, leaving *i at the command. Returns PARSED, or the exit
+ * status. */
+static int main_options (int argc, char **argv, int *i, const char **uri)
+{
+   for (; *i < argc; (*i)++) {
       int r;
-      if (is_help (argv[i]))
+      if (is_help (argv[*i]))
          return print_help ();
-      if (!strcmp (argv[i], "--version")) {
+      if (!strcmp (argv[*i], "--version")) {
          printf ("leaselock %s\n", LEASELOCK_VERSION);
          return 0;
       }
-      if ((r = opt_uri (argc, argv, &i, &uri)) != 0) {
+      if ((r = opt_uri (argc, argv, i, uri)) != 0) {
          if (r < 0)
             return EXIT_USAGE;
          continue;
       }
-      if (argv[i][0] == '-')
-         return usage_error ("unknown option %s", argv[i]);
+      if (argv[*i][0] == '-')
+         return usage_error ("unknown option %s", argv[*i]);
       break;
    }
+   return PARSED;
+}
+
+int main (int argc, char **argv)
+{
+   const char *uri = NULL;
+   int i = 1;
+   int status = main_options (argc, argv, &i, &uri);
+   if (status != PARSED)
+      return status;
    if (i >= argc)
       return usage_error ("missing command (run, status, list or release)");
-   const char *sub = argv[i];
-   int sub_argc = argc - i - 1;
-   char **sub_argv = argv + i + 1;
-   if (!strcmp (sub, "run")) {
-      cmd_name = "leaselock run";
-      return cmd_run (uri, sub_argc, sub_argv);
+   for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+      if (!strcmp (argv[i], commands[c].name)) {
+         cmd_name = commands[c].cmd_name;
+         return commands[c].run (uri, argc - i - 1, argv + i + 1);
+      }
    }
-   if (!strcmp (sub, "status")) {
-      cmd_name = "leaselock status";
-      return cmd_status (uri, sub_argc, sub_argv);
-   }
-   if (!strcmp (sub, "list")) {
-      cmd_name = "leaselock list";
-      return cmd_list (uri, sub_argc, sub_argv);
-   }
-   if (!strcmp (sub, "release")) {
-      cmd_name = "leaselock release";
-      return cmd_release (uri, sub_argc, sub_argv);
-   }
-   return usage_error ("unknown command \"%s\" (run, status, list or release)", sub);
+   return usage_error ("unknown command \"%s\" (run, status, list or release)", argv[i]);
 }

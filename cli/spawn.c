@@ -193,6 +193,37 @@ static int let_command_exec (int go_fd, int err_fd)
    return n == (ssize_t)sizeof err ? err : 0;
 }
 
+/* Forks the command, then its watchdog, the go socket and the error pipe
+ * opened into go and err first. Says why it fails. The caller closes what is
+ * left open in go and err. */
+static bool fork_with_watchdog (const run_opts_t *o,
+                                leaselock_lease_t *lease,
+                                exec_plan_t *plan,
+                                child_t *ch,
+                                int go[2],
+                                int err[2])
+{
+   if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 || pipe2 (err, O_CLOEXEC) < 0) {
+      say ("cannot start %s: %s", o->cmd[0], strerror (errno));
+      return false;
+   }
+   plan->go_fd = go[0];
+   plan->go_wr = go[1];
+   plan->err_fd = err[1];
+   if (!fork_command (plan, ch)) {
+      say ("cannot start %s: %s", o->cmd[0], strerror (errno));
+      return false;
+   }
+   /* Only the command may hold these, or their EOF would not come. */
+   close_fd (&go[0]);
+   close_fd (&err[1]);
+   if (!start_watchdog (ch, lease, kill_margin_ms (o->ttl_ms))) {
+      say ("cannot start the watchdog of %s: %s", o->cmd[0], strerror (errno));
+      return false;
+   }
+   return true;
+}
+
 /* Starts o->cmd and its watchdog. Unless leaselock is in the foreground of
  * a terminal, where the command must stay in its group to read it, the
  * command gets its own process group, so a loss stops the whole job. Sets
@@ -212,27 +243,10 @@ bool start_command (const run_opts_t *o,
    plan.own_group = !(isatty (STDIN_FILENO) && tcgetpgrp (STDIN_FILENO) == getpgrp ());
    bool ok = false;
    *status = EXIT_INTERNAL;
-   if (!plan.env || !plan.paths) {
+   if (!plan.env || !plan.paths)
       say ("out of memory");
-   } else if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 ||
-              pipe2 (err, O_CLOEXEC) < 0) {
-      say ("cannot start %s: %s", o->cmd[0], strerror (errno));
-   } else {
-      plan.go_fd = go[0];
-      plan.go_wr = go[1];
-      plan.err_fd = err[1];
-      if (!fork_command (&plan, ch)) {
-         say ("cannot start %s: %s", o->cmd[0], strerror (errno));
-      } else {
-         /* Only the command may hold these, or their EOF would not come. */
-         close_fd (&go[0]);
-         close_fd (&err[1]);
-         if (!start_watchdog (ch, lease, kill_margin_ms (o->ttl_ms)))
-            say ("cannot start the watchdog of %s: %s", o->cmd[0], strerror (errno));
-         else
-            ok = true;
-      }
-   }
+   else
+      ok = fork_with_watchdog (o, lease, &plan, ch, go, err);
    close_fd (&go[0]);
    close_fd (&err[1]);
    int exec_err = ok ? let_command_exec (go[1], err[0]) : 0;
