@@ -58,30 +58,14 @@ static int print_status (const char *key, const leaselock_record_t *rec, bool fo
    return !found ? EXIT_NO_RECORD : rec->expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
 }
 
-int cmd_status (const char *uri, int argc, char **argv)
+static int status_call (leaselock_client_t *client, const admin_args_t *a)
 {
-   const char *key = NULL;
-   bool json = false;
-   int parsed =
-     parse_flag_and_arg (argc, argv, &uri, "--json", &json, &key, "status takes one KEY");
-   if (parsed != PARSED)
-      return parsed;
-   if (!key)
-      return usage_error ("missing KEY");
-
-   int status = EXIT_INTERNAL;
-   leaselock_client_t *client = open_client (uri, NULL, &status);
-   if (!client)
-      return status;
    leaselock_record_t rec;
    bool found = false;
    leaselock_error_t err;
-   if (!leaselock_inspect (client, key, strlen (key), &rec, &found, &err))
-      status = fail ("status", &err);
-   else
-      status = print_status (key, &rec, found, json);
-   leaselock_client_destroy (client);
-   return status;
+   if (!leaselock_inspect (client, a->arg, strlen (a->arg), &rec, &found, &err))
+      return fail ("status", &err);
+   return print_status (a->arg, &rec, found, a->flag);
 }
 
 /* ---- list ------------------------------------------------------------- */
@@ -113,18 +97,10 @@ static bool list_one (const leaselock_record_t *r, void *user_data)
    return true;
 }
 
-int cmd_list (const char *uri, int argc, char **argv)
+static int list_call (leaselock_client_t *client, const admin_args_t *a)
 {
-   const char *prefix = NULL;
-   list_ctx_t ctx = { false, 0 };
-   int parsed =
-     parse_flag_and_arg (argc, argv, &uri, "--json", &ctx.json, &prefix, "list takes one PREFIX");
-   if (parsed != PARSED)
-      return parsed;
-   int status = EXIT_INTERNAL;
-   leaselock_client_t *client = open_client (uri, NULL, &status);
-   if (!client)
-      return status;
+   const char *prefix = a->arg;
+   list_ctx_t ctx = { a->flag, 0 };
    leaselock_error_t err;
    if (ctx.json)
       fputc ('[', stdout);
@@ -132,39 +108,82 @@ int cmd_list (const char *uri, int argc, char **argv)
                              &ctx, &err);
    if (ctx.json)
       fputs (ctx.count ? "\n]\n" : "]\n", stdout);
-   status = ok ? 0 : fail ("list", &err);
-   leaselock_client_destroy (client);
-   return status;
+   return ok ? 0 : fail ("list", &err);
 }
 
 /* ---- release ---------------------------------------------------------- */
 
-int cmd_release (const char *uri, int argc, char **argv)
+static int release_call (leaselock_client_t *client, const admin_args_t *a)
 {
-   const char *key = NULL;
-   bool force = false;
-   int parsed =
-     parse_flag_and_arg (argc, argv, &uri, "--force", &force, &key, "release takes one KEY");
-   if (parsed != PARSED)
-      return parsed;
-   if (!key)
-      return usage_error ("missing KEY");
-   if (!force)
-      return usage_error ("release needs --force: it clears the lock whoever holds it "
-                          "(a lock held by \"leaselock run\" is released when its command ends)");
-   int status = EXIT_INTERNAL;
-   leaselock_client_t *client = open_client (uri, NULL, &status);
-   if (!client)
-      return status;
    bool took = false;
    leaselock_error_t err;
-   if (leaselock_force_release (client, key, strlen (key), &took, &err)) {
-      put_text (stdout, key, strlen (key));
-      fputs (took ? ": released (a live lease was taken away)\n" : ": was not held\n", stdout);
-      status = 0;
-   } else {
-      status = fail ("release", &err);
-   }
+   if (!leaselock_force_release (client, a->arg, strlen (a->arg), &took, &err))
+      return fail ("release", &err);
+   put_text (stdout, a->arg, strlen (a->arg));
+   fputs (took ? ": released (a live lease was taken away)\n" : ": was not held\n", stdout);
+   return 0;
+}
+
+/* ---- the three commands ----------------------------------------------- */
+
+/* How status, list and release read their arguments, and what they do with
+ * the client. */
+typedef struct admin_cmd
+{
+   const char *flag;         /* their one boolean option */
+   const char *takes;        /* for a second positional argument */
+   bool needs_key;           /* the positional argument must be there */
+   const char *without_flag; /* the usage error when FLAG must be there, or NULL */
+   int (*call) (leaselock_client_t *client, const admin_args_t *a);
+} admin_cmd_t;
+
+static const admin_cmd_t status_cmd = { .flag = "--json",
+                                        .takes = "status takes one KEY",
+                                        .needs_key = true,
+                                        .call = status_call };
+static const admin_cmd_t list_cmd = { .flag = "--json",
+                                      .takes = "list takes one PREFIX",
+                                      .call = list_call };
+static const admin_cmd_t release_cmd = {
+   .flag = "--force",
+   .takes = "release takes one KEY",
+   .needs_key = true,
+   .without_flag = "release needs --force: it clears the lock whoever holds it (a lock held "
+                   "by \"leaselock run\" is released when its command ends)",
+   .call = release_call
+};
+
+/* Parses the arguments, opens the client, runs cmd->call, closes it. */
+static int run_admin (const admin_cmd_t *cmd, const char *uri, int argc, char **argv)
+{
+   admin_args_t a = { .uri = uri };
+   int parsed = parse_admin_args (argc, argv, cmd->flag, cmd->takes, &a);
+   if (parsed != PARSED)
+      return parsed;
+   if (cmd->needs_key && !a.arg)
+      return usage_error ("missing KEY");
+   if (cmd->without_flag && !a.flag)
+      return usage_error ("%s", cmd->without_flag);
+   int status = EXIT_INTERNAL;
+   leaselock_client_t *client = open_client (a.uri, NULL, &status);
+   if (!client)
+      return status;
+   status = cmd->call (client, &a);
    leaselock_client_destroy (client);
    return status;
+}
+
+int cmd_status (const char *uri, int argc, char **argv)
+{
+   return run_admin (&status_cmd, uri, argc, argv);
+}
+
+int cmd_list (const char *uri, int argc, char **argv)
+{
+   return run_admin (&list_cmd, uri, argc, argv);
+}
+
+int cmd_release (const char *uri, int argc, char **argv)
+{
+   return run_admin (&release_cmd, uri, argc, argv);
 }

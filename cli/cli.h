@@ -94,14 +94,16 @@ typedef struct run_opts
 bool is_help (const char *a);
 /* --uri at argv[*i]: 1 matched (*uri points into argv), 0 not, -1 error. */
 int opt_uri (int argc, char **argv, int *i, const char **uri);
-/* *uri, *arg: into argv. */
-int parse_flag_and_arg (int argc,
-                        char **argv,
-                        const char **uri,
-                        const char *flag,
-                        bool *flag_set,
-                        const char **arg,
-                        const char *takes);
+/* What status, list and release were given: pointers into argv (uri may
+ * also be the caller's default). */
+typedef struct admin_args
+{
+   const char *uri;
+   const char *arg; /* KEY or PREFIX; NULL: none */
+   bool flag;       /* --json, or release's --force */
+} admin_args_t;
+
+int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a);
 int parse_run (const char *uri, int argc, char **argv, run_opts_t *o);
 int64_t kill_margin_ms (int64_t ttl_ms);
 

@@ -74,32 +74,27 @@ bool is_help (const char *a)
    return !strcmp (a, "--help") || !strcmp (a, "-h");
 }
 
-/* Parses the arguments of status, list and release: --help, --uri, one
- * boolean option FLAG (sets *flag_set) and at most one positional argument
- * (*arg; TAKES ends the error for a second one, e.g. "status takes one
- * KEY"). Returns PARSED when all were read, else the exit status the
- * subcommand returns at once (0 after --help, EXIT_USAGE on an error). */
-int parse_flag_and_arg (int argc,
-                        char **argv,
-                        const char **uri,
-                        const char *flag,
-                        bool *flag_set,
-                        const char **arg,
-                        const char *takes)
+/* Parses the arguments of status, list and release into a (a->uri holds the
+ * default): --help, --uri, one boolean option FLAG (sets a->flag) and at most
+ * one positional argument (a->arg; TAKES ends the error for a second one,
+ * e.g. "status takes one KEY"). Returns PARSED when all were read, else the
+ * exit status the subcommand returns at once (0 after --help, EXIT_USAGE on
+ * an error). */
+int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a)
 {
    for (int i = 0; i < argc; i++) {
       int r;
       if (is_help (argv[i]))
          return print_help ();
-      if ((r = opt_uri (argc, argv, &i, uri)) != 0) {
+      if ((r = opt_uri (argc, argv, &i, &a->uri)) != 0) {
          if (r < 0)
             return EXIT_USAGE;
       } else if (!strcmp (argv[i], flag)) {
-         *flag_set = true;
+         a->flag = true;
       } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
          return usage_error ("unknown option %s", argv[i]);
-      } else if (!*arg) {
-         *arg = argv[i];
+      } else if (!a->arg) {
+         a->arg = argv[i];
       } else {
          return usage_error ("unexpected argument \"%s\" (%s)", argv[i], takes);
       }
