@@ -62,6 +62,7 @@ int print_help (void);
  * static string, set once by main. */
 extern const char *cmd_name;
 
+/* Prints "cmd_name: message" on stderr. */
 void say (const char *fmt, ...) PRINTF_LIKE;
 /* Prints the message and a hint; returns EXIT_USAGE. */
 int usage_error (const char *fmt, ...) PRINTF_LIKE;
@@ -94,6 +95,7 @@ typedef struct run_opts
 bool is_help (const char *a);
 /* --uri at argv[*i]: 1 matched (*uri points into argv), 0 not, -1 error. */
 int opt_uri (int argc, char **argv, int *i, const char **uri);
+
 /* What status, list and release were given: pointers into argv (uri may
  * also be the caller's default). */
 typedef struct admin_args
