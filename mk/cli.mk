@@ -4,8 +4,10 @@ LEASELOCK_CLI := $(BUILD)/leaselock
 
 all: $(LEASELOCK_CLI)
 
-$(LEASELOCK_CLI): csrc/cli.c csrc/leaselock.h $(LIB_A)
-	$(CC) $(CFLAGS_ALL) csrc/cli.c -o $@ $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
+CLI_SRCS := $(wildcard cli/*.c)
+
+$(LEASELOCK_CLI): $(CLI_SRCS) cli/cli.h csrc/leaselock.h $(LIB_A)
+	$(CC) $(CFLAGS_ALL) $(CLI_SRCS) -o $@ $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 .PHONY: test-cli demo-cli
 

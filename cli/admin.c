@@ -1,0 +1,189 @@
+/*
+ * admin.c - the leaselock CLI's commands that look at or clear records:
+ * status, list and release --force.
+ */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+leaselock_client_t *open_client (const char *uri, const char *label, int *status)
+{
+   leaselock_error_t err;
+   leaselock_client_t *client = leaselock_client_new (uri, label, &err);
+   if (!client)
+      *status = fail ("cannot open the lock database", &err);
+   return client;
+}
+
+/* ---- status ----------------------------------------------------------- */
+
+/* One field a line, for a record that was found. */
+static void put_status_lines (const leaselock_record_t *rec)
+{
+   char when[32];
+   fmt_ms (rec->expires_in_ms, when, sizeof when);
+   fputs ("key:        ", stdout);
+   put_text (stdout, rec->key, rec->key_len);
+   fprintf (stdout, "\nstate:      %s\n", record_state (rec));
+   fprintf (stdout, "owner:      %s\n", rec->owner[0] ? rec->owner : "-");
+   fprintf (stdout, "fence:      %" PRId64 "\n", rec->fence);
+   if (rec->expires_in_ms > 0)
+      fprintf (stdout, "expires in: %s\n", when);
+   else
+      fprintf (stdout, "expired:    %s ago\n", when);
+   fputs ("holder:     ", stdout);
+   put_holder (stdout, rec);
+   fputc ('\n', stdout);
+}
+
+/* Prints what status found about key (rec is read only when found): a JSON
+ * object (null without a record) or one field a line. Returns status's exit
+ * status. */
+static int print_status (const char *key, const leaselock_record_t *rec, bool found, bool json)
+{
+   if (json) {
+      if (found)
+         put_record_json (stdout, rec);
+      else
+         fputs ("null", stdout);
+      fputc ('\n', stdout);
+   } else if (!found) {
+      fputs ("key:        ", stdout);
+      put_text (stdout, key, strlen (key));
+      fputs ("\nstate:      free (no record)\n", stdout);
+   } else {
+      put_status_lines (rec);
+   }
+   return !found ? EXIT_NO_RECORD : rec->expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
+}
+
+static int status_call (leaselock_client_t *client, const admin_args_t *a)
+{
+   leaselock_record_t rec;
+   bool found = false;
+   leaselock_error_t err;
+   if (!leaselock_inspect (client, a->arg, strlen (a->arg), &rec, &found, &err))
+      return fail ("status", &err);
+   return print_status (a->arg, &rec, found, a->flag);
+}
+
+/* ---- list ------------------------------------------------------------- */
+
+typedef struct list_ctx
+{
+   bool json;
+   size_t count;
+} list_ctx_t;
+
+static bool list_one (const leaselock_record_t *r, void *user_data)
+{
+   list_ctx_t *ctx = user_data;
+   if (ctx->json) {
+      fputs (ctx->count ? ",\n" : "\n", stdout);
+      put_record_json (stdout, r);
+   } else {
+      char when[32] = "-";
+      if (r->expires_in_ms > 0)
+         fmt_ms (r->expires_in_ms, when, sizeof when);
+      put_text (stdout, r->key, r->key_len);
+      fprintf (stdout,
+               "  %s  fence=%" PRId64 "  expires_in=%s  owner=%s  holder=", record_state (r),
+               r->fence, when, r->owner[0] ? r->owner : "-");
+      put_holder (stdout, r);
+      fputc ('\n', stdout);
+   }
+   ctx->count++;
+   return true;
+}
+
+static int list_call (leaselock_client_t *client, const admin_args_t *a)
+{
+   const char *prefix = a->arg;
+   list_ctx_t ctx = { a->flag, 0 };
+   leaselock_error_t err;
+   if (ctx.json)
+      fputc ('[', stdout);
+   bool ok = leaselock_list (client, prefix ? prefix : "", prefix ? strlen (prefix) : 0, list_one,
+                             &ctx, &err);
+   if (ctx.json)
+      fputs (ctx.count ? "\n]\n" : "]\n", stdout);
+   return ok ? 0 : fail ("list", &err);
+}
+
+/* ---- release ---------------------------------------------------------- */
+
+static int release_call (leaselock_client_t *client, const admin_args_t *a)
+{
+   bool took = false;
+   leaselock_error_t err;
+   if (!leaselock_force_release (client, a->arg, strlen (a->arg), &took, &err))
+      return fail ("release", &err);
+   put_text (stdout, a->arg, strlen (a->arg));
+   fputs (took ? ": released (a live lease was taken away)\n" : ": was not held\n", stdout);
+   return 0;
+}
+
+/* ---- the three commands ----------------------------------------------- */
+
+/* How status, list and release read their arguments, and what they do with
+ * the client. */
+typedef struct admin_cmd
+{
+   const char *flag;         /* their one boolean option */
+   const char *takes;        /* for a second positional argument */
+   bool needs_key;           /* the positional argument must be there */
+   const char *without_flag; /* the usage error when FLAG must be there, or NULL */
+   int (*call) (leaselock_client_t *client, const admin_args_t *a);
+} admin_cmd_t;
+
+static const admin_cmd_t status_cmd = { .flag = "--json",
+                                        .takes = "status takes one KEY",
+                                        .needs_key = true,
+                                        .call = status_call };
+static const admin_cmd_t list_cmd = { .flag = "--json",
+                                      .takes = "list takes one PREFIX",
+                                      .call = list_call };
+static const admin_cmd_t release_cmd = {
+   .flag = "--force",
+   .takes = "release takes one KEY",
+   .needs_key = true,
+   .without_flag = "release needs --force: it clears the lock whoever holds it (a lock held "
+                   "by \"leaselock run\" is released when its command ends)",
+   .call = release_call
+};
+
+/* Parses the arguments, opens the client, runs cmd->call, closes it. */
+static int run_admin (const admin_cmd_t *cmd, const char *uri, int argc, char **argv)
+{
+   admin_args_t a = { .uri = uri };
+   int parsed = parse_admin_args (argc, argv, cmd->flag, cmd->takes, &a);
+   if (parsed != PARSED)
+      return parsed;
+   if (cmd->needs_key && !a.arg)
+      return usage_error ("missing KEY");
+   if (cmd->without_flag && !a.flag)
+      return usage_error ("%s", cmd->without_flag);
+   int status = EXIT_INTERNAL;
+   leaselock_client_t *client = open_client (a.uri, NULL, &status);
+   if (!client)
+      return status;
+   status = cmd->call (client, &a);
+   leaselock_client_destroy (client);
+   return status;
+}
+
+int cmd_status (const char *uri, int argc, char **argv)
+{
+   return run_admin (&status_cmd, uri, argc, argv);
+}
+
+int cmd_list (const char *uri, int argc, char **argv)
+{
+   return run_admin (&list_cmd, uri, argc, argv);
+}
+
+int cmd_release (const char *uri, int argc, char **argv)
+{
+   return run_admin (&release_cmd, uri, argc, argv);
+}

@@ -1,0 +1,137 @@
+/*
+ * main.c - the leaselock command line tool: usage, help and dispatch.
+ *
+ *   leaselock run [options] KEY -- CMD [ARGS...]
+ *   leaselock status [--json] KEY
+ *   leaselock list [--json] [PREFIX]
+ *   leaselock release --force KEY
+ *
+ * Uses the public API (leaselock.h) only. "run" holds the lease in this
+ * process (renewed by the core's renewal thread) while the command runs as
+ * a forked child that execs at once and never touches the lease (see "How
+ * run keeps the command inside the lease" in run.c; cli.h lists the files). Every event the parent
+ * waits for arrives on one poll(): signals through a signalfd (they are blocked in every thread, so
+ * none is lost between checks) and the loss of the lease through a pipe written by the on_lost
+ * callback on the renewal thread.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static const char usage_text[] = "Usage:\n"
+                                 "  leaselock [--uri URI] run [options] KEY -- CMD [ARGS...]\n"
+                                 "  leaselock [--uri URI] status [--json] KEY\n"
+                                 "  leaselock [--uri URI] list [--json] [PREFIX]\n"
+                                 "  leaselock [--uri URI] release --force KEY\n"
+                                 "  leaselock --help | --version\n";
+
+static const char help_text[] =
+  "\n"
+  "Lease-based locks on a database, for cron jobs and shells.\n"
+  "\n"
+  "run: acquires KEY, runs CMD while holding it (the lease is renewed every\n"
+  "TTL/3), then releases it and exits with CMD's status. The command sees\n"
+  "LEASELOCK_KEY, LEASELOCK_FENCE and LEASELOCK_OWNER in its environment.\n"
+  "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.\n"
+  "The command is stopped before its lease can expire: when the lease is lost,\n"
+  "or not renewed until its local deadline is --grace away, it gets SIGTERM,\n"
+  "then SIGKILL by that deadline. It dies with leaselock too: if leaselock is\n"
+  "killed or stopped, a watchdog process kills it, by the deadline at the\n"
+  "latest. Unless stdin is the controlling terminal, the command runs in its\n"
+  "own process group: all of it gets the signals and dies with leaselock, and\n"
+  "what is left in it when the command exits is killed.\n"
+  "  --ttl DURATION       lease time to live (default 30s; 1ms to 30d)\n"
+  "  --wait DURATION      wait that long for a busy lock (default 0: one try;\n"
+  "                       \"forever\" waits without limit)\n"
+  "  --min-hold DURATION  keep the lock at least this long after acquiring,\n"
+  "                       even if CMD ends sooner (default 0)\n"
+  "  --grace DURATION     time between SIGTERM and SIGKILL on loss (default 10s,\n"
+  "                       less if the TTL needs it); at most TTL/2 - TTL/10\n"
+  "                       (this TTL/10 at most 1s)\n"
+  "  --label TEXT         label stored with the lease (default: CMD's name)\n"
+  "\n"
+  "status: shows owner, fence, expiry and holder of KEY.\n"
+  "list: one line (or JSON object) per key starting with PREFIX.\n"
+  "release --force: clears KEY whoever holds it (the fence survives).\n"
+  "\n"
+  "Durations: 500ms, 30s, 2m, 1h, 1d, or a bare number of seconds (1.5).\n"
+  "--uri URI (or $LEASELOCK_URI) picks the database: sqlite:///path.db,\n"
+  "mongodb://..., mysql://..., postgresql://...; the default is the embedded\n"
+  "SQLite file $XDG_STATE_HOME/leaselock/locks.db (~/.local/state/...).\n"
+  "\n"
+  "Exit status:\n"
+  "  0      run: CMD succeeded; status: KEY is held; others: success\n"
+  "  1      status: KEY is free (released or expired)\n"
+  "  2      status: KEY has no record (never acquired)\n"
+  "  1-255  run: CMD's own exit status\n"
+  "  64     usage error: bad option, duration, key or URI\n"
+  "  69     backend unavailable: database unreachable or not built in\n"
+  "  70     internal error: out of memory, cannot start CMD\n"
+  "  75     run: KEY is busy (--wait 0), or --wait ran out\n"
+  "  76     run: the lease was lost, or not renewed in time, while CMD ran\n"
+  "         (CMD was stopped)\n"
+  "  126    run: CMD cannot be executed\n"
+  "  127    run: CMD not found\n"
+  "  128+N  run: CMD was killed by signal N, or leaselock got signal N while\n"
+  "         waiting for the lock\n";
+
+int print_help (void)
+{
+   printf ("%s%s", usage_text, help_text);
+   return 0;
+}
+
+/* The commands, and the name each prints its messages under. */
+static const struct
+{
+   const char *name, *cmd_name;
+   int (*run) (const char *uri, int argc, char **argv);
+} commands[] = {
+   { "run", "leaselock run", cmd_run },
+   { "status", "leaselock status", cmd_status },
+   { "list", "leaselock list", cmd_list },
+   { "release", "leaselock release", cmd_release },
+};
+
+/* Reads the options before the command (--help, --version, --uri) from
+ * argv[*i] on, leaving *i at the command. Returns PARSED, or the exit
+ * status. */
+static int main_options (int argc, char **argv, int *i, const char **uri)
+{
+   for (; *i < argc; (*i)++) {
+      int r;
+      if (is_help (argv[*i]))
+         return print_help ();
+      if (!strcmp (argv[*i], "--version")) {
+         printf ("leaselock %s\n", LEASELOCK_VERSION);
+         return 0;
+      }
+      if ((r = opt_uri (argc, argv, i, uri)) != 0) {
+         if (r < 0)
+            return EXIT_USAGE;
+         continue;
+      }
+      if (argv[*i][0] == '-')
+         return usage_error ("unknown option %s", argv[*i]);
+      break;
+   }
+   return PARSED;
+}
+
+int main (int argc, char **argv)
+{
+   const char *uri = NULL;
+   int i = 1;
+   int status = main_options (argc, argv, &i, &uri);
+   if (status != PARSED)
+      return status;
+   if (i >= argc)
+      return usage_error ("missing command (run, status, list or release)");
+   for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+      if (!strcmp (argv[i], commands[c].name)) {
+         cmd_name = commands[c].cmd_name;
+         return commands[c].run (uri, argc - i - 1, argv + i + 1);
+      }
+   }
+   return usage_error ("unknown command \"%s\" (run, status, list or release)", argv[i]);
+}

@@ -1,0 +1,252 @@
+/*
+ * options.c - the leaselock CLI's options: "--name VALUE" and "--name=VALUE",
+ * durations (read by the core's leaselock_parse_duration), the arguments of
+ * status, list and release, and those of run with the rules that tie --grace
+ * to --ttl.
+ */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define DEFAULT_TTL_MS 30000
+#define DEFAULT_GRACE_MS 10000
+
+/*
+ * Matches "--name VALUE" or "--name=VALUE" at argv[*i]. Returns 1 with
+ * *value set (and *i moved past the value), 0 when argv[*i] is another
+ * argument, -1 when the value is missing (message printed).
+ */
+static int opt_value (int argc, char **argv, int *i, const char *name, const char **value)
+{
+   const char *a = argv[*i];
+   size_t n = strlen (name);
+   if (strncmp (a, name, n) != 0)
+      return 0;
+   if (a[n] == '=') {
+      *value = a + n + 1;
+      return 1;
+   }
+   if (a[n] != '\0')
+      return 0;
+   if (*i + 1 >= argc) {
+      usage_error ("option %s needs a value", name);
+      return -1;
+   }
+   *i += 1;
+   *value = argv[*i];
+   return 1;
+}
+
+/* Parses a duration option; min/max in ms. Prints and returns false on
+ * error. */
+static bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
+{
+   leaselock_error_t err;
+   if (!leaselock_parse_duration (text, out, &err)) {
+      usage_error ("%s: %s", opt, err.message);
+      return false;
+   }
+   if (*out < min) {
+      usage_error ("%s \"%s\": must be at least %" PRId64 "ms", opt, text, min);
+      return false;
+   }
+   if (*out > max) {
+      usage_error ("%s \"%s\": must be at most 30d", opt, text);
+      return false;
+   }
+   return true;
+}
+
+/* --uri anywhere among a subcommand's options: 1 matched, 0 not, -1 error. */
+int opt_uri (int argc, char **argv, int *i, const char **uri)
+{
+   int r = opt_value (argc, argv, i, "--uri", uri);
+   if (r == 1 && !**uri) {
+      usage_error ("--uri is empty");
+      return -1;
+   }
+   return r;
+}
+
+bool is_help (const char *a)
+{
+   return !strcmp (a, "--help") || !strcmp (a, "-h");
+}
+
+/* Parses the arguments of status, list and release into a (a->uri holds the
+ * default): --help, --uri, one boolean option FLAG (sets a->flag) and at most
+ * one positional argument (a->arg; TAKES ends the error for a second one,
+ * e.g. "status takes one KEY"). Returns PARSED when all were read, else the
+ * exit status the subcommand returns at once (0 after --help, EXIT_USAGE on
+ * an error). */
+int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a)
+{
+   for (int i = 0; i < argc; i++) {
+      int r;
+      if (is_help (argv[i]))
+         return print_help ();
+      if ((r = opt_uri (argc, argv, &i, &a->uri)) != 0) {
+         if (r < 0)
+            return EXIT_USAGE;
+      } else if (!strcmp (argv[i], flag)) {
+         a->flag = true;
+      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+         return usage_error ("unknown option %s", argv[i]);
+      } else if (!a->arg) {
+         a->arg = argv[i];
+      } else {
+         return usage_error ("unexpected argument \"%s\" (%s)", argv[i], takes);
+      }
+   }
+   return PARSED;
+}
+
+/* Copies the C string S to OUT (SIZE > 0 bytes), each byte that is not part
+ * of valid UTF-8 (as the core judges it) as '?', cut at a character boundary
+ * to fit. Returns whether S was valid UTF-8 and fit. */
+static bool utf8_copy (const char *s, char *out, size_t size)
+{
+   size_t len = strlen (s), o = 0;
+   bool clean = true;
+   for (size_t i = 0; i < len;) {
+      size_t valid = leaselock_utf8_valid_len (s + i, len - i);
+      if (o + valid >= size) {
+         /* Cut before the character that does not fit. */
+         valid = size - 1 - o;
+         while (valid > 0 && ((unsigned char)s[i + valid] & 0xC0) == 0x80)
+            valid--;
+         len = i + valid;
+         clean = false;
+      }
+      memcpy (out + o, s + i, valid);
+      o += valid, i += valid;
+      if (i == len)
+         break;
+      clean = false;
+      if (o + 1 >= size)
+         break;
+      out[o++] = '?', i++; /* an invalid byte */
+   }
+   out[o] = '\0';
+   return clean;
+}
+
+/* The SIGKILL margin before the lease's local deadline: TTL/10, at most 1s. */
+int64_t kill_margin_ms (int64_t ttl_ms)
+{
+   return ttl_ms / 10 < 1000 ? ttl_ms / 10 : 1000;
+}
+
+/* The longest --grace for a TTL. SIGTERM goes out grace + margin before the
+ * deadline, so at least TTL/2 after the last renewal was sent: the renewal
+ * due at TTL/3 has TTL/6 to get through before the command is stopped. */
+static int64_t max_grace_ms (int64_t ttl_ms)
+{
+   int64_t g = ttl_ms / 2 - kill_margin_ms (ttl_ms);
+   return g > 0 ? g : 0;
+}
+
+/* Reads one option of run at argv[*i]: 1 read, 0 not an option of run,
+ * -1 error (message printed). */
+static int run_option (int argc, char **argv, int *i, run_opts_t *o)
+{
+   const char *v;
+   int r;
+   if ((r = opt_uri (argc, argv, i, &o->uri)) != 0)
+      return r;
+   if ((r = opt_value (argc, argv, i, "--ttl", &v)) != 0) {
+      o->ttl_text = r > 0 ? v : NULL;
+      return r < 0 || !parse_ms ("--ttl", v, 1, LEASELOCK_TTL_MAX_MS, &o->ttl_ms) ? -1 : 1;
+   }
+   if ((r = opt_value (argc, argv, i, "--wait", &v)) != 0) {
+      if (r > 0 && !strcmp (v, "forever")) {
+         o->wait_ms = -1;
+         return 1;
+      }
+      return r < 0 || !parse_ms ("--wait", v, 0, LEASELOCK_TTL_MAX_MS, &o->wait_ms) ? -1 : 1;
+   }
+   if ((r = opt_value (argc, argv, i, "--min-hold", &v)) != 0)
+      return r < 0 || !parse_ms ("--min-hold", v, 0, LEASELOCK_TTL_MAX_MS, &o->min_hold_ms) ? -1
+                                                                                            : 1;
+   if ((r = opt_value (argc, argv, i, "--grace", &v)) != 0) {
+      o->grace_text = r > 0 ? v : NULL;
+      return r < 0 || !parse_ms ("--grace", v, 0, LEASELOCK_TTL_MAX_MS, &o->grace_ms) ? -1 : 1;
+   }
+   if ((r = opt_value (argc, argv, i, "--label", &v)) != 0) {
+      if (r < 0)
+         return -1;
+      if (!utf8_copy (v, o->label_buf, sizeof o->label_buf)) {
+         usage_error ("--label must be at most %d bytes of UTF-8", LEASELOCK_KEY_MAX);
+         return -1;
+      }
+      o->label = o->label_buf;
+      return 1;
+   }
+   return 0;
+}
+
+/* --grace must fit in the TTL (see max_grace_ms). One that was typed and
+ * does not fit is refused: the command would lose the time it counts on.
+ * The default (10s) shrinks to fit. */
+static bool fit_grace (run_opts_t *o)
+{
+   int64_t max = max_grace_ms (o->ttl_ms);
+   if (o->grace_ms <= max)
+      return true;
+   if (!o->grace_text) {
+      o->grace_ms = max;
+      return true;
+   }
+   char m[32];
+   fmt_duration (max, true, m, sizeof m);
+   usage_error ("--grace %s does not fit in --ttl %s: at most %s (SIGKILL must come before the "
+                "lease can expire)",
+                o->grace_text, o->ttl_text, m);
+   return false;
+}
+
+/* Parses run's arguments into o. Returns PARSED, or the exit status. */
+int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
+{
+   *o = (run_opts_t){
+      .uri = uri, .ttl_ms = DEFAULT_TTL_MS, .grace_ms = DEFAULT_GRACE_MS, .ttl_text = "30s"
+   };
+   bool saw_dashes = false;
+   for (int i = 0; i < argc; i++) {
+      int r;
+      if (!strcmp (argv[i], "--")) {
+         saw_dashes = true;
+         if (i + 1 < argc)
+            o->cmd = argv + i + 1;
+         break;
+      }
+      if (is_help (argv[i]))
+         return print_help ();
+      if ((r = run_option (argc, argv, &i, o)) < 0)
+         return EXIT_USAGE;
+      if (r > 0)
+         continue;
+      if (argv[i][0] == '-' && argv[i][1] != '\0')
+         return usage_error ("unknown option %s", argv[i]);
+      if (o->key)
+         return usage_error ("unexpected argument \"%s\": put the command after \"--\"", argv[i]);
+      o->key = argv[i];
+   }
+   if (!o->key)
+      return usage_error ("missing KEY");
+   if (!saw_dashes)
+      return usage_error ("missing \"--\" before the command (leaselock run KEY -- CMD ...)");
+   if (!o->cmd)
+      return usage_error ("missing command after \"--\"");
+   if (!fit_grace (o))
+      return EXIT_USAGE;
+   if (!o->label) {
+      /* CMD's file name, which need not be UTF-8: shown, not refused. */
+      const char *slash = strrchr (o->cmd[0], '/');
+      const char *name = slash ? slash + 1 : o->cmd[0];
+      utf8_copy (name, o->label_buf, sizeof o->label_buf);
+      o->label = o->label_buf;
+   }
+   return PARSED;
+}
