@@ -400,7 +400,7 @@ static mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn,
    if (!uri) {
       char shown[512], what[600];
       ll_uri_redact (text, shown, sizeof shown);
-      snprintf (what, sizeof what, "invalid URI %s", shown);
+      snprintf (what, sizeof what, "invalid URI \"%s\"", shown);
       ll_mongo_fail (conn, err, what, &e);
       err->code = LEASELOCK_INVALID;
       return NULL;
