@@ -58,7 +58,6 @@
 
 #include "cmd_mongodb.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -783,34 +782,8 @@ static bool ll_mongo_list (void *c,
                            leaselock_error_t *err)
 {
    bson_t match = BSON_INITIALIZER;
-   char *re;
-   size_t o = 0;
-   bool ok = true;
-
-   if (prefix_len > 0) {
-      /* An anchored regex with every non-alphanumeric ASCII byte escaped:
-       * the prefix is text, never a pattern. */
-      re = malloc (prefix_len * 2 + 2);
-      if (!re) {
-         bson_destroy (&match);
-         return ll_mongo_nomem (err);
-      }
-      re[o++] = '^';
-      for (size_t i = 0; i < prefix_len; i++) {
-         unsigned char ch = (unsigned char)prefix[i];
-         if (ch < 0x80 && !isalnum (ch))
-            re[o++] = '\\';
-         re[o++] = (char)ch;
-      }
-      re[o] = '\0';
-      ok = BSON_APPEND_REGEX (&match, "_id", re, "");
-      free (re);
-   }
-   if (!ok) {
-      bson_destroy (&match);
-      return ll_mongo_nomem (err);
-   }
-   ok = ll_mongo_records (c, &match, fn, user_data, err);
+   bool ok = ll_mongo_prefix_match (&match, prefix, prefix_len) || ll_mongo_nomem (err);
+   ok = ok && ll_mongo_records (c, &match, fn, user_data, err);
    bson_destroy (&match);
    return ok;
 }
@@ -841,7 +814,7 @@ static bool ll_mongo_force_release (void *c,
    *took = false;
    for (int i = 0; i < LL_MONGO_FORCE_TRIES; i++) {
       leaselock_record_t rec;
-      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, t;
+      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool found = false, matched = false, ok = true, live;
 
       if (!ll_mongo_inspect (conn, key, key_len, &rec, &found, err))
@@ -849,18 +822,8 @@ static bool ll_mongo_force_release (void *c,
       if (!found)
          return true; /* no record: nothing to release */
       live = rec.owner[0] && rec.expires_in_ms > 0;
-      ok = ok && ll_mongo_append_key (&q, key, key_len);
-      ok = ok && BSON_APPEND_INT64 (&q, "fence", rec.fence);
-      if (rec.owner[0]) {
-         ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "owner", &t);
-         ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
-         ok = ok && bson_append_document_end (&q, &t);
-      } else {
-         ok = ok && BSON_APPEND_NULL (&q, "owner"); /* null or missing */
-      }
-      if (live)
-         ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
-      ok = ok && ll_mongo_free_update (&u, 0);
+      ok = ll_mongo_force_query (&q, key, key_len, rec.fence, rec.owner[0] != '\0', live) &&
+           ll_mongo_free_update (&u, 0);
       if (!ok)
          ll_mongo_nomem (err);
       else

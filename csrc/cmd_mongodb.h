@@ -11,7 +11,7 @@
  *   expiry = max(renewedAt + ttlMs, acquiredAt + holdMs)
  *
  * Each builder appends to a document the caller owns and returns false
- * when libbson ran out of room (the document is then to be destroyed).
+ * when out of memory (the document is then to be destroyed).
  * Header only (static inline): no driver header reaches the engine.
  */
 #ifndef LL_CMD_MONGODB_H
@@ -19,8 +19,10 @@
 
 #include <mongoc/mongoc.h>
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define LL_MONGO_DEFAULT_DB "leaselock"
 #define LL_MONGO_DEFAULT_COLL "leaselock"
@@ -187,6 +189,55 @@ static inline bool ll_mongo_free_update (bson_t *u, int64_t hold_ms)
    ok = ok && BSON_APPEND_INT64 (&d, "ttlMs", 0);
    ok = ok && BSON_APPEND_INT64 (&d, "holdMs", hold_ms);
    ok = ok && bson_append_document_end (u, &d);
+   return ok;
+}
+
+/* force_release's update is conditional on the record as it was read:
+ * {_id: key, fence: fence, owner: a string when owned, else null or
+ * missing, and, when it was live, $expr: still live}. */
+static inline bool ll_mongo_force_query (bson_t *q,
+                                         const char *key,
+                                         size_t key_len,
+                                         int64_t fence,
+                                         bool owned,
+                                         bool live)
+{
+   bson_t t;
+   bool ok = ll_mongo_append_key (q, key, key_len);
+   ok = ok && BSON_APPEND_INT64 (q, "fence", fence);
+   if (owned) {
+      ok = ok && BSON_APPEND_DOCUMENT_BEGIN (q, "owner", &t);
+      ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
+      ok = ok && bson_append_document_end (q, &t);
+   } else {
+      ok = ok && BSON_APPEND_NULL (q, "owner"); /* null or missing */
+   }
+   if (live)
+      ok = ok && ll_mongo_append_cmp_now (q, "$expr", "$gt");
+   return ok;
+}
+
+/* list's match: {_id: /^prefix/}, an anchored regex with every
+ * non-alphanumeric ASCII byte escaped (the prefix is text, never a
+ * pattern); nothing for the empty prefix. */
+static inline bool ll_mongo_prefix_match (bson_t *match, const char *prefix, size_t prefix_len)
+{
+   if (prefix_len == 0)
+      return true;
+   char *re = malloc (prefix_len * 2 + 2);
+   size_t o = 0;
+   if (!re)
+      return false;
+   re[o++] = '^';
+   for (size_t i = 0; i < prefix_len; i++) {
+      unsigned char ch = (unsigned char)prefix[i];
+      if (ch < 0x80 && !isalnum (ch))
+         re[o++] = '\\';
+      re[o++] = (char)ch;
+   }
+   re[o] = '\0';
+   bool ok = BSON_APPEND_REGEX (match, "_id", re, "");
+   free (re);
    return ok;
 }
 
