@@ -308,7 +308,9 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
  * <driver message> (<detail>)". backend is the backend's name ("mysql");
  * the driver message (may be NULL) has every secret replaced by "***" and
  * is put on one line; detail (may be NULL or "") is the driver's error
- * code ("error 2013", "SQLSTATE 08006"). Returns false. */
+ * code and what else places the failure ("error 2013", "SQLSTATE 08006",
+ * "error 5, database '/x.db'", "error 2.4" for libmongoc's domain.code).
+ * Every backend's driver failures take this form. Returns false. */
 bool ll_backend_fail (leaselock_error_t *err,
                       const char *backend,
                       const char *what,
