@@ -68,8 +68,10 @@ static char *decode (const char *s, size_t n, bool plus_is_space)
    size_t len;
    if (!out)
       decode_nomem = true;
-   else if (!decode_into (s, n, plus_is_space, true, out, &len))
-      free (out), out = NULL;
+   else if (!decode_into (s, n, plus_is_space, true, out, &len)) {
+      free (out);
+      out = NULL;
+   }
    return out;
 }
 
