@@ -2,9 +2,10 @@
  * core_mongodb.c - acquire+release pairs per second on one MongoDB server:
  * through the leaselock engine (leaselock_acquire, one try, no
  * auto-renewal, then leaselock_lease_release) beside a bare libmongoc
- * program sending the same commands (the conditional findAndModify, the
- * upsert only when that matched nothing, the updateOne of the release) with
- * the same write concern (w=majority, wtimeout 5 s). After a warm-up,
+ * program sending the same commands, built by the same code
+ * (csrc/cmd_mongodb.h: the conditional findAndModify, the upsert only when
+ * that matched nothing, the updateOne of the release), with the same write
+ * concern (w=majority, wtimeout 5 s). After a warm-up,
  * many short rounds alternate (engine, bare, bare, engine, ...), so a
  * pause of the server (its GC or JIT) or of the machine lands on both
  * sides alike; bench.h runs the rounds and prints the figures.
@@ -15,7 +16,9 @@
 #define BENCH_NAME "core_mongodb"
 #include "bench.h"
 
-#include <mongoc/mongoc.h>
+/* The backend's command shapes (csrc/cmd_mongodb.h): the bare program
+ * sends exactly what the engine sends. */
+#include "cmd_mongodb.h"
 
 #include <inttypes.h>
 #include <unistd.h>
@@ -48,9 +51,10 @@ static void bare_open (bare_t *b, const char *uri_text)
       bench_die ("bare client", e.message);
    mongoc_client_set_error_api (b->client, MONGOC_ERROR_API_VERSION_2);
    const char *db = mongoc_uri_get_database (uri);
-   b->coll = mongoc_client_get_collection (b->client, db ? db : "leaselock", "leaselock");
+   b->coll = mongoc_client_get_collection (b->client, db && *db ? db : LL_MONGO_DEFAULT_DB,
+                                           LL_MONGO_DEFAULT_COLL);
    mongoc_write_concern_t *wc = mongoc_write_concern_new ();
-   mongoc_write_concern_set_wmajority (wc, 5000);
+   mongoc_write_concern_set_wmajority (wc, LL_MONGO_WTIMEOUT_MS);
    mongoc_collection_set_write_concern (b->coll, wc);
    mongoc_write_concern_destroy (wc);
    mongoc_uri_destroy (uri);
@@ -67,22 +71,56 @@ static void bare_close (bare_t *b)
 /* findAndModify returning the new fence; false when it matched nothing. */
 static bool bare_fam (bare_t *b, const bson_t *q, const bson_t *u, bool upsert)
 {
-   mongoc_find_and_modify_opts_t *o = mongoc_find_and_modify_opts_new ();
-   bson_t *fields = BCON_NEW ("fence", BCON_INT32 (1));
+   mongoc_find_and_modify_opts_t *o = ll_mongo_fam_opts (u, upsert);
    bson_t reply;
    bson_error_t e;
    bson_iter_t it;
-   mongoc_find_and_modify_opts_set_update (o, u);
-   mongoc_find_and_modify_opts_set_fields (o, fields);
-   mongoc_find_and_modify_opts_set_flags (o, MONGOC_FIND_AND_MODIFY_RETURN_NEW |
-                                               (upsert ? MONGOC_FIND_AND_MODIFY_UPSERT : 0));
+   if (!o)
+      bench_die ("bare findAndModify", "out of memory");
    if (!mongoc_collection_find_and_modify_with_opts (b->coll, q, o, &reply, &e))
       bench_die ("bare findAndModify", e.message);
    bool matched = bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it);
    bson_destroy (&reply);
-   bson_destroy (fields);
    mongoc_find_and_modify_opts_destroy (o);
    return matched;
+}
+
+/* The backend's acquire: the conditional findAndModify, then the upsert
+ * only when that matched nothing. */
+static void bare_acquire (bare_t *b, const char *owner, int64_t pid)
+{
+   size_t klen = strlen (bare_key);
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+   if (!ll_mongo_acquire_query (&q, bare_key, klen, owner) ||
+       !ll_mongo_acquire_update (&u, owner, BENCH_TTL_MS, b->host, pid, BENCH_LABEL))
+      bench_die ("bare acquire", "out of memory");
+   if (!bare_fam (b, &q, &u, false)) {
+      bson_reinit (&q);
+      if (!ll_mongo_upsert_query (&q, bare_key, klen))
+         bench_die ("bare acquire", "out of memory");
+      if (!bare_fam (b, &q, &u, true))
+         bench_die ("bare acquire", "upsert matched nothing");
+   }
+   bson_destroy (&q);
+   bson_destroy (&u);
+}
+
+/* The backend's release without min_hold: the owner's record freed. */
+static void bare_release (bare_t *b, const char *owner)
+{
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, reply;
+   bson_error_t e;
+   bson_iter_t it;
+   if (!ll_mongo_owned_query (&q, bare_key, strlen (bare_key), owner) ||
+       !ll_mongo_free_update (&u, 0))
+      bench_die ("bare release", "out of memory");
+   if (!mongoc_collection_update_one (b->coll, &q, &u, NULL, &reply, &e))
+      bench_die ("bare release", e.message);
+   if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) != 1)
+      bench_die ("bare release", "not held");
+   bson_destroy (&reply);
+   bson_destroy (&q);
+   bson_destroy (&u);
 }
 
 static double bare_round (void *ctx, long pairs)
@@ -94,42 +132,8 @@ static double bare_round (void *ctx, long pairs)
    for (long i = 0; i < pairs; i++) {
       /* A distinct owner per acquire (from a counter: no random bytes). */
       snprintf (owner, sizeof owner, "%032" PRIx64, ++b->counter);
-      bson_t *expiry = BCON_NEW ("$max", "[", "{", "$add", "[", BCON_UTF8 ("$renewedAt"),
-                                 BCON_UTF8 ("$ttlMs"), "]", "}", "{", "$add", "[",
-                                 BCON_UTF8 ("$acquiredAt"), BCON_UTF8 ("$holdMs"), "]", "}", "]");
-      bson_t *q = BCON_NEW ("_id", BCON_UTF8 (bare_key), "$expr", "{", "$or", "[", "{", "$lte", "[",
-                            BCON_DOCUMENT (expiry), BCON_UTF8 ("$$NOW"), "]", "}", "{", "$eq", "[",
-                            BCON_UTF8 ("$owner"), BCON_UTF8 (owner), "]", "}", "]", "}");
-      bson_t *u = BCON_NEW (
-        "$currentDate", "{", "acquiredAt", BCON_BOOL (true), "renewedAt", BCON_BOOL (true), "}",
-        "$set", "{", "owner", BCON_UTF8 (owner), "ttlMs", BCON_INT64 (BENCH_TTL_MS), "holdMs",
-        BCON_INT64 (0), "holder", "{", "host", BCON_UTF8 (b->host), "pid", BCON_INT64 (pid),
-        "label", BCON_UTF8 (BENCH_LABEL), "}", "}", "$inc", "{", "fence", BCON_INT64 (1), "}");
-      if (!bare_fam (b, q, u, false)) {
-         bson_t *q2 =
-           BCON_NEW ("_id", BCON_UTF8 (bare_key), "fence", "{", "$exists", BCON_BOOL (false), "}");
-         if (!bare_fam (b, q2, u, true))
-            bench_die ("bare acquire", "upsert matched nothing");
-         bson_destroy (q2);
-      }
-      bson_destroy (q);
-      bson_destroy (u);
-      bson_destroy (expiry);
-
-      bson_t *rq = BCON_NEW ("_id", BCON_UTF8 (bare_key), "owner", BCON_UTF8 (owner));
-      bson_t *ru =
-        BCON_NEW ("$currentDate", "{", "renewedAt", BCON_BOOL (true), "}", "$set", "{", "owner",
-                  BCON_NULL, "ttlMs", BCON_INT64 (0), "holdMs", BCON_INT64 (0), "}");
-      bson_t reply;
-      bson_error_t e;
-      bson_iter_t it;
-      if (!mongoc_collection_update_one (b->coll, rq, ru, NULL, &reply, &e))
-         bench_die ("bare release", e.message);
-      if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) != 1)
-         bench_die ("bare release", "not held");
-      bson_destroy (&reply);
-      bson_destroy (rq);
-      bson_destroy (ru);
+      bare_acquire (b, owner, pid);
+      bare_release (b, owner);
    }
    return bench_now () - t0;
 }

@@ -2,8 +2,9 @@
  * core_sqlite.c - acquire+release pairs per second on one SQLite file:
  * through the leaselock engine (leaselock_acquire, one try, no
  * auto-renewal, then leaselock_lease_release) beside a bare program using
- * the plain sqlite3 API with the same two statements, the same pragmas
- * and the same bound values. Rounds alternate (engine, bare, engine, ...)
+ * the plain sqlite3 API with the same two statements and the same pragmas
+ * (from csrc/sql_sqlite.h, where the backend takes them) and the same
+ * bound values. Rounds alternate (engine, bare, engine, ...)
  * so both see the same machine load and the same file state (WAL size,
  * checkpoints); bench.h runs the rounds and prints the figures.
  *
@@ -14,23 +15,13 @@
 #define BENCH_NAME "core_sqlite"
 #include "bench.h"
 
+/* The backend's statements and settings (csrc/sql_sqlite.h): the bare
+ * program prepares exactly what the engine prepares. */
+#include "sql_sqlite.h"
+
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <unistd.h>
-
-/* The backend's two statements, word for word (csrc/backend_sqlite.c). */
-#define NOW_MS "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
-static const char acquire_sql[] =
-  "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"
-  " VALUES (?1, ?2, 1, " NOW_MS ", " NOW_MS " + ?3, ?4, ?5, ?6)"
-  " ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = fence + 1,"
-  " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,"
-  " host = excluded.host, pid = excluded.pid, label = excluded.label"
-  " WHERE expires_at <= excluded.acquired_at OR owner = excluded.owner"
-  " RETURNING fence";
-static const char release_sql[] =
-  "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" NOW_MS ", acquired_at + ?3)"
-  " WHERE key = ?1 AND owner = ?2";
 
 /* ---- the bare program ------------------------------------------------- */
 
@@ -54,14 +45,14 @@ static void bare_open (bare_t *b, const char *path)
    int rc = sqlite3_open_v2 (
      path, &b->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
    bare_check (b, rc, "bare open");
-   sqlite3_busy_timeout (b->db, 10000);
-   bare_check (b, sqlite3_exec (b->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL), "bare wal");
-   bare_check (b, sqlite3_exec (b->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL), "bare sync");
+   sqlite3_busy_timeout (b->db, LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS);
+   bare_check (b, sqlite3_exec (b->db, LL_SQLITE_WAL, NULL, NULL, NULL), "bare wal");
+   bare_check (b, sqlite3_exec (b->db, LL_SQLITE_SYNCHRONOUS, NULL, NULL, NULL), "bare sync");
    bare_check (
-     b, sqlite3_prepare_v3 (b->db, acquire_sql, -1, SQLITE_PREPARE_PERSISTENT, &b->acq, NULL),
+     b, sqlite3_prepare_v3 (b->db, LL_SQLITE_ACQUIRE, -1, SQLITE_PREPARE_PERSISTENT, &b->acq, NULL),
      "bare prepare acquire");
    bare_check (
-     b, sqlite3_prepare_v3 (b->db, release_sql, -1, SQLITE_PREPARE_PERSISTENT, &b->rel, NULL),
+     b, sqlite3_prepare_v3 (b->db, LL_SQLITE_RELEASE, -1, SQLITE_PREPARE_PERSISTENT, &b->rel, NULL),
      "bare prepare release");
    if (gethostname (b->host, sizeof b->host - 1) != 0)
       strcpy (b->host, "unknown");

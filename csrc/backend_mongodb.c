@@ -56,22 +56,17 @@
 
 #ifdef LEASELOCK_WITH_MONGODB
 
-#include <mongoc/mongoc.h>
+#include "cmd_mongodb.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#define LL_MONGO_DEFAULT_DB "leaselock"
-#define LL_MONGO_DEFAULT_COLL "leaselock"
 #define LL_MONGO_COLL_OPTION "leaselockCollection"
 #define LL_MONGO_SOCKET_TIMEOUT_MS 10000
 #define LL_MONGO_SELECT_TIMEOUT_MS 5000
 #define LL_MONGO_CONNECT_TIMEOUT_MS 5000
-#define LL_MONGO_WTIMEOUT_MS 5000
-#define LL_MONGO_DUPLICATE_KEY 11000
 
 typedef struct ll_mongo_conn
 {
@@ -144,16 +139,17 @@ static void ll_mongo_init (void)
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* BACKEND error "MongoDB <what>: <driver message>", with any occurrence of
- * the URI's password replaced by "***". Returns false. */
+/* BACKEND "mongodb: <what>: <driver message> (error <domain>.<code>)",
+ * the one format of a driver failure, without the connection's secrets.
+ * Returns false. */
 static bool ll_mongo_fail (const ll_mongo_conn_t *conn,
                            leaselock_error_t *err,
                            const char *what,
                            const bson_error_t *e)
 {
-   char msg[sizeof e->message + 16];
-   ll_scrub_secrets (e->message, conn ? &conn->secrets : NULL, msg, sizeof msg);
-   return ll_error_set (err, LEASELOCK_BACKEND, "MongoDB %s: %s", what, msg);
+   char detail[32];
+   snprintf (detail, sizeof detail, "error %u.%u", e->domain, e->code);
+   return ll_backend_fail (err, "mongodb", what, e->message, conn ? &conn->secrets : NULL, detail);
 }
 
 static bool ll_mongo_nomem (leaselock_error_t *err)
@@ -162,47 +158,6 @@ static bool ll_mongo_nomem (leaselock_error_t *err)
 }
 
 /* ---- URI --------------------------------------------------------------- */
-
-static int ll_hexval (char c)
-{
-   if (c >= '0' && c <= '9')
-      return c - '0';
-   if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-   if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-   return -1;
-}
-
-/* Percent-decodes src[0..len) into a new string (caller frees with free()).
- * *out_len gets the decoded length (a %00 makes it longer than strlen). */
-static char *ll_pct_decode (const char *src, size_t len, size_t *out_len, bool *bad)
-{
-   char *out = malloc (len + 1);
-   size_t o = 0;
-
-   *bad = false;
-   if (!out)
-      return NULL;
-   for (size_t i = 0; i < len; i++) {
-      if (src[i] == '%') {
-         int hi = i + 2 < len ? ll_hexval (src[i + 1]) : -1;
-         int lo = i + 2 < len ? ll_hexval (src[i + 2]) : -1;
-         if (hi < 0 || lo < 0) {
-            *bad = true;
-            out[o++] = src[i];
-            continue;
-         }
-         out[o++] = (char)(hi * 16 + lo);
-         i += 2;
-      } else {
-         out[o++] = src[i];
-      }
-   }
-   out[o] = '\0';
-   *out_len = o;
-   return out;
-}
 
 static bool ll_mongo_option_known (const char *name, size_t len)
 {
@@ -213,23 +168,20 @@ static bool ll_mongo_option_known (const char *name, size_t len)
    return false;
 }
 
-/* Collection names MongoDB refuses: empty, a '$', a NUL, a leading '.',
- * the reserved "system." prefix, not UTF-8, or a namespace over 255 bytes.
+/* Collection names MongoDB refuses: empty, a '$', a leading '.', the
+ * reserved "system." prefix, not UTF-8, or a namespace over 255 bytes
+ * (a NUL cannot get here: the decoder refuses %00).
  * 255 is the limit from MongoDB 4.4 on. MongoDB 4.2 allows only 120 bytes
  * for "db.collection"; the server version is not known here (and may differ
  * between the hosts of a URI), so on 4.2 a namespace of 121 to 255 bytes is
  * accepted at open and the first write that creates the collection fails
  * with BACKEND, carrying the server's message. */
-static bool ll_mongo_check_collection (const char *db,
-                                       const char *coll,
-                                       size_t len,
-                                       leaselock_error_t *err)
+static bool ll_mongo_check_collection (const char *db, const char *coll, leaselock_error_t *err)
 {
+   size_t len = strlen (coll);
    if (len == 0)
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB collection name is empty (option %s)",
                            LL_MONGO_COLL_OPTION);
-   if (memchr (coll, '\0', len))
-      return ll_error_set (err, LEASELOCK_INVALID, "MongoDB collection name contains a NUL byte");
    if (strchr (coll, '$'))
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB collection name \"%s\" contains '$'",
                            coll);
@@ -250,93 +202,99 @@ static bool ll_mongo_check_collection (const char *db,
    return true;
 }
 
+/* Where the driver's options start: the '?' after the first '/' past
+ * the hosts, as the driver splits it; NULL when there is none. */
+static const char *ll_mongo_query (const char *text)
+{
+   const char *sep = strstr (text, "://");
+   if (!sep)
+      return NULL;
+   const char *slash = strchr (sep + 3, '/');
+   return strchr (slash ? slash : sep + 3, '?');
+}
+
+/* The value of the leaselockCollection option item[0..len) (name length
+ * nlen), percent-decoded, into *coll (the last one wins). */
+static bool ll_mongo_take_collection (const char *item,
+                                      size_t len,
+                                      size_t nlen,
+                                      char **coll,
+                                      leaselock_error_t *err)
+{
+   bool nomem = false;
+   const char *v = item + nlen + (nlen < len);
+   char *dec = ll_percent_decode (v, (size_t)(item + len - v), false, &nomem);
+   if (!dec)
+      return nomem ? ll_mongo_nomem (err)
+                   : ll_error_set (err, LEASELOCK_INVALID,
+                                   "MongoDB URI option %s has a bad percent-escape or an encoded "
+                                   "NUL byte",
+                                   LL_MONGO_COLL_OPTION);
+   free (*coll);
+   *coll = dec;
+   return true;
+}
+
+/* Copies the options p (after the '?') to out at *o, leaving out
+ * leaselockCollection (its value goes to *coll), and the '?' too when no
+ * option is left. Refuses options the driver does not know. */
+static bool ll_mongo_filter_options (const char *p,
+                                     char *out,
+                                     size_t *o,
+                                     char **coll,
+                                     leaselock_error_t *err)
+{
+   bool first = true;
+   for (; *p; p += *p == '&') {
+      size_t len = strcspn (p, "&");
+      const char *eq = memchr (p, '=', len);
+      size_t nlen = eq ? (size_t)(eq - p) : len;
+      const char *item = p;
+      p += len;
+      if (len && nlen == strlen (LL_MONGO_COLL_OPTION) &&
+          strncasecmp (item, LL_MONGO_COLL_OPTION, nlen) == 0) {
+         if (!ll_mongo_take_collection (item, len, nlen, coll, err))
+            return false;
+         continue;
+      }
+      /* An empty item ("a=1&&b=2") is left for the driver to judge. */
+      if (len && !ll_mongo_option_known (item, nlen))
+         return ll_error_set (err, LEASELOCK_INVALID, "unknown MongoDB URI option \"%.*s\"",
+                              nlen > 64 ? 64 : (int)nlen, item);
+      if (!first)
+         out[(*o)++] = '&';
+      memcpy (out + *o, item, len);
+      *o += len;
+      first = false;
+   }
+   if (first) /* no option left: drop the '?' */
+      (*o)--;
+   return true;
+}
+
 /*
  * Splits text into the URI for the driver (without leaselockCollection) and
- * the collection name. Refuses options the driver does not know. *drv and
- * *coll are new strings (free()) on success.
+ * the collection name (NULL when the URI names none). Refuses options the
+ * driver does not know. *drv and *coll are new strings (free()) on success.
  */
 static bool ll_mongo_split_uri (const char *text, char **drv, char **coll, leaselock_error_t *err)
 {
-   const char *sep = strstr (text, "://");
-   const char *q = NULL;
-   char *out = NULL;
-   size_t o = 0, n = strlen (text);
+   const char *q = ll_mongo_query (text);
+   size_t n = strlen (text), o = q ? (size_t)(q - text) + 1 : n; /* through '?' */
+   char *out = malloc (n + 1);
 
    *drv = NULL;
    *coll = NULL;
-   if (sep) {
-      /* As the driver splits it: the first '/' after the hosts, then '?'. */
-      const char *slash = strchr (sep + 3, '/');
-      q = strchr (slash ? slash : sep + 3, '?');
-   }
-   out = malloc (n + 1);
    if (!out)
       return ll_mongo_nomem (err);
-   if (!q) {
-      memcpy (out, text, n + 1);
-      *drv = out;
-      return true;
-   }
-   memcpy (out, text, (size_t)(q - text) + 1); /* through '?' */
-   o = (size_t)(q - text) + 1;
-
-   const char *p = q + 1;
-   bool first = true;
-   while (*p) {
-      const char *end = strchr (p, '&');
-      size_t len = end ? (size_t)(end - p) : strlen (p);
-      const char *eq = memchr (p, '=', len);
-      size_t nlen = eq ? (size_t)(eq - p) : len;
-
-      if (len == 0) {
-         /* "a=1&&b=2": let the driver judge it. */
-      } else if (nlen == strlen (LL_MONGO_COLL_OPTION) &&
-                 strncasecmp (p, LL_MONGO_COLL_OPTION, nlen) == 0) {
-         size_t vlen = 0;
-         bool bad = false;
-         char *v = ll_pct_decode (eq ? eq + 1 : p + len, eq ? len - nlen - 1 : 0, &vlen, &bad);
-         if (!v) {
-            free (out);
-            free (*coll);
-            *coll = NULL;
-            return ll_mongo_nomem (err);
-         }
-         if (bad || memchr (v, '\0', vlen)) {
-            free (v);
-            free (out);
-            free (*coll);
-            *coll = NULL;
-            return ll_error_set (err, LEASELOCK_INVALID,
-                                 bad ? "MongoDB URI option %s has a bad percent-escape"
-                                     : "MongoDB collection name (option %s) contains a NUL byte",
-                                 LL_MONGO_COLL_OPTION);
-         }
-         free (*coll);
-         *coll = v;
-         p += len;
-         if (*p == '&')
-            p++;
-         continue;
-      } else if (!ll_mongo_option_known (p, nlen)) {
-         int shown = nlen > 64 ? 64 : (int)nlen;
-         free (out);
-         free (*coll);
-         *coll = NULL;
-         return ll_error_set (err, LEASELOCK_INVALID, "unknown MongoDB URI option \"%.*s\"", shown,
-                              p);
-      }
-      if (!first)
-         out[o++] = '&';
-      memcpy (out + o, p, len);
-      o += len;
-      first = false;
-      p += len;
-      if (*p == '&')
-         p++;
+   memcpy (out, text, o);
+   if (q && !ll_mongo_filter_options (q + 1, out, &o, coll, err)) {
+      free (out);
+      free (*coll);
+      *coll = NULL;
+      return false;
    }
    out[o] = '\0';
-   if (first) /* no option left: drop the '?' */
-      out[o - 1] = '\0';
    *drv = out;
    return true;
 }
@@ -362,78 +320,37 @@ static bool ll_mongo_check_timeouts (const mongoc_uri_t *uri, leaselock_error_t 
    return true;
 }
 
-static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
+/* Unacknowledged writes (w=0, w=-1, or safe=false, which libmongoc turns
+ * into w=0) cannot hold a lock: acquire would never learn whether it got
+ * the key, nor release whether it let it go. */
+static bool ll_mongo_check_acknowledged (const mongoc_uri_t *uri, leaselock_error_t *err)
 {
-   if (!conn)
-      return;
-   mongoc_collection_destroy (conn->coll);
-   mongoc_client_destroy (conn->client);
-   ll_secrets_clear (&conn->secrets);
-   free (conn);
+   int32_t w = mongoc_write_concern_get_w (mongoc_uri_get_write_concern (uri));
+   if (w == MONGOC_WRITE_CONCERN_W_UNACKNOWLEDGED || w == MONGOC_WRITE_CONCERN_W_ERRORS_IGNORED)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "MongoDB URI asks for unacknowledged writes (w=%d): unacknowledged "
+                           "writes cannot hold a lock; leave w unset (majority) or use w=1 or more",
+                           (int)w);
+   return true;
 }
 
-static void *ll_mongo_open (const char *text, leaselock_error_t *err)
+/* The database: the URI's path, or the default. */
+static const char *ll_mongo_db (const mongoc_uri_t *uri)
 {
-   char *drv = NULL, *collname = NULL;
-   mongoc_uri_t *uri = NULL;
-   ll_mongo_conn_t *conn = NULL;
-   bson_error_t e;
-   const char *db;
+   const char *db = mongoc_uri_get_database (uri);
+   return db && *db ? db : LL_MONGO_DEFAULT_DB;
+}
 
-   pthread_once (&ll_mongo_once, ll_mongo_init);
-   if (!text)
-      return ll_error_set (err, LEASELOCK_INVALID, "MongoDB URI is NULL"), NULL;
-   if (!ll_uri_check_at (text, err) || !ll_mongo_split_uri (text, &drv, &collname, err))
-      return NULL;
-   conn = calloc (1, sizeof *conn);
-   if (!conn) {
-      ll_mongo_nomem (err);
-      goto fail;
-   }
-   /* libmongoc's URI errors quote the password ("Password \"...\" must not
-    * have unescaped chars"), so they are scrubbed too. */
-   if (!ll_secrets_from_uri (&conn->secrets, text)) {
-      ll_mongo_nomem (err);
-      goto fail;
-   }
-
-   uri = mongoc_uri_new_with_error (drv, &e);
-   if (!uri) {
-      char shown[512], msg[sizeof e.message];
-      ll_uri_redact (text, shown, sizeof shown);
-      ll_scrub_secrets (e.message, &conn->secrets, msg, sizeof msg);
-      ll_error_set (err, LEASELOCK_INVALID, "invalid MongoDB URI %s: %s", shown, msg);
-      goto fail;
-   }
-   db = mongoc_uri_get_database (uri);
-   if (!db || !*db)
-      db = LL_MONGO_DEFAULT_DB;
-   if (!collname) {
-      collname = strdup (LL_MONGO_DEFAULT_COLL);
-      if (!collname) {
-         ll_mongo_nomem (err);
-         goto fail;
-      }
-   }
-   if (!ll_mongo_check_collection (db, collname, strlen (collname), err))
-      goto fail;
-   /* Unacknowledged writes (w=0, w=-1, or safe=false, which libmongoc turns
-    * into w=0) cannot hold a lock: acquire would never learn whether it got
-    * the key, nor release whether it let it go. */
-   {
-      int32_t w = mongoc_write_concern_get_w (mongoc_uri_get_write_concern (uri));
-      if (w == MONGOC_WRITE_CONCERN_W_UNACKNOWLEDGED ||
-          w == MONGOC_WRITE_CONCERN_W_ERRORS_IGNORED) {
-         ll_error_set (err, LEASELOCK_INVALID,
-                       "MongoDB URI asks for unacknowledged writes (w=%d): unacknowledged writes "
-                       "cannot hold a lock; leave w unset (majority) or use w=1 or more",
-                       (int)w);
-         goto fail;
-      }
-   }
-
-   if (!ll_mongo_check_timeouts (uri, err))
-      goto fail;
+/* Checks what the URI asks for (the collection, acknowledged writes,
+ * bounded timeouts; *collname gets the default when NULL) and sets
+ * leaselock's defaults where the URI has none. */
+static bool ll_mongo_settle_uri (mongoc_uri_t *uri, char **collname, leaselock_error_t *err)
+{
+   if (!*collname && !(*collname = strdup (LL_MONGO_DEFAULT_COLL)))
+      return ll_mongo_nomem (err);
+   if (!ll_mongo_check_collection (ll_mongo_db (uri), *collname, err) ||
+       !ll_mongo_check_acknowledged (uri, err) || !ll_mongo_check_timeouts (uri, err))
+      return false;
    if (!mongoc_uri_has_option (uri, MONGOC_URI_SOCKETTIMEOUTMS))
       mongoc_uri_set_option_as_int32 (uri, MONGOC_URI_SOCKETTIMEOUTMS, LL_MONGO_SOCKET_TIMEOUT_MS);
    if (!mongoc_uri_has_option (uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
@@ -444,70 +361,134 @@ static void *ll_mongo_open (const char *text, leaselock_error_t *err)
                                       LL_MONGO_CONNECT_TIMEOUT_MS);
    if (!mongoc_uri_get_appname (uri))
       mongoc_uri_set_appname (uri, "leaselock");
+   return true;
+}
 
-   /* The password as libmongoc read it, should that differ. */
-   if (mongoc_uri_get_password (uri) &&
-       !ll_secrets_add (&conn->secrets, mongoc_uri_get_password (uri),
-                        strlen (mongoc_uri_get_password (uri)))) {
-      ll_mongo_nomem (err);
-      goto fail;
+static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
+{
+   if (!conn)
+      return;
+   mongoc_collection_destroy (conn->coll);
+   mongoc_client_destroy (conn->client);
+   ll_secrets_clear (&conn->secrets);
+   free (conn);
+}
+
+/* A connection with nothing open yet but the secrets of text (libmongoc's
+ * URI errors quote the password, "Password \"...\" must not have unescaped
+ * chars", so they are scrubbed too). */
+static ll_mongo_conn_t *ll_mongo_conn_new (const char *text, leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = calloc (1, sizeof *conn);
+   if (!conn || !ll_secrets_from_uri (&conn->secrets, text)) {
+      ll_mongo_conn_free (conn);
+      return ll_mongo_nomem (err), NULL;
    }
+   return conn;
+}
+
+/* The driver's reading of drv (text without leaselock's options), or NULL
+ * with INVALID; the password as libmongoc read it joins the secrets. */
+static mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn,
+                                        const char *text,
+                                        const char *drv,
+                                        leaselock_error_t *err)
+{
+   bson_error_t e;
+   mongoc_uri_t *uri = mongoc_uri_new_with_error (drv, &e);
+   if (!uri) {
+      char shown[512], what[600];
+      ll_uri_redact (text, shown, sizeof shown);
+      snprintf (what, sizeof what, "invalid URI \"%s\"", shown);
+      ll_mongo_fail (conn, err, what, &e);
+      err->code = LEASELOCK_INVALID;
+      return NULL;
+   }
+   const char *pw = mongoc_uri_get_password (uri);
+   if (pw && !ll_secrets_add (&conn->secrets, pw, strlen (pw))) {
+      mongoc_uri_destroy (uri);
+      return ll_mongo_nomem (err), NULL;
+   }
+   return uri;
+}
+
+/* The URI's write concern, with w=majority unless the URI sets w itself:
+ * journal= and wtimeoutMS= combine with the default. safe=true (which
+ * libmongoc turns into w=1) asks for acknowledged writes, which majority
+ * is, so it does not lower the default. */
+static bool ll_mongo_set_write_concern (ll_mongo_conn_t *conn,
+                                        const mongoc_uri_t *uri,
+                                        leaselock_error_t *err)
+{
+   mongoc_write_concern_t *wc = mongoc_write_concern_copy (mongoc_uri_get_write_concern (uri));
+   if (!wc)
+      return ll_mongo_nomem (err);
+   if (!mongoc_uri_has_option (uri, MONGOC_URI_W))
+      mongoc_write_concern_set_wmajority (
+        wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
+              ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
+              : LL_MONGO_WTIMEOUT_MS);
+   mongoc_collection_set_write_concern (conn->coll, wc);
+   mongoc_write_concern_destroy (wc);
+   return true;
+}
+
+/* Reaches the server now, so a wrong host or port fails at open. */
+static bool ll_mongo_ping (ll_mongo_conn_t *conn, leaselock_error_t *err)
+{
+   bson_t ping = BSON_INITIALIZER, reply;
+   bson_error_t e;
+   BSON_APPEND_INT32 (&ping, "ping", 1);
+   bool ok = mongoc_client_command_simple (conn->client, "admin", &ping, NULL, &reply, &e);
+   if (!ok)
+      ll_mongo_fail (conn, err, "connect", &e);
+   bson_destroy (&ping);
+   bson_destroy (&reply);
+   return ok;
+}
+
+/* The client and collection on uri, checked with a ping. */
+static bool ll_mongo_connect (ll_mongo_conn_t *conn,
+                              const mongoc_uri_t *uri,
+                              const char *collname,
+                              leaselock_error_t *err)
+{
+   bson_error_t e;
    conn->client = mongoc_client_new_from_uri_with_error (uri, &e);
    if (!conn->client) {
       /* A failed SRV lookup is the network's doing; the rest is the URI. */
       ll_mongo_fail (conn, err, "client", &e);
       if (e.domain != MONGOC_ERROR_STREAM)
          err->code = LEASELOCK_INVALID;
-      goto fail;
+      return false;
    }
    conn->tls = mongoc_uri_get_tls (uri);
    mongoc_client_set_error_api (conn->client, MONGOC_ERROR_API_VERSION_2);
-   conn->coll = mongoc_client_get_collection (conn->client, db, collname);
+   conn->coll = mongoc_client_get_collection (conn->client, ll_mongo_db (uri), collname);
+   return ll_mongo_set_write_concern (conn, uri, err) && ll_mongo_ping (conn, err);
+}
 
-   /* The URI's write concern, with w=majority unless the URI sets w itself:
-    * journal= and wtimeoutMS= combine with the default. safe=true (which
-    * libmongoc turns into w=1) asks for acknowledged writes, which majority
-    * is, so it does not lower the default. */
-   {
-      mongoc_write_concern_t *wc = mongoc_write_concern_copy (mongoc_uri_get_write_concern (uri));
-      if (!wc) {
-         ll_mongo_nomem (err);
-         goto fail;
-      }
-      if (!mongoc_uri_has_option (uri, MONGOC_URI_W))
-         mongoc_write_concern_set_wmajority (
-           wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
-                 ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
-                 : LL_MONGO_WTIMEOUT_MS);
-      mongoc_collection_set_write_concern (conn->coll, wc);
-      mongoc_write_concern_destroy (wc);
-   }
+static void *ll_mongo_open (const char *text, leaselock_error_t *err)
+{
+   char *drv = NULL, *collname = NULL;
+   mongoc_uri_t *uri = NULL;
+   ll_mongo_conn_t *conn = NULL;
 
-   /* Reach the server now, so a wrong host or port fails at open. */
-   {
-      bson_t ping = BSON_INITIALIZER, reply;
-      bool ok;
-      BSON_APPEND_INT32 (&ping, "ping", 1);
-      ok = mongoc_client_command_simple (conn->client, "admin", &ping, NULL, &reply, &e);
-      bson_destroy (&ping);
-      bson_destroy (&reply);
-      if (!ok) {
-         ll_mongo_fail (conn, err, "connect", &e);
-         goto fail;
-      }
-   }
-
+   pthread_once (&ll_mongo_once, ll_mongo_init);
+   if (!text)
+      return ll_error_set (err, LEASELOCK_INVALID, "MongoDB URI is NULL"), NULL;
+   bool ok =
+     ll_uri_check_at (text, err) && ll_mongo_split_uri (text, &drv, &collname, err) &&
+     (conn = ll_mongo_conn_new (text, err)) && (uri = ll_mongo_read_uri (conn, text, drv, err)) &&
+     ll_mongo_settle_uri (uri, &collname, err) && ll_mongo_connect (conn, uri, collname, err);
    mongoc_uri_destroy (uri);
    free (drv);
    free (collname);
+   if (!ok) {
+      ll_mongo_conn_free (conn);
+      return NULL;
+   }
    return conn;
-
-fail:
-   ll_mongo_conn_free (conn);
-   mongoc_uri_destroy (uri);
-   free (drv);
-   free (collname);
-   return NULL;
 }
 
 static void ll_mongo_close (void *c)
@@ -545,88 +526,7 @@ static void ll_mongo_abandon (void *c)
    ll_mongo_conn_free (conn);
 }
 
-/* ---- command pieces ---------------------------------------------------- */
-
-/* Appends the expiry expression max(renewedAt + ttlMs, acquiredAt + holdMs)
- * under name to doc. */
-static bool ll_mongo_append_expiry (bson_t *doc, const char *name)
-{
-   bson_t max, arr, add1, add2;
-   bool ok = true;
-
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &max);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&max, "$max", &arr);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &add1);
-   {
-      bson_t a;
-      ok = ok && BSON_APPEND_ARRAY_BEGIN (&add1, "$add", &a);
-      ok = ok && BSON_APPEND_UTF8 (&a, "0", "$renewedAt");
-      ok = ok && BSON_APPEND_UTF8 (&a, "1", "$ttlMs");
-      ok = ok && bson_append_array_end (&add1, &a);
-   }
-   ok = ok && bson_append_document_end (&arr, &add1);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "1", &add2);
-   {
-      bson_t a;
-      ok = ok && BSON_APPEND_ARRAY_BEGIN (&add2, "$add", &a);
-      ok = ok && BSON_APPEND_UTF8 (&a, "0", "$acquiredAt");
-      ok = ok && BSON_APPEND_UTF8 (&a, "1", "$holdMs");
-      ok = ok && bson_append_array_end (&add2, &a);
-   }
-   ok = ok && bson_append_document_end (&arr, &add2);
-   ok = ok && bson_append_array_end (&max, &arr);
-   ok = ok && bson_append_document_end (doc, &max);
-   return ok;
-}
-
-/* Appends {op: [expiry, "$$NOW"]} (op "$lte": expired, "$gt": live) under
- * array index / field name to doc. */
-static bool ll_mongo_append_cmp_now (bson_t *doc, const char *name, const char *op)
-{
-   bson_t cmp, arr;
-   bool ok = true;
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &cmp);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&cmp, op, &arr);
-   ok = ok && ll_mongo_append_expiry (&arr, "0");
-   ok = ok && BSON_APPEND_UTF8 (&arr, "1", "$$NOW");
-   ok = ok && bson_append_array_end (&cmp, &arr);
-   ok = ok && bson_append_document_end (doc, &cmp);
-   return ok;
-}
-
-static bool ll_mongo_append_key (bson_t *doc, const char *key, size_t key_len)
-{
-   return bson_append_utf8 (doc, "_id", 3, key, (int)key_len);
-}
-
-/* The acquire update: owner, ttl, holder, dates from the server, fence+1. */
-static bool ll_mongo_acquire_update (bson_t *u,
-                                     const char *owner,
-                                     int64_t ttl_ms,
-                                     const ll_holder_t *holder)
-{
-   bson_t cd, set, h, inc;
-   bool ok = true;
-
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$currentDate", &cd);
-   ok = ok && BSON_APPEND_BOOL (&cd, "acquiredAt", true);
-   ok = ok && BSON_APPEND_BOOL (&cd, "renewedAt", true);
-   ok = ok && bson_append_document_end (u, &cd);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$set", &set);
-   ok = ok && bson_append_utf8 (&set, "owner", 5, owner, LEASELOCK_OWNER_LEN);
-   ok = ok && BSON_APPEND_INT64 (&set, "ttlMs", ttl_ms);
-   ok = ok && BSON_APPEND_INT64 (&set, "holdMs", 0);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&set, "holder", &h);
-   ok = ok && BSON_APPEND_UTF8 (&h, "host", holder && holder->host ? holder->host : "");
-   ok = ok && BSON_APPEND_INT64 (&h, "pid", holder ? holder->pid : 0);
-   ok = ok && BSON_APPEND_UTF8 (&h, "label", holder && holder->label ? holder->label : "");
-   ok = ok && bson_append_document_end (&set, &h);
-   ok = ok && bson_append_document_end (u, &set);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$inc", &inc);
-   ok = ok && BSON_APPEND_INT64 (&inc, "fence", 1);
-   ok = ok && bson_append_document_end (u, &inc);
-   return ok;
-}
+/* ---- round trips ------------------------------------------------------- */
 
 /* Runs findAndModify(query, update) returning the new document's fence.
  * *matched: whether a document was modified or inserted. *dup: the server
@@ -640,25 +540,18 @@ static bool ll_mongo_fam (ll_mongo_conn_t *conn,
                           bool *dup,
                           leaselock_error_t *err)
 {
-   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
-   bson_t fields = BSON_INITIALIZER, reply;
+   mongoc_find_and_modify_opts_t *opts = ll_mongo_fam_opts (update, upsert);
+   bson_t reply;
    bson_error_t e;
    bson_iter_t it, v;
-   bool ok;
 
    *matched = false;
    if (dup)
       *dup = false;
    if (!opts)
       return ll_mongo_nomem (err);
-   BSON_APPEND_INT32 (&fields, "fence", 1);
-   mongoc_find_and_modify_opts_set_update (opts, update);
-   mongoc_find_and_modify_opts_set_fields (opts, &fields);
-   mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_RETURN_NEW |
-                                                  (upsert ? MONGOC_FIND_AND_MODIFY_UPSERT : 0));
-   ok = mongoc_collection_find_and_modify_with_opts (conn->coll, query, opts, &reply, &e);
+   bool ok = mongoc_collection_find_and_modify_with_opts (conn->coll, query, opts, &reply, &e);
    mongoc_find_and_modify_opts_destroy (opts);
-   bson_destroy (&fields);
    if (!ok) {
       bson_destroy (&reply);
       if (upsert && dup && e.domain == MONGOC_ERROR_SERVER && e.code == LL_MONGO_DUPLICATE_KEY) {
@@ -675,68 +568,6 @@ static bool ll_mongo_fam (ll_mongo_conn_t *conn,
    }
    bson_destroy (&reply);
    return true;
-}
-
-/* ---- operations -------------------------------------------------------- */
-
-static bool ll_mongo_acquire (void *c,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
-                              int64_t ttl_ms,
-                              const ll_holder_t *holder,
-                              int64_t *fence,
-                              leaselock_error_t *err)
-{
-   ll_mongo_conn_t *conn = c;
-   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, expr, or, eq, arr, ex;
-   bool ok = true, matched = false, dup = false;
-
-   /* {_id: key, $expr: {$or: [expired, {$eq: ["$owner", owner]}]}} */
-   ok = ok && ll_mongo_append_key (&q, key, key_len);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "$expr", &expr);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&expr, "$or", & or);
-   ok = ok && ll_mongo_append_cmp_now (& or, "0", "$lte");
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (& or, "1", &eq);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&eq, "$eq", &arr);
-   ok = ok && BSON_APPEND_UTF8 (&arr, "0", "$owner");
-   ok = ok && bson_append_utf8 (&arr, "1", 1, owner, LEASELOCK_OWNER_LEN);
-   ok = ok && bson_append_array_end (&eq, &arr);
-   ok = ok && bson_append_document_end (& or, &eq);
-   ok = ok && bson_append_array_end (&expr, & or);
-   ok = ok && bson_append_document_end (&q, &expr);
-   ok = ok && ll_mongo_acquire_update (&u, owner, ttl_ms, holder);
-   if (!ok) {
-      bson_destroy (&q);
-      bson_destroy (&u);
-      return ll_mongo_nomem (err);
-   }
-   ok = ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
-   bson_destroy (&q);
-   if (!ok || matched) {
-      bson_destroy (&u);
-      return ok;
-   }
-
-   /* No such record, or a live one of another owner: an upsert whose query
-    * matches no existing record. A record that exists answers 11000. */
-   bson_init (&q);
-   ok = ll_mongo_append_key (&q, key, key_len);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "fence", &ex);
-   ok = ok && BSON_APPEND_BOOL (&ex, "$exists", false);
-   ok = ok && bson_append_document_end (&q, &ex);
-   if (!ok) {
-      bson_destroy (&q);
-      bson_destroy (&u);
-      return ll_mongo_nomem (err);
-   }
-   ok = ll_mongo_fam (conn, &q, &u, true, &matched, fence, &dup, err);
-   bson_destroy (&q);
-   bson_destroy (&u);
-   if (ok && !matched)
-      return ll_error_set (err, LEASELOCK_BACKEND,
-                           "MongoDB findAndModify upsert returned no document for the key");
-   return ok;
 }
 
 /* updateOne(q, u); *matched from the reply's matchedCount. */
@@ -761,6 +592,64 @@ static bool ll_mongo_update (ll_mongo_conn_t *conn,
    return true;
 }
 
+/* ll_mongo_update for an owner's record, built (ok) into q and u, which
+ * it destroys: NOT_HELD when nothing matched. */
+static bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
+                                   bson_t *q,
+                                   bson_t *u,
+                                   bool ok,
+                                   leaselock_error_t *err)
+{
+   bool matched = false;
+   if (!ok)
+      ll_mongo_nomem (err);
+   else if ((ok = ll_mongo_update (conn, q, u, &matched, err)) && !matched)
+      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   bson_destroy (q);
+   bson_destroy (u);
+   return ok;
+}
+
+/* ---- operations -------------------------------------------------------- */
+
+static bool ll_mongo_acquire (void *c,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t ttl_ms,
+                              const ll_holder_t *holder,
+                              int64_t *fence,
+                              leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+   bool ok, matched = false, dup = false;
+
+   ok = ll_mongo_acquire_query (&q, key, key_len, owner) &&
+        ll_mongo_acquire_update (&u, owner, ttl_ms, holder && holder->host ? holder->host : "",
+                                 holder ? holder->pid : 0,
+                                 holder && holder->label ? holder->label : "");
+   if (ok)
+      ok = ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
+   else
+      ll_mongo_nomem (err);
+   bson_reinit (&q);
+   /* No such record, or a live one of another owner: an upsert whose query
+    * matches no existing record. A record that exists answers 11000. */
+   if (ok && !matched) {
+      if (ll_mongo_upsert_query (&q, key, key_len))
+         ok = ll_mongo_fam (conn, &q, &u, true, &matched, fence, &dup, err);
+      else
+         ok = ll_mongo_nomem (err);
+      if (ok && !matched)
+         ok = ll_backend_fail (err, "mongodb", "findAndModify upsert",
+                               "no document returned for the key", NULL, NULL);
+   }
+   bson_destroy (&q);
+   bson_destroy (&u);
+   return ok;
+}
+
 static bool ll_mongo_renew (void *c,
                             const char *key,
                             size_t key_len,
@@ -768,44 +657,9 @@ static bool ll_mongo_renew (void *c,
                             int64_t ttl_ms,
                             leaselock_error_t *err)
 {
-   ll_mongo_conn_t *conn = c;
-   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, d;
-   bool ok = true, matched = false;
-
-   /* {_id, owner, $expr: live} -> renewedAt = now, ttlMs = ttl */
-   ok = ok && ll_mongo_append_key (&q, key, key_len);
-   ok = ok && bson_append_utf8 (&q, "owner", 5, owner, LEASELOCK_OWNER_LEN);
-   ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&u, "$currentDate", &d);
-   ok = ok && BSON_APPEND_BOOL (&d, "renewedAt", true);
-   ok = ok && bson_append_document_end (&u, &d);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&u, "$set", &d);
-   ok = ok && BSON_APPEND_INT64 (&d, "ttlMs", ttl_ms);
-   ok = ok && bson_append_document_end (&u, &d);
-   if (!ok)
-      ll_mongo_nomem (err);
-   else if ((ok = ll_mongo_update (conn, &q, &u, &matched, err)) && !matched)
-      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
-   bson_destroy (&q);
-   bson_destroy (&u);
-   return ok;
-}
-
-/* The update that frees a record: owner null, renewedAt = now, ttlMs = 0,
- * holdMs = hold_ms (expiry = max(now, acquiredAt + hold_ms)). */
-static bool ll_mongo_free_update (bson_t *u, int64_t hold_ms)
-{
-   bson_t d;
-   bool ok = true;
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$currentDate", &d);
-   ok = ok && BSON_APPEND_BOOL (&d, "renewedAt", true);
-   ok = ok && bson_append_document_end (u, &d);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$set", &d);
-   ok = ok && BSON_APPEND_NULL (&d, "owner");
-   ok = ok && BSON_APPEND_INT64 (&d, "ttlMs", 0);
-   ok = ok && BSON_APPEND_INT64 (&d, "holdMs", hold_ms);
-   ok = ok && bson_append_document_end (u, &d);
-   return ok;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+   bool ok = ll_mongo_renew_command (&q, &u, key, key_len, owner, ttl_ms);
+   return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
 static bool ll_mongo_release (void *c,
@@ -815,20 +669,10 @@ static bool ll_mongo_release (void *c,
                               int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
-   ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok = true, matched = false;
-
-   ok = ok && ll_mongo_append_key (&q, key, key_len);
-   ok = ok && bson_append_utf8 (&q, "owner", 5, owner, LEASELOCK_OWNER_LEN);
-   ok = ok && ll_mongo_free_update (&u, min_hold_ms);
-   if (!ok)
-      ll_mongo_nomem (err);
-   else if ((ok = ll_mongo_update (conn, &q, &u, &matched, err)) && !matched)
-      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
-   bson_destroy (&q);
-   bson_destroy (&u);
-   return ok;
+   bool ok =
+     ll_mongo_owned_query (&q, key, key_len, owner) && ll_mongo_free_update (&u, min_hold_ms);
+   return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
@@ -876,37 +720,6 @@ static void ll_mongo_fill_record (const bson_t *doc, leaselock_record_t *rec)
          }
       }
    }
-}
-
-/* [{$match: match}, {$sort: {_id: 1}}, {$project: {owner, fence, holder,
- *   leftMs: {$subtract: [expiry, "$$NOW"]}}}] - the time left is computed
- * by the server's clock. */
-static bool ll_mongo_record_pipeline (bson_t *p, const bson_t *match)
-{
-   bson_t st, d, sub, arr;
-   bool ok = true;
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (p, "0", &st);
-   ok = ok && BSON_APPEND_DOCUMENT (&st, "$match", match);
-   ok = ok && bson_append_document_end (p, &st);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (p, "1", &st);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&st, "$sort", &d);
-   ok = ok && BSON_APPEND_INT32 (&d, "_id", 1);
-   ok = ok && bson_append_document_end (&st, &d);
-   ok = ok && bson_append_document_end (p, &st);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (p, "2", &st);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&st, "$project", &d);
-   ok = ok && BSON_APPEND_INT32 (&d, "owner", 1);
-   ok = ok && BSON_APPEND_INT32 (&d, "fence", 1);
-   ok = ok && BSON_APPEND_INT32 (&d, "holder", 1);
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&d, "leftMs", &sub);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&sub, "$subtract", &arr);
-   ok = ok && ll_mongo_append_expiry (&arr, "0");
-   ok = ok && BSON_APPEND_UTF8 (&arr, "1", "$$NOW");
-   ok = ok && bson_append_array_end (&sub, &arr);
-   ok = ok && bson_append_document_end (&d, &sub);
-   ok = ok && bson_append_document_end (&st, &d);
-   ok = ok && bson_append_document_end (p, &st);
-   return ok;
 }
 
 /* Runs the record pipeline for match and calls fn for each record. */
@@ -969,34 +782,8 @@ static bool ll_mongo_list (void *c,
                            leaselock_error_t *err)
 {
    bson_t match = BSON_INITIALIZER;
-   char *re;
-   size_t o = 0;
-   bool ok = true;
-
-   if (prefix_len > 0) {
-      /* An anchored regex with every non-alphanumeric ASCII byte escaped:
-       * the prefix is text, never a pattern. */
-      re = malloc (prefix_len * 2 + 2);
-      if (!re) {
-         bson_destroy (&match);
-         return ll_mongo_nomem (err);
-      }
-      re[o++] = '^';
-      for (size_t i = 0; i < prefix_len; i++) {
-         unsigned char ch = (unsigned char)prefix[i];
-         if (ch < 0x80 && !isalnum (ch))
-            re[o++] = '\\';
-         re[o++] = (char)ch;
-      }
-      re[o] = '\0';
-      ok = BSON_APPEND_REGEX (&match, "_id", re, "");
-      free (re);
-   }
-   if (!ok) {
-      bson_destroy (&match);
-      return ll_mongo_nomem (err);
-   }
-   ok = ll_mongo_records (c, &match, fn, user_data, err);
+   bool ok = ll_mongo_prefix_match (&match, prefix, prefix_len) || ll_mongo_nomem (err);
+   ok = ok && ll_mongo_records (c, &match, fn, user_data, err);
    bson_destroy (&match);
    return ok;
 }
@@ -1027,7 +814,7 @@ static bool ll_mongo_force_release (void *c,
    *took = false;
    for (int i = 0; i < LL_MONGO_FORCE_TRIES; i++) {
       leaselock_record_t rec;
-      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, t;
+      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool found = false, matched = false, ok = true, live;
 
       if (!ll_mongo_inspect (conn, key, key_len, &rec, &found, err))
@@ -1035,18 +822,8 @@ static bool ll_mongo_force_release (void *c,
       if (!found)
          return true; /* no record: nothing to release */
       live = rec.owner[0] && rec.expires_in_ms > 0;
-      ok = ok && ll_mongo_append_key (&q, key, key_len);
-      ok = ok && BSON_APPEND_INT64 (&q, "fence", rec.fence);
-      if (rec.owner[0]) {
-         ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&q, "owner", &t);
-         ok = ok && BSON_APPEND_UTF8 (&t, "$type", "string");
-         ok = ok && bson_append_document_end (&q, &t);
-      } else {
-         ok = ok && BSON_APPEND_NULL (&q, "owner"); /* null or missing */
-      }
-      if (live)
-         ok = ok && ll_mongo_append_cmp_now (&q, "$expr", "$gt");
-      ok = ok && ll_mongo_free_update (&u, 0);
+      ok = ll_mongo_force_query (&q, key, key_len, rec.fence, rec.owner[0] != '\0', live) &&
+           ll_mongo_free_update (&u, 0);
       if (!ok)
          ll_mongo_nomem (err);
       else
@@ -1060,9 +837,10 @@ static bool ll_mongo_force_release (void *c,
          return true;
       }
    }
-   return ll_error_set (err, LEASELOCK_BACKEND,
-                        "MongoDB force_release: the record kept changing (%d tries)",
-                        LL_MONGO_FORCE_TRIES);
+   char detail[32];
+   snprintf (detail, sizeof detail, "%d tries", LL_MONGO_FORCE_TRIES);
+   return ll_backend_fail (err, "mongodb", "force_release", "the record kept changing", NULL,
+                           detail);
 }
 
 /* For tests in tests/test_mongo.c: the connection's client (to install APM

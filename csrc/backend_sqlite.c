@@ -10,25 +10,21 @@
  * from other processes queue instead of failing.
  *
  * Every operation is one SQL statement (force_release: one short write
- * transaction). Time is SQLite's own clock, in integer milliseconds since
- * the epoch (NOW_MS below); within one statement julianday('now') is the
- * same value everywhere, so "now" is consistent in a statement.
+ * transaction), written in sql_sqlite.h. Time is SQLite's own clock, in
+ * integer milliseconds since the epoch (LL_SQLITE_NOW_MS); within one
+ * statement julianday('now') is the same value everywhere, so "now" is
+ * consistent in a statement.
  *
- * Schema (PRAGMA user_version = 1):
- *
- *   leaselock_locks(key TEXT PRIMARY KEY, owner TEXT -- '' when released,
- *                   fence INTEGER, acquired_at INTEGER, expires_at INTEGER,
- *                   host TEXT, pid INTEGER, label TEXT) WITHOUT ROWID
- *
- * Times are milliseconds since the epoch by the SQLite clock. A record is
- * live while expires_at > now; owner '' never means "free" by itself (a
- * release with min_hold keeps the expiry in the future).
+ * Schema: see sql_sqlite.h. A record is live while expires_at > now;
+ * owner '' never means "free" by itself (a release with min_hold keeps the
+ * expiry in the future).
  *
  * Keys are TEXT with the default BINARY collation, which compares bytes
  * (memcmp): key order and prefix ranges are byte-wise, and LIKE is never
  * used, so '%' and '_' in keys are plain characters.
  */
 #include "ll_internal.h"
+#include "sql_sqlite.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -41,66 +37,7 @@
 
 #include <sqlite3.h>
 
-/* The schema version this code writes and understands. A later version
- * adds a step in migrate() and bumps this. */
-#define SCHEMA_VERSION 1
-
-#define DEFAULT_BUSY_TIMEOUT_MS 10000
 #define MAX_BUSY_TIMEOUT_MS (3600 * 1000)
-
-/* SQLite's clock in integer milliseconds since the Unix epoch.
- * julianday() is a double of day units: ROUND undoes its binary fraction
- * so the value is the exact millisecond SQLite keeps internally. */
-#define NOW_MS "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
-
-static const char create_sql[] = "CREATE TABLE IF NOT EXISTS leaselock_locks ("
-                                 " key TEXT NOT NULL PRIMARY KEY,"
-                                 " owner TEXT NOT NULL DEFAULT '',"
-                                 " fence INTEGER NOT NULL,"
-                                 " acquired_at INTEGER NOT NULL,"
-                                 " expires_at INTEGER NOT NULL,"
-                                 " host TEXT NOT NULL DEFAULT '',"
-                                 " pid INTEGER NOT NULL DEFAULT 0,"
-                                 " label TEXT NOT NULL DEFAULT ''"
-                                 ") WITHOUT ROWID";
-
-/* ?1 key, ?2 owner, ?3 ttl_ms, ?4 host, ?5 pid, ?6 label. The update arm
- * runs only when the record is expired (by the same "now") or already
- * ours; otherwise no row comes back: BUSY. */
-static const char acquire_sql[] =
-  "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"
-  " VALUES (?1, ?2, 1, " NOW_MS ", " NOW_MS " + ?3, ?4, ?5, ?6)"
-  " ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = fence + 1,"
-  " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,"
-  " host = excluded.host, pid = excluded.pid, label = excluded.label"
-  " WHERE expires_at <= excluded.acquired_at OR owner = excluded.owner"
-  " RETURNING fence";
-
-/* ?1 key, ?2 owner, ?3 ttl_ms */
-static const char renew_sql[] = "UPDATE leaselock_locks SET expires_at = " NOW_MS " + ?3"
-                                " WHERE key = ?1 AND owner = ?2 AND expires_at > " NOW_MS;
-
-/* ?1 key, ?2 owner, ?3 min_hold_ms */
-static const char release_sql[] =
-  "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" NOW_MS ", acquired_at + ?3)"
-  " WHERE key = ?1 AND owner = ?2";
-
-#define RECORD_COLUMNS "key, owner, fence, expires_at - " NOW_MS ", host, pid, label"
-
-/* ?1 key */
-static const char inspect_sql[] = "SELECT " RECORD_COLUMNS " FROM leaselock_locks WHERE key = ?1";
-
-/* ?1 prefix, ?2 the first string after every string with that prefix. */
-static const char list_sql[] = "SELECT " RECORD_COLUMNS " FROM leaselock_locks"
-                               " WHERE key >= ?1 AND key < ?2 ORDER BY key";
-
-/* force_release, inside BEGIN IMMEDIATE: first the live case (changes()
- * tells whether a live lease was taken), then any record. ?1 key */
-static const char force_live_sql[] = "UPDATE leaselock_locks SET owner = '', expires_at = " NOW_MS
-                                     " WHERE key = ?1 AND owner <> '' AND expires_at > " NOW_MS;
-static const char force_any_sql[] =
-  "UPDATE leaselock_locks SET owner = '', expires_at = MIN(expires_at, " NOW_MS ")"
-  " WHERE key = ?1";
 
 enum
 {
@@ -118,9 +55,15 @@ enum
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-   [ST_ACQUIRE] = acquire_sql,       [ST_RENEW] = renew_sql,         [ST_RELEASE] = release_sql,
-   [ST_INSPECT] = inspect_sql,       [ST_LIST] = list_sql,           [ST_BEGIN] = "BEGIN IMMEDIATE",
-   [ST_FORCE_LIVE] = force_live_sql, [ST_FORCE_ANY] = force_any_sql, [ST_COMMIT] = "COMMIT",
+   [ST_ACQUIRE] = LL_SQLITE_ACQUIRE,
+   [ST_RENEW] = LL_SQLITE_RENEW,
+   [ST_RELEASE] = LL_SQLITE_RELEASE,
+   [ST_INSPECT] = LL_SQLITE_INSPECT,
+   [ST_LIST] = LL_SQLITE_LIST,
+   [ST_BEGIN] = "BEGIN IMMEDIATE",
+   [ST_FORCE_LIVE] = LL_SQLITE_FORCE_LIVE,
+   [ST_FORCE_ANY] = LL_SQLITE_FORCE_ANY,
+   [ST_COMMIT] = "COMMIT",
    [ST_ROLLBACK] = "ROLLBACK",
 };
 
@@ -135,18 +78,54 @@ typedef struct sqlite_conn
 
 /* ---- errors ---------------------------------------------------------- */
 
+/* BACKEND in the one format of a backend failure: "sqlite: <what>: <msg>
+ * (error <rc>, database '<path>')", without "error <rc>, " when rc is 0.
+ * Returns false. */
+static bool fail (const char *path,
+                  int rc,
+                  const char *what,
+                  const char *msg,
+                  leaselock_error_t *err)
+{
+   char detail[PATH_MAX + 64];
+   if (rc)
+      snprintf (detail, sizeof detail, "error %d, database '%s'", rc, path);
+   else
+      snprintf (detail, sizeof detail, "database '%s'", path);
+   return ll_backend_fail (err, "sqlite", what, msg, NULL, detail);
+}
+
 /* Fills err from the connection's last SQLite error: NOMEM for
- * SQLITE_NOMEM, else BACKEND with SQLite's message and the file. */
+ * SQLITE_NOMEM, else BACKEND with SQLite's message (and, with_os, the
+ * system's reason). */
+static bool db_error_os (sqlite_conn_t *c,
+                         int rc,
+                         const char *what,
+                         bool with_os,
+                         leaselock_error_t *err)
+{
+   if ((rc & 0xff) == SQLITE_NOMEM || !c->db)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory in SQLite (%s)", what);
+   char msg[LEASELOCK_ERROR_MAX];
+   int e = with_os ? sqlite3_system_errno (c->db) : 0;
+   snprintf (msg, sizeof msg, "%s%s%s", sqlite3_errmsg (c->db), e ? ": " : "",
+             e ? strerror (e) : "");
+   return fail (c->path, rc, what, msg, err);
+}
+
 static bool db_error (sqlite_conn_t *c, int rc, const char *what, leaselock_error_t *err)
 {
-   if ((rc & 0xff) == SQLITE_NOMEM)
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory in SQLite (%s)", what);
-   const char *msg = c->db ? sqlite3_errmsg (c->db) : sqlite3_errstr (rc);
-   return ll_error_set (err, LEASELOCK_BACKEND, "SQLite %s failed: %s (database '%s')", what, msg,
-                        c->path);
+   return db_error_os (c, rc, what, false, err);
 }
 
 /* ---- opening --------------------------------------------------------- */
+
+static bool dir_error (const char *path, const char *dir, int e, leaselock_error_t *err)
+{
+   char msg[PATH_MAX + 64];
+   snprintf (msg, sizeof msg, "'%s': %s", dir, strerror (e));
+   return fail (path, 0, "making its directory", msg, err);
+}
 
 /* Creates the missing parent directories of path (mode 0700). */
 static bool make_parents (const char *path, leaselock_error_t *err)
@@ -158,30 +137,19 @@ static bool make_parents (const char *path, leaselock_error_t *err)
       return true; /* a file in "/" */
    *slash = '\0';
    struct stat st;
-   if (stat (dir, &st) == 0) {
-      if (S_ISDIR (st.st_mode))
-         return true;
-      return ll_error_set (err, LEASELOCK_BACKEND,
-                           "cannot use '%s' for the SQLite database: '%s' is not a directory", path,
-                           dir);
-   }
+   if (stat (dir, &st) == 0)
+      return S_ISDIR (st.st_mode) || dir_error (path, dir, ENOTDIR, err);
    /* Walk down from the root: every component that is missing is made. */
    for (char *p = dir + 1;; p++) {
       if (*p != '/' && *p != '\0')
          continue;
       char saved = *p;
       *p = '\0';
-      if (mkdir (dir, 0700) != 0 && errno != EEXIST) {
-         int e = errno;
-         return ll_error_set (err, LEASELOCK_BACKEND,
-                              "cannot create directory '%s' for the SQLite database '%s': %s", dir,
-                              path, strerror (e));
-      }
-      if (stat (dir, &st) != 0 || !S_ISDIR (st.st_mode)) {
-         return ll_error_set (err, LEASELOCK_BACKEND,
-                              "cannot create directory '%s' for the SQLite database '%s': %s", dir,
-                              path, strerror (ENOTDIR));
-      }
+      int e = mkdir (dir, 0700) != 0 && errno != EEXIST ? errno : 0;
+      if (!e && (stat (dir, &st) != 0 || !S_ISDIR (st.st_mode)))
+         e = ENOTDIR;
+      if (e)
+         return dir_error (path, dir, e, err);
       *p = saved;
       if (saved == '\0')
          break;
@@ -219,21 +187,16 @@ static bool use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
    int waited = 0;
    for (;;) {
       sqlite3_stmt *st = NULL;
-      int rc = sqlite3_prepare_v2 (c->db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+      int rc = sqlite3_prepare_v2 (c->db, LL_SQLITE_WAL, -1, &st, NULL);
       if (rc == SQLITE_OK) {
          rc = sqlite3_step (st);
          if (rc == SQLITE_ROW) {
             const char *mode = (const char *)sqlite3_column_text (st, 0);
             bool wal = mode && !strcmp (mode, "wal");
-            char shown[32];
-            snprintf (shown, sizeof shown, "%s", mode ? mode : "?");
+            char msg[64];
+            snprintf (msg, sizeof msg, "the journal mode stays '%s'", mode ? mode : "?");
             sqlite3_finalize (st);
-            if (!wal)
-               return ll_error_set (err, LEASELOCK_BACKEND,
-                                    "SQLite database '%s' cannot use WAL mode (journal mode "
-                                    "stays '%s')",
-                                    c->path, shown);
-            return true;
+            return wal || fail (c->path, 0, "setting WAL mode", msg, err);
          }
       }
       sqlite3_finalize (st);
@@ -246,6 +209,28 @@ static bool use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
    }
 }
 
+static bool too_new (sqlite_conn_t *c, int version, leaselock_error_t *err)
+{
+   char msg[160];
+   snprintf (msg, sizeof msg,
+             "leaselock schema version %d, newer than the version %d this leaselock "
+             "understands: upgrade leaselock or use another file",
+             version, LL_SQLITE_SCHEMA_VERSION);
+   return fail (c->path, 0, "reading the schema version", msg, err);
+}
+
+/* Runs sql inside the transaction migrate opened; on failure rolls it back
+ * and fills err. */
+static bool in_migration (sqlite_conn_t *c, const char *sql, leaselock_error_t *err)
+{
+   int rc = exec_simple (c->db, sql);
+   if (rc == SQLITE_OK)
+      return true;
+   db_error (c, rc, "creating the schema", err);
+   exec_simple (c->db, "ROLLBACK");
+   return false;
+}
+
 /* Creates the table on a new file, or checks the version of an existing
  * one. Later schema versions add their steps here, inside the same
  * transaction. */
@@ -255,10 +240,10 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
    int rc = read_version (c->db, &version);
    if (rc != SQLITE_OK)
       return db_error (c, rc, "reading the schema version", err);
-   if (version == SCHEMA_VERSION)
+   if (version == LL_SQLITE_SCHEMA_VERSION)
       return true;
-   if (version > SCHEMA_VERSION)
-      goto too_new;
+   if (version > LL_SQLITE_SCHEMA_VERSION)
+      return too_new (c, version, err);
 
    rc = exec_simple (c->db, "BEGIN IMMEDIATE");
    if (rc != SQLITE_OK)
@@ -266,32 +251,17 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
    /* Another process may have done it meanwhile: read again under the
     * write lock. */
    rc = read_version (c->db, &version);
-   if (rc == SQLITE_OK && version == 0) {
-      rc = exec_simple (c->db, create_sql);
-      if (rc == SQLITE_OK)
-         rc = exec_simple (c->db, "PRAGMA user_version = 1");
-   }
    if (rc != SQLITE_OK) {
       db_error (c, rc, "creating the schema", err);
       exec_simple (c->db, "ROLLBACK");
       return false;
    }
-   rc = exec_simple (c->db, "COMMIT");
-   if (rc != SQLITE_OK) {
-      db_error (c, rc, "creating the schema", err);
-      exec_simple (c->db, "ROLLBACK");
+   if (version == 0 &&
+       (!in_migration (c, LL_SQLITE_CREATE, err) || !in_migration (c, LL_SQLITE_SET_VERSION, err)))
       return false;
-   }
-   if (version > SCHEMA_VERSION)
-      goto too_new;
-   return true;
-
-too_new:
-   return ll_error_set (err, LEASELOCK_BACKEND,
-                        "SQLite database '%s' has leaselock schema version %d, newer than the "
-                        "version %d this leaselock understands: upgrade leaselock or use "
-                        "another file",
-                        c->path, version, SCHEMA_VERSION);
+   if (!in_migration (c, "COMMIT", err))
+      return false;
+   return version <= LL_SQLITE_SCHEMA_VERSION || too_new (c, version, err);
 }
 
 static void sqlite_close (void *conn);
@@ -313,124 +283,124 @@ static bool parse_ms (const char *text, int max, int *out)
    return true;
 }
 
-static void *sqlite_open (const char *uri_text, leaselock_error_t *err)
+/* INVALID "bad SQLite URI "<shown>": <why>; expected ...". Returns false. */
+static bool bad_uri (const char *text, const char *why, leaselock_error_t *err)
 {
-   ll_uri_t uri;
-   if (!ll_uri_parse (uri_text, &uri, err))
-      return NULL;
-
-   sqlite_conn_t *c = NULL;
-   int busy_ms = DEFAULT_BUSY_TIMEOUT_MS;
    char shown[512]; /* the URI as messages may show it: no password */
-   ll_uri_redact (uri_text, shown, sizeof shown);
-   const char *want = "expected sqlite:///absolute/path.db";
-   if (uri.user || uri.password || uri.port) {
-      ll_error_set (err, LEASELOCK_INVALID,
-                    "bad SQLite URI \"%s\": no user, password or port allowed; %s", shown, want);
-      goto fail;
-   }
-   if (uri.host[0]) {
-      ll_error_set (err, LEASELOCK_INVALID,
-                    "bad SQLite URI \"%s\": a host (\"%s\") is not allowed and relative paths "
-                    "are not supported; %s",
-                    shown, uri.host, want);
-      goto fail;
-   }
-   if (uri.path[0] != '/') {
-      ll_error_set (err, LEASELOCK_INVALID, "bad SQLite URI \"%s\": no file path; %s", shown, want);
-      goto fail;
-   }
-   size_t plen = strlen (uri.path);
-   if (uri.path[plen - 1] == '/') {
-      ll_error_set (err, LEASELOCK_INVALID,
-                    "bad SQLite URI \"%s\": the path names a directory, not a file; %s", shown,
-                    want);
-      goto fail;
-   }
-   if (plen >= PATH_MAX) {
-      ll_error_set (err, LEASELOCK_INVALID, "bad SQLite URI: the path is longer than %d bytes",
-                    PATH_MAX - 1);
-      goto fail;
-   }
-   for (int i = 0; i < uri.n_params; i++) {
-      const char *name = uri.params[i].name, *value = uri.params[i].value;
-      if (!strcmp (name, "busy_timeout_ms")) {
-         if (!parse_ms (value, MAX_BUSY_TIMEOUT_MS, &busy_ms)) {
-            ll_error_set (err, LEASELOCK_INVALID,
-                          "bad SQLite URI option busy_timeout_ms=\"%s\": expected milliseconds "
-                          "from 0 to %d",
-                          value, MAX_BUSY_TIMEOUT_MS);
-            goto fail;
-         }
-      } else {
-         ll_error_set (err, LEASELOCK_INVALID,
-                       "unknown SQLite URI option \"%s\" (known: busy_timeout_ms)", name);
-         goto fail;
-      }
-   }
+   ll_uri_redact (text, shown, sizeof shown);
+   return ll_error_set (err, LEASELOCK_INVALID,
+                        "bad SQLite URI \"%s\": %s; expected sqlite:///absolute/path.db", shown,
+                        why);
+}
 
-   if (!make_parents (uri.path, err))
-      goto fail;
+/* sqlite:///absolute/path.db: no user, password, port or host, a file. */
+static bool check_uri_shape (const ll_uri_t *uri, const char *text, leaselock_error_t *err)
+{
+   if (uri->user || uri->password || uri->port)
+      return bad_uri (text, "no user, password or port allowed", err);
+   if (uri->host[0]) {
+      char why[160];
+      snprintf (why, sizeof why,
+                "a host (\"%.64s\") is not allowed and relative paths are not supported",
+                uri->host);
+      return bad_uri (text, why, err);
+   }
+   if (uri->path[0] != '/')
+      return bad_uri (text, "no file path", err);
+   size_t plen = strlen (uri->path);
+   if (uri->path[plen - 1] == '/')
+      return bad_uri (text, "the path names a directory, not a file", err);
+   if (plen >= PATH_MAX)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "bad SQLite URI: the path is longer than %d bytes", PATH_MAX - 1);
+   return true;
+}
 
-   c = calloc (1, sizeof *c);
-   if (!c || !(c->path = strdup (uri.path))) {
+/* The URI's options: busy_timeout_ms only. */
+static bool read_options (const ll_uri_t *uri, int *busy_ms, leaselock_error_t *err)
+{
+   for (int i = 0; i < uri->n_params; i++) {
+      const char *name = uri->params[i].name, *value = uri->params[i].value;
+      if (strcmp (name, "busy_timeout_ms"))
+         return ll_error_set (err, LEASELOCK_INVALID,
+                              "unknown SQLite URI option \"%s\" (known: busy_timeout_ms)", name);
+      if (!parse_ms (value, MAX_BUSY_TIMEOUT_MS, busy_ms))
+         return ll_error_set (err, LEASELOCK_INVALID,
+                              "bad SQLite URI option busy_timeout_ms=\"%s\": expected "
+                              "milliseconds from 0 to %d",
+                              value, MAX_BUSY_TIMEOUT_MS);
+   }
+   return true;
+}
+
+/* A connection with no database open yet. */
+static sqlite_conn_t *conn_new (const char *path, leaselock_error_t *err)
+{
+   sqlite_conn_t *c = calloc (1, sizeof *c);
+   if (!c || !(c->path = strdup (path))) {
+      free (c);
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening an SQLite connection");
-      goto fail;
+      return NULL;
    }
+   return c;
+}
+
+/* Opens the file read-write (created when missing) and checks that it is
+ * a database this user may write. */
+static bool open_file (sqlite_conn_t *c, int busy_ms, leaselock_error_t *err)
+{
    /* NOMUTEX: the engine gives a connection to one thread at a time. */
    int rc = sqlite3_open_v2 (
      c->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-   if (rc != SQLITE_OK) {
-      if (!c->db) {
-         ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening SQLite database '%s'", c->path);
-         goto fail;
-      }
-      int e = sqlite3_system_errno (c->db);
-      ll_error_set (err, LEASELOCK_BACKEND, "cannot open SQLite database '%s': %s%s%s%s", c->path,
-                    sqlite3_errmsg (c->db), e ? " (" : "", e ? strerror (e) : "", e ? ")" : "");
-      goto fail;
-   }
+   if (rc != SQLITE_OK)
+      return db_error_os (c, rc, "opening the database", true, err);
    sqlite3_extended_result_codes (c->db, 1);
    sqlite3_busy_timeout (c->db, busy_ms);
    /* The first read says whether the file is a database at all. */
    int version = 0;
    rc = read_version (c->db, &version);
-   if (rc != SQLITE_OK) {
-      int e = sqlite3_system_errno (c->db);
-      ll_error_set (err, LEASELOCK_BACKEND, "cannot open SQLite database '%s': %s%s%s%s", c->path,
-                    sqlite3_errmsg (c->db), e ? " (" : "", e ? strerror (e) : "", e ? ")" : "");
-      goto fail;
-   }
-   if (sqlite3_db_readonly (c->db, "main") == 1) {
-      ll_error_set (err, LEASELOCK_BACKEND,
-                    "cannot open SQLite database '%s': the file is read-only for this user",
-                    c->path);
-      goto fail;
-   }
+   if (rc != SQLITE_OK)
+      return db_error_os (c, rc, "opening the database", true, err);
+   if (sqlite3_db_readonly (c->db, "main") == 1)
+      return fail (c->path, 0, "opening the database", "the file is read-only for this user", err);
+   return true;
+}
+
+/* WAL, synchronous=NORMAL, the schema, the statements. */
+static bool set_up (sqlite_conn_t *c, int busy_ms, leaselock_error_t *err)
+{
    if (!use_wal (c, busy_ms, err))
-      goto fail;
-   rc = exec_simple (c->db, "PRAGMA synchronous=NORMAL");
-   if (rc != SQLITE_OK) {
-      db_error (c, rc, "setting synchronous=NORMAL", err);
-      goto fail;
-   }
+      return false;
+   int rc = exec_simple (c->db, LL_SQLITE_SYNCHRONOUS);
+   if (rc != SQLITE_OK)
+      return db_error (c, rc, "setting synchronous=NORMAL", err);
    if (!migrate (c, err))
-      goto fail;
+      return false;
    for (int i = 0; i < ST_COUNT; i++) {
       rc =
         sqlite3_prepare_v3 (c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->stmt[i], NULL);
-      if (rc != SQLITE_OK) {
-         db_error (c, rc, "preparing a statement", err);
-         goto fail;
-      }
+      if (rc != SQLITE_OK)
+         return db_error (c, rc, "preparing a statement", err);
    }
-   ll_uri_cleanup (&uri);
-   return c;
+   return true;
+}
 
-fail:
+static void *sqlite_open (const char *uri_text, leaselock_error_t *err)
+{
+   ll_uri_t uri;
+   if (!ll_uri_parse (uri_text, &uri, err))
+      return NULL;
+   sqlite_conn_t *c = NULL;
+   int busy_ms = LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS;
+   bool ok = check_uri_shape (&uri, uri_text, err) && read_options (&uri, &busy_ms, err) &&
+             make_parents (uri.path, err) && (c = conn_new (uri.path, err)) &&
+             open_file (c, busy_ms, err) && set_up (c, busy_ms, err);
    ll_uri_cleanup (&uri);
-   sqlite_close (c);
-   return NULL;
+   if (!ok) {
+      sqlite_close (c);
+      return NULL;
+   }
+   return c;
 }
 
 static void sqlite_close (void *conn)

@@ -1,6 +1,8 @@
 /*
  * backend_util.c - small helpers that several backends share: no driver
  * header, no connection state, only bytes, strings and file descriptors.
+ * (The secrets a connection keeps and the one scrubber live in uri.c,
+ * beside the reading of a URI that says what is secret.)
  */
 #include "ll_internal.h"
 
@@ -10,65 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-void ll_secrets_init (ll_secrets_t *s)
-{
-   memset (s, 0, sizeof *s);
-}
-
-bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len)
-{
-   if (!len)
-      return true;
-   for (size_t i = 0; i < s->n; i++)
-      if (strlen (s->v[i]) == len && !memcmp (s->v[i], secret, len))
-         return true;
-   if (s->n == s->cap) {
-      size_t cap = s->cap ? 2 * s->cap : 8;
-      char **v = realloc (s->v, cap * sizeof *v);
-      if (!v)
-         return false;
-      s->v = v;
-      s->cap = cap;
-   }
-   if (!(s->v[s->n] = strndup (secret, len)))
-      return false;
-   s->n++;
-   return true;
-}
-
-void ll_secrets_clear (ll_secrets_t *s)
-{
-   for (size_t i = 0; i < s->n; i++) {
-      memset (s->v[i], 0, strlen (s->v[i]));
-      free (s->v[i]);
-   }
-   free (s->v);
-   ll_secrets_init (s);
-}
-
-void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t size)
-{
-   size_t o = 0;
-   if (!size)
-      return;
-   for (const char *p = msg ? msg : ""; *p && o + 1 < size;) {
-      size_t best = 0;
-      for (size_t i = 0; s && i < s->n; i++) {
-         size_t len = strlen (s->v[i]);
-         if (len >= 3 && len > best && !strncmp (p, s->v[i], len))
-            best = len;
-      }
-      if (best) {
-         for (const char *r = "***"; *r && o + 1 < size; r++)
-            out[o++] = *r;
-         p += best;
-      } else {
-         out[o++] = *p++;
-      }
-   }
-   out[o] = '\0';
-}
 
 bool ll_backend_fail (leaselock_error_t *err,
                       const char *backend,

@@ -163,17 +163,15 @@ bool ll_uri_int_option (const char *backend,
                         const char *unit,
                         int64_t *out,
                         leaselock_error_t *err);
-/* Copies text to buf (cut to size) with every byte that libpq, libmongoc
- * or leaselock's parser may read as a password or a secret option's value
- * replaced by "***" (uri.c says how each driver reads a URI). */
-void ll_uri_redact (const char *text, char *buf, size_t size);
 /* INVALID unless the URI has at most one '@' before its first '/', and
  * that one within the authority: where there are more, leaselock and the
  * drivers could disagree on the password and the host. */
 bool ll_uri_check_at (const char *text, leaselock_error_t *err);
 
-/* Strings to scrub from driver messages (backend_util.c): owned copies,
- * zeroed when cleared. */
+/* ---- secrets and the one scrubber (uri.c) ----------------------------- */
+
+/* Strings to scrub from driver messages: owned copies, zeroed when
+ * cleared. */
 typedef struct ll_secrets
 {
    char **v;
@@ -185,6 +183,17 @@ bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len);
 /* Adds every secret of a URI as ll_uri_redact hides it, raw and decoded. */
 bool ll_secrets_from_uri (ll_secrets_t *s, const char *uri);
 void ll_secrets_clear (ll_secrets_t *s);
+
+/* The one scrubber, under one rule (uri.c says it in full): copies text to
+ * buf (size bytes, NUL-terminated, cut to fit) with "***" for each run of
+ * bytes that a driver may read as a secret where they stand (text read as
+ * a URI or as keyword=value text: libpq's, libmongoc's and leaselock's
+ * readings) or that spell a secret of s 3 bytes or longer. ll_uri_redact
+ * is it without known secrets ("(null)" for NULL text); ll_scrub_secrets
+ * is it for a driver's message with the connection's secrets (NULL msg
+ * reads as ""). */
+void ll_uri_redact (const char *text, char *buf, size_t size);
+void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t size);
 
 /* ---- backend interface ----------------------------------------------- */
 
@@ -295,16 +304,13 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
 
 /* ---- helpers shared by backends (backend_util.c) --------------------- */
 
-/* Copies msg to out (size bytes, NUL-terminated, truncated) with each
- * occurrence of a secret 3 bytes or longer replaced by "***" (the longest
- * that matches first). Shorter secrets would hide every such letter pair of
- * the message; ll_uri_redact still hides them in URIs. */
-void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t size);
 /* The one format of a driver failure: BACKEND with "<backend>: <what>:
  * <driver message> (<detail>)". backend is the backend's name ("mysql");
  * the driver message (may be NULL) has every secret replaced by "***" and
  * is put on one line; detail (may be NULL or "") is the driver's error
- * code ("error 2013", "SQLSTATE 08006"). Returns false. */
+ * code and what else places the failure ("error 2013", "SQLSTATE 08006",
+ * "error 5, database '/x.db'", "error 2.4" for libmongoc's domain.code).
+ * Every backend's driver failures take this form. Returns false. */
 bool ll_backend_fail (leaselock_error_t *err,
                       const char *backend,
                       const char *what,

@@ -1,4 +1,6 @@
-/* uri.c - scheme://[user[:password]@]host[:port][/path][?a=b&c=d] */
+/* uri.c - scheme://[user[:password]@]host[:port][/path][?a=b&c=d], its
+ * one percent-decoder and the one scrubber of secrets (URIs and driver
+ * messages). */
 #include "ll_internal.h"
 
 #include <ctype.h>
@@ -7,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+/* ---- percent-decoding ------------------------------------------------ */
 
 static int hexval (char c)
 {
@@ -18,40 +22,56 @@ static int hexval (char c)
    return -1;
 }
 
+/* The one decoder: s[0..n) into out (room for n + 1 bytes, NUL-
+ * terminated), '+' as a space when plus_is_space. strict: a bad or cut
+ * escape, or %00, fails (false). Otherwise such an escape stays as it
+ * stands and %00 decodes to a NUL byte (*len counts past it): the reading
+ * of a driver that takes any text. */
+static bool decode_into (const char *s,
+                         size_t n,
+                         bool plus_is_space,
+                         bool strict,
+                         char *out,
+                         size_t *len)
+{
+   size_t o = 0;
+   for (size_t i = 0; i < n; i++) {
+      int a = -1, b = -1;
+      if (s[i] == '%' && i + 2 < n) {
+         a = hexval (s[i + 1]);
+         b = hexval (s[i + 2]);
+      }
+      if (s[i] == '%' && a >= 0 && b >= 0 && !(strict && a == 0 && b == 0)) {
+         out[o++] = (char)(a * 16 + b);
+         i += 2;
+      } else if (s[i] == '%' && strict) {
+         return false;
+      } else {
+         out[o++] = plus_is_space && s[i] == '+' ? ' ' : s[i];
+      }
+   }
+   out[o] = '\0';
+   *len = o;
+   return true;
+}
+
 /* Set by decode when it runs out of memory: ll_uri_parse then fails with
  * NOMEM, not with a bad escape. */
 static _Thread_local bool decode_nomem;
 
-/* Percent-decodes [s, s+n) into a new string; NULL on a bad escape or an
- * encoded NUL (which no component may hold), or out of memory. */
+/* Strictly percent-decodes [s, s+n) into a new string; NULL on a bad
+ * escape or an encoded NUL (which no component may hold), or out of
+ * memory. */
 static char *decode (const char *s, size_t n, bool plus_is_space)
 {
    char *out = malloc (n + 1);
-   if (!out) {
+   size_t len;
+   if (!out)
       decode_nomem = true;
-      return NULL;
+   else if (!decode_into (s, n, plus_is_space, true, out, &len)) {
+      free (out);
+      out = NULL;
    }
-   size_t o = 0;
-   for (size_t i = 0; i < n; i++) {
-      if (s[i] == '%') {
-         if (i + 2 >= n) { /* truncated escape */
-            free (out);
-            return NULL;
-         }
-         int a = hexval (s[i + 1]), b = hexval (s[i + 2]);
-         if (a < 0 || b < 0 || (a == 0 && b == 0)) {
-            free (out);
-            return NULL;
-         }
-         out[o++] = (char)(a * 16 + b);
-         i += 2;
-      } else if (plus_is_space && s[i] == '+') {
-         out[o++] = ' ';
-      } else {
-         out[o++] = s[i];
-      }
-   }
-   out[o] = '\0';
    return out;
 }
 
@@ -63,6 +83,8 @@ char *ll_percent_decode (const char *s, size_t n, bool plus_is_space, bool *nome
       *nomem = decode_nomem;
    return out;
 }
+
+/* ---- options --------------------------------------------------------- */
 
 bool ll_uri_int_option (const char *backend,
                         const char *name,
@@ -86,6 +108,16 @@ bool ll_uri_int_option (const char *backend,
    return true;
 }
 
+const char *ll_uri_param (const ll_uri_t *uri, const char *name)
+{
+   for (int i = 0; i < uri->n_params; i++)
+      if (!strcmp (uri->params[i].name, name))
+         return uri->params[i].value;
+   return NULL;
+}
+
+/* ---- parsing --------------------------------------------------------- */
+
 void ll_uri_cleanup (ll_uri_t *uri)
 {
    if (!uri)
@@ -102,11 +134,150 @@ void ll_uri_cleanup (ll_uri_t *uri)
    memset (uri, 0, sizeof *uri);
 }
 
-#define FAIL(...)                                                                                  \
-   do {                                                                                            \
-      ll_error_set (err, LEASELOCK_INVALID, __VA_ARGS__);                                          \
-      goto fail;                                                                                   \
-   } while (0)
+/* INVALID "malformed URI "<shown>": <why>" unless a decode ran out of
+ * memory (ll_uri_parse then says NOMEM). Returns false. */
+static bool malformed (leaselock_error_t *err, const char *shown, const char *why)
+{
+   if (decode_nomem)
+      return false;
+   return ll_error_set (err, LEASELOCK_INVALID, "malformed URI \"%s\": %s", shown, why);
+}
+
+/* The scheme, lower-cased; *rest points past its "://". */
+static bool parse_scheme (const char *text,
+                          ll_uri_t *uri,
+                          const char **rest,
+                          const char *shown,
+                          leaselock_error_t *err)
+{
+   const char *sep = strstr (text, "://");
+   if (!sep || sep == text)
+      return malformed (err, shown, "expected scheme://...");
+   for (const char *p = text; p < sep; p++)
+      if (!isalnum ((unsigned char)*p) && *p != '+' && *p != '-' && *p != '.')
+         return malformed (err, shown, "bad character in the scheme");
+   if (!(uri->scheme = strndup (text, (size_t)(sep - text)))) {
+      decode_nomem = true;
+      return false;
+   }
+   for (char *p = uri->scheme; *p; p++)
+      *p = (char)tolower ((unsigned char)*p);
+   *rest = sep + 3;
+   return true;
+}
+
+/* user[:password] from auth[0..at). */
+static bool parse_userinfo (const char *auth,
+                            const char *at,
+                            ll_uri_t *uri,
+                            const char *shown,
+                            leaselock_error_t *err)
+{
+   const char *colon = memchr (auth, ':', (size_t)(at - auth));
+   const char *uend = colon ? colon : at;
+   if (!(uri->user = decode (auth, (size_t)(uend - auth), false)))
+      return malformed (err, shown, "bad percent-escape in the user name");
+   if (colon && !(uri->password = decode (colon + 1, (size_t)(at - colon - 1), false)))
+      return malformed (err, shown, "bad percent-escape in the password");
+   return true;
+}
+
+/* A port of 1..65535 from p[0..end). */
+static bool parse_port (const char *p,
+                        const char *end,
+                        ll_uri_t *uri,
+                        const char *shown,
+                        leaselock_error_t *err)
+{
+   long port = 0;
+   if (p == end)
+      return malformed (err, shown, "empty port");
+   for (; p < end && port <= 65535; p++) {
+      if (!isdigit ((unsigned char)*p))
+         break;
+      port = port * 10 + (*p - '0');
+   }
+   if (p < end || port < 1 || port > 65535)
+      return malformed (err, shown, "the port must be a number from 1 to 65535");
+   uri->port = (int)port;
+   return true;
+}
+
+/* host[:port] or [v6]:port from hp[0..end). */
+static bool parse_host (const char *hp,
+                        const char *end,
+                        ll_uri_t *uri,
+                        const char *shown,
+                        leaselock_error_t *err)
+{
+   const char *port_at = NULL, *hstart = hp, *hend = end;
+   if (*hp == '[') {
+      const char *rb = memchr (hp, ']', (size_t)(end - hp));
+      if (!rb)
+         return malformed (err, shown, "unterminated [ in the host");
+      hstart = hp + 1;
+      hend = rb;
+      if (rb + 1 < end && rb[1] != ':')
+         return malformed (err, shown, "unexpected text after ]");
+      port_at = rb + 1 < end ? rb + 2 : NULL;
+   } else if ((hend = memchr (hp, ':', (size_t)(end - hp)))) {
+      port_at = hend + 1;
+   } else {
+      hend = end;
+   }
+   if (!(uri->host = decode (hstart, (size_t)(hend - hstart), false)))
+      return malformed (err, shown, "bad percent-escape in the host");
+   return !port_at || parse_port (port_at, end, uri, shown, err);
+}
+
+/* One name[=value] option from q[0..end), percent-decoded, '+' a space. */
+static bool parse_param (const char *q,
+                         const char *end,
+                         ll_uri_t *uri,
+                         const char *shown,
+                         leaselock_error_t *err)
+{
+   if (uri->n_params == LL_URI_MAX_PARAMS) {
+      char why[32];
+      snprintf (why, sizeof why, "more than %d options", LL_URI_MAX_PARAMS);
+      return malformed (err, shown, why);
+   }
+   const char *eq = memchr (q, '=', (size_t)(end - q));
+   ll_uri_param_t *prm = &uri->params[uri->n_params];
+   prm->name = decode (q, (size_t)((eq ? eq : end) - q), true);
+   prm->value = eq ? decode (eq + 1, (size_t)(end - eq - 1), true) : decode (q, 0, false);
+   if (!prm->name || !prm->value) {
+      free (prm->name);
+      free (prm->value);
+      prm->name = prm->value = NULL;
+      return malformed (err, shown, "bad percent-escape in an option");
+   }
+   uri->n_params++;
+   return true;
+}
+
+/* The path, then the options after '?' (up to a '#'). */
+static bool parse_path_query (const char *path,
+                              ll_uri_t *uri,
+                              const char *shown,
+                              leaselock_error_t *err)
+{
+   const char *path_end = path + strcspn (path, "?#");
+   if (!(uri->path = decode (path, (size_t)(path_end - path), false)))
+      return malformed (err, shown, "bad percent-escape in the path");
+   if (*path_end != '?')
+      return true;
+   const char *q = path_end + 1;
+   const char *q_end = q + strcspn (q, "#");
+   while (q < q_end) {
+      const char *amp = memchr (q, '&', (size_t)(q_end - q));
+      const char *item_end = amp ? amp : q_end;
+      if (item_end > q && !parse_param (q, item_end, uri, shown, err))
+         return false;
+      q = amp ? amp + 1 : q_end;
+   }
+   return true;
+}
 
 bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
 {
@@ -119,121 +290,26 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
 
-   const char *sep = strstr (text, "://");
-   if (!sep || sep == text)
-      FAIL ("malformed URI \"%s\": expected scheme://...", shown);
-   for (const char *p = text; p < sep; p++)
-      if (!isalnum ((unsigned char)*p) && *p != '+' && *p != '-' && *p != '.')
-         FAIL ("malformed URI \"%s\": bad character in the scheme", shown);
-   uri->scheme = strndup (text, (size_t)(sep - text));
-   if (!uri->scheme)
-      goto nomem;
-   for (char *p = uri->scheme; *p; p++)
-      *p = (char)tolower ((unsigned char)*p);
-
-   const char *auth = sep + 3;
-   const char *auth_end = auth + strcspn (auth, "/?#");
-   /* The first '@', as libpq and libmongoc split it; ll_uri_check_at
-    * refused any other '@' before the first '/'. */
-   const char *at = memchr (auth, '@', (size_t)(auth_end - auth));
-   const char *hostpart = auth;
-   if (at) {
-      const char *colon = memchr (auth, ':', (size_t)(at - auth));
-      const char *uend = colon ? colon : at;
-      if (!(uri->user = decode (auth, (size_t)(uend - auth), false)))
-         FAIL ("malformed URI \"%s\": bad percent-escape in the user name", shown);
-      if (colon && !(uri->password = decode (colon + 1, (size_t)(at - colon - 1), false)))
-         FAIL ("malformed URI \"%s\": bad percent-escape in the password", shown);
-      hostpart = at + 1;
+   const char *auth = NULL;
+   bool ok = parse_scheme (text, uri, &auth, shown, err);
+   if (ok) {
+      const char *auth_end = auth + strcspn (auth, "/?#");
+      /* The first '@', as libpq and libmongoc split it; ll_uri_check_at
+       * refused any other '@' before the first '/'. */
+      const char *at = memchr (auth, '@', (size_t)(auth_end - auth));
+      ok = (!at || parse_userinfo (auth, at, uri, shown, err)) &&
+           parse_host (at ? at + 1 : auth, auth_end, uri, shown, err) &&
+           parse_path_query (auth_end, uri, shown, err);
    }
-   const char *port_at = NULL;
-   const char *hstart = hostpart, *hend = auth_end;
-   if (*hostpart == '[') {
-      const char *rb = memchr (hostpart, ']', (size_t)(auth_end - hostpart));
-      if (!rb)
-         FAIL ("malformed URI \"%s\": unterminated [ in the host", shown);
-      hstart = hostpart + 1;
-      hend = rb;
-      if (rb + 1 < auth_end) {
-         if (rb[1] != ':')
-            FAIL ("malformed URI \"%s\": unexpected text after ]", shown);
-         port_at = rb + 2;
-      }
-   } else {
-      const char *colon = memchr (hostpart, ':', (size_t)(auth_end - hostpart));
-      if (colon) {
-         hend = colon;
-         port_at = colon + 1;
-      }
-   }
-   if (!(uri->host = decode (hstart, (size_t)(hend - hstart), false)))
-      FAIL ("malformed URI \"%s\": bad percent-escape in the host", shown);
-   if (port_at) {
-      long port = 0;
-      const char *p = port_at;
-      if (p == auth_end)
-         FAIL ("malformed URI \"%s\": empty port", shown);
-      for (; p < auth_end; p++) {
-         if (!isdigit ((unsigned char)*p) || port > 65535)
-            FAIL ("malformed URI \"%s\": the port must be a number from 1 to 65535", shown);
-         port = port * 10 + (*p - '0');
-      }
-      if (port < 1 || port > 65535)
-         FAIL ("malformed URI \"%s\": the port must be a number from 1 to 65535", shown);
-      uri->port = (int)port;
-   }
-
-   const char *path = auth_end;
-   const char *path_end = path + strcspn (path, "?#");
-   if (!(uri->path = decode (path, (size_t)(path_end - path), false)))
-      FAIL ("malformed URI \"%s\": bad percent-escape in the path", shown);
-   if (*path_end == '?') {
-      const char *q = path_end + 1;
-      const char *q_end = q + strcspn (q, "#");
-      while (q < q_end) {
-         const char *amp = memchr (q, '&', (size_t)(q_end - q));
-         const char *item_end = amp ? amp : q_end;
-         if (item_end > q) {
-            if (uri->n_params == LL_URI_MAX_PARAMS)
-               FAIL ("malformed URI \"%s\": more than %d options", shown, LL_URI_MAX_PARAMS);
-            const char *eq = memchr (q, '=', (size_t)(item_end - q));
-            const char *name_end = eq ? eq : item_end;
-            ll_uri_param_t *prm = &uri->params[uri->n_params];
-            prm->name = decode (q, (size_t)(name_end - q), true);
-            prm->value =
-              eq ? decode (eq + 1, (size_t)(item_end - eq - 1), true) : decode (q, 0, false);
-            if (!prm->name || !prm->value) {
-               free (prm->name);
-               free (prm->value);
-               prm->name = prm->value = NULL;
-               FAIL ("malformed URI \"%s\": bad percent-escape in an option", shown);
-            }
-            uri->n_params++;
-         }
-         q = amp ? amp + 1 : q_end;
-      }
-   }
-   return true;
-
-fail:
-   if (!decode_nomem)
-      goto cleanup;
-nomem:
-   ll_error_set (err, LEASELOCK_NOMEM, "out of memory parsing a URI");
-cleanup:
+   if (ok)
+      return true;
+   if (decode_nomem)
+      ll_error_set (err, LEASELOCK_NOMEM, "out of memory parsing a URI");
    ll_uri_cleanup (uri);
    return false;
 }
 
-const char *ll_uri_param (const ll_uri_t *uri, const char *name)
-{
-   for (int i = 0; i < uri->n_params; i++)
-      if (!strcmp (uri->params[i].name, name))
-         return uri->params[i].value;
-   return NULL;
-}
-
-/* ---- redaction --------------------------------------------------------
+/* ---- secrets: what is hidden -------------------------------------------
  *
  * Each driver reads a URI its own way, so what is secret is the union of
  * their readings (over-hiding is harmless, under-hiding leaks):
@@ -250,7 +326,16 @@ const char *ll_uri_param (const ll_uri_t *uri, const char *name)
  * '=', whichever is later), and a secret option
  * as any name (decoded, without case) starting after a '?' or '&' (or after
  * a space in keyword/value text), its value running to the next unescaped
- * '&'. ll_uri_check_at refuses the URIs where these readings disagree. */
+ * '&'. ll_uri_check_at refuses the URIs where these readings disagree.
+ *
+ * The one rule of the one scrubber (ll_scrub): a byte of a text is hidden
+ * when a driver may read it as a secret where it stands (the reading
+ * above, for a URI or keyword/value text) or when it is part of a secret
+ * the caller knows (the URI's secrets, which a driver message may quote)
+ * of LL_SECRET_MIN_LEN bytes or more; each run of hidden bytes shows as
+ * "***". */
+
+#define LL_SECRET_MIN_LEN 3
 
 /* URI options whose value is a secret (matched after percent-decoding,
  * without case). */
@@ -263,47 +348,65 @@ static bool secret_option (const char *name, size_t len)
                                           "authmechanismproperties",
                                           "tlscertificatekeyfilepassword",
                                           "sslclientcertificatekeypassword" };
-   char dec[40];
-   size_t n = 0;
-   for (size_t i = 0; i < len; i++) {
-      if (n == sizeof dec)
-         return false; /* longer than any secret name */
-      int a, b;
-      if (name[i] == '%' && i + 2 < len && (a = hexval (name[i + 1])) >= 0 &&
-          (b = hexval (name[i + 2])) >= 0) {
-         dec[n++] = (char)(a * 16 + b);
-         i += 2;
-      } else {
-         dec[n++] = name[i];
-      }
-   }
+   char dec[3 * 40 + 1];
+   size_t n;
+   if (len >= sizeof dec)
+      return false; /* longer than any secret name, even encoded */
+   decode_into (name, len, false, false, dec, &n);
    for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
       if (strlen (secrets[i]) == n && !strncasecmp (dec, secrets[i], n))
          return true;
    return false;
 }
 
+/* Where the password of a URI ends: the last '@' before the first
+ * unescaped '/' after a (or before the first '=', whichever is later);
+ * n when there is none. */
+static size_t userinfo_end (const char *text, size_t n, size_t a)
+{
+   size_t f = a, at = n;
+   while (f < n && text[f] != '/')
+      f += (text[f] == '\\' && f + 1 < n) ? 2 : 1;
+   if (f > n)
+      f = n;
+   /* Also up to the last '@' before the first '=' (no option has begun
+    * there): a password holding '/', '?' or '#' unescaped, which the
+    * drivers misread as host and port, is hidden too. */
+   const char *eq = strchr (text + a, '=');
+   size_t lim = eq ? (size_t)(eq - text) : n;
+   for (size_t i = a; i < (f > lim ? f : lim); i++)
+      if (text[i] == '@')
+         at = i;
+   return at;
+}
+
+/* Marks the value of the secret option whose name may begin at s, if any:
+ * to the next unescaped '&'. kv: keyword/value text (names also end at
+ * blanks). */
+static void mark_option (const char *text, size_t n, size_t s, bool kv, unsigned char *mask)
+{
+   size_t e = s;
+   while (e < n && text[e] != '=' && text[e] != '&' && text[e] != '?' &&
+          !(kv && isspace ((unsigned char)text[e])))
+      e++;
+   if (e == n || text[e] != '=' || !secret_option (text + s, e - s))
+      return;
+   size_t v = e + 1;
+   while (v < n && text[v] != '&')
+      v += (text[v] == '\\' && v + 1 < n) ? 2 : 1;
+   if (v > n)
+      v = n;
+   memset (mask + e + 1, 1, v - e - 1);
+}
+
 /* Sets mask[i] for each byte of text[0..n) that some driver may read as a
  * secret (see above). */
 static void mark_secrets (const char *text, size_t n, unsigned char *mask)
 {
-   memset (mask, 0, n);
    const char *sep = strstr (text, "://");
    size_t start = 0;
    if (sep) {
-      size_t a = (size_t)(sep + 3 - text), f = a, at = n;
-      while (f < n && text[f] != '/')
-         f += (text[f] == '\\' && f + 1 < n) ? 2 : 1;
-      if (f > n)
-         f = n;
-      /* Also up to the last '@' before the first '=' (no option has begun
-       * there): a password holding '/', '?' or '#' unescaped, which the
-       * drivers misread as host and port, is hidden too. */
-      const char *eq = strchr (text + a, '=');
-      size_t lim = eq ? (size_t)(eq - text) : n;
-      for (size_t i = a; i < (f > lim ? f : lim); i++)
-         if (text[i] == '@')
-            at = i;
+      size_t a = (size_t)(sep + 3 - text), at = userinfo_end (text, n, a);
       const char *colon = at < n ? memchr (text + a, ':', at - a) : NULL;
       if (colon)
          memset (mask + (colon + 1 - text), 1, at - (size_t)(colon + 1 - text));
@@ -314,22 +417,27 @@ static void mark_secrets (const char *text, size_t n, unsigned char *mask)
                               : !sep; /* keyword/value text starts with a name */
       if (!sep && s > 0 && isspace ((unsigned char)text[s - 1]))
          begins = true;
-      if (!begins)
-         continue;
-      size_t e = s;
-      while (e < n && text[e] != '=' && text[e] != '&' && text[e] != '?' &&
-             !(!sep && isspace ((unsigned char)text[e])))
-         e++;
-      if (e == n || text[e] != '=' || !secret_option (text + s, e - s))
-         continue;
-      size_t v = e + 1;
-      while (v < n && text[v] != '&')
-         v += (text[v] == '\\' && v + 1 < n) ? 2 : 1;
-      if (v > n)
-         v = n;
-      memset (mask + e + 1, 1, v - e - 1);
+      if (begins)
+         mark_option (text, n, s, !sep, mask);
    }
 }
+
+/* Sets mask[i] for each byte of text[0..n) inside an occurrence of a
+ * secret of s of LL_SECRET_MIN_LEN bytes or more: shorter ones would hide
+ * every such letter pair of a message (where they stand in a URI,
+ * mark_secrets hides them still). */
+static void mark_known (const char *text, size_t n, const ll_secrets_t *s, unsigned char *mask)
+{
+   for (size_t k = 0; s && k < s->n; k++) {
+      size_t len = strlen (s->v[k]);
+      if (len < LL_SECRET_MIN_LEN)
+         continue;
+      for (const char *p = text; (p = memmem (p, n - (size_t)(p - text), s->v[k], len)); p++)
+         memset (mask + (p - text), 1, len);
+   }
+}
+
+/* ---- secrets: the scrubber ------------------------------------------- */
 
 /* Appends n bytes of s to buf (size bytes) at *o, cut to fit; keeps it
  * NUL-terminated. */
@@ -342,23 +450,41 @@ static void put (char *buf, size_t size, size_t *o, const char *s, size_t n)
    buf[*o] = '\0';
 }
 
-void ll_uri_redact (const char *text, char *buf, size_t size)
+/* A mask of text[0..n) by the one rule, in small (n bytes) or allocated;
+ * NULL when out of memory. Free with free_mask. */
+static unsigned char *new_mask (const char *text,
+                                size_t n,
+                                const ll_secrets_t *s,
+                                unsigned char *small,
+                                size_t room)
 {
-   if (!size)
-      return;
-   buf[0] = '\0';
-   if (!text) {
-      snprintf (buf, size, "(null)");
-      return;
+   unsigned char *mask = n <= room ? small : malloc (n);
+   if (mask) {
+      memset (mask, 0, n);
+      mark_secrets (text, n, mask);
+      mark_known (text, n, s, mask);
    }
+   return mask;
+}
+
+static void free_mask (unsigned char *mask, unsigned char *small)
+{
+   if (mask != small)
+      free (mask);
+}
+
+/* The one scrubber: text to buf (cut to size) with every run of bytes the
+ * rule hides replaced by "***"; everything hidden when out of memory. */
+static void scrub (const char *text, const ll_secrets_t *s, char *buf, size_t size)
+{
    size_t n = strlen (text), o = 0;
-   unsigned char small[512];
-   unsigned char *mask = n <= sizeof small ? small : malloc (n);
+   unsigned char small[1024];
+   unsigned char *mask = new_mask (text, n, s, small, sizeof small);
+   buf[0] = '\0';
    if (!mask) { /* no room to work out what to hide: hide everything */
-      snprintf (buf, size, "(URI hidden)");
+      snprintf (buf, size, "(hidden: out of memory)");
       return;
    }
-   mark_secrets (text, n, mask);
    for (size_t i = 0; i < n && o + 1 < size;) {
       size_t j = i;
       while (j < n && mask[j] == mask[i])
@@ -369,11 +495,60 @@ void ll_uri_redact (const char *text, char *buf, size_t size)
          put (buf, size, &o, text + i, j - i);
       i = j;
    }
-   if (mask != small)
-      free (mask);
+   free_mask (mask, small);
 }
 
-/* Adds text[from, to), raw and percent-decoded. */
+void ll_uri_redact (const char *text, char *buf, size_t size)
+{
+   if (size)
+      scrub (text ? text : "(null)", NULL, buf, size);
+}
+
+void ll_scrub_secrets (const char *msg, const ll_secrets_t *s, char *out, size_t size)
+{
+   if (size)
+      scrub (msg ? msg : "", s, out, size);
+}
+
+/* ---- secrets: the set a connection keeps ----------------------------- */
+
+void ll_secrets_init (ll_secrets_t *s)
+{
+   memset (s, 0, sizeof *s);
+}
+
+bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len)
+{
+   if (!len)
+      return true;
+   for (size_t i = 0; i < s->n; i++)
+      if (strlen (s->v[i]) == len && !memcmp (s->v[i], secret, len))
+         return true;
+   if (s->n == s->cap) {
+      size_t cap = s->cap ? 2 * s->cap : 8;
+      char **v = realloc (s->v, cap * sizeof *v);
+      if (!v)
+         return false;
+      s->v = v;
+      s->cap = cap;
+   }
+   if (!(s->v[s->n] = strndup (secret, len)))
+      return false;
+   s->n++;
+   return true;
+}
+
+void ll_secrets_clear (ll_secrets_t *s)
+{
+   for (size_t i = 0; i < s->n; i++) {
+      memset (s->v[i], 0, strlen (s->v[i]));
+      free (s->v[i]);
+   }
+   free (s->v);
+   ll_secrets_init (s);
+}
+
+/* Adds text[from, to), raw and as a driver decodes it. */
 static bool add_span (ll_secrets_t *s, const char *text, size_t from, size_t to)
 {
    if (to <= from)
@@ -383,17 +558,8 @@ static bool add_span (ll_secrets_t *s, const char *text, size_t from, size_t to)
    char *dec = malloc (to - from + 1);
    if (!dec)
       return false;
-   size_t o = 0;
-   for (size_t i = from; i < to; i++) {
-      int a, b;
-      if (text[i] == '%' && i + 2 < to && (a = hexval (text[i + 1])) >= 0 &&
-          (b = hexval (text[i + 2])) >= 0) {
-         dec[o++] = (char)(a * 16 + b);
-         i += 2;
-      } else {
-         dec[o++] = text[i];
-      }
-   }
+   size_t o;
+   decode_into (text + from, to - from, false, false, dec, &o);
    bool ok = o == to - from || ll_secrets_add (s, dec, o);
    memset (dec, 0, o);
    free (dec);
@@ -405,10 +571,10 @@ bool ll_secrets_from_uri (ll_secrets_t *s, const char *text)
    if (!text)
       return true;
    size_t n = strlen (text);
-   unsigned char *mask = malloc (n + 1);
+   unsigned char small[1024];
+   unsigned char *mask = new_mask (text, n, NULL, small, sizeof small);
    if (!mask)
       return false;
-   mark_secrets (text, n, mask);
    bool ok = true;
    for (size_t i = 0; i < n && ok;) {
       size_t j = i;
@@ -426,7 +592,7 @@ bool ll_secrets_from_uri (ll_secrets_t *s, const char *text)
       }
       i = j;
    }
-   free (mask);
+   free_mask (mask, small);
    return ok;
 }
 

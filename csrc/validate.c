@@ -71,17 +71,6 @@ bool leaselock_check_key (const char *key, size_t key_len, leaselock_error_t *er
    return ll_check_key (key, key_len, "key", false, error);
 }
 
-bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err)
-{
-   if (ms < 1)
-      return ll_error_set (err, LEASELOCK_INVALID, "%s must be at least 1 ms (got %lld ms)", what,
-                           (long long)ms);
-   if (ms > LEASELOCK_TTL_MAX_MS)
-      return ll_error_set (err, LEASELOCK_INVALID, "%s must be at most 30 days (got %lld ms)", what,
-                           (long long)ms);
-   return true;
-}
-
 bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err)
 {
    if (ms < 0)
@@ -91,6 +80,15 @@ bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err)
       return ll_error_set (err, LEASELOCK_INVALID, "%s must be at most 30 days (got %lld ms)", what,
                            (long long)ms);
    return true;
+}
+
+/* A duration that is not 0. */
+bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err)
+{
+   if (ms < 1)
+      return ll_error_set (err, LEASELOCK_INVALID, "%s must be at least 1 ms (got %lld ms)", what,
+                           (long long)ms);
+   return ll_check_duration (ms, what, err);
 }
 
 bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err)

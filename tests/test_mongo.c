@@ -1013,7 +1013,7 @@ static void test_server_down_and_back (void)
    fprintf (stderr, "    down: %s after %lld ms: %s\n", leaselock_code_name (down_err.code),
             (long long)took, down_err.message);
    CHECK_EQ (down_err.code, LEASELOCK_BACKEND);
-   CHECK (strstr (down_err.message, "MongoDB"));
+   CHECK (strstr (down_err.message, "mongodb: "));
    /* Bounded by the configured timeouts (1.5 s), far from the driver's
     * 30 s / 5 min defaults. */
    CHECK (took < 1500 + 8000);
@@ -1582,9 +1582,9 @@ static void test_bad_uris (void)
      u, sizeof u,
      "mongodb://user:s3cretPW@127.0.0.1:%d/?serverSelectionTimeoutMS=500&connectTimeoutMS=500",
      port);
-   EXPECT_OPEN_ERROR (u, LEASELOCK_BACKEND, "MongoDB");
+   EXPECT_OPEN_ERROR (u, LEASELOCK_BACKEND, "mongodb: ");
    EXPECT_OPEN_ERROR ("mongodb://user:s3cretPW@127.0.0.1:99999/", LEASELOCK_INVALID,
-                      "invalid MongoDB URI");
+                      "mongodb: invalid URI");
    EXPECT_OPEN_ERROR ("mongodb://user:s3cretPW@127.0.0.1/?bogusOption=1", LEASELOCK_INVALID,
                       "bogusOption");
    /* An unknown host. */
@@ -1592,9 +1592,9 @@ static void test_bad_uris (void)
      "mongodb://no-such-host.invalid:27017/?serverSelectionTimeoutMS=500&connectTimeoutMS=500",
      LEASELOCK_BACKEND, "no-such-host.invalid");
    /* Malformed. */
-   EXPECT_OPEN_ERROR ("mongodb://", LEASELOCK_INVALID, "invalid MongoDB URI");
-   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1:abc/", LEASELOCK_INVALID, "invalid MongoDB URI");
-   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1:0/", LEASELOCK_INVALID, "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb://", LEASELOCK_INVALID, "mongodb: invalid URI");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1:abc/", LEASELOCK_INVALID, "mongodb: invalid URI");
+   EXPECT_OPEN_ERROR ("mongodb://127.0.0.1:0/", LEASELOCK_INVALID, "mongodb: invalid URI");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/bad.db", LEASELOCK_INVALID, "database");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=abc", LEASELOCK_INVALID,
                       "sockettimeoutms");
@@ -1611,7 +1611,7 @@ static void test_bad_uris (void)
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?socketTimeoutMS=2147483647", LEASELOCK_INVALID,
                       "socketTimeoutMS=2147483647");
    EXPECT_OPEN_ERROR ("mongodb://127.0.0.1/?w=0&journal=true", LEASELOCK_INVALID,
-                      "invalid MongoDB URI");
+                      "mongodb: invalid URI");
    /* Unacknowledged writes, refused before any I/O (nothing listens on the
     * closed port). */
    snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?w=0", port);
@@ -1620,7 +1620,7 @@ static void test_bad_uris (void)
    EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
    snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?safe=false", port);
    EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "unacknowledged writes cannot hold a lock");
-   EXPECT_OPEN_ERROR ("mongodb+srv://127.0.0.1:1234/", LEASELOCK_INVALID, "invalid MongoDB URI");
+   EXPECT_OPEN_ERROR ("mongodb+srv://127.0.0.1:1234/", LEASELOCK_INVALID, "mongodb: invalid URI");
    EXPECT_OPEN_ERROR ("mongodb+srv://no-such-host.invalid/", LEASELOCK_INVALID, "service name");
    /* A name that does not resolve (or has no SRV record): the network. */
    EXPECT_OPEN_ERROR ("mongodb+srv://locks.no-such-host.invalid/", LEASELOCK_BACKEND, "SRV");
@@ -1654,7 +1654,7 @@ static void test_bad_uris (void)
    snprintf (u, sizeof u, "mongodb://127.0.0.1:%d/?serverSelectionTimeoutMS=300", port);
    cl = leaselock_client_new (u, NULL, &err);
    CHECK (!cl);
-   CHECK_ERR (false, err, LEASELOCK_BACKEND, "MongoDB");
+   CHECK_ERR (false, err, LEASELOCK_BACKEND, "mongodb: ");
 }
 
 /* Keys are strings, never operators or patterns. */

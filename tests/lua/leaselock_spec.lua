@@ -257,7 +257,7 @@ for _, backend in ipairs(H.backends()) do
           return "result"
         end)
         assert.is_nil(r)
-        assert.matches("SQLite", msg)
+        assert.matches("sqlite: ", msg)
         assert.equals("BACKEND", code)
         p:close()
         -- the release did not land: the lock's state was unknown, as reported
