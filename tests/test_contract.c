@@ -1309,6 +1309,53 @@ static void test_close_stops_waiter (void)
    leaselock_client_destroy (a);
 }
 
+typedef struct
+{
+   leaselock_client_t *c;
+   atomic_int calls;
+   atomic_bool close_ok;
+} closing_cb_t;
+
+static void close_on_lost (leaselock_lease_t *lease, void *ud)
+{
+   (void)lease;
+   closing_cb_t *x = ud;
+   leaselock_error_t err;
+   atomic_store (&x->close_ok, leaselock_client_close (x->c, true, &err));
+   atomic_fetch_add (&x->calls, 1);
+}
+
+/* on_lost may close its own client (from the renewal thread); destroy
+ * then joins that thread. */
+static void test_close_from_on_lost (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *lost, *other;
+   closing_cb_t x = { .c = a };
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = close_on_lost;
+   o.on_lost_data = &x;
+   CHECK_OK (acq (a, key ("close-cb"), o, &lost, &err), err);
+   CHECK_OK (acq (a, key ("close-cb-other"), opts (60000, true), &other, &err), err);
+   CHECK_OK (leaselock_force_release (b, key ("close-cb"), strlen (key ("close-cb")), NULL, &err),
+             err);
+   for (int i = 0; i < 300 && atomic_load (&x.calls) == 0; i++)
+      t_sleep (10);
+   CHECK_EQ (atomic_load (&x.calls), 1);
+   CHECK (atomic_load (&x.close_ok));
+   CHECK (leaselock_client_closed (a));
+   CHECK_EQ (leaselock_lease_state (lost), LEASELOCK_STATE_LOST);
+   CHECK_EQ (leaselock_lease_state (other), LEASELOCK_STATE_RELEASED);
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   CHECK (record_owner (b, key ("close-cb-other"), owner) && !owner[0]);
+   leaselock_lease_destroy (lost);
+   leaselock_client_destroy (a);
+   leaselock_lease_destroy (other);
+   leaselock_client_destroy (b);
+}
+
 static void test_bad_keys (void)
 {
    leaselock_client_t *c = client (NULL);
@@ -1917,6 +1964,7 @@ int main (int argc, char **argv)
    if (FAKE)
       RUN (test_close_release_fails);
    RUN (test_close_stops_waiter);
+   RUN (test_close_from_on_lost);
    RUN (test_bad_keys);
    RUN (test_bad_ttls);
    RUN (test_bad_labels_and_renew_ttls);
