@@ -51,10 +51,15 @@ struct leaselock_client
    char *label;
    char host[256];
    atomic_int refs; /* the user's + one per lease */
+   /* Set once, under mu, when leaselock_client_close starts: from then on
+    * nothing new starts on the client. Read without mu by the getters and
+    * by blocking acquires waiting in a bucket. */
+   atomic_bool closing;
 
-   pthread_mutex_t mu; /* guards everything below */
-   pid_t pid;          /* process that owns the pool and the thread */
-   bool closed;
+   pthread_mutex_t mu;        /* guards everything below */
+   pid_t pid;                 /* process that owns the pool and the thread */
+   bool closed;               /* leaselock_client_close has finished */
+   leaselock_lease_t *leases; /* every lease not yet destroyed */
    void *idle[POOL_MAX];
    int n_idle;
    int in_use;                  /* connections handed out by pool_get */
@@ -99,7 +104,10 @@ struct leaselock_lease
    bool in_list;
    bool lost_notify; /* on_lost still to be called */
    bool in_callback; /* on_lost is running now */
+   int releasing;    /* releases of it in flight */
+   bool close_tried; /* leaselock_client_close tried to release it */
    leaselock_lease_t *next;
+   leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };
 
 /* ---- process-wide state: clients (for fork) and wait buckets ---------- */
@@ -451,18 +459,35 @@ leaselock_client_t *leaselock_client_new (const char *uri,
 }
 
 static void *renew_main (void *arg);
+static void lease_unref (leaselock_lease_t *l);
+static void check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now);
+static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leaselock_error_t *err);
 
-void leaselock_client_destroy (leaselock_client_t *c)
+static bool on_renewal_thread (leaselock_client_t *c)
 {
-   if (!c)
-      return;
-   unlist (c);
+   return c->thread_running && pthread_equal (c->thread, pthread_self ());
+}
 
+/* Wakes every blocking acquire of the process, so that those of a client
+ * being closed see it (wait_turn). */
+static void wake_all_waiters (void)
+{
+   for (int i = 0; i < N_BUCKETS; i++) {
+      pthread_mutex_lock (&buckets[i].mu);
+      pthread_cond_broadcast (&buckets[i].cond);
+      pthread_mutex_unlock (&buckets[i].mu);
+   }
+}
+
+/* Stops the renewal thread and the I/O threads and empties the renewal
+ * list. Called from the renewal thread itself (an on_lost callback that
+ * closes the client), it leaves that thread to leaselock_client_destroy
+ * to join: it ends once the callback returns. */
+static void stop_renewal (leaselock_client_t *c)
+{
    pthread_mutex_lock (&c->mu);
-   reset_after_fork_locked (c, getpid ());
-   c->closed = true;
    c->stopping = true;
-   bool join = c->thread_running, join_io[IO_MAX];
+   bool join = c->thread_running && !on_renewal_thread (c), join_io[IO_MAX];
    for (int i = 0; i < IO_MAX; i++)
       join_io[i] = c->io[i].running;
    pthread_cond_broadcast (&c->cond);
@@ -475,19 +500,121 @@ void leaselock_client_destroy (leaselock_client_t *c)
          pthread_join (c->io[i].tid, NULL); /* after its call in flight, if any */
 
    pthread_mutex_lock (&c->mu);
-   c->thread_running = false;
+   if (join)
+      c->thread_running = false;
    for (int i = 0; i < IO_MAX; i++)
-      c->io[i].running = false;
+      c->io[i].running = c->io[i].running && !join_io[i];
    for (leaselock_lease_t *l = c->renewing; l; l = l->next)
       l->in_list = false;
    c->renewing = NULL;
+   pthread_mutex_unlock (&c->mu);
+}
+
+/* The next lease close should release: held by this process, not being
+ * released already, not tried yet. Returned with a reference. */
+static leaselock_lease_t *next_to_release (leaselock_client_t *c, pid_t me)
+{
+   pthread_mutex_lock (&c->mu);
+   int64_t now = ll_now_ms ();
+   leaselock_lease_t *l = c->leases;
+   for (; l; l = l->next_all) {
+      if (l->pid != me || l->close_tried || l->releasing > 0)
+         continue;
+      check_deadline_locked (c, l, now);
+      if (l->state == LEASELOCK_STATE_HELD)
+         break;
+   }
+   if (l) {
+      l->close_tried = true;
+      atomic_fetch_add (&l->refs, 1);
+   }
+   pthread_mutex_unlock (&c->mu);
+   return l;
+}
+
+/* Releases every lease the client holds, each tried once; err gets the
+ * first failure. */
+static bool release_all (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
+{
+   bool ok = true;
+   leaselock_lease_t *l;
+   while ((l = next_to_release (c, me))) {
+      leaselock_error_t one;
+      if (!release_lease (l, me, true, &one) && ok) {
+         ok = false;
+         if (err)
+            *err = one;
+      }
+      lease_unref (l);
+   }
+   return ok;
+}
+
+/* The end of a close: leases still held become CLOSED (those past their
+ * deadline LOST), the idle connections are closed. */
+static void finish_close (leaselock_client_t *c, pid_t me)
+{
+   pthread_mutex_lock (&c->mu);
+   int64_t now = ll_now_ms ();
+   for (leaselock_lease_t *l = c->leases; l; l = l->next_all) {
+      if (l->pid == me)
+         check_deadline_locked (c, l, now);
+      if (l->state == LEASELOCK_STATE_HELD)
+         l->state = LEASELOCK_STATE_CLOSED;
+      l->lost_notify = false; /* closing is not a loss */
+   }
    int n = c->n_idle;
    void *idle[POOL_MAX];
    memcpy (idle, c->idle, sizeof idle);
    c->n_idle = 0;
+   c->closed = true;
+   pthread_cond_broadcast (&c->cond); /* other closers wait for this */
    pthread_mutex_unlock (&c->mu);
    for (int i = 0; i < n; i++)
       c->backend->close (idle[i]);
+}
+
+/* Marks c closing; false when it already was (after waiting, unless on
+ * the renewal thread, for the close under way to finish). */
+static bool begin_close (leaselock_client_t *c, pid_t me)
+{
+   pthread_mutex_lock (&c->mu);
+   reset_after_fork_locked (c, me);
+   bool first = !atomic_load (&c->closing);
+   atomic_store (&c->closing, true);
+   while (!first && !c->closed && !on_renewal_thread (c))
+      ll_cond_wait_until (&c->cond, &c->mu, -1);
+   pthread_mutex_unlock (&c->mu);
+   return first;
+}
+
+bool leaselock_client_close (leaselock_client_t *c, bool release_held, leaselock_error_t *error)
+{
+   ll_error_clear (error);
+   if (!c)
+      return ll_error_set (error, LEASELOCK_INVALID, "client is NULL");
+   pid_t me = getpid ();
+   if (!begin_close (c, me))
+      return true;
+   wake_all_waiters ();
+   stop_renewal (c);
+   bool ok = !release_held || release_all (c, me, error);
+   finish_close (c, me);
+   return ok;
+}
+
+bool leaselock_client_closed (const leaselock_client_t *c)
+{
+   return !c || atomic_load (&c->closing);
+}
+
+void leaselock_client_destroy (leaselock_client_t *c)
+{
+   if (!c)
+      return;
+   unlist (c);
+   leaselock_client_close (c, false, NULL);
+   stop_renewal (c); /* joins a renewal thread that closed the client itself */
    client_unref (c);
 }
 
@@ -523,6 +650,28 @@ static void list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
       }
    l->next = NULL;
    l->in_list = false;
+}
+
+/* Every lease of a client, from its acquire to its destroy (close goes
+ * through them). Called with c->mu held. */
+static void all_add_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   l->prev_all = NULL;
+   l->next_all = c->leases;
+   if (c->leases)
+      c->leases->prev_all = l;
+   c->leases = l;
+}
+
+static void all_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   if (l->prev_all)
+      l->prev_all->next_all = l->next_all;
+   else if (c->leases == l)
+      c->leases = l->next_all;
+   if (l->next_all)
+      l->next_all->prev_all = l->prev_all;
+   l->prev_all = l->next_all = NULL;
 }
 
 /* HELD -> LOST, once. The renewal thread calls on_lost for leases it
@@ -818,6 +967,68 @@ void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
    opts->auto_renew = true;
 }
 
+/* A lease for key and owner, not yet acquired (no client). */
+static leaselock_lease_t *lease_new (const char *key,
+                                     size_t key_len,
+                                     const char *owner,
+                                     const leaselock_acquire_opts_t *o,
+                                     pid_t me)
+{
+   leaselock_lease_t *l = calloc (1, sizeof *l);
+   if (!l)
+      return NULL;
+   memcpy (l->owner, owner, sizeof l->owner);
+   memcpy (l->key, key, key_len);
+   l->key[key_len] = '\0';
+   l->key_len = key_len;
+   l->ttl_ms = o->ttl_ms;
+   l->min_hold_ms = o->min_hold_ms;
+   l->auto_renew = o->auto_renew;
+   l->on_lost = o->on_lost;
+   l->on_lost_data = o->on_lost_data;
+   l->pid = me;
+   atomic_init (&l->refs, 1);
+   return l;
+}
+
+/* Makes l, just acquired by a statement sent at sent, a lease of c: HELD,
+ * listed, and scheduled for renewal. A client closed meanwhile gets the
+ * key released again (the caller never sees the lease): INVALID. On
+ * failure l is freed. */
+static bool lease_start (leaselock_client_t *c,
+                         leaselock_lease_t *l,
+                         const leaselock_acquire_opts_t *o,
+                         int64_t sent,
+                         bool resent,
+                         leaselock_error_t *err)
+{
+   atomic_fetch_add (&c->refs, 1);
+   l->client = c;
+   l->state = LEASELOCK_STATE_HELD;
+   ll_deadline_start (&l->dl, sent, o->ttl_ms);
+   if (resent) /* the first send may still run, after any renew */
+      ll_deadline_may_rerun (&l->dl, o->ttl_ms);
+   l->next_renew_ms = first_renewal (sent, &l->dl);
+   pthread_mutex_lock (&c->mu);
+   bool closing = atomic_load (&c->closing);
+   if (!closing)
+      all_add_locked (c, l);
+   bool scheduled = closing || !o->auto_renew || schedule_locked (c, l, err);
+   pthread_mutex_unlock (&c->mu);
+   if (closing) {
+      bool sent_release;
+      leaselock_error_t ignored;
+      release_call (c, l, l->pid, &sent_release, &ignored);
+      ll_error_set (err, LEASELOCK_INVALID, "the client was closed while acquiring \"%s\"",
+                    LL_KEY_SHOWN (l->key, l->key_len));
+      lease_unref (l);
+      return false;
+   }
+   if (!scheduled)
+      leaselock_lease_destroy (l); /* releases it */
+   return scheduled;
+}
+
 /* One acquire statement for owner. *sent says whether it was handed to the
  * backend on a connection (so, on failure, it may have been applied). */
 static bool try_once (leaselock_client_t *c,
@@ -832,21 +1043,9 @@ static bool try_once (leaselock_client_t *c,
                       leaselock_error_t *err)
 {
    *sent_out = false;
-   leaselock_lease_t *l = calloc (1, sizeof *l);
+   leaselock_lease_t *l = lease_new (key, key_len, owner, o, me);
    if (!l)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   memcpy (l->owner, owner, sizeof l->owner);
-   memcpy (l->key, key, key_len);
-   l->key[key_len] = '\0';
-   l->key_len = key_len;
-   l->ttl_ms = o->ttl_ms;
-   l->min_hold_ms = o->min_hold_ms;
-   l->auto_renew = o->auto_renew;
-   l->on_lost = o->on_lost;
-   l->on_lost_data = o->on_lost_data;
-   l->pid = me;
-   atomic_init (&l->refs, 1);
-
    ll_holder_t holder = { c->host, (int64_t)l->pid, c->label };
    void *conn = pool_get (c, me, err);
    if (!conn) {
@@ -862,24 +1061,8 @@ static bool try_once (leaselock_client_t *c,
       free (l);
       return false;
    }
-
-   atomic_fetch_add (&c->refs, 1);
-   l->client = c;
-   l->state = LEASELOCK_STATE_HELD;
-   ll_deadline_start (&l->dl, sent, o->ttl_ms);
-   if (resent) /* the first send may still run, after any renew */
-      ll_deadline_may_rerun (&l->dl, o->ttl_ms);
-   l->next_renew_ms = first_renewal (sent, &l->dl);
-   if (o->auto_renew) {
-      pthread_mutex_lock (&c->mu);
-      bool scheduled = !c->closed && schedule_locked (c, l, err);
-      if (!scheduled && !c->closed) {
-         pthread_mutex_unlock (&c->mu);
-         leaselock_lease_destroy (l); /* releases it */
-         return false;
-      }
-      pthread_mutex_unlock (&c->mu);
-   }
+   if (!lease_start (c, l, o, sent, resent, err))
+      return false;
    *out = l;
    return true;
 }
@@ -917,9 +1100,9 @@ static void *forget_main (void *arg)
    for (int64_t wait = RETRY_MIN_MS;; wait = wait * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : wait * 2) {
       pthread_mutex_lock (&c->mu);
       int64_t at = ll_now_ms () + wait;
-      while (!c->closed && c->pid == me && ll_now_ms () < at)
-         ll_cond_wait_until (&c->cond, &c->mu, at); /* destroy broadcasts it */
-      bool stop = c->closed || c->pid != me || ll_now_ms () >= f->until;
+      while (!atomic_load (&c->closing) && c->pid == me && ll_now_ms () < at)
+         ll_cond_wait_until (&c->cond, &c->mu, at); /* close broadcasts it */
+      bool stop = atomic_load (&c->closing) || c->pid != me || ll_now_ms () >= f->until;
       pthread_mutex_unlock (&c->mu);
       if (stop || forget_once (f, me))
          break;
@@ -992,24 +1175,23 @@ static bool acquire_args_ok (leaselock_client_t *c,
    if (opts->timeout_ms > LEASELOCK_TTL_MAX_MS)
       return ll_error_set (err, LEASELOCK_INVALID, "timeout must be at most 30 days (got %lld ms)",
                            (long long)opts->timeout_ms);
-   pthread_mutex_lock (&c->mu);
-   bool closed = c->closed;
-   pthread_mutex_unlock (&c->mu);
-   if (closed)
+   if (atomic_load (&c->closing))
       return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
    return true;
 }
 
 /* A blocking acquire's sleep: until until, or until a holder in this
- * process releases a key in b (its generation moves on from gen). Returns
- * false when should_stop asks to stop, polled every STOP_POLL_MS. */
-static bool wait_turn (bucket_t *b,
+ * process releases a key in b (its generation moves on from gen), or c
+ * is being closed. Returns false when should_stop asks to stop, polled
+ * every STOP_POLL_MS. */
+static bool wait_turn (leaselock_client_t *c,
+                       bucket_t *b,
                        uint64_t gen,
                        int64_t until,
                        const leaselock_acquire_opts_t *opts)
 {
    pthread_mutex_lock (&b->mu);
-   while (b->gen == gen) {
+   while (b->gen == gen && !atomic_load (&c->closing)) {
       int64_t t = ll_now_ms ();
       if (t >= until)
          break;
@@ -1026,6 +1208,76 @@ static bool wait_turn (bucket_t *b,
    }
    pthread_mutex_unlock (&b->mu);
    return !(opts->should_stop && opts->should_stop (opts->should_stop_data));
+}
+
+/* One call of leaselock_acquire: its tries share one owner. */
+typedef struct acquire_call
+{
+   leaselock_client_t *c;
+   const char *key;
+   size_t key_len;
+   const leaselock_acquire_opts_t *opts;
+   pid_t me;
+   /* One owner for every attempt of this call: an attempt whose reply was
+    * lost may have taken the key, and the record then accepts this owner
+    * again (a re-acquire) instead of standing locked by nobody until its
+    * TTL runs out. */
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   bool resent, sent_any;
+   int attempt;          /* waits so far: the backoff grows with it */
+   int64_t start, until; /* the call's start and deadline */
+   bucket_t *b;
+} acquire_call_t;
+
+typedef enum
+{
+   NEXT_RESEND, /* send the same statement once more, at once */
+   NEXT_WAIT,   /* busy: wait, then try again */
+   NEXT_FAIL    /* err holds the answer */
+} acquire_next_t;
+
+/* What follows an attempt that failed with err (sent: it reached a
+ * connection). */
+static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_error_t *err)
+{
+   a->sent_any = a->sent_any || sent;
+   if (err->code == LEASELOCK_BACKEND && sent && !a->resent) {
+      /* Failed once sent (a dropped connection, a lost reply): send it
+       * once more, at once, on a fresh connection. */
+      a->resent = true;
+      return NEXT_RESEND;
+   }
+   if (err->code == LEASELOCK_BACKEND && a->sent_any) {
+      forget_owner (a->c, a->key, a->key_len, a->owner, a->opts->ttl_ms, a->me);
+      return NEXT_FAIL;
+   }
+   if (err->code != LEASELOCK_BUSY || a->opts->timeout_ms == 0)
+      return NEXT_FAIL; /* BUSY is the answer of one try */
+   return NEXT_WAIT;
+}
+
+/* The wait between two tries of a blocking acquire: false with TIMEOUT,
+ * INTERRUPTED or INVALID (the client was closed) in err. */
+static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
+{
+   int64_t now = ll_now_ms ();
+   bool forever = a->opts->timeout_ms < 0;
+   if (!forever && now >= a->until)
+      return ll_error_set (err, LEASELOCK_TIMEOUT,
+                           "timed out after %lld ms waiting for \"%s\" (held by another owner)",
+                           (long long)(now - a->start), LL_KEY_SHOWN (a->key, a->key_len));
+   /* Sleep for the backoff, but wake at once if a holder in this process
+    * releases a key in this bucket. */
+   int64_t until = now + ll_backoff_ms (a->attempt++);
+   if (!forever && until > a->until)
+      until = a->until;
+   if (!wait_turn (a->c, a->b, gen, until, a->opts))
+      return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
+                           LL_KEY_SHOWN (a->key, a->key_len));
+   if (atomic_load (&a->c->closing))
+      return ll_error_set (err, LEASELOCK_INVALID, "the client was closed while waiting for \"%s\"",
+                           LL_KEY_SHOWN (a->key, a->key_len));
+   return true;
 }
 
 bool leaselock_acquire (leaselock_client_t *c,
@@ -1047,54 +1299,20 @@ bool leaselock_acquire (leaselock_client_t *c,
       *lease = NULL;
    if (!acquire_args_ok (c, key, key_len, opts, lease, err))
       return false;
-
-   int64_t start = ll_now_ms ();
-   bool forever = opts->timeout_ms < 0;
-   int64_t deadline = start + opts->timeout_ms;
-   bucket_t *b = bucket_for (key, key_len);
-   pid_t me = getpid ();
-   /* One owner for every attempt of this call: an attempt whose reply was
-    * lost may have taken the key, and the record then accepts this owner
-    * again (a re-acquire) instead of standing locked by nobody until its
-    * TTL runs out. */
-   char owner[LEASELOCK_OWNER_LEN + 1];
-   if (!ll_owner_new (owner, err))
+   acquire_call_t a = { .c = c, .key = key, .key_len = key_len, .opts = opts, .me = getpid () };
+   a.start = ll_now_ms ();
+   a.until = a.start + opts->timeout_ms;
+   a.b = bucket_for (key, key_len);
+   if (!ll_owner_new (a.owner, err))
       return false;
-   bool resent = false, sent_any = false;
-   for (int attempt = 0;; attempt++) {
-      uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (b) : 0; /* only waiters need it */
+   for (;;) {
+      uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
       bool sent;
-      if (try_once (c, key, key_len, owner, opts, me, resent, lease, &sent, err))
+      if (try_once (c, key, key_len, a.owner, opts, a.me, a.resent, lease, &sent, err))
          return true;
-      sent_any = sent_any || sent;
-      if (err->code == LEASELOCK_BACKEND && sent && !resent) {
-         /* Failed once sent (a dropped connection, a lost reply): send it
-          * once more, at once, on a fresh connection. */
-         resent = true;
-         attempt--;
-         continue;
-      }
-      if (err->code == LEASELOCK_BACKEND && sent_any) {
-         forget_owner (c, key, key_len, owner, opts->ttl_ms, me);
+      acquire_next_t next = after_failure (&a, sent, err);
+      if (next == NEXT_FAIL || (next == NEXT_WAIT && !wait_next (&a, gen, err)))
          return false;
-      }
-      if (err->code != LEASELOCK_BUSY)
-         return false;
-      int64_t now = ll_now_ms ();
-      if (opts->timeout_ms == 0)
-         return false; /* BUSY is the answer of one try */
-      if (!forever && now >= deadline)
-         return ll_error_set (err, LEASELOCK_TIMEOUT,
-                              "timed out after %lld ms waiting for \"%s\" (held by another owner)",
-                              (long long)(now - start), LL_KEY_SHOWN (key, key_len));
-      /* Sleep for the backoff, but wake at once if a holder in this
-       * process releases a key in this bucket. */
-      int64_t until = now + ll_backoff_ms (attempt);
-      if (!forever && until > deadline)
-         until = deadline;
-      if (!wait_turn (b, gen, until, opts))
-         return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
-                              LL_KEY_SHOWN (key, key_len));
    }
 }
 
@@ -1132,7 +1350,7 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    int64_t sent = ll_now_ms ();
    check_deadline_locked (c, l, sent);
    leaselock_state_t st = l->state;
-   bool closed = c->closed;
+   bool closed = atomic_load (&c->closing);
    if (!closed && st == LEASELOCK_STATE_HELD)
       ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
    pthread_mutex_unlock (&c->mu);
@@ -1153,6 +1371,8 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    if (renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err)) {
       l->ttl_ms = ttl_ms;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+   } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
+      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
    } else if (ok) {
       ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
                          LL_KEY_SHOWN (l->key, l->key_len));
@@ -1161,24 +1381,48 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    return ok;
 }
 
-bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
+/* Records the outcome of a release (or its resend) of l. Called with
+ * c->mu held. */
+static void release_done_locked (leaselock_client_t *c,
+                                 leaselock_lease_t *l,
+                                 bool ok,
+                                 bool was_sent,
+                                 bool resent,
+                                 const leaselock_error_t *err)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
-   if (!l)
-      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
-   pid_t me = getpid ();
-   if (!lease_usable (l, me, err))
-      return false;
+   if (ok || err->code == LEASELOCK_NOT_HELD) {
+      if (l->state == LEASELOCK_STATE_HELD || ok)
+         l->state = LEASELOCK_STATE_RELEASED;
+      if (!l->lost_notify)
+         list_remove_locked (c, l);
+   } else if (!was_sent && !resent && l->state == LEASELOCK_STATE_HELD && l->auto_renew &&
+              !l->in_list && !atomic_load (&c->closing)) {
+      schedule_locked (c, l, NULL); /* nothing was sent: surely still ours */
+   } else if (l->state == LEASELOCK_STATE_HELD) {
+      /* Maybe released, maybe not. The holder has let go either way, so
+       * RELEASED, never renewed again (renewing a record that may be
+       * released would report a loss that is not one); if the release did
+       * not land, the database expires the record by its TTL. */
+      l->state = LEASELOCK_STATE_RELEASED;
+      l->lost_notify = false;
+      list_remove_locked (c, l);
+   }
+}
+
+/* The release of leaselock_lease_release, also made by
+ * leaselock_client_close (by_close), which alone may release once the
+ * client is closing. */
+static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leaselock_error_t *err)
+{
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
    leaselock_state_t st = l->state;
-   bool closed = c->closed;
+   bool closed = !by_close && atomic_load (&c->closing);
    /* No renewal may start from now on; one in flight is harmless: the
     * owner check makes it fail once the release lands. */
-   if (st != LEASELOCK_STATE_RELEASED && !l->lost_notify)
+   if (!closed && st != LEASELOCK_STATE_RELEASED && !l->lost_notify)
       list_remove_locked (c, l);
+   l->releasing += !closed && st != LEASELOCK_STATE_RELEASED;
    pthread_mutex_unlock (&c->mu);
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
@@ -1199,23 +1443,8 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
    }
 
    pthread_mutex_lock (&c->mu);
-   if (ok || err->code == LEASELOCK_NOT_HELD) {
-      if (l->state == LEASELOCK_STATE_HELD || ok)
-         l->state = LEASELOCK_STATE_RELEASED;
-      if (!l->lost_notify)
-         list_remove_locked (c, l);
-   } else if (!was_sent && !resent && l->state == LEASELOCK_STATE_HELD && l->auto_renew &&
-              !l->in_list && !c->closed) {
-      schedule_locked (c, l, NULL); /* nothing was sent: surely still ours */
-   } else if (l->state == LEASELOCK_STATE_HELD) {
-      /* Maybe released, maybe not. The holder has let go either way, so
-       * RELEASED, never renewed again (renewing a record that may be
-       * released would report a loss that is not one); if the release did
-       * not land, the database expires the record by its TTL. */
-      l->state = LEASELOCK_STATE_RELEASED;
-      l->lost_notify = false;
-      list_remove_locked (c, l);
-   }
+   release_done_locked (c, l, ok, was_sent, resent, err);
+   l->releasing--;
    pthread_mutex_unlock (&c->mu);
    if (ok) {
       bucket_wake (l->key, l->key_len);
@@ -1228,6 +1457,19 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
    return ok;
 }
 
+bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   pid_t me = getpid ();
+   if (!lease_usable (l, me, err))
+      return false;
+   return release_lease (l, me, false, err);
+}
+
 void leaselock_lease_destroy (leaselock_lease_t *l)
 {
    if (!l)
@@ -1235,7 +1477,7 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
    leaselock_client_t *c = l->client;
    if (l->pid == getpid ()) {
       pthread_mutex_lock (&c->mu);
-      bool release = !c->closed && l->state != LEASELOCK_STATE_RELEASED;
+      bool release = !atomic_load (&c->closing) && l->state != LEASELOCK_STATE_RELEASED;
       pthread_mutex_unlock (&c->mu);
       if (release)
          leaselock_lease_release (l, NULL);
@@ -1243,6 +1485,7 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
    pthread_mutex_lock (&c->mu);
    /* In a child forked while on_lost ran, in_callback is the parent's. */
    reset_after_fork_locked (c, getpid ());
+   all_remove_locked (c, l);
    if (l->pid == c->pid) {
       l->lost_notify = false; /* the user is gone: no callback after destroy */
       list_remove_locked (c, l);
@@ -1314,10 +1557,7 @@ static bool client_usable (leaselock_client_t *c, leaselock_error_t *err)
 {
    if (!c)
       return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
-   pthread_mutex_lock (&c->mu);
-   bool closed = c->closed;
-   pthread_mutex_unlock (&c->mu);
-   if (closed)
+   if (atomic_load (&c->closing))
       return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
    return true;
 }

@@ -100,10 +100,42 @@ extern "C"
     */
 
    /*
-    * Stops the renewal thread, releases nothing (leases still held keep their
-    * database expiry; destroy them first to release), closes connections.
-    * Leases of this client must be destroyed before or after; after this call
-    * any lease of the client answers NOT_HELD. Accepts NULL.
+    * Closing a client. leaselock_client_close():
+    *  1. makes every later call on the client fail with INVALID ("the client
+    *     is closed"), and wakes the blocking acquires of the client, which
+    *     fail with INVALID ("the client was closed while waiting for ...");
+    *     an acquire whose statement lands during the close releases the key
+    *     again and fails the same way;
+    *  2. stops the renewal thread and waits for renewals in flight;
+    *  3. with release_held, releases each lease still HELD by this process
+    *     (each one tried, as leaselock_lease_release would, and RELEASED
+    *     as it would); it returns false with the first failure's error,
+    *     the client being closed all the same;
+    *  4. turns every lease still HELD into CLOSED (leaselock_state_t): no
+    *     longer renewed, no call of it reaches the database any more, the
+    *     record expires by its TTL. Closing is not a loss: no on_lost;
+    *  5. closes the connections.
+    * Renew and release of a lease of a closed client fail with NOT_HELD
+    * ("the client of this lease is closed"). Idempotent: a later call
+    * returns true at once, a call while another thread closes returns once
+    * that close is done. The client stays valid (its getters work) until
+    * leaselock_client_destroy. May be called from an on_lost callback.
+    */
+   LEASELOCK_API bool leaselock_client_close (leaselock_client_t *client,
+                                              bool release_held,
+                                              leaselock_error_t *error);
+
+   /* True once leaselock_client_close has started on client (or client is
+    * NULL). Never fails, never does I/O. */
+   LEASELOCK_API bool leaselock_client_closed (const leaselock_client_t *client);
+
+   /*
+    * leaselock_client_close (client, false, NULL), then frees the client:
+    * destroy releases nothing (leases still held become CLOSED and keep
+    * their database expiry; release or destroy them first to release). Its
+    * leases may be destroyed before or after: a lease keeps what it needs
+    * of its client until it is destroyed itself. Must not be called from
+    * an on_lost callback of the client. Accepts NULL.
     */
    LEASELOCK_API void leaselock_client_destroy (leaselock_client_t *client);
 
@@ -192,15 +224,18 @@ extern "C"
     */
    LEASELOCK_API bool leaselock_lease_release (leaselock_lease_t *lease, leaselock_error_t *error);
 
-   /* Releases the lease if still held by this process (errors ignored), stops
-    * its renewal and frees it. Accepts NULL. */
+   /* Releases the lease if still held by this process and its client is not
+    * closed (errors ignored), stops its renewal and frees it. Accepts NULL. */
    LEASELOCK_API void leaselock_lease_destroy (leaselock_lease_t *lease);
 
    typedef enum leaselock_state
    {
       LEASELOCK_STATE_HELD = 0,
       LEASELOCK_STATE_RELEASED = 1,
-      LEASELOCK_STATE_LOST = 2, /* renewal failed or the local deadline passed */
+      LEASELOCK_STATE_LOST = 2,   /* renewal failed or the local deadline passed */
+      LEASELOCK_STATE_CLOSED = 3, /* held when its client was closed without
+                                   * releasing it: not renewed, never sent
+                                   * again, expires by its TTL */
    } leaselock_state_t;
 
    /* Getters: never fail, never do I/O. Strings are owned by the lease. */
@@ -269,7 +304,9 @@ extern "C"
 
    /* The check every call applies to a key: 1..LEASELOCK_KEY_MAX bytes of
     * valid UTF-8 without NUL; INVALID with the reason otherwise. */
-   LEASELOCK_API bool leaselock_check_key (const char *key, size_t key_len, leaselock_error_t *error);
+   LEASELOCK_API bool leaselock_check_key (const char *key,
+                                           size_t key_len,
+                                           leaselock_error_t *error);
 
    /* Parses "30s", "500ms", "2m", "1h", "1d", or a bare number of seconds
     * ("1.5") into milliseconds. Used by the CLI; exposed for the bindings. */

@@ -5,7 +5,7 @@
  * types, each a full userdata with its methods in their own table behind
  * __index (liolib.c shape):
  *
- *   leaselock.client  owns a leaselock_client_t (NULL once closed)
+ *   leaselock.client  owns a leaselock_client_t (NULL once collected)
  *   leaselock.lock    a key plus acquire options; owns no C resource
  *   leaselock.lease   owns a leaselock_lease_t (NULL once closed)
  *
@@ -29,9 +29,11 @@
  *    the blocking call through ngx.run_worker_thread.
  *
  * Ownership: a lease handle keeps its client handle alive through its user
- * value, so a client is collected after its leases; closing a client
- * explicitly first is allowed: its leases then report "client closed"
- * (held() is false) and the core answers NOT_HELD for them.
+ * value, so a client is collected after its leases. client:close() (and
+ * __close) is the core's close releasing what the client holds; __gc is
+ * the core's destroy, which releases nothing. The states of the leases
+ * are the core's (leaselock_lease_state): the module keeps no list of
+ * them.
  */
 #include "ll_lua_compat.h"
 
@@ -41,7 +43,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define CLIENT_MT "leaselock.client"
 #define LOCK_MT "leaselock.lock"
@@ -54,12 +55,9 @@
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
 
-typedef struct ll_lua_lease ll_lua_lease_t;
-
 typedef struct
 {
-   leaselock_client_t *client; /* owned; NULL once closed */
-   ll_lua_lease_t *leases;     /* its open lease handles (see client_close) */
+   leaselock_client_t *client; /* owned; NULL once collected */
 } ll_lua_client_t;
 
 typedef struct
@@ -71,35 +69,16 @@ typedef struct
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
 
-/*
- * The lease states Lua reports: the core's three, plus CLIENT_CLOSED for a
- * lease whose client was closed while it was held (the core keeps saying
- * HELD until the local deadline passes, but nothing renews or releases it).
- */
-typedef enum
+typedef struct
 {
-   LL_HELD = LEASELOCK_STATE_HELD,
-   LL_RELEASED = LEASELOCK_STATE_RELEASED,
-   LL_LOST = LEASELOCK_STATE_LOST,
-   LL_CLIENT_CLOSED
-} ll_state_t;
-
-struct ll_lua_lease
-{
-   leaselock_lease_t *lease;  /* owned; NULL once closed */
-   bool lost_seen;            /* on_lost already called (or due) */
-   bool closed_lost;          /* the state was LOST when it was closed */
-   bool client_closed;        /* the client was closed first ... */
-   ll_state_t state_at_close; /* ... and this was the state then */
-   /* In the client handle's list while both are open. The client handle
-    * outlives its leases' handles (it is their user value). */
-   ll_lua_client_t *handle;
-   ll_lua_lease_t *prev, *next;
+   leaselock_lease_t *lease; /* owned; NULL once closed */
+   bool lost_seen;           /* on_lost already called (or due) */
+   bool closed_lost;         /* the state was LOST when it was closed */
    int64_t fence;
    char owner[LEASELOCK_OWNER_LEN + 1];
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
-};
+} ll_lua_lease_t;
 
 /* ---- errors --------------------------------------------------------- */
 
@@ -142,40 +121,10 @@ static int push_failure (lua_State *L, const leaselock_error_t *err)
 
 /* ---- argument checks ------------------------------------------------ */
 
-static bool utf8_valid (const unsigned char *s, size_t n)
+/* The core's validator: strict UTF-8 (no overlong form, no surrogate). */
+static bool utf8_valid (const char *s, size_t n)
 {
-   size_t i = 0;
-   while (i < n) {
-      unsigned c = s[i];
-      size_t len;
-      unsigned long cp, min;
-      if (c < 0x80) {
-         i++;
-         continue;
-      } else if ((c & 0xE0) == 0xC0) {
-         len = 2, cp = c & 0x1F, min = 0x80;
-      } else if ((c & 0xF0) == 0xE0) {
-         len = 3, cp = c & 0x0F, min = 0x800;
-      } else if ((c & 0xF8) == 0xF0) {
-         len = 4, cp = c & 0x07, min = 0x10000;
-      } else {
-         return false;
-      }
-      if (n - i < len) {
-         return false;
-      }
-      for (size_t k = 1; k < len; k++) {
-         if ((s[i + k] & 0xC0) != 0x80) {
-            return false;
-         }
-         cp = (cp << 6) | (s[i + k] & 0x3F);
-      }
-      if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-         return false;
-      }
-      i += len;
-   }
-   return true;
+   return leaselock_utf8_valid_len (s, n) == n;
 }
 
 /* A key (or, with allow_empty, a prefix) as the contract defines it: a
@@ -202,7 +151,7 @@ static const char *check_key (lua_State *L,
    if (memchr (s, '\0', *len)) {
       arg_error (L, level, fname, arg, "%s must not contain a NUL byte", what);
    }
-   if (!utf8_valid ((const unsigned char *)s, *len)) {
+   if (!utf8_valid (s, *len)) {
       arg_error (L, level, fname, arg, "%s is not valid UTF-8", what);
    }
    return s;
@@ -311,7 +260,7 @@ static ll_lua_client_t *check_client (lua_State *L, int idx, int level, const ch
 static leaselock_client_t *check_open_client (lua_State *L, int idx, int level, const char *fname)
 {
    ll_lua_client_t *c = check_client (L, idx, level, fname);
-   if (!c->client) {
+   if (leaselock_client_closed (c->client)) {
       luaL_where (L, level);
       lua_pushfstring (L, "attempt to use a closed " CLIENT_MT " (in '%s')", fname);
       lua_concat (L, 2);
@@ -357,51 +306,13 @@ static int raise_invalid (lua_State *L, int level, const char *fname, const leas
    return lua_error (L);
 }
 
-/* ---- lease handles of a client ------------------------------------- */
-
-/*
- * A client handle keeps a list of its open lease handles, so that closing
- * the client can record, for each, the state it had then: the core keeps
- * answering HELD for a lease of a destroyed client until its deadline.
- */
-static void lease_link (ll_lua_client_t *c, ll_lua_lease_t *ls)
-{
-   ls->handle = c;
-   ls->prev = NULL;
-   ls->next = c->leases;
-   if (c->leases) {
-      c->leases->prev = ls;
-   }
-   c->leases = ls;
-}
-
-static void lease_unlink (ll_lua_lease_t *ls)
-{
-   if (!ls->handle) {
-      return;
-   }
-   if (ls->prev) {
-      ls->prev->next = ls->next;
-   } else {
-      ls->handle->leases = ls->next;
-   }
-   if (ls->next) {
-      ls->next->prev = ls->prev;
-   }
-   ls->handle = NULL;
-   ls->prev = ls->next = NULL;
-}
-
 /* The state without side effects on the Lua side (no on_lost). */
-static ll_state_t lease_state (ll_lua_lease_t *ls)
+static leaselock_state_t lease_state (ll_lua_lease_t *ls)
 {
    if (!ls->lease) {
-      return ls->closed_lost ? LL_LOST : LL_RELEASED;
+      return ls->closed_lost ? LEASELOCK_STATE_LOST : LEASELOCK_STATE_RELEASED;
    }
-   if (ls->client_closed) {
-      return ls->state_at_close;
-   }
-   return (ll_state_t)leaselock_lease_state (ls->lease);
+   return leaselock_lease_state (ls->lease);
 }
 
 /* ---- module functions ----------------------------------------------- */
@@ -441,7 +352,7 @@ static int l_connect (lua_State *L)
          if (memchr (label, '\0', len)) {
             arg_error (L, 1, "connect", 2, "label must not contain a NUL byte");
          }
-         if (!utf8_valid ((const unsigned char *)label, len)) {
+         if (!utf8_valid (label, len)) {
             arg_error (L, 1, "connect", 2, "label is not valid UTF-8");
          }
       }
@@ -450,7 +361,6 @@ static int l_connect (lua_State *L)
     * here leaks nothing. */
    c = lua_newuserdata (L, sizeof *c);
    c->client = NULL;
-   c->leases = NULL;
    luaL_setmetatable (L, CLIENT_MT);
    c->client = leaselock_client_new (uri, label, &err);
    if (!c->client) {
@@ -459,43 +369,58 @@ static int l_connect (lua_State *L)
    return 1;
 }
 
-/* leaselock._monotonic() -> seconds (for benchmarks and tests). */
-static int l_monotonic (lua_State *L)
+/* The registry key of the function that receives the module's warnings
+ * (leaselock.on_warning). */
+static const char warning_sink_key = 'w';
+
+/* leaselock.on_warning([fn]) -> the previous fn or nil. fn(message)
+ * receives the warnings the module would otherwise print (an error raised
+ * by on_lost); nil restores printing them. */
+static int l_on_warning (lua_State *L)
 {
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   lua_pushnumber (L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+   if (!lua_isnoneornil (L, 1) && lua_type (L, 1) != LUA_TFUNCTION) {
+      arg_error (L, 1, "on_warning", 1, "function or nil expected, got %s", luaL_typename (L, 1));
+   }
+   lua_settop (L, 1);
+   lua_pushlightuserdata (L, (void *)&warning_sink_key);
+   lua_rawget (L, LUA_REGISTRYINDEX); /* 2: the previous one */
+   lua_pushlightuserdata (L, (void *)&warning_sink_key);
+   lua_pushvalue (L, 1);
+   lua_rawset (L, LUA_REGISTRYINDEX);
    return 1;
 }
 
 /* ---- client --------------------------------------------------------- */
 
-/* client:close() -> true. Idempotent. Leases still held are not released
- * (they keep their database expiry) and now report "client closed". */
+/* client:close() -> true | nil, msg, code (also __close). Releases the
+ * leases the client still holds (the core's close), then the client
+ * refuses every call; its leases answer NOT_HELD. Idempotent. A failed
+ * release is reported once the client is closed all the same. */
 static int client_close (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "close");
-   if (c->client) {
-      /* Destroyed first: its renewal thread has stopped, so the states
-       * read below are final, as of the close. */
-      leaselock_client_destroy (c->client);
-      c->client = NULL;
-      while (c->leases) {
-         ll_lua_lease_t *ls = c->leases;
-         ll_state_t st = (ll_state_t)leaselock_lease_state (ls->lease);
-         ls->state_at_close = st == LL_HELD ? LL_CLIENT_CLOSED : st;
-         ls->client_closed = true;
-         lease_unlink (ls);
-      }
+   leaselock_error_t err;
+   if (c->client && !leaselock_client_close (c->client, true, &err)) {
+      return push_failure (L, &err);
    }
    lua_pushboolean (L, 1);
    return 1;
 }
 
+/* __gc: the core's destroy, which releases nothing (the lease handles,
+ * collected first, released their own). */
+static int client_gc (lua_State *L)
+{
+   ll_lua_client_t *c = check_client (L, 1, 1, "__gc");
+   leaselock_client_destroy (c->client);
+   c->client = NULL;
+   return 0;
+}
+
 static int client_tostring (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "__tostring");
-   if (c->client) {
+   if (!leaselock_client_closed (c->client)) {
       lua_pushfstring (L, CLIENT_MT " (%s, %s): %p", leaselock_client_backend (c->client),
                        leaselock_client_uri (c->client), (void *)c);
    } else {
@@ -613,40 +538,34 @@ static int client_info (lua_State *L)
    return 1;
 }
 
-/* Records are collected in C and pushed after leaselock_list returns: a
- * Lua error must never unwind through the core's frames. */
+/* leaselock_list's callback runs on this thread with no connection held:
+ * it appends each record to the list through a protected call, so that a
+ * Lua error (out of memory) never unwinds through the core's frames. */
 typedef struct
 {
-   leaselock_record_t *recs;
-   size_t n, cap;
-   bool nomem;
-} ll_lua_records_t;
+   lua_State *L;
+   int append; /* stack index of append_record */
+   int list;   /* stack index of the list */
+   bool failed;
+} ll_lua_list_t;
 
-#define RECORDS_MT "leaselock.records"
-
-static int records_gc (lua_State *L)
+/* append_record(list, record) with the record a light userdata. */
+static int append_record (lua_State *L)
 {
-   ll_lua_records_t *rs = luaL_checkudata (L, 1, RECORDS_MT);
-   free (rs->recs);
-   rs->recs = NULL;
+   push_record (L, lua_touserdata (L, 2));
+   lua_rawseti (L, 1, (int)lua_rawlen (L, 1) + 1);
    return 0;
 }
 
-static bool collect_record (const leaselock_record_t *record, void *user_data)
+static bool list_append (const leaselock_record_t *record, void *user_data)
 {
-   ll_lua_records_t *rs = user_data;
-   if (rs->n == rs->cap) {
-      size_t cap = rs->cap ? rs->cap * 2 : 16;
-      leaselock_record_t *p = realloc (rs->recs, cap * sizeof *p);
-      if (!p) {
-         rs->nomem = true;
-         return false;
-      }
-      rs->recs = p;
-      rs->cap = cap;
-   }
-   rs->recs[rs->n++] = *record;
-   return true;
+   ll_lua_list_t *x = user_data;
+   lua_pushvalue (x->L, x->append);
+   lua_pushvalue (x->L, x->list);
+   lua_pushlightuserdata (x->L, (void *)record);
+   /* On failure the error stays on top, raised once the core returns. */
+   x->failed = lua_pcall (x->L, 2, 0, 0) != 0;
+   return !x->failed;
 }
 
 /* client:locks([prefix]) -> {record...} | nil, msg, code */
@@ -655,7 +574,7 @@ static int client_locks (lua_State *L)
    leaselock_client_t *client = check_open_client (L, 1, 1, "locks");
    size_t len = 0;
    const char *prefix = "";
-   ll_lua_records_t rs = { NULL, 0, 0, false };
+   ll_lua_list_t x = { L, 3, 4, false };
    leaselock_error_t err;
    bool ok;
 
@@ -663,31 +582,18 @@ static int client_locks (lua_State *L)
       prefix = check_key (L, 2, 1, "locks", 1, "prefix", true, &len);
    }
    lua_settop (L, 2);
-   ok = leaselock_list (client, prefix, len, collect_record, &rs, &err);
-   if (ok && rs.nomem) {
-      free (rs.recs);
-      return luaL_error (L, "not enough memory");
+   lua_pushcfunction (L, append_record); /* 3 */
+   lua_newtable (L);                     /* 4 */
+   luaL_checkstack (L, 4, "leaselock: locks");
+   ok = leaselock_list (client, prefix, len, list_append, &x, &err);
+   if (x.failed) {
+      return lua_error (L);
    }
    if (!ok) {
-      free (rs.recs);
       if (err.code == LEASELOCK_INVALID) {
          return raise_invalid (L, 1, "locks", &err);
       }
       return push_failure (L, &err);
-   }
-   /* The array is anchored in a userdata whose __gc frees it, so a memory
-    * error while the tables are built leaks nothing. */
-   {
-      ll_lua_records_t *box = lua_newuserdata (L, sizeof *box); /* 3 */
-      *box = rs;
-      luaL_setmetatable (L, RECORDS_MT);
-      lua_createtable (L, (int)rs.n, 0); /* 4 */
-      for (size_t i = 0; i < rs.n; i++) {
-         push_record (L, &rs.recs[i]);
-         lua_rawseti (L, -2, (int)i + 1);
-      }
-      free (box->recs);
-      box->recs = NULL;
    }
    return 1;
 }
@@ -767,7 +673,6 @@ static int do_acquire (lua_State *L,
                        int64_t timeout_ms)
 {
    ll_lua_lease_t *ls;
-   ll_lua_client_t *handle;
    leaselock_client_t *client;
    leaselock_acquire_opts_t o;
    leaselock_error_t err;
@@ -777,7 +682,6 @@ static int do_acquire (lua_State *L,
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_CLIENT);
    client = check_open_client (L, lua_gettop (L), level, fname);
-   handle = lua_touserdata (L, -1);
 
    /* The handle exists (closed) before the lease does. */
    ls = lua_newuserdata (L, sizeof *ls);
@@ -804,7 +708,6 @@ static int do_acquire (lua_State *L,
       return push_failure (L, &err);
    }
    ls->lease = lease;
-   lease_link (handle, ls);
    ls->fence = leaselock_lease_fence (lease);
    strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
    ls->key_len = k->key_len;
@@ -867,11 +770,23 @@ static int lock_with_begin (lua_State *L)
  * `lua -W` or warn("@on")), on stderr on 5.1/LuaJIT (nginx: the error log).
  * on_lost runs from held(), lost(), renew(), release(), __close and the end
  * of lock:with: its error must not replace what those return or raise.
+ * A function set with leaselock.on_warning receives the text instead.
  */
 static void report_on_lost_error (lua_State *L)
 {
    const char *msg =
      lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "error object is not a string";
+   lua_pushlightuserdata (L, (void *)&warning_sink_key);
+   lua_rawget (L, LUA_REGISTRYINDEX);
+   if (lua_isfunction (L, -1)) { /* leaselock.on_warning */
+      lua_pushfstring (L, "leaselock: error in on_lost (%s)", msg);
+      if (lua_pcall (L, 1, 0, 0) != 0) {
+         lua_pop (L, 1); /* a failing sink is not reported again */
+      }
+      lua_pop (L, 1);
+      return;
+   }
+   lua_pop (L, 1);
 #if LUA_VERSION_NUM >= 504
    lua_warning (L, "leaselock: error in on_lost (", 1);
    lua_warning (L, msg, 1);
@@ -903,10 +818,10 @@ static void call_on_lost (lua_State *L, int idx)
  * The lease state as Lua sees it. The first time LOST is seen, on_lost
  * runs here (when notify) on the Lua thread, once.
  */
-static ll_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
+static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
 {
-   ll_state_t st = lease_state (ls);
-   if (ls->lease && st == LL_LOST && !ls->lost_seen) {
+   leaselock_state_t st = lease_state (ls);
+   if (ls->lease && st == LEASELOCK_STATE_LOST && !ls->lost_seen) {
       ls->lost_seen = true;
       if (notify) {
          call_on_lost (L, idx);
@@ -920,8 +835,7 @@ static ll_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notif
 static void lease_close (ll_lua_lease_t *ls)
 {
    if (ls->lease) {
-      ls->closed_lost = lease_state (ls) == LL_LOST;
-      lease_unlink (ls);
+      ls->closed_lost = lease_state (ls) == LEASELOCK_STATE_LOST;
       leaselock_lease_destroy (ls->lease);
       ls->lease = NULL;
    }
@@ -942,7 +856,7 @@ static int lease_tbc_close (lua_State *L)
    if (!ls->lease) {
       return 0;
    }
-   newly_lost = observe (L, 1, ls, false) == LL_LOST && !seen;
+   newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
    lease_close (ls);
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -970,10 +884,10 @@ static int lease_with_finish (lua_State *L)
    bool seen = ls->lost_seen, newly_lost = false, released = true;
 
    if (ls->lease) {
-      ll_state_t st = observe (L, 1, ls, false);
-      if (st == LL_LOST) {
+      leaselock_state_t st = observe (L, 1, ls, false);
+      if (st == LEASELOCK_STATE_LOST) {
          newly_lost = !seen;
-      } else if (st != LL_RELEASED) {
+      } else if (st != LEASELOCK_STATE_RELEASED) {
          released = leaselock_lease_release (ls->lease, &err);
       }
       lease_close (ls);
@@ -996,18 +910,34 @@ static int lease_with_finish (lua_State *L)
    return 1;
 }
 
-static const char *state_name (ll_state_t st, bool open)
+static const char *state_name (leaselock_state_t st, bool open)
 {
    switch (st) {
-      case LL_HELD:
+      case LEASELOCK_STATE_HELD:
          return "held";
-      case LL_LOST:
+      case LEASELOCK_STATE_LOST:
          return open ? "lost" : "lost, closed";
-      case LL_CLIENT_CLOSED:
+      case LEASELOCK_STATE_CLOSED:
          return "client closed";
-      case LL_RELEASED:
+      case LEASELOCK_STATE_RELEASED:
       default:
          return open ? "released" : "closed";
+   }
+}
+
+/* The core's state names: lease:state(). */
+static const char *core_state_name (leaselock_state_t st)
+{
+   switch (st) {
+      case LEASELOCK_STATE_HELD:
+         return "held";
+      case LEASELOCK_STATE_LOST:
+         return "lost";
+      case LEASELOCK_STATE_CLOSED:
+         return "closed";
+      case LEASELOCK_STATE_RELEASED:
+      default:
+         return "released";
    }
 }
 
@@ -1015,7 +945,7 @@ static int lease_tostring (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__tostring", false);
    /* No on_lost here: printing must not run user code. */
-   ll_state_t st = observe (L, 1, ls, false);
+   leaselock_state_t st = observe (L, 1, ls, false);
    /* The fence as an integer without relying on %I (absent in 5.1). */
    {
       char buf[32];
@@ -1033,7 +963,16 @@ static int lease_tostring (lua_State *L)
 static int lease_held (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "held", false);
-   lua_pushboolean (L, observe (L, 1, ls, true) == LL_HELD);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_HELD);
+   return 1;
+}
+
+/* lease:state() -> "held" | "released" | "lost" | "closed" (held when its
+ * client was closed without releasing it) */
+static int lease_state_method (lua_State *L)
+{
+   ll_lua_lease_t *h = check_lease (L, 1, 1, "state", false);
+   lua_pushstring (L, core_state_name (observe (L, 1, h, true)));
    return 1;
 }
 
@@ -1041,7 +980,7 @@ static int lease_held (lua_State *L)
 static int lease_lost (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "lost", false);
-   lua_pushboolean (L, observe (L, 1, ls, true) == LL_LOST);
+   lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_LOST);
    return 1;
 }
 
@@ -1108,43 +1047,6 @@ static int lease_index (lua_State *L)
    return 1;
 }
 
-/* ---- benchmark hook ------------------------------------------------- */
-
-/* leaselock._bench_core(lock, n) -> seconds: n acquire+release pairs
- * through the C core alone, with the lock's options and no timeout. */
-static int l_bench_core (lua_State *L)
-{
-   ll_lua_lock_t *k = check_lock (L, 1, 1, "_bench_core");
-   lua_Integer n = luaL_checkinteger (L, 2);
-   leaselock_client_t *client;
-   leaselock_acquire_opts_t o;
-   leaselock_error_t err;
-   struct timespec t0, t1;
-
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_CLIENT);
-   client = check_open_client (L, lua_gettop (L), 1, "_bench_core");
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = k->ttl_ms;
-   o.min_hold_ms = k->min_hold_ms;
-   o.auto_renew = k->auto_renew;
-   o.timeout_ms = -1;
-   clock_gettime (CLOCK_MONOTONIC, &t0);
-   for (lua_Integer i = 0; i < n; i++) {
-      leaselock_lease_t *lease = NULL;
-      if (!leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err) ||
-          !leaselock_lease_release (lease, &err)) {
-         leaselock_lease_destroy (lease);
-         return push_failure (L, &err);
-      }
-      leaselock_lease_destroy (lease);
-   }
-   clock_gettime (CLOCK_MONOTONIC, &t1);
-   lua_pushnumber (L, (lua_Number)(t1.tv_sec - t0.tv_sec) +
-                        (lua_Number)(t1.tv_nsec - t0.tv_nsec) / 1e9);
-   return 1;
-}
-
 /* ---- lock:with (Lua part) ------------------------------------------- */
 
 /*
@@ -1179,15 +1081,12 @@ static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
                                          { "try_acquire", lock_try_acquire },
                                          { NULL, NULL } };
 
-static const luaL_Reg lease_methods[] = { { "held", lease_held },
-                                          { "lost", lease_lost },
-                                          { "renew", lease_renew },
-                                          { "release", lease_release },
-                                          { NULL, NULL } };
+static const luaL_Reg lease_methods[] = { { "held", lease_held },          { "lost", lease_lost },
+                                          { "state", lease_state_method }, { "renew", lease_renew },
+                                          { "release", lease_release },    { NULL, NULL } };
 
 static const luaL_Reg module_functions[] = { { "connect", l_connect },
-                                             { "_monotonic", l_monotonic },
-                                             { "_bench_core", l_bench_core },
+                                             { "on_warning", l_on_warning },
                                              { NULL, NULL } };
 
 /* Creates metatable tname with __index = index_fn(methods), leaving the
@@ -1222,7 +1121,7 @@ __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
    lua_pop (L, 1);
    lua_pushcfunction (L, client_tostring);
    lua_setfield (L, -2, "__tostring");
-   lua_pushcfunction (L, client_close);
+   lua_pushcfunction (L, client_gc);
    lua_setfield (L, -2, "__gc");
    lua_pushcfunction (L, client_close);
    lua_setfield (L, -2, "__close");
@@ -1250,11 +1149,6 @@ __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
    lua_setfield (L, -2, "__gc");
    lua_pushcfunction (L, lease_tbc_close);
    lua_setfield (L, -2, "__close");
-   lua_pop (L, 1);
-
-   luaL_newmetatable (L, RECORDS_MT);
-   lua_pushcfunction (L, records_gc);
-   lua_setfield (L, -2, "__gc");
    lua_pop (L, 1);
 
    luaL_newlib (L, module_functions);

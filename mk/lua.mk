@@ -16,7 +16,8 @@
 #   make test-sources    the rockspec lists exactly csrc/SOURCES
 #   make test-luarock    `luarocks make` into a local tree, then a smoke run,
 #                        for Lua 5.4 and for LuaJIT
-#   make bench-lua       lock:with beside the C core, pairs per second
+#   make bench-lua       lock:with beside the C core (bench/lua/lbench.c, a
+#                        module of its own), pairs per second
 
 LUA54_INC ?= $(shell $(PKG_CONFIG) --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 LUAJIT_INC ?= $(shell $(PKG_CONFIG) --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
@@ -93,9 +94,27 @@ test-luarock:
 	  'sqlite://$(LUA_ROCK_DIR)/rock-jit.db'
 	@echo "2 passed, 0 failed"
 
-bench-lua: $(LUA54_MOD) $(LUAJIT_MOD)
+# The benchmark's C side, the Lua module leaselock_bench
+# (bench/lua/lbench.c), built beside each module by bench-lua only: the
+# shipped module carries no benchmark code.
+LUA_BENCH_MAP := bench/lua/leaselock_bench.map
+
+$(BUILD)/bench/lua/5.4/leaselock_bench.so: bench/lua/lbench.c csrc/leaselock.h $(LIB_A) $(LUA_BENCH_MAP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(LUA54_INC) -shared -Wl,-Bsymbolic -Wl,--version-script=$(LUA_BENCH_MAP) \
+	  $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+
+$(BUILD)/bench/lua/jit/leaselock_bench.so: bench/lua/lbench.c csrc/leaselock.h $(LIB_A) $(LUA_BENCH_MAP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(LUAJIT_INC) -shared -Wl,-Bsymbolic -Wl,--version-script=$(LUA_BENCH_MAP) \
+	  $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+
+bench-lua: $(LUA54_MOD) $(LUAJIT_MOD) $(BUILD)/bench/lua/5.4/leaselock_bench.so \
+	  $(BUILD)/bench/lua/jit/leaselock_bench.so
 	@mkdir -p $(BUILD)/lua/tmp
-	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp LUA_CPATH='$(abspath $(BUILD))/lua/5.4/?.so' \
+	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp \
+	  LUA_CPATH='$(abspath $(BUILD))/lua/5.4/?.so;$(abspath $(BUILD))/bench/lua/5.4/?.so' \
 	  $(BENCH_PIN) $(LUA54) bench/lua/bench_with.lua
-	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp LUA_CPATH='$(abspath $(BUILD))/lua/jit/?.so' \
+	@LEASELOCK_BENCH_TMP=$(abspath $(BUILD))/lua/tmp \
+	  LUA_CPATH='$(abspath $(BUILD))/lua/jit/?.so;$(abspath $(BUILD))/bench/lua/jit/?.so' \
 	  $(BENCH_PIN) $(LUAJIT) bench/lua/bench_with.lua

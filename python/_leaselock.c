@@ -11,8 +11,7 @@
  *    argument, and the map from a core error code to an exception class,
  *    which carries the code name as `.code`.
  *
- * One file rather than one per type: the two types share the "calls in
- * flight" bookkeeping below and are small.
+ * One file rather than one per type: the two types are small.
  *
  * Threads. The GIL is released around every core call that does I/O or may
  * block (client new/destroy, acquire, renew, release, lease destroy,
@@ -20,11 +19,12 @@
  * ttl) keep it: they take a core mutex that is never held across I/O or a
  * callback, and releasing the GIL would cost more than they do.
  *
- * A client counts the core calls in flight with the GIL released (`ops`).
- * close() marks it closing, releases what its Lease objects still hold,
- * and the last call in flight destroys the core client, so a close racing
- * other threads never frees what they use. Blocking acquires notice the
- * close through should_stop and return.
+ * Closing is the core's: close() is leaselock_client_close(release_held =
+ * true), after which the core refuses every call (a blocking acquire in
+ * another thread ends at once); the core client is freed by the Client's
+ * dealloc (leaselock_client_destroy, which releases nothing), which no
+ * call in flight can race: each holds a reference to the Client, and
+ * every Lease holds one too.
  *
  * on_lost runs on the core's renewal thread: it takes the GIL with
  * PyGILState_Ensure unless the interpreter is finalizing, and never lets
@@ -42,7 +42,6 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/types.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Runs stmt with the GIL released. */
@@ -70,8 +69,6 @@ typedef struct
  * renewal thread calls no Python code. Process-wide on purpose: it is
  * about the interpreter's exit, not one module object. */
 static atomic_int finalizing;
-/* True on the renewal thread while it runs an on_lost callback. */
-static _Thread_local bool in_lost_callback;
 
 /* getpid() without a system call per lease operation: refreshed in the
  * child of every fork() by a pthread_atfork handler. */
@@ -99,23 +96,17 @@ static inline ll_state *get_state (PyObject *module)
    return (ll_state *)PyModule_GetState (module);
 }
 
-typedef struct lease_obj LeaseObject;
-
 typedef struct
 {
    PyObject_HEAD PyObject *module; /* strong: keeps the state alive */
-   leaselock_client_t *c;          /* NULL before __init__ and once closed */
-   int ops;                        /* core calls in flight without the GIL */
-   bool closing;                   /* close() was called */
-   bool inited;
-   PyObject *uri;       /* str, password replaced by the core */
-   PyObject *backend;   /* str */
-   PyObject *label;     /* str or None */
-   LeaseObject *leases; /* live Lease objects of this client (borrowed) */
+   leaselock_client_t *c;          /* owned; NULL before __init__ */
+   PyObject *uri;                  /* str, password replaced by the core */
+   PyObject *backend;              /* str */
+   PyObject *label;                /* str or None */
    PyObject *weakreflist;
 } ClientObject;
 
-struct lease_obj
+typedef struct
 {
    PyObject_HEAD PyObject *module;
    ClientObject *client;     /* strong */
@@ -124,9 +115,8 @@ struct lease_obj
    PyObject *on_lost;        /* callable or NULL */
    pid_t pid;                /* process that acquired it */
    bool dead;                /* dealloc started: no callback may use it */
-   LeaseObject *prev, *next; /* in client->leases */
    PyObject *weakreflist;
-};
+} LeaseObject;
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -320,85 +310,27 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
    return 0;
 }
 
-/* ---- client: calls in flight and close --------------------------------- */
+/* ---- client: open or closed ------------------------------------------- */
 
 static PyObject *raise_closed (ClientObject *self)
 {
-   if (!self->inited)
+   if (!self->c)
       return raise_invalid ("the client is not initialised (call Client(uri) or connect())");
    return raise_invalid ("I/O operation on a closed client");
 }
 
-/* Starts a core call on the client (GIL held). */
-static int client_begin (ClientObject *self)
+static bool client_closed (ClientObject *self)
 {
-   if (!self->c || self->closing) {
-      raise_closed (self);
-      return -1;
-   }
-   self->ops++;
-   return 0;
+   return leaselock_client_closed (self->c); /* true for NULL */
 }
 
-static int finish_pending (void *arg);
-
-/* Destroys the core client (GIL held; released around the destroy). */
-static void client_finish (ClientObject *self)
+/* 0 when the client can take a call, else -1 with ValueError. */
+static int client_check (ClientObject *self)
 {
-   if (in_lost_callback) {
-      /* The destroy joins the renewal thread: not from that thread. */
-      Py_INCREF (self);
-      if (Py_AddPendingCall (finish_pending, self) == 0)
-         return;
-      Py_DECREF (self); /* queue full: the client's dealloc destroys it */
-      return;
-   }
-   leaselock_client_t *c = self->c;
-   self->c = NULL;
-   if (!c)
-      return;
-   LL_NOGIL (leaselock_client_destroy (c));
-}
-
-static int finish_pending (void *arg)
-{
-   ClientObject *self = arg;
-   if (self->ops == 0)
-      client_finish (self);
-   Py_DECREF (self);
-   return 0;
-}
-
-/* Ends a core call started by client_begin. */
-static void client_end (ClientObject *self)
-{
-   if (--self->ops == 0 && self->closing && self->c)
-      client_finish (self);
-}
-
-/* ---- lease object basics ----------------------------------------------- */
-
-static void lease_link (ClientObject *cl, LeaseObject *l)
-{
-   l->prev = NULL;
-   l->next = cl->leases;
-   if (cl->leases)
-      cl->leases->prev = l;
-   cl->leases = l;
-}
-
-static void lease_unlink (LeaseObject *l)
-{
-   ClientObject *cl = l->client;
-   if (!cl)
-      return;
-   if (l->prev)
-      l->prev->next = l->next;
-   else if (cl->leases == l)
-      cl->leases = l->next;
-   if (l->next)
-      l->next->prev = l->prev;
-   l->prev = l->next = NULL;
+   if (!client_closed (self))
+      return 0;
+   raise_closed (self);
+   return -1;
 }
 
 static bool lease_foreign (LeaseObject *self)
@@ -433,13 +365,11 @@ static void lost_trampoline (leaselock_lease_t *lease, void *data)
       PyObject *cb = self->on_lost;
       Py_INCREF (cb);
       Py_INCREF (self);
-      in_lost_callback = true;
       PyObject *r = PyObject_CallOneArg (cb, (PyObject *)self);
       if (!r)
          PyErr_WriteUnraisable (cb);
       Py_XDECREF (r);
       Py_DECREF (cb);
-      in_lost_callback = false;
       /* Never drop the last reference here: the Lease's dealloc would
        * destroy the core lease (and maybe the client) from its own
        * renewal thread. */
@@ -452,13 +382,11 @@ static void lost_trampoline (leaselock_lease_t *lease, void *data)
 typedef struct
 {
    PyThreadState *ts;
-   ClientObject *client;
    PyObject *cancel; /* object with is_set(), or NULL */
    PyObject *exc_type, *exc_value, *exc_tb;
    enum
    {
       STOP_NONE,
-      STOP_CLOSED,
       STOP_ERROR,
       STOP_CANCELLED
    } why;
@@ -466,14 +394,13 @@ typedef struct
 
 /* should_stop for a blocking acquire: runs on the waiting thread, takes
  * the GIL back briefly to run signal handlers (Ctrl-C), and looks at the
- * client's close and the caller's cancel flag. */
+ * caller's cancel flag. (The core itself ends the wait when the client is
+ * closed.) */
 static bool stop_trampoline (void *data)
 {
    stop_ctx_t *x = data;
    PyEval_RestoreThread (x->ts);
-   if (x->client->closing) {
-      x->why = STOP_CLOSED;
-   } else if (PyErr_CheckSignals () < 0) {
+   if (PyErr_CheckSignals () < 0) {
       x->why = STOP_ERROR;
       PyErr_Fetch (&x->exc_type, &x->exc_value, &x->exc_tb);
    } else if (x->cancel) {
@@ -528,7 +455,7 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    PyObject *uri_o = Py_None, *label_o = Py_None;
    if (!PyArg_ParseTupleAndKeywords (args, kwds, "|O$O:Client", kwlist, &uri_o, &label_o))
       return -1;
-   if (self->inited) {
+   if (self->c) {
       raise_type ("Client.__init__ may be called only once");
       return -1;
    }
@@ -590,42 +517,23 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    Py_XSETREF (self->label, Py_NewRef (label_o));
    Py_XSETREF (self->module, Py_NewRef (module));
    self->c = c;
-   self->inited = true;
    return 0;
 }
 
-/* Releases what the client's Lease objects still hold (GIL held). */
-static void client_release_leases (ClientObject *self)
-{
-   PyObject *held = PyList_New (0);
-   if (!held) {
-      PyErr_Clear ();
-      return;
-   }
-   for (LeaseObject *l = self->leases; l; l = l->next)
-      if (l->lease && !l->dead && !lease_foreign (l) &&
-          leaselock_lease_state (l->lease) != LEASELOCK_STATE_RELEASED)
-         if (PyList_Append (held, (PyObject *)l) < 0)
-            PyErr_Clear ();
-   for (Py_ssize_t i = 0; i < PyList_GET_SIZE (held); i++) {
-      LeaseObject *l = (LeaseObject *)PyList_GET_ITEM (held, i);
-      leaselock_lease_t *core = l->lease;
-      self->ops++;
-      LL_NOGIL (leaselock_lease_release (core, NULL));
-      self->ops--;
-   }
-   Py_DECREF (held);
-}
-
+/* close(): leaselock_client_close releasing what the client still
+ * holds. Idempotent; a failed release is raised once the client is
+ * closed. */
 static PyObject *Client_close (ClientObject *self, PyObject *unused)
 {
    (void)unused;
-   if (!self->c || self->closing)
+   if (!self->c)
       Py_RETURN_NONE;
-   self->closing = true;
-   client_release_leases (self);
-   if (self->ops == 0)
-      client_finish (self);
+   leaselock_client_t *c = self->c;
+   leaselock_error_t err;
+   bool ok;
+   LL_NOGIL (ok = leaselock_client_close (c, true, &err));
+   if (!ok)
+      return raise_error (get_state (self->module), &err);
    Py_RETURN_NONE;
 }
 
@@ -636,7 +544,7 @@ static void Client_dealloc (ClientObject *self)
    if (self->weakreflist)
       PyObject_ClearWeakRefs ((PyObject *)self);
    /* No Lease object is alive (each holds a reference), and no call is in
-    * flight (it would hold one too). */
+    * flight (it would hold one too). Releases nothing. */
    if (self->c) {
       leaselock_client_t *c = self->c;
       self->c = NULL;
@@ -653,8 +561,8 @@ static void Client_dealloc (ClientObject *self)
 static PyObject *Client_enter (ClientObject *self, PyObject *unused)
 {
    (void)unused;
-   if (!self->c || self->closing)
-      return raise_closed (self);
+   if (client_check (self) < 0)
+      return NULL;
    return Py_NewRef (self);
 }
 
@@ -678,96 +586,138 @@ static LeaseObject *lease_alloc (ClientObject *cl, PyObject *key, PyObject *on_l
    l->pid = current_pid ();
    l->dead = false;
    l->weakreflist = NULL;
-   lease_link (cl, l);
    PyObject_GC_Track (l);
    return l;
 }
 
-/* _acquire(key, ttl_ms, timeout_ms, min_hold_ms, auto_renew, on_lost,
- *          cancel) -> Lease | None
- * None when one try (timeout_ms == 0) found the key busy. The public
- * layer checks the arguments first (leaselock.Lock); the core checks them
- * again. cancel: None or an object with is_set() (threading.Event). */
-static PyObject *Client_acquire (ClientObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The arguments of _acquire. */
+typedef struct
 {
-   if (nargs != 7) {
-      raise_type ("_acquire takes 7 positional arguments");
+   PyObject *key;
+   leaselock_acquire_opts_t o;
+   PyObject *on_lost; /* callable or None */
+   PyObject *cancel;  /* None or an object with is_set() */
+} acquire_args_t;
+
+/* The value of keyword argument kw, one of names[n] (values[i] gets it). */
+static int keyword_arg (PyObject *kw,
+                        PyObject *value,
+                        const char *const *names,
+                        PyObject **values,
+                        int n)
+{
+   for (int i = 0; i < n; i++)
+      if (PyUnicode_Check (kw) && PyUnicode_CompareWithASCIIString (kw, names[i]) == 0) {
+         values[i] = value;
+         return 0;
+      }
+   const char *name = PyUnicode_Check (kw) ? PyUnicode_AsUTF8 (kw) : NULL;
+   raise_type ("_acquire() got an unexpected keyword argument '%.100s'", name ? name : "?");
+   return -1;
+}
+
+/* _acquire(key, *, ttl_ms, timeout_ms, min_hold_ms=0, auto_renew=True,
+ *          on_lost=None, cancel=None): the key positional, the rest by
+ * keyword only (METH_FASTCALL | METH_KEYWORDS). */
+static int parse_acquire (PyObject *const *args,
+                          Py_ssize_t nargs,
+                          PyObject *kwnames,
+                          acquire_args_t *a)
+{
+   static const char *const names[] = { "ttl_ms",     "timeout_ms", "min_hold_ms",
+                                        "auto_renew", "on_lost",    "cancel" };
+   PyObject *v[6] = { NULL, NULL, NULL, Py_True, Py_None, Py_None };
+   Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE (kwnames) : 0;
+   if (nargs != 1) {
+      raise_type ("_acquire() takes the key as its one positional argument (%zd given)", nargs);
+      return -1;
+   }
+   for (Py_ssize_t i = 0; i < nkw; i++)
+      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, 6) < 0)
+         return -1;
+   if (!v[0] || !v[1]) {
+      raise_type ("_acquire() needs the keyword arguments ttl_ms and timeout_ms");
+      return -1;
+   }
+   a->key = args[0];
+   leaselock_acquire_opts_init (&a->o);
+   a->o.ttl_ms = PyLong_AsLongLong (v[0]);
+   a->o.timeout_ms = PyLong_AsLongLong (v[1]);
+   a->o.min_hold_ms = v[2] ? PyLong_AsLongLong (v[2]) : 0;
+   int ar = PyErr_Occurred () ? -1 : PyObject_IsTrue (v[3]);
+   if (ar < 0)
+      return -1;
+   a->o.auto_renew = ar;
+   a->on_lost = v[4];
+   a->cancel = v[5];
+   if (a->on_lost != Py_None && !PyCallable_Check (a->on_lost)) {
+      raise_type ("on_lost must be callable or None, not %.100s", Py_TYPE (a->on_lost)->tp_name);
+      return -1;
+   }
+   return 0;
+}
+
+/* The failure of an acquire as Python sees it: None for BUSY on one try,
+ * the exception of should_stop, or the core's error. */
+static PyObject *acquire_failed (ll_state *st,
+                                 const acquire_args_t *a,
+                                 stop_ctx_t *stop,
+                                 const leaselock_error_t *err)
+{
+   if (stop->why == STOP_ERROR) {
+      PyErr_Restore (stop->exc_type, stop->exc_value, stop->exc_tb);
       return NULL;
    }
+   Py_XDECREF (stop->exc_type);
+   Py_XDECREF (stop->exc_value);
+   Py_XDECREF (stop->exc_tb);
+   if (err->code == LEASELOCK_BUSY && a->o.timeout_ms == 0)
+      Py_RETURN_NONE;
+   return raise_error (st, err);
+}
+
+/* _acquire(...) -> Lease | None (see parse_acquire). None when one try
+ * (timeout_ms == 0) found the key busy. The public layer checks the
+ * arguments first (leaselock.Lock); the core checks them again. */
+static PyObject *Client_acquire (ClientObject *self,
+                                 PyObject *const *args,
+                                 Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+   acquire_args_t a;
    const char *key;
    Py_ssize_t key_len;
-   if (key_arg (args[0], "key", false, &key, &key_len) < 0)
+   if (parse_acquire (args, nargs, kwnames, &a) < 0 ||
+       key_arg (a.key, "key", false, &key, &key_len) < 0 || client_check (self) < 0)
       return NULL;
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = PyLong_AsLongLong (args[1]);
-   o.timeout_ms = PyLong_AsLongLong (args[2]);
-   o.min_hold_ms = PyLong_AsLongLong (args[3]);
-   if (PyErr_Occurred ())
+   LeaseObject *lease = lease_alloc (self, a.key, a.on_lost);
+   if (!lease)
       return NULL;
-   int ar = PyObject_IsTrue (args[4]);
-   if (ar < 0)
-      return NULL;
-   o.auto_renew = ar;
-   PyObject *on_lost = args[5];
-   if (on_lost != Py_None && !PyCallable_Check (on_lost)) {
-      raise_type ("on_lost must be callable or None, not %.100s", Py_TYPE (on_lost)->tp_name);
-      return NULL;
-   }
-   if (client_begin (self) < 0)
-      return NULL;
-   ll_state *st = get_state (self->module);
-   LeaseObject *lease = lease_alloc (self, args[0], on_lost);
-   if (!lease) {
-      client_end (self);
-      return NULL;
-   }
    if (lease->on_lost) {
-      o.on_lost = lost_trampoline;
-      o.on_lost_data = lease;
+      a.o.on_lost = lost_trampoline;
+      a.o.on_lost_data = lease;
    }
-   stop_ctx_t stop = {
-      NULL, self, args[6] == Py_None ? NULL : args[6], NULL, NULL, NULL, STOP_NONE
-   };
-   if (o.timeout_ms != 0) {
-      o.should_stop = stop_trampoline;
-      o.should_stop_data = &stop;
+   stop_ctx_t stop = { NULL, a.cancel == Py_None ? NULL : a.cancel, NULL, NULL, NULL, STOP_NONE };
+   if (a.o.timeout_ms != 0) {
+      a.o.should_stop = stop_trampoline;
+      a.o.should_stop_data = &stop;
    }
    leaselock_error_t err;
    leaselock_lease_t *core = NULL;
    stop.ts = PyEval_SaveThread ();
-   bool ok = leaselock_acquire (self->c, key, (size_t)key_len, &o, &core, &err);
+   bool ok = leaselock_acquire (self->c, key, (size_t)key_len, &a.o, &core, &err);
    PyEval_RestoreThread (stop.ts);
-
    if (ok) {
       lease->lease = core;
-      if (self->closing) {
-         /* close() ran meanwhile and did not see this lease. */
-         Py_DECREF (lease);
-         client_end (self);
-         return raise_closed (self);
-      }
-      client_end (self);
       return (PyObject *)lease;
    }
    Py_DECREF (lease);
-   client_end (self);
-   if (stop.why == STOP_ERROR) {
-      PyErr_Restore (stop.exc_type, stop.exc_value, stop.exc_tb);
-      return NULL;
-   }
-   Py_XDECREF (stop.exc_type);
-   Py_XDECREF (stop.exc_value);
-   Py_XDECREF (stop.exc_tb);
-   if (err.code == LEASELOCK_BUSY && o.timeout_ms == 0)
-      Py_RETURN_NONE;
-   if (err.code == LEASELOCK_INTERRUPTED && stop.why == STOP_CLOSED)
-      return raise_invalid ("the client was closed while waiting for the lock");
-   return raise_error (st, &err);
+   return acquire_failed (get_state (self->module), &a, &stop, &err);
 }
 
 /* A record as a tuple: (key, owner|None, fence, expires_in_ms, host, pid,
- * label|None). */
+ * label|None). The one conversion of a record (the package makes it a
+ * dict). */
 static PyObject *record_tuple (const leaselock_record_t *r)
 {
    PyObject *key = PyUnicode_DecodeUTF8 (r->key, (Py_ssize_t)r->key_len, "replace");
@@ -791,17 +741,14 @@ static PyObject *Client_inspect (ClientObject *self, PyObject *key_o)
 {
    const char *key;
    Py_ssize_t n;
-   if (key_arg (key_o, "key", false, &key, &n) < 0 || client_begin (self) < 0)
+   if (key_arg (key_o, "key", false, &key, &n) < 0 || client_check (self) < 0)
       return NULL;
    leaselock_record_t *rec = PyMem_RawMalloc (sizeof *rec);
-   if (!rec) {
-      client_end (self);
+   if (!rec)
       return PyErr_NoMemory ();
-   }
    leaselock_error_t err;
    bool found = false, ok;
    LL_NOGIL (ok = leaselock_inspect (self->c, key, (size_t)n, rec, &found, &err));
-   client_end (self);
    PyObject *res;
    if (!ok)
       res = raise_error (get_state (self->module), &err);
@@ -813,70 +760,57 @@ static PyObject *Client_inspect (ClientObject *self, PyObject *key_o)
    return res;
 }
 
+/* The list being built by leaselock_list's callback. The core calls it
+ * with no connection held, on this thread: it takes the GIL back for
+ * each record. */
 typedef struct
 {
-   leaselock_record_t *recs;
-   size_t n, cap;
-   bool nomem;
-} rec_vec_t;
+   PyThreadState *ts;
+   PyObject *list;
+   bool failed; /* a Python exception is set */
+} list_ctx_t;
 
-/* Runs without the GIL: copies each record. */
-static bool collect_record (const leaselock_record_t *r, void *data)
+static bool list_append (const leaselock_record_t *r, void *data)
 {
-   rec_vec_t *v = data;
-   if (v->n == v->cap) {
-      size_t cap = v->cap ? v->cap * 2 : 16;
-      leaselock_record_t *p = PyMem_RawRealloc (v->recs, cap * sizeof *p);
-      if (!p) {
-         v->nomem = true;
-         return false;
-      }
-      v->recs = p;
-      v->cap = cap;
-   }
-   v->recs[v->n++] = *r;
-   return true;
+   list_ctx_t *x = data;
+   PyEval_RestoreThread (x->ts);
+   PyObject *t = record_tuple (r);
+   x->failed = !t || PyList_Append (x->list, t) < 0;
+   Py_XDECREF (t);
+   x->ts = PyEval_SaveThread ();
+   return !x->failed;
 }
 
 static PyObject *Client_list (ClientObject *self, PyObject *prefix_o)
 {
    const char *prefix;
    Py_ssize_t n;
-   if (key_arg (prefix_o, "prefix", true, &prefix, &n) < 0 || client_begin (self) < 0)
+   if (key_arg (prefix_o, "prefix", true, &prefix, &n) < 0 || client_check (self) < 0)
       return NULL;
-   rec_vec_t v = { NULL, 0, 0, false };
+   list_ctx_t x = { NULL, PyList_New (0), false };
+   if (!x.list)
+      return NULL;
    leaselock_error_t err;
-   bool ok;
-   LL_NOGIL (ok = leaselock_list (self->c, prefix, (size_t)n, collect_record, &v, &err));
-   client_end (self);
-   PyObject *res = NULL;
-   if (v.nomem)
-      PyErr_NoMemory ();
-   else if (!ok)
-      raise_error (get_state (self->module), &err);
-   else if ((res = PyList_New ((Py_ssize_t)v.n)))
-      for (size_t i = 0; i < v.n; i++) {
-         PyObject *t = record_tuple (&v.recs[i]);
-         if (!t) {
-            Py_CLEAR (res);
-            break;
-         }
-         PyList_SET_ITEM (res, (Py_ssize_t)i, t);
-      }
-   PyMem_RawFree (v.recs);
-   return res;
+   x.ts = PyEval_SaveThread ();
+   bool ok = leaselock_list (self->c, prefix, (size_t)n, list_append, &x, &err);
+   PyEval_RestoreThread (x.ts);
+   if (x.failed || !ok) {
+      Py_CLEAR (x.list);
+      if (!x.failed)
+         raise_error (get_state (self->module), &err);
+   }
+   return x.list;
 }
 
 static PyObject *Client_force_release (ClientObject *self, PyObject *key_o)
 {
    const char *key;
    Py_ssize_t n;
-   if (key_arg (key_o, "key", false, &key, &n) < 0 || client_begin (self) < 0)
+   if (key_arg (key_o, "key", false, &key, &n) < 0 || client_check (self) < 0)
       return NULL;
    leaselock_error_t err;
    bool took = false, ok;
    LL_NOGIL (ok = leaselock_force_release (self->c, key, (size_t)n, &took, &err));
-   client_end (self);
    if (!ok)
       return raise_error (get_state (self->module), &err);
    return PyBool_FromLong (took);
@@ -884,19 +818,16 @@ static PyObject *Client_force_release (ClientObject *self, PyObject *key_o)
 
 static PyObject *Client_repr (ClientObject *self)
 {
-   const char *state = !self->inited               ? "uninitialised"
-                       : self->c && !self->closing ? "open"
-                                                   : "closed";
-   if (!self->inited)
-      return PyUnicode_FromFormat ("<%s %s>", Py_TYPE (self)->tp_name, state);
+   if (!self->c)
+      return PyUnicode_FromFormat ("<%s uninitialised>", Py_TYPE (self)->tp_name);
    return PyUnicode_FromFormat ("<%s %U (%U) %s>", Py_TYPE (self)->tp_name, self->uri,
-                                self->backend, state);
+                                self->backend, client_closed (self) ? "closed" : "open");
 }
 
 static PyObject *Client_get_closed (ClientObject *self, void *c)
 {
    (void)c;
-   return PyBool_FromLong (!self->c || self->closing);
+   return PyBool_FromLong (client_closed (self));
 }
 
 static PyObject *Client_get_uri (ClientObject *self, void *c)
@@ -921,7 +852,8 @@ static PyMethodDef Client_methods[] = {
    { "close", (PyCFunction)Client_close, METH_NOARGS,
      "close($self, /)\n--\n\nReleases the leases this client still holds and closes its "
      "connections. Idempotent; any later use raises ValueError." },
-   { "_acquire", (PyCFunction)(void (*) (void))Client_acquire, METH_FASTCALL, NULL },
+   { "_acquire", (PyCFunction)(void (*) (void))Client_acquire, METH_FASTCALL | METH_KEYWORDS,
+     NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,
@@ -993,20 +925,14 @@ static void Lease_dealloc (LeaseObject *self)
    if (self->weakreflist)
       PyObject_ClearWeakRefs ((PyObject *)self);
    if (self->lease) {
-      /* Releases it if this process still holds it (the core checks the
-       * pid, so a forked child never releases its parent's lease), and
-       * waits for an on_lost callback in flight. */
+      /* Releases it if this process still holds it and the client is
+       * open (the core checks the pid, so a forked child never releases
+       * its parent's lease), and waits for an on_lost callback in
+       * flight. */
       leaselock_lease_t *core = self->lease;
-      ClientObject *cl = self->client;
-      bool counted = cl->c != NULL;
       self->lease = NULL;
-      if (counted)
-         cl->ops++;
       LL_NOGIL (leaselock_lease_destroy (core));
-      if (counted)
-         client_end (cl);
    }
-   lease_unlink (self);
    Py_CLEAR (self->on_lost);
    Py_CLEAR (self->key);
    Py_CLEAR (self->client);
@@ -1016,17 +942,16 @@ static void Lease_dealloc (LeaseObject *self)
 }
 
 /* A core call on the lease: the lease exists and its client is open. */
-static int lease_begin (LeaseObject *self)
+static int lease_check (LeaseObject *self)
 {
    if (!self->lease) {
       raise_invalid ("the lease was never acquired");
       return -1;
    }
-   if (!self->client->c || self->client->closing) {
+   if (client_closed (self->client)) {
       raise_invalid ("I/O operation on a lease of a closed client");
       return -1;
    }
-   self->client->ops++;
    return 0;
 }
 
@@ -1039,8 +964,7 @@ static leaselock_state_t lease_state (LeaseObject *self)
 
 static bool lease_held (LeaseObject *self)
 {
-   return self->lease && !lease_foreign (self) && self->client->c && !self->client->closing &&
-          leaselock_lease_state (self->lease) == LEASELOCK_STATE_HELD;
+   return !lease_foreign (self) && lease_state (self) == LEASELOCK_STATE_HELD;
 }
 
 static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
@@ -1052,13 +976,12 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
    int64_t ttl_ms = 0;
    if (ttl_o != Py_None && seconds_arg (ttl_o, "ttl", SECS_TTL, &ttl_ms) < 0)
       return NULL;
-   if (lease_begin (self) < 0)
+   if (lease_check (self) < 0)
       return NULL;
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
    LL_NOGIL (ok = leaselock_lease_renew (core, ttl_ms, &err));
-   client_end (self->client);
    if (!ok)
       return raise_error (get_state (self->module), &err);
    Py_RETURN_NONE;
@@ -1067,14 +990,13 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
 static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
 {
    (void)unused;
-   if (lease_begin (self) < 0)
+   if (lease_check (self) < 0)
       return NULL;
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
    LL_NOGIL (ok = leaselock_lease_release (core, &err));
-   client_end (self->client);
-   if (!ok && self->client->closing)
+   if (!ok && client_closed (self->client))
       return raise_invalid ("I/O operation on a lease of a closed client");
    if (!ok)
       return raise_error (get_state (self->module), &err);
@@ -1087,15 +1009,29 @@ static PyObject *Lease_enter (LeaseObject *self, PyObject *unused)
    return Py_NewRef (self);
 }
 
+/* LockLost for a lease found lost when its with-block ended. */
+static PyObject *raise_lost_in_block (LeaseObject *self)
+{
+   char msg[LEASELOCK_ERROR_MAX + 64];
+   Py_ssize_t n;
+   const char *k = PyUnicode_AsUTF8AndSize (self->key, &n);
+   snprintf (msg, sizeof msg,
+             "the lease on \"%.64s\" was lost before the block ended (taken over, or not "
+             "renewed before its deadline)",
+             k ? k : "?");
+   return raise_code (get_state (self->module)->LockLost, LEASELOCK_LOST, msg);
+}
+
 /* Leaving the with-block: release. A lease that was lost (renewal failed,
  * local deadline passed, or found taken at release) raises LockLost; the
  * body's exception, if any, becomes its __context__. In a forked child the
- * parent's lease is left alone, silently. */
+ * parent's lease is left alone, silently; so is a lease whose client was
+ * closed (close() released it). */
 static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
    (void)args;
    (void)nargs;
-   if (!self->lease || lease_foreign (self) || !self->client->c || self->client->closing)
+   if (!self->lease || lease_foreign (self) || client_closed (self->client))
       Py_RETURN_FALSE;
    ll_state *st = get_state (self->module);
    leaselock_state_t s = leaselock_lease_state (self->lease);
@@ -1104,23 +1040,11 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
-   self->client->ops++;
    LL_NOGIL (ok = leaselock_lease_release (core, &err));
-   client_end (self->client);
-   if (s == LEASELOCK_STATE_LOST) {
-      char msg[LEASELOCK_ERROR_MAX + 64];
-      Py_ssize_t n;
-      const char *k = PyUnicode_AsUTF8AndSize (self->key, &n);
-      snprintf (msg, sizeof msg,
-                "the lease on \"%.64s\" was lost before the block ended (taken over, or not "
-                "renewed before its deadline)",
-                k ? k : "?");
-      return raise_code (st->LockLost, LEASELOCK_LOST, msg);
-   }
-   if (ok)
-      Py_RETURN_FALSE;
-   if (self->client->closing)
-      Py_RETURN_FALSE; /* close() released it meanwhile */
+   if (s == LEASELOCK_STATE_LOST)
+      return raise_lost_in_block (self);
+   if (ok || client_closed (self->client))
+      Py_RETURN_FALSE; /* or close() released it meanwhile */
    if (err.code == LEASELOCK_NOT_HELD)
       return raise_code (st->LockLost, LEASELOCK_NOT_HELD, err.message);
    return raise_error (st, &err);
@@ -1165,6 +1089,31 @@ static PyObject *Lease_get_lost (LeaseObject *self, void *c)
    return PyBool_FromLong (!lease_foreign (self) && lease_state (self) == LEASELOCK_STATE_LOST);
 }
 
+/* The core's state by name; "foreign" in a forked child for its parent's
+ * lease. */
+static const char *lease_state_name (LeaseObject *self)
+{
+   if (lease_foreign (self))
+      return "foreign";
+   switch (lease_state (self)) {
+      case LEASELOCK_STATE_HELD:
+         return "held";
+      case LEASELOCK_STATE_LOST:
+         return "lost";
+      case LEASELOCK_STATE_CLOSED:
+         return "closed";
+      case LEASELOCK_STATE_RELEASED:
+      default:
+         return "released";
+   }
+}
+
+static PyObject *Lease_get_state (LeaseObject *self, void *c)
+{
+   (void)c;
+   return PyUnicode_FromString (lease_state_name (self));
+}
+
 static PyObject *Lease_get_expires_in (LeaseObject *self, void *c)
 {
    (void)c;
@@ -1187,11 +1136,8 @@ static PyObject *Lease_repr (LeaseObject *self)
       return PyUnicode_FromFormat ("<%s %R fence=%lld held, expires in %ss>", tp, self->key, fence,
                                    left);
    }
-   const char *what = lease_state (self) == LEASELOCK_STATE_LOST ? "lost" : "released";
-   if (self->lease && (!self->client->c || self->client->closing) &&
-       leaselock_lease_state (self->lease) == LEASELOCK_STATE_HELD)
-      what = "client closed";
-   return PyUnicode_FromFormat ("<%s %R fence=%lld %s>", tp, self->key, fence, what);
+   return PyUnicode_FromFormat ("<%s %R fence=%lld %s>", tp, self->key, fence,
+                                lease_state_name (self));
 }
 
 static PyMethodDef Lease_methods[] = {
@@ -1213,6 +1159,10 @@ static PyGetSetDef Lease_getset[] = {
    { "ttl", (getter)Lease_get_ttl, NULL, "The lease duration in seconds.", NULL },
    { "held", (getter)Lease_get_held, NULL, "True while this process holds the lease.", NULL },
    { "lost", (getter)Lease_get_lost, NULL, "True once the lease was declared lost.", NULL },
+   { "state", (getter)Lease_get_state, NULL,
+     "\"held\", \"released\", \"lost\", \"closed\" (held when its client was closed "
+     "without releasing it), or \"foreign\" (a parent's lease in a forked child).",
+     NULL },
    { "expires_in", (getter)Lease_get_expires_in, NULL,
      "Seconds left before the holder's local deadline (0 once passed or released).", NULL },
    { NULL, NULL, NULL, NULL, NULL },
@@ -1314,61 +1264,6 @@ static PyObject *mod_shutdown (PyObject *m, PyObject *unused)
    Py_RETURN_NONE;
 }
 
-/* n acquire + release pairs through the core alone, with the options
- * `with lock:` uses, on a client of its own. Runs without the GIL. */
-static bool bench_loop (const char *uri,
-                        const char *key,
-                        size_t key_len,
-                        long long n,
-                        double *seconds,
-                        leaselock_error_t *err)
-{
-   leaselock_client_t *c = leaselock_client_new (uri, NULL, err);
-   if (!c)
-      return false;
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = 30000;
-   o.timeout_ms = -1;
-   bool ok = true;
-   /* Warm the new client's connection (prepared statements, page cache)
-    * outside the timing, as the binding's long-lived client is. */
-   for (int i = 0; ok && i < 20; i++) {
-      leaselock_lease_t *l = NULL;
-      ok = leaselock_acquire (c, key, key_len, &o, &l, err) && leaselock_lease_release (l, err);
-      leaselock_lease_destroy (l);
-   }
-   struct timespec t0, t1;
-   clock_gettime (CLOCK_MONOTONIC, &t0);
-   for (long long i = 0; ok && i < n; i++) {
-      leaselock_lease_t *l = NULL;
-      ok = leaselock_acquire (c, key, key_len, &o, &l, err) && leaselock_lease_release (l, err);
-      leaselock_lease_destroy (l);
-   }
-   clock_gettime (CLOCK_MONOTONIC, &t1);
-   leaselock_client_destroy (c);
-   *seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-   return ok;
-}
-
-/* _bench_core(uri, key, n) -> seconds taken by bench_loop. For
- * bench/python only. */
-static PyObject *mod_bench_core (PyObject *m, PyObject *args)
-{
-   const char *uri, *key;
-   Py_ssize_t key_len;
-   long long n;
-   if (!PyArg_ParseTuple (args, "ss#L:_bench_core", &uri, &key, &key_len, &n))
-      return NULL;
-   leaselock_error_t err;
-   bool ok;
-   double seconds = 0;
-   LL_NOGIL (ok = bench_loop (uri, key, (size_t)key_len, n, &seconds, &err));
-   if (!ok)
-      return raise_error (get_state (m), &err);
-   return PyFloat_FromDouble (seconds);
-}
-
 static PyMethodDef module_methods[] = {
    { "_check_key", (PyCFunction)(void (*) (void))mod_check_key, METH_FASTCALL, NULL },
    { "_seconds", (PyCFunction)(void (*) (void))mod_seconds, METH_FASTCALL, NULL },
@@ -1376,7 +1271,6 @@ static PyMethodDef module_methods[] = {
      "default_uri($module, /)\n--\n\nThe embedded SQLite URI used when no URI and no "
      "$LEASELOCK_URI are given." },
    { "_shutdown", (PyCFunction)mod_shutdown, METH_NOARGS, NULL },
-   { "_bench_core", (PyCFunction)mod_bench_core, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },
 };
 

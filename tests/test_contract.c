@@ -1126,6 +1126,236 @@ static void test_fork_child_cannot_release (void)
 
 /* ---- bad input --------------------------------------------------------- */
 
+/* ---- closing a client ------------------------------------------------- */
+
+static bool record_owner (leaselock_client_t *c, const char *k, char owner[LEASELOCK_OWNER_LEN + 1])
+{
+   leaselock_record_t rec;
+   bool found = false;
+   leaselock_error_t err;
+   if (!leaselock_inspect (c, k, strlen (k), &rec, &found, &err) || !found)
+      return false;
+   memcpy (owner, rec.owner, LEASELOCK_OWNER_LEN + 1);
+   return true;
+}
+
+/* Close without release: held leases become CLOSED, keep their records,
+ * are renewed no more and refuse every call; on_lost is not called. */
+static void test_close_keeps_leases_closed (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *renewed, *plain, *released;
+   lost_t L = { 0 };
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   CHECK_OK (acq (a, key ("close-renewed"), o, &renewed, &err), err);
+   CHECK_OK (acq (a, key ("close-plain"), opts (60000, false), &plain, &err), err);
+   CHECK_OK (acq (a, key ("close-released"), opts (60000, false), &released, &err), err);
+   CHECK_OK (leaselock_lease_release (released, &err), err);
+   CHECK (!leaselock_client_closed (a));
+   CHECK_OK (leaselock_client_close (a, false, &err), err);
+   CHECK (leaselock_client_closed (a));
+   CHECK_OK (leaselock_client_close (a, false, &err), err); /* idempotent */
+   CHECK_EQ (leaselock_lease_state (renewed), LEASELOCK_STATE_CLOSED);
+   CHECK_EQ (leaselock_lease_state (plain), LEASELOCK_STATE_CLOSED);
+   CHECK_EQ (leaselock_lease_state (released), LEASELOCK_STATE_RELEASED);
+   CHECK_EQ (leaselock_lease_remaining_ms (plain), 0);
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   CHECK (record_owner (b, key ("close-plain"), owner));
+   CHECK (!strcmp (owner, leaselock_lease_owner (plain))); /* not released */
+   long renews = FAKE ? fake_backend_calls (FAKE_RENEW) : 0;
+   t_sleep (1500); /* past the TTL: no renewal, no loss, no callback */
+   if (FAKE)
+      CHECK_EQ (fake_backend_calls (FAKE_RENEW), renews);
+   CHECK_EQ (atomic_load (&L.calls), 0);
+   CHECK_EQ (leaselock_lease_state (renewed), LEASELOCK_STATE_CLOSED);
+   bool ok = leaselock_lease_renew (plain, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "client of this lease is closed");
+   ok = leaselock_lease_release (plain, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "client of this lease is closed");
+   CHECK_EQ (leaselock_lease_state (plain), LEASELOCK_STATE_CLOSED);
+   leaselock_lease_t *again;
+   ok = acq (a, key ("close-other"), opts (5000, false), &again, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is closed");
+   bool found;
+   leaselock_record_t rec;
+   ok =
+     leaselock_inspect (a, key ("close-plain"), strlen (key ("close-plain")), &rec, &found, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is closed");
+   CHECK (!strcmp (leaselock_client_backend (a), leaselock_client_backend (b)));
+   leaselock_lease_destroy (plain); /* a closed lease is not released */
+   CHECK (record_owner (b, key ("close-plain"), owner) && owner[0]);
+   leaselock_client_destroy (a);
+   leaselock_lease_destroy (renewed);
+   leaselock_lease_destroy (released);
+   CHECK_OK (
+     leaselock_force_release (b, key ("close-plain"), strlen (key ("close-plain")), NULL, &err),
+     err);
+   leaselock_client_destroy (b);
+}
+
+/* Close with release: every held lease released (RELEASED, record free),
+ * another client's lease untouched. */
+static void test_close_releases_held (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *l1, *l2, *lb;
+   CHECK_OK (acq (a, key ("close-rel-1"), opts (60000, true), &l1, &err), err);
+   CHECK_OK (acq (a, key ("close-rel-2"), opts (60000, false), &l2, &err), err);
+   CHECK_OK (acq (b, key ("close-rel-b"), opts (60000, true), &lb, &err), err);
+   CHECK_OK (leaselock_client_close (a, true, &err), err);
+   CHECK_EQ (leaselock_lease_state (l1), LEASELOCK_STATE_RELEASED);
+   CHECK_EQ (leaselock_lease_state (l2), LEASELOCK_STATE_RELEASED);
+   CHECK_EQ (leaselock_lease_state (lb), LEASELOCK_STATE_HELD);
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   CHECK (record_owner (b, key ("close-rel-1"), owner) && !owner[0]);
+   CHECK (record_owner (b, key ("close-rel-2"), owner) && !owner[0]);
+   CHECK (record_owner (b, key ("close-rel-b"), owner));
+   CHECK (!strcmp (owner, leaselock_lease_owner (lb)));
+   bool ok = leaselock_lease_release (l1, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "client of this lease is closed");
+   CHECK_OK (leaselock_client_close (a, true, &err), err); /* twice: nothing left */
+   leaselock_lease_t *l;
+   CHECK_OK (acq (b, key ("close-rel-1"), opts (5000, false), &l, &err), err);
+   leaselock_lease_destroy (l);
+   leaselock_lease_destroy (l1);
+   leaselock_lease_destroy (l2);
+   leaselock_client_destroy (a);
+   CHECK_EQ (leaselock_lease_state (lb), LEASELOCK_STATE_HELD);
+   CHECK_OK (leaselock_lease_release (lb, &err), err);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (b);
+}
+
+/* A release that fails during close: each lease is still tried, close
+ * reports the first failure and the client is closed all the same. */
+static void test_close_release_fails (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *l1, *l2;
+   CHECK_OK (acq (a, key ("close-fail-1"), opts (60000, false), &l1, &err), err);
+   CHECK_OK (acq (a, key ("close-fail-2"), opts (60000, false), &l2, &err), err);
+   long before = fake_backend_calls (FAKE_RELEASE);
+   fake_backend_fail_next (FAKE_RELEASE, 2); /* the first release and its resend */
+   bool ok = leaselock_client_close (a, true, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BACKEND, "");
+   CHECK_EQ (fake_backend_calls (FAKE_RELEASE) - before, 3);
+   CHECK (leaselock_client_closed (a));
+   /* the failed one was let go (RELEASED, as a failed release is), the
+    * other released */
+   CHECK_EQ (leaselock_lease_state (l1), LEASELOCK_STATE_RELEASED);
+   CHECK_EQ (leaselock_lease_state (l2), LEASELOCK_STATE_RELEASED);
+   leaselock_lease_destroy (l1);
+   leaselock_lease_destroy (l2);
+   leaselock_client_destroy (a);
+}
+
+typedef struct
+{
+   leaselock_client_t *c;
+   const char *key;
+   bool ok;
+   leaselock_error_t err;
+} close_waiter_t;
+
+static void *close_waiter_main (void *arg)
+{
+   close_waiter_t *w = arg;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = -1; /* forever, and no should_stop */
+   leaselock_lease_t *l;
+   w->ok = leaselock_acquire (w->c, w->key, strlen (w->key), &o, &l, &w->err);
+   if (w->ok)
+      leaselock_lease_destroy (l);
+   return NULL;
+}
+
+static int64_t real_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A blocking acquire of a client that another thread closes ends at once
+ * with INVALID. */
+static void test_close_stops_waiter (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   CHECK_OK (acq (a, key ("close-wait"), opts (60000, false), &la, &err), err);
+   close_waiter_t w = { .c = b, .key = key ("close-wait") };
+   pthread_t th;
+   pthread_create (&th, NULL, close_waiter_main, &w);
+   t_sleep (2000); /* the backoff grows to its cap */
+   int64_t t0 = real_ms ();
+   CHECK_OK (leaselock_client_close (b, true, &err), err);
+   pthread_join (th, NULL);
+   int64_t took = real_ms () - t0;
+   CHECK_ERR (w.ok, w.err, LEASELOCK_INVALID, "client was closed while waiting for");
+   CHECK (took < 1000);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_HELD);
+   leaselock_client_destroy (b);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+typedef struct
+{
+   leaselock_client_t *c;
+   atomic_int calls;
+   atomic_bool close_ok;
+} closing_cb_t;
+
+static void close_on_lost (leaselock_lease_t *lease, void *ud)
+{
+   (void)lease;
+   closing_cb_t *x = ud;
+   leaselock_error_t err;
+   atomic_store (&x->close_ok, leaselock_client_close (x->c, true, &err));
+   atomic_fetch_add (&x->calls, 1);
+}
+
+/* on_lost may close its own client (from the renewal thread); destroy
+ * then joins that thread. */
+static void test_close_from_on_lost (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *lost, *other;
+   closing_cb_t x = { .c = a };
+   leaselock_acquire_opts_t o = opts (1000, true);
+   o.on_lost = close_on_lost;
+   o.on_lost_data = &x;
+   CHECK_OK (acq (a, key ("close-cb"), o, &lost, &err), err);
+   CHECK_OK (acq (a, key ("close-cb-other"), opts (60000, true), &other, &err), err);
+   CHECK_OK (leaselock_force_release (b, key ("close-cb"), strlen (key ("close-cb")), NULL, &err),
+             err);
+   for (int i = 0; i < 300 && atomic_load (&x.calls) == 0; i++)
+      t_sleep (10);
+   CHECK_EQ (atomic_load (&x.calls), 1);
+   CHECK (atomic_load (&x.close_ok));
+   CHECK (leaselock_client_closed (a));
+   CHECK_EQ (leaselock_lease_state (lost), LEASELOCK_STATE_LOST);
+   CHECK_EQ (leaselock_lease_state (other), LEASELOCK_STATE_RELEASED);
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   CHECK (record_owner (b, key ("close-cb-other"), owner) && !owner[0]);
+   leaselock_lease_destroy (lost);
+   leaselock_client_destroy (a);
+   leaselock_lease_destroy (other);
+   leaselock_client_destroy (b);
+}
+
 static void test_bad_keys (void)
 {
    leaselock_client_t *c = client (NULL);
@@ -1729,6 +1959,12 @@ int main (int argc, char **argv)
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
+   RUN (test_close_keeps_leases_closed);
+   RUN (test_close_releases_held);
+   if (FAKE)
+      RUN (test_close_release_fails);
+   RUN (test_close_stops_waiter);
+   RUN (test_close_from_on_lost);
    RUN (test_bad_keys);
    RUN (test_bad_ttls);
    RUN (test_bad_labels_and_renew_ttls);

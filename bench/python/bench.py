@@ -1,9 +1,11 @@
 """make bench-python: acquire+release pairs per second through the Python
 binding's `with lock:` beside
 
-  - the same loop inside the C core (leaselock._leaselock._bench_core: a C
-    loop of leaselock_acquire/release, no Python per pair), on embedded
-    SQLite and on MongoDB when MONGODB_URI is set (goal: >= 0.85 of it);
+  - the same loop inside the C core (core_loop.c: a C loop of
+    leaselock_acquire/release, no Python per pair, in a small library of its
+    own that make bench-python builds and this script loads with ctypes,
+    --core-lib), on embedded SQLite and on MongoDB when MONGODB_URI is set
+    (goal: >= 0.85 of it);
   - a pure-Python pymongo implementation of the same protocol
     (pymongo_lease.py) against the same MongoDB server (goal: >= 2x).
 
@@ -19,6 +21,7 @@ client itself costs; the first set keeps it, as a two-host setup would. This is 
 benchmark, not a test: it reports, it does not fail on speed.
 """
 import argparse
+import ctypes
 import os
 import statistics
 import sys
@@ -27,7 +30,6 @@ import time
 import uuid
 
 import leaselock
-from leaselock import _leaselock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,8 +43,27 @@ def rate_with_lock(client, key, n):
     return n / (time.perf_counter() - t)
 
 
+_core_loop = None
+
+
+def load_core_loop(path):
+    """llbench_core_loop from core_loop.c (ctypes releases the GIL around it)."""
+    global _core_loop
+    lib = ctypes.CDLL(path)
+    fn = lib.llbench_core_loop
+    fn.restype = ctypes.c_double
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_longlong,
+                   ctypes.c_char_p, ctypes.c_size_t]
+    _core_loop = fn
+
+
 def rate_core(uri, key, n):
-    return n / _leaselock._bench_core(uri, key, n)
+    k = key.encode()
+    err = ctypes.create_string_buffer(512)
+    seconds = _core_loop(uri.encode(), k, len(k), n, err, len(err))
+    if seconds < 0:
+        raise RuntimeError(f"core loop: {err.value.decode(errors='replace')}")
+    return n / seconds
 
 
 def rate_pymongo(impl, key, n):
@@ -114,7 +135,10 @@ def main():
     ap.add_argument("--sqlite-pairs", type=int, default=500, help="pairs per SQLite round")
     ap.add_argument("--sqlite-rounds", type=int, default=61,
                     help="SQLite rounds (short ones, many: a WAL checkpoint lands in a few)")
+    ap.add_argument("--core-lib", required=True,
+                    help="the library built from bench/python/core_loop.c")
     args = ap.parse_args()
+    load_core_loop(args.core_lib)
     with tempfile.TemporaryDirectory(prefix="leaselock-bench-") as d:
         run("sqlite (embedded, WAL)", f"sqlite://{d}/bench.db", args.sqlite_pairs,
             args.sqlite_rounds)

@@ -94,7 +94,9 @@ def _record(t: tuple) -> dict:
 
 class Client(_leaselock.Client):
     """A connection to one lock database. Thread-safe; a context manager
-    that closes it. close() releases the leases still held through it."""
+    that closes it. close() releases the leases still held through it;
+    a client that is garbage collected without close() releases nothing
+    (its Lease objects release their own leases when they go)."""
 
     def __init__(self, uri: Optional[str] = None, *, label: Optional[str] = None) -> None:
         super().__init__(uri, label=label)
@@ -254,8 +256,9 @@ class Lock:
 
     # -- core calls --------------------------------------------------------
     def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
-        return self._client._acquire(self._key, self._ttl_ms, timeout_ms, self._min_hold_ms,
-                                     self._auto_renew, self._on_lost, cancel)
+        return self._client._acquire(self._key, ttl_ms=self._ttl_ms, timeout_ms=timeout_ms,
+                                     min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
+                                     on_lost=self._on_lost, cancel=cancel)
 
     def _busy_error(self, timeout_ms: int) -> LockTimeout:
         return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")

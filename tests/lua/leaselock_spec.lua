@@ -228,18 +228,17 @@ for _, backend in ipairs(H.backends()) do
       assert.equals("NOT_HELD", code)
     end)
 
-    it("lock:with reports NOT_HELD when fn closed the client", function()
+    it("lock:with returns fn's results when fn closed the client (close released it)", function()
       local key = H.key("with-closed-client")
       local c = assert(leaselock.connect(backend.uri))
-      local r, msg, code = c:lock(key):with(function(l)
-        c:close()
+      local r = c:lock(key):with(function(l)
+        assert.is_true(c:close())
         assert.is_false(l:held())
+        assert.equals("released", l:state())
         return "result"
       end)
-      assert.is_nil(r)
-      assert.matches("client of this lease is closed", msg)
-      assert.equals("NOT_HELD", code)
-      assert.is_true(admin:force_release(key))
+      assert.equals("result", r)
+      assert.is_nil(admin:info(key).owner)
     end)
 
     if backend.name == "sqlite" then
@@ -452,6 +451,9 @@ for _, backend in ipairs(H.backends()) do
     it("calls on_lost protected: its error replaces nothing", function()
       local key = H.key("on-lost-error")
       local calls = 0
+      local warnings = {}
+      local previous = leaselock.on_warning(function(msg) warnings[#warnings + 1] = msg end)
+      finally(function() leaselock.on_warning(previous) end)
       local lock = client:lock(key, {
         ttl = 0.1, auto_renew = false,
         on_lost = function() calls = calls + 1; error("on_lost failed (as this test expects)") end,
@@ -493,6 +495,27 @@ for _, backend in ipairs(H.backends()) do
         assert.equals("scope error", cerr)
         assert.equals(5, calls)
       end
+      -- each error went to the warning function, none to the output
+      assert.equals(calls, #warnings)
+      for _, w in ipairs(warnings) do
+        assert.matches("^leaselock: error in on_lost %(.*on_lost failed %(as this test expects%)%)$", w)
+      end
+    end)
+
+    it("sends on_lost errors to leaselock.on_warning until it is reset", function()
+      local key = H.key("on-warning")
+      local got = {}
+      local lock = client:lock(key, { ttl = 0.1, auto_renew = false,
+        on_lost = function() error("lost, and says so", 0) end })
+      assert.is_nil(leaselock.on_warning(function(msg) got[#got + 1] = msg end))
+      local lease = assert(lock:try_acquire())
+      H.sleep(0.15)
+      assert.is_false(lease:held())
+      local mine = leaselock.on_warning(nil)
+      assert.is_function(mine)
+      assert.same({ "leaselock: error in on_lost (lost, and says so)" }, got)
+      assert.has_error(function() leaselock.on_warning(42) end,
+        "bad argument #1 to 'on_warning' (function or nil expected, got number)")
     end)
 
     it("reports an on_lost error as a warning (5.4) or on stderr (LuaJIT)", function()
@@ -522,30 +545,76 @@ for _, backend in ipairs(H.backends()) do
       assert.matches("released", tostring(lease))
     end)
 
-    it("answers NOT_HELD for leases of a closed client", function()
+    it("releases what the client holds at close, then answers NOT_HELD", function()
       local key = H.key("closed-client")
       local c = assert(leaselock.connect(backend.uri))
       local lease = assert(c:lock(key, { ttl = 5 }):try_acquire())
       local released = assert(c:lock(H.key("closed-client-released")):try_acquire())
       assert.is_true(released:release())
+      local others = assert(client:lock(H.key("closed-client-other")):try_acquire())
+      assert.equals("held", lease:state())
       assert.is_true(c:close())
       assert.is_true(c:close()) -- idempotent
       assert.matches("closed", tostring(c))
       assert.is_false(lease:held())
       assert.is_false(lease:lost())
-      assert.matches("fence=" .. lease.fence .. ", client closed%)", tostring(lease))
+      assert.equals("released", lease:state())
+      assert.matches("fence=" .. lease.fence .. ", released%)", tostring(lease))
       assert.matches(", released%)", tostring(released))
       local ok, msg, code = lease:release()
       assert.is_nil(ok)
       assert.matches("client of this lease is closed", msg)
       assert.equals("NOT_HELD", code)
-      assert.is_false(lease:held())
-      -- not released: the record keeps its owner until it expires
-      assert.equals(lease.owner, admin:info(key).owner)
-      assert.has_error(function() c:lock(key) end,
-        "attempt to use a closed leaselock.client (in 'lock')")
-      assert.is_true(admin:force_release(key))
+      ok, msg, code = lease:renew()
+      assert.is_nil(ok)
+      assert.matches("client of this lease is closed", msg)
+      assert.equals("NOT_HELD", code)
+      -- released by the close; another client's lease untouched
+      assert.is_nil(admin:info(key).owner)
+      assert.equals("held", others:state())
+      assert.equals(others.owner, admin:info(others.key).owner)
+      assert.is_true(others:release())
+      for _, use in ipairs { "lock", "info", "locks", "force_release" } do
+        assert.has_error(function() c[use](c, key) end,
+          ("attempt to use a closed leaselock.client (in '%s')"):format(use))
+      end
     end)
+
+    if backend.name == "sqlite" then
+      it("client:close() reports a release that failed, and is closed all the same", function()
+        local key = H.key("close-fails")
+        local path = assert(backend.uri:match("^sqlite://(/.*)$"))
+        local c = assert(leaselock.connect(backend.uri .. "?busy_timeout_ms=50"))
+        local lease = assert(c:lock(key):try_acquire())
+        local p = assert(io.popen(("printf 'BEGIN EXCLUSIVE;\\n.print locked\\n"
+          .. ".shell sleep 0.5\\nCOMMIT;\\n' | sqlite3 '%s'"):format(path)))
+        assert.equals("locked", p:read("*l"))
+        local ok, msg, code = c:close()
+        p:close()
+        assert.is_nil(ok)
+        assert.matches("SQLite", msg)
+        assert.equals("BACKEND", code)
+        assert.is_true(c:close())
+        assert.is_false(lease:held())
+        assert.has_error(function() c:lock(key) end,
+          "attempt to use a closed leaselock.client (in 'lock')")
+        assert.is_true(admin:force_release(key))
+      end)
+    end
+
+    if is54 then
+      it("<close> on a client releases what it holds", function()
+        local key = H.key("client-tbc")
+        local run = assert(load([[
+          local leaselock, uri, key = ...
+          local c <close> = assert(leaselock.connect(uri))
+          return assert(c:lock(key):try_acquire())
+        ]], "=client-tbc", "t"))
+        local lease = run(leaselock, backend.uri, key)
+        assert.equals("released", lease:state())
+        assert.is_nil(admin:info(key).owner)
+      end)
+    end
   end)
 end
 

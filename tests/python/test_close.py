@@ -158,3 +158,77 @@ def test_on_lost_may_close_the_client(uri, key):
             c.info(key)
         assert other.info(key)["owner"] == thief.owner
         thief.release()
+
+
+def test_lease_states_after_close(uri, key):
+    c = leaselock.connect(uri)
+    held = c.lock(key).acquire()
+    done = c.lock(key + "/done").acquire()
+    done.release()
+    assert (held.state, done.state) == ("held", "released")
+    c.close()
+    # close() released it: the core says so, not the binding
+    assert (held.state, done.state) == ("released", "released")
+    assert "released" in repr(held) and not held.held and not held.lost
+    with leaselock.connect(uri) as other:
+        assert other.info(key)["owner"] is None
+
+
+def test_close_reports_a_failed_release(tmp_path, key):
+    # Another process holds SQLite's write lock past the release: close()
+    # tries it, raises the backend's error, and the client is closed anyway.
+    path = tmp_path / "locks.db"
+    c = leaselock.connect(f"sqlite://{path}?busy_timeout_ms=50")
+    lease = c.lock(key).acquire()
+    p = subprocess.Popen(["sqlite3", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    p.stdin.write("BEGIN EXCLUSIVE;\n.print locked\n")
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == "locked"
+    try:
+        with pytest.raises(leaselock.BackendError, match="SQLite") as e:
+            c.close()
+        assert e.value.code == "BACKEND"
+    finally:
+        p.stdin.write("COMMIT;\n")
+        p.stdin.close()
+        p.wait(10)
+    assert c.closed and not lease.held
+    c.close()  # closed: nothing more to do
+    with leaselock.connect(f"sqlite://{path}") as other:
+        assert other.force_release(key)
+
+
+def test_close_ends_a_wait_with_the_cores_message(uri, key):
+    with leaselock.connect(uri) as holder:
+        held = holder.lock(key).acquire()
+        c = leaselock.connect(uri)
+        errors = []
+
+        def waiter():
+            try:
+                c.lock(key).acquire(timeout=30)
+            except ValueError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.3)
+        c.close()
+        t.join(5)
+        assert not t.is_alive()
+        assert "the client was closed while waiting for" in str(errors[0])
+        assert errors[0].code == "INVALID"
+        held.release()
+
+
+def test_acquire_takes_keywords(client, key):
+    with pytest.raises(TypeError, match="one positional argument"):
+        client._acquire(key, 1000, 0)
+    with pytest.raises(TypeError, match="ttl_ms and timeout_ms"):
+        client._acquire(key, ttl_ms=1000)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ttl'"):
+        client._acquire(key, ttl=1000, ttl_ms=1000, timeout_ms=0)
+    lease = client._acquire(key, ttl_ms=1000, timeout_ms=0)
+    assert lease.held and lease.ttl == 1.0
+    lease.release()
