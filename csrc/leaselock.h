@@ -2,7 +2,7 @@
  * leaselock.h - lease-based distributed locks on a database.
  *
  * The one public header of the leaselock core. The behaviour is the lease
- * contract (docs: README.md, "Semantics"). Conventions:
+ * contract (docs/contract.md; README.md, "The contract in brief"). Conventions:
  *
  *  - Opaque types with _new/_destroy pairs; every _destroy accepts NULL.
  *  - Every fallible call returns bool and fills a leaselock_error_t that may
