@@ -268,19 +268,15 @@ static bool parse_address (my_conn_t *c,
    return true;
 }
 
-static bool my_parse_uri (ll_sql_conn_t *b, const char *text, leaselock_error_t *err)
+static bool my_parse_uri (ll_sql_conn_t *b,
+                          const ll_uri_t *u,
+                          const char *text,
+                          leaselock_error_t *err)
 {
-   my_conn_t *c = (my_conn_t *)b;
-   ll_uri_t u;
-   if (!ll_uri_parse (text, &u, err))
-      return false;
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
-   bool ok = ll_secrets_from_uri (&b->secrets, text) ||
-             ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   ok = ok && parse_options (c, &u, shown, err) && parse_address (c, &u, shown, err);
-   ll_uri_cleanup (&u);
-   return ok;
+   my_conn_t *c = (my_conn_t *)b;
+   return parse_options (c, u, shown, err) && parse_address (c, u, shown, err);
 }
 
 /* ---- connection ------------------------------------------------------ */

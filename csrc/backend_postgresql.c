@@ -155,12 +155,11 @@ static bool parse_timeouts (pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *
    return true;
 }
 
-/* The URI's secrets as ll_uri_redact hides them, and the password and
- * sslpassword exactly as libpq reads them (PQconninfoParse, no I/O). */
-static bool add_secrets (pg_conn_t *c, const char *text)
+/* Beside the URI's secrets as ll_uri_redact hides them (ll_sql_open adds
+ * those), the password and sslpassword exactly as libpq reads them
+ * (PQconninfoParse, no I/O). */
+static bool add_libpq_secrets (pg_conn_t *c, const char *text)
 {
-   if (!ll_secrets_from_uri (&c->b.secrets, text))
-      return false;
    PQconninfoOption *opts = PQconninfoParse (text, NULL);
    bool ok = true;
    for (PQconninfoOption *o = opts; o && o->keyword && ok; o++)
@@ -202,18 +201,18 @@ static char *without_own_options (const char *text)
 }
 
 /* Reads leaselock's options and keeps the rest of the URI for libpq. */
-static bool pg_parse_uri (ll_sql_conn_t *b, const char *text, leaselock_error_t *err)
+static bool pg_parse_uri (ll_sql_conn_t *b,
+                          const ll_uri_t *u,
+                          const char *text,
+                          leaselock_error_t *err)
 {
    pg_conn_t *c = (pg_conn_t *)b;
-   ll_uri_t u;
-   if (!ll_uri_parse (text, &u, err))
+   const char *table = ll_uri_param (u, "table");
+   if (!parse_timeouts (c, u, err) || (table && !ll_sql_table_option (b, table, err)))
       return false;
-   const char *table = ll_uri_param (&u, "table");
-   bool ok = parse_timeouts (c, &u, err) && (!table || ll_sql_table_option (b, table, err));
-   ll_uri_cleanup (&u);
-   if (ok && (!add_secrets (c, text) || !(c->conninfo = without_own_options (text))))
-      ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   return ok;
+   if (!add_libpq_secrets (c, text) || !(c->conninfo = without_own_options (text)))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   return true;
 }
 
 /* ---- bounded I/O ----------------------------------------------------- */
@@ -251,6 +250,7 @@ static bool timed_out (pg_conn_t *c,
              (long long)limit_ms);
    return ll_backend_fail (err, "postgresql", what, msg, NULL, option);
 }
+
 /* After a PQsend* call: flushes the query and reads every result by
  * deadline_ms. Returns the first result that failed, or else the last
  * one (the caller clears it); NULL with err set when the connection failed
@@ -315,6 +315,7 @@ static PGresult *exec_setup (pg_conn_t *c,
 
 /* ---- connection ------------------------------------------------------ */
 
+/* Each statement's number of parameters, and its name on the server. */
 static const int n_params[LL_SQL_COUNT] = {
    [LL_SQL_ACQUIRE] = 6,   [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3, [LL_SQL_INSPECT] = 1,
    [LL_SQL_LIST_FROM] = 1, [LL_SQL_LIST_RANGE] = 2, [LL_SQL_FORCE] = 1,
@@ -392,7 +393,8 @@ static bool start_connect (pg_conn_t *c, leaselock_error_t *err)
 
 /* Connects (every host and address of the URI in turn, as libpq does) and
  * sets the connection non-blocking, within connect_timeout; the schema
- * check that follows (ll_sql_ensure_schema) has the same deadline. */
+ * check that backend_sql.c runs next (pg_read_version, pg_create_schema)
+ * has the same deadline. */
 static bool pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    pg_conn_t *c = (pg_conn_t *)b;

@@ -12,13 +12,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Reads the schema version, creates the schema when there is none, and
+ * refuses a version other than the driver's. */
+static bool ensure_schema (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   const ll_sql_driver_t *d = b->driver;
+   long version = -1;
+   if (!d->read_version (b, &version, err))
+      return false;
+   if (version < 0) {
+      if (!d->create_schema (b, err))
+         return false;
+      version = d->schema_version;
+   }
+   if (version != d->schema_version)
+      return ll_error_set (err, LEASELOCK_BACKEND,
+                           "%s: table %c%s%c has schema version %ld; this leaselock knows "
+                           "version %d",
+                           d->name, d->quote, b->table, d->quote, version, d->schema_version);
+   return true;
+}
+
 /* Connects, then checks the schema; disconnected on failure. */
 static bool sql_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
-   if (b->driver->connect (b, err) && ll_sql_ensure_schema (b, err))
+   if (b->driver->connect (b, err) && ensure_schema (b, err))
       return true;
    b->driver->disconnect (b);
    return false;
+}
+
+/* Parses the URI, keeps its secrets to scrub from messages, and lets the
+ * backend read the rest. */
+static bool read_uri (ll_sql_conn_t *b, const char *text, leaselock_error_t *err)
+{
+   ll_uri_t u;
+   if (!ll_uri_parse (text, &u, err))
+      return false;
+   bool ok = ll_secrets_from_uri (&b->secrets, text) ||
+             ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   ok = ok && b->driver->parse_uri (b, &u, text, err);
+   ll_uri_cleanup (&u);
+   return ok;
 }
 
 void *ll_sql_open (ll_sql_conn_t *b,
@@ -30,7 +65,7 @@ void *ll_sql_open (ll_sql_conn_t *b,
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
    b->driver = driver;
    snprintf (b->table, sizeof b->table, "leaselock");
-   if (!driver->parse_uri (b, uri, err) ||
+   if (!read_uri (b, uri, err) ||
        !ll_sql_format_all (b->sql, driver->templates, LL_SQL_COUNT, b->table, err) ||
        !sql_connect (b, err)) {
       ll_sql_close (b);
@@ -47,25 +82,6 @@ bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t
                            "letters, digits or _ not starting with a digit",
                            b->driver->name, value);
    snprintf (b->table, sizeof b->table, "%s", value);
-   return true;
-}
-
-bool ll_sql_ensure_schema (ll_sql_conn_t *b, leaselock_error_t *err)
-{
-   const ll_sql_driver_t *d = b->driver;
-   long version = -1;
-   if (!d->read_version (b, &version, err))
-      return false;
-   if (version < 0) {
-      if (!d->create_schema (b, err))
-         return false;
-      version = d->schema_version;
-   }
-   if (version != d->schema_version)
-      return ll_error_set (err, LEASELOCK_BACKEND,
-                           "%s: table %c%s%c has schema version %ld; this leaselock knows "
-                           "version %d",
-                           d->name, d->quote, b->table, d->quote, version, d->schema_version);
    return true;
 }
 

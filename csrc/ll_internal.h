@@ -380,8 +380,12 @@ typedef struct ll_sql_driver
    /* Frees what the backend's connection holds beyond its ll_sql_conn_t
     * (not the connection itself); once disconnected. */
    void (*free_fields) (ll_sql_conn_t *b);
-   /* Reads the URI into the connection (table= with ll_sql_table_option). */
-   bool (*parse_uri) (ll_sql_conn_t *b, const char *uri, leaselock_error_t *err);
+   /* Reads the parsed URI u (text: as the user gave it) into the
+    * connection: table= through ll_sql_table_option. */
+   bool (*parse_uri) (ll_sql_conn_t *b,
+                      const ll_uri_t *u,
+                      const char *text,
+                      leaselock_error_t *err);
    /* Opens the driver's connection (the schema is checked after). */
    bool (*connect) (ll_sql_conn_t *b, leaselock_error_t *err);
    /* Whether there is a connection the server has not closed (an idle
@@ -412,8 +416,10 @@ struct ll_sql_conn
 };
 
 /* The backend's open: b is its new zeroed connection (NULL: NOMEM). Reads
- * the URI, formats the statements, connects and checks the schema.
- * Returns b, or NULL after closing it. */
+ * the URI (its secrets from ll_secrets_from_uri, the rest through
+ * parse_uri), formats the statements, connects, and checks the schema
+ * version (creating the schema when there is none; BACKEND for a version
+ * other than the driver's). Returns b, or NULL after closing it. */
 void *ll_sql_open (ll_sql_conn_t *b,
                    const ll_sql_driver_t *driver,
                    const char *uri,
@@ -421,11 +427,9 @@ void *ll_sql_open (ll_sql_conn_t *b,
 /* The table= option: INVALID unless value is an identifier
  * (ll_valid_identifier); else copied to b->table. */
 bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t *err);
-/* Reads the schema version, creates the schema when there is none, and
- * refuses (BACKEND) a version other than the driver's. */
-bool ll_sql_ensure_schema (ll_sql_conn_t *b, leaselock_error_t *err);
-/* Before statement id: reconnects when the connection is gone or the
- * server closed it while idle, then prepares the statement. */
+/* Before statement id: reconnects (and checks the schema, as open does)
+ * when the connection is gone or the server closed it while idle, then
+ * prepares the statement. */
 bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err);
 /* The backend's close (ll_backend_t): disconnects and frees everything;
  * NULL is fine. */
