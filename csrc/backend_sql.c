@@ -25,12 +25,13 @@ static bool ensure_schema (ll_sql_conn_t *b, leaselock_error_t *err)
          return false;
       version = d->schema_version;
    }
-   if (version != d->schema_version)
-      return ll_error_set (err, LEASELOCK_BACKEND,
-                           "%s: table %c%s%c has schema version %ld; this leaselock knows "
-                           "version %d",
-                           d->name, d->quote, b->table, d->quote, version, d->schema_version);
-   return true;
+   if (version == d->schema_version)
+      return true;
+   char msg[160];
+   snprintf (msg, sizeof msg,
+             "table %c%s%c has schema version %ld; this leaselock knows version %d", d->quote,
+             b->table, d->quote, version, d->schema_version);
+   return ll_backend_fail (err, d->name, "checking the schema", msg, NULL, NULL);
 }
 
 /* Connects, then checks the schema; disconnected on failure. */
