@@ -79,6 +79,7 @@
 #include <string.h>
 
 #define DEADLOCK_RETRIES 5
+#define DEFAULT_TIMEOUT_S 5 /* io_timeout and connect_timeout */
 #define MAX_TIMEOUT_S 86400
 
 typedef struct
@@ -229,8 +230,8 @@ static bool parse_options (my_conn_t *c,
                            const char *shown,
                            leaselock_error_t *err)
 {
-   my_timeouts_t t = { .io = 5 };
-   c->connect_timeout = 5;
+   my_timeouts_t t = { .io = DEFAULT_TIMEOUT_S };
+   c->connect_timeout = DEFAULT_TIMEOUT_S;
    for (int i = 0; i < u->n_params; i++)
       if (!parse_option (c, u->params[i].name, u->params[i].value, &t, shown, err))
          return false;
