@@ -55,6 +55,7 @@ build = {
         "csrc/duration.c",
         "csrc/backend.c",
         "csrc/backend_util.c",
+        "csrc/backend_sql.c",
         "csrc/deadline.c",
         "csrc/engine.c",
         "csrc/backend_sqlite.c",

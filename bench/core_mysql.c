@@ -17,27 +17,18 @@
 #include <mysql.h>
 #include <unistd.h>
 
-/* The backend's two statements, word for word (csrc/backend_mysql.c). */
-#define TAKEABLE "(expires_at <= UTC_TIMESTAMP(6) OR owner <=> ?)"
-static const char acquire_sql[] =
-  "INSERT INTO `leaselock` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "
-  "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + "
-  "INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?) ON DUPLICATE KEY UPDATE "
-  "fence = IF(" TAKEABLE ", LAST_INSERT_ID(fence + 1), fence), "
-  "acquired_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6), acquired_at), "
-  "holder_host = IF(" TAKEABLE ", ?, holder_host), "
-  "holder_pid = IF(" TAKEABLE ", ?, holder_pid), "
-  "holder_label = IF(" TAKEABLE ", ?, holder_label), "
-  "owner = IF(" TAKEABLE ", ?, owner), "
-  "expires_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)";
-static const char release_sql[] =
-  "UPDATE `leaselock` SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "
-  "acquired_at + INTERVAL ? MICROSECOND) WHERE lock_key = ? AND owner = ?";
+/* The backend's statement text, from the header it compiles. */
+#include "sql_mysql.h"
+
+/* The engine's client uses the default table. */
+#define TABLE "leaselock"
 
 typedef struct
 {
    MYSQL *db;
    MYSQL_STMT *acq, *rel;
+   char acquire_sql[sizeof LL_MYSQL_ACQUIRE + sizeof TABLE];
+   char release_sql[sizeof LL_MYSQL_RELEASE + sizeof TABLE];
    char host[256];
    uint64_t counter;
 } bare_t;
@@ -71,11 +62,13 @@ static void bare_open (bare_t *b, const char *uri)
                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
    if (!mysql_real_connect (b->db, host, user, pass, db, port, NULL, 0))
       bench_die ("bare connect", mysql_error (b->db));
+   snprintf (b->acquire_sql, sizeof b->acquire_sql, LL_MYSQL_ACQUIRE, TABLE);
+   snprintf (b->release_sql, sizeof b->release_sql, LL_MYSQL_RELEASE, TABLE);
    b->acq = mysql_stmt_init (b->db);
    b->rel = mysql_stmt_init (b->db);
-   if (mysql_stmt_prepare (b->acq, acquire_sql, strlen (acquire_sql)))
+   if (mysql_stmt_prepare (b->acq, b->acquire_sql, strlen (b->acquire_sql)))
       bench_die ("bare prepare acquire", mysql_stmt_error (b->acq));
-   if (mysql_stmt_prepare (b->rel, release_sql, strlen (release_sql)))
+   if (mysql_stmt_prepare (b->rel, b->release_sql, strlen (b->release_sql)))
       bench_die ("bare prepare release", mysql_stmt_error (b->rel));
    if (gethostname (b->host, sizeof b->host - 1) != 0)
       strcpy (b->host, "unknown");

@@ -17,24 +17,17 @@
 #include <libpq-fe.h>
 #include <unistd.h>
 
-/* The backend's two statements, word for word (csrc/backend_postgresql.c). */
-static const char acquire_sql[] =
-  "INSERT INTO \"leaselock\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "
-  "holder_pid, holder_label) VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * "
-  "interval '1 microsecond', clock_timestamp(), $4, $5::bigint, $6) "
-  "ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, fence = l.fence + 1, "
-  "expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', "
-  "acquired_at = clock_timestamp(), holder_host = excluded.holder_host, "
-  "holder_pid = excluded.holder_pid, holder_label = excluded.holder_label "
-  "WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner RETURNING fence";
-static const char release_sql[] =
-  "UPDATE \"leaselock\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "
-  "acquired_at + $3::bigint * interval '1 microsecond') "
-  "WHERE lock_key = $1 AND owner = $2";
+/* The backend's statement text, from the header it compiles. */
+#include "sql_postgresql.h"
+
+/* The engine's client uses the default table. */
+#define TABLE "leaselock"
 
 typedef struct
 {
    PGconn *db;
+   char acquire_sql[sizeof LL_POSTGRESQL_ACQUIRE + sizeof TABLE];
+   char release_sql[sizeof LL_POSTGRESQL_RELEASE + sizeof TABLE];
    char host[256];
    uint64_t counter;
 } bare_t;
@@ -45,11 +38,13 @@ static void bare_open (bare_t *b, const char *uri)
    b->db = PQconnectdb (uri);
    if (PQstatus (b->db) != CONNECTION_OK)
       bench_die ("bare connect", PQerrorMessage (b->db));
-   PGresult *r = PQprepare (b->db, "bare_acquire", acquire_sql, 6, NULL);
+   snprintf (b->acquire_sql, sizeof b->acquire_sql, LL_POSTGRESQL_ACQUIRE, TABLE);
+   snprintf (b->release_sql, sizeof b->release_sql, LL_POSTGRESQL_RELEASE, TABLE);
+   PGresult *r = PQprepare (b->db, "bare_acquire", b->acquire_sql, 6, NULL);
    if (PQresultStatus (r) != PGRES_COMMAND_OK)
       bench_die ("bare prepare acquire", PQresultErrorMessage (r));
    PQclear (r);
-   r = PQprepare (b->db, "bare_release", release_sql, 3, NULL);
+   r = PQprepare (b->db, "bare_release", b->release_sql, 3, NULL);
    if (PQresultStatus (r) != PGRES_COMMAND_OK)
       bench_die ("bare prepare release", PQresultErrorMessage (r));
    PQclear (r);

@@ -62,44 +62,35 @@
  * fails once sent is not assumed to have applied or not: the call reports
  * BACKEND, the connection is dropped, and the next call reconnects (the
  * owner condition in every statement makes a retry safe).
+ *
+ * The SQL text is in sql_mysql.h, which bench/core_mysql.c
+ * shares; backend_sql.c takes the steps both SQL backends take alike
+ * (open, table=, schema, reconnect, close, abandon) through my_driver.
  */
 #include "ll_internal.h"
 
 #ifdef LEASELOCK_WITH_MYSQL
 
-#include <errno.h>
-#include <limits.h>
+#include "sql_mysql.h"
+
 #include <mysql.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 1
 #define DEADLOCK_RETRIES 5
-
-enum
-{
-   ST_ACQUIRE,
-   ST_RENEW,
-   ST_RELEASE,
-   ST_INSPECT,
-   ST_LIST_FROM,
-   ST_LIST_RANGE,
-   ST_FORCE,
-   ST_COUNT
-};
+#define DEFAULT_TIMEOUT_S 5 /* io_timeout and connect_timeout */
+#define MAX_TIMEOUT_S 86400
 
 typedef struct
 {
-   MYSQL *db; /* NULL while disconnected */
-   MYSQL_STMT *st[ST_COUNT];
+   ll_sql_conn_t b; /* first: the part backend_sql.c uses */
+   MYSQL *db;       /* NULL while disconnected */
+   MYSQL_STMT *st[LL_SQL_COUNT];
    char *host, *user, *password, *dbname, *socket;
-   ll_secrets_t secrets; /* the URI's passwords, to scrub from messages */
    unsigned port;
    unsigned connect_timeout, read_timeout, write_timeout;
    bool ssl;
-   char table[65];
-   char *sql[ST_COUNT]; /* statement texts, with the table name */
 } my_conn_t;
 
 /* ---- errors ---------------------------------------------------------- */
@@ -122,21 +113,22 @@ static bool is_conn_error (unsigned no)
    }
 }
 
-static void disconnect (my_conn_t *c);
+static void my_disconnect (ll_sql_conn_t *b);
 
-/* Fills err with BACKEND, "mysql: <what>: <driver message>". Drops the
- * connection when the error says it is gone. Returns false. */
+/* BACKEND in the one format (ll_backend_fail), "(error <no>)" after the
+ * driver's message. Drops the connection when the error says it is gone.
+ * Returns false. */
 static bool fail_with (my_conn_t *c,
                        unsigned no,
                        const char *msg,
                        const char *what,
                        leaselock_error_t *err)
 {
-   char clean[LEASELOCK_ERROR_MAX];
-   ll_scrub_secrets (msg && *msg ? msg : "unknown error", &c->secrets, clean, sizeof clean);
-   ll_error_set (err, LEASELOCK_BACKEND, "mysql: %s: %s (error %u)", what, clean, no);
+   char detail[32];
+   snprintf (detail, sizeof detail, "error %u", no);
+   ll_backend_fail (err, "mysql", what, msg, &c->b.secrets, detail);
    if (is_conn_error (no))
-      disconnect (c);
+      my_disconnect (&c->b);
    return false;
 }
 
@@ -158,7 +150,8 @@ static bool parse_io_timeout (const char *v, unsigned *out, leaselock_error_t *e
 {
    int64_t ms = 0;
    leaselock_error_t e;
-   if (!leaselock_parse_duration (v, &ms, &e) || ms < 1000 || ms > 86400 * 1000 || ms % 1000)
+   if (!leaselock_parse_duration (v, &ms, &e) || ms < 1000 || ms > MAX_TIMEOUT_S * 1000 ||
+       ms % 1000)
       return ll_error_set (err, LEASELOCK_INVALID,
                            "mysql URI option io_timeout=\"%.32s\": expected whole seconds from 1s "
                            "to 86400s such as 5 or 5s (libmariadb counts in seconds; calls must "
@@ -170,14 +163,82 @@ static bool parse_io_timeout (const char *v, unsigned *out, leaselock_error_t *e
 
 static bool parse_seconds (const char *name, const char *v, unsigned *out, leaselock_error_t *err)
 {
-   char *end;
-   errno = 0;
-   long n = strtol (v, &end, 10);
-   if (!*v || *end || errno || n < 1 || n > 86400)
-      return ll_error_set (err, LEASELOCK_INVALID,
-                           "mysql URI option %s=\"%s\": expected whole seconds from 1 to 86400",
-                           name, v);
+   int64_t n;
+   if (!ll_uri_int_option ("mysql", name, v, 1, MAX_TIMEOUT_S, "seconds", &n, err))
+      return false;
    *out = (unsigned)n;
+   return true;
+}
+
+static bool parse_bool (const char *name, const char *v, bool *out, leaselock_error_t *err)
+{
+   if (!strcmp (v, "true") || !strcmp (v, "1"))
+      *out = true;
+   else if (!strcmp (v, "false") || !strcmp (v, "0"))
+      *out = false;
+   else
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI option %s=\"%.32s\": expected true or false", name, v);
+   return true;
+}
+
+/* The timeouts the options set; read and write default to io_timeout. */
+typedef struct
+{
+   unsigned io;
+   bool read_set, write_set;
+} my_timeouts_t;
+
+/* One ?name=value of the URI (shown is the URI for messages). */
+static bool parse_option (my_conn_t *c,
+                          const char *n,
+                          const char *v,
+                          my_timeouts_t *t,
+                          const char *shown,
+                          leaselock_error_t *err)
+{
+   if (!strcmp (n, "socket")) {
+      free (c->socket);
+      if (!(c->socket = strdup (v)))
+         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+      return true;
+   }
+   if (!strcmp (n, "table"))
+      return ll_sql_table_option (&c->b, v, err);
+   if (!strcmp (n, "io_timeout"))
+      return parse_io_timeout (v, &t->io, err);
+   if (!strcmp (n, "connect_timeout"))
+      return parse_seconds (n, v, &c->connect_timeout, err);
+   if (!strcmp (n, "read_timeout")) {
+      t->read_set = true;
+      return parse_seconds (n, v, &c->read_timeout, err);
+   }
+   if (!strcmp (n, "write_timeout")) {
+      t->write_set = true;
+      return parse_seconds (n, v, &c->write_timeout, err);
+   }
+   if (!strcmp (n, "ssl"))
+      return parse_bool (n, v, &c->ssl, err);
+   return ll_error_set (err, LEASELOCK_INVALID,
+                        "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
+                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
+                        shown, n);
+}
+
+static bool parse_options (my_conn_t *c,
+                           const ll_uri_t *u,
+                           const char *shown,
+                           leaselock_error_t *err)
+{
+   my_timeouts_t t = { .io = DEFAULT_TIMEOUT_S };
+   c->connect_timeout = DEFAULT_TIMEOUT_S;
+   for (int i = 0; i < u->n_params; i++)
+      if (!parse_option (c, u->params[i].name, u->params[i].value, &t, shown, err))
+         return false;
+   if (!t.read_set)
+      c->read_timeout = t.io;
+   if (!t.write_set)
+      c->write_timeout = t.io;
    return true;
 }
 
@@ -186,138 +247,45 @@ static char *dup_or_null (const char *s)
    return s ? strdup (s) : NULL;
 }
 
-static bool parse_uri (my_conn_t *c, const char *text, leaselock_error_t *err)
+/* The database, the server's address and the credentials. */
+static bool parse_address (my_conn_t *c,
+                           const ll_uri_t *u,
+                           const char *shown,
+                           leaselock_error_t *err)
 {
-   ll_uri_t u;
-   if (!ll_uri_parse (text, &u, err))
-      return false;
-   bool ok = false;
-   if (!ll_secrets_from_uri (&c->secrets, text))
-      goto nomem;
-   char shown[160];
-   ll_uri_redact (text, shown, sizeof shown);
-
-   unsigned io_timeout = 5;
-   bool read_set = false, write_set = false;
-   c->connect_timeout = 5;
-   snprintf (c->table, sizeof c->table, "leaselock");
-   for (int i = 0; i < u.n_params; i++) {
-      const char *n = u.params[i].name, *v = u.params[i].value;
-      if (!strcmp (n, "socket")) {
-         free (c->socket);
-         if (!(c->socket = strdup (v)))
-            goto nomem;
-      } else if (!strcmp (n, "table")) {
-         if (!ll_valid_identifier (v)) {
-            ll_error_set (err, LEASELOCK_INVALID,
-                          "mysql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
-                          "letters, digits or _ not starting with a digit",
-                          v);
-            goto out;
-         }
-         snprintf (c->table, sizeof c->table, "%s", v);
-      } else if (!strcmp (n, "io_timeout")) {
-         if (!parse_io_timeout (v, &io_timeout, err))
-            goto out;
-      } else if (!strcmp (n, "connect_timeout")) {
-         if (!parse_seconds (n, v, &c->connect_timeout, err))
-            goto out;
-      } else if (!strcmp (n, "read_timeout")) {
-         if (!parse_seconds (n, v, &c->read_timeout, err))
-            goto out;
-         read_set = true;
-      } else if (!strcmp (n, "write_timeout")) {
-         if (!parse_seconds (n, v, &c->write_timeout, err))
-            goto out;
-         write_set = true;
-      } else if (!strcmp (n, "ssl")) {
-         if (!strcmp (v, "true") || !strcmp (v, "1"))
-            c->ssl = true;
-         else if (!strcmp (v, "false") || !strcmp (v, "0"))
-            c->ssl = false;
-         else {
-            ll_error_set (err, LEASELOCK_INVALID,
-                          "mysql URI option ssl=\"%.32s\": expected true or false", v);
-            goto out;
-         }
-      } else {
-         ll_error_set (err, LEASELOCK_INVALID,
-                       "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
-                       "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
-                       shown, n);
-         goto out;
-      }
-   }
-   if (!read_set)
-      c->read_timeout = io_timeout;
-   if (!write_set)
-      c->write_timeout = io_timeout;
-   const char *db = u.path[0] == '/' ? u.path + 1 : u.path;
-   if (!*db || strchr (db, '/')) {
-      ll_error_set (err, LEASELOCK_INVALID,
-                    "mysql URI \"%s\": expected mysql://user:password@host:port/database", shown);
-      goto out;
-   }
-   if (!*u.host && !c->socket) {
-      ll_error_set (err, LEASELOCK_INVALID, "mysql URI \"%s\": no host (or ?socket=)", shown);
-      goto out;
-   }
-   if (!(c->dbname = strdup (db)) || !(c->host = strdup (*u.host ? u.host : "localhost")))
-      goto nomem;
-   if ((u.user && !(c->user = dup_or_null (u.user))) ||
-       (u.password && !(c->password = dup_or_null (u.password))))
-      goto nomem;
-   c->port = u.port ? (unsigned)u.port : 3306;
-   ok = true;
-   goto out;
-nomem:
-   ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-out:
-   ll_uri_cleanup (&u);
-   return ok;
+   const char *db = u->path[0] == '/' ? u->path + 1 : u->path;
+   if (!*db || strchr (db, '/'))
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI \"%s\": expected mysql://user:password@host:port/database",
+                           shown);
+   if (!*u->host && !c->socket)
+      return ll_error_set (err, LEASELOCK_INVALID, "mysql URI \"%s\": no host (or ?socket=)",
+                           shown);
+   if (!(c->dbname = strdup (db)) || !(c->host = strdup (*u->host ? u->host : "localhost")) ||
+       (u->user && !(c->user = dup_or_null (u->user))) ||
+       (u->password && !(c->password = dup_or_null (u->password))))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   c->port = u->port ? (unsigned)u->port : 3306;
+   return true;
 }
 
-/* ---- statements ------------------------------------------------------ */
-
-/* "Takeable": no live lease of another owner. Parameter: owner. */
-#define TAKEABLE "(expires_at <= UTC_TIMESTAMP(6) OR owner <=> ?)"
-
-static const char *const sql_templates[ST_COUNT] = {
-   [ST_ACQUIRE] =
-     "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "
-     "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + "
-     "INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?) ON DUPLICATE KEY UPDATE "
-     "fence = IF(" TAKEABLE ", LAST_INSERT_ID(fence + 1), fence), "
-     "acquired_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6), acquired_at), "
-     "holder_host = IF(" TAKEABLE ", ?, holder_host), "
-     "holder_pid = IF(" TAKEABLE ", ?, holder_pid), "
-     "holder_label = IF(" TAKEABLE ", ?, holder_label), "
-     /* owner and expires_at last, in this order (see the top of the file) */
-     "owner = IF(" TAKEABLE ", ?, owner), "
-     "expires_at = IF(" TAKEABLE ", UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)",
-   /* LAST_INSERT_ID(fence) (>= 1) runs only when the row matched. */
-   [ST_RENEW] = "UPDATE `%s` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, "
-                "fence = LAST_INSERT_ID(fence) "
-                "WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)",
-   [ST_RELEASE] = "UPDATE `%s` SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "
-                  "acquired_at + INTERVAL ? MICROSECOND) WHERE lock_key = ? AND owner = ?",
-   [ST_INSPECT] = "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), "
-                  "expires_at), holder_host, holder_pid, holder_label FROM `%s` WHERE lock_key = ?",
-   [ST_LIST_FROM] = "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, "
-                    "UTC_TIMESTAMP(6), expires_at), holder_host, holder_pid, holder_label FROM "
-                    "`%s` WHERE lock_key >= ? ORDER BY lock_key",
-   [ST_LIST_RANGE] = "SELECT lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, "
-                     "UTC_TIMESTAMP(6), expires_at), holder_host, holder_pid, holder_label FROM "
-                     "`%s` WHERE lock_key >= ? AND lock_key < ? ORDER BY lock_key",
-   /* LAST_INSERT_ID(fence) (>= 1) runs only when a live lease is taken. */
-   [ST_FORCE] = "UPDATE `%s` SET fence = IF(owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6), "
-                "LAST_INSERT_ID(fence), fence), owner = NULL, "
-                "expires_at = LEAST(expires_at, UTC_TIMESTAMP(6)) WHERE lock_key = ?",
-};
-
-static void disconnect (my_conn_t *c)
+static bool my_parse_uri (ll_sql_conn_t *b,
+                          const ll_uri_t *u,
+                          const char *text,
+                          leaselock_error_t *err)
 {
-   for (int i = 0; i < ST_COUNT; i++) {
+   char shown[160];
+   ll_uri_redact (text, shown, sizeof shown);
+   my_conn_t *c = (my_conn_t *)b;
+   return parse_options (c, u, shown, err) && parse_address (c, u, shown, err);
+}
+
+/* ---- connection ------------------------------------------------------ */
+
+static void my_disconnect (ll_sql_conn_t *b)
+{
+   my_conn_t *c = (my_conn_t *)b;
+   for (int i = 0; i < LL_SQL_COUNT; i++) {
       if (c->st[i])
          mysql_stmt_close (c->st[i]);
       c->st[i] = NULL;
@@ -338,59 +306,38 @@ static bool exec_plain (my_conn_t *c, const char *sql, const char *what, leaselo
    return true;
 }
 
-/* Creates the tables when missing and checks the schema version. Safe when
- * several processes do it at once (IF NOT EXISTS, INSERT IGNORE). */
-static bool ensure_schema (my_conn_t *c, leaselock_error_t *err)
+static bool my_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
 {
-   char sql[1024];
-   snprintf (sql, sizeof sql, "SELECT schema_version FROM `%s_meta` WHERE id = 1", c->table);
-   bool have = false;
-   long version = 0;
-   if (mysql_real_query (c->db, sql, strlen (sql)) == 0) {
-      MYSQL_RES *res = mysql_store_result (c->db);
-      MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
-      if (row && row[0]) {
-         have = true;
-         version = strtol (row[0], NULL, 10);
-      }
-      if (res)
-         mysql_free_result (res);
-   } else if (mysql_errno (c->db) != 1146 /* ER_NO_SUCH_TABLE */) {
-      return fail_db (c, "reading the schema version", err);
-   }
-   if (!have) {
-      snprintf (sql, sizeof sql,
-                "CREATE TABLE IF NOT EXISTS `%s` ("
-                "lock_key VARBINARY(255) NOT NULL PRIMARY KEY, "
-                "owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL, "
-                "fence BIGINT NOT NULL, "
-                "expires_at DATETIME(6) NOT NULL, "
-                "acquired_at DATETIME(6) NOT NULL, "
-                "holder_host VARBINARY(255) NOT NULL, "
-                "holder_pid BIGINT NOT NULL, "
-                "holder_label VARBINARY(255) NOT NULL"
-                ") ENGINE=InnoDB",
-                c->table);
-      if (!exec_plain (c, sql, "creating the lock table", err))
-         return false;
-      snprintf (sql, sizeof sql,
-                "CREATE TABLE IF NOT EXISTS `%s_meta` (id TINYINT NOT NULL PRIMARY KEY, "
-                "schema_version INT NOT NULL) ENGINE=InnoDB",
-                c->table);
-      if (!exec_plain (c, sql, "creating the schema table", err))
-         return false;
-      snprintf (sql, sizeof sql, "INSERT IGNORE INTO `%s_meta` VALUES (1, %d)", c->table,
-                SCHEMA_VERSION);
-      if (!exec_plain (c, sql, "recording the schema version", err))
-         return false;
-      version = SCHEMA_VERSION;
-   }
-   if (version != SCHEMA_VERSION)
-      return ll_error_set (err, LEASELOCK_BACKEND,
-                           "mysql: table `%s` has schema version %ld; this leaselock knows "
-                           "version %d",
-                           c->table, version, SCHEMA_VERSION);
+   my_conn_t *c = (my_conn_t *)b;
+   char sql[256];
+   snprintf (sql, sizeof sql, LL_MYSQL_READ_VERSION, b->table);
+   *version = -1;
+   if (mysql_real_query (c->db, sql, strlen (sql)))
+      return mysql_errno (c->db) == 1146 /* ER_NO_SUCH_TABLE */ ||
+             fail_db (c, "reading the schema version", err);
+   MYSQL_RES *res = mysql_store_result (c->db);
+   MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
+   if (row && row[0])
+      *version = strtol (row[0], NULL, 10);
+   if (res)
+      mysql_free_result (res);
    return true;
+}
+
+/* Safe when several processes do it at once (IF NOT EXISTS, INSERT
+ * IGNORE). */
+static bool my_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   my_conn_t *c = (my_conn_t *)b;
+   char sql[1024];
+   snprintf (sql, sizeof sql, LL_MYSQL_CREATE_TABLE, b->table);
+   if (!exec_plain (c, sql, "creating the lock table", err))
+      return false;
+   snprintf (sql, sizeof sql, LL_MYSQL_CREATE_META, b->table);
+   if (!exec_plain (c, sql, "creating the schema table", err))
+      return false;
+   snprintf (sql, sizeof sql, LL_MYSQL_RECORD_VERSION, b->table, LL_MYSQL_SCHEMA_VERSION);
+   return exec_plain (c, sql, "recording the schema version", err);
 }
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -399,11 +346,8 @@ static void lib_init (void)
    mysql_library_init (0, NULL, NULL);
 }
 
-static bool do_connect (my_conn_t *c, leaselock_error_t *err)
+static void set_options (my_conn_t *c)
 {
-   pthread_once (&lib_once, lib_init);
-   if (!(c->db = mysql_init (NULL)))
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
    bool off = false, on = true;
    mysql_optionsv (c->db, MYSQL_OPT_RECONNECT, &off); /* we re-prepare on reconnect */
    mysql_optionsv (c->db, MYSQL_OPT_CONNECT_TIMEOUT, &c->connect_timeout);
@@ -417,54 +361,89 @@ static bool do_connect (my_conn_t *c, leaselock_error_t *err)
                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
    if (c->ssl)
       mysql_optionsv (c->db, MYSQL_OPT_SSL_ENFORCE, &on);
-   if (!mysql_real_connect (c->db, c->socket ? NULL : c->host, c->user, c->password, c->dbname,
-                            c->socket ? 0 : c->port, c->socket, 0)) {
-      char what[300];
-      if (c->socket)
-         snprintf (what, sizeof what, "connecting to socket %.200s", c->socket);
-      else
-         snprintf (what, sizeof what, "connecting to %.200s:%u", c->host, c->port);
-      fail_db (c, what, err);
-      disconnect (c);
-      return false;
-   }
-   if (!ensure_schema (c, err)) {
-      disconnect (c);
-      return false;
-   }
-   return true;
+}
+
+static bool my_connect (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   my_conn_t *c = (my_conn_t *)b;
+   pthread_once (&lib_once, lib_init);
+   if (!(c->db = mysql_init (NULL)))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
+   set_options (c);
+   if (mysql_real_connect (c->db, c->socket ? NULL : c->host, c->user, c->password, c->dbname,
+                           c->socket ? 0 : c->port, c->socket, 0))
+      return true;
+   char what[300];
+   if (c->socket)
+      snprintf (what, sizeof what, "connecting to socket %.200s", c->socket);
+   else
+      snprintf (what, sizeof what, "connecting to %.200s:%u", c->host, c->port);
+   return fail_db (c, what, err);
+}
+
+static int my_fd (ll_sql_conn_t *b)
+{
+   my_conn_t *c = (my_conn_t *)b;
+   return c->db ? (int)mysql_get_socket (c->db) : -1;
 }
 
 /* A connected, idle connection whose socket is readable or hung up was
  * closed by the server (nothing is in flight between calls). */
-static bool looks_closed (my_conn_t *c)
+static bool my_alive (ll_sql_conn_t *b)
 {
-   return ll_fd_looks_closed ((int)mysql_get_socket (c->db));
+   return ((my_conn_t *)b)->db && !ll_fd_looks_closed (my_fd (b));
 }
 
-/* The prepared statement for id, connecting first when needed. */
-static MYSQL_STMT *stmt (my_conn_t *c, int id, leaselock_error_t *err)
+static bool my_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
 {
-   if (c->db && looks_closed (c))
-      disconnect (c);
-   if (!c->db && !do_connect (c, err))
-      return NULL;
-   if (!c->st[id]) {
-      MYSQL_STMT *st = mysql_stmt_init (c->db);
-      if (!st)
-         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_stmt_init)"), NULL;
-      if (mysql_stmt_prepare (st, c->sql[id], strlen (c->sql[id]))) {
-         fail_stmt (c, st, "preparing a statement", err);
-         mysql_stmt_close (st);
-         return NULL;
-      }
-      c->st[id] = st;
+   my_conn_t *c = (my_conn_t *)b;
+   if (c->st[id])
+      return true;
+   MYSQL_STMT *st = mysql_stmt_init (c->db);
+   if (!st)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_stmt_init)");
+   if (mysql_stmt_prepare (st, b->sql[id], strlen (b->sql[id]))) {
+      fail_stmt (c, st, "preparing a statement", err);
+      mysql_stmt_close (st);
+      return false;
    }
-   return c->st[id];
+   c->st[id] = st;
+   return true;
 }
 
-/* Binds and executes, retrying a statement the server rolled back for a
- * deadlock (it had no effect, so running it again is exact). */
+static void my_free_fields (ll_sql_conn_t *b)
+{
+   my_conn_t *c = (my_conn_t *)b;
+   ll_sql_free_secret (c->password);
+   free (c->host);
+   free (c->user);
+   free (c->dbname);
+   free (c->socket);
+}
+
+static const char *const sql_templates[LL_SQL_COUNT] = LL_MYSQL_STATEMENTS;
+
+static const ll_sql_driver_t my_driver = {
+   .name = "mysql",
+   .quote = '`',
+   .schema_version = LL_MYSQL_SCHEMA_VERSION,
+   .templates = sql_templates,
+   .free_fields = my_free_fields,
+   .parse_uri = my_parse_uri,
+   .connect = my_connect,
+   .alive = my_alive,
+   .fd = my_fd,
+   .disconnect = my_disconnect,
+   .prepare = my_prepare,
+   .read_version = my_read_version,
+   .create_schema = my_create_schema,
+};
+
+/* ---- statements ------------------------------------------------------ */
+
+/* Binds and executes statement id (reconnecting and preparing first when
+ * needed), retrying a statement the server rolled back for a deadlock (it
+ * had no effect, so running it again is exact). */
 static bool execute (my_conn_t *c,
                      int id,
                      MYSQL_BIND *params,
@@ -472,9 +451,9 @@ static bool execute (my_conn_t *c,
                      leaselock_error_t *err)
 {
    for (int attempt = 0;; attempt++) {
-      MYSQL_STMT *st = stmt (c, id, err);
-      if (!st)
+      if (!ll_sql_ready (&c->b, id, err))
          return false;
+      MYSQL_STMT *st = c->st[id];
       if (mysql_stmt_bind_param (st, params))
          return fail_stmt (c, st, what, err);
       if (mysql_stmt_execute (st) == 0)
@@ -517,51 +496,9 @@ static unsigned long clip255 (const char *s)
 
 /* ---- operations ------------------------------------------------------ */
 
-static void my_close (void *conn)
-{
-   my_conn_t *c = conn;
-   if (!c)
-      return;
-   disconnect (c);
-   for (int i = 0; i < ST_COUNT; i++)
-      free (c->sql[i]);
-   if (c->password)
-      memset (c->password, 0, strlen (c->password));
-   free (c->host);
-   free (c->user);
-   free (c->password);
-   ll_secrets_clear (&c->secrets);
-   free (c->dbname);
-   free (c->socket);
-   free (c);
-}
-
-/* In a forked child the socket is shared with the parent: its descriptor
- * is pointed at /dev/null first, so closing sends nothing on the parent's
- * connection (no COM_QUIT, no TLS close), then everything is freed. If
- * /dev/null cannot be opened the connection is leaked instead. */
-static void my_abandon (void *conn)
-{
-   my_conn_t *c = conn;
-   if (!c)
-      return;
-   if (c->db && !ll_fd_point_at_devnull ((int)mysql_get_socket (c->db)))
-      return; /* leak rather than touch the parent's socket */
-   my_close (c);
-}
-
 static void *my_open (const char *uri, leaselock_error_t *err)
 {
-   my_conn_t *c = calloc (1, sizeof *c);
-   if (!c)
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
-   if (!parse_uri (c, uri, err) ||
-       !ll_sql_format_all (c->sql, sql_templates, ST_COUNT, c->table, err) ||
-       !do_connect (c, err)) {
-      my_close (c);
-      return NULL;
-   }
-   return c;
+   return ll_sql_open (calloc (1, sizeof (my_conn_t)), &my_driver, uri, err);
 }
 
 static bool my_acquire (void *conn,
@@ -598,14 +535,38 @@ static bool my_acquire (void *conn,
    bind_str (&p[i++], owner, &olen);
    bind_str (&p[i++], owner, &olen); /* expires_at */
    bind_i64 (&p[i++], &ttl_us);
-   if (!execute (c, ST_ACQUIRE, p, "acquire", err))
+   if (!execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
       return false;
-   MYSQL_STMT *st = c->st[ST_ACQUIRE];
+   MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
    my_ulonglong id = mysql_stmt_insert_id (st);
    if (id == 0 || mysql_stmt_affected_rows (st) == 0)
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    *fence = (int64_t)id;
    return true;
+}
+
+/* Renew and release: (microseconds, key, owner) bound, then executed. */
+static bool execute_owned (my_conn_t *c,
+                           int id,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t ms,
+                           const char *what,
+                           leaselock_error_t *err)
+{
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   int64_t us = ms * 1000;
+   MYSQL_BIND p[3];
+   bind_i64 (&p[0], &us);
+   bind_blob (&p[1], key, &klen);
+   bind_str (&p[2], owner, &olen);
+   return execute (c, id, p, what, err);
+}
+
+static bool not_held (leaselock_error_t *err)
+{
+   return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
 }
 
 static bool my_renew (void *conn,
@@ -616,19 +577,11 @@ static bool my_renew (void *conn,
                       leaselock_error_t *err)
 {
    my_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
-   int64_t ttl_us = ttl_ms * 1000;
-   MYSQL_BIND p[3];
-   bind_i64 (&p[0], &ttl_us);
-   bind_blob (&p[1], key, &klen);
-   bind_str (&p[2], owner, &olen);
-   if (!execute (c, ST_RENEW, p, "renew", err))
+   if (!execute_owned (c, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err))
       return false;
    /* Not the rows changed (an expiry could in theory be rewritten with the
     * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
-   if (mysql_stmt_insert_id (c->st[ST_RENEW]) == 0)
-      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
-   return true;
+   return mysql_stmt_insert_id (c->st[LL_SQL_RENEW]) != 0 || not_held (err);
 }
 
 static bool my_release (void *conn,
@@ -639,20 +592,11 @@ static bool my_release (void *conn,
                         leaselock_error_t *err)
 {
    my_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
-   int64_t hold_us = min_hold_ms * 1000;
-   MYSQL_BIND p[3];
-   bind_i64 (&p[0], &hold_us);
-   bind_blob (&p[1], key, &klen);
-   bind_str (&p[2], owner, &olen);
-   if (!execute (c, ST_RELEASE, p, "release", err))
+   if (!execute_owned (c, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release", err))
       return false;
    /* The owner column always changes (ours -> NULL) when it matched. */
-   if (mysql_stmt_affected_rows (c->st[ST_RELEASE]) != 1)
-      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
-   return true;
+   return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || not_held (err);
 }
-
 /* Result row of the SELECTs. */
 typedef struct
 {
@@ -763,7 +707,7 @@ static bool my_inspect (void *conn,
    bind_blob (&p[0], key, &klen);
    *found = false;
    ll_record_one_t o = { rec, found };
-   return query_rows (c, ST_INSPECT, p, ll_record_take_one, &o, "inspect", err);
+   return query_rows (c, LL_SQL_INSPECT, p, ll_record_take_one, &o, "inspect", err);
 }
 
 static bool my_list (void *conn,
@@ -783,7 +727,8 @@ static bool my_list (void *conn,
    MYSQL_BIND p[2];
    bind_blob (&p[0], prefix_len ? prefix : "", &plen);
    bind_blob (&p[1], upper, &uplen);
-   return query_rows (c, ulen ? ST_LIST_RANGE : ST_LIST_FROM, p, fn, user_data, "list", err);
+   return query_rows (c, ulen ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, fn, user_data, "list",
+                      err);
 }
 
 static bool my_force_release (void *conn,
@@ -796,9 +741,9 @@ static bool my_force_release (void *conn,
    unsigned long klen = (unsigned long)key_len;
    MYSQL_BIND p[1];
    bind_blob (&p[0], key, &klen);
-   if (!execute (c, ST_FORCE, p, "force_release", err))
+   if (!execute (c, LL_SQL_FORCE, p, "force_release", err))
       return false;
-   *took = mysql_stmt_insert_id (c->st[ST_FORCE]) != 0;
+   *took = mysql_stmt_insert_id (c->st[LL_SQL_FORCE]) != 0;
    return true;
 }
 
@@ -808,8 +753,8 @@ const ll_backend_t ll_backend_mysql = {
    .available = true,
    .unavailable = NULL,
    .open = my_open,
-   .close = my_close,
-   .abandon = my_abandon,
+   .close = ll_sql_close,
+   .abandon = ll_sql_abandon,
    .acquire = my_acquire,
    .renew = my_renew,
    .release = my_release,

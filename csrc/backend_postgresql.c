@@ -45,10 +45,16 @@
  * first. A statement that fails once sent is not assumed to have applied
  * or not: the call reports BACKEND, the connection is dropped, and the
  * next call reconnects (the owner condition makes a retry safe).
+ *
+ * The SQL text is in sql_postgresql.h, which bench/core_postgresql.c
+ * shares; backend_sql.c takes the steps both SQL backends take alike
+ * (open, table=, schema, reconnect, close, abandon) through pg_driver.
  */
 #include "ll_internal.h"
 
 #ifdef LEASELOCK_WITH_POSTGRESQL
+
+#include "sql_postgresql.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,78 +63,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define SCHEMA_VERSION 1
 #define DEFAULT_IO_TIMEOUT_MS 5000
 #define DEFAULT_CONNECT_TIMEOUT_S 5
 #define MAX_TIMEOUT_S 86400
 
-enum
-{
-   ST_ACQUIRE,
-   ST_RENEW,
-   ST_RELEASE,
-   ST_INSPECT,
-   ST_LIST_FROM,
-   ST_LIST_RANGE,
-   ST_FORCE,
-   ST_COUNT
-};
-
 typedef struct
 {
-   PGconn *db; /* NULL while disconnected */
-   bool prepared[ST_COUNT];
-   char *conninfo;       /* the URI without leaselock's options */
-   ll_secrets_t secrets; /* the URI's passwords, to scrub from messages */
-   char table[64];
-   int64_t io_timeout_ms;      /* one call's wait once connected */
-   int64_t connect_timeout_ms; /* the whole connection set-up */
-   char *sql[ST_COUNT];
+   ll_sql_conn_t b; /* first: the part backend_sql.c uses */
+   PGconn *db;      /* NULL while disconnected */
+   bool prepared[LL_SQL_COUNT];
+   char *conninfo;              /* the URI without leaselock's options */
+   int64_t io_timeout_ms;       /* one call's wait once connected */
+   int64_t connect_timeout_ms;  /* the whole connection set-up */
+   int64_t connect_deadline_ms; /* while connecting: when connect_timeout ends */
+   int64_t call_deadline_ms;    /* in a call: when io_timeout ends; -1 before its first wait */
 } pg_conn_t;
 
 /* ---- errors ---------------------------------------------------------- */
 
-/* The message without the password, on one line: newlines and tabs
- * become spaces, trailing spaces are dropped. */
-static void scrub (const pg_conn_t *c, const char *msg, char *out, size_t size)
+static void pg_disconnect (ll_sql_conn_t *b)
 {
-   ll_scrub_secrets (msg, &c->secrets, out, size);
-   size_t o = 0;
-   for (; out[o]; o++)
-      if (out[o] == '\n' || out[o] == '\t')
-         out[o] = ' ';
-   while (o > 0 && out[o - 1] == ' ')
-      o--;
-   out[o] = '\0';
-}
-
-static void disconnect (pg_conn_t *c)
-{
+   pg_conn_t *c = (pg_conn_t *)b;
    if (c->db)
       PQfinish (c->db);
    c->db = NULL;
    memset (c->prepared, 0, sizeof c->prepared);
 }
 
-/* BACKEND with the server's or libpq's message. res may be NULL. The
- * connection is dropped when it is no longer usable. Returns false. */
+/* BACKEND in the one format (ll_backend_fail) with the server's or libpq's
+ * message and "(SQLSTATE <state>)" when the server gave one. res may be
+ * NULL. The connection is dropped when it is no longer usable. Returns
+ * false. */
 static bool fail (pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err)
 {
    const char *msg = res ? PQresultErrorMessage (res) : NULL;
    if (!msg || !*msg)
       msg = c->db ? PQerrorMessage (c->db) : "not connected";
    const char *state = res ? PQresultErrorField (res, PG_DIAG_SQLSTATE) : NULL;
-   char clean[LEASELOCK_ERROR_MAX];
-   scrub (c, *msg ? msg : "unknown error", clean, sizeof clean);
-   ll_error_set (err, LEASELOCK_BACKEND, "postgresql: %s: %s%s%s%s", what, clean,
-                 state ? " (SQLSTATE " : "", state ? state : "", state ? ")" : "");
+   char detail[32] = "";
+   if (state)
+      snprintf (detail, sizeof detail, "SQLSTATE %.5s", state);
+   ll_backend_fail (err, "postgresql", what, msg, &c->b.secrets, detail);
    /* Class 08 (connection exception), 57P (operator intervention:
     * shutdown, terminated) or a broken socket: reconnect next time. */
    if (!c->db || PQstatus (c->db) != CONNECTION_OK ||
        (state && (!strncmp (state, "08", 2) || !strncmp (state, "57P", 3))))
-      disconnect (c);
+      pg_disconnect (&c->b);
    return false;
 }
 
@@ -164,105 +145,80 @@ static bool parse_timeouts (pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *
                                  v);
          c->io_timeout_ms = ms;
       } else if (!strcmp (n, "connect_timeout")) {
-         char *end;
-         errno = 0;
-         long sec = strtol (v, &end, 10);
-         if (!*v || *end || errno || sec < 1 || sec > MAX_TIMEOUT_S)
-            return ll_error_set (err, LEASELOCK_INVALID,
-                                 "postgresql URI option connect_timeout=\"%.32s\": expected whole "
-                                 "seconds from 1 to %d (0, libpq's \"forever\", is refused: calls "
-                                 "must be bounded)",
-                                 v, MAX_TIMEOUT_S);
-         c->connect_timeout_ms = (int64_t)sec * 1000;
+         /* 0, libpq's "forever", is refused: calls must be bounded. */
+         int64_t s;
+         if (!ll_uri_int_option ("postgresql", n, v, 1, MAX_TIMEOUT_S, "seconds", &s, err))
+            return false;
+         c->connect_timeout_ms = s * 1000;
       }
    }
    return true;
 }
 
-/* The URI's secrets as ll_uri_redact hides them, and the password and
- * sslpassword exactly as libpq reads them (PQconninfoParse, no I/O). */
-static bool add_secrets (pg_conn_t *c, const char *text)
+/* Beside the URI's secrets as ll_uri_redact hides them (ll_sql_open adds
+ * those), the password and sslpassword exactly as libpq reads them
+ * (PQconninfoParse, no I/O). */
+static bool add_libpq_secrets (pg_conn_t *c, const char *text)
 {
-   if (!ll_secrets_from_uri (&c->secrets, text))
-      return false;
    PQconninfoOption *opts = PQconninfoParse (text, NULL);
    bool ok = true;
    for (PQconninfoOption *o = opts; o && o->keyword && ok; o++)
       if (o->val && (!strcmp (o->keyword, "password") || !strcmp (o->keyword, "sslpassword")))
-         ok = ll_secrets_add (&c->secrets, o->val, strlen (o->val));
+         ok = ll_secrets_add (&c->b.secrets, o->val, strlen (o->val));
    PQconninfoFree (opts);
    return ok;
 }
 
-/* Copies uri to c->conninfo without leaselock's own options, and reads
- * it. */
-static bool parse_uri (pg_conn_t *c, const char *text, leaselock_error_t *err)
+/* A copy of the URI without leaselock's own options (nor a fragment after
+ * them), for libpq; NULL when out of memory. */
+static char *without_own_options (const char *text)
 {
-   ll_uri_t u;
-   if (!ll_uri_parse (text, &u, err))
-      return false;
-   snprintf (c->table, sizeof c->table, "leaselock");
-   const char *table = ll_uri_param (&u, "table");
-   bool ok = false;
-   if (!parse_timeouts (c, &u, err))
-      goto out;
-   if (table && !ll_valid_identifier (table)) {
-      ll_error_set (err, LEASELOCK_INVALID,
-                    "postgresql URI option table=\"%.64s\": expected an identifier of 1 to 58 "
-                    "letters, digits or _ not starting with a digit",
-                    table);
-      goto out;
-   }
-   if (table)
-      snprintf (c->table, sizeof c->table, "%s", table);
-   if (!add_secrets (c, text))
-      goto nomem;
-
    size_t len = strlen (text);
-   if (!(c->conninfo = malloc (len + 1)))
-      goto nomem;
+   char *out = malloc (len + 1);
+   if (!out)
+      return NULL;
    const char *q = strchr (text, '?');
-   if (!q) {
-      memcpy (c->conninfo, text, len + 1);
-   } else {
-      size_t o = (size_t)(q - text);
-      memcpy (c->conninfo, text, o);
-      const char *end = q + 1 + strcspn (q + 1, "#");
-      char sep = '?';
-      for (const char *item = q + 1; item < end;) {
-         const char *amp = memchr (item, '&', (size_t)(end - item));
-         const char *item_end = amp ? amp : end;
-         size_t n = (size_t)(item_end - item);
-         if (n && !is_own_option (item, n)) {
-            c->conninfo[o++] = sep;
-            memcpy (c->conninfo + o, item, n);
-            o += n;
-            sep = '&';
-         }
-         item = amp ? amp + 1 : end;
+   if (!q)
+      return memcpy (out, text, len + 1);
+   size_t o = (size_t)(q - text);
+   memcpy (out, text, o);
+   const char *end = q + 1 + strcspn (q + 1, "#");
+   char sep = '?';
+   for (const char *item = q + 1; item < end;) {
+      const char *amp = memchr (item, '&', (size_t)(end - item));
+      const char *item_end = amp ? amp : end;
+      size_t n = (size_t)(item_end - item);
+      if (n && !is_own_option (item, n)) {
+         out[o++] = sep;
+         memcpy (out + o, item, n);
+         o += n;
+         sep = '&';
       }
-      c->conninfo[o] = '\0';
+      item = amp ? amp + 1 : end;
    }
-   ok = true;
-   goto out;
-nomem:
-   ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-out:
-   ll_uri_cleanup (&u);
-   return ok;
+   out[o] = '\0';
+   return out;
+}
+
+/* Reads leaselock's options and keeps the rest of the URI for libpq. */
+static bool pg_parse_uri (ll_sql_conn_t *b,
+                          const ll_uri_t *u,
+                          const char *text,
+                          leaselock_error_t *err)
+{
+   pg_conn_t *c = (pg_conn_t *)b;
+   const char *table = ll_uri_param (u, "table");
+   if (!parse_timeouts (c, u, err) || (table && !ll_sql_table_option (b, table, err)))
+      return false;
+   if (!add_libpq_secrets (c, text) || !(c->conninfo = without_own_options (text)))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   return true;
 }
 
 /* ---- bounded I/O ----------------------------------------------------- */
 
-/* The real monotonic clock (not the engine's, which tests may fake). */
-static int64_t mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits until the connection's socket has one of events or deadline_ms
+ * (ll_real_now_ms: the real clock, not the engine's, which tests may fake)
  * passes. 1: ready (or an error poll reports: libpq will find it), 0: the
  * deadline passed. */
 static int wait_socket (PGconn *db, short events, int64_t deadline_ms)
@@ -271,7 +227,7 @@ static int wait_socket (PGconn *db, short events, int64_t deadline_ms)
    if (p.fd < 0)
       return 1;
    for (;;) {
-      int64_t left = deadline_ms - mono_ms ();
+      int64_t left = deadline_ms - ll_real_now_ms ();
       if (left <= 0)
          return 0;
       int r = poll (&p, 1, left > 60000 ? 60000 : (int)left);
@@ -288,11 +244,11 @@ static bool timed_out (pg_conn_t *c,
                        const char *option,
                        leaselock_error_t *err)
 {
-   disconnect (c);
-   return ll_error_set (err, LEASELOCK_BACKEND,
-                        "postgresql: %s: no answer from the server within %lld ms (%s); the "
-                        "connection was closed",
-                        what, (long long)limit_ms, option);
+   pg_disconnect (&c->b);
+   char msg[96];
+   snprintf (msg, sizeof msg, "no answer from the server within %lld ms; the connection was closed",
+             (long long)limit_ms);
+   return ll_backend_fail (err, "postgresql", what, msg, NULL, option);
 }
 
 /* After a PQsend* call: flushes the query and reads every result by
@@ -340,7 +296,7 @@ static PGresult *collect (pg_conn_t *c,
    }
    if (!keep) {
       fail (c, NULL, what, err);
-      disconnect (c);
+      pg_disconnect (&c->b);
    }
    return keep;
 }
@@ -349,118 +305,66 @@ static PGresult *collect (pg_conn_t *c,
  * deadline. */
 static PGresult *exec_setup (pg_conn_t *c,
                              const char *sql,
-                             int64_t deadline_ms,
                              const char *what,
                              leaselock_error_t *err)
 {
    if (!PQsendQuery (c->db, sql))
       return fail (c, NULL, what, err), NULL;
-   return collect (c, deadline_ms, c->connect_timeout_ms, "connect_timeout", what, err);
+   return collect (c, c->connect_deadline_ms, c->connect_timeout_ms, "connect_timeout", what, err);
 }
 
-/* ---- statements ------------------------------------------------------ */
+/* ---- connection ------------------------------------------------------ */
 
-#define COLS                                                                                       \
-   "lock_key, owner, fence, "                                                                      \
-   "(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000000)::bigint, holder_host, "         \
-   "holder_pid, holder_label"
-
-static const char *const sql_templates[ST_COUNT] = {
-   [ST_ACQUIRE] =
-     "INSERT INTO \"%1$s\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "
-     "holder_pid, holder_label) VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * "
-     "interval '1 microsecond', clock_timestamp(), $4, $5::bigint, $6) "
-     "ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, fence = l.fence + 1, "
-     "expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', "
-     "acquired_at = clock_timestamp(), holder_host = excluded.holder_host, "
-     "holder_pid = excluded.holder_pid, holder_label = excluded.holder_label "
-     "WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner RETURNING fence",
-   [ST_RENEW] = "UPDATE \"%1$s\" SET expires_at = clock_timestamp() + $3::bigint * "
-                "interval '1 microsecond' WHERE lock_key = $1 AND owner = $2 AND "
-                "expires_at > clock_timestamp()",
-   [ST_RELEASE] = "UPDATE \"%1$s\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "
-                  "acquired_at + $3::bigint * interval '1 microsecond') "
-                  "WHERE lock_key = $1 AND owner = $2",
-   [ST_INSPECT] = "SELECT " COLS " FROM \"%1$s\" WHERE lock_key = $1",
-   [ST_LIST_FROM] = "SELECT " COLS " FROM \"%1$s\" WHERE lock_key >= $1 ORDER BY lock_key",
-   [ST_LIST_RANGE] = "SELECT " COLS " FROM \"%1$s\" WHERE lock_key >= $1 AND lock_key < $2 "
-                     "ORDER BY lock_key",
-   [ST_FORCE] = "WITH old AS (SELECT lock_key, owner IS NOT NULL AND expires_at > "
-                "clock_timestamp() AS live FROM \"%1$s\" WHERE lock_key = $1 FOR UPDATE) "
-                "UPDATE \"%1$s\" AS l SET owner = NULL, expires_at = LEAST(l.expires_at, "
-                "clock_timestamp()) FROM old WHERE l.lock_key = old.lock_key RETURNING old.live",
+/* Each statement's number of parameters, and its name on the server. */
+static const int n_params[LL_SQL_COUNT] = {
+   [LL_SQL_ACQUIRE] = 6,   [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3, [LL_SQL_INSPECT] = 1,
+   [LL_SQL_LIST_FROM] = 1, [LL_SQL_LIST_RANGE] = 2, [LL_SQL_FORCE] = 1,
 };
 
-static const int n_params[ST_COUNT] = {
-   [ST_ACQUIRE] = 6,   [ST_RENEW] = 3,      [ST_RELEASE] = 3, [ST_INSPECT] = 1,
-   [ST_LIST_FROM] = 1, [ST_LIST_RANGE] = 2, [ST_FORCE] = 1,
-};
-
-static const char *const st_names[ST_COUNT] = {
+static const char *const st_names[LL_SQL_COUNT] = {
    "leaselock_acquire",   "leaselock_renew",      "leaselock_release", "leaselock_inspect",
    "leaselock_list_from", "leaselock_list_range", "leaselock_force",
 };
 
-/* Creates the tables when missing (under an advisory lock, since
- * PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two sessions race)
- * and checks the schema version. */
-static bool ensure_schema (pg_conn_t *c, int64_t deadline_ms, leaselock_error_t *err)
+static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
 {
-   char sql[2048];
-   snprintf (sql, sizeof sql, "SELECT schema_version FROM \"%s_meta\" WHERE id = 1", c->table);
-   PGresult *res = exec_setup (c, sql, deadline_ms, "reading the schema version", err);
+   pg_conn_t *c = (pg_conn_t *)b;
+   char sql[256];
+   snprintf (sql, sizeof sql, LL_POSTGRESQL_READ_VERSION, b->table);
+   PGresult *res = exec_setup (c, sql, "reading the schema version", err);
    if (!res)
       return false;
-   long version = -1;
+   *version = -1;
+   bool ok = true;
    if (PQresultStatus (res) == PGRES_TUPLES_OK) {
       if (PQntuples (res) == 1)
-         version = strtol (PQgetvalue (res, 0, 0), NULL, 10);
+         *version = strtol (PQgetvalue (res, 0, 0), NULL, 10);
    } else {
       const char *state = PQresultErrorField (res, PG_DIAG_SQLSTATE);
-      if (!state || strcmp (state, "42P01") /* undefined_table */) {
-         fail (c, res, "reading the schema version", err);
-         PQclear (res);
-         return false;
-      }
+      if (!state || strcmp (state, "42P01") /* undefined_table */)
+         ok = fail (c, res, "reading the schema version", err);
    }
    PQclear (res);
-   if (version < 0) {
-      snprintf (sql, sizeof sql,
-                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('leaselock schema %1$s')); "
-                "CREATE TABLE IF NOT EXISTS \"%1$s\" ("
-                "lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY, "
-                "owner text NULL, "
-                "fence bigint NOT NULL, "
-                "expires_at timestamptz NOT NULL, "
-                "acquired_at timestamptz NOT NULL, "
-                "holder_host text NOT NULL, "
-                "holder_pid bigint NOT NULL, "
-                "holder_label text NOT NULL); "
-                "CREATE TABLE IF NOT EXISTS \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "
-                "schema_version int NOT NULL); "
-                "INSERT INTO \"%1$s_meta\" VALUES (1, %2$d) ON CONFLICT (id) DO NOTHING; "
-                "COMMIT",
-                c->table, SCHEMA_VERSION);
-      res = exec_setup (c, sql, deadline_ms, "creating the lock table", err);
-      if (!res)
-         return false;
-      if (PQresultStatus (res) != PGRES_COMMAND_OK) {
-         fail (c, res, "creating the lock table", err);
-         PQclear (res);
-         leaselock_error_t ignored;
-         if (c->db)
-            PQclear (exec_setup (c, "ROLLBACK", deadline_ms, "rolling back", &ignored));
-         return false;
-      }
-      PQclear (res);
-      version = SCHEMA_VERSION;
+   return ok;
+}
+
+static bool pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   pg_conn_t *c = (pg_conn_t *)b;
+   char sql[2048];
+   snprintf (sql, sizeof sql, LL_POSTGRESQL_CREATE_SCHEMA, b->table, LL_POSTGRESQL_SCHEMA_VERSION);
+   PGresult *res = exec_setup (c, sql, "creating the lock table", err);
+   if (!res)
+      return false;
+   bool ok = PQresultStatus (res) == PGRES_COMMAND_OK;
+   if (!ok)
+      fail (c, res, "creating the lock table", err);
+   PQclear (res);
+   if (!ok && c->db) {
+      leaselock_error_t ignored;
+      PQclear (exec_setup (c, "ROLLBACK", "rolling back", &ignored));
    }
-   if (version != SCHEMA_VERSION)
-      return ll_error_set (err, LEASELOCK_BACKEND,
-                           "postgresql: table \"%s\" has schema version %ld; this leaselock knows "
-                           "version %d",
-                           c->table, version, SCHEMA_VERSION);
-   return true;
+   return ok;
 }
 
 static void quiet_notices (void *arg, const char *message)
@@ -469,16 +373,12 @@ static void quiet_notices (void *arg, const char *message)
    (void)message;
 }
 
-/* Connects (every host and address of the URI in turn, as libpq does),
- * sets the connection non-blocking and checks the schema, all within
- * connect_timeout. */
-static bool do_connect (pg_conn_t *c, leaselock_error_t *err)
+/* Starts connecting with leaselock's defaults first: the URI (dbname,
+ * expanded) overrides them; the encoding after it is always ours. */
+static bool start_connect (pg_conn_t *c, leaselock_error_t *err)
 {
-   int64_t deadline = mono_ms () + c->connect_timeout_ms;
    char user_timeout[32];
    snprintf (user_timeout, sizeof user_timeout, "%lld", (long long)c->io_timeout_ms);
-   /* Defaults first: the URI (dbname, expanded) overrides them; the
-    * encoding after it is always ours. */
    const char *keys[] = { "keepalives",       "keepalives_idle",  "keepalives_interval",
                           "keepalives_count", "tcp_user_timeout", "fallback_application_name",
                           "dbname",           "client_encoding",  NULL };
@@ -488,67 +388,115 @@ static bool do_connect (pg_conn_t *c, leaselock_error_t *err)
    c->db = PQconnectStartParams (keys, vals, 1);
    if (!c->db)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (PQconnectStartParams)");
+   return true;
+}
+
+/* Connects (every host and address of the URI in turn, as libpq does) and
+ * sets the connection non-blocking, within connect_timeout; the schema
+ * check that backend_sql.c runs next (pg_read_version, pg_create_schema)
+ * has the same deadline. */
+static bool pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   pg_conn_t *c = (pg_conn_t *)b;
+   c->connect_deadline_ms = ll_real_now_ms () + c->connect_timeout_ms;
+   if (!start_connect (c, err))
+      return false;
    PostgresPollingStatusType st =
      PQstatus (c->db) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
    while (st != PGRES_POLLING_OK) {
-      if (st == PGRES_POLLING_FAILED) {
-         fail (c, NULL, "connecting", err);
-         disconnect (c);
-         return false;
-      }
+      if (st == PGRES_POLLING_FAILED)
+         return fail (c, NULL, "connecting", err);
       short ev = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-      if (!wait_socket (c->db, ev, deadline))
+      if (!wait_socket (c->db, ev, c->connect_deadline_ms))
          return timed_out (c, "connecting", c->connect_timeout_ms, "connect_timeout", err);
       st = PQconnectPoll (c->db);
    }
-   if (PQsetnonblocking (c->db, 1) != 0) {
-      fail (c, NULL, "connecting", err);
-      disconnect (c);
-      return false;
-   }
+   if (PQsetnonblocking (c->db, 1) != 0)
+      return fail (c, NULL, "connecting", err);
    PQsetNoticeProcessor (c->db, quiet_notices, NULL);
-   if (!ensure_schema (c, deadline, err)) {
-      disconnect (c);
-      return false;
-   }
    return true;
+}
+
+static int pg_fd (ll_sql_conn_t *b)
+{
+   pg_conn_t *c = (pg_conn_t *)b;
+   return c->db ? PQsocket (c->db) : -1;
 }
 
 /* An idle connection whose socket is readable or hung up was closed (or is
  * being closed) by the server. */
-static bool looks_closed (pg_conn_t *c)
+static bool pg_alive (ll_sql_conn_t *b)
 {
-   return PQstatus (c->db) != CONNECTION_OK || ll_fd_looks_closed (PQsocket (c->db));
+   pg_conn_t *c = (pg_conn_t *)b;
+   return c->db && PQstatus (c->db) == CONNECTION_OK && !ll_fd_looks_closed (PQsocket (c->db));
 }
 
-/* Runs prepared statement id (preparing it on this connection first). */
+/* The deadline of the call under way: io_timeout from its first wait
+ * once connected, for its prepare and execute together. */
+static int64_t call_deadline (pg_conn_t *c)
+{
+   if (c->call_deadline_ms < 0)
+      c->call_deadline_ms = ll_real_now_ms () + c->io_timeout_ms;
+   return c->call_deadline_ms;
+}
+
+static bool pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
+{
+   pg_conn_t *c = (pg_conn_t *)b;
+   if (c->prepared[id])
+      return true;
+   int64_t deadline = call_deadline (c);
+   if (!PQsendPrepare (c->db, st_names[id], b->sql[id], n_params[id], NULL))
+      return fail (c, NULL, "preparing a statement", err);
+   PGresult *res =
+     collect (c, deadline, c->io_timeout_ms, "io_timeout", "preparing a statement", err);
+   if (!res)
+      return false;
+   bool ok = PQresultStatus (res) == PGRES_COMMAND_OK;
+   if (!ok)
+      fail (c, res, "preparing a statement", err);
+   PQclear (res);
+   c->prepared[id] = ok;
+   return ok;
+}
+
+static void pg_free_fields (ll_sql_conn_t *b)
+{
+   ll_sql_free_secret (((pg_conn_t *)b)->conninfo);
+}
+
+static const char *const sql_templates[LL_SQL_COUNT] = LL_POSTGRESQL_STATEMENTS;
+
+static const ll_sql_driver_t pg_driver = {
+   .name = "postgresql",
+   .quote = '"',
+   .schema_version = LL_POSTGRESQL_SCHEMA_VERSION,
+   .templates = sql_templates,
+   .free_fields = pg_free_fields,
+   .parse_uri = pg_parse_uri,
+   .connect = pg_connect,
+   .alive = pg_alive,
+   .fd = pg_fd,
+   .disconnect = pg_disconnect,
+   .prepare = pg_prepare,
+   .read_version = pg_read_version,
+   .create_schema = pg_create_schema,
+};
+
+/* ---- statements ------------------------------------------------------ */
+
+/* Runs prepared statement id (reconnecting and preparing it first when
+ * needed). */
 static PGresult *run (pg_conn_t *c,
                       int id,
                       const char *const *params,
                       const char *what,
                       leaselock_error_t *err)
 {
-   if (c->db && looks_closed (c))
-      disconnect (c);
-   if (!c->db && !do_connect (c, err))
+   c->call_deadline_ms = -1;
+   if (!ll_sql_ready (&c->b, id, err))
       return NULL;
-   /* One deadline for the call's prepare and execute together. */
-   int64_t deadline = mono_ms () + c->io_timeout_ms;
-   if (!c->prepared[id]) {
-      if (!PQsendPrepare (c->db, st_names[id], c->sql[id], n_params[id], NULL))
-         return fail (c, NULL, "preparing a statement", err), NULL;
-      PGresult *res =
-        collect (c, deadline, c->io_timeout_ms, "io_timeout", "preparing a statement", err);
-      if (!res)
-         return NULL;
-      if (PQresultStatus (res) != PGRES_COMMAND_OK) {
-         fail (c, res, "preparing a statement", err);
-         PQclear (res);
-         return NULL;
-      }
-      PQclear (res);
-      c->prepared[id] = true;
-   }
+   int64_t deadline = call_deadline (c);
    if (!PQsendQueryPrepared (c->db, st_names[id], n_params[id], params, NULL, NULL, 0))
       return fail (c, NULL, what, err), NULL;
    PGresult *res = collect (c, deadline, c->io_timeout_ms, "io_timeout", what, err);
@@ -581,50 +529,9 @@ static const char *clip255 (const char *s, char buf[256])
 
 /* ---- operations ------------------------------------------------------ */
 
-static void pg_close (void *conn)
-{
-   pg_conn_t *c = conn;
-   if (!c)
-      return;
-   disconnect (c);
-   for (int i = 0; i < ST_COUNT; i++)
-      free (c->sql[i]);
-   ll_secrets_clear (&c->secrets);
-   if (c->conninfo)
-      memset (c->conninfo, 0, strlen (c->conninfo));
-   free (c->conninfo);
-   free (c);
-}
-
-/* In a forked child the socket is shared with the parent: its descriptor
- * is pointed at /dev/null first, so PQfinish sends nothing on the parent's
- * connection (no Terminate message, no TLS close), then everything is
- * freed. If /dev/null cannot be opened the connection is leaked instead. */
-static void pg_abandon (void *conn)
-{
-   pg_conn_t *c = conn;
-   if (!c)
-      return;
-   if (c->db) {
-      int fd = PQsocket (c->db);
-      if (fd >= 0 && !ll_fd_point_at_devnull (fd))
-         return; /* leak rather than touch the parent's socket */
-   }
-   pg_close (c);
-}
-
 static void *pg_open (const char *uri, leaselock_error_t *err)
 {
-   pg_conn_t *c = calloc (1, sizeof *c);
-   if (!c)
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
-   if (!parse_uri (c, uri, err) ||
-       !ll_sql_format_all (c->sql, sql_templates, ST_COUNT, c->table, err) ||
-       !do_connect (c, err)) {
-      pg_close (c);
-      return NULL;
-   }
-   return c;
+   return ll_sql_open (calloc (1, sizeof (pg_conn_t)), &pg_driver, uri, err);
 }
 
 /* Copies key (key_len bytes) into a NUL-terminated buffer. */
@@ -651,7 +558,7 @@ static bool pg_acquire (void *conn,
    snprintf (pid, sizeof pid, "%" PRId64, holder->pid);
    const char *p[6] = { key_z (key, key_len, kbuf),   owner, ttl,
                         clip255 (holder->host, hbuf), pid,   clip255 (holder->label, lbuf) };
-   PGresult *res = run (c, ST_ACQUIRE, p, "acquire", err);
+   PGresult *res = run (c, LL_SQL_ACQUIRE, p, "acquire", err);
    if (!res)
       return false;
    bool ok = PQntuples (res) == 1;
@@ -692,7 +599,7 @@ static bool pg_renew (void *conn,
                       int64_t ttl_ms,
                       leaselock_error_t *err)
 {
-   return update_one (conn, ST_RENEW, key, key_len, owner, ttl_ms, "renew", err);
+   return update_one (conn, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err);
 }
 
 static bool pg_release (void *conn,
@@ -702,7 +609,7 @@ static bool pg_release (void *conn,
                         int64_t min_hold_ms,
                         leaselock_error_t *err)
 {
-   return update_one (conn, ST_RELEASE, key, key_len, owner, min_hold_ms, "release", err);
+   return update_one (conn, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release", err);
 }
 
 static void copy_field (char *dst, size_t size, size_t *len_out, PGresult *res, int row, int col)
@@ -737,7 +644,7 @@ static bool pg_inspect (void *conn,
    char kbuf[LEASELOCK_KEY_MAX + 1];
    const char *p[1] = { key_z (key, key_len, kbuf) };
    *found = false;
-   PGresult *res = run (c, ST_INSPECT, p, "inspect", err);
+   PGresult *res = run (c, LL_SQL_INSPECT, p, "inspect", err);
    if (!res)
       return false;
    if (PQntuples (res) > 0) {
@@ -812,7 +719,7 @@ static bool pg_list (void *conn,
    size_t ulen = 0;
    bool bounded = prefix_upper (prefix, prefix_len, upper, &ulen);
    const char *p[2] = { prefix_len ? key_z (prefix, prefix_len, pbuf) : "", upper };
-   PGresult *res = run (c, bounded ? ST_LIST_RANGE : ST_LIST_FROM, p, "list", err);
+   PGresult *res = run (c, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, "list", err);
    if (!res)
       return false;
    leaselock_record_t *rec = malloc (sizeof *rec);
@@ -840,7 +747,7 @@ static bool pg_force_release (void *conn,
    pg_conn_t *c = conn;
    char kbuf[LEASELOCK_KEY_MAX + 1];
    const char *p[1] = { key_z (key, key_len, kbuf) };
-   PGresult *res = run (c, ST_FORCE, p, "force_release", err);
+   PGresult *res = run (c, LL_SQL_FORCE, p, "force_release", err);
    if (!res)
       return false;
    *took = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 0), "t");
@@ -854,8 +761,8 @@ const ll_backend_t ll_backend_postgresql = {
    .available = true,
    .unavailable = NULL,
    .open = pg_open,
-   .close = pg_close,
-   .abandon = pg_abandon,
+   .close = ll_sql_close,
+   .abandon = ll_sql_abandon,
    .acquire = pg_acquire,
    .renew = pg_renew,
    .release = pg_release,

@@ -352,4 +352,101 @@ bool ll_record_take_one (const leaselock_record_t *rec, void *one);
  * > 0 and expired <= 0). */
 int64_t ll_us_to_left_ms (int64_t us);
 
+/* ---- helpers shared by the SQL backends (backend_sql.c) ---------------- */
+
+/* The statements a SQL backend prepares on each connection, one per
+ * operation (list has two: from the prefix on, and a bounded range). Each
+ * backend's texts, "%s" (or "%1$s") where the table name goes, live in its
+ * header: sql_mysql.h, sql_postgresql.h. */
+typedef enum ll_sql_st
+{
+   LL_SQL_ACQUIRE,
+   LL_SQL_RENEW,
+   LL_SQL_RELEASE,
+   LL_SQL_INSPECT,
+   LL_SQL_LIST_FROM,
+   LL_SQL_LIST_RANGE,
+   LL_SQL_FORCE,
+   LL_SQL_COUNT
+} ll_sql_st_t;
+
+typedef struct ll_sql_conn ll_sql_conn_t;
+
+/* What a SQL backend does through its driver, for the steps below to call
+ * in order. Every statement runs in the backend's own code: this table
+ * holds the connection's life (open, schema, reconnect, close), not a
+ * layer over SQL. Each function gets the backend's connection through its
+ * first member, the ll_sql_conn_t. */
+typedef struct ll_sql_driver
+{
+   const char *name;             /* "mysql": its messages start with it */
+   char quote;                   /* how messages quote the table: '`', '"' */
+   int schema_version;           /* the version its schema text creates */
+   const char *const *templates; /* LL_SQL_COUNT statement texts */
+   /* Frees what the backend's connection holds beyond its ll_sql_conn_t
+    * (not the connection itself); once disconnected. */
+   void (*free_fields) (ll_sql_conn_t *b);
+   /* Reads the parsed URI u (text: as the user gave it) into the
+    * connection: table= through ll_sql_table_option. */
+   bool (*parse_uri) (ll_sql_conn_t *b,
+                      const ll_uri_t *u,
+                      const char *text,
+                      leaselock_error_t *err);
+   /* Opens the driver's connection (the schema is checked after). */
+   bool (*connect) (ll_sql_conn_t *b, leaselock_error_t *err);
+   /* Whether there is a connection the server has not closed (an idle
+    * connection whose socket reads as closed: ll_fd_looks_closed). */
+   bool (*alive) (ll_sql_conn_t *b);
+   /* The connection's socket, or -1 when there is none. */
+   int (*fd) (ll_sql_conn_t *b);
+   /* Closes the connection and forgets its prepared statements; nothing
+    * when there is none. */
+   void (*disconnect) (ll_sql_conn_t *b);
+   /* Prepares statement id on this connection unless it already is. */
+   bool (*prepare) (ll_sql_conn_t *b, int id, leaselock_error_t *err);
+   /* The version recorded in <table>_meta, -1 when there is none. */
+   bool (*read_version) (ll_sql_conn_t *b, long *version, leaselock_error_t *err);
+   /* Creates both tables and records schema_version; safe when several
+    * processes do it at once. */
+   bool (*create_schema) (ll_sql_conn_t *b, leaselock_error_t *err);
+} ll_sql_driver_t;
+
+/* The part of a connection that every SQL backend has: the first member
+ * of the backend's own. */
+struct ll_sql_conn
+{
+   const ll_sql_driver_t *driver;
+   char table[64];          /* "leaselock" unless the URI says table= */
+   char *sql[LL_SQL_COUNT]; /* the driver's templates with the table name */
+   ll_secrets_t secrets;    /* the URI's passwords, scrubbed from messages */
+};
+
+/* The backend's open: b is its new zeroed connection (NULL: NOMEM). Reads
+ * the URI (its secrets from ll_secrets_from_uri, the rest through
+ * parse_uri), formats the statements, connects, and checks the schema
+ * version (creating the schema when there is none; BACKEND for a version
+ * other than the driver's). Returns b, or NULL after closing it. */
+void *ll_sql_open (ll_sql_conn_t *b,
+                   const ll_sql_driver_t *driver,
+                   const char *uri,
+                   leaselock_error_t *err);
+/* The table= option: INVALID unless value is an identifier
+ * (ll_valid_identifier); else copied to b->table. */
+bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t *err);
+/* Before statement id: reconnects (and checks the schema, as open does)
+ * when the connection is gone or the server closed it while idle, then
+ * prepares the statement. */
+bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err);
+/* The backend's close (ll_backend_t): disconnects and frees everything;
+ * NULL is fine. */
+void ll_sql_close (void *conn);
+/* Zeroes (explicit_bzero: kept by the compiler) then frees a string
+ * holding a password; NULL is fine. */
+void ll_sql_free_secret (char *s);
+/* The backend's abandon (ll_backend_t): in a forked child, points the
+ * socket at /dev/null (ll_fd_point_at_devnull) so closing sends nothing on
+ * the parent's connection, then closes; leaks the connection when that
+ * fails. */
+void ll_sql_abandon (void *conn);
+
 #endif /* LL_INTERNAL_H */
