@@ -124,6 +124,8 @@ void ll_uri_cleanup (ll_uri_t *uri)
       return;
    free (uri->scheme);
    free (uri->user);
+   if (uri->password)
+      explicit_bzero (uri->password, strlen (uri->password));
    free (uri->password);
    free (uri->host);
    free (uri->path);
@@ -541,7 +543,8 @@ bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len)
 void ll_secrets_clear (ll_secrets_t *s)
 {
    for (size_t i = 0; i < s->n; i++) {
-      memset (s->v[i], 0, strlen (s->v[i]));
+      /* explicit_bzero: a memset right before free is dropped by -O2. */
+      explicit_bzero (s->v[i], strlen (s->v[i]));
       free (s->v[i]);
    }
    free (s->v);
