@@ -549,8 +549,8 @@ test_bad_input() {
   bad 64 'malformed URI "nonsense"' --uri nonsense status k
   bad 64 'unknown URI scheme "foo"' list --uri foo://x
   : >"$T/file"
-  bad 69 "'$T/file' is not a directory" --uri "sqlite://$T/file/x.db" run k -- touch "$T/ran"
-  LEASELOCK_URI="sqlite://$T/file/x.db" bad 69 "is not a directory" status k
+  bad 69 "'$T/file': Not a directory" --uri "sqlite://$T/file/x.db" run k -- touch "$T/ran"
+  LEASELOCK_URI="sqlite://$T/file/x.db" bad 69 "making its directory: '$T/file': Not a directory" status k
   LEASELOCK_URI="foo://x" bad 64 'unknown URI scheme "foo"' status k
 }
 
