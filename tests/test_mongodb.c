@@ -417,11 +417,7 @@ static void expect_write_concern (const char *opts, const char *want_w, int want
 }
 
 #define EXPECT_WRITE_CONCERN(opts, w, j)                                                           \
-   do {                                                                                            \
-      expect_write_concern ((opts), (w), (j), __LINE__);                                           \
-      if (tl_cur_failed)                                                                           \
-         return;                                                                                   \
-   } while (0)
+   CHECK_CALL (expect_write_concern ((opts), (w), (j), __LINE__))
 
 /* w=majority unless the URI sets w; journal= combines with it; safe=true
  * does not lower it. */
@@ -1243,11 +1239,7 @@ static void expect_open_error (const char *uri, leaselock_code_t code, const cha
 }
 
 #define EXPECT_OPEN_ERROR(uri, code, substr)                                                       \
-   do {                                                                                            \
-      expect_open_error ((uri), (code), (substr), __LINE__);                                       \
-      if (tl_cur_failed)                                                                           \
-         return;                                                                                   \
-   } while (0)
+   CHECK_CALL (expect_open_error ((uri), (code), (substr), __LINE__))
 
 static void test_bad_uris (void)
 {

@@ -316,10 +316,9 @@ static void test_clock_skew (void)
 static void test_takeover_does_not_extend_old (void)
 {
    leaselock_error_t err;
-   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
-   CHECK (b);
-   void *conn = b->open (URI, &err);
-   CHECK_OK (conn != NULL, err);
+   const ll_backend_t *b;
+   void *conn = backend_open (URI, &b);
+   CHECK (conn);
    const char *A = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", *B = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
    ll_holder_t ha = { "host-a", 111, "label-a" }, hb = { "host-b", 222, "label-b" };
    const char *k = key ("takeover");
@@ -394,10 +393,9 @@ static void test_reconnect_after_kill (void)
    leaselock_lease_destroy (l);
 
    /* Backend level: the same connection object reconnects by itself. */
-   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
-   CHECK (b);
-   void *conn = b->open (URI, &err);
-   CHECK_OK (conn != NULL, err);
+   const ll_backend_t *b;
+   void *conn = backend_open (URI, &b);
+   CHECK (conn);
    CHECK (kill_other_connections () >= 1);
    sleep_ms (100);
    ok = b->inspect (conn, key ("kill"), strlen (key ("kill")), &rec, &found, &err);
@@ -753,10 +751,9 @@ static void test_failed_in_flight (void)
 {
    leaselock_error_t err;
    const char *u = uri_with (IS_MYSQL ? "read_timeout=1" : "options=-c%20statement_timeout%3D1000");
-   const ll_backend_t *b = ll_backend_for_uri (u, &err);
-   CHECK (b);
-   void *conn = b->open (u, &err);
-   CHECK_OK (conn != NULL, err);
+   const ll_backend_t *b;
+   void *conn = backend_open (u, &b);
+   CHECK (conn);
    const char *k = key ("inflight");
    const char *X = "cccccccccccccccccccccccccccccccc";
    ll_holder_t h = { "host", 1, "inflight" };

@@ -75,6 +75,15 @@ static inline void tl_fail (const char *file, int line, const char *what)
       }                                                                                            \
    } while (0)
 
+/* Runs a checker that reports with tl_fail (file, line, ...), and returns
+ * from the test when it failed: CHECK_CALL (expect_x (a, b, __LINE__)). */
+#define CHECK_CALL(call)                                                                           \
+   do {                                                                                            \
+      call;                                                                                        \
+      if (tl_cur_failed)                                                                           \
+         return;                                                                                   \
+   } while (0)
+
 #define RUN(fn)                                                                                    \
    do {                                                                                            \
       const char *_f = getenv ("TEST_FILTER");                                                     \
@@ -154,6 +163,18 @@ static inline leaselock_client_t *client (const char *label)
    if (!c)
       fprintf (stderr, "    client_new: %s %s\n", leaselock_code_name (err.code), err.message);
    return c;
+}
+
+/* A connection straight to uri's backend (its table in *b), below the
+ * engine; NULL (and why, on stderr) when it cannot be opened. */
+static inline void *backend_open (const char *uri, const ll_backend_t **b)
+{
+   leaselock_error_t err;
+   *b = ll_backend_for_uri (uri, &err);
+   void *conn = *b ? (*b)->open (uri, &err) : NULL;
+   if (!conn)
+      fprintf (stderr, "    open: %s %s\n", leaselock_code_name (err.code), err.message);
+   return conn;
 }
 
 static inline leaselock_acquire_opts_t opts (int64_t ttl_ms, bool auto_renew)
