@@ -9,9 +9,6 @@ BENCH_CORE += sqlite
 
 .PHONY: test-sqlite bench-core-sqlite
 
-$(BUILD)/tests/test_sqlite: tests/test_sqlite.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
-
 test-sqlite: $(BUILD)/tests/test_sqlite
 	$(BUILD)/tests/test_sqlite
 
