@@ -26,32 +26,16 @@ CSTD := -std=c11 -D_GNU_SOURCE
 OPT ?= -O2 -g
 SANFLAGS ?=
 
-# Optional backends: compiled in when their library is found, otherwise the
-# backend reports UNSUPPORTED with the reason.
-HAVE_MONGODB := $(shell $(PKG_CONFIG) --exists libmongoc-1.0 && echo yes)
-HAVE_MYSQL := $(shell $(PKG_CONFIG) --exists libmariadb && echo yes)
-HAVE_POSTGRESQL := $(shell $(PKG_CONFIG) --exists libpq && echo yes)
-
-LL_DEFS :=
-LL_PKGS := sqlite3
-ifeq ($(HAVE_MONGODB),yes)
-LL_DEFS += -DLEASELOCK_WITH_MONGODB
-LL_PKGS += libmongoc-1.0
-endif
-ifeq ($(HAVE_MYSQL),yes)
-LL_DEFS += -DLEASELOCK_WITH_MYSQL
-LL_PKGS += libmariadb
-endif
-ifeq ($(HAVE_POSTGRESQL),yes)
-LL_DEFS += -DLEASELOCK_WITH_POSTGRESQL
-LL_PKGS += libpq
-endif
-
-PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(LL_PKGS) 2>/dev/null)
-PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(LL_PKGS) 2>/dev/null)
+# Backends: SQLite always, the others when pkg-config finds their client
+# library (tools/backends.sh, which setup.py asks too); a backend left out
+# reports UNSUPPORTED with the reason. LL_BACKENDS names those compiled in.
+BACKENDS_SH := PKG_CONFIG=$(PKG_CONFIG) bash tools/backends.sh
+LL_BACKENDS := $(shell $(BACKENDS_SH) names)
+PKG_CFLAGS := $(shell $(BACKENDS_SH) cflags)
+PKG_LIBS := $(shell $(BACKENDS_SH) libs)
 
 CFLAGS_ALL := $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -fPIC -fvisibility=hidden -pthread \
-	-Icsrc $(LL_DEFS) $(PKG_CFLAGS) $(CFLAGS)
+	-Icsrc $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) -pthread -lm $(LDLIBS)
 
 LL_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LL_SOURCES))
@@ -114,6 +98,10 @@ demo: deps
 # servers explicitly (other CPUs, then the client's), since whether a
 # server process shares the client's core would otherwise decide a round.
 BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
+
+# bench/core_<backend>.c: one program each.
+$(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(LIB_A) | $(BUILD)/bench
+	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
 # Each backend adds bench-core-<name> to BENCH_CORE; one run prints them all.
 bench-core: deps

@@ -1,8 +1,9 @@
 """Builds leaselock's Python extension from the C core's own sources.
 
 The core sources are the list in csrc/SOURCES (the same list the Makefile
-compiles); optional backends are detected with pkg-config exactly as the
-Makefile does: libmongoc-1.0, libmariadb and libpq when found, SQLite always.
+compiles); the backends compiled in are the ones tools/backends.sh finds
+with pkg-config, which the Makefile asks too: SQLite always, MongoDB,
+MySQL/MariaDB and PostgreSQL when their client library is there.
 
     pip install .                       # a normal install
     python setup.py build_ext --inplace # development: python/leaselock/_leaselock*.so
@@ -16,14 +17,6 @@ import subprocess
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PKG_CONFIG = os.environ.get("PKG_CONFIG", "pkg-config")
-
-# Optional backend: (pkg-config name, macro that compiles it in).
-OPTIONAL = [
-    ("libmongoc-1.0", "LEASELOCK_WITH_MONGODB"),
-    ("libmariadb", "LEASELOCK_WITH_MYSQL"),
-    ("libpq", "LEASELOCK_WITH_POSTGRESQL"),
-]
 
 
 def core_sources():
@@ -32,28 +25,19 @@ def core_sources():
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def pkg_config(*args):
+def backends(what):
+    """tools/backends.sh's answer (names, cflags or libs), split into words."""
+    script = os.path.join(HERE, "tools", "backends.sh")
     try:
-        out = subprocess.run([PKG_CONFIG, *args], check=True, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout
+        out = subprocess.run(["bash", script, what], check=True, capture_output=True, text=True)
+    except OSError as e:
+        raise SystemExit(f"leaselock: cannot run {script}: {e}")
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(e.stderr.strip() or f"leaselock: {script} {what} failed")
+    return shlex.split(out.stdout)
 
 
-def backend_flags():
-    pkgs, macros = ["sqlite3"], []
-    if pkg_config("--exists", "sqlite3") is None:
-        raise SystemExit("leaselock needs SQLite 3 (pkg-config sqlite3; Debian: libsqlite3-dev)")
-    for pkg, macro in OPTIONAL:
-        if pkg_config("--exists", pkg) is not None:
-            pkgs.append(pkg)
-            macros.append((macro, None))
-    cflags = shlex.split(pkg_config("--cflags", *pkgs) or "")
-    libs = shlex.split(pkg_config("--libs", *pkgs) or "")
-    return macros, cflags, libs
-
-
-macros, pkg_cflags, pkg_libs = backend_flags()
+pkg_cflags, pkg_libs = backends("cflags"), backends("libs")
 extra_compile = ["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden", "-pthread", *pkg_cflags]
 if os.environ.get("LEASELOCK_WERROR"):
     extra_compile += ["-Wall", "-Wextra", "-Werror"]
@@ -62,10 +46,9 @@ ext = Extension(
     "leaselock._leaselock",
     sources=["python/_leaselock.c", *core_sources()],
     include_dirs=["csrc"],
-    define_macros=macros,
     extra_compile_args=extra_compile,
     extra_link_args=[*pkg_libs, "-pthread", "-lm"],
-    depends=["csrc/leaselock.h", "csrc/ll_internal.h", "csrc/SOURCES"],
+    depends=["csrc/leaselock.h", "csrc/ll_internal.h", "csrc/SOURCES", "tools/backends.sh"],
 )
 
 setup(

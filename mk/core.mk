@@ -2,15 +2,18 @@
 # and the thread/process exclusion test on SQLite.
 
 TEST_CFLAGS = $(CFLAGS_ALL) -Itests -Wno-unused-function
+TEST_LIBS =
 
-$(BUILD)/tests/fake_backend.o: tests/fake_backend.c tests/fake_backend.h csrc/ll_internal.h | $(BUILD)/tests
+# Every C suite is a program build/tests/test_<name> from tests/test_<name>.c,
+# the helper objects it names as prerequisites (build/tests/<helper>.o
+# from tests/<helper>.c and .h) and the core; TEST_LIBS adds libraries.
+$(BUILD)/tests/%.o: tests/%.c tests/%.h csrc/ll_internal.h | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/test_contract: tests/test_contract.c tests/testlib.h $(BUILD)/tests/fake_backend.o $(LIB_A) | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) $< $(BUILD)/tests/fake_backend.o $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+$(BUILD)/tests/test_%: tests/test_%.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) $< $(filter %.o,$^) $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) $(TEST_LIBS) -o $@
 
-$(BUILD)/tests/test_exclusion: tests/test_exclusion.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+$(BUILD)/tests/test_contract: $(BUILD)/tests/fake_backend.o
 
 # A fresh SQLite file per run.
 SQLITE_TEST_DIR = $(abspath $(BUILD))/sqlite-test
@@ -38,8 +41,7 @@ $(BUILD)/tests/deadline_nomargin.o: csrc/deadline.c csrc/ll_internal.h mk/core.m
 	$(CC) $(TEST_CFLAGS) -DLL_DEADLINE_MARGIN_MS=0 -DLL_DEADLINE_RATE_DIV=INT64_MAX \
 	  $(foreach f,$(DEADLINE_FNS),-Dll_deadline_$(f)=nomargin_deadline_$(f)) -c $< -o $@
 
-$(BUILD)/tests/test_sim: tests/test_sim.c $(BUILD)/tests/deadline_nomargin.o $(LIB_A) | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) $< $(BUILD)/tests/deadline_nomargin.o $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+$(BUILD)/tests/test_sim: $(BUILD)/tests/deadline_nomargin.o
 
 # Bounded here; "make stress" runs it for millions of steps.
 SIM_SEEDS ?= 300

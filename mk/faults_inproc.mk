@@ -21,12 +21,6 @@ FAULTS_DIR = $(abspath $(BUILD))/faults-inproc
 $(FAULTS_LIB): $(LIB_A) mk/faults_inproc.mk | $(BUILD)/tests
 	objcopy $(foreach s,$(FAULTS_SYMS),--redefine-sym $(s)=llt_$(s)) $< $@
 
-$(BUILD)/tests/fault_backend.o: tests/fault_backend.c tests/fault_backend.h csrc/ll_internal.h | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) -c $< -o $@
-
-$(BUILD)/tests/alloc_hook.o: tests/alloc_hook.c tests/alloc_hook.h | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) -c $< -o $@
-
 $(FAULTS_TEST): tests/test_inproc_faults.c tests/testlib.h tests/fault_backend.h tests/alloc_hook.h \
   $(BUILD)/tests/fault_backend.o $(BUILD)/tests/fake_backend.o $(BUILD)/tests/alloc_hook.o $(FAULTS_LIB)
 	$(CC) $(TEST_CFLAGS) $< $(BUILD)/tests/fault_backend.o $(BUILD)/tests/fake_backend.o \

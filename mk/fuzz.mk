@@ -18,10 +18,7 @@ FUZZ_SMOKE_SECONDS ?= 5
 FUZZERS := fuzz_duration fuzz_key fuzz_redact fuzz_client
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS = $(CSTD) $(WARN) -O1 -g -fno-omit-frame-pointer -Icsrc -Itests -Itests/fuzz \
-	-Wno-unused-function $(LL_DEFS) $(PKG_CFLAGS)
-FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-FUZZ_ARGS = -max_len=512 -timeout=10 -dict=tests/fuzz/uri.dict \
-	-artifact_prefix=$(FUZZ_BUILD)/crashes/ -print_final_stats=1
+	-Wno-unused-function $(PKG_CFLAGS)
 
 C_FILES += $(wildcard tests/fuzz/*.c tests/fuzz/*.h)
 
@@ -43,31 +40,18 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_drivers.h $(FUZZ_CORE)
 
 fuzz-build: $(addprefix $(FUZZ_BUILD)/,$(FUZZERS))
 
-# Runs each harness: FUZZ_TIME seconds of new inputs after its corpus.
-FUZZ_LOOP = set -e; mkdir -p $(FUZZ_BUILD)/crashes; for f in $(FUZZERS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus/$$f tests/fuzz/corpus/$$f; \
-	  $(FUZZ_ENV) $(FUZZ_BUILD)/$$f $(FUZZ_ARGS) -max_total_time=$$FUZZ_TIME \
-	    $(FUZZ_BUILD)/corpus/$$f tests/fuzz/corpus/$$f >$(FUZZ_BUILD)/$$f.log 2>&1 \
-	    || { tail -40 $(FUZZ_BUILD)/$$f.log; echo "$$f: crash, input in $(FUZZ_BUILD)/crashes"; exit 1; }; \
-	  echo "$$f: $$(grep -oE '^stat::number_of_executed_units: *[0-9]+' $(FUZZ_BUILD)/$$f.log | \
-	    grep -oE '[0-9]+$$') executions in $$FUZZ_TIME s, no crash"; \
-	done
-
+# tests/run-fuzzers.sh runs each harness over its corpus, then for the
+# seconds given.
 fuzz: fuzz-build
-	@FUZZ_TIME=$(FUZZ_SECONDS); $(FUZZ_LOOP)
+	@bash tests/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
 
-# For `make stress`: the same long run, and its counts as a summary (a
-# crash stops the loop and is counted).
+# For `make stress`: the same long run, and its counts as a summary.
 STRESS_TOOLS += fuzz
 stress-fuzz: fuzz-build
-	@FUZZ_TIME=$(FUZZ_SECONDS); rc=0; ( $(FUZZ_LOOP) ) || rc=1; \
-	  execs=$$(cat $(FUZZ_BUILD)/*.log | grep -oE '^stat::number_of_executed_units: *[0-9]+' | \
-	    grep -oE '[0-9]+$$' | awk '{s+=$$1} END {print s+0}'); \
-	  printf 'tool=fuzz\nbackend=-\nfuzz_executions=%s\ncrashes=%s\n' "$$execs" "$$rc" \
-	    >$(STRESS_DIR)/fuzz.summary; exit $$rc
+	@STRESS_OUT=$(STRESS_DIR) bash tests/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
 
 TEST_SUITES += fuzz-smoke
 test-fuzz-smoke: fuzz-build
 	@rm -rf $(FUZZ_BUILD)/corpus
-	@FUZZ_TIME=$(FUZZ_SMOKE_SECONDS); $(FUZZ_LOOP)
+	@bash tests/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
 	@echo "fuzz-smoke: $(words $(FUZZERS)) passed, 0 failed"

@@ -13,7 +13,6 @@
 #   make test-luajit     the same specs under LuaJIT
 #   make test-openresty  nginx + lua module, a lease per request via
 #                        ngx.run_worker_thread
-#   make test-sources    the rockspec lists exactly csrc/SOURCES
 #   make test-luarock    `luarocks make` into a local tree, then a smoke run,
 #                        for Lua 5.4 and for LuaJIT
 #   make bench-lua       lock:with beside the C core (bench/lua/lbench.c, a
@@ -30,7 +29,7 @@ LUAJIT_MOD := $(BUILD)/lua/jit/leaselock.so
 LUA_MOD_DEPS := lua/lleaselock.c lua/ll_lua_compat.h csrc/leaselock.h
 LUA_MOD_MAP := lua/leaselock.map
 
-.PHONY: lua test-lua54 test-luajit test-openresty test-sources test-luarock bench-lua
+.PHONY: lua test-lua54 test-luajit test-openresty test-luarock bench-lua
 
 all: lua
 lua: $(LUA54_MOD) $(LUAJIT_MOD)
@@ -52,7 +51,7 @@ $(BUILD)/lua/%/leaselock.so: $(BUILD)/lua/%/lleaselock.o $(LL_OBJS) $(LUA_MOD_MA
 # and 5.4 alike).
 LUA_SPEC_ENV = LEASELOCK_TEST_TMP=$(abspath $(BUILD))/lua/tmp
 
-TEST_SUITES += lua54 luajit openresty sources luarock
+TEST_SUITES += lua54 luajit openresty luarock
 
 test-lua54: $(LUA54_MOD)
 	@mkdir -p $(BUILD)/lua/tmp
@@ -67,11 +66,9 @@ test-luajit: $(LUAJIT_MOD)
 test-openresty: $(LUAJIT_MOD)
 	@bash tests/lua/openresty/test_openresty.sh $(abspath $(LUAJIT_MOD))
 
-test-sources:
-	@bash tests/check_sources.sh
-
-# luarocks' builtin backend writes its objects next to the sources, so each
-# rock is built from a copy of the tree it needs, into a local tree: once
+# The rock builds through the Makefile (mk/luarock.mk) into build/ of the
+# tree it is given, so each rock is built from a copy of the tree it needs,
+# into a local tree: once
 # for Lua 5.4, once for LuaJIT. luarocks has no LuaJIT configuration of its
 # own here: the 5.1 one (Debian's /etc/luarocks/config-5.1.lua) builds it,
 # with LUA_INCDIR pointed at luajit2's headers instead of PUC Lua 5.1's.
@@ -80,8 +77,8 @@ LUA_ROCK_DIR := $(abspath $(BUILD))/lua/rock
 LUAJIT_INCDIR ?= $(patsubst -I%,%,$(filter -I%,$(LUAJIT_INC)))
 test-luarock:
 	@rm -rf $(LUA_ROCK_DIR) && mkdir -p $(LUA_ROCK_DIR)/src-5.4 $(LUA_ROCK_DIR)/src-jit
-	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-5.4/
-	@cp -r lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-jit/
+	@cp -r Makefile mk tools lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-5.4/
+	@cp -r Makefile mk tools lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-jit/
 	@cd $(LUA_ROCK_DIR)/src-5.4 && $(LUAROCKS) --lua-version 5.4 make \
 	  --tree $(LUA_ROCK_DIR)/tree-5.4 leaselock-scm-1.rockspec >build.log 2>&1 \
 	  || { cat build.log; exit 1; }

@@ -1,14 +1,13 @@
-# Security suite: URI redaction and the scrubbing of driver messages (no
-# server contacted), the duration parser's bounds, a million owner tokens.
+# The core's unit tests, run once (no backend needed): URI redaction and
+# the scrubbing of driver messages (no server contacted), malformed URIs,
+# durations, the default URI, a million owner tokens; and the security
+# suite.
 #
 #   make test-uri        tests/test_uri.c (also under ASan/UBSan)
 
 TEST_SUITES += uri
 ASAN_SUITES += uri
 .PHONY: test-uri
-
-$(BUILD)/tests/test_uri: tests/test_uri.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
-	$(CC) $(CFLAGS_ALL) -Itests -Wno-unused-function $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
 test-uri: $(BUILD)/tests/test_uri
 	$(BUILD)/tests/test_uri

@@ -9,9 +9,6 @@ BENCH_CORE += sqlite
 
 .PHONY: test-sqlite bench-core-sqlite
 
-$(BUILD)/tests/test_sqlite: tests/test_sqlite.c tests/testlib.h $(LIB_A) | $(BUILD)/tests
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
-
 test-sqlite: $(BUILD)/tests/test_sqlite
 	$(BUILD)/tests/test_sqlite
 
@@ -20,9 +17,6 @@ test-sqlite: $(BUILD)/tests/test_sqlite
 # client is pinned by BENCH_PIN.
 SQLITE_BENCH_PAIRS ?= 5000
 SQLITE_BENCH_ROUNDS ?= 20
-
-$(BUILD)/bench/core_sqlite: bench/core_sqlite.c bench/bench.h $(LIB_A) | $(BUILD)/bench
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 bench-core-sqlite: $(BUILD)/bench/core_sqlite
 	$(BENCH_PIN) $(BUILD)/bench/core_sqlite $(SQLITE_BENCH_PAIRS) $(SQLITE_BENCH_ROUNDS)

@@ -39,26 +39,6 @@ HIST_RUN = $(PYTHON) tests/history/run.py --c-worker $(HIST_WORKER) \
 	--luajit-cpath '$(abspath $(BUILD))/lua/jit/?.so;$(abspath $(BUILD))/history/jit/?.so' \
 	--workdir $(abspath $(BUILD))/history/runs
 
-# Backend name and the variable holding its URI ("sqlite": a fresh file).
-HIST_BACKENDS := sqlite:sqlite mongodb:MONGODB_URI mysql:MYSQL_URI postgresql:POSTGRES_URI
-
-# $(1): seconds per round, $(2): extra run.py options, $(3): summary dir
-# (none: no summary). Every backend runs even after a failure; an unset
-# server variable is a failure.
-define hist_all
-	@rc=0; \
-	for b in $(HIST_BACKENDS); do \
-	  name=$${b%%:*}; var=$${b#*:}; \
-	  if [ "$$var" = sqlite ]; then uri=sqlite; else uri=$${!var:-}; fi; \
-	  if [ -z "$$uri" ]; then \
-	    echo "history $$name: $$var is not set (run under tests/with-servers.sh, or set it)"; \
-	    rc=1; continue; fi; \
-	  $(HIST_RUN) --backend $$name --uri "$$uri" --seconds $(1) $(2) \
-	    $(if $(3),--summary $(3)/history-$$name.summary) || rc=1; \
-	done; \
-	exit $$rc
-endef
-
 TEST_SUITES += history
 .PHONY: test-history stress-history stress-tools history-deps
 
@@ -70,7 +50,7 @@ HISTORY_SECONDS ?= 12
 # The Makefile's format check covers tests/*.c: this suite checks its own C.
 test-history: $(HIST_DEPS)
 	@clang-format --dry-run --Werror tests/history/*.c
-	$(call hist_all,$(HISTORY_SECONDS))
+	@bash tests/run-history.sh $(HISTORY_SECONDS) "" -- $(HIST_RUN)
 
 # Long: rounds of STRESS_ROUND_SECONDS on each backend in turn until it
 # has STRESS_GRANTS grants or STRESS_SECONDS have passed on it, with
@@ -91,15 +71,10 @@ STRESS_GOAL_GRANTS ?= 1000000
 
 STRESS_TOOLS += history
 stress-history: $(HIST_DEPS)
-	$(call hist_all,$(STRESS_ROUND_SECONDS),--until-grants $(STRESS_GRANTS) \
-	  --max-seconds $(STRESS_SECONDS) --nkeys $(STRESS_NKEYS) $(STRESS_WORKERS),$(STRESS_DIR))
+	@bash tests/run-history.sh $(STRESS_ROUND_SECONDS) $(STRESS_DIR) -- $(HIST_RUN) -- \
+	  --until-grants $(STRESS_GRANTS) --max-seconds $(STRESS_SECONDS) --nkeys $(STRESS_NKEYS) \
+	  $(STRESS_WORKERS)
 
 # Run by `make stress` inside tests/with-servers.sh: every tool, then the table.
 stress-tools:
-	@rm -rf $(STRESS_DIR) && mkdir -p $(STRESS_DIR)
-	@rc=0; for t in $(STRESS_TOOLS); do \
-	  echo "===== stress $$t ====="; \
-	  $(MAKE) --no-print-directory stress-$$t STRESS_DIR=$(abspath $(STRESS_DIR)) || rc=1; \
-	done; \
-	$(PYTHON) tests/history/table.py --goal grants=$(STRESS_GOAL_GRANTS) $(STRESS_DIR) || rc=1; \
-	exit $$rc
+	@PYTHON=$(PYTHON) bash tests/run-stress.sh $(STRESS_DIR) $(STRESS_GOAL_GRANTS) $(STRESS_TOOLS)

@@ -22,14 +22,39 @@
 #define THREADS 8
 #define PROCS 4
 
-static const char *URI;
 static int ITER = 25;
-static char KEY[64];
+static char KEY[300];
 
 static void pause_a_little (void)
 {
    struct timespec ts = { 0, 200000 }; /* 0.2 ms: widens any race window */
    nanosleep (&ts, NULL);
+}
+
+/* Waits for KEY (TTL 10 s, 2 min at most); NULL and why on stderr when
+ * that fails. who and id name the caller in the message. */
+static leaselock_lease_t *take (leaselock_client_t *c, const char *who, long id)
+{
+   leaselock_acquire_opts_t o = opts (10000, false);
+   o.timeout_ms = 120000;
+   leaselock_lease_t *l;
+   leaselock_error_t err;
+   if (leaselock_acquire (c, KEY, strlen (KEY), &o, &l, &err))
+      return l;
+   fprintf (stderr, "%s %ld: acquire: %s %s\n", who, id, leaselock_code_name (err.code),
+            err.message);
+   return NULL;
+}
+
+/* Releases and frees l; false and why on stderr when the release fails. */
+static bool give_back (leaselock_lease_t *l, const char *who, long id)
+{
+   leaselock_error_t err;
+   bool ok = leaselock_lease_release (l, &err);
+   if (!ok)
+      fprintf (stderr, "%s %ld: release: %s\n", who, id, err.message);
+   leaselock_lease_destroy (l);
+   return ok;
 }
 
 /* ---- threads ----------------------------------------------------------- */
@@ -55,14 +80,8 @@ static void *thread_main (void *arg)
       return NULL;
    }
    for (int i = 0; i < ITER; i++) {
-      leaselock_acquire_opts_t o;
-      leaselock_acquire_opts_init (&o);
-      o.ttl_ms = 10000;
-      o.timeout_ms = 120000;
-      leaselock_lease_t *l;
-      if (!leaselock_acquire (c, KEY, strlen (KEY), &o, &l, &err)) {
-         fprintf (stderr, "thread %ld: acquire: %s %s\n", id, leaselock_code_name (err.code),
-                  err.message);
+      leaselock_lease_t *l = take (c, "thread", id);
+      if (!l) {
          atomic_fetch_add (&failures, 1);
          break;
       }
@@ -73,11 +92,8 @@ static void *thread_main (void *arg)
       counter = v + 1;
       fences[n_fences++] = leaselock_lease_fence (l);
       atomic_fetch_sub (&inside, 1);
-      if (!leaselock_lease_release (l, &err)) {
-         fprintf (stderr, "thread %ld: release: %s\n", id, err.message);
+      if (!give_back (l, "thread", id))
          atomic_fetch_add (&failures, 1);
-      }
-      leaselock_lease_destroy (l);
    }
    leaselock_client_destroy (own);
    return NULL;
@@ -88,7 +104,7 @@ static void test_threads (void)
    leaselock_error_t err;
    shared_client = leaselock_client_new (URI, "threads", &err);
    CHECK_OK (shared_client != NULL, err);
-   snprintf (KEY + strlen (KEY), sizeof KEY - strlen (KEY), "/threads");
+   snprintf (KEY, sizeof KEY, "%s", key ("threads"));
    pthread_t th[THREADS];
    for (long i = 0; i < THREADS; i++)
       pthread_create (&th[i], NULL, thread_main, (void *)i);
@@ -144,14 +160,8 @@ static int child_main (int id)
    }
    int rc = 0;
    for (int i = 0; i < ITER; i++) {
-      leaselock_acquire_opts_t o;
-      leaselock_acquire_opts_init (&o);
-      o.ttl_ms = 10000;
-      o.timeout_ms = 120000;
-      leaselock_lease_t *l;
-      if (!leaselock_acquire (c, KEY, strlen (KEY), &o, &l, &err)) {
-         fprintf (stderr, "child %d: acquire: %s %s\n", id, leaselock_code_name (err.code),
-                  err.message);
+      leaselock_lease_t *l = take (c, "child", id);
+      if (!l) {
          rc = 1;
          break;
       }
@@ -172,11 +182,8 @@ static int child_main (int id)
       }
       if (fd >= 0)
          unlink (inside_path);
-      if (!leaselock_lease_release (l, &err)) {
-         fprintf (stderr, "child %d: release: %s\n", id, err.message);
+      if (!give_back (l, "child", id))
          rc = 1;
-      }
-      leaselock_lease_destroy (l);
    }
    leaselock_client_destroy (c);
    return rc;
@@ -187,8 +194,7 @@ static void test_processes (void)
    snprintf (dir, sizeof dir, "%s/leaselock-excl-XXXXXX",
              getenv ("TMPDIR") ? getenv ("TMPDIR") : "/tmp");
    CHECK (mkdtemp (dir));
-   char *slash = strrchr (KEY, '/');
-   snprintf (slash, sizeof KEY - (size_t)(slash - KEY), "/processes");
+   snprintf (KEY, sizeof KEY, "%s", key ("processes"));
    fflush (NULL);
    pid_t kids[PROCS];
    for (int i = 0; i < PROCS; i++) {
@@ -237,15 +243,10 @@ int main (int argc, char **argv)
       fprintf (stderr, "usage: %s URI [iterations]\n", argv[0]);
       return 2;
    }
-   setvbuf (stdout, NULL, _IOLBF, 0);
-   URI = argv[1];
    if (argc > 2)
       ITER = atoi (argv[2]) > 0 && atoi (argv[2]) <= 100 ? atoi (argv[2]) : ITER;
-   srand ((unsigned)getpid ());
-   snprintf (KEY, sizeof KEY, "exclusion-%d-%d", (int)getpid (), rand () % 100000);
-   char shown[512];
-   ll_uri_redact (URI, shown, sizeof shown);
-   printf ("exclusion on %s: %d threads and %d processes x %d\n", shown, THREADS, PROCS, ITER);
+   tl_start ("exclusion", argv[1]);
+   printf ("exclusion: %d threads and %d processes x %d\n", THREADS, PROCS, ITER);
    RUN (test_threads);
    RUN (test_processes);
    return tl_summary ("exclusion");

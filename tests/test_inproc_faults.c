@@ -67,13 +67,6 @@ typedef struct run
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static void real_sleep_ms (int ms)
-{
-   struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-   while (nanosleep (&ts, &ts) != 0) {
-   }
-}
-
 static void violation (run_t *r, const char *fmt, ...)
 {
    va_list ap;
@@ -85,7 +78,7 @@ static void violation (run_t *r, const char *fmt, ...)
    r->bad++;
 }
 
-static const char *key (run_t *r, const char *name)
+static const char *run_key (run_t *r, const char *name)
 {
    static char buf[4][128];
    static int i;
@@ -168,9 +161,9 @@ static void renew_round (run_t *r, const char *when, leaselock_lease_t *l)
                        leaselock_lease_key (l));
          return;
       }
-      real_sleep_ms (1);
+      sleep_ms (1);
    }
-   real_sleep_ms (5); /* the I/O thread records the outcome */
+   sleep_ms (5); /* the I/O thread records the outcome */
 }
 
 static bool list_count (const leaselock_record_t *rec, void *data)
@@ -198,7 +191,8 @@ static bool count_held (const leaselock_record_t *rec, void *data)
 static void workload (run_t *r)
 {
    leaselock_error_t err;
-   const char *k1 = key (r, "k1"), *k2 = key (r, "k2"), *k3 = key (r, "k3"), *k4 = key (r, "k4");
+   const char *k1 = run_key (r, "k1"), *k2 = run_key (r, "k2"), *k3 = run_key (r, "k3"),
+              *k4 = run_key (r, "k4");
 
    /* k3 is the admin's, so that one acquire answers BUSY. */
    leaselock_acquire_opts_t ao;

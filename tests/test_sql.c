@@ -16,17 +16,15 @@
  * connect_timeout or the default bounds), bad URIs, the table option,
  * concurrent first use, and connections abandoned after fork.
  *
- * A raw driver connection (libmariadb / libpq) checks the server side.
+ * A raw driver connection (tests/sql_driver.h) checks the server side:
+ * the suite is built once with libmariadb (build/tests/test_sql_mysql) and
+ * once with libpq (build/tests/test_sql_postgresql).
  */
 #include "ll_internal.h"
+#include "sql_driver.h"
 #include "testlib.h"
 
-#if defined(LEASELOCK_WITH_MYSQL) && defined(LEASELOCK_WITH_POSTGRESQL)
-#include <libpq-fe.h>
-#include <mysql.h>
-
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -39,34 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *URI;
 static bool IS_MYSQL;
-static char PFX[64];
 static const char *SELF;
-
-static void sleep_ms (int64_t ms)
-{
-   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
-   while (nanosleep (&ts, &ts) != 0) {
-   }
-}
-
-static int64_t mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* A key under this run's prefix (static buffer ring). */
-static const char *key (const char *name)
-{
-   static char bufs[8][300];
-   static int i;
-   char *b = bufs[i++ % 8];
-   snprintf (b, 300, "%s%s", PFX, name);
-   return b;
-}
 
 /* A URI like URI with extra options appended. */
 static const char *uri_with (const char *opts)
@@ -74,106 +46,6 @@ static const char *uri_with (const char *opts)
    static char buf[1024];
    snprintf (buf, sizeof buf, "%s%s%s", URI, strchr (URI, '?') ? "&" : "?", opts);
    return buf;
-}
-
-/* ---- raw driver access ------------------------------------------------ */
-
-/* Runs sql on a fresh raw connection; copies the first cell of the first
- * row (or "") to out. Returns false and prints why on error. */
-static bool raw_query (const char *sql, char *out, size_t size)
-{
-   if (out && size)
-      out[0] = '\0';
-   if (IS_MYSQL) {
-      ll_uri_t u;
-      leaselock_error_t err;
-      if (!ll_uri_parse (URI, &u, &err))
-         return false;
-      const char *sock = ll_uri_param (&u, "socket");
-      MYSQL *db = mysql_init (NULL);
-      bool ok = false;
-      if (!mysql_real_connect (db, sock ? NULL : u.host, u.user, u.password, u.path + 1,
-                               (unsigned)(u.port ? u.port : 3306), sock, 0)) {
-         fprintf (stderr, "    raw connect: %s\n", mysql_error (db));
-      } else if (mysql_query (db, sql)) {
-         fprintf (stderr, "    raw query: %s\n", mysql_error (db));
-      } else {
-         MYSQL_RES *res = mysql_store_result (db);
-         MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
-         if (row && row[0] && out)
-            snprintf (out, size, "%s", row[0]);
-         if (res)
-            mysql_free_result (res);
-         ok = true;
-      }
-      mysql_close (db);
-      ll_uri_cleanup (&u);
-      return ok;
-   }
-   PGconn *db = PQconnectdb (URI);
-   bool ok = false;
-   if (PQstatus (db) != CONNECTION_OK) {
-      fprintf (stderr, "    raw connect: %s\n", PQerrorMessage (db));
-   } else {
-      PGresult *res = PQexec (db, sql);
-      ExecStatusType s = PQresultStatus (res);
-      if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
-         fprintf (stderr, "    raw query: %s\n", PQresultErrorMessage (res));
-      } else {
-         if (s == PGRES_TUPLES_OK && PQntuples (res) > 0 && out)
-            snprintf (out, size, "%s", PQgetvalue (res, 0, 0));
-         ok = true;
-      }
-      PQclear (res);
-   }
-   PQfinish (db);
-   return ok;
-}
-
-/* Kills every other connection of this user to this database, as an admin
- * or a crash would. Returns how many. */
-static int kill_other_connections (void)
-{
-   char out[64];
-   if (IS_MYSQL) {
-      /* One statement can't KILL a list: collect the ids, then kill each. */
-      ll_uri_t u;
-      leaselock_error_t err;
-      if (!ll_uri_parse (URI, &u, &err))
-         return -1;
-      const char *sock = ll_uri_param (&u, "socket");
-      MYSQL *db = mysql_init (NULL);
-      int n = -1;
-      if (mysql_real_connect (db, sock ? NULL : u.host, u.user, u.password, u.path + 1,
-                              (unsigned)(u.port ? u.port : 3306), sock, 0) &&
-          !mysql_query (db, "SELECT id FROM information_schema.processlist WHERE "
-                            "user = SUBSTRING_INDEX(USER(), '@', 1) AND db = DATABASE() "
-                            "AND id <> CONNECTION_ID()")) {
-         MYSQL_RES *res = mysql_store_result (db);
-         unsigned long ids[256];
-         int k = 0;
-         for (MYSQL_ROW row; res && (row = mysql_fetch_row (res)) && k < 256;)
-            ids[k++] = strtoul (row[0], NULL, 10);
-         if (res)
-            mysql_free_result (res);
-         n = 0;
-         for (int i = 0; i < k; i++) {
-            char sql[64];
-            snprintf (sql, sizeof sql, "KILL CONNECTION %lu", ids[i]);
-            if (!mysql_query (db, sql))
-               n++;
-         }
-      }
-      mysql_close (db);
-      ll_uri_cleanup (&u);
-      return n;
-   }
-   if (!raw_query ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                   "datname = current_database() AND usename = current_user AND "
-                   "pid <> pg_backend_pid()",
-                   out, sizeof out))
-      return -1;
-   return atoi (out);
 }
 
 static int count_connections (void)
@@ -186,44 +58,6 @@ static int count_connections (void)
                                    "current_database() AND usename = current_user",
                                    out, sizeof out);
    return ok ? atoi (out) : -1;
-}
-
-/* ---- helpers ---------------------------------------------------------- */
-
-static leaselock_client_t *client (const char *label)
-{
-   leaselock_error_t err;
-   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
-   if (!c)
-      fprintf (stderr, "    client_new: %s %s\n", leaselock_code_name (err.code), err.message);
-   return c;
-}
-
-static leaselock_acquire_opts_t opts (int64_t ttl_ms, bool auto_renew)
-{
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = ttl_ms;
-   o.auto_renew = auto_renew;
-   return o;
-}
-
-typedef struct
-{
-   int n;
-   char keys[16][300];
-   size_t lens[16];
-} seen_t;
-
-static bool collect (const leaselock_record_t *rec, void *data)
-{
-   seen_t *s = data;
-   if (s->n < 16) {
-      memcpy (s->keys[s->n], rec->key, rec->key_len);
-      s->lens[s->n] = rec->key_len;
-      s->n++;
-   }
-   return true;
 }
 
 /* ---- keys ------------------------------------------------------------- */
@@ -261,7 +95,7 @@ static void test_hostile_keys (void)
       CHECK_EQ (rec.key_len, klen);
       CHECK (!memcmp (rec.key, k, klen));
       CHECK (!strcmp (rec.owner, leaselock_lease_owner (l)));
-      seen_t s = { 0 };
+      listing_t s = { 0 };
       ok = leaselock_list (c, k, klen, collect, &s, &err);
       CHECK_OK (ok, err);
       CHECK_EQ (s.n, 1);
@@ -332,7 +166,7 @@ static void test_list_prefix_literal (void)
       { "w/", n, "w/100%" },     { "w/100", 2, "w/100%" },
    };
    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-      seen_t s = { 0 };
+      listing_t s = { 0 };
       const char *p = key (cases[i].prefix);
       bool ok = leaselock_list (c, p, strlen (p), collect, &s, &err);
       CHECK_OK (ok, err);
@@ -343,7 +177,7 @@ static void test_list_prefix_literal (void)
       CHECK (s.lens[0] == strlen (f) && !memcmp (s.keys[0], f, s.lens[0]));
    }
    /* Key order is byte order. */
-   seen_t s = { 0 };
+   listing_t s = { 0 };
    bool ok = leaselock_list (c, key ("w/"), strlen (key ("w/")), collect, &s, &err);
    CHECK_OK (ok, err);
    for (int i = 1; i < s.n; i++) {
@@ -482,10 +316,9 @@ static void test_clock_skew (void)
 static void test_takeover_does_not_extend_old (void)
 {
    leaselock_error_t err;
-   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
-   CHECK (b);
-   void *conn = b->open (URI, &err);
-   CHECK_OK (conn != NULL, err);
+   const ll_backend_t *b;
+   void *conn = backend_open (URI, &b);
+   CHECK (conn);
    const char *A = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", *B = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
    ll_holder_t ha = { "host-a", 111, "label-a" }, hb = { "host-b", 222, "label-b" };
    const char *k = key ("takeover");
@@ -560,10 +393,9 @@ static void test_reconnect_after_kill (void)
    leaselock_lease_destroy (l);
 
    /* Backend level: the same connection object reconnects by itself. */
-   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
-   CHECK (b);
-   void *conn = b->open (URI, &err);
-   CHECK_OK (conn != NULL, err);
+   const ll_backend_t *b;
+   void *conn = backend_open (URI, &b);
+   CHECK (conn);
    CHECK (kill_other_connections () >= 1);
    sleep_ms (100);
    ok = b->inspect (conn, key ("kill"), strlen (key ("kill")), &rec, &found, &err);
@@ -914,60 +746,6 @@ static void test_concurrent_first_use (void)
    CHECK_EQ (atoi (out), 6);
 }
 
-/* Opens a raw connection that holds the row of k locked in an open
- * transaction (k must exist). Returns the handle, NULL on error. */
-static void *raw_lock_row (const char *k)
-{
-   char sql[600];
-   if (IS_MYSQL) {
-      ll_uri_t u;
-      leaselock_error_t err;
-      if (!ll_uri_parse (URI, &u, &err))
-         return NULL;
-      const char *sock = ll_uri_param (&u, "socket");
-      MYSQL *db = mysql_init (NULL);
-      bool ok = mysql_real_connect (db, sock ? NULL : u.host, u.user, u.password, u.path + 1,
-                                    (unsigned)(u.port ? u.port : 3306), sock, 0) != NULL;
-      ll_uri_cleanup (&u);
-      snprintf (sql, sizeof sql, "SELECT fence FROM leaselock WHERE lock_key = '%s' FOR UPDATE", k);
-      if (ok)
-         ok = !mysql_query (db, "BEGIN") && !mysql_query (db, sql);
-      if (ok) {
-         MYSQL_RES *res = mysql_store_result (db);
-         if (res)
-            mysql_free_result (res);
-         return db;
-      }
-      fprintf (stderr, "    raw lock: %s\n", mysql_error (db));
-      mysql_close (db);
-      return NULL;
-   }
-   PGconn *db = PQconnectdb (URI);
-   snprintf (sql, sizeof sql, "BEGIN; SELECT fence FROM leaselock WHERE lock_key = '%s' FOR UPDATE",
-             k);
-   PGresult *res = PQstatus (db) == CONNECTION_OK ? PQexec (db, sql) : NULL;
-   bool ok = res && PQresultStatus (res) == PGRES_TUPLES_OK;
-   if (!ok)
-      fprintf (stderr, "    raw lock: %s\n", PQerrorMessage (db));
-   PQclear (res);
-   if (!ok) {
-      PQfinish (db);
-      return NULL;
-   }
-   return db;
-}
-
-static void raw_unlock (void *h)
-{
-   if (IS_MYSQL) {
-      mysql_query (h, "COMMIT");
-      mysql_close (h);
-   } else {
-      PQclear (PQexec (h, "COMMIT"));
-      PQfinish (h);
-   }
-}
-
 /* A statement that fails in flight (the client gives up waiting on a row
  * that another transaction holds: MySQL read_timeout, PostgreSQL
  * statement_timeout) is reported as BACKEND, and once the row is free a
@@ -976,10 +754,9 @@ static void test_failed_in_flight (void)
 {
    leaselock_error_t err;
    const char *u = uri_with (IS_MYSQL ? "read_timeout=1" : "options=-c%20statement_timeout%3D1000");
-   const ll_backend_t *b = ll_backend_for_uri (u, &err);
-   CHECK (b);
-   void *conn = b->open (u, &err);
-   CHECK_OK (conn != NULL, err);
+   const ll_backend_t *b;
+   void *conn = backend_open (u, &b);
+   CHECK (conn);
    const char *k = key ("inflight");
    const char *X = "cccccccccccccccccccccccccccccccc";
    ll_holder_t h = { "host", 1, "inflight" };
@@ -1037,69 +814,6 @@ typedef struct
    int wd_fd;      /* closing it tells the watchdog to resume them now */
 } stall_t;
 
-/* The parent pid of pid, or -1. */
-static pid_t parent_of (pid_t pid)
-{
-   char path[64], line[256];
-   snprintf (path, sizeof path, "/proc/%d/status", (int)pid);
-   FILE *f = fopen (path, "r");
-   pid_t pp = -1;
-   if (!f)
-      return -1;
-   while (fgets (line, sizeof line, f))
-      if (!strncmp (line, "PPid:", 5))
-         pp = (pid_t)atoi (line + 5);
-   fclose (f);
-   return pp;
-}
-
-/* Every process of the server: MariaDB is one process (its pid file);
- * PostgreSQL is the postmaster (the parent of a backend) and its
- * children, postmaster first. */
-static bool find_server_pids (stall_t *s)
-{
-   char out[4096];
-   s->n = 0;
-   if (IS_MYSQL) {
-      if (!raw_query ("SELECT @@pid_file", out, sizeof out))
-         return false;
-      FILE *f = fopen (out, "r");
-      int pid = 0;
-      if (!f || fscanf (f, "%d", &pid) != 1 || pid <= 1) {
-         fprintf (stderr, "    cannot read the server's pid from %s\n", out);
-         if (f)
-            fclose (f);
-         return false;
-      }
-      fclose (f);
-      s->pids[s->n++] = (pid_t)pid;
-      return true;
-   }
-   /* The backend's parent, read while its connection is open. */
-   PGconn *db = PQconnectdb (URI);
-   PGresult *res = PQstatus (db) == CONNECTION_OK ? PQexec (db, "SELECT pg_backend_pid()") : NULL;
-   pid_t postmaster = -1;
-   if (res && PQresultStatus (res) == PGRES_TUPLES_OK && PQntuples (res) == 1)
-      postmaster = parent_of ((pid_t)atoi (PQgetvalue (res, 0, 0)));
-   PQclear (res);
-   PQfinish (db);
-   if (postmaster <= 1) {
-      fprintf (stderr, "    cannot find the postmaster's pid\n");
-      return false;
-   }
-   s->pids[s->n++] = postmaster;
-   DIR *d = opendir ("/proc");
-   struct dirent *e;
-   while (d && (e = readdir (d)) && s->n < 64) {
-      pid_t p = (pid_t)atoi (e->d_name);
-      if (p > 1 && parent_of (p) == postmaster)
-         s->pids[s->n++] = p;
-   }
-   if (d)
-      closedir (d);
-   return true;
-}
-
 static void resume_all (const stall_t *s)
 {
    for (int i = s->n - 1; i >= 0; i--)
@@ -1114,7 +828,7 @@ static bool stall_begin (stall_t *s)
 {
    memset (s, 0, sizeof *s);
    s->wd_fd = -1;
-   if (!find_server_pids (s))
+   if (!raw_server_pids (s->pids, &s->n, (int)(sizeof s->pids / sizeof s->pids[0])))
       return false;
    int fds[2];
    if (pipe (fds) != 0)
@@ -1432,29 +1146,20 @@ static void test_holder_info (void)
    leaselock_client_destroy (c);
 }
 
-#define HAVE_DRIVERS 1
-#endif
-
 int main (int argc, char **argv)
 {
-#ifndef HAVE_DRIVERS
-   (void)argc;
-   (void)argv;
-   printf ("sql: built without libmariadb or libpq (install libmariadb-dev and libpq-dev)\n");
-   printf ("sql: 0 passed, 1 failed\n");
-   return 1;
-#else
    if (argc >= 2 && !strcmp (argv[1], "--helper"))
       return helper (argc, argv);
    if (argc < 2) {
-      fprintf (stderr, "usage: %s mysql://...|postgresql://...\n", argv[0]);
+      fprintf (stderr, "usage: %s %s://...\n", argv[0], raw_scheme);
       return 2;
    }
-   URI = argv[1];
    SELF = argv[0];
-   IS_MYSQL = !strncmp (URI, "mysql:", 6) || !strncmp (URI, "mariadb:", 8);
-   if (!IS_MYSQL && strncmp (URI, "postgres", 8)) {
-      fprintf (stderr, "test_sql: expected a mysql:// or postgresql:// URI\n");
+   IS_MYSQL = !strncmp (argv[1], "mysql:", 6) || !strncmp (argv[1], "mariadb:", 8);
+   bool postgresql = !strncmp (argv[1], "postgres", 8);
+   if (IS_MYSQL != !strcmp (raw_scheme, "mysql") || postgresql == IS_MYSQL) {
+      fprintf (stderr, "%s: expected a %s:// URI (this program speaks %s)\n", argv[0], raw_scheme,
+               raw_scheme);
       return 2;
    }
    char path[4096];
@@ -1463,18 +1168,8 @@ int main (int argc, char **argv)
       path[n] = '\0';
       SELF = path;
    }
-   unsigned r = 0;
-   FILE *f = fopen ("/dev/urandom", "rb");
-   if (f) {
-      if (fread (&r, sizeof r, 1, f) != 1)
-         r = (unsigned)getpid ();
-      fclose (f);
-   }
-   snprintf (PFX, sizeof PFX, "sql-%08x/", r);
-   char shown[256];
-   ll_uri_redact (URI, shown, sizeof shown);
-   printf ("sql suite on %s (keys under %s)\n", shown, PFX);
-   fflush (stdout);
+   tl_start (raw_scheme, argv[1]);
+   raw_use (URI);
 
    RUN (test_hostile_keys);
    RUN (test_list_prefix_literal);
@@ -1491,6 +1186,5 @@ int main (int argc, char **argv)
    RUN (test_table_option_and_schema);
    RUN (test_concurrent_first_use);
    RUN (test_server_restart_mid_hold);
-   return tl_summary ("sql");
-#endif
+   return tl_summary (raw_scheme);
 }

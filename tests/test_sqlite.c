@@ -31,12 +31,6 @@ static void new_db (char *path, size_t psize, char *uri, size_t usize)
    snprintf (uri, usize, "sqlite://%s", path);
 }
 
-static void sleep_ms (int ms)
-{
-   struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-   nanosleep (&ts, NULL);
-}
-
 static const char owner_a[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 static const char owner_b[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 static const ll_holder_t holder = { "testhost", 4242, "test-label" };
@@ -267,23 +261,6 @@ static const char *const odd_keys[] = {
 };
 #define N_ODD (sizeof odd_keys / sizeof odd_keys[0])
 
-typedef struct
-{
-   char keys[32][LEASELOCK_KEY_MAX + 1];
-   int n;
-} collected_t;
-
-static bool collect (const leaselock_record_t *rec, void *data)
-{
-   collected_t *c = data;
-   if (c->n < 32) {
-      memcpy (c->keys[c->n], rec->key, rec->key_len);
-      c->keys[c->n][rec->key_len] = '\0';
-      c->n++;
-   }
-   return true;
-}
-
 static int cmp_bytes (const void *a, const void *b)
 {
    return strcmp (*(const char *const *)a, *(const char *const *)b);
@@ -304,7 +281,7 @@ static void test_keys_verbatim (void)
    bool ok = true;
    for (size_t i = 0; i < N_ODD && ok; i++)
       ok = leaselock_acquire (c, odd_keys[i], strlen (odd_keys[i]), &o, &leases[i], &err);
-   collected_t got = { 0 };
+   listing_t got = { 0 };
    bool listed = ok && leaselock_list (c, "", 0, collect, &got, &err);
    leaselock_record_t rec;
    bool found = false;
@@ -338,7 +315,7 @@ static void test_keys_verbatim (void)
 /* Lists prefix on conn and compares with the expected keys (in order). */
 static bool list_is (void *conn, const char *prefix, const char *const *want, int n_want)
 {
-   collected_t got = { 0 };
+   listing_t got = { 0 };
    leaselock_error_t err;
    if (!B->list (conn, prefix, strlen (prefix), collect, &got, &err)) {
       fprintf (stderr, "    list \"%s\": %s\n", prefix, err.message);

@@ -1,9 +1,11 @@
 /*
- * test_uri.c - URI redaction, the scrubbing of driver messages and the
- * duration parser: regression tests for passwords that reached error
- * messages, each through leaselock_client_new with no server contacted
- * (PostgreSQL and MySQL are pointed at a socket in a directory that does
- * not exist, MongoDB fails while parsing), and owner tokens.
+ * test_uri.c - the core's unit tests, which need no backend and run once:
+ * URI redaction, the scrubbing of driver messages (regression tests for
+ * passwords that reached error messages, each through
+ * leaselock_client_new with no server contacted: PostgreSQL and MySQL are
+ * pointed at a socket in a directory that does not exist, MongoDB fails
+ * while parsing), malformed URIs, the duration parser, the default URI and
+ * owner tokens. What every backend must do is tests/test_contract.c.
  */
 #include "leaselock.h"
 #include "ll_internal.h"
@@ -158,6 +160,134 @@ static void test_duration_max (void)
    CHECK_EQ (ms, 1500);
 }
 
+/* URIs as messages and repr show them: no password, wherever it sits. */
+static void test_uri_redaction (void)
+{
+   static const struct
+   {
+      const char *in, *out;
+   } cases[] = {
+      { "mysql://u:s3cr/t?x#y@h:1/db", "mysql://u:***@h:1/db" },
+      { "postgresql://u:pw@h/db?sslpassword=kk&sslmode=require",
+        "postgresql://u:***@h/db?sslpassword=***&sslmode=require" },
+      { "mongodb://h/?authMechanismProperties=AWS_SESSION_TOKEN:tok&w=1",
+        "mongodb://h/?authMechanismProperties=***&w=1" },
+      { "mysql://h/db?user=u&PASSWORD=pw", "mysql://h/db?user=u&PASSWORD=***" },
+      { "mongodb://h1:1,h2:2/db", "mongodb://h1:1,h2:2/db" },
+      { "sqlite:///tmp/x.db", "sqlite:///tmp/x.db" },
+   };
+   char shown[256];
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      ll_uri_redact (cases[i].in, shown, sizeof shown);
+      if (strcmp (shown, cases[i].out))
+         fprintf (stderr, "    redact(%s) = %s\n", cases[i].in, shown);
+      CHECK (!strcmp (shown, cases[i].out));
+   }
+   /* Too small a buffer cuts; it never leaves a secret in. */
+   ll_uri_redact ("mysql://h/db?pwd=a&password=b", shown, 20);
+   CHECK (!strcmp (shown, "mysql://h/db?pwd=**"));
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new ("sqlite://user:s3cretpw@/tmp/x.db", NULL, &err);
+   CHECK_ERR (c != NULL, err, LEASELOCK_INVALID, "sqlite://user:***@/tmp/x.db");
+   CHECK (!strstr (err.message, "s3cretpw"));
+   leaselock_client_destroy (c);
+   c = leaselock_client_new ("mysql://u:pa/ss9q@", NULL, &err);
+   CHECK (c == NULL);
+   CHECK (!strstr (err.message, "ss9q"));
+   leaselock_client_destroy (c);
+}
+
+static void test_bad_uris (void)
+{
+   leaselock_error_t err;
+   struct
+   {
+      const char *uri;
+      leaselock_code_t code;
+      const char *msg;
+   } cases[] = {
+      { "nope", LEASELOCK_INVALID, "malformed URI \"nope\"" },
+      { "://x", LEASELOCK_INVALID, "malformed URI" },
+      { "ftp://host/x", LEASELOCK_INVALID, "unknown URI scheme \"ftp\"" },
+      { "redis://u:secret@host/x", LEASELOCK_INVALID, "redis://u:***@host/x" },
+      { "sqlite:relative.db", LEASELOCK_INVALID, "malformed URI" },
+   };
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      leaselock_client_t *c = leaselock_client_new (cases[i].uri, NULL, &err);
+      CHECK_ERR (c != NULL, err, cases[i].code, cases[i].msg);
+      CHECK (!strstr (err.message, "secret"));
+   }
+   char label[300];
+   memset (label, 'l', sizeof label - 1);
+   label[sizeof label - 1] = '\0';
+   /* The label is checked before the URI's backend is looked at. */
+   leaselock_client_t *c = leaselock_client_new ("sqlite:///nonexistent-ll-dir/x.db", label, &err);
+   CHECK_ERR (c != NULL, err, LEASELOCK_INVALID, "label is 299 bytes long");
+   CHECK (leaselock_client_new ("nope", NULL, NULL) == NULL); /* error may be NULL */
+}
+
+static void test_durations (void)
+{
+   leaselock_error_t err;
+   int64_t ms;
+   struct
+   {
+      const char *text;
+      int64_t ms;
+   } good[] = { { "30s", 30000 },   { "500ms", 500 }, { "2m", 120000 }, { "1h", 3600000 },
+                { "1d", 86400000 }, { "1.5", 1500 },  { "0", 0 },       { "0.25s", 250 },
+                { ".5s", 500 },     { "2.", 2000 } };
+   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+      bool ok = leaselock_parse_duration (good[i].text, &ms, &err);
+      CHECK_OK (ok, err);
+      CHECK_EQ (ms, good[i].ms);
+   }
+   const char *bad[] = { "",    "abc",   "-1s", "10x",  "nan", "inf",    " 5s",
+                         "5 s", "1e400", "1e3", "0x10", ".",   "1.2.3s", "+5s" };
+   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      bool ok = leaselock_parse_duration (bad[i], &ms, &err);
+      CHECK (!ok && err.code == LEASELOCK_INVALID);
+      CHECK (strstr (err.message, "duration"));
+   }
+}
+
+static void test_default_uri (void)
+{
+   char buf[512];
+   leaselock_error_t err;
+   char *old_home = getenv ("HOME") ? strdup (getenv ("HOME")) : NULL;
+   char *old_state = getenv ("XDG_STATE_HOME") ? strdup (getenv ("XDG_STATE_HOME")) : NULL;
+   setenv ("HOME", "/home/someone", 1);
+   unsetenv ("XDG_STATE_HOME");
+   bool ok1 = leaselock_default_uri (buf, sizeof buf, &err);
+   bool same1 = ok1 && !strcmp (buf, "sqlite:///home/someone/.local/state/leaselock/locks.db");
+   setenv ("XDG_STATE_HOME", "/var/state", 1);
+   bool ok2 = leaselock_default_uri (buf, sizeof buf, &err);
+   bool same2 = ok2 && !strcmp (buf, "sqlite:///var/state/leaselock/locks.db");
+   bool small = !leaselock_default_uri (buf, 10, &err) && err.code == LEASELOCK_INVALID;
+   setenv ("XDG_STATE_HOME", "/tmp/a b%c?d#e", 1);
+   bool ok3 = leaselock_default_uri (buf, sizeof buf, &err);
+   bool same3 = ok3 && !strcmp (buf, "sqlite:///tmp/a%20b%25c%3Fd%23e/leaselock/locks.db");
+   ll_uri_t parsed;
+   bool round = ok3 && ll_uri_parse (buf, &parsed, &err);
+   bool path_back = round && !strcmp (parsed.path, "/tmp/a b%c?d#e/leaselock/locks.db");
+   if (round)
+      ll_uri_cleanup (&parsed);
+   if (old_home)
+      setenv ("HOME", old_home, 1);
+   if (old_state)
+      setenv ("XDG_STATE_HOME", old_state, 1);
+   else
+      unsetenv ("XDG_STATE_HOME");
+   free (old_home);
+   free (old_state);
+   CHECK (same1);
+   CHECK (same2);
+   CHECK (small);
+   CHECK (same3);
+   CHECK (path_back);
+}
+
 static int cmp_token (const void *a, const void *b)
 {
    return memcmp (a, b, LEASELOCK_OWNER_LEN);
@@ -201,5 +331,9 @@ int main (void)
    RUN (test_scrub_secrets);
    RUN (test_duration_max);
    RUN (test_owner_tokens);
+   RUN (test_uri_redaction);
+   RUN (test_bad_uris);
+   RUN (test_durations);
+   RUN (test_default_uri);
    return tl_summary ("uri");
 }

@@ -1,15 +1,26 @@
 /*
- * testlib.h - the C suites' few asserts. A test is a void function; a
- * failed CHECK prints where and returns from it. main() calls RUN() for
- * each test and ends with tl_summary(), which prints "N passed, N failed"
- * and gives the exit status. TEST_FILTER=substr runs only matching tests.
+ * testlib.h - the C suites' few asserts and the helpers they share. A test
+ * is a void function; a failed CHECK prints where and returns from it.
+ * main() calls RUN() for each test and ends with tl_summary(), which prints
+ * "N passed, N failed" and gives the exit status. TEST_FILTER=substr runs
+ * only matching tests.
+ *
+ * A suite against a backend starts with tl_start(suite, uri): URI is then
+ * the backend under test and PFX a prefix of this run's own, under which
+ * key() names every key (a persistent server can be reused).
  */
 #ifndef LL_TESTLIB_H
 #define LL_TESTLIB_H
 
+#include "ll_internal.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int tl_passed, tl_failed, tl_cur_failed;
 
@@ -64,6 +75,15 @@ static inline void tl_fail (const char *file, int line, const char *what)
       }                                                                                            \
    } while (0)
 
+/* Runs a checker that reports with tl_fail (file, line, ...), and returns
+ * from the test when it failed: CHECK_CALL (expect_x (a, b, __LINE__)). */
+#define CHECK_CALL(call)                                                                           \
+   do {                                                                                            \
+      call;                                                                                        \
+      if (tl_cur_failed)                                                                           \
+         return;                                                                                   \
+   } while (0)
+
 #define RUN(fn)                                                                                    \
    do {                                                                                            \
       const char *_f = getenv ("TEST_FILTER");                                                     \
@@ -84,6 +104,113 @@ static inline int tl_summary (const char *suite)
 {
    printf ("%s: %d passed, %d failed\n", suite, tl_passed, tl_failed);
    return tl_failed ? 1 : 0;
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* The backend under test and this run's key prefix (tl_start). */
+static const char *URI __attribute__ ((unused));
+static char PFX[64] __attribute__ ((unused));
+
+/* Sleeps ms of real time. */
+static inline void sleep_ms (int64_t ms)
+{
+   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+   while (nanosleep (&ts, &ts) != 0) {
+   }
+}
+
+static inline int64_t mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sets URI and PFX ("<suite>-<8 random hex digits>"), makes stdout line
+ * buffered and says what runs where (the URI without its password). */
+static inline void tl_start (const char *suite, const char *uri)
+{
+   setvbuf (stdout, NULL, _IOLBF, 0);
+   URI = uri;
+   unsigned r = 0;
+   FILE *f = fopen ("/dev/urandom", "rb");
+   if (!f || fread (&r, sizeof r, 1, f) != 1)
+      r = (unsigned)getpid ();
+   if (f)
+      fclose (f);
+   snprintf (PFX, sizeof PFX, "%s-%08x", suite, r);
+   char shown[512];
+   ll_uri_redact (uri, shown, sizeof shown);
+   printf ("%s suite on %s (keys under %s/)\n", suite, shown, PFX);
+}
+
+/* PFX/name, in a ring of 8 buffers per thread. */
+static inline const char *key (const char *name)
+{
+   static _Thread_local char buf[8][300];
+   static _Thread_local int i;
+   char *b = buf[i++ % 8];
+   snprintf (b, 300, "%s/%s", PFX, name);
+   return b;
+}
+
+/* A client on URI; NULL (and why, on stderr) when it cannot be created. */
+static inline leaselock_client_t *client (const char *label)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
+   if (!c)
+      fprintf (stderr, "    client_new: %s %s\n", leaselock_code_name (err.code), err.message);
+   return c;
+}
+
+/* A connection straight to uri's backend (its table in *b), below the
+ * engine; NULL (and why, on stderr) when it cannot be opened. */
+static inline void *backend_open (const char *uri, const ll_backend_t **b)
+{
+   leaselock_error_t err;
+   *b = ll_backend_for_uri (uri, &err);
+   void *conn = *b ? (*b)->open (uri, &err) : NULL;
+   if (!conn)
+      fprintf (stderr, "    open: %s %s\n", leaselock_code_name (err.code), err.message);
+   return conn;
+}
+
+static inline leaselock_acquire_opts_t opts (int64_t ttl_ms, bool auto_renew)
+{
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = ttl_ms;
+   o.auto_renew = auto_renew;
+   return o;
+}
+
+/* What a list call returned: every record counts in n, the first
+ * TL_LIST_MAX are kept (key NUL-terminated, its length, its fence). */
+#define TL_LIST_MAX 32
+typedef struct
+{
+   int n;
+   char keys[TL_LIST_MAX][LEASELOCK_KEY_MAX + 1];
+   size_t lens[TL_LIST_MAX];
+   int64_t fences[TL_LIST_MAX];
+} listing_t;
+
+/* A leaselock_record_cb filling the listing_t ud (NULL: counts nothing). */
+static inline bool collect (const leaselock_record_t *rec, void *ud)
+{
+   listing_t *L = ud;
+   if (!L)
+      return true;
+   if (L->n < TL_LIST_MAX) {
+      memcpy (L->keys[L->n], rec->key, rec->key_len);
+      L->keys[L->n][rec->key_len] = '\0';
+      L->lens[L->n] = rec->key_len;
+      L->fences[L->n] = rec->fence;
+   }
+   L->n++;
+   return true;
 }
 
 #endif

@@ -46,7 +46,7 @@ stop_server() {
 
 case $cmd in
 start)
-  [ -x "$bindir/initdb" ] || { echo "postgres.sh: postgresql is not installed (apt-get install postgresql)" >&2; exit 1; }
+  [ -x "$bindir/initdb" ] || { echo "postgresql.sh: postgresql is not installed (apt-get install postgresql)" >&2; exit 1; }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   pg=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-pg.XXXXXX")
@@ -57,14 +57,14 @@ start)
   printf '%s\n' "$password" >"$pg/pw" && chmod 644 "$pg/pw"
   "${as_user[@]}" "$bindir/initdb" -D "$pg/data" -U postgres -E UTF8 --locale=C \
     --no-sync --auth-local=trust --auth-host=scram-sha-256 --pwfile="$pg/pw" >"$pg/initdb.log" 2>&1 || {
-    echo "postgres.sh: initdb failed (see $pg/initdb.log)" >&2; exit 1; }
+    echo "postgresql.sh: initdb failed (see $pg/initdb.log)" >&2; exit 1; }
   rm -f "$pg/pw"
   port=
   for attempt in 1 2 3; do
     p=$(free_port)
     if start_server "$p"; then port=$p; break; fi
   done
-  [ -n "$port" ] || { echo "postgres.sh: postgres did not start (see $pg/server.log)" >&2; exit 1; }
+  [ -n "$port" ] || { echo "postgresql.sh: postgres did not start (see $pg/server.log)" >&2; exit 1; }
   echo "$port" >"$dir/port"
   "${as_user[@]}" "$bindir/psql" -X -q -h "$pg" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
     -c "CREATE ROLE leaselock LOGIN PASSWORD '$password'" \
@@ -87,7 +87,7 @@ restart)
     start_server "$port" && exit 0
     sleep 0.5
   done
-  echo "postgres.sh: restart failed (see $pg/server.log)" >&2; exit 1
+  echo "postgresql.sh: restart failed (see $pg/server.log)" >&2; exit 1
   ;;
 *) echo "usage: $0 start|stop|restart DIR" >&2; exit 2 ;;
 esac

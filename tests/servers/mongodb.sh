@@ -33,7 +33,7 @@ start)
     kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
     sleep 0.1
   done
-  echo "mongo: the server did not start; see $dir/server.log" >&2
+  echo "mongodb.sh: the server did not start; see $dir/server.log" >&2
   cat "$dir/server.log" >&2 || true
   exit 1
   ;;

@@ -1,7 +1,7 @@
 /*
- * test_mongo.c - what only the MongoDB backend has to prove:
+ * test_mongodb.c - what only the MongoDB backend has to prove:
  *
- *   test_mongo mongodb://host:port/db
+ *   test_mongodb mongodb://host:port/db
  *
  *  - command shape (libmongoc APM): no upsert query holds $expr, no update
  *    is a pipeline, no client time is ever sent, $$NOW judges expiry,
@@ -22,18 +22,17 @@
  *    collection names MongoDB refuses, no password in messages (from open
  *    and from operations).
  *
- * The down/hung/lost-reply tests put a small TCP proxy of their own between
- * the backend and the server (single host URIs; directConnection=true).
+ * The down/hung/lost-reply tests put a small TCP proxy (tests/tcp_proxy.c)
+ * between the backend and the server, the TLS test a TLS front
+ * (tests/tls_proxy.c): single host URIs, directConnection=true.
  * Keys live under a per-run prefix so a persistent server can be reused.
  */
 #include "ll_internal.h"
+#include "tcp_proxy.h"
 #include "testlib.h"
+#include "tls_proxy.h"
 
 #include <mongoc/mongoc.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,34 +50,9 @@ mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
 bool ll_mongodb_test_set_password (void *conn, const char *password);
 
-static const char *URI;
-static char PFX[64];
 static char SELF[4096];
 static const ll_backend_t *B = &ll_backend_mongodb;
 static const ll_holder_t HOLDER = { "test-host", 4242, "test_mongo" };
-
-static int64_t mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms (int64_t ms)
-{
-   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
-   while (nanosleep (&ts, &ts) != 0) {
-   }
-}
-
-static const char *key (const char *name)
-{
-   static char buf[8][300];
-   static int i;
-   char *b = buf[i++ % 8];
-   snprintf (b, 300, "%s/%s", PFX, name);
-   return b;
-}
 
 static void new_owner (char out[33])
 {
@@ -307,15 +281,6 @@ static int check_cmds (bool want_majority, char *why, size_t size)
    return writes;
 }
 
-/* Counts records. */
-static bool collect (const leaselock_record_t *rec, void *data)
-{
-   int *n = data;
-   (*n)++;
-   (void)rec;
-   return true;
-}
-
 static void test_command_shape (void)
 {
    void *c = open_conn (URI);
@@ -350,10 +315,10 @@ static void test_command_shape (void)
    CHECK_OK (ok, err);
    ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
    CHECK_OK (ok, err);
-   int listed = 0;
+   listing_t listed = { 0 };
    ok = B->list (c, PFX, strlen (PFX), collect, &listed, &err);
    CHECK_OK (ok, err);
-   CHECK (listed >= 1);
+   CHECK (listed.n >= 1);
    ok = B->force_release (c, k, strlen (k), &took, &err);
    CHECK_OK (ok, err);
 
@@ -452,11 +417,7 @@ static void expect_write_concern (const char *opts, const char *want_w, int want
 }
 
 #define EXPECT_WRITE_CONCERN(opts, w, j)                                                           \
-   do {                                                                                            \
-      expect_write_concern ((opts), (w), (j), __LINE__);                                           \
-      if (tl_cur_failed)                                                                           \
-         return;                                                                                   \
-   } while (0)
+   CHECK_CALL (expect_write_concern ((opts), (w), (j), __LINE__))
 
 /* w=majority unless the URI sets w; journal= combines with it; safe=true
  * does not lower it. */
@@ -607,7 +568,7 @@ static void test_force_release (void)
 
 /* ---- server clock (faketime) ------------------------------------------ */
 
-/* Child mode: test_mongo --child URI op key owner ttl. Prints
+/* Child mode: test_mongodb --child URI op key owner ttl. Prints
  * "time=<unix seconds> ok=<0|1> code=<NAME> fence=<n> left=<ms>". */
 static int child_main (int argc, char **argv)
 {
@@ -734,137 +695,7 @@ static void test_server_clock_only (void)
 
 /* ---- a proxy between the backend and the server ------------------------ */
 
-typedef struct
-{
-   pthread_t thread;
-   pthread_mutex_t mu;
-   int port;              /* our listening port (kept across down/up) */
-   struct sockaddr_in up; /* the server */
-   int lfd;               /* listener, -1 while down */
-   int pairs[64][2];      /* client fd, server fd; -1 when free */
-   atomic_bool stop, down, hang, drop_reply;
-   atomic_int dropped;
-} proxy_t;
-
-static proxy_t PX;
-
-static int proxy_listen (int port)
-{
-   int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-   struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons ((uint16_t)port) };
-   a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-   setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-   if (bind (fd, (struct sockaddr *)&a, sizeof a) != 0 || listen (fd, 16) != 0) {
-      close (fd);
-      return -1;
-   }
-   return fd;
-}
-
-static void proxy_close_pair (int i)
-{
-   for (int j = 0; j < 2; j++) {
-      if (PX.pairs[i][j] >= 0)
-         close (PX.pairs[i][j]);
-      PX.pairs[i][j] = -1;
-   }
-}
-
-static void *proxy_main (void *arg)
-{
-   (void)arg;
-   char buf[65536];
-   while (!atomic_load (&PX.stop)) {
-      struct pollfd fds[1 + 64 * 2];
-      int map[1 + 64 * 2], n = 0;
-      pthread_mutex_lock (&PX.mu);
-      if (atomic_load (&PX.down)) {
-         if (PX.lfd >= 0) {
-            close (PX.lfd);
-            PX.lfd = -1;
-         }
-         for (int i = 0; i < 64; i++)
-            proxy_close_pair (i);
-      } else if (PX.lfd < 0) {
-         PX.lfd = proxy_listen (PX.port);
-      }
-      if (PX.lfd >= 0) {
-         fds[n] = (struct pollfd){ .fd = PX.lfd, .events = POLLIN };
-         map[n++] = -1;
-      }
-      for (int i = 0; i < 64; i++) {
-         if (PX.pairs[i][0] < 0)
-            continue;
-         fds[n] = (struct pollfd){ .fd = PX.pairs[i][0], .events = POLLIN };
-         map[n++] = i * 2;
-         fds[n] = (struct pollfd){ .fd = PX.pairs[i][1], .events = POLLIN };
-         map[n++] = i * 2 + 1;
-      }
-      pthread_mutex_unlock (&PX.mu);
-      if (poll (fds, (nfds_t)n, 20) <= 0)
-         continue;
-      pthread_mutex_lock (&PX.mu);
-      for (int f = 0; f < n; f++) {
-         if (!fds[f].revents || atomic_load (&PX.down))
-            continue;
-         if (map[f] < 0) {
-            int cfd = accept4 (PX.lfd, NULL, NULL, SOCK_CLOEXEC);
-            if (cfd < 0)
-               continue;
-            int sfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            if (connect (sfd, (struct sockaddr *)&PX.up, sizeof PX.up) != 0) {
-               close (cfd);
-               close (sfd);
-               continue;
-            }
-            int i = 0;
-            while (i < 64 && PX.pairs[i][0] >= 0)
-               i++;
-            if (i == 64) {
-               close (cfd);
-               close (sfd);
-               continue;
-            }
-            PX.pairs[i][0] = cfd;
-            PX.pairs[i][1] = sfd;
-            continue;
-         }
-         int i = map[f] / 2, side = map[f] % 2;
-         if (PX.pairs[i][side] != fds[f].fd)
-            continue; /* closed meanwhile */
-         ssize_t r = read (fds[f].fd, buf, sizeof buf);
-         if (r <= 0) {
-            proxy_close_pair (i);
-            continue;
-         }
-         if (atomic_load (&PX.hang))
-            continue; /* swallowed: the peer waits for an answer */
-         if (side == 1 && atomic_exchange (&PX.drop_reply, false)) {
-            /* The server answered; the client never hears it. */
-            atomic_fetch_add (&PX.dropped, 1);
-            proxy_close_pair (i);
-            continue;
-         }
-         int to = PX.pairs[i][1 - side];
-         for (ssize_t w = 0; w < r;) {
-            ssize_t k = write (to, buf + w, (size_t)(r - w));
-            if (k <= 0) {
-               proxy_close_pair (i);
-               break;
-            }
-            w += k;
-         }
-      }
-      pthread_mutex_unlock (&PX.mu);
-   }
-   pthread_mutex_lock (&PX.mu);
-   if (PX.lfd >= 0)
-      close (PX.lfd);
-   for (int i = 0; i < 64; i++)
-      proxy_close_pair (i);
-   pthread_mutex_unlock (&PX.mu);
-   return NULL;
-}
+static tcp_proxy_t PX;
 
 /* The address of URI's single host (false when URI has several hosts or
  * is +srv). */
@@ -911,29 +742,16 @@ static void uri_via (char *out, size_t size, int port, const char *extra_opts)
  * it to out. Returns false when URI has several hosts or is +srv. */
 static bool proxy_start (char *out, size_t size, const char *extra_opts)
 {
-   memset (&PX, 0, sizeof PX);
-   if (!upstream_addr (&PX.up))
+   struct sockaddr_in up;
+   if (!upstream_addr (&up) || !tcp_proxy_start (&PX, &up))
       return false;
-   pthread_mutex_init (&PX.mu, NULL);
-   for (int i = 0; i < 64; i++)
-      PX.pairs[i][0] = PX.pairs[i][1] = -1;
-   PX.lfd = proxy_listen (0);
-   if (PX.lfd < 0)
-      return false;
-   struct sockaddr_in a;
-   socklen_t al = sizeof a;
-   getsockname (PX.lfd, (struct sockaddr *)&a, &al);
-   PX.port = ntohs (a.sin_port);
    uri_via (out, size, PX.port, extra_opts);
-   pthread_create (&PX.thread, NULL, proxy_main, NULL);
    return true;
 }
 
 static void proxy_stop (void)
 {
-   atomic_store (&PX.stop, true);
-   pthread_join (PX.thread, NULL);
-   pthread_mutex_destroy (&PX.mu);
+   tcp_proxy_stop (&PX);
 }
 
 /* Retries acquire for up to 20 s while the answer is BACKEND. */
@@ -1053,7 +871,7 @@ static void test_no_password_in_operation_errors (void)
    leaselock_error_t errs[7];
    bool oks[7] = { false };
    bool found = false, took = false;
-   int listed = 0;
+   listing_t listed = { 0 };
    leaselock_record_t rec;
    char a[33];
    new_owner (a);
@@ -1183,163 +1001,24 @@ static void test_fork_abandon (void)
    B->close (c);
 }
 
-/* A TLS front for the test server: a self-signed certificate, each
- * connection in a thread of its own that decrypts what the client sends
- * and forwards it to the server in plain text, and back. It counts how each
- * connection ended from the client's side: a TLS close_notify (SSL_shutdown
- * in the client), another TLS error (e.g. a record whose sequence number
- * was already used, as after a fork), or an open connection. */
-typedef struct
-{
-   pthread_t thread;
-   SSL_CTX *ctx;
-   int lfd;
-   struct sockaddr_in up;
-   pthread_t conns[16];
-   int n_conns;
-   atomic_bool stop;
-   atomic_int accepted, close_notify, tls_errors;
-} tls_front_t;
-
-static tls_front_t TF;
-
-static SSL_CTX *tls_server_ctx (void)
-{
-   EVP_PKEY *pkey = EVP_EC_gen ("P-256");
-   X509 *x = X509_new ();
-   SSL_CTX *ctx = SSL_CTX_new (TLS_server_method ());
-   bool ok = pkey && x && ctx;
-   if (ok) {
-      X509_NAME *name = X509_get_subject_name (x);
-      ok = X509_set_version (x, 2) && ASN1_INTEGER_set (X509_get_serialNumber (x), 1) &&
-           X509_gmtime_adj (X509_getm_notBefore (x), -3600) &&
-           X509_gmtime_adj (X509_getm_notAfter (x), 86400) && X509_set_pubkey (x, pkey) &&
-           X509_NAME_add_entry_by_txt (name, "CN", MBSTRING_ASC, (const unsigned char *)"127.0.0.1",
-                                       -1, -1, 0) &&
-           X509_set_issuer_name (x, name) && X509_sign (x, pkey, EVP_sha256 ()) > 0 &&
-           SSL_CTX_use_certificate (ctx, x) == 1 && SSL_CTX_use_PrivateKey (ctx, pkey) == 1;
-   }
-   X509_free (x);
-   EVP_PKEY_free (pkey);
-   if (!ok) {
-      ERR_print_errors_fp (stderr);
-      SSL_CTX_free (ctx);
-      return NULL;
-   }
-   return ctx;
-}
-
-static bool write_all (int fd, const char *buf, size_t n)
-{
-   while (n > 0) {
-      ssize_t k = write (fd, buf, n);
-      if (k <= 0)
-         return false;
-      buf += k;
-      n -= (size_t)k;
-   }
-   return true;
-}
-
-static void *tls_conn_main (void *arg)
-{
-   int cfd = (int)(intptr_t)arg;
-   int sfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-   SSL *ssl = SSL_new (TF.ctx);
-   char buf[16384];
-   if (!ssl || connect (sfd, (struct sockaddr *)&TF.up, sizeof TF.up) != 0 ||
-       !SSL_set_fd (ssl, cfd) || SSL_accept (ssl) != 1) {
-      atomic_fetch_add (&TF.tls_errors, 1);
-      goto done;
-   }
-   while (!atomic_load (&TF.stop)) {
-      struct pollfd p[2] = { { .fd = cfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
-      if (SSL_pending (ssl) == 0 && poll (p, 2, 20) <= 0)
-         continue;
-      if (SSL_pending (ssl) > 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-         int r = SSL_read (ssl, buf, sizeof buf);
-         if (r <= 0) {
-            int e = SSL_get_error (ssl, r);
-            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-               continue;
-            if (e == SSL_ERROR_ZERO_RETURN)
-               atomic_fetch_add (&TF.close_notify, 1);
-            else if (e != SSL_ERROR_SYSCALL || ERR_peek_error () != 0)
-               atomic_fetch_add (&TF.tls_errors, 1);
-            break;
-         }
-         if (!write_all (sfd, buf, (size_t)r))
-            break;
-      }
-      if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-         ssize_t r = read (sfd, buf, sizeof buf);
-         if (r <= 0 || SSL_write (ssl, buf, (int)r) != (int)r)
-            break;
-      }
-   }
-done:
-   ERR_clear_error ();
-   SSL_free (ssl);
-   close (cfd);
-   close (sfd);
-   return NULL;
-}
-
-static void *tls_accept_main (void *arg)
-{
-   (void)arg;
-   while (!atomic_load (&TF.stop)) {
-      struct pollfd p = { .fd = TF.lfd, .events = POLLIN };
-      if (poll (&p, 1, 20) <= 0)
-         continue;
-      int cfd = accept4 (TF.lfd, NULL, NULL, SOCK_CLOEXEC);
-      if (cfd < 0)
-         continue;
-      if (TF.n_conns == 16 ||
-          pthread_create (&TF.conns[TF.n_conns], NULL, tls_conn_main, (void *)(intptr_t)cfd)) {
-         close (cfd);
-         continue;
-      }
-      TF.n_conns++;
-      atomic_fetch_add (&TF.accepted, 1);
-   }
-   for (int i = 0; i < TF.n_conns; i++)
-      pthread_join (TF.conns[i], NULL);
-   close (TF.lfd);
-   return NULL;
-}
+static tls_proxy_t TF;
 
 /* Starts the TLS front and writes a URI through it (TLS on, any certificate
  * accepted) to out. False when URI has several hosts or is +srv. */
 static bool tls_front_start (char *out, size_t size, const char *extra_opts, bool *setup_ok)
 {
    *setup_ok = false;
-   memset (&TF, 0, sizeof TF);
-   if (!upstream_addr (&TF.up))
+   struct sockaddr_in up;
+   if (!upstream_addr (&up))
       return false;
-   TF.ctx = tls_server_ctx ();
-   TF.lfd = TF.ctx ? proxy_listen (0) : -1;
-   if (TF.lfd < 0) {
-      SSL_CTX_free (TF.ctx);
+   if (!tls_proxy_start (&TF, &up))
       return true;
-   }
-   struct sockaddr_in a;
-   socklen_t al = sizeof a;
-   getsockname (TF.lfd, (struct sockaddr *)&a, &al);
    char opts[512];
    snprintf (opts, sizeof opts, "tls=true&tlsInsecure=true%s%s", extra_opts ? "&" : "",
              extra_opts ? extra_opts : "");
-   uri_via (out, size, ntohs (a.sin_port), opts);
-   pthread_create (&TF.thread, NULL, tls_accept_main, NULL);
+   uri_via (out, size, TF.port, opts);
    *setup_ok = true;
    return true;
-}
-
-static void tls_front_stop (void)
-{
-   atomic_store (&TF.stop, true);
-   pthread_join (TF.thread, NULL);
-   SSL_CTX_free (TF.ctx);
 }
 
 /* After fork, abandoning a TLS connection sends nothing on the socket the
@@ -1386,7 +1065,7 @@ static void test_fork_abandon_tls (void)
       }
    }
    B->close (c);
-   tls_front_stop ();
+   tls_proxy_stop (&TF);
    CHECK (c);
    CHECK_OK (ok, err);
    CHECK (pid > 0);
@@ -1538,12 +1217,10 @@ static void test_renew_expired (void)
 /* A closed port on 127.0.0.1. */
 static int closed_port (void)
 {
-   int fd = proxy_listen (0);
-   struct sockaddr_in a;
-   socklen_t al = sizeof a;
-   getsockname (fd, (struct sockaddr *)&a, &al);
+   int fd = tcp_listen (0);
+   int port = tcp_port_of (fd);
    close (fd);
-   return ntohs (a.sin_port);
+   return port;
 }
 
 static void expect_open_error (const char *uri, leaselock_code_t code, const char *substr, int line)
@@ -1562,11 +1239,7 @@ static void expect_open_error (const char *uri, leaselock_code_t code, const cha
 }
 
 #define EXPECT_OPEN_ERROR(uri, code, substr)                                                       \
-   do {                                                                                            \
-      expect_open_error ((uri), (code), (substr), __LINE__);                                       \
-      if (tl_cur_failed)                                                                           \
-         return;                                                                                   \
-   } while (0)
+   CHECK_CALL (expect_open_error ((uri), (code), (substr), __LINE__))
 
 static void test_bad_uris (void)
 {
@@ -1673,21 +1346,21 @@ static void test_keys_are_text (void)
       bool ok = acquire (c, key (names[i]), a, 30000, NULL, &err);
       CHECK_OK (ok, err);
    }
-   int n = 0;
+   listing_t listed = { 0 };
    snprintf (pfx, sizeof pfx, "%s", key ("t/a.b("));
-   bool ok = B->list (c, pfx, strlen (pfx), collect, &n, &err);
+   bool ok = B->list (c, pfx, strlen (pfx), collect, &listed, &err);
    CHECK_OK (ok, err);
-   CHECK_EQ (n, 1);
-   n = 0;
+   CHECK_EQ (listed.n, 1);
+   listed.n = 0;
    snprintf (pfx, sizeof pfx, "%s", key ("t/^x|"));
-   ok = B->list (c, pfx, strlen (pfx), collect, &n, &err);
+   ok = B->list (c, pfx, strlen (pfx), collect, &listed, &err);
    CHECK_OK (ok, err);
-   CHECK_EQ (n, 1);
-   n = 0;
+   CHECK_EQ (listed.n, 1);
+   listed.n = 0;
    snprintf (pfx, sizeof pfx, "%s", key ("t/"));
-   ok = B->list (c, pfx, strlen (pfx), collect, &n, &err);
+   ok = B->list (c, pfx, strlen (pfx), collect, &listed, &err);
    CHECK_OK (ok, err);
-   CHECK_EQ (n, 6);
+   CHECK_EQ (listed.n, 6);
    leaselock_record_t rec;
    bool found;
    ok = B->inspect (c, key ("t/$where"), strlen (key ("t/$where")), &rec, &found, &err);
@@ -1740,22 +1413,17 @@ int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--child"))
       return child_main (argc, argv);
-   URI = argc > 1 ? argv[1] : getenv ("MONGODB_URI");
-   if (!URI || strncmp (URI, "mongodb", 7) != 0) {
-      fprintf (stderr, "usage: test_mongo mongodb://host:port/db (or set MONGODB_URI)\n");
-      printf ("mongo: 0 passed, 1 failed\n");
+   const char *uri = argc > 1 ? argv[1] : getenv ("MONGODB_URI");
+   if (!uri || strncmp (uri, "mongodb", 7) != 0) {
+      fprintf (stderr, "usage: test_mongodb mongodb://host:port/db (or set MONGODB_URI)\n");
+      printf ("mongodb: 0 passed, 1 failed\n");
       return 1;
    }
    ssize_t n = readlink ("/proc/self/exe", SELF, sizeof SELF - 1);
    if (n <= 0)
       return 2;
    SELF[n] = '\0';
-   char owner[33];
-   new_owner (owner);
-   snprintf (PFX, sizeof PFX, "mongo-%.8s", owner);
-   char shown[512];
-   ll_uri_redact (URI, shown, sizeof shown);
-   fprintf (stderr, "mongo suite on %s (keys under %s/)\n", shown, PFX);
+   tl_start ("mongodb", uri);
    mongoc_init ();
 
    RUN (test_command_shape_checker);
@@ -1777,5 +1445,5 @@ int main (int argc, char **argv)
 
    clear_cmds ();
    mongoc_cleanup ();
-   return tl_summary ("mongo");
+   return tl_summary ("mongodb");
 }

@@ -62,12 +62,12 @@ stop_server() {
 case $cmd in
 start)
   [ -n "$client" ] && [ -n "$install_db" ] && [ -x "$mariadbd" ] || {
-    echo "mariadb.sh: mariadb-server is not installed (apt-get install mariadb-server)" >&2; exit 1; }
+    echo "mysql.sh: mariadb-server is not installed (apt-get install mariadb-server)" >&2; exit 1; }
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   "$install_db" --no-defaults "${user_opt[@]}" --datadir="$dir/data" \
     --auth-root-authentication-method=normal --skip-test-db >"$dir/install.log" 2>&1 || {
-    echo "mariadb.sh: mariadb-install-db failed (see $dir/install.log)" >&2; exit 1; }
+    echo "mysql.sh: mariadb-install-db failed (see $dir/install.log)" >&2; exit 1; }
   for attempt in 1 2 3; do
     port=$(free_port)
     run_server "$port"
@@ -75,7 +75,7 @@ start)
     stop_server
     port=
   done
-  [ -n "$port" ] || { echo "mariadb.sh: mariadbd did not start (see $dir/mysqld.log)" >&2; exit 1; }
+  [ -n "$port" ] || { echo "mysql.sh: mariadbd did not start (see $dir/mysqld.log)" >&2; exit 1; }
   echo "$port" >"$dir/port"
   password=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
   "$client" --no-defaults -uroot --socket="$dir/mysqld.sock" <<SQL
@@ -105,7 +105,7 @@ restart)
     stop_server
     sleep 0.5
   done
-  echo "mariadb.sh: restart failed (see $dir/mysqld.log)" >&2; exit 1
+  echo "mysql.sh: restart failed (see $dir/mysqld.log)" >&2; exit 1
   ;;
 *) echo "usage: $0 start|stop|restart DIR" >&2; exit 2 ;;
 esac

@@ -1,0 +1,35 @@
+/*
+ * sql_driver.h - the raw driver connection tests/test_sql.c checks the
+ * server side with. The suite is linked once per database, with
+ * tests/sql_mysql.c (libmariadb) or tests/sql_postgresql.c (libpq), so a
+ * missing client library loses only its own suite. Each call opens a
+ * connection of its own to the URI given to raw_use().
+ */
+#ifndef LL_SQL_DRIVER_H
+#define LL_SQL_DRIVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The scheme of the URIs this driver speaks ("mysql", "postgresql"). */
+extern const char *const raw_scheme;
+
+/* The server every later call connects to. */
+void raw_use (const char *uri);
+/* Runs sql; copies the first cell of the first row (or "") to out.
+ * Returns false and prints why on error. */
+bool raw_query (const char *sql, char *out, size_t size);
+/* Kills every other connection of this user to this database, as an admin
+ * or a crash would. Returns how many, -1 on error. */
+int kill_other_connections (void);
+/* Opens a connection that holds the row of key k locked in an open
+ * transaction (k must exist). Returns the handle, NULL on error. */
+void *raw_lock_row (const char *k);
+/* Ends raw_lock_row's transaction and its connection. */
+void raw_unlock (void *h);
+/* The server's processes, main process first, into pids (at most max);
+ * false and why on stderr when they cannot be found. */
+bool raw_server_pids (pid_t *pids, int *n, int max);
+
+#endif
