@@ -50,7 +50,7 @@ DEMOS :=
 .PHONY: all deps test test-suites test-asan asan-suites demo bench-core stress format format-check test-format clean
 all: $(LIB_SO) $(LIB_A)
 
-$(BUILD)/obj/%.o: csrc/%.c csrc/leaselock.h csrc/ll_internal.h | $(BUILD)/obj
+$(BUILD)/obj/%.o: csrc/%.c $(wildcard csrc/*.h) | $(BUILD)/obj
 	@echo "  CC $<"
 	@$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -100,7 +100,7 @@ demo: deps
 BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
 
 # bench/core_<backend>.c: one program each.
-$(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(LIB_A) | $(BUILD)/bench
+$(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(wildcard csrc/*.h) $(LIB_A) | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
 # Each backend adds bench-core-<name> to BENCH_CORE; one run prints them all.
@@ -115,7 +115,7 @@ stress: deps
 	@bash tests/with-servers.sh $(MAKE) --no-print-directory stress-tools
 
 # All C in the tree follows .clang-format; "make test" checks it.
-C_FILES = $(wildcard csrc/*.c csrc/*.h tests/*.c tests/*.h bench/*.c bench/*.h python/*.c lua/*.c lua/*.h)
+C_FILES = $(wildcard csrc/*.c csrc/*.h cli/*.c cli/*.h tests/*.c tests/*.h bench/*.c bench/*.h bench/python/*.c bench/lua/*.c python/*.c lua/*.c lua/*.h)
 TEST_SUITES += format
 
 format:
