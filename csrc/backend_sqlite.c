@@ -266,23 +266,6 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
 
 static void sqlite_close (void *conn);
 
-/* Parses an option value: a decimal integer in [0, max]. */
-static bool parse_ms (const char *text, int max, int *out)
-{
-   if (!*text)
-      return false;
-   long v = 0;
-   for (const char *p = text; *p; p++) {
-      if (*p < '0' || *p > '9')
-         return false;
-      v = v * 10 + (*p - '0');
-      if (v > max)
-         return false;
-   }
-   *out = (int)v;
-   return true;
-}
-
 /* INVALID "bad SQLite URI "<shown>": <why>; expected ...". Returns false. */
 static bool bad_uri (const char *text, const char *why, leaselock_error_t *err)
 {
@@ -324,11 +307,11 @@ static bool read_options (const ll_uri_t *uri, int *busy_ms, leaselock_error_t *
       if (strcmp (name, "busy_timeout_ms"))
          return ll_error_set (err, LEASELOCK_INVALID,
                               "unknown SQLite URI option \"%s\" (known: busy_timeout_ms)", name);
-      if (!parse_ms (value, MAX_BUSY_TIMEOUT_MS, busy_ms))
-         return ll_error_set (err, LEASELOCK_INVALID,
-                              "bad SQLite URI option busy_timeout_ms=\"%s\": expected "
-                              "milliseconds from 0 to %d",
-                              value, MAX_BUSY_TIMEOUT_MS);
+      int64_t ms;
+      if (!ll_uri_int_option ("sqlite", name, value, 0, MAX_BUSY_TIMEOUT_MS, "milliseconds", &ms,
+                              err))
+         return false;
+      *busy_ms = (int)ms;
    }
    return true;
 }

@@ -73,8 +73,9 @@ static void test_uri_refused (void)
       { "sqlite://user:pw@/tmp/x.db", "no user" },
       { "sqlite://:123/tmp/x.db", "port" },
       { "sqlite:///tmp/x.db?nosuch=1", "unknown SQLite URI option \"nosuch\"" },
-      { "sqlite:///tmp/x.db?busy_timeout_ms=abc", "busy_timeout_ms" },
-      { "sqlite:///tmp/x.db?busy_timeout_ms=-1", "busy_timeout_ms" },
+      { "sqlite:///tmp/x.db?busy_timeout_ms=abc",
+        "sqlite URI option busy_timeout_ms=\"abc\": expected whole milliseconds from 0 to " },
+      { "sqlite:///tmp/x.db?busy_timeout_ms=-1", "busy_timeout_ms=\"-1\": expected whole" },
       { "sqlite:///tmp/x.db?busy_timeout_ms=99999999999", "busy_timeout_ms" },
       { "sqlite:///tmp/bad%zzescape.db", "percent-escape" },
    };
