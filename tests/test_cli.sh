@@ -539,8 +539,7 @@ test_man_page_matches_help() {
     grep -qF -- "$o" "$T/man.txt" || fail "the man page lacks $o"
   done
   for st in $(sed -n 's/^  \([0-9][0-9+N-]*\) .*/\1/p' "$T/h"); do
-    grep -qE -- "^(\.IP |\.TP)?$st\b|^$st\b" "$T/man.txt" ||
-      grep -qxF -- "$st" "$T/man.txt" || fail "the man page lacks exit status $st"
+    grep -A1 -x '\.TP' "$T/man.txt" | grep -qxF -- "$st" || fail "the man page lacks exit status $st"
   done
   for c in run status list release prune; do
     grep -q "^\.SS.*$c" "$T/man.txt" || fail "the man page has no section for $c"
