@@ -12,10 +12,10 @@ MANDIR ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 INSTALL ?= install
 
-LL_VERSION := $(shell sed -n 's/^\#define LEASELOCK_VERSION "\(.*\)"/\1/p' csrc/leaselock.h)
+LL_VERSION = $(shell sed -n 's/^\#define LEASELOCK_VERSION "\(.*\)"/\1/p' csrc/leaselock.h)
 # The pkg-config packages of the backends compiled in (LL_BACKENDS), read
 # from the one table that says which package each backend needs.
-LL_PC_REQUIRES := $(foreach b,$(LL_BACKENDS),$(shell awk 'NF == 3 && $$1 == "$(b)" && \
+LL_PC_REQUIRES = $(foreach b,$(LL_BACKENDS),$(shell awk 'NF == 3 && $$1 == "$(b)" && \
   ($$3 == "-" || $$3 ~ /^LEASELOCK_WITH_/) {print $$2}' tools/backends.sh))
 
 LL_PC := $(BUILD)/leaselock.pc

@@ -2,8 +2,9 @@
 # The leaselock CLI against a throwaway SQLite database per test: exit
 # statuses, the environment of the command, signals, loss of the lease (the
 # command is gone before the database could grant the key again, also when
-# leaselock is killed or stopped), status/list/release output, durations
-# that parse back, and bad input.
+# leaselock is killed or stopped), status/list/release output, the cron
+# options (-q, -E), prune, durations that parse back, bad input, and --help
+# against the README's exit statuses and the man page (docs/leaselock.1).
 #
 #   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some;
 #                                                  KEEP=1 keeps the files)
