@@ -1797,10 +1797,19 @@ static void test_prune_keeps_live (void)
    ok = leaselock_prune (c, p, strlen (p), 0, NULL, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (prune_left (c, "prunex/"), 0);
-   /* the live lease is still ours */
+   /* the live lease is still ours, and the kept records keep their fences */
    ok = leaselock_lease_release (live, &err);
    CHECK_OK (ok, err);
    leaselock_lease_destroy (live);
+   leaselock_record_t rec;
+   bool found = false;
+   ok = leaselock_inspect (c, key ("prune/hold"), strlen (key ("prune/hold")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.fence == 1 && rec.expires_in_ms > 0);
+   ok = acq (c, key ("prune/live"), opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_fence (l), 2);
+   leaselock_lease_destroy (l);
    leaselock_client_destroy (c);
 }
 
