@@ -1,6 +1,6 @@
 /*
  * admin.c - the leaselock CLI's commands that look at or clear records:
- * status, list and release --force.
+ * status, list, release --force and prune.
  */
 #include "cli.h"
 
@@ -186,4 +186,30 @@ int cmd_list (const char *uri, int argc, char **argv)
 int cmd_release (const char *uri, int argc, char **argv)
 {
    return run_admin (&release_cmd, uri, argc, argv);
+}
+
+/* ---- prune ------------------------------------------------------------ */
+
+/* Deletes the expired records under the prefix (leaselock_prune) and says
+ * how many. */
+int cmd_prune (const char *uri, int argc, char **argv)
+{
+   prune_args_t a = { .uri = uri };
+   int status = parse_prune_args (argc, argv, &a);
+   if (status != PARSED)
+      return status;
+   leaselock_client_t *client = open_client (a.uri, NULL, &status);
+   if (!client)
+      return status;
+   int64_t n = 0;
+   leaselock_error_t err;
+   const char *prefix = a.prefix ? a.prefix : "";
+   if (leaselock_prune (client, prefix, strlen (prefix), a.older_than_ms, &n, &err)) {
+      printf ("pruned %" PRId64 " record%s\n", n, n == 1 ? "" : "s");
+      status = 0;
+   } else {
+      status = fail ("prune", &err);
+   }
+   leaselock_client_destroy (client);
+   return status;
 }

@@ -5,7 +5,7 @@
  *   main.c       usage, help, dispatch to the commands
  *   options.c    options, durations, the arguments of each command
  *   output.c     messages, exit statuses of failed calls, durations, text, JSON
- *   admin.c      status, list, release --force
+ *   admin.c      status, list, release --force, prune
  *   run.c        run: signals, acquire, exit status (and its design note)
  *   spawn.c      run: starting the command
  *   watchdog.c   run: the watchdog process and its CLOCK_BOOTTIME timer
@@ -34,8 +34,10 @@ enum
    EXIT_NO_RECORD = 2, /* status: the key has never been acquired */
    EXIT_USAGE = 64,    /* EX_USAGE: bad option, duration, key or URI */
    EXIT_BACKEND = 69,  /* EX_UNAVAILABLE: database unreachable, backend not built */
-   EXIT_INTERNAL = 70, /* EX_SOFTWARE: out of memory, cannot start the command */
-   EXIT_BUSY = 75,     /* EX_TEMPFAIL: held by another owner / --wait ran out */
+   EXIT_INTERNAL = 70, /* EX_SOFTWARE: out of memory, cannot set up signal handling,
+                        * cannot start the command or its watchdog */
+   EXIT_BUSY = 75,     /* EX_TEMPFAIL: held by another owner / --wait ran out
+                        * (run's default; --conflict-exit-code changes it) */
    EXIT_LOST = 76,     /* the lease was lost while the command ran */
    EXIT_CANNOT_EXEC = 126,
    EXIT_NOT_FOUND = 127,
@@ -89,6 +91,8 @@ typedef struct run_opts
    char **cmd;
    int64_t ttl_ms, wait_ms, min_hold_ms, grace_ms;
    const char *ttl_text, *grace_text; /* as typed; grace_text NULL: default */
+   bool quiet;                        /* -q: a busy run prints nothing */
+   int conflict_exit;                 /* -E: the exit status when busy (default EXIT_BUSY) */
    char label_buf[LEASELOCK_KEY_MAX + 1];
 } run_opts_t;
 
@@ -106,6 +110,17 @@ typedef struct admin_args
 } admin_args_t;
 
 int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a);
+
+/* What prune was given: pointers into argv (uri may also be the caller's
+ * default). */
+typedef struct prune_args
+{
+   const char *uri;
+   const char *prefix; /* NULL: every key */
+   int64_t older_than_ms;
+} prune_args_t;
+
+int parse_prune_args (int argc, char **argv, prune_args_t *a);
 int parse_run (const char *uri, int argc, char **argv, run_opts_t *o);
 int64_t kill_margin_ms (int64_t ttl_ms);
 
@@ -116,6 +131,7 @@ leaselock_client_t *open_client (const char *uri, const char *label, int *status
 int cmd_status (const char *uri, int argc, char **argv);
 int cmd_list (const char *uri, int argc, char **argv);
 int cmd_release (const char *uri, int argc, char **argv);
+int cmd_prune (const char *uri, int argc, char **argv);
 
 /* ---- run.c ------------------------------------------------------------ */
 

@@ -5,6 +5,7 @@
  *   leaselock status [--json] KEY
  *   leaselock list [--json] [PREFIX]
  *   leaselock release --force KEY
+ *   leaselock prune [--older-than D] [PREFIX]
  *
  * Uses the public API (leaselock.h) only. "run" holds the lease in this
  * process (renewed by the core's renewal thread) while the command runs as
@@ -23,6 +24,7 @@ static const char usage_text[] = "Usage:\n"
                                  "  leaselock [--uri URI] status [--json] KEY\n"
                                  "  leaselock [--uri URI] list [--json] [PREFIX]\n"
                                  "  leaselock [--uri URI] release --force KEY\n"
+                                 "  leaselock [--uri URI] prune [--older-than DURATION] [PREFIX]\n"
                                  "  leaselock --help | --version\n";
 
 static const char help_text[] =
@@ -49,10 +51,21 @@ static const char help_text[] =
   "                       less if the TTL needs it); at most TTL/2 - TTL/10\n"
   "                       (this TTL/10 at most 1s)\n"
   "  --label TEXT         label stored with the lease (default: CMD's name)\n"
+  "  -q, --quiet          a busy run prints nothing (errors are still printed)\n"
+  "  -E, --conflict-exit-code N\n"
+  "                       exit with N (0 to 255) instead of 75 when KEY is busy\n"
+  "                       or --wait ran out, as flock(1) -E: -E 0 makes a\n"
+  "                       skipped cron run a success\n"
   "\n"
   "status: shows owner, fence, expiry and holder of KEY.\n"
   "list: one line (or JSON object) per key starting with PREFIX.\n"
   "release --force: clears KEY whoever holds it (the fence survives).\n"
+  "prune: deletes the free records of keys starting with PREFIX (every key\n"
+  "without one) and prints how many: only records whose expiry is past by the\n"
+  "database clock, never a held lease or one kept by --min-hold.\n"
+  "  --older-than DURATION  only records expired at least that long ago\n"
+  "A pruned key's fence starts again at 1: prune no key whose fences a store\n"
+  "still checks.\n"
   "\n"
   "Durations: 500ms, 30s, 2m, 1h, 1d, or a bare number of seconds (1.5).\n"
   "--uri URI (or $LEASELOCK_URI) picks the database: sqlite:///path.db,\n"
@@ -66,8 +79,9 @@ static const char help_text[] =
   "  1-255  run: CMD's own exit status\n"
   "  64     usage error: bad option, duration, key or URI\n"
   "  69     backend unavailable: database unreachable or not built in\n"
-  "  70     internal error: out of memory, cannot start CMD\n"
-  "  75     run: KEY is busy (--wait 0), or --wait ran out\n"
+  "  70     internal error: out of memory, cannot set up signal handling,\n"
+  "         cannot start CMD or its watchdog\n"
+  "  75     run: KEY is busy (--wait 0), or --wait ran out (-E changes it)\n"
   "  76     run: the lease was lost, or not renewed in time, while CMD ran\n"
   "         (CMD was stopped)\n"
   "  126    run: CMD cannot be executed\n"
@@ -87,10 +101,9 @@ static const struct
    const char *name, *cmd_name;
    int (*run) (const char *uri, int argc, char **argv);
 } commands[] = {
-   { "run", "leaselock run", cmd_run },
-   { "status", "leaselock status", cmd_status },
-   { "list", "leaselock list", cmd_list },
-   { "release", "leaselock release", cmd_release },
+   { "run", "leaselock run", cmd_run },       { "status", "leaselock status", cmd_status },
+   { "list", "leaselock list", cmd_list },    { "release", "leaselock release", cmd_release },
+   { "prune", "leaselock prune", cmd_prune },
 };
 
 /* Reads the options before the command (--help, --version, --uri) from
@@ -126,12 +139,12 @@ int main (int argc, char **argv)
    if (status != PARSED)
       return status;
    if (i >= argc)
-      return usage_error ("missing command (run, status, list or release)");
+      return usage_error ("missing command (run, status, list, release or prune)");
    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
       if (!strcmp (argv[i], commands[c].name)) {
          cmd_name = commands[c].cmd_name;
          return commands[c].run (uri, argc - i - 1, argv + i + 1);
       }
    }
-   return usage_error ("unknown command \"%s\" (run, status, list or release)", argv[i]);
+   return usage_error ("unknown command \"%s\" (run, status, list, release or prune)", argv[i]);
 }

@@ -1,12 +1,13 @@
 /*
  * options.c - the leaselock CLI's options: "--name VALUE" and "--name=VALUE",
  * durations (read by the core's leaselock_parse_duration), the arguments of
- * status, list and release, and those of run with the rules that tie --grace
- * to --ttl.
+ * status, list, release and prune, and those of run with the rules that tie
+ * --grace to --ttl.
  */
 #include "cli.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_TTL_MS 30000
@@ -102,6 +103,64 @@ int parse_admin_args (int argc, char **argv, const char *flag, const char *takes
    return PARSED;
 }
 
+/* Parses prune's arguments into a (a->uri holds the default): --help, --uri,
+ * --older-than DURATION and at most one PREFIX. Returns PARSED, or the exit
+ * status prune returns at once. */
+int parse_prune_args (int argc, char **argv, prune_args_t *a)
+{
+   for (int i = 0; i < argc; i++) {
+      const char *v;
+      int r;
+      if (is_help (argv[i]))
+         return print_help ();
+      if ((r = opt_uri (argc, argv, &i, &a->uri)) != 0) {
+         if (r < 0)
+            return EXIT_USAGE;
+      } else if ((r = opt_value (argc, argv, &i, "--older-than", &v)) != 0) {
+         if (r < 0 || !parse_ms ("--older-than", v, 0, LEASELOCK_TTL_MAX_MS, &a->older_than_ms))
+            return EXIT_USAGE;
+      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+         return usage_error ("unknown option %s", argv[i]);
+      } else if (!a->prefix) {
+         a->prefix = argv[i];
+      } else {
+         return usage_error ("unexpected argument \"%s\" (prune takes one PREFIX)", argv[i]);
+      }
+   }
+   return PARSED;
+}
+
+/* An exit status for -E / --conflict-exit-code: 0 to 255, digits only.
+ * Prints and returns false otherwise. */
+static bool parse_exit_code (const char *opt, const char *text, int *out)
+{
+   size_t n = strspn (text, "0123456789");
+   long v = n && n <= 3 && !text[n] ? strtol (text, NULL, 10) : -1;
+   if (v < 0 || v > 255) {
+      usage_error ("%s \"%s\": expected an exit status, a whole number from 0 to 255", opt, text);
+      return false;
+   }
+   *out = (int)v;
+   return true;
+}
+
+/* run's cron options: -q/--quiet, -E/--conflict-exit-code N. 1 read, 0 not
+ * one of them, -1 error (message printed). */
+static int cron_option (int argc, char **argv, int *i, run_opts_t *o)
+{
+   const char *v;
+   int r;
+   if (!strcmp (argv[*i], "-q") || !strcmp (argv[*i], "--quiet")) {
+      o->quiet = true;
+      return 1;
+   }
+   const char *names[] = { "--conflict-exit-code", "-E" };
+   for (size_t n = 0; n < 2; n++)
+      if ((r = opt_value (argc, argv, i, names[n], &v)) != 0)
+         return r < 0 || !parse_exit_code (names[n], v, &o->conflict_exit) ? -1 : 1;
+   return 0;
+}
+
 /* Copies the C string S to OUT (SIZE > 0 bytes), each byte that is not part
  * of valid UTF-8 (as the core judges it) as '?', cut at a character boundary
  * to fit. Returns whether S was valid UTF-8 and fit. */
@@ -154,6 +213,8 @@ static int run_option (int argc, char **argv, int *i, run_opts_t *o)
    const char *v;
    int r;
    if ((r = opt_uri (argc, argv, i, &o->uri)) != 0)
+      return r;
+   if ((r = cron_option (argc, argv, i, o)) != 0)
       return r;
    if ((r = opt_value (argc, argv, i, "--ttl", &v)) != 0) {
       o->ttl_text = r > 0 ? v : NULL;
@@ -210,7 +271,11 @@ static bool fit_grace (run_opts_t *o)
 int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
 {
    *o = (run_opts_t){
-      .uri = uri, .ttl_ms = DEFAULT_TTL_MS, .grace_ms = DEFAULT_GRACE_MS, .ttl_text = "30s"
+      .uri = uri,
+      .ttl_ms = DEFAULT_TTL_MS,
+      .grace_ms = DEFAULT_GRACE_MS,
+      .ttl_text = "30s",
+      .conflict_exit = EXIT_BUSY,
    };
    bool saw_dashes = false;
    for (int i = 0; i < argc; i++) {

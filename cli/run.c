@@ -149,15 +149,14 @@ static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
    leaselock_error_t err;
    if (leaselock_acquire (client, o->key, strlen (o->key), &opts, &lease, &err))
       return lease;
-   if (err.code == LEASELOCK_BUSY) {
-      report_busy (client, o->key, "");
-      *status = EXIT_BUSY;
-   } else if (err.code == LEASELOCK_TIMEOUT) {
-      char w[32], why[64];
+   if (err.code == LEASELOCK_BUSY || err.code == LEASELOCK_TIMEOUT) {
+      char w[32], why[64] = "";
       fmt_ms (o->wait_ms, w, sizeof w);
-      snprintf (why, sizeof why, " (gave up after --wait %s)", w);
-      report_busy (client, o->key, why);
-      *status = EXIT_BUSY;
+      if (err.code == LEASELOCK_TIMEOUT)
+         snprintf (why, sizeof why, " (gave up after --wait %s)", w);
+      if (!o->quiet)
+         report_busy (client, o->key, why);
+      *status = o->conflict_exit;
    } else if (err.code == LEASELOCK_INTERRUPTED && wctx.signo) {
       say ("interrupted by signal %d while waiting for the lock", wctx.signo);
       *status = 128 + wctx.signo;

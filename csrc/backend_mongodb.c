@@ -843,6 +843,37 @@ static bool ll_mongo_force_release (void *c,
                            detail);
 }
 
+/* prune: one deleteMany of the expired records under the prefix
+ * (ll_mongo_prune_filter); *count from the reply's deletedCount. */
+static bool ll_mongo_prune (void *c,
+                            const char *prefix,
+                            size_t prefix_len,
+                            int64_t older_than_ms,
+                            int64_t *count,
+                            leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER, reply;
+   bson_error_t e;
+   bson_iter_t it;
+
+   *count = 0;
+   if (!ll_mongo_prune_filter (&q, prefix, prefix_len, older_than_ms)) {
+      bson_destroy (&q);
+      return ll_mongo_nomem (err);
+   }
+   bool ok = mongoc_collection_delete_many (conn->coll, &q, NULL, &reply, &e);
+   bson_destroy (&q);
+   if (!ok) {
+      bson_destroy (&reply);
+      return ll_mongo_fail (conn, err, "deleteMany", &e);
+   }
+   if (bson_iter_init_find (&it, &reply, "deletedCount"))
+      *count = bson_iter_as_int64 (&it);
+   bson_destroy (&reply);
+   return true;
+}
+
 /* For tests in tests/test_mongo.c: the connection's client (to install APM
  * callbacks) and collection. Borrowed. ll_mongodb_test_set_password gives a
  * connection opened without credentials the password that its error
@@ -881,6 +912,7 @@ const ll_backend_t ll_backend_mongodb = {
    .inspect = ll_mongo_inspect,
    .list = ll_mongo_list,
    .force_release = ll_mongo_force_release,
+   .prune = ll_mongo_prune,
 };
 
 #else /* !LEASELOCK_WITH_MONGODB */

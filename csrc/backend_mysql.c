@@ -747,6 +747,29 @@ static bool my_force_release (void *conn,
    return true;
 }
 
+static bool my_prune (void *conn,
+                      const char *prefix,
+                      size_t prefix_len,
+                      int64_t older_than_ms,
+                      int64_t *count,
+                      leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   char upper[LEASELOCK_KEY_MAX + 1];
+   size_t ulen = ll_prefix_upper (prefix, prefix_len, upper);
+   unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
+   int64_t us = older_than_ms * 1000;
+   int id = ulen ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM;
+   MYSQL_BIND p[3];
+   bind_blob (&p[0], prefix_len ? prefix : "", &plen);
+   bind_i64 (&p[1], &us);
+   bind_blob (&p[2], upper, &uplen);
+   if (!execute (c, id, p, "prune", err))
+      return false;
+   *count = (int64_t)mysql_stmt_affected_rows (c->st[id]);
+   return true;
+}
+
 const ll_backend_t ll_backend_mysql = {
    .name = "mysql",
    .schemes = { "mysql", "mariadb", NULL },
@@ -761,6 +784,7 @@ const ll_backend_t ll_backend_mysql = {
    .inspect = my_inspect,
    .list = my_list,
    .force_release = my_force_release,
+   .prune = my_prune,
 };
 
 #else /* !LEASELOCK_WITH_MYSQL */

@@ -317,13 +317,21 @@ static PGresult *exec_setup (pg_conn_t *c,
 
 /* Each statement's number of parameters, and its name on the server. */
 static const int n_params[LL_SQL_COUNT] = {
-   [LL_SQL_ACQUIRE] = 6,   [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3, [LL_SQL_INSPECT] = 1,
-   [LL_SQL_LIST_FROM] = 1, [LL_SQL_LIST_RANGE] = 2, [LL_SQL_FORCE] = 1,
+   [LL_SQL_ACQUIRE] = 6, [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3,
+   [LL_SQL_INSPECT] = 1, [LL_SQL_LIST_FROM] = 1,  [LL_SQL_LIST_RANGE] = 2,
+   [LL_SQL_FORCE] = 1,   [LL_SQL_PRUNE_FROM] = 2, [LL_SQL_PRUNE_RANGE] = 3,
 };
 
 static const char *const st_names[LL_SQL_COUNT] = {
-   "leaselock_acquire",   "leaselock_renew",      "leaselock_release", "leaselock_inspect",
-   "leaselock_list_from", "leaselock_list_range", "leaselock_force",
+   "leaselock_acquire",
+   "leaselock_renew",
+   "leaselock_release",
+   "leaselock_inspect",
+   "leaselock_list_from",
+   "leaselock_list_range",
+   "leaselock_force",
+   [LL_SQL_PRUNE_FROM] = "leaselock_prune_from",
+   [LL_SQL_PRUNE_RANGE] = "leaselock_prune_range",
 };
 
 static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
@@ -755,6 +763,27 @@ static bool pg_force_release (void *conn,
    return true;
 }
 
+static bool pg_prune (void *conn,
+                      const char *prefix,
+                      size_t prefix_len,
+                      int64_t older_than_ms,
+                      int64_t *count,
+                      leaselock_error_t *err)
+{
+   pg_conn_t *c = conn;
+   char pbuf[LEASELOCK_KEY_MAX + 1], upper[LEASELOCK_KEY_MAX + 2], us[32];
+   size_t ulen = 0;
+   bool bounded = prefix_upper (prefix, prefix_len, upper, &ulen);
+   snprintf (us, sizeof us, "%" PRId64, older_than_ms * 1000);
+   const char *p[3] = { prefix_len ? key_z (prefix, prefix_len, pbuf) : "", us, upper };
+   PGresult *res = run (c, bounded ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM, p, "prune", err);
+   if (!res)
+      return false;
+   *count = strtoll (PQcmdTuples (res), NULL, 10);
+   PQclear (res);
+   return true;
+}
+
 const ll_backend_t ll_backend_postgresql = {
    .name = "postgresql",
    .schemes = { "postgresql", "postgres", NULL },
@@ -769,6 +798,7 @@ const ll_backend_t ll_backend_postgresql = {
    .inspect = pg_inspect,
    .list = pg_list,
    .force_release = pg_force_release,
+   .prune = pg_prune,
 };
 
 #else /* !LEASELOCK_WITH_POSTGRESQL */

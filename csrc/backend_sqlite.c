@@ -51,6 +51,7 @@ enum
    ST_FORCE_ANY,
    ST_COMMIT,
    ST_ROLLBACK,
+   ST_PRUNE,
    ST_COUNT
 };
 
@@ -65,6 +66,7 @@ static const char *const stmt_sql[ST_COUNT] = {
    [ST_FORCE_ANY] = LL_SQLITE_FORCE_ANY,
    [ST_COMMIT] = "COMMIT",
    [ST_ROLLBACK] = "ROLLBACK",
+   [ST_PRUNE] = LL_SQLITE_PRUNE,
 };
 
 /* One connection: owned by the engine, used by one thread at a time. */
@@ -572,6 +574,25 @@ static bool sqlite_inspect (void *conn,
    return ok;
 }
 
+/* Binds ?1 and ?2 of list and prune: keys with the prefix are >= prefix
+ * and < the prefix with its last byte increased. Valid UTF-8 never holds
+ * the byte 0xFF, so the last byte can always be increased, and "\xff" is
+ * above every key (the bound for the empty prefix). upper is the caller's
+ * and must outlive the statement's step. */
+static void bind_prefix (sqlite3_stmt *st,
+                         const char *prefix,
+                         size_t prefix_len,
+                         char upper[LEASELOCK_KEY_MAX + 1])
+{
+   size_t upper_len = ll_prefix_upper (prefix, prefix_len, upper);
+   if (upper_len == 0) {
+      upper[0] = (char)0xFF;
+      upper_len = 1;
+   }
+   sqlite3_bind_text (st, 1, prefix_len ? prefix : "", (int)prefix_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 2, upper, (int)upper_len, SQLITE_STATIC);
+}
+
 static bool sqlite_list (void *conn,
                          const char *prefix,
                          size_t prefix_len,
@@ -581,18 +602,8 @@ static bool sqlite_list (void *conn,
 {
    sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[ST_LIST];
-   /* Keys with the prefix are >= prefix and < the prefix with its last
-    * byte increased. Valid UTF-8 never holds the byte 0xFF, so the last
-    * byte can always be increased, and "\xff" is above every key (the
-    * bound for the empty prefix). */
    char upper[LEASELOCK_KEY_MAX + 1];
-   size_t upper_len = ll_prefix_upper (prefix, prefix_len, upper);
-   if (upper_len == 0) {
-      upper[0] = (char)0xFF;
-      upper_len = 1;
-   }
-   sqlite3_bind_text (st, 1, prefix_len ? prefix : "", (int)prefix_len, SQLITE_STATIC);
-   sqlite3_bind_text (st, 2, upper, (int)upper_len, SQLITE_STATIC);
+   bind_prefix (st, prefix, prefix_len, upper);
    leaselock_record_t rec;
    bool ok = true;
    int rc;
@@ -648,6 +659,25 @@ static bool sqlite_force_release (void *conn,
    return true;
 }
 
+static bool sqlite_prune (void *conn,
+                          const char *prefix,
+                          size_t prefix_len,
+                          int64_t older_than_ms,
+                          int64_t *count,
+                          leaselock_error_t *err)
+{
+   sqlite_conn_t *c = conn;
+   sqlite3_stmt *st = c->stmt[ST_PRUNE];
+   char upper[LEASELOCK_KEY_MAX + 1];
+   bind_prefix (st, prefix, prefix_len, upper);
+   sqlite3_bind_int64 (st, 3, older_than_ms);
+   int rc = step_done (st);
+   if (rc != SQLITE_OK)
+      return db_error (c, rc, "prune", err);
+   *count = sqlite3_changes (c->db);
+   return true;
+}
+
 const ll_backend_t ll_backend_sqlite = {
    .name = "sqlite",
    .schemes = { "sqlite", NULL },
@@ -663,4 +693,5 @@ const ll_backend_t ll_backend_sqlite = {
    .inspect = sqlite_inspect,
    .list = sqlite_list,
    .force_release = sqlite_force_release,
+   .prune = sqlite_prune,
 };

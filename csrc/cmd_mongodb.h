@@ -241,6 +241,31 @@ static inline bool ll_mongo_prefix_match (bson_t *match, const char *prefix, siz
    return ok;
 }
 
+/* prune's deleteMany filter: {_id: /^prefix/ (none for the empty prefix),
+ * $expr: {$lte: [{$add: [expiry, older_than_ms]}, "$$NOW"]}}: expired at
+ * least older_than_ms ago by the server's clock ($$NOW in $expr, allowed
+ * in a delete's filter on MongoDB 4.2+ and the test server alike). */
+static inline bool ll_mongo_prune_filter (bson_t *q,
+                                          const char *prefix,
+                                          size_t prefix_len,
+                                          int64_t older_than_ms)
+{
+   bson_t expr, arr, add, terms;
+   bool ok = ll_mongo_prefix_match (q, prefix, prefix_len);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (q, "$expr", &expr);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&expr, "$lte", &arr);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &add);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&add, "$add", &terms);
+   ok = ok && ll_mongo_append_expiry (&terms, "0");
+   ok = ok && BSON_APPEND_INT64 (&terms, "1", older_than_ms);
+   ok = ok && bson_append_array_end (&add, &terms);
+   ok = ok && bson_append_document_end (&arr, &add);
+   ok = ok && BSON_APPEND_UTF8 (&arr, "1", "$$NOW");
+   ok = ok && bson_append_array_end (&expr, &arr);
+   ok = ok && bson_append_document_end (q, &expr);
+   return ok;
+}
+
 /* [{$match: match}, {$sort: {_id: 1}}, {$project: {owner, fence, holder,
  *   leftMs: {$subtract: [expiry, "$$NOW"]}}}] - the time left is computed
  * by the server's clock. */

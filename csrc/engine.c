@@ -1670,3 +1670,39 @@ bool leaselock_force_release (leaselock_client_t *c,
       *took = ok && took_local;
    return ok;
 }
+
+/* ---- prune ------------------------------------------------------------- */
+
+bool leaselock_prune (leaselock_client_t *c,
+                      const char *prefix,
+                      size_t prefix_len,
+                      int64_t older_than_ms,
+                      int64_t *count,
+                      leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (count)
+      *count = 0;
+   if (!client_usable (c, err))
+      return false;
+   if (!prefix && prefix_len == 0)
+      prefix = "";
+   if (!ll_check_key (prefix, prefix_len, "prefix", true, err) ||
+       !ll_check_duration (older_than_ms, "older_than", err))
+      return false;
+   if (!c->backend->prune)
+      return ll_error_set (err, LEASELOCK_UNSUPPORTED, "the %s backend cannot prune",
+                           c->backend->name);
+   int64_t n = 0;
+   pid_t me = getpid ();
+   void *conn = pool_get (c, me, err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->prune (conn, prefix, prefix_len, older_than_ms, &n, err);
+   pool_put (c, conn, me, !ok && conn_failed (err));
+   if (ok && count)
+      *count = n;
+   return ok;
+}

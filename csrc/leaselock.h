@@ -295,6 +295,23 @@ extern "C"
                                                bool *took,
                                                leaselock_error_t *error);
 
+   /*
+    * Admin: deletes the free records whose key starts with prefix
+    * (prefix_len may be 0: every key) in one statement, and sets *count
+    * (may be NULL) to how many. A record is deleted only when its expiry is
+    * in the past by the database clock, and by at least older_than_ms (0 ..
+    * LEASELOCK_TTL_MAX_MS; 0: any expired record): never a live lease, never
+    * a released record still inside its min_hold. Deleting a record forgets
+    * its fence: the key's next acquire gets fence 1 again (docs/contract.md,
+    * invariant 6), so prune no key whose fences a store still checks.
+    */
+   LEASELOCK_API bool leaselock_prune (leaselock_client_t *client,
+                                       const char *prefix,
+                                       size_t prefix_len,
+                                       int64_t older_than_ms,
+                                       int64_t *count,
+                                       leaselock_error_t *error);
+
    /* Strict UTF-8 (no overlong forms, no surrogates, nothing above
     * U+10FFFF): the offset of the first byte of the first invalid or cut
     * sequence in s[0..len), or len when all of it is valid. A NUL byte is

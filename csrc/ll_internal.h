@@ -287,6 +287,18 @@ typedef struct ll_backend
                           size_t key_len,
                           bool *took,
                           leaselock_error_t *err);
+   /* One statement: deletes the records whose key starts with prefix
+    * (byte-wise) and whose expiry is older_than_ms or more in the past by
+    * the database clock (expiry <= now - older_than_ms, the same test as
+    * acquire's "expired" when it is 0), whatever their owner field: never a
+    * live lease, never a record inside its min_hold. *count: the records
+    * deleted. A deleted key's next acquire starts its fence at 1 again. */
+   bool (*prune) (void *conn,
+                  const char *prefix,
+                  size_t prefix_len,
+                  int64_t older_than_ms,
+                  int64_t *count,
+                  leaselock_error_t *err);
 } ll_backend_t;
 
 /* Backends compiled into the core (each file defines its table even when
@@ -355,7 +367,8 @@ int64_t ll_us_to_left_ms (int64_t us);
 /* ---- helpers shared by the SQL backends (backend_sql.c) ---------------- */
 
 /* The statements a SQL backend prepares on each connection, one per
- * operation (list has two: from the prefix on, and a bounded range). Each
+ * operation (list and prune have two: from the prefix on, and a bounded
+ * range). Each
  * backend's texts, "%s" (or "%1$s") where the table name goes, live in its
  * header: sql_mysql.h, sql_postgresql.h. */
 typedef enum ll_sql_st
@@ -367,6 +380,8 @@ typedef enum ll_sql_st
    LL_SQL_LIST_FROM,
    LL_SQL_LIST_RANGE,
    LL_SQL_FORCE,
+   LL_SQL_PRUNE_FROM,
+   LL_SQL_PRUNE_RANGE,
    LL_SQL_COUNT
 } ll_sql_st_t;
 

@@ -86,13 +86,22 @@
    "LAST_INSERT_ID(fence), fence), owner = NULL, "                                                 \
    "expires_at = LEAST(expires_at, UTC_TIMESTAMP(6)) WHERE lock_key = ?"
 
+/* prune: the records under a prefix expired at least older_than ago by
+ * the server's clock. Parameters: prefix, older_than (us); the range form
+ * then the upper bound (ll_prefix_upper). */
+#define LL_MYSQL_PRUNE_EXPIRED "expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+#define LL_MYSQL_PRUNE_FROM "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED
+#define LL_MYSQL_PRUNE_RANGE                                                                       \
+   "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED " AND lock_key < ?"
+
 /* The backend's statement table (ll_sql_st_t, ll_internal.h). */
 #define LL_MYSQL_STATEMENTS                                                                        \
    {                                                                                               \
       [LL_SQL_ACQUIRE] = LL_MYSQL_ACQUIRE, [LL_SQL_RENEW] = LL_MYSQL_RENEW,                        \
       [LL_SQL_RELEASE] = LL_MYSQL_RELEASE, [LL_SQL_INSPECT] = LL_MYSQL_INSPECT,                    \
       [LL_SQL_LIST_FROM] = LL_MYSQL_LIST_FROM, [LL_SQL_LIST_RANGE] = LL_MYSQL_LIST_RANGE,          \
-      [LL_SQL_FORCE] = LL_MYSQL_FORCE,                                                             \
+      [LL_SQL_FORCE] = LL_MYSQL_FORCE, [LL_SQL_PRUNE_FROM] = LL_MYSQL_PRUNE_FROM,                  \
+      [LL_SQL_PRUNE_RANGE] = LL_MYSQL_PRUNE_RANGE,                                                 \
    }
 
 #endif /* LL_SQL_MYSQL_H */

@@ -84,6 +84,14 @@
    "UPDATE \"%1$s\" AS l SET owner = NULL, expires_at = LEAST(l.expires_at, "                      \
    "clock_timestamp()) FROM old WHERE l.lock_key = old.lock_key RETURNING old.live"
 
+/* prune: the records under a prefix expired at least older_than ago by
+ * clock_timestamp(). Parameters: $1 prefix, $2 older_than (us); the range
+ * form $3 the upper bound. */
+#define LL_POSTGRESQL_PRUNE_FROM                                                                   \
+   "DELETE FROM \"%1$s\" WHERE lock_key >= $1 AND expires_at <= clock_timestamp() - "              \
+   "$2::bigint * interval '1 microsecond'"
+#define LL_POSTGRESQL_PRUNE_RANGE LL_POSTGRESQL_PRUNE_FROM " AND lock_key < $3"
+
 /* The backend's statement table (ll_sql_st_t, ll_internal.h). */
 #define LL_POSTGRESQL_STATEMENTS                                                                   \
    {                                                                                               \
@@ -91,6 +99,8 @@
       [LL_SQL_RELEASE] = LL_POSTGRESQL_RELEASE, [LL_SQL_INSPECT] = LL_POSTGRESQL_INSPECT,          \
       [LL_SQL_LIST_FROM] = LL_POSTGRESQL_LIST_FROM,                                                \
       [LL_SQL_LIST_RANGE] = LL_POSTGRESQL_LIST_RANGE, [LL_SQL_FORCE] = LL_POSTGRESQL_FORCE,        \
+      [LL_SQL_PRUNE_FROM] = LL_POSTGRESQL_PRUNE_FROM,                                              \
+      [LL_SQL_PRUNE_RANGE] = LL_POSTGRESQL_PRUNE_RANGE,                                            \
    }
 
 #endif /* LL_SQL_POSTGRESQL_H */

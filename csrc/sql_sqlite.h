@@ -86,4 +86,11 @@
    "UPDATE leaselock_locks SET owner = '', expires_at = MIN(expires_at, " LL_SQLITE_NOW_MS ")"     \
    " WHERE key = ?1"
 
+/* prune: the expired records under a prefix. ?1 prefix, ?2 the first
+ * string after every string with that prefix (as for list), ?3 older_than
+ * (ms): expired at least that long ago by the same clock acquire uses. */
+#define LL_SQLITE_PRUNE                                                                            \
+   "DELETE FROM leaselock_locks WHERE key >= ?1 AND key < ?2"                                      \
+   " AND expires_at <= " LL_SQLITE_NOW_MS " - ?3"
+
 #endif /* LL_SQL_SQLITE_H */

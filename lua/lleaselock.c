@@ -618,6 +618,33 @@ static int client_force_release (lua_State *L)
    return 2;
 }
 
+/* client:prune([prefix [, older_than]]) -> count | nil, msg, code: deletes
+ * the free records whose key starts with prefix, expired at least
+ * older_than seconds ago (default 0) by the database clock. */
+static int client_prune (lua_State *L)
+{
+   leaselock_client_t *client = check_open_client (L, 1, 1, "prune");
+   size_t len = 0;
+   const char *prefix = "";
+   int64_t older_ms = 0, count = 0;
+   leaselock_error_t err;
+
+   if (!lua_isnoneornil (L, 2)) {
+      prefix = check_key (L, 2, 1, "prune", 1, "prefix", true, &len);
+   }
+   if (!lua_isnoneornil (L, 3)) {
+      older_ms = check_seconds (L, 3, 1, "prune", 2, "older_than", SECONDS_NONNEGATIVE);
+   }
+   if (!leaselock_prune (client, prefix, len, older_ms, &count, &err)) {
+      if (err.code == LEASELOCK_INVALID) {
+         return raise_invalid (L, 1, "prune", &err);
+      }
+      return push_failure (L, &err);
+   }
+   lua_pushinteger (L, (lua_Integer)count);
+   return 1;
+}
+
 /* client.uri, client.backend, then the methods. */
 static int client_index (lua_State *L)
 {
@@ -1071,11 +1098,13 @@ static const char with_source[] = "local begin, finish = ...\n"
 
 /* ---- registration --------------------------------------------------- */
 
-static const luaL_Reg client_methods[] = {
-   { "lock", client_lock },   { "info", client_info },
-   { "locks", client_locks }, { "force_release", client_force_release },
-   { "close", client_close }, { NULL, NULL }
-};
+static const luaL_Reg client_methods[] = { { "lock", client_lock },
+                                           { "info", client_info },
+                                           { "locks", client_locks },
+                                           { "force_release", client_force_release },
+                                           { "prune", client_prune },
+                                           { "close", client_close },
+                                           { NULL, NULL } };
 
 static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
                                          { "try_acquire", lock_try_acquire },

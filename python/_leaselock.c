@@ -816,6 +816,31 @@ static PyObject *Client_force_release (ClientObject *self, PyObject *key_o)
    return PyBool_FromLong (took);
 }
 
+/* prune(prefix="", older_than=0) -> int: deletes the expired records whose
+ * key starts with prefix, expired at least older_than seconds ago
+ * (leaselock_prune); returns how many. */
+static PyObject *Client_prune (ClientObject *self, PyObject *args, PyObject *kwds)
+{
+   static char *kwlist[] = { "prefix", "older_than", NULL };
+   PyObject *prefix_o = NULL, *older_o = NULL;
+   if (!PyArg_ParseTupleAndKeywords (args, kwds, "|OO:prune", kwlist, &prefix_o, &older_o))
+      return NULL;
+   const char *prefix = "";
+   Py_ssize_t n = 0;
+   int64_t older_ms = 0;
+   if ((prefix_o && key_arg (prefix_o, "prefix", true, &prefix, &n) < 0) ||
+       (older_o && seconds_arg (older_o, "older_than", SECS_DURATION, &older_ms) < 0) ||
+       client_check (self) < 0)
+      return NULL;
+   leaselock_error_t err;
+   int64_t count = 0;
+   bool ok;
+   LL_NOGIL (ok = leaselock_prune (self->c, prefix, (size_t)n, older_ms, &count, &err));
+   if (!ok)
+      return raise_error (get_state (self->module), &err);
+   return PyLong_FromLongLong (count);
+}
+
 static PyObject *Client_repr (ClientObject *self)
 {
    if (!self->c)
@@ -859,6 +884,11 @@ static PyMethodDef Client_methods[] = {
    { "force_release", (PyCFunction)Client_force_release, METH_O,
      "force_release($self, key, /)\n--\n\nClears the owner of key whoever holds it and makes it "
      "free now (the fence survives). Returns True when a live lease was taken away." },
+   { "prune", (PyCFunction)(void (*) (void))Client_prune, METH_VARARGS | METH_KEYWORDS,
+     "prune($self, /, prefix='', older_than=0)\n--\n\nDeletes the free records whose key starts "
+     "with prefix: those expired at least older_than seconds ago by the database clock, never a "
+     "live lease or one kept by min_hold. Returns how many. A pruned key's fence starts again "
+     "at 1." },
    { "__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },

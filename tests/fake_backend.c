@@ -356,6 +356,31 @@ static bool fake_force (void *conn,
    return true;
 }
 
+/* Deletes the records under prefix whose expiry is older_than_ms or more
+ * in the past (order kept: list sorts anyway). */
+static bool fake_prune (void *conn,
+                        const char *prefix,
+                        size_t prefix_len,
+                        int64_t older_than_ms,
+                        int64_t *count,
+                        leaselock_error_t *err)
+{
+   (void)conn;
+   if (!enter (FAKE_PRUNE, NULL, err))
+      return false;
+   int64_t now = db_now ();
+   int kept = 0;
+   for (int i = 0; i < n_recs; i++) {
+      const rec_t *r = &recs[i];
+      bool under = r->key_len >= prefix_len && !memcmp (r->key, prefix, prefix_len);
+      if (!under || r->expires_at > now - older_than_ms)
+         recs[kept++] = *r;
+   }
+   *count = n_recs - kept;
+   n_recs = kept;
+   return leave (FAKE_PRUNE, true, err);
+}
+
 const ll_backend_t fake_backend = {
    .name = "fake",
    .schemes = { "fake", NULL },
@@ -369,4 +394,5 @@ const ll_backend_t fake_backend = {
    .inspect = fake_inspect,
    .list = fake_list,
    .force_release = fake_force,
+   .prune = fake_prune,
 };

@@ -13,7 +13,8 @@ typedef enum
    FAKE_RELEASE,
    FAKE_INSPECT,
    FAKE_LIST,
-   FAKE_FORCE
+   FAKE_FORCE,
+   FAKE_PRUNE
 } fake_op_t;
 
 extern const ll_backend_t fake_backend;

@@ -201,6 +201,16 @@ static bool fault_force (void *conn,
    FORWARD ("force_release", force_release (fc->conn, key, key_len, took, err));
 }
 
+static bool fault_prune (void *conn,
+                         const char *prefix,
+                         size_t prefix_len,
+                         int64_t older_than_ms,
+                         int64_t *count,
+                         leaselock_error_t *err)
+{
+   FORWARD ("prune", prune (fc->conn, prefix, prefix_len, older_than_ms, count, err));
+}
+
 const ll_backend_t fault_backend = {
    .name = "faulty",
    .schemes = { "faulty+fake", "faulty+sqlite", NULL },
@@ -215,4 +225,5 @@ const ll_backend_t fault_backend = {
    .inspect = fault_inspect,
    .list = fault_list,
    .force_release = fault_force,
+   .prune = fault_prune,
 };

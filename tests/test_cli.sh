@@ -2,8 +2,9 @@
 # The leaselock CLI against a throwaway SQLite database per test: exit
 # statuses, the environment of the command, signals, loss of the lease (the
 # command is gone before the database could grant the key again, also when
-# leaselock is killed or stopped), status/list/release output, durations
-# that parse back, and bad input.
+# leaselock is killed or stopped), status/list/release output, the cron
+# options (-q, -E), prune, durations that parse back, bad input, and --help
+# against the README's exit statuses and the man page (docs/leaselock.1).
 #
 #   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some;
 #                                                  KEEP=1 keeps the files)
@@ -12,6 +13,7 @@
 set -uo pipefail
 
 BIN=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 [ -x "$BIN" ] || { echo "usage: $0 path/to/leaselock" >&2; exit 2; }
 TOP=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-cli.XXXXXX")
 unset LEASELOCK_URI LEASELOCK_KEY LEASELOCK_FENCE LEASELOCK_OWNER
@@ -504,6 +506,138 @@ test_durations_parse_back() {
   done <"$T/printed"
 }
 
+# The exit statuses of the README's CLI table, one a line ("0", "126",
+# "128+N", ...).
+readme_statuses() {
+  sed -n '/^## Command line/,/^## /p' "$SRC/README.md" |
+    sed -n 's/^| \([0-9][^|]*\) |.*/\1/p' |
+    tr '/' '\n' | sed 's/[^0-9+N-]//g' | grep -E '^[0-9]+(\+N)?$'
+}
+
+test_help_lists_readme_statuses() {
+  "$BIN" --help >"$T/h" 2>&1 || { fail "--help exit $?"; return; }
+  local st n=0
+  for st in $(readme_statuses); do
+    n=$((n + 1))
+    grep -qF -- "  $st " "$T/h" || fail "--help does not list exit status $st"
+  done
+  [ "$n" -ge 10 ] || fail "read only $n statuses from the README's table"
+  # 70 means the same in both: what EXIT_INTERNAL covers in cli/.
+  grep -A1 '^  70 ' "$T/h" | grep -q 'signal handling' || fail "--help: 70 lacks signals"
+  grep -A1 '^  70 ' "$T/h" | grep -q 'cannot start CMD' || fail "--help: 70 lacks CMD"
+  grep '^| 70 ' "$SRC/README.md" | grep -q 'signal handling' || fail "README: 70 lacks signals"
+  grep '^| 70 ' "$SRC/README.md" | grep -q 'cannot start CMD' || fail "README: 70 lacks CMD"
+}
+
+# The man page (docs/leaselock.1) names every option and exit status that
+# --help names.
+test_man_page_matches_help() {
+  local man="$SRC/docs/leaselock.1" o st
+  [ -f "$man" ] || { fail "no $man"; return; }
+  "$BIN" --help >"$T/h" 2>&1
+  sed 's/\\-/-/g; s/\\f[BIRP]//g' "$man" >"$T/man.txt"
+  for o in $(grep -oE '(^|[ ,\[])--?[a-zA-Z][a-zA-Z-]*' "$T/h" | sed 's/^[ ,[]//' | sort -u); do
+    grep -qF -- "$o" "$T/man.txt" || fail "the man page lacks $o"
+  done
+  for st in $(sed -n 's/^  \([0-9][0-9+N-]*\) .*/\1/p' "$T/h"); do
+    grep -A1 -x '\.TP' "$T/man.txt" | grep -qxF -- "$st" || fail "the man page lacks exit status $st"
+  done
+  for c in run status list release prune; do
+    grep -q "^\.SS.*$c" "$T/man.txt" || fail "the man page has no section for $c"
+  done
+  if command -v groff >/dev/null; then
+    groff -man -Tutf8 -ww -z "$man" 2>"$T/groff.err"
+    [ ! -s "$T/groff.err" ] || fail "groff: $(head -c 300 "$T/groff.err")"
+  fi
+}
+
+# -q: a busy run prints nothing and exits 75; -E N changes the status of a
+# busy run (and of --wait running out), as flock(1) -E does.
+test_quiet_conflict_exit_code() {
+  ll_bg run cron/key -- sleep 60
+  local holder=$BGPID
+  wait_state cron/key 0 || return
+  ll run -q cron/key -- touch "$T/ran"
+  expect_rc 75 || return
+  [ ! -s "$OUT" ] && [ ! -s "$ERR" ] || { fail "-q printed: $(cat "$OUT" "$ERR")"; return; }
+  ll run --quiet --wait 200ms cron/key -- touch "$T/ran"
+  expect_rc 75 || return
+  [ ! -s "$ERR" ] || { fail "--quiet printed: $(cat "$ERR")"; return; }
+  ll run -E 0 cron/key -- touch "$T/ran"
+  expect_rc 0 || return
+  expect_err "cron/key is busy: held by" || return
+  ll run -q -E 0 cron/key -- touch "$T/ran"
+  expect_rc 0 || return
+  [ ! -s "$ERR" ] || { fail "-q -E 0 printed: $(cat "$ERR")"; return; }
+  ll run --conflict-exit-code=3 --wait 100ms cron/key -- touch "$T/ran"
+  expect_rc 3 || return
+  ll run --conflict-exit-code 255 cron/key -- touch "$T/ran"
+  expect_rc 255 || return
+  [ ! -e "$T/ran" ] || { fail "the command ran without the lock"; return; }
+  # -E is for a busy key only: a free key runs CMD with its own status,
+  # and -q leaves CMD's output alone.
+  ll run -q -E 0 other/key -- sh -c 'echo hello; exit 4'
+  expect_rc 4 || return
+  expect_out "hello" || return
+  # Errors are still printed with -q.
+  ll run -q --ttl abc k -- true
+  expect_rc 64 || return
+  expect_err 'invalid duration "abc"' || return
+  kill -TERM "$holder"
+  reap "$holder"
+}
+
+test_conflict_exit_code_bad() {
+  local U=(--uri "$URI")
+  bad 64 '-E "256": expected an exit status, a whole number from 0 to 255' "${U[@]}" run -E 256 k -- touch "$T/ran"
+  bad 64 '-E "-1": expected an exit status' "${U[@]}" run -E -1 k -- touch "$T/ran"
+  bad 64 '--conflict-exit-code "abc": expected an exit status' "${U[@]}" run --conflict-exit-code abc k -- touch "$T/ran"
+  bad 64 '--conflict-exit-code "": expected an exit status' "${U[@]}" run --conflict-exit-code= k -- touch "$T/ran"
+  bad 64 '--conflict-exit-code "1.5": expected an exit status' "${U[@]}" run --conflict-exit-code 1.5 k -- touch "$T/ran"
+  bad 64 '-E "0001": expected an exit status' "${U[@]}" run -E 0001 k -- touch "$T/ran"
+  bad 64 'option -E needs a value' "${U[@]}" run -E
+  bad 64 'unknown option -x' "${U[@]}" run -x k -- touch "$T/ran"
+}
+
+# prune: deletes expired records only (never a live one or one inside its
+# min-hold), under PREFIX, at least --older-than ago; prints how many.
+test_prune() {
+  ll run jobs/a -- true; ll run jobs/b -- true; ll run other/c -- true
+  ll run --min-hold 1m jobs/hold -- true
+  ll_bg run jobs/live -- sleep 60
+  local holder=$BGPID
+  wait_state jobs/live 0 || return
+  ll prune --older-than 1h jobs/
+  expect_rc 0 || return
+  expect_out "pruned 0 records" || return
+  sleep 0.3
+  ll prune --older-than 200ms jobs/
+  expect_rc 0 || return
+  expect_out "pruned 2 records" || return
+  ll list
+  [ "$(wc -l <"$OUT")" = 3 ] || { fail "left: $(cat "$OUT")"; return; }
+  expect_out "jobs/hold" && expect_out "jobs/live" && expect_out "other/c" || return
+  ll status jobs/a; expect_rc 2 || return
+  ll prune
+  expect_rc 0 || return
+  expect_out "pruned 1 record" || return
+  ll status jobs/live; expect_rc 0 || return
+  ll status jobs/hold; expect_rc 0 || return
+  # A pruned key starts its fence again.
+  ll run jobs/a -- sh -c 'echo "$LEASELOCK_FENCE"'
+  [ "$(cat "$OUT")" = 1 ] || { fail "fence after prune: $(cat "$OUT")"; return; }
+  kill -TERM "$holder"
+  reap "$holder"
+  local U=(--uri "$URI")
+  bad 64 'unknown option --bogus' "${U[@]}" prune --bogus
+  bad 64 'prune takes one PREFIX' "${U[@]}" prune a b
+  bad 64 'invalid duration "x"' "${U[@]}" prune --older-than x
+  bad 64 'invalid duration "-1s"' "${U[@]}" prune --older-than -1s
+  bad 64 'option --older-than needs a value' "${U[@]}" prune --older-than
+  bad 64 'prefix is not valid UTF-8' "${U[@]}" prune $'\xff'
+  "$BIN" prune --help >/dev/null || fail "prune --help exit $?"
+}
+
 # bad RC MESSAGE ARGS...: leaselock ARGS fails with RC and MESSAGE on
 # stderr, and the command after "--" (touch ran) does not run.
 bad() {
@@ -539,7 +673,7 @@ test_bad_input() {
   bad 64 'unknown option --bogus' "${U[@]}" run --bogus k -- touch "$T/ran"
   bad 64 'unknown option --bogus' --bogus status k
   bad 64 'unknown command "frob"' "${U[@]}" frob
-  bad 64 'missing command (run, status, list or release)'
+  bad 64 'missing command (run, status, list, release or prune)'
   bad 64 'missing KEY' "${U[@]}" status
   bad 64 'status takes one KEY' "${U[@]}" status a b
   bad 64 'key is empty' "${U[@]}" status ""

@@ -1717,6 +1717,153 @@ static void test_null_arguments (void)
    leaselock_client_destroy (c);
 }
 
+/* ---- prune ------------------------------------------------------------- */
+
+/* Acquires k on c with ttl_ms and min_hold_ms (no renewal) and releases
+ * it, or with keep returns the lease (for the caller to destroy). */
+static leaselock_lease_t *prune_make (leaselock_client_t *c,
+                                      const char *k,
+                                      int64_t ttl_ms,
+                                      int64_t hold,
+                                      bool keep)
+{
+   leaselock_error_t err;
+   leaselock_lease_t *l = NULL;
+   leaselock_acquire_opts_t o = opts (ttl_ms, false);
+   o.min_hold_ms = hold;
+   bool ok = acq (c, k, o, &l, &err);
+   if (!ok)
+      fprintf (stderr, "    acquire %s: %s\n", k, err.message);
+   if (ok && keep)
+      return l;
+   if (ok && !leaselock_lease_release (l, &err))
+      fprintf (stderr, "    release %s: %s\n", k, err.message);
+   leaselock_lease_destroy (l);
+   return NULL;
+}
+
+/* How many records lie under PFX/name. */
+static int prune_left (leaselock_client_t *c, const char *name)
+{
+   char p[300];
+   snprintf (p, sizeof p, "%s/%s", PFX, name);
+   listing_t L = { 0 };
+   leaselock_error_t err;
+   if (!leaselock_list (c, p, strlen (p), collect, &L, &err)) {
+      fprintf (stderr, "    list %s: %s\n", p, err.message);
+      return -1;
+   }
+   return L.n;
+}
+
+/* Live leases and records inside their min_hold survive; expired records
+ * under the prefix go, others stay; the count is right; a pruned key
+ * starts its fence again (contract invariant 6). */
+static void test_prune_keeps_live (void)
+{
+   leaselock_client_t *c = client ("prune");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *live = prune_make (c, key ("prune/live"), 5000, 0, true);
+   CHECK (live);
+   prune_make (c, key ("prune/hold"), 5000, 5000, false);
+   prune_make (c, key ("prune/gone1"), 5000, 0, false);
+   prune_make (c, key ("prune/gone2"), 5000, 0, false);
+   prune_make (c, key ("prunex/gone"), 5000, 0, false);
+   prune_make (c, key ("prunex/gone"), 5000, 0, false); /* fence 2 */
+   char p[300];
+   snprintf (p, sizeof p, "%s/prune/", PFX);
+   int64_t n = -1;
+   bool ok = leaselock_prune (c, p, strlen (p), 0, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 2);
+   CHECK_EQ (prune_left (c, "prune/"), 2);
+   CHECK_EQ (prune_left (c, "prunex/"), 1);
+   ok = leaselock_prune (c, p, strlen (p), 0, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 0);
+   /* the pruned key's fence starts again; the kept one's grows on */
+   leaselock_lease_t *l;
+   ok = acq (c, key ("prune/gone1"), opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_fence (l), 1);
+   leaselock_lease_destroy (l);
+   ok = acq (c, key ("prunex/gone"), opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_fence (l), 3);
+   leaselock_lease_destroy (l);
+   /* count may be NULL */
+   snprintf (p, sizeof p, "%s/prunex/", PFX);
+   ok = leaselock_prune (c, p, strlen (p), 0, NULL, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (prune_left (c, "prunex/"), 0);
+   /* the live lease is still ours, and the kept records keep their fences */
+   ok = leaselock_lease_release (live, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (live);
+   leaselock_record_t rec;
+   bool found = false;
+   ok = leaselock_inspect (c, key ("prune/hold"), strlen (key ("prune/hold")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && rec.fence == 1 && rec.expires_in_ms > 0);
+   ok = acq (c, key ("prune/live"), opts (5000, false), &l, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (leaselock_lease_fence (l), 2);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+/* older_than: only records expired at least that long ago go. */
+static void test_prune_older_than (void)
+{
+   leaselock_client_t *c = client ("prune");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_destroy (prune_make (c, key ("pruneold/a"), 100, 0, true));
+   t_sleep (1500);
+   leaselock_lease_destroy (prune_make (c, key ("pruneold/b"), 100, 0, true));
+   t_sleep (300);
+   char p[300];
+   snprintf (p, sizeof p, "%s/pruneold/", PFX);
+   int64_t n = -1;
+   bool ok = leaselock_prune (c, p, strlen (p), 5000, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 0);
+   ok = leaselock_prune (c, p, strlen (p), 900, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 1);
+   listing_t L = { 0 };
+   ok = leaselock_list (c, p, strlen (p), collect, &L, &err);
+   CHECK_OK (ok, err);
+   CHECK (L.n == 1 && !strcmp (L.keys[0], key ("pruneold/b")));
+   ok = leaselock_prune (c, p, strlen (p), 0, &n, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n, 1);
+   leaselock_client_destroy (c);
+}
+
+/* Bad arguments: INVALID before any I/O (contract invariant 7). */
+static void test_prune_bad_arguments (void)
+{
+   leaselock_client_t *c = client (NULL);
+   CHECK (c);
+   leaselock_error_t err;
+   int64_t n = 7;
+   bool ok = leaselock_prune (c, "", 0, -1, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "older_than must not be negative");
+   CHECK_EQ (n, 0);
+   ok = leaselock_prune (c, "", 0, LEASELOCK_TTL_MAX_MS + 1, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "at most 30 days");
+   ok = leaselock_prune (c, "\xff", 1, 0, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "prefix");
+   ok = leaselock_prune (NULL, "", 0, 0, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is NULL");
+   leaselock_client_close (c, false, NULL);
+   ok = leaselock_prune (c, "", 0, 0, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "closed");
+   leaselock_client_destroy (c);
+}
+
 int main (int argc, char **argv)
 {
    if (argc != 2) {
@@ -1776,6 +1923,9 @@ int main (int argc, char **argv)
    RUN (test_bad_ttls);
    RUN (test_bad_labels_and_renew_ttls);
    RUN (test_null_arguments);
+   RUN (test_prune_keeps_live);
+   RUN (test_prune_older_than);
+   RUN (test_prune_bad_arguments);
 
    if (FAKE) {
       atomic_store (&ticker_stop, true);

@@ -775,3 +775,75 @@ describe("bad input", function()
     assert.equals("leaselock handles are read-only", getmetatable(client))
   end)
 end)
+
+-- client:prune([prefix [, older_than]]): the free records under a prefix
+-- go, never a live lease or one kept by min_hold; returns how many.
+for _, backend in ipairs(H.backends()) do
+  describe("prune on " .. backend.name, function()
+    local client
+
+    setup(function()
+      client = assert(leaselock.connect(backend.uri, { label = "busted-prune" }))
+    end)
+
+    teardown(function()
+      client:close()
+    end)
+
+    local function released(key, opts)
+      local l = assert(client:lock(key, opts):try_acquire())
+      assert.is_true(l:release())
+    end
+
+    local function keys(prefix)
+      local out = {}
+      for i, r in ipairs(assert(client:locks(prefix))) do out[i] = r.key end
+      return out
+    end
+
+    it("deletes expired records under the prefix only", function()
+      local p = H.key("prune")
+      local live = assert(client:lock(p .. "/live", { ttl = 10 }):try_acquire())
+      released(p .. "/hold", { ttl = 10, min_hold = 10 })
+      released(p .. "/gone1")
+      released(p .. "/gone2")
+      released(p .. "x/gone")
+      assert.equals(2, client:prune(p .. "/"))
+      assert.same({ p .. "/hold", p .. "/live", p .. "x/gone" }, keys(p))
+      assert.is_true(live:held())
+      assert.is_true(live:release())
+      assert.equals(1, client:prune(p .. "/", 0))
+      -- a pruned key starts its fence again
+      local l = assert(client:lock(p .. "/gone1"):try_acquire())
+      assert.equals(1, l.fence)
+      assert.is_true(l:release())
+      assert.equals(2, client:prune(p))
+    end)
+
+    it("keeps records expired less than older_than ago", function()
+      local p = H.key("prune-old")
+      released(p .. "/a")
+      H.sleep(1.5)
+      released(p .. "/b")
+      H.sleep(0.3)
+      assert.equals(0, client:prune(p .. "/", 5))
+      assert.equals(1, client:prune(p .. "/", 0.9))
+      assert.same({ p .. "/b" }, keys(p .. "/"))
+      assert.equals(1, client:prune(p .. "/"))
+    end)
+
+    it("raises for bad arguments", function()
+      for _, case in ipairs {
+        { function() client:prune(1) end, "bad argument #1 to 'prune' (prefix: string expected" },
+        { function() client:prune("", -1) end, "bad argument #2 to 'prune' (older_than must be >= 0" },
+        { function() client:prune("", "1") end,
+          "bad argument #2 to 'prune' (older_than must be a number of seconds, got string)" },
+        { function() client:prune("", 31 * 86400) end, "at most 30 days" },
+      } do
+        local ok, err = pcall(case[1])
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find(case[2], 1, true), tostring(err))
+      end
+    end)
+  end)
+end
