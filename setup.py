@@ -10,9 +10,11 @@ dynamic (the version from csrc/leaselock.h, and the license) and the build:
   when their client library is there;
 - the `leaselock` command line tool, from cli/*.c linked with the same core
   objects (same flags, same backends) as the extension, installed into the
-  environment's bin/ (a data file of the wheel: <name>.data/data/bin).
+  environment's bin/ (a data file of the wheel: <name>.data/data/bin), with
+  its manual page docs/leaselock.1 in share/man/man1 (`man leaselock` finds
+  it there once the environment's bin/ is on PATH).
 
-    pip install .                       # a normal install: the package and bin/leaselock
+    pip install .                       # the package, bin/leaselock and its man page
     python setup.py build_ext --inplace # development: python/leaselock/_leaselock*.so
 
 LEASELOCK_WERROR=1 adds -Wall -Wextra -Werror (the project's CI build).
@@ -32,6 +34,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLI_NAME = "leaselock"
+MAN_PAGE = "docs/leaselock.1"  # the command's manual page, beside it in <prefix>/share/man
 
 
 def core_sources():
@@ -90,6 +93,21 @@ class build_ext_with_cli(build_ext):
         return int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
 
     def build_extensions(self):
+        # Objects and the extension built with other flags (another set of
+        # backends found, LEASELOCK_WERROR) are rebuilt: setuptools alone
+        # would keep them while no source is newer, so that installing
+        # libmongoc-dev and running `pip install .` again in the same tree
+        # would still leave MongoDB out.
+        stamp = os.path.join(self.build_temp, "leaselock-flags.txt")
+        flags = "\n".join(
+            [*self.extensions[0].extra_compile_args, "--", *self.extensions[0].extra_link_args, ""]
+        )
+        try:
+            with open(stamp, encoding="utf-8") as f:
+                if f.read() != flags:
+                    self.force = True
+        except FileNotFoundError:
+            self.force = True
         serial = self.compiler.compile
         jobs = self.jobs()
 
@@ -103,6 +121,9 @@ class build_ext_with_cli(build_ext):
         self.compiler.compile = compile_parallel
         super().build_extensions()
         self.build_cli(self.extensions[0])
+        os.makedirs(self.build_temp, exist_ok=True)
+        with open(stamp, "w", encoding="utf-8") as f:
+            f.write(flags)
 
     def build_cli(self, ext):
         core = core_sources()
@@ -137,6 +158,8 @@ class build_ext_with_cli(build_ext):
         else:
             print(f"leaselock: {exe} is up to date")
         self.distribution.data_files = [("bin", [exe])]
+        if os.path.exists(MAN_PAGE):
+            self.distribution.data_files.append(("share/man/man1", [MAN_PAGE]))
 
 
 pkg_cflags, pkg_libs = backends("cflags"), backends("libs")

@@ -8,8 +8,9 @@
 #            linux_x86_64 (the wheel links the system's client libraries)
 #            and lists the library of every backend compiled in;
 #   install  `pip install .` into a fresh venv: `leaselock` on PATH runs a
-#            command under a lease on SQLite, `import leaselock` finds the
-#            installed package, `pip uninstall` takes both away;
+#            command under a lease on SQLite (its man page beside it, when
+#            the tree has docs/leaselock.1), `import leaselock` finds the
+#            installed package, `pip uninstall` takes them all away;
 #   rock     `luarocks make` with only SQLite's sqlite3.pc visible to
 #            pkg-config (the module loads, takes a lease, and refuses the
 #            other backends with UNSUPPORTED and what to install), then with
@@ -69,7 +70,7 @@ tar tzf "$sdist" | sed "s|^leaselock-$version/||" | sort >"$out/sdist.files"
 missing=()
 for f in LICENSE README.md pyproject.toml setup.py MANIFEST.in tools/backends.sh csrc/SOURCES \
   python/_leaselock.c python/leaselock/__init__.py python/leaselock/py.typed \
-  $(grep -v '^#' csrc/SOURCES) csrc/*.h cli/*.c cli/*.h; do
+  $(grep -v '^#' csrc/SOURCES) csrc/*.h cli/*.c cli/*.h $(ls docs/leaselock.1 2>/dev/null); do
   grep -qxF "$f" "$out/sdist.files" || missing+=("$f")
 done
 check "sdist carries the build's sources (csrc/, cli/, tools/backends.sh, LICENSE)${missing[*]:+; missing: ${missing[*]}}" \
@@ -131,6 +132,10 @@ rc=0
 check "leaselock run packaging-job -- true on $uri: exit $rc" test $rc -eq 0
 fence=$(cd "$tmp" && PATH=$venv/bin:$PATH leaselock --uri "$uri" run packaging-job -- sh -c 'echo "$LEASELOCK_FENCE"')
 check "a second run gets fence 2: $fence" test "$fence" = 2
+if [ -f docs/leaselock.1 ]; then
+  check "pip install . puts the man page in the venv's share/man/man1" \
+    cmp -s docs/leaselock.1 "$venv/share/man/man1/leaselock.1"
+fi
 listed=$(cd "$tmp" && PATH=$venv/bin:$PATH leaselock --uri "$uri" list)
 check "leaselock list shows packaging-job" grep -q packaging-job <<<"$listed"
 py=$(cd "$tmp" && "$venv/bin/python" -c '
@@ -145,7 +150,8 @@ print(leaselock.__version__)' "$uri" 2>&1)
 check "python -c 'import leaselock' in the venv (installed package, version $py), takes a lease" \
   test "$py" = "$version"
 if logged "$out/uninstall.log" "$venv/bin/pip" uninstall -y leaselock; then
-  check "pip uninstall leaselock removes bin/leaselock" test ! -e "$venv/bin/leaselock"
+  check "pip uninstall leaselock removes bin/leaselock and the man page" \
+    test ! -e "$venv/bin/leaselock" -a ! -e "$venv/share/man/man1/leaselock.1"
 else
   fail "pip uninstall leaselock"
 fi
