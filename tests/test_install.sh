@@ -71,8 +71,11 @@ check "build against the installed library" \
 LD_LIBRARY_PATH=$ROOT$PREFIX/lib "$D/t" "sqlite://$D/t.db" >"$D/run.out" 2>&1
 [ "$(cat "$D/run.out")" = "$version fence 1 pruned 1" ] && ok "run it" ||
   bad "run it" "$(cat "$D/run.out")"
-LD_LIBRARY_PATH=$ROOT$PREFIX/lib ldd "$D/t" | grep -q "$ROOT$PREFIX/lib/libleaselock.so" &&
-  ok "it uses the installed libleaselock.so" || bad "libleaselock.so" "$(ldd "$D/t")"
+# ldd's output is read whole first: grep -q would stop reading at the
+# match, and under pipefail ldd's SIGPIPE would fail the check.
+libs=$(LD_LIBRARY_PATH=$ROOT$PREFIX/lib ldd "$D/t")
+grep -q "$ROOT$PREFIX/lib/libleaselock.so" <<<"$libs" &&
+  ok "it uses the installed libleaselock.so" || bad "libleaselock.so" "$libs"
 # Static: the archive with the libraries of Requires.private and
 # Libs.private (linked as shared libraries: a fully static link would need
 # the static archives of every backend's own dependencies too).
