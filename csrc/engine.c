@@ -105,13 +105,13 @@ struct leaselock_lease
    ll_deadline_t dl;      /* local deadline (deadline.c) */
    int64_t next_renew_ms; /* when the renewal thread next acts */
    bool in_list;
-   bool lost_notify; /* on_lost still to be called */
-   bool in_callback; /* on_lost or on_renew_failed is running now */
-   bool renew_failed_notify;   /* on_renew_failed still to be called ... */
+   bool lost_notify;            /* on_lost still to be called */
+   bool in_callback;            /* on_lost or on_renew_failed is running now */
+   bool renew_failed_notify;    /* on_renew_failed still to be called ... */
    leaselock_error_t renew_err; /* ... with this error */
    int64_t acquired_ms;         /* local time the acquire was sent (stats) */
-   int releasing;    /* releases of it in flight */
-   bool close_tried; /* leaselock_client_close tried to release it */
+   int releasing;               /* releases of it in flight */
+   bool close_tried;            /* leaselock_client_close tried to release it */
    leaselock_lease_t *next;
    leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };
@@ -952,8 +952,7 @@ static int64_t renew_outcome_locked (leaselock_client_t *c,
                                      bool was_sent,
                                      const leaselock_error_t *err)
 {
-   if (renew_done_locked (c, l, sent, ttl, ok, was_sent, err) ||
-       l->state != LEASELOCK_STATE_HELD)
+   if (renew_done_locked (c, l, sent, ttl, ok, was_sent, err) || l->state != LEASELOCK_STATE_HELD)
       return l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
    int64_t now = ll_now_ms ();
    l->next_renew_ms = now + retry_interval (ttl);
@@ -1509,6 +1508,7 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    if (!closed && st == LEASELOCK_STATE_HELD)
       ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
    pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs); /* a loss the deadline check above found */
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
    if (st == LEASELOCK_STATE_RELEASED)

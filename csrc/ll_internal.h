@@ -157,13 +157,13 @@ typedef struct ll_log_pending
 typedef struct ll_obs
 {
    leaselock_client_t *client;
-   atomic_int level; /* LEASELOCK_LOG_OFF when there is no hook */
+   atomic_int level;   /* LEASELOCK_LOG_OFF when there is no hook */
    pthread_mutex_t mu; /* guards the rest */
    pthread_cond_t idle;
    leaselock_log_cb fn;
    void *data;
-   int calls;                    /* hook calls in flight */
-   atomic_int n_pending;         /* read without mu by ll_log_flush */
+   int calls;            /* hook calls in flight */
+   atomic_int n_pending; /* read without mu by ll_log_flush */
    ll_log_pending_t pending[LL_LOG_PENDING_MAX];
    atomic_uint_fast64_t n[LL_ST_COUNT];
    atomic_uint_fast64_t latency[LEASELOCK_LATENCY_BUCKETS];

@@ -101,8 +101,8 @@ void ll_log_emit (ll_obs_t *o,
    if (key)
       memcpy (k, key, key_len);
    k[key ? key_len : 0] = '\0';
-   leaselock_log_event_t ev = { NULL, level, event, key ? k : NULL, key ? key_len : 0,
-                                fence, code, msg };
+   leaselock_log_event_t ev = { NULL,  level, event, key ? k : NULL, key ? key_len : 0,
+                                fence, code,  msg };
    deliver (o, &ev);
 }
 
@@ -147,8 +147,8 @@ void ll_log_flush_slow (ll_obs_t *o)
    pthread_mutex_unlock (&o->mu);
    for (int i = 0; i < n; i++) {
       ll_log_pending_t *p = &got[i];
-      leaselock_log_event_t ev = { NULL,       p->level,   p->event, p->key_len ? p->key : NULL,
-                                   p->key_len, p->fence,   p->code,  p->message };
+      leaselock_log_event_t ev = { NULL,       p->level, p->event, p->key_len ? p->key : NULL,
+                                   p->key_len, p->fence, p->code,  p->message };
       deliver (o, &ev);
    }
 }
@@ -256,21 +256,30 @@ static const struct
    size_t offset;
    double scale; /* 1, or 1e-3 for milliseconds shown as seconds */
 } metrics[] = {
-#define M(n, t, h, f, sc) { n, t, h, offsetof (leaselock_stats_t, f), sc }
+#define M(n, t, h, f, sc)                                                                          \
+   {                                                                                               \
+      n, t, h, offsetof (leaselock_stats_t, f), sc                                                 \
+   }
    M ("acquires_total", "counter", "Successful acquires.", acquires, 1),
    M ("busy_total", "counter", "One-try acquires answered busy.", busy, 1),
    M ("waits_total", "counter", "Blocking acquires that waited.", waits, 1),
    M ("timeouts_total", "counter", "Blocking acquires that timed out.", timeouts, 1),
    M ("wait_seconds_total", "counter", "Time blocking acquires waited.", wait_ms, 1e-3),
-   M ("held_seconds_total", "counter", "Time leases were held (counted as each ends).", held_ms,
+   M ("held_seconds_total",
+      "counter",
+      "Time leases were held (counted as each ends).",
+      held_ms,
       1e-3),
    M ("renewals_total", "counter", "Successful renewals.", renewals, 1),
    M ("renewal_failures_total", "counter", "Failed renewals.", renewal_failures, 1),
    M ("losses_total", "counter", "Leases lost.", losses, 1),
    M ("releases_total", "counter", "Successful releases.", releases, 1),
    M ("release_failures_total", "counter", "Failed releases.", release_failures, 1),
-   M ("backend_errors_total", "counter", "Statements that failed with a backend error.",
-      backend_errors, 1),
+   M ("backend_errors_total",
+      "counter",
+      "Statements that failed with a backend error.",
+      backend_errors,
+      1),
    M ("requests_total", "counter", "Statements sent to the database.", requests, 1),
    M ("leases_held", "gauge", "Leases held by this process now.", leases_held, 1),
 #undef M

@@ -118,7 +118,7 @@ typedef struct
    leaselock_lease_t *lease;  /* owned; NULL once closed */
    ll_lua_renew_failed_t *rf; /* owned; NULL without on_renew_failed */
    bool lost_seen;            /* on_lost already called (or due) */
-   bool closed_lost;         /* the state was LOST when it was closed */
+   bool closed_lost;          /* the state was LOST when it was closed */
    int64_t fence;
    char owner[LEASELOCK_OWNER_LEN + 1];
    size_t key_len;
@@ -617,9 +617,9 @@ static int client_stats (lua_State *L)
       size_t offset;
    } fields[] = {
 #define F(f) { #f, offsetof (leaselock_stats_t, f) }
-      F (acquires), F (busy),     F (waits),    F (timeouts),         F (renewals),
-      F (renewal_failures),       F (losses),   F (releases),         F (release_failures),
-      F (backend_errors),         F (requests), F (leases_held),
+      F (acquires),         F (busy),        F (waits),    F (timeouts),         F (renewals),
+      F (renewal_failures), F (losses),      F (releases), F (release_failures), F (backend_errors),
+      F (requests),         F (leases_held),
 #undef F
    };
    leaselock_stats_t st;
@@ -641,7 +641,7 @@ static int client_stats (lua_State *L)
    for (int i = 0; i < LEASELOCK_LATENCY_BUCKETS; i++) {
       lua_createtable (L, 0, 2);
       lua_pushnumber (L, st.latency_le_us[i] == UINT64_MAX ? HUGE_VAL
-                                                            : (lua_Number)st.latency_le_us[i] / 1e6);
+                                                           : (lua_Number)st.latency_le_us[i] / 1e6);
       lua_setfield (L, -2, "le");
       lua_pushinteger (L, (lua_Integer)st.latency_count[i]);
       lua_setfield (L, -2, "count");
@@ -1435,13 +1435,15 @@ static const char with_source[] = "local begin, finish = ...\n"
 
 /* ---- registration --------------------------------------------------- */
 
-static const luaL_Reg client_methods[] = {
-   { "lock", client_lock },       { "info", client_info },
-   { "locks", client_locks },     { "force_release", client_force_release },
-   { "close", client_close },     { "set_log", client_set_log },
-   { "stats", client_stats },     { "prometheus", client_prometheus },
-   { NULL, NULL }
-};
+static const luaL_Reg client_methods[] = { { "lock", client_lock },
+                                           { "info", client_info },
+                                           { "locks", client_locks },
+                                           { "force_release", client_force_release },
+                                           { "close", client_close },
+                                           { "set_log", client_set_log },
+                                           { "stats", client_stats },
+                                           { "prometheus", client_prometheus },
+                                           { NULL, NULL } };
 
 static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
                                          { "try_acquire", lock_try_acquire },

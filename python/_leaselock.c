@@ -117,13 +117,13 @@ typedef struct
 typedef struct
 {
    PyObject_HEAD PyObject *module;
-   ClientObject *client;     /* strong */
-   leaselock_lease_t *lease; /* NULL until the acquire succeeded */
-   PyObject *key;            /* str */
-   PyObject *on_lost;        /* callable or NULL */
+   ClientObject *client;      /* strong */
+   leaselock_lease_t *lease;  /* NULL until the acquire succeeded */
+   PyObject *key;             /* str */
+   PyObject *on_lost;         /* callable or NULL */
    PyObject *on_renew_failed; /* callable or NULL */
-   pid_t pid;                /* process that acquired it */
-   bool dead;                /* dealloc started: no callback may use it */
+   pid_t pid;                 /* process that acquired it */
+   bool dead;                 /* dealloc started: no callback may use it */
    PyObject *weakreflist;
 } LeaseObject;
 
@@ -969,10 +969,13 @@ static const struct
    const char *name;
    size_t offset;
 } stat_fields[] = {
-#define F(f) { #f, offsetof (leaselock_stats_t, f) }
-   F (acquires), F (busy),     F (waits),    F (timeouts),         F (renewals),
-   F (renewal_failures),       F (losses),   F (releases),         F (release_failures),
-   F (backend_errors),         F (requests), F (leases_held),
+#define F(f)                                                                                       \
+   {                                                                                               \
+#f, offsetof(leaselock_stats_t, f)                                                           \
+   }
+   F (acquires),         F (busy),        F (waits),    F (timeouts),         F (renewals),
+   F (renewal_failures), F (losses),      F (releases), F (release_failures), F (backend_errors),
+   F (requests),         F (leases_held),
 #undef F
 };
 
@@ -981,8 +984,8 @@ static PyObject *latency_list (const leaselock_stats_t *st)
 {
    PyObject *list = PyList_New (LEASELOCK_LATENCY_BUCKETS);
    for (int i = 0; list && i < LEASELOCK_LATENCY_BUCKETS; i++) {
-      double le = st->latency_le_us[i] == UINT64_MAX ? INFINITY
-                                                      : (double)st->latency_le_us[i] / 1e6;
+      double le =
+        st->latency_le_us[i] == UINT64_MAX ? INFINITY : (double)st->latency_le_us[i] / 1e6;
       PyObject *t = Py_BuildValue ("(dK)", le, (unsigned long long)st->latency_count[i]);
       if (!t) {
          Py_CLEAR (list);

@@ -1745,8 +1745,7 @@ static void logbook_hook (const leaselock_log_event_t *ev, void *ud)
    if (b->n < LOG_MAX) {
       b->levels[b->n] = ev->level;
       b->events[b->n] = ev->event;
-      snprintf (b->keys[b->n], sizeof b->keys[0], "%.*s", (int)ev->key_len,
-                ev->key ? ev->key : "");
+      snprintf (b->keys[b->n], sizeof b->keys[0], "%.*s", (int)ev->key_len, ev->key ? ev->key : "");
       b->fences[b->n] = ev->fence;
       b->codes[b->n] = ev->code;
       b->n++;
