@@ -13,6 +13,10 @@
  * calls in flight (contract invariant 8), and a client whose call was still
  * running is unusable in the child. Backends marked close_before_fork
  * have their idle connections closed there too.
+ *
+ * A client's log hook and counters (observe.c) have a mutex of their own,
+ * taken after the client's (a loss found under it is queued there) and
+ * never held across the hook.
  */
 #include "ll_internal.h"
 
@@ -148,6 +152,7 @@ static void fork_prepare (void)
             c->backend->close (c->idle[i]);
          c->n_idle = 0;
       }
+      ll_obs_fork_prepare (&c->obs);
    }
    for (int i = 0; i < N_BUCKETS; i++)
       pthread_mutex_lock (&buckets[i].mu);
@@ -159,6 +164,7 @@ static void fork_parent (void)
       pthread_mutex_unlock (&buckets[i].mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       c->fork_busy = false;
+      ll_obs_fork_parent (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);
@@ -179,6 +185,7 @@ static void fork_child (void)
       ll_cond_init (&c->cond);
       ll_cond_init (&c->drained);
       ll_cond_init (&c->io_cond);
+      ll_obs_fork_child (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);

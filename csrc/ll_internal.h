@@ -172,6 +172,13 @@ typedef struct ll_obs
 
 void ll_obs_init (ll_obs_t *o, leaselock_client_t *client);
 void ll_obs_destroy (ll_obs_t *o);
+/* fork(): prepare takes o's mutex (after the client's), parent lets it go,
+ * child renews its condition variable, forgets the hook calls of threads
+ * that are not in the child and the parent's queued events, and lets it
+ * go. */
+void ll_obs_fork_prepare (ll_obs_t *o);
+void ll_obs_fork_parent (ll_obs_t *o);
+void ll_obs_fork_child (ll_obs_t *o);
 
 /* Whether an event of level reaches the hook: one load and a compare. */
 static inline bool ll_log_on (ll_obs_t *o, int level)
