@@ -170,8 +170,9 @@ extern "C"
     * and remaining_ms the time left to the local deadline when the callback
     * was called; both are borrowed for the call. It may call the
     * leaselock_lease_* getters, renew or release the lease, but must not
-    * destroy it. Renewals made by leaselock_lease_renew report their failure
-    * to their caller instead. */
+    * destroy it. Keep it short: the renewal thread keeps the deadlines of
+    * every lease of the client. Renewals made by leaselock_lease_renew
+    * report their failure to their caller instead. */
    typedef void (*leaselock_renew_failed_cb) (leaselock_lease_t *lease,
                                               const leaselock_error_t *error,
                                               int64_t remaining_ms,
