@@ -321,6 +321,8 @@ static void *pool_get (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
    pthread_mutex_unlock (&c->mu);
    if (!conn) {
       conn = c->backend->open (c->uri, err);
+      if (!conn && err && err->code == LEASELOCK_BACKEND)
+         ll_count (&c->obs, LL_ST_BACKEND_ERRORS, 1); /* a database that is down */
       if (!conn) {
          pthread_mutex_lock (&c->mu);
          pool_done_locked (c, me);

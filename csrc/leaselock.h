@@ -425,7 +425,7 @@ extern "C"
       uint64_t losses;           /* leases declared LOST */
       uint64_t releases;         /* successful releases */
       uint64_t release_failures; /* releases that failed (NOT_HELD, BACKEND) */
-      uint64_t backend_errors;   /* statements that failed with BACKEND */
+      uint64_t backend_errors;   /* statements and connections that failed with BACKEND */
       uint64_t requests;         /* statements sent to the database */
       uint64_t leases_held;      /* leases HELD by this process now (a gauge) */
       uint64_t latency_sum_us;   /* sum of the round trips of the requests */

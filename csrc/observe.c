@@ -295,7 +295,7 @@ static const struct
    M ("release_failures_total", "counter", "Failed releases.", release_failures, 1),
    M ("backend_errors_total",
       "counter",
-      "Statements that failed with a backend error.",
+      "Statements and connections that failed with a backend error.",
       backend_errors,
       1),
    M ("requests_total", "counter", "Statements sent to the database.", requests, 1),
