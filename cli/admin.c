@@ -13,6 +13,8 @@ leaselock_client_t *open_client (const char *uri, const char *label, int *status
    leaselock_client_t *client = leaselock_client_new (uri, label, &err);
    if (!client)
       *status = fail ("cannot open the lock database", &err);
+   else if (verbose)
+      leaselock_client_set_log (client, LEASELOCK_LOG_DEBUG, print_log_event, NULL);
    return client;
 }
 

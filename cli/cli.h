@@ -64,6 +64,11 @@ int print_help (void);
  * static string, set once by main. */
 extern const char *cmd_name;
 
+/* --verbose: every client's log events go to stderr (print_log_event). */
+extern bool verbose;
+/* A leaselock_log_cb: "cmd_name: LEVEL event "key" (fence N): message". */
+void print_log_event (const leaselock_log_event_t *ev, void *user_data);
+
 /* Prints "cmd_name: message" on stderr. */
 void say (const char *fmt, ...) PRINTF_LIKE;
 /* Prints the message and a hint; returns EXIT_USAGE. */

@@ -20,7 +20,8 @@
 #include <string.h>
 
 static const char usage_text[] = "Usage:\n"
-                                 "  leaselock [--uri URI] run [options] KEY -- CMD [ARGS...]\n"
+                                 "  leaselock [--uri URI] [--verbose] run [options] KEY -- CMD "
+                                 "[ARGS...]\n"
                                  "  leaselock [--uri URI] status [--json] KEY\n"
                                  "  leaselock [--uri URI] list [--json] [PREFIX]\n"
                                  "  leaselock [--uri URI] release --force KEY\n"
@@ -68,6 +69,8 @@ static const char help_text[] =
   "still checks.\n"
   "\n"
   "Durations: 500ms, 30s, 2m, 1h, 1d, or a bare number of seconds (1.5).\n"
+  "--verbose (-v), before the command, prints what the lock library does\n"
+  "(acquire, wait, renew, renewal failures, loss, release) on stderr.\n"
   "--uri URI (or $LEASELOCK_URI) picks the database: sqlite:///path.db,\n"
   "mongodb://..., mysql://..., postgresql://...; the default is the embedded\n"
   "SQLite file $XDG_STATE_HOME/leaselock/locks.db (~/.local/state/...).\n"
@@ -106,9 +109,9 @@ static const struct
    { "prune", "leaselock prune", cmd_prune },
 };
 
-/* Reads the options before the command (--help, --version, --uri) from
- * argv[*i] on, leaving *i at the command. Returns PARSED, or the exit
- * status. */
+/* Reads the options before the command (--help, --version, --uri,
+ * --verbose) from argv[*i] on, leaving *i at the command. Returns PARSED,
+ * or the exit status. */
 static int main_options (int argc, char **argv, int *i, const char **uri)
 {
    for (; *i < argc; (*i)++) {
@@ -118,6 +121,10 @@ static int main_options (int argc, char **argv, int *i, const char **uri)
       if (!strcmp (argv[*i], "--version")) {
          printf ("leaselock %s\n", LEASELOCK_VERSION);
          return 0;
+      }
+      if (!strcmp (argv[*i], "--verbose") || !strcmp (argv[*i], "-v")) {
+         verbose = true;
+         continue;
       }
       if ((r = opt_uri (argc, argv, i, uri)) != 0) {
          if (r < 0)

@@ -9,6 +9,22 @@
 #include <string.h>
 
 const char *cmd_name = "leaselock";
+bool verbose;
+
+/* --verbose: one line per event of the core, from whatever thread. */
+void print_log_event (const leaselock_log_event_t *ev, void *user_data)
+{
+   (void)user_data;
+   flockfile (stderr);
+   fprintf (stderr, "%s: %s %s", cmd_name, leaselock_log_level_name (ev->level), ev->event);
+   if (ev->key) {
+      fputs (" \"", stderr);
+      put_text (stderr, ev->key, ev->key_len);
+      fprintf (stderr, "\" (fence %" PRId64 ")", ev->fence);
+   }
+   fprintf (stderr, ": %s\n", ev->message);
+   funlockfile (stderr);
+}
 
 /* Prints "leaselock[ SUBCOMMAND]: message" on stderr. */
 static void vsay (const char *fmt, va_list ap)

@@ -13,6 +13,10 @@
  * calls in flight (contract invariant 8), and a client whose call was still
  * running is unusable in the child. Backends marked close_before_fork
  * have their idle connections closed there too.
+ *
+ * A client's log hook and counters (observe.c) have a mutex of their own,
+ * taken after the client's (a loss found under it is queued there) and
+ * never held across the hook.
  */
 #include "ll_internal.h"
 
@@ -80,6 +84,7 @@ struct leaselock_client
    bool sleeping;                   /* the renewal thread waits on cond ... */
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
    leaselock_client_t *next_client; /* the global list, for fork */
+   ll_obs_t obs;                    /* log hook and counters (observe.c) */
 };
 
 struct leaselock_lease
@@ -94,6 +99,8 @@ struct leaselock_lease
    bool auto_renew;
    leaselock_lost_cb on_lost;
    void *on_lost_data;
+   leaselock_renew_failed_cb on_renew_failed;
+   void *on_renew_failed_data;
    atomic_int refs; /* the user's + the renewal thread's while it works */
 
    /* Guarded by client->mu. */
@@ -102,10 +109,13 @@ struct leaselock_lease
    ll_deadline_t dl;      /* local deadline (deadline.c) */
    int64_t next_renew_ms; /* when the renewal thread next acts */
    bool in_list;
-   bool lost_notify; /* on_lost still to be called */
-   bool in_callback; /* on_lost is running now */
-   int releasing;    /* releases of it in flight */
-   bool close_tried; /* leaselock_client_close tried to release it */
+   bool lost_notify;            /* on_lost still to be called */
+   bool in_callback;            /* on_lost or on_renew_failed is running now */
+   bool renew_failed_notify;    /* on_renew_failed still to be called ... */
+   leaselock_error_t renew_err; /* ... with this error */
+   int64_t acquired_ms;         /* local time the acquire was sent (stats) */
+   int releasing;               /* releases of it in flight */
+   bool close_tried;            /* leaselock_client_close tried to release it */
    leaselock_lease_t *next;
    leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };
@@ -142,6 +152,7 @@ static void fork_prepare (void)
             c->backend->close (c->idle[i]);
          c->n_idle = 0;
       }
+      ll_obs_fork_prepare (&c->obs);
    }
    for (int i = 0; i < N_BUCKETS; i++)
       pthread_mutex_lock (&buckets[i].mu);
@@ -153,6 +164,7 @@ static void fork_parent (void)
       pthread_mutex_unlock (&buckets[i].mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       c->fork_busy = false;
+      ll_obs_fork_parent (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);
@@ -173,6 +185,7 @@ static void fork_child (void)
       ll_cond_init (&c->cond);
       ll_cond_init (&c->drained);
       ll_cond_init (&c->io_cond);
+      ll_obs_fork_child (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);
@@ -222,6 +235,7 @@ static void client_unref (leaselock_client_t *c)
    pthread_cond_destroy (&c->cond);
    pthread_cond_destroy (&c->drained);
    pthread_cond_destroy (&c->io_cond);
+   ll_obs_destroy (&c->obs);
    free (c->uri);
    free (c->uri_shown);
    free (c->label);
@@ -307,6 +321,8 @@ static void *pool_get (leaselock_client_t *c, pid_t me, leaselock_error_t *err)
    pthread_mutex_unlock (&c->mu);
    if (!conn) {
       conn = c->backend->open (c->uri, err);
+      if (!conn && err && err->code == LEASELOCK_BACKEND)
+         ll_count (&c->obs, LL_ST_BACKEND_ERRORS, 1); /* a database that is down */
       if (!conn) {
          pthread_mutex_lock (&c->mu);
          pool_done_locked (c, me);
@@ -431,6 +447,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
    if (gethostname (c->host, sizeof c->host - 1) != 0)
       snprintf (c->host, sizeof c->host, "unknown");
    atomic_init (&c->refs, 1);
+   ll_obs_init (&c->obs, c);
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
    ll_cond_init (&c->drained);
@@ -461,6 +478,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
 static void *renew_main (void *arg);
 static void lease_unref (leaselock_lease_t *l);
 static void check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now);
+static void lease_ended_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now);
 static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leaselock_error_t *err);
 
 static bool on_renewal_thread (leaselock_client_t *c)
@@ -559,8 +577,10 @@ static void finish_close (leaselock_client_t *c, pid_t me)
    for (leaselock_lease_t *l = c->leases; l; l = l->next_all) {
       if (l->pid == me)
          check_deadline_locked (c, l, now);
-      if (l->state == LEASELOCK_STATE_HELD)
+      if (l->state == LEASELOCK_STATE_HELD) {
+         lease_ended_locked (c, l, now);
          l->state = LEASELOCK_STATE_CLOSED;
+      }
       l->lost_notify = false; /* closing is not a loss */
    }
    int n = c->n_idle;
@@ -600,6 +620,7 @@ bool leaselock_client_close (leaselock_client_t *c, bool release_held, leaselock
    stop_renewal (c);
    bool ok = !release_held || release_all (c, me, error);
    finish_close (c, me);
+   ll_log_flush (&c->obs);
    return ok;
 }
 
@@ -626,6 +647,11 @@ const char *leaselock_client_uri (const leaselock_client_t *c)
 const char *leaselock_client_backend (const leaselock_client_t *c)
 {
    return c ? c->backend->name : "";
+}
+
+ll_obs_t *ll_client_obs (leaselock_client_t *c)
+{
+   return &c->obs;
 }
 
 /* ---- lease bookkeeping ------------------------------------------------- */
@@ -674,12 +700,29 @@ static void all_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
    l->prev_all = l->next_all = NULL;
 }
 
+/* A HELD lease ends (released, lost or closed): counts the time it was
+ * held. Called with c->mu held, before its state changes. */
+static void lease_ended_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
+{
+   if (l->state == LEASELOCK_STATE_HELD && now > l->acquired_ms)
+      ll_count (&c->obs, LL_ST_HELD_MS, (uint64_t)(now - l->acquired_ms));
+}
+
 /* HELD -> LOST, once. The renewal thread calls on_lost for leases it
- * renews; a lease that is not auto-renewed has no callback. */
+ * renews; a lease that is not auto-renewed has no callback. The "lost"
+ * event is delivered once c->mu is let go (ll_log_flush). */
 static void mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
 {
    if (l->state != LEASELOCK_STATE_HELD)
       return;
+   int64_t now = ll_now_ms ();
+   lease_ended_locked (c, l, now);
+   ll_count (&c->obs, LL_ST_LOSSES, 1);
+   if (ll_log_on (&c->obs, LEASELOCK_LOG_ERROR))
+      ll_log_defer (&c->obs, LEASELOCK_LOG_ERROR, "lost", l->key, l->key_len, l->fence,
+                    LEASELOCK_LOST, "lease lost: %s",
+                    now >= l->dl.at_ms ? "its local deadline passed before a renewal succeeded"
+                                       : "the database says it is no longer this owner's");
    l->state = LEASELOCK_STATE_LOST;
    if (l->on_lost && l->auto_renew && l->in_list) {
       l->lost_notify = true;
@@ -721,8 +764,10 @@ static bool owner_call (leaselock_client_t *c,
    if (!conn)
       return false;
    *was_sent = true;
+   int64_t t0 = ll_real_now_us ();
    bool ok = renew ? c->backend->renew (conn, key, key_len, owner, ms, err)
                    : c->backend->release (conn, key, key_len, owner, ms, err);
+   ll_obs_request (&c->obs, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    return ok;
 }
@@ -762,6 +807,7 @@ static bool renew_done_locked (leaselock_client_t *c,
                           : was_sent && err->code != LEASELOCK_NOT_HELD ? LL_OUTCOME_UNKNOWN
                                                                         : LL_OUTCOME_NOT_APPLIED;
    int64_t now = ll_now_ms ();
+   ll_count (&c->obs, ok ? LL_ST_RENEWALS : LL_ST_RENEWAL_FAILURES, 1);
    /* A reply after the deadline cannot bring the lease back. */
    check_deadline_locked (c, l, now);
    ll_deadline_renew_done (&l->dl, outcome, ttl);
@@ -818,6 +864,33 @@ static io_slot_t *io_free_slot (leaselock_client_t *c, bool start)
    return NULL;
 }
 
+/* Runs l's pending callback, with c->mu let go: on_lost once it is lost,
+ * else on_renew_failed. Called and returns with c->mu held. */
+static void notify_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   bool lost = l->lost_notify;
+   leaselock_error_t err = l->renew_err;
+   int64_t left = l->dl.at_ms - ll_now_ms ();
+   l->lost_notify = false;
+   l->renew_failed_notify = false;
+   if (lost)
+      list_remove_locked (c, l);
+   atomic_fetch_add (&l->refs, 1);
+   l->in_callback = true;
+   pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs);
+   if (lost)
+      l->on_lost (l, l->on_lost_data);
+   else
+      l->on_renew_failed (l, &err, left > 0 ? left : 0, l->on_renew_failed_data);
+   pthread_mutex_lock (&c->mu);
+   l->in_callback = false;
+   pthread_cond_broadcast (&c->cond);
+   pthread_mutex_unlock (&c->mu);
+   lease_unref (l);
+   pthread_mutex_lock (&c->mu);
+}
+
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
@@ -829,7 +902,7 @@ static void *renew_main (void *arg)
       bool can_renew = io_free_slot (c, false) != NULL;
       for (leaselock_lease_t *l = c->renewing; l; l = l->next) {
          check_deadline_locked (c, l, now);
-         if (l->lost_notify) {
+         if (l->lost_notify || (l->renew_failed_notify && l->state == LEASELOCK_STATE_HELD)) {
             notify = l;
             break;
          }
@@ -847,17 +920,12 @@ static void *renew_main (void *arg)
          }
       }
       if (notify) {
-         notify->lost_notify = false;
-         list_remove_locked (c, notify);
-         atomic_fetch_add (&notify->refs, 1);
-         notify->in_callback = true;
-         pthread_mutex_unlock (&c->mu);
-         notify->on_lost (notify, notify->on_lost_data);
-         pthread_mutex_lock (&c->mu);
-         notify->in_callback = false;
-         pthread_cond_broadcast (&c->cond);
-         pthread_mutex_unlock (&c->mu);
-         lease_unref (notify);
+         notify_locked (c, notify);
+         continue;
+      }
+      if (atomic_load_explicit (&c->obs.n_pending, memory_order_relaxed) > 0) {
+         pthread_mutex_unlock (&c->mu); /* deliver the losses found above */
+         ll_log_flush (&c->obs);
          pthread_mutex_lock (&c->mu);
          continue;
       }
@@ -879,6 +947,56 @@ static void *renew_main (void *arg)
    }
    pthread_mutex_unlock (&c->mu);
    return NULL;
+}
+
+/* Records the outcome of an automatic renewal: a failure that left the
+ * lease HELD is retried, and on_renew_failed is due. Returns the time left
+ * to the local deadline then (< 0 when the lease is no longer HELD).
+ * Called with c->mu held. */
+static int64_t renew_outcome_locked (leaselock_client_t *c,
+                                     leaselock_lease_t *l,
+                                     int64_t sent,
+                                     int64_t ttl,
+                                     bool ok,
+                                     bool was_sent,
+                                     const leaselock_error_t *err)
+{
+   if (renew_done_locked (c, l, sent, ttl, ok, was_sent, err) || l->state != LEASELOCK_STATE_HELD)
+      return l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
+   int64_t now = ll_now_ms ();
+   l->next_renew_ms = now + retry_interval (ttl);
+   if (l->on_renew_failed && l->in_list) {
+      l->renew_failed_notify = true;
+      l->renew_err = *err;
+   }
+   return l->dl.at_ms - now;
+}
+
+/* The "renew" or "renew_failed" event of a renewal of l (left: as
+ * renew_outcome_locked returns it; retry: the automatic renewal's next
+ * try, 0 for a manual renew), and the losses it found. With no lock
+ * held. */
+static void log_renew (leaselock_client_t *c,
+                       leaselock_lease_t *l,
+                       int64_t ttl,
+                       bool ok,
+                       int64_t left,
+                       int64_t retry,
+                       const leaselock_error_t *err)
+{
+   if (ok && left >= 0)
+      LL_LOG (&c->obs, LEASELOCK_LOG_DEBUG, "renew", l->key, l->key_len, l->fence, LEASELOCK_OK,
+              "renewed for %lld ms", (long long)ttl);
+   else if (!ok && left >= 0 && retry > 0)
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "renew_failed", l->key, l->key_len, l->fence,
+              err->code,
+              "renewal failed (retrying in %lld ms, %lld ms left before the local deadline): %s",
+              (long long)retry, (long long)left, err->message);
+   else if (!ok && left >= 0)
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "renew_failed", l->key, l->key_len, l->fence,
+              err->code, "renewal failed (%lld ms left before the local deadline): %s",
+              (long long)left, err->message);
+   ll_log_flush (&c->obs);
 }
 
 /* An I/O thread: renews the leases the renewal thread hands it, one at a
@@ -912,12 +1030,11 @@ static void *io_main (void *arg)
       bool ok = renew_call (c, due, ttl, me, &was_sent, &err);
 
       pthread_mutex_lock (&c->mu);
-      if (!renew_done_locked (c, due, sent, ttl, ok, was_sent, &err) &&
-          due->state == LEASELOCK_STATE_HELD)
-         due->next_renew_ms = ll_now_ms () + retry_interval (ttl);
+      int64_t left = renew_outcome_locked (c, due, sent, ttl, ok, was_sent, &err);
       slot->job = NULL;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
       pthread_mutex_unlock (&c->mu);
+      log_renew (c, due, ttl, ok, left, retry_interval (ttl), &err);
       lease_unref (due);
       pthread_mutex_lock (&c->mu);
    }
@@ -986,6 +1103,8 @@ static leaselock_lease_t *lease_new (const char *key,
    l->auto_renew = o->auto_renew;
    l->on_lost = o->on_lost;
    l->on_lost_data = o->on_lost_data;
+   l->on_renew_failed = o->on_renew_failed;
+   l->on_renew_failed_data = o->on_renew_failed_data;
    l->pid = me;
    atomic_init (&l->refs, 1);
    return l;
@@ -1005,6 +1124,7 @@ static bool lease_start (leaselock_client_t *c,
    atomic_fetch_add (&c->refs, 1);
    l->client = c;
    l->state = LEASELOCK_STATE_HELD;
+   l->acquired_ms = sent;
    ll_deadline_start (&l->dl, sent, o->ttl_ms);
    if (resent) /* the first send may still run, after any renew */
       ll_deadline_may_rerun (&l->dl, o->ttl_ms);
@@ -1054,8 +1174,10 @@ static bool try_once (leaselock_client_t *c,
    }
    int64_t sent = ll_now_ms ();
    *sent_out = true;
+   int64_t t0 = ll_real_now_us ();
    bool ok =
      c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
+   ll_obs_request (&c->obs, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    if (!ok) {
       free (l);
@@ -1226,6 +1348,7 @@ typedef struct acquire_call
    bool resent, sent_any;
    int attempt;          /* waits so far: the backoff grows with it */
    int64_t start, until; /* the call's start and deadline */
+   int64_t waited_from;  /* when it first found the key busy and waited */
    bucket_t *b;
 } acquire_call_t;
 
@@ -1266,6 +1389,16 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
       return ll_error_set (err, LEASELOCK_TIMEOUT,
                            "timed out after %lld ms waiting for \"%s\" (held by another owner)",
                            (long long)(now - a->start), LL_KEY_SHOWN (a->key, a->key_len));
+   if (a->attempt == 0) {
+      a->waited_from = now;
+      ll_count (&a->c->obs, LL_ST_WAITS, 1);
+      if (forever)
+         LL_LOG (&a->c->obs, LEASELOCK_LOG_DEBUG, "wait", a->key, a->key_len, 0, LEASELOCK_BUSY,
+                 "held by another owner: waiting without a time limit");
+      else
+         LL_LOG (&a->c->obs, LEASELOCK_LOG_DEBUG, "wait", a->key, a->key_len, 0, LEASELOCK_BUSY,
+                 "held by another owner: waiting up to %lld ms", (long long)(a->until - now));
+   }
    /* Sleep for the backoff, but wake at once if a holder in this process
     * releases a key in this bucket. */
    int64_t until = now + ll_backoff_ms (a->attempt++);
@@ -1278,6 +1411,36 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
       return ll_error_set (err, LEASELOCK_INVALID, "the client was closed while waiting for \"%s\"",
                            LL_KEY_SHOWN (a->key, a->key_len));
    return true;
+}
+
+/* Counts and logs the end of an acquire call (lease: NULL when it
+ * failed with err). Returns whether it succeeded. */
+static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const leaselock_error_t *err)
+{
+   ll_obs_t *o = &a->c->obs;
+   int64_t waited = a->attempt > 0 ? ll_now_ms () - a->waited_from : 0;
+   if (waited > 0)
+      ll_count (o, LL_ST_WAIT_MS, (uint64_t)waited);
+   if (lease) {
+      ll_count (o, LL_ST_ACQUIRES, 1);
+      LL_LOG (o, LEASELOCK_LOG_DEBUG, "acquire", a->key, a->key_len, lease->fence, LEASELOCK_OK,
+              "acquired for %lld ms (waited %lld ms)", (long long)a->opts->ttl_ms,
+              (long long)waited);
+      return true;
+   }
+   if (err->code == LEASELOCK_BUSY) {
+      ll_count (o, LL_ST_BUSY, 1);
+      LL_LOG (o, LEASELOCK_LOG_DEBUG, "busy", a->key, a->key_len, 0, err->code,
+              "held by another owner");
+   } else if (err->code == LEASELOCK_TIMEOUT) {
+      ll_count (o, LL_ST_TIMEOUTS, 1);
+      LL_LOG (o, LEASELOCK_LOG_INFO, "timeout", a->key, a->key_len, 0, err->code, "%s",
+              err->message);
+   } else if (err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM) {
+      LL_LOG (o, LEASELOCK_LOG_WARNING, "backend_error", a->key, a->key_len, 0, err->code,
+              "acquire failed: %s", err->message);
+   }
+   return false;
 }
 
 bool leaselock_acquire (leaselock_client_t *c,
@@ -1309,10 +1472,10 @@ bool leaselock_acquire (leaselock_client_t *c,
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
       bool sent;
       if (try_once (c, key, key_len, a.owner, opts, a.me, a.resent, lease, &sent, err))
-         return true;
+         return acquire_done (&a, *lease, err);
       acquire_next_t next = after_failure (&a, sent, err);
       if (next == NEXT_FAIL || (next == NEXT_WAIT && !wait_next (&a, gen, err)))
-         return false;
+         return acquire_done (&a, NULL, err);
    }
 }
 
@@ -1354,6 +1517,7 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    if (!closed && st == LEASELOCK_STATE_HELD)
       ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
    pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs); /* a loss the deadline check above found */
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
    if (st == LEASELOCK_STATE_RELEASED)
@@ -1368,7 +1532,8 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    bool ok = renew_call (c, l, ttl_ms, me, &was_sent, err);
 
    pthread_mutex_lock (&c->mu);
-   if (renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err)) {
+   bool renewed = renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
+   if (renewed) {
       l->ttl_ms = ttl_ms;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
    } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
@@ -1377,7 +1542,11 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
       ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
                          LL_KEY_SHOWN (l->key, l->key_len));
    }
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
    pthread_mutex_unlock (&c->mu);
+   if (renewed || left >= 0)
+      log_renew (c, l, ttl_ms, renewed, left, 0, err);
+   ll_log_flush (&c->obs);
    return ok;
 }
 
@@ -1391,6 +1560,7 @@ static void release_done_locked (leaselock_client_t *c,
                                  const leaselock_error_t *err)
 {
    if (ok || err->code == LEASELOCK_NOT_HELD) {
+      lease_ended_locked (c, l, ll_now_ms ());
       if (l->state == LEASELOCK_STATE_HELD || ok)
          l->state = LEASELOCK_STATE_RELEASED;
       if (!l->lost_notify)
@@ -1403,10 +1573,27 @@ static void release_done_locked (leaselock_client_t *c,
        * RELEASED, never renewed again (renewing a record that may be
        * released would report a loss that is not one); if the release did
        * not land, the database expires the record by its TTL. */
+      lease_ended_locked (c, l, ll_now_ms ());
       l->state = LEASELOCK_STATE_RELEASED;
       l->lost_notify = false;
       list_remove_locked (c, l);
    }
+}
+
+/* Counts and logs a release of l that reached the database. */
+static void log_release (leaselock_client_t *c,
+                         leaselock_lease_t *l,
+                         bool ok,
+                         const leaselock_error_t *err)
+{
+   ll_count (&c->obs, ok ? LL_ST_RELEASES : LL_ST_RELEASE_FAILURES, 1);
+   if (ok)
+      LL_LOG (&c->obs, LEASELOCK_LOG_DEBUG, "release", l->key, l->key_len, l->fence, LEASELOCK_OK,
+              "released");
+   else
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "release_failed", l->key, l->key_len, l->fence,
+              err->code, "release failed: %s", err->message);
+   ll_log_flush (&c->obs);
 }
 
 /* The release of leaselock_lease_release, also made by
@@ -1454,6 +1641,7 @@ static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leasel
                     "taken, or was force-released)",
                     LL_KEY_SHOWN (l->key, l->key_len));
    }
+   log_release (c, l, ok, err);
    return ok;
 }
 
@@ -1537,6 +1725,7 @@ leaselock_state_t leaselock_lease_state (leaselock_lease_t *l)
       check_deadline_locked (c, l, ll_now_ms ());
    leaselock_state_t st = l->state;
    pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs);
    return st;
 }
 
@@ -1552,6 +1741,39 @@ int64_t leaselock_lease_remaining_ms (leaselock_lease_t *l)
 }
 
 /* ---- admin ------------------------------------------------------------- */
+
+/* Counts an admin statement (what) sent at t0, and logs its backend
+ * error. */
+static void admin_done (leaselock_client_t *c,
+                        const char *what,
+                        const char *key,
+                        size_t key_len,
+                        int64_t t0,
+                        bool ok,
+                        const leaselock_error_t *err)
+{
+   ll_obs_request (&c->obs, t0, ok, err);
+   if (!ok && (err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM))
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "backend_error", key, key_len, 0, err->code,
+              "%s failed: %s", what, err->message);
+}
+
+bool leaselock_client_stats (leaselock_client_t *c,
+                             leaselock_stats_t *stats,
+                             leaselock_error_t *error)
+{
+   ll_error_clear (error);
+   if (!c || !stats)
+      return ll_error_set (error, LEASELOCK_INVALID, "%s is NULL", c ? "stats" : "client");
+   ll_obs_read (&c->obs, stats);
+   pid_t me = getpid ();
+   pthread_mutex_lock (&c->mu);
+   int64_t now = ll_now_ms ();
+   for (leaselock_lease_t *l = c->leases; l; l = l->next_all)
+      stats->leases_held += l->pid == me && l->state == LEASELOCK_STATE_HELD && now < l->dl.at_ms;
+   pthread_mutex_unlock (&c->mu);
+   return true;
+}
 
 static bool client_usable (leaselock_client_t *c, leaselock_error_t *err)
 {
@@ -1582,7 +1804,9 @@ bool leaselock_inspect (leaselock_client_t *c,
    void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
+   int64_t t0 = ll_real_now_us ();
    bool ok = c->backend->inspect (conn, key, key_len, record, found, err);
+   admin_done (c, "inspect", key, key_len, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    return ok;
 }
@@ -1636,7 +1860,9 @@ bool leaselock_list (leaselock_client_t *c,
    void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
+   int64_t t0 = ll_real_now_us ();
    bool ok = c->backend->list (conn, prefix, prefix_len, records_add, &all, err);
+   admin_done (c, "list", prefix_len ? prefix : NULL, prefix_len, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    if (ok && all.failed)
       ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory reading %zu records", all.n);
@@ -1662,7 +1888,9 @@ bool leaselock_force_release (leaselock_client_t *c,
    void *conn = pool_get (c, me, err);
    if (!conn)
       return false;
+   int64_t t0 = ll_real_now_us ();
    bool ok = c->backend->force_release (conn, key, key_len, &took_local, err);
+   admin_done (c, "force_release", key, key_len, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    if (ok)
       bucket_wake (key, key_len);

@@ -163,6 +163,21 @@ extern "C"
     * (the acquire then fails with LEASELOCK_INTERRUPTED). */
    typedef bool (*leaselock_stop_cb) (void *user_data);
 
+   /* Called from the renewal thread, with no leaselock lock held, when an
+    * automatic renewal failed but the lease is not lost yet: the renewal is
+    * retried (at about TTL/10, 5 ms to 1 s apart) until it succeeds or the
+    * local deadline passes (then on_lost). error is the renewal's failure
+    * and remaining_ms the time left to the local deadline when the callback
+    * was called; both are borrowed for the call. It may call the
+    * leaselock_lease_* getters, renew or release the lease, but must not
+    * destroy it. Keep it short: the renewal thread keeps the deadlines of
+    * every lease of the client. Renewals made by leaselock_lease_renew
+    * report their failure to their caller instead. */
+   typedef void (*leaselock_renew_failed_cb) (leaselock_lease_t *lease,
+                                              const leaselock_error_t *error,
+                                              int64_t remaining_ms,
+                                              void *user_data);
+
    typedef struct leaselock_acquire_opts
    {
       int64_t ttl_ms;            /* 1 .. LEASELOCK_TTL_MAX_MS */
@@ -173,6 +188,8 @@ extern "C"
       void *on_lost_data;
       leaselock_stop_cb should_stop; /* may be NULL; polled at least every 100 ms */
       void *should_stop_data;
+      leaselock_renew_failed_cb on_renew_failed; /* may be NULL; needs auto_renew */
+      void *on_renew_failed_data;
    } leaselock_acquire_opts_t;
 
    /* Fills opts with the defaults: ttl 30 s, timeout 0, min_hold 0,
@@ -330,6 +347,132 @@ extern "C"
    LEASELOCK_API bool leaselock_parse_duration (const char *text,
                                                 int64_t *ms,
                                                 leaselock_error_t *error);
+
+   /* ---- observability: a log hook and counters per client ------------- */
+
+   /* Log levels: the numeric values of Python's logging levels. */
+   typedef enum leaselock_log_level
+   {
+      LEASELOCK_LOG_DEBUG = 10,   /* acquire, busy, wait, renew, release */
+      LEASELOCK_LOG_INFO = 20,    /* timeout */
+      LEASELOCK_LOG_WARNING = 30, /* renew_failed, release_failed, backend_error */
+      LEASELOCK_LOG_ERROR = 40,   /* lost */
+      LEASELOCK_LOG_OFF = 1000,   /* above every level: nothing is delivered */
+   } leaselock_log_level_t;
+
+   /*
+    * One event, as the log hook receives it. Every pointer is borrowed for
+    * the duration of the call only (copy what you keep):
+    *  - client: the client the event is about (its getters may be called,
+    *    and leaselock_client_stats);
+    *  - event: a static string: "acquire", "busy", "wait", "timeout",
+    *    "renew", "renew_failed", "lost", "release", "release_failed",
+    *    "backend_error";
+    *  - key: key_len bytes, NUL-terminated as well; NULL (key_len 0) when
+    *    the event concerns no key;
+    *  - fence: the lease's fence, 0 when there is no lease;
+    *  - code: LEASELOCK_OK, or the error of a failure;
+    *  - message: NUL-terminated human text (the same rules as
+    *    leaselock_error_t: never a password).
+    */
+   typedef struct leaselock_log_event
+   {
+      leaselock_client_t *client;
+      int level;
+      const char *event;
+      const char *key;
+      size_t key_len;
+      int64_t fence;
+      leaselock_code_t code;
+      const char *message;
+   } leaselock_log_event_t;
+
+   typedef void (*leaselock_log_cb) (const leaselock_log_event_t *event, void *user_data);
+
+   /*
+    * Installs fn as client's log hook: it receives every event whose level
+    * is >= min_level. fn NULL (or min_level LEASELOCK_LOG_OFF) turns it
+    * off; that is the default. With the hook off, or an event below
+    * min_level, an event costs one atomic load and a compare: nothing is
+    * formatted.
+    *
+    * fn is called with no leaselock lock held, from the thread that did the
+    * work: the caller's for acquire, release and manual renew; the client's
+    * renewal or I/O threads for automatic renewals and losses they find.
+    * It may call leaselock getters and leaselock_client_stats; it must not
+    * close or destroy the client, nor destroy a lease. Several threads may
+    * call it at once. user_data is passed as is and must stay valid until
+    * the hook is replaced or the client destroyed: when set_log returns, no
+    * call of the previous hook is still running (except when set_log is
+    * called from within a hook of the same client). Accepts a NULL client
+    * (does nothing).
+    */
+   LEASELOCK_API void leaselock_client_set_log (leaselock_client_t *client,
+                                                int min_level,
+                                                leaselock_log_cb fn,
+                                                void *user_data);
+
+   /* Changes only the level of the installed hook (one atomic store, never
+    * waits): for bindings that follow a logger's level. */
+   LEASELOCK_API void leaselock_client_set_log_level (leaselock_client_t *client, int min_level);
+
+   /* "DEBUG", "INFO", "WARNING", "ERROR" for the levels above (a level in
+    * between takes the name of the one below it), "NOTSET" below DEBUG.
+    * Static. */
+   LEASELOCK_API const char *leaselock_log_level_name (int level);
+
+   /* Buckets of the statement latency histogram. */
+#define LEASELOCK_LATENCY_BUCKETS 12
+
+   /*
+    * A client's counters since it was created (this process's work only;
+    * a forked child starts from its parent's counts). Times are
+    * milliseconds, latencies microseconds.
+    */
+   typedef struct leaselock_stats
+   {
+      uint64_t acquires;         /* successful acquires */
+      uint64_t busy;             /* one-try acquires answered BUSY */
+      uint64_t waits;            /* blocking acquires that found the key busy and waited */
+      uint64_t timeouts;         /* blocking acquires that gave up (TIMEOUT) */
+      uint64_t wait_ms;          /* total time those waits lasted */
+      uint64_t held_ms;          /* total time leases were held, counted when each ends */
+      uint64_t renewals;         /* successful renew statements (automatic and manual) */
+      uint64_t renewal_failures; /* failed renew statements */
+      uint64_t losses;           /* leases declared LOST */
+      uint64_t releases;         /* successful releases */
+      uint64_t release_failures; /* releases that failed (NOT_HELD, BACKEND) */
+      uint64_t backend_errors;   /* statements and connections that failed with BACKEND */
+      uint64_t requests;         /* statements sent to the database */
+      uint64_t leases_held;      /* leases HELD by this process now (a gauge) */
+      uint64_t latency_sum_us;   /* sum of the round trips of the requests */
+      /* Upper bounds (inclusive, microseconds) of the buckets; the last
+       * is UINT64_MAX (+Inf). */
+      uint64_t latency_le_us[LEASELOCK_LATENCY_BUCKETS];
+      /* Requests per bucket (not cumulative); they sum to requests. */
+      uint64_t latency_count[LEASELOCK_LATENCY_BUCKETS];
+   } leaselock_stats_t;
+
+   /* Fills *stats. Cheap (relaxed atomic loads, one short lock to count
+    * the leases held); never does I/O; works on a closed client. */
+   LEASELOCK_API bool leaselock_client_stats (leaselock_client_t *client,
+                                              leaselock_stats_t *stats,
+                                              leaselock_error_t *error);
+
+   /*
+    * Renders stats in the Prometheus text format (version 0.0.4): one
+    * counter per field ("leaselock_acquires_total", ...), the gauge
+    * "leaselock_leases_held" and the histogram
+    * "leaselock_request_duration_seconds". labels (may be NULL or "") is
+    * put inside the braces of every sample as is, e.g.
+    * "client=\"jobs\"" (its values escaped by the caller). Like snprintf:
+    * writes at most size bytes (NUL-terminated when size > 0) and returns
+    * the length the whole text needs, without the NUL.
+    */
+   LEASELOCK_API size_t leaselock_stats_prometheus (const leaselock_stats_t *stats,
+                                                    const char *labels,
+                                                    char *buf,
+                                                    size_t size);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 /* ---- errors ---------------------------------------------------------- */
 
@@ -117,6 +118,134 @@ void ll_deadline_may_rerun (ll_deadline_t *d, int64_t ttl_ms);
  * earliest expiry that any renew in flight with it, or any whose outcome
  * stayed unknown, could have left in the database. */
 void ll_deadline_renew_done (ll_deadline_t *d, ll_outcome_t outcome, int64_t ttl_ms);
+
+/* ---- observability: log hook and counters (observe.c) ------------------ */
+
+typedef enum ll_stat
+{
+   LL_ST_ACQUIRES,
+   LL_ST_BUSY,
+   LL_ST_WAITS,
+   LL_ST_TIMEOUTS,
+   LL_ST_WAIT_MS,
+   LL_ST_HELD_MS,
+   LL_ST_RENEWALS,
+   LL_ST_RENEWAL_FAILURES,
+   LL_ST_LOSSES,
+   LL_ST_RELEASES,
+   LL_ST_RELEASE_FAILURES,
+   LL_ST_BACKEND_ERRORS,
+   LL_ST_REQUESTS,
+   LL_ST_COUNT
+} ll_stat_t;
+
+/* An event found under the engine's lock, delivered once it is let go. */
+typedef struct ll_log_pending
+{
+   int level;
+   const char *event;
+   char key[LEASELOCK_KEY_MAX + 1];
+   size_t key_len;
+   int64_t fence;
+   leaselock_code_t code;
+   char message[LEASELOCK_ERROR_MAX];
+} ll_log_pending_t;
+
+#define LL_LOG_PENDING_MAX 8
+
+/* A client's log hook and counters. */
+typedef struct ll_obs
+{
+   leaselock_client_t *client;
+   atomic_int level;   /* LEASELOCK_LOG_OFF when there is no hook */
+   pthread_mutex_t mu; /* guards the rest */
+   pthread_cond_t idle;
+   leaselock_log_cb fn;
+   void *data;
+   int calls;            /* hook calls in flight */
+   atomic_int n_pending; /* read without mu by ll_log_flush */
+   ll_log_pending_t pending[LL_LOG_PENDING_MAX];
+   atomic_uint_fast64_t n[LL_ST_COUNT];
+   atomic_uint_fast64_t latency[LEASELOCK_LATENCY_BUCKETS];
+   atomic_uint_fast64_t latency_sum_us;
+} ll_obs_t;
+
+void ll_obs_init (ll_obs_t *o, leaselock_client_t *client);
+void ll_obs_destroy (ll_obs_t *o);
+/* fork(): prepare takes o's mutex (after the client's), parent lets it go,
+ * child renews its condition variable, forgets the hook calls of threads
+ * that are not in the child and the parent's queued events, and lets it
+ * go. */
+void ll_obs_fork_prepare (ll_obs_t *o);
+void ll_obs_fork_parent (ll_obs_t *o);
+void ll_obs_fork_child (ll_obs_t *o);
+
+/* Whether an event of level reaches the hook: one load and a compare. */
+static inline bool ll_log_on (ll_obs_t *o, int level)
+{
+   return level >= atomic_load_explicit (&o->level, memory_order_relaxed);
+}
+
+static inline void ll_count (ll_obs_t *o, ll_stat_t s, uint64_t n)
+{
+   atomic_fetch_add_explicit (&o->n[s], n, memory_order_relaxed);
+}
+
+/* Formats and delivers one event to the hook. Called with no leaselock
+ * lock held; callers test ll_log_on first (LL_LOG does), so that a hook
+ * that is off costs no formatting. */
+void ll_log_emit (ll_obs_t *o,
+                  int level,
+                  const char *event,
+                  const char *key,
+                  size_t key_len,
+                  int64_t fence,
+                  leaselock_code_t code,
+                  const char *fmt,
+                  ...)
+#if defined(__GNUC__)
+  __attribute__ ((format (printf, 8, 9)))
+#endif
+  ;
+#define LL_LOG(o, level, ...)                                                                      \
+   do {                                                                                            \
+      if (ll_log_on ((o), (level)))                                                                \
+         ll_log_emit ((o), (level), __VA_ARGS__);                                                  \
+   } while (0)
+
+/* The same for an event found with an engine lock held: kept (at most
+ * LL_LOG_PENDING_MAX, later ones dropped) until ll_log_flush. */
+void ll_log_defer (ll_obs_t *o,
+                   int level,
+                   const char *event,
+                   const char *key,
+                   size_t key_len,
+                   int64_t fence,
+                   leaselock_code_t code,
+                   const char *fmt,
+                   ...)
+#if defined(__GNUC__)
+  __attribute__ ((format (printf, 8, 9)))
+#endif
+  ;
+void ll_log_flush_slow (ll_obs_t *o);
+/* Delivers the deferred events; with no lock held. One load when none. */
+static inline void ll_log_flush (ll_obs_t *o)
+{
+   if (atomic_load_explicit (&o->n_pending, memory_order_relaxed) > 0)
+      ll_log_flush_slow (o);
+}
+
+/* The client's (engine.c). */
+ll_obs_t *ll_client_obs (leaselock_client_t *c);
+
+/* Microseconds of real monotonic time, for latencies. */
+int64_t ll_real_now_us (void);
+/* Counts one statement that started at start_us (ll_real_now_us) and its
+ * round trip; err (may be NULL: it succeeded) counts a backend error. */
+void ll_obs_request (ll_obs_t *o, int64_t start_us, bool ok, const leaselock_error_t *err);
+/* Copies the counters into stats (leases_held is the caller's). */
+void ll_obs_read (ll_obs_t *o, leaselock_stats_t *stats);
 
 /* ---- URIs ------------------------------------------------------------ */
 

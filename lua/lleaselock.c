@@ -23,6 +23,11 @@
  *    lease (lease:held(), lease:lost(), lease:renew(), lease:release(), the
  *    end of lock:with, __close); the Lua on_lost callback runs then, once,
  *    on the Lua thread, protected (its error is reported, not raised).
+ *  - The same holds for on_renew_failed and the log function
+ *    (client:set_log): the core's C callbacks only queue what happened
+ *    (under a mutex, in memory the handles own), and the Lua functions run
+ *    on the Lua thread when Lua next calls the client, a lock or a lease of
+ *    it (events of the renewal thread wait for that call).
  *  - Acquiring with a timeout blocks the OS thread (and so every coroutine
  *    of the lua_State) while the core waits. Coroutine schedulers use
  *    lock:try_acquire() between their own yields; OpenResty handlers run
@@ -40,6 +45,7 @@
 #include "leaselock.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,11 +60,49 @@
 /* User value slots (a table, as the 5.1 API requires). */
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
+#define UV_ON_RENEW_FAILED 3
+/* The client handle's user value: its log function. */
+#define UV_LOG_FN 1
+
+/* One log event, copied by the core's hook. event and code are static. */
+typedef struct
+{
+   int level;
+   const char *event;
+   const char *code;
+   size_t key_len;
+   int64_t fence;
+   char key[LEASELOCK_KEY_MAX + 1];
+   char message[LEASELOCK_ERROR_MAX];
+} ll_lua_event_t;
+
+#define LOG_QUEUE_MAX 64
+
+/* The events the hook queued for the Lua thread (client:set_log). */
+typedef struct
+{
+   pthread_mutex_t mu;
+   int head, n;
+   unsigned dropped; /* events lost to a full queue since the last drain */
+   ll_lua_event_t ev[LOG_QUEUE_MAX];
+} ll_lua_log_t;
 
 typedef struct
 {
    leaselock_client_t *client; /* owned; NULL once collected */
+   ll_lua_log_t *log;          /* owned; NULL until set_log */
 } ll_lua_client_t;
+
+/* The last renewal failure of a lease, written by on_renew_failed on the
+ * renewal thread, read on the Lua thread. */
+typedef struct
+{
+   pthread_mutex_t mu;
+   int pending; /* failures not yet reported to Lua */
+   leaselock_code_t code;
+   int64_t remaining_ms;
+   char message[LEASELOCK_ERROR_MAX];
+} ll_lua_renew_failed_t;
 
 typedef struct
 {
@@ -71,9 +115,10 @@ typedef struct
 
 typedef struct
 {
-   leaselock_lease_t *lease; /* owned; NULL once closed */
-   bool lost_seen;           /* on_lost already called (or due) */
-   bool closed_lost;         /* the state was LOST when it was closed */
+   leaselock_lease_t *lease;  /* owned; NULL once closed */
+   ll_lua_renew_failed_t *rf; /* owned; NULL without on_renew_failed */
+   bool lost_seen;            /* on_lost already called (or due) */
+   bool closed_lost;          /* the state was LOST when it was closed */
    int64_t fence;
    char owner[LEASELOCK_OWNER_LEN + 1];
    size_t key_len;
@@ -361,7 +406,10 @@ static int l_connect (lua_State *L)
     * here leaks nothing. */
    c = lua_newuserdata (L, sizeof *c);
    c->client = NULL;
+   c->log = NULL;
    luaL_setmetatable (L, CLIENT_MT);
+   lua_createtable (L, 1, 0);
+   lua_setuservalue (L, -2);
    c->client = leaselock_client_new (uri, label, &err);
    if (!c->client) {
       return push_failure (L, &err);
@@ -390,6 +438,235 @@ static int l_on_warning (lua_State *L)
    return 1;
 }
 
+/* ---- the log function (client:set_log) and client:stats() ---------- */
+
+static void report_callback_error (lua_State *L, const char *what);
+
+/* The core's log hook (any thread): queues a copy of the event. */
+static void log_hook (const leaselock_log_event_t *ev, void *data)
+{
+   ll_lua_log_t *q = data;
+   pthread_mutex_lock (&q->mu);
+   if (q->n == LOG_QUEUE_MAX) {
+      q->dropped++;
+   } else {
+      ll_lua_event_t *e = &q->ev[(q->head + q->n++) % LOG_QUEUE_MAX];
+      e->level = ev->level;
+      e->event = ev->event;
+      e->code = leaselock_code_name (ev->code);
+      e->key_len = ev->key ? ev->key_len : 0;
+      memcpy (e->key, ev->key ? ev->key : "", e->key_len);
+      e->fence = ev->fence;
+      snprintf (e->message, sizeof e->message, "%s", ev->message);
+   }
+   pthread_mutex_unlock (&q->mu);
+}
+
+/* {level=, levelname=, event=, key= (absent when none), fence=, code=,
+ * message=, dropped= (events lost before this one, when any)} */
+static void push_event (lua_State *L, const ll_lua_event_t *e, unsigned dropped)
+{
+   lua_createtable (L, 0, 8);
+   lua_pushinteger (L, e->level);
+   lua_setfield (L, -2, "level");
+   lua_pushstring (L, leaselock_log_level_name (e->level));
+   lua_setfield (L, -2, "levelname");
+   lua_pushstring (L, e->event);
+   lua_setfield (L, -2, "event");
+   if (e->key_len) {
+      lua_pushlstring (L, e->key, e->key_len);
+      lua_setfield (L, -2, "key");
+   }
+   lua_pushinteger (L, (lua_Integer)e->fence);
+   lua_setfield (L, -2, "fence");
+   lua_pushstring (L, e->code);
+   lua_setfield (L, -2, "code");
+   lua_pushstring (L, e->message);
+   lua_setfield (L, -2, "message");
+   if (dropped) {
+      lua_pushinteger (L, (lua_Integer)dropped);
+      lua_setfield (L, -2, "dropped");
+   }
+}
+
+/* Calls the log function of the client handle at idx for each queued
+ * event, protected, on this (the Lua) thread. */
+static void drain_log (lua_State *L, int idx)
+{
+   ll_lua_client_t *c = luaL_testudata (L, idx, CLIENT_MT);
+   ll_lua_event_t e;
+   if (!c || !c->log) {
+      return;
+   }
+   idx = lua_absindex (L, idx);
+   for (;;) {
+      unsigned dropped;
+      pthread_mutex_lock (&c->log->mu);
+      if (c->log->n == 0) {
+         pthread_mutex_unlock (&c->log->mu);
+         return;
+      }
+      e = c->log->ev[c->log->head];
+      c->log->head = (c->log->head + 1) % LOG_QUEUE_MAX;
+      c->log->n--;
+      dropped = c->log->dropped;
+      c->log->dropped = 0;
+      pthread_mutex_unlock (&c->log->mu);
+      lua_getuservalue (L, idx);
+      lua_rawgeti (L, -1, UV_LOG_FN);
+      lua_remove (L, -2);
+      if (!lua_isfunction (L, -1)) {
+         lua_pop (L, 1);
+         continue;
+      }
+      push_event (L, &e, dropped);
+      if (lua_pcall (L, 1, 0, 0) != 0) {
+         report_callback_error (L, "the log function");
+      }
+   }
+}
+
+/* drain_log for the client of the lock or lease handle at idx. */
+static void drain_from (lua_State *L, int idx)
+{
+   lua_getuservalue (L, idx);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   drain_log (L, -1);
+   lua_pop (L, 2);
+}
+
+/* on_renew_failed's C half (renewal thread): records the failure. */
+static void renew_failed_hook (leaselock_lease_t *lease,
+                               const leaselock_error_t *err,
+                               int64_t remaining_ms,
+                               void *data)
+{
+   ll_lua_renew_failed_t *rf = data;
+   (void)lease;
+   pthread_mutex_lock (&rf->mu);
+   rf->pending++;
+   rf->code = err->code;
+   rf->remaining_ms = remaining_ms;
+   snprintf (rf->message, sizeof rf->message, "%s", err->message);
+   pthread_mutex_unlock (&rf->mu);
+}
+
+static void renew_failed_free (ll_lua_lease_t *ls)
+{
+   if (ls->rf) {
+      pthread_mutex_destroy (&ls->rf->mu);
+      free (ls->rf);
+      ls->rf = NULL;
+   }
+}
+
+/* client:set_log(fn [, level]) -> true. fn(event) receives the events of
+ * level >= level (default 20, INFO; DEBUG 10, WARNING 30, ERROR 40); nil
+ * turns it off. */
+static int client_set_log (lua_State *L)
+{
+   ll_lua_client_t *c = check_client (L, 1, 1, "set_log");
+   lua_Integer level = LEASELOCK_LOG_INFO;
+   check_open_client (L, 1, 1, "set_log");
+   if (!lua_isnil (L, 2) && lua_type (L, 2) != LUA_TFUNCTION) {
+      arg_error (L, 1, "set_log", 1, "function or nil expected, got %s", luaL_typename (L, 2));
+   }
+   if (!lua_isnoneornil (L, 3)) {
+      if (lua_type (L, 3) != LUA_TNUMBER) {
+         arg_error (L, 1, "set_log", 2, "level must be a number, got %s", luaL_typename (L, 3));
+      }
+      level = (lua_Integer)lua_tonumber (L, 3);
+   }
+   lua_settop (L, 2);
+   if (!c->log && !lua_isnil (L, 2)) {
+      c->log = calloc (1, sizeof *c->log);
+      if (!c->log) {
+         return luaL_error (L, "set_log: out of memory");
+      }
+      pthread_mutex_init (&c->log->mu, NULL);
+   }
+   lua_getuservalue (L, 1);
+   lua_pushvalue (L, 2);
+   lua_rawseti (L, -2, UV_LOG_FN);
+   if (lua_isnil (L, 2)) {
+      leaselock_client_set_log (c->client, LEASELOCK_LOG_OFF, NULL, NULL);
+   } else {
+      leaselock_client_set_log (c->client, (int)level, log_hook, c->log);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+/* Fills *st from the client handle at 1; raises on a collected client. */
+static void stats_of (lua_State *L, const char *fname, leaselock_stats_t *st)
+{
+   ll_lua_client_t *c = check_client (L, 1, 1, fname);
+   leaselock_error_t err;
+   if (!c->client || !leaselock_client_stats (c->client, st, &err)) {
+      luaL_error (L, "%s: the client is gone", fname);
+   }
+}
+
+/* client:stats() -> {acquires=, busy=, ..., latency_buckets = {{le=, count=}...}}
+ * (the keys of Python's client.stats(); works on a closed client). */
+static int client_stats (lua_State *L)
+{
+   static const struct
+   {
+      const char *name;
+      size_t offset;
+   } fields[] = {
+#define F(f) { #f, offsetof (leaselock_stats_t, f) }
+      F (acquires),         F (busy),        F (waits),    F (timeouts),         F (renewals),
+      F (renewal_failures), F (losses),      F (releases), F (release_failures), F (backend_errors),
+      F (requests),         F (leases_held),
+#undef F
+   };
+   leaselock_stats_t st;
+   stats_of (L, "stats", &st);
+   drain_log (L, 1);
+   lua_createtable (L, 0, 20);
+   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+      uint64_t v = *(const uint64_t *)((const char *)&st + fields[i].offset);
+      lua_pushinteger (L, (lua_Integer)v);
+      lua_setfield (L, -2, fields[i].name);
+   }
+   lua_pushnumber (L, (lua_Number)st.wait_ms / 1000.0);
+   lua_setfield (L, -2, "wait_seconds");
+   lua_pushnumber (L, (lua_Number)st.held_ms / 1000.0);
+   lua_setfield (L, -2, "held_seconds");
+   lua_pushnumber (L, (lua_Number)st.latency_sum_us / 1e6);
+   lua_setfield (L, -2, "latency_sum_seconds");
+   lua_createtable (L, LEASELOCK_LATENCY_BUCKETS, 0);
+   for (int i = 0; i < LEASELOCK_LATENCY_BUCKETS; i++) {
+      lua_createtable (L, 0, 2);
+      lua_pushnumber (L, st.latency_le_us[i] == UINT64_MAX ? HUGE_VAL
+                                                           : (lua_Number)st.latency_le_us[i] / 1e6);
+      lua_setfield (L, -2, "le");
+      lua_pushinteger (L, (lua_Integer)st.latency_count[i]);
+      lua_setfield (L, -2, "count");
+      lua_rawseti (L, -2, i + 1);
+   }
+   lua_setfield (L, -2, "latency_buckets");
+   return 1;
+}
+
+/* client:prometheus([labels]) -> the stats in the Prometheus text format. */
+static int client_prometheus (lua_State *L)
+{
+   leaselock_stats_t st;
+   const char *labels = luaL_optstring (L, 2, "");
+   luaL_Buffer b;
+   size_t need;
+   stats_of (L, "prometheus", &st);
+   need = leaselock_stats_prometheus (&st, labels, NULL, 0);
+   luaL_buffinit (L, &b);
+   leaselock_stats_prometheus (&st, labels, luaL_prepbuffsize (&b, need + 1), need + 1);
+   luaL_addsize (&b, need);
+   luaL_pushresult (&b);
+   return 1;
+}
+
 /* ---- client --------------------------------------------------------- */
 
 /* client:close() -> true | nil, msg, code (also __close). Releases the
@@ -400,7 +677,9 @@ static int client_close (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "close");
    leaselock_error_t err;
-   if (c->client && !leaselock_client_close (c->client, true, &err)) {
+   bool ok = !c->client || leaselock_client_close (c->client, true, &err);
+   drain_log (L, 1);
+   if (!ok) {
       return push_failure (L, &err);
    }
    lua_pushboolean (L, 1);
@@ -412,8 +691,15 @@ static int client_close (lua_State *L)
 static int client_gc (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "__gc");
+   /* No hook call runs once set_log returns: the queue can go. */
+   leaselock_client_set_log (c->client, LEASELOCK_LOG_OFF, NULL, NULL);
    leaselock_client_destroy (c->client);
    c->client = NULL;
+   if (c->log) {
+      pthread_mutex_destroy (&c->log->mu);
+      free (c->log);
+      c->log = NULL;
+   }
    return 0;
 }
 
@@ -432,7 +718,8 @@ static int client_tostring (lua_State *L)
 /* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn}]) */
 static int client_lock (lua_State *L)
 {
-   static const char *const allowed[] = { "ttl", "min_hold", "auto_renew", "on_lost", NULL };
+   static const char *const allowed[] = { "ttl",     "min_hold",        "auto_renew",
+                                          "on_lost", "on_renew_failed", NULL };
    size_t len;
    const char *key;
    ll_lua_lock_t *k;
@@ -479,6 +766,15 @@ static int client_lock (lua_State *L)
          lua_pushvalue (L, -1);
          lua_rawseti (L, 5, UV_ON_LOST);
       }
+      lua_getfield (L, 3, "on_renew_failed");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TFUNCTION) {
+            arg_error (L, 1, "lock", 2, "on_renew_failed must be a function, got %s",
+                       luaL_typename (L, -1));
+         }
+         lua_pushvalue (L, -1);
+         lua_rawseti (L, 5, UV_ON_RENEW_FAILED);
+      }
       lua_settop (L, 5);
    }
    lua_setuservalue (L, 4);
@@ -524,7 +820,9 @@ static int client_info (lua_State *L)
    leaselock_error_t err;
    bool found = false;
 
-   if (!leaselock_inspect (client, key, len, &rec, &found, &err)) {
+   bool ok = leaselock_inspect (client, key, len, &rec, &found, &err);
+   drain_log (L, 1);
+   if (!ok) {
       if (err.code == LEASELOCK_INVALID) {
          return raise_invalid (L, 1, "info", &err);
       }
@@ -586,6 +884,9 @@ static int client_locks (lua_State *L)
    lua_newtable (L);                     /* 4 */
    luaL_checkstack (L, 4, "leaselock: locks");
    ok = leaselock_list (client, prefix, len, list_append, &x, &err);
+   if (!x.failed) {
+      drain_log (L, 1);
+   }
    if (x.failed) {
       return lua_error (L);
    }
@@ -607,7 +908,9 @@ static int client_force_release (lua_State *L)
    leaselock_error_t err;
    bool took = false;
 
-   if (!leaselock_force_release (client, key, len, &took, &err)) {
+   bool ok = leaselock_force_release (client, key, len, &took, &err);
+   drain_log (L, 1);
+   if (!ok) {
       if (err.code == LEASELOCK_INVALID) {
          return raise_invalid (L, 1, "force_release", &err);
       }
@@ -704,11 +1007,13 @@ static int do_acquire (lua_State *L,
    leaselock_acquire_opts_t o;
    leaselock_error_t err;
    leaselock_lease_t *lease = NULL;
-   int lease_idx;
+   int lease_idx, client_idx;
+   bool ok;
 
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_CLIENT);
-   client = check_open_client (L, lua_gettop (L), level, fname);
+   client_idx = lua_gettop (L);
+   client = check_open_client (L, client_idx, level, fname);
 
    /* The handle exists (closed) before the lease does. */
    ls = lua_newuserdata (L, sizeof *ls);
@@ -720,6 +1025,8 @@ static int do_acquire (lua_State *L,
    lua_rawseti (L, -2, UV_CLIENT);
    lua_rawgeti (L, -4, UV_ON_LOST);
    lua_rawseti (L, -2, UV_ON_LOST);
+   lua_rawgeti (L, -4, UV_ON_RENEW_FAILED);
+   lua_rawseti (L, -2, UV_ON_RENEW_FAILED);
    lua_setuservalue (L, lease_idx);
 
    leaselock_acquire_opts_init (&o);
@@ -727,8 +1034,23 @@ static int do_acquire (lua_State *L,
    o.min_hold_ms = k->min_hold_ms;
    o.auto_renew = k->auto_renew;
    o.timeout_ms = timeout_ms;
-   /* No on_lost callback: the state is read on the Lua side (see top). */
-   if (!leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err)) {
+   /* No on_lost callback: the state is read on the Lua side (see top);
+    * on_renew_failed only records (see renew_failed_hook). */
+   lua_rawgeti (L, lease_idx - 2, UV_ON_RENEW_FAILED);
+   if (lua_isfunction (L, -1) && k->auto_renew) {
+      ls->rf = calloc (1, sizeof *ls->rf);
+      if (!ls->rf) {
+         return luaL_error (L, "%s: out of memory", fname);
+      }
+      pthread_mutex_init (&ls->rf->mu, NULL);
+      o.on_renew_failed = renew_failed_hook;
+      o.on_renew_failed_data = ls->rf;
+   }
+   lua_pop (L, 1);
+   ok = leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err);
+   drain_log (L, client_idx);
+   if (!ok) {
+      renew_failed_free (ls);
       if (err.code == LEASELOCK_INVALID) {
          return raise_invalid (L, level, fname, &err);
       }
@@ -799,14 +1121,14 @@ static int lock_with_begin (lua_State *L)
  * of lock:with: its error must not replace what those return or raise.
  * A function set with leaselock.on_warning receives the text instead.
  */
-static void report_on_lost_error (lua_State *L)
+static void report_callback_error (lua_State *L, const char *what)
 {
    const char *msg =
      lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "error object is not a string";
    lua_pushlightuserdata (L, (void *)&warning_sink_key);
    lua_rawget (L, LUA_REGISTRYINDEX);
    if (lua_isfunction (L, -1)) { /* leaselock.on_warning */
-      lua_pushfstring (L, "leaselock: error in on_lost (%s)", msg);
+      lua_pushfstring (L, "leaselock: error in %s (%s)", what, msg);
       if (lua_pcall (L, 1, 0, 0) != 0) {
          lua_pop (L, 1); /* a failing sink is not reported again */
       }
@@ -815,11 +1137,13 @@ static void report_on_lost_error (lua_State *L)
    }
    lua_pop (L, 1);
 #if LUA_VERSION_NUM >= 504
-   lua_warning (L, "leaselock: error in on_lost (", 1);
+   lua_warning (L, "leaselock: error in ", 1);
+   lua_warning (L, what, 1);
+   lua_warning (L, " (", 1);
    lua_warning (L, msg, 1);
    lua_warning (L, ")", 0);
 #else
-   fprintf (stderr, "leaselock: error in on_lost (%s)\n", msg);
+   fprintf (stderr, "leaselock: error in %s (%s)\n", what, msg);
 #endif
    lua_pop (L, 1);
 }
@@ -837,7 +1161,40 @@ static void call_on_lost (lua_State *L, int idx)
    }
    lua_pushvalue (L, idx);
    if (lua_pcall (L, 1, 0, 0) != 0) {
-      report_on_lost_error (L);
+      report_callback_error (L, "on_lost");
+   }
+}
+
+/* on_renew_failed's Lua half: on_renew_failed(lease, message, code,
+ * seconds_left) for the last failure recorded since the last call,
+ * protected. */
+static void call_on_renew_failed (lua_State *L, int idx, ll_lua_lease_t *ls)
+{
+   ll_lua_renew_failed_t got;
+   if (!ls->rf) {
+      return;
+   }
+   pthread_mutex_lock (&ls->rf->mu);
+   got = *ls->rf;
+   ls->rf->pending = 0;
+   pthread_mutex_unlock (&ls->rf->mu);
+   if (!got.pending) {
+      return;
+   }
+   idx = lua_absindex (L, idx);
+   lua_getuservalue (L, idx);
+   lua_rawgeti (L, -1, UV_ON_RENEW_FAILED);
+   lua_remove (L, -2);
+   if (!lua_isfunction (L, -1)) {
+      lua_pop (L, 1);
+      return;
+   }
+   lua_pushvalue (L, idx);
+   lua_pushstring (L, got.message);
+   lua_pushstring (L, leaselock_code_name (got.code));
+   lua_pushnumber (L, (lua_Number)got.remaining_ms / 1000.0);
+   if (lua_pcall (L, 4, 0, 0) != 0) {
+      report_callback_error (L, "on_renew_failed");
    }
 }
 
@@ -848,11 +1205,17 @@ static void call_on_lost (lua_State *L, int idx)
 static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
 {
    leaselock_state_t st = lease_state (ls);
+   if (notify && st == LEASELOCK_STATE_HELD) {
+      call_on_renew_failed (L, idx, ls);
+   }
    if (ls->lease && st == LEASELOCK_STATE_LOST && !ls->lost_seen) {
       ls->lost_seen = true;
       if (notify) {
          call_on_lost (L, idx);
       }
+   }
+   if (notify) {
+      drain_from (L, idx);
    }
    return st;
 }
@@ -863,9 +1226,10 @@ static void lease_close (ll_lua_lease_t *ls)
 {
    if (ls->lease) {
       ls->closed_lost = lease_state (ls) == LEASELOCK_STATE_LOST;
-      leaselock_lease_destroy (ls->lease);
+      leaselock_lease_destroy (ls->lease); /* no callback runs after it */
       ls->lease = NULL;
    }
+   renew_failed_free (ls);
 }
 
 static int lease_gc (lua_State *L)
@@ -1104,6 +1468,9 @@ static const luaL_Reg client_methods[] = { { "lock", client_lock },
                                            { "force_release", client_force_release },
                                            { "prune", client_prune },
                                            { "close", client_close },
+                                           { "set_log", client_set_log },
+                                           { "stats", client_stats },
+                                           { "prometheus", client_prometheus },
                                            { NULL, NULL } };
 
 static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },

@@ -26,10 +26,17 @@
  * call in flight can race: each holds a reference to the Client, and
  * every Lease holds one too.
  *
- * on_lost runs on the core's renewal thread: it takes the GIL with
- * PyGILState_Ensure unless the interpreter is finalizing, and never lets
- * the renewal thread drop the last reference to a Lease (that goes through
- * Py_AddPendingCall), so the thread never joins itself.
+ * on_lost and on_renew_failed run on the core's renewal thread: they take
+ * the GIL with PyGILState_Ensure unless the interpreter is finalizing, and
+ * never let the renewal thread drop the last reference to a Lease (that
+ * goes through Py_AddPendingCall), so the thread never joins itself.
+ *
+ * Logging: every client's core log hook goes to logging.getLogger
+ * ("leaselock"), taking the GIL in whatever thread the event happens. The
+ * hook is installed at the lowest level the logger is enabled for, read
+ * when the client is created and again at each acquire, renew and release
+ * (isEnabledFor, cached by logging), so that a disabled level costs the
+ * core one load and compare and Python nothing.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -103,18 +110,20 @@ typedef struct
    PyObject *uri;                  /* str, password replaced by the core */
    PyObject *backend;              /* str */
    PyObject *label;                /* str or None */
+   int log_level;                  /* the level its core log hook is at */
    PyObject *weakreflist;
 } ClientObject;
 
 typedef struct
 {
    PyObject_HEAD PyObject *module;
-   ClientObject *client;     /* strong */
-   leaselock_lease_t *lease; /* NULL until the acquire succeeded */
-   PyObject *key;            /* str */
-   PyObject *on_lost;        /* callable or NULL */
-   pid_t pid;                /* process that acquired it */
-   bool dead;                /* dealloc started: no callback may use it */
+   ClientObject *client;      /* strong */
+   leaselock_lease_t *lease;  /* NULL until the acquire succeeded */
+   PyObject *key;             /* str */
+   PyObject *on_lost;         /* callable or NULL */
+   PyObject *on_renew_failed; /* callable or NULL */
+   pid_t pid;                 /* process that acquired it */
+   bool dead;                 /* dealloc started: no callback may use it */
    PyObject *weakreflist;
 } LeaseObject;
 
@@ -142,8 +151,8 @@ static PyObject *exc_class (ll_state *st, leaselock_code_t code)
    }
 }
 
-/* Raises cls(message) with .code = the core's name for code. Returns NULL. */
-static PyObject *raise_code (PyObject *cls, leaselock_code_t code, const char *message)
+/* A new cls(message) with .code = the core's name for code, or NULL. */
+static PyObject *new_error (PyObject *cls, leaselock_code_t code, const char *message)
 {
    /* The core truncates messages to a fixed size, possibly inside a UTF-8
     * sequence: decode with replacement. */
@@ -161,6 +170,15 @@ static PyObject *raise_code (PyObject *cls, leaselock_code_t code, const char *m
       return NULL;
    }
    Py_DECREF (name);
+   return exc;
+}
+
+/* Raises cls(message) with .code = the core's name for code. Returns NULL. */
+static PyObject *raise_code (PyObject *cls, leaselock_code_t code, const char *message)
+{
+   PyObject *exc = new_error (cls, code, message);
+   if (!exc)
+      return NULL;
    PyErr_SetObject ((PyObject *)Py_TYPE (exc), exc);
    Py_DECREF (exc);
    return NULL;
@@ -353,6 +371,14 @@ static int decref_pending (void *arg)
    return 0;
 }
 
+/* Drops the renewal thread's reference to self without ever dropping the
+ * last one there (see the top of the file). With the GIL. */
+static void lease_decref_from_thread (LeaseObject *self)
+{
+   if (Py_REFCNT (self) > 1 || Py_AddPendingCall (decref_pending, self) != 0)
+      Py_DECREF (self);
+}
+
 static void lost_trampoline (leaselock_lease_t *lease, void *data)
 {
    if (atomic_load (&finalizing) || ll_py_finalizing ())
@@ -373,9 +399,111 @@ static void lost_trampoline (leaselock_lease_t *lease, void *data)
       /* Never drop the last reference here: the Lease's dealloc would
        * destroy the core lease (and maybe the client) from its own
        * renewal thread. */
-      if (Py_REFCNT (self) > 1 || Py_AddPendingCall (decref_pending, self) != 0)
-         Py_DECREF (self);
+      lease_decref_from_thread (self);
    }
+   PyGILState_Release (g);
+}
+
+static void renew_failed_trampoline (leaselock_lease_t *lease,
+                                     const leaselock_error_t *err,
+                                     int64_t remaining_ms,
+                                     void *data)
+{
+   if (atomic_load (&finalizing) || ll_py_finalizing ())
+      return;
+   PyGILState_STATE g = PyGILState_Ensure ();
+   LeaseObject *self = data;
+   if (!self->dead && self->on_renew_failed) {
+      if (!self->lease)
+         self->lease = lease;
+      PyObject *cb = Py_NewRef (self->on_renew_failed);
+      Py_INCREF (self);
+      ll_state *st = get_state (self->module);
+      PyObject *exc = new_error (exc_class (st, err->code), err->code, err->message);
+      PyObject *r = exc ? PyObject_CallFunction (cb, "OOd", (PyObject *)self, exc,
+                                                 (double)remaining_ms / 1000.0)
+                        : NULL;
+      if (!r)
+         PyErr_WriteUnraisable (cb);
+      Py_XDECREF (r);
+      Py_XDECREF (exc);
+      Py_DECREF (cb);
+      lease_decref_from_thread (self);
+   }
+   PyGILState_Release (g);
+}
+
+/* ---- logging ------------------------------------------------------------ */
+
+/* logging.getLogger("leaselock") and its bound methods, set once by the
+ * first module exec and kept for the life of the process (the logging
+ * module keeps the logger alive anyway). */
+static PyObject *py_logger_log, *py_logger_enabled;
+
+/* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
+ * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
+static int py_log_level (void)
+{
+   if (!py_logger_enabled)
+      return LEASELOCK_LOG_OFF;
+   for (int level = LEASELOCK_LOG_DEBUG; level <= LEASELOCK_LOG_ERROR; level += 10) {
+      PyObject *lv = PyLong_FromLong (level);
+      PyObject *r = lv ? PyObject_CallOneArg (py_logger_enabled, lv) : NULL;
+      Py_XDECREF (lv);
+      int on = r ? PyObject_IsTrue (r) : -1;
+      Py_XDECREF (r);
+      if (on < 0) {
+         PyErr_Clear ();
+         return LEASELOCK_LOG_OFF;
+      }
+      if (on)
+         return level;
+   }
+   return LEASELOCK_LOG_OFF;
+}
+
+/* Follows the logger's level (with the GIL). */
+static void log_refresh (ClientObject *self)
+{
+   int level = py_log_level ();
+   if (self->c && level != self->log_level) {
+      self->log_level = level;
+      leaselock_client_set_log_level (self->c, level);
+   }
+}
+
+/* The core's log hook: logger.log(level, 'event "key" (fence N): message',
+ * extra={"event", "key", "fence"}). Any thread, no leaselock lock held. */
+static void log_trampoline (const leaselock_log_event_t *ev, void *data)
+{
+   (void)data;
+   if (atomic_load (&finalizing) || ll_py_finalizing ())
+      return;
+   PyGILState_STATE g = PyGILState_Ensure ();
+   PyObject *et, *ev_, *tb;
+   PyErr_Fetch (&et, &ev_, &tb); /* a caller's exception in flight, if any */
+   PyObject *key = ev->key ? PyUnicode_DecodeUTF8 (ev->key, (Py_ssize_t)ev->key_len, "replace")
+                           : Py_NewRef (Py_None);
+   PyObject *msg = PyUnicode_DecodeUTF8 (ev->message, (Py_ssize_t)strlen (ev->message), "replace");
+   PyObject *args = NULL, *kw = NULL, *r = NULL;
+   if (key && msg && ev->key)
+      args = Py_BuildValue ("(issOLO)", ev->level, "%s \"%s\" (fence %d): %s", ev->event, key,
+                            (long long)ev->fence, msg);
+   else if (key && msg)
+      args = Py_BuildValue ("(issO)", ev->level, "%s: %s", ev->event, msg);
+   if (args)
+      kw = Py_BuildValue ("{s{sssOsL}}", "extra", "event", ev->event, "key", key, "fence",
+                          (long long)ev->fence);
+   if (kw)
+      r = PyObject_Call (py_logger_log, args, kw);
+   if (!r)
+      PyErr_WriteUnraisable (py_logger_log);
+   Py_XDECREF (r);
+   Py_XDECREF (kw);
+   Py_XDECREF (args);
+   Py_XDECREF (key);
+   Py_XDECREF (msg);
+   PyErr_Restore (et, ev_, tb);
    PyGILState_Release (g);
 }
 
@@ -444,6 +572,7 @@ static PyObject *Client_new (PyTypeObject *type, PyObject *args, PyObject *kwds)
    self->uri = Py_NewRef (Py_None);
    self->backend = Py_NewRef (Py_None);
    self->label = Py_NewRef (Py_None);
+   self->log_level = LEASELOCK_LOG_OFF;
    return (PyObject *)self;
 }
 
@@ -517,6 +646,8 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    Py_XSETREF (self->label, Py_NewRef (label_o));
    Py_XSETREF (self->module, Py_NewRef (module));
    self->c = c;
+   self->log_level = py_log_level ();
+   leaselock_client_set_log (c, self->log_level, log_trampoline, NULL);
    return 0;
 }
 
@@ -572,7 +703,10 @@ static PyObject *Client_exit (ClientObject *self, PyObject *args)
    return Client_close (self, NULL);
 }
 
-static LeaseObject *lease_alloc (ClientObject *cl, PyObject *key, PyObject *on_lost)
+static LeaseObject *lease_alloc (ClientObject *cl,
+                                 PyObject *key,
+                                 PyObject *on_lost,
+                                 PyObject *on_renew_failed)
 {
    ll_state *st = get_state (cl->module);
    LeaseObject *l = PyObject_GC_New (LeaseObject, st->lease_type);
@@ -583,6 +717,7 @@ static LeaseObject *lease_alloc (ClientObject *cl, PyObject *key, PyObject *on_l
    l->lease = NULL;
    l->key = Py_NewRef (key);
    l->on_lost = on_lost == Py_None ? NULL : Py_NewRef (on_lost);
+   l->on_renew_failed = on_renew_failed == Py_None ? NULL : Py_NewRef (on_renew_failed);
    l->pid = current_pid ();
    l->dead = false;
    l->weakreflist = NULL;
@@ -595,8 +730,9 @@ typedef struct
 {
    PyObject *key;
    leaselock_acquire_opts_t o;
-   PyObject *on_lost; /* callable or None */
-   PyObject *cancel;  /* None or an object with is_set() */
+   PyObject *on_lost;         /* callable or None */
+   PyObject *cancel;          /* None or an object with is_set() */
+   PyObject *on_renew_failed; /* callable or None */
 } acquire_args_t;
 
 /* The value of keyword argument kw, one of names[n] (values[i] gets it). */
@@ -617,23 +753,23 @@ static int keyword_arg (PyObject *kw,
 }
 
 /* _acquire(key, *, ttl_ms, timeout_ms, min_hold_ms=0, auto_renew=True,
- *          on_lost=None, cancel=None): the key positional, the rest by
- * keyword only (METH_FASTCALL | METH_KEYWORDS). */
+ *          on_lost=None, cancel=None, on_renew_failed=None): the key
+ * positional, the rest by keyword only (METH_FASTCALL | METH_KEYWORDS). */
 static int parse_acquire (PyObject *const *args,
                           Py_ssize_t nargs,
                           PyObject *kwnames,
                           acquire_args_t *a)
 {
-   static const char *const names[] = { "ttl_ms",     "timeout_ms", "min_hold_ms",
-                                        "auto_renew", "on_lost",    "cancel" };
-   PyObject *v[6] = { NULL, NULL, NULL, Py_True, Py_None, Py_None };
+   static const char *const names[] = { "ttl_ms",  "timeout_ms", "min_hold_ms",    "auto_renew",
+                                        "on_lost", "cancel",     "on_renew_failed" };
+   PyObject *v[7] = { NULL, NULL, NULL, Py_True, Py_None, Py_None, Py_None };
    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE (kwnames) : 0;
    if (nargs != 1) {
       raise_type ("_acquire() takes the key as its one positional argument (%zd given)", nargs);
       return -1;
    }
    for (Py_ssize_t i = 0; i < nkw; i++)
-      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, 6) < 0)
+      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, 7) < 0)
          return -1;
    if (!v[0] || !v[1]) {
       raise_type ("_acquire() needs the keyword arguments ttl_ms and timeout_ms");
@@ -650,8 +786,14 @@ static int parse_acquire (PyObject *const *args,
    a->o.auto_renew = ar;
    a->on_lost = v[4];
    a->cancel = v[5];
+   a->on_renew_failed = v[6];
    if (a->on_lost != Py_None && !PyCallable_Check (a->on_lost)) {
       raise_type ("on_lost must be callable or None, not %.100s", Py_TYPE (a->on_lost)->tp_name);
+      return -1;
+   }
+   if (a->on_renew_failed != Py_None && !PyCallable_Check (a->on_renew_failed)) {
+      raise_type ("on_renew_failed must be callable or None, not %.100s",
+                  Py_TYPE (a->on_renew_failed)->tp_name);
       return -1;
    }
    return 0;
@@ -690,13 +832,18 @@ static PyObject *Client_acquire (ClientObject *self,
    if (parse_acquire (args, nargs, kwnames, &a) < 0 ||
        key_arg (a.key, "key", false, &key, &key_len) < 0 || client_check (self) < 0)
       return NULL;
-   LeaseObject *lease = lease_alloc (self, a.key, a.on_lost);
+   LeaseObject *lease = lease_alloc (self, a.key, a.on_lost, a.on_renew_failed);
    if (!lease)
       return NULL;
    if (lease->on_lost) {
       a.o.on_lost = lost_trampoline;
       a.o.on_lost_data = lease;
    }
+   if (lease->on_renew_failed) {
+      a.o.on_renew_failed = renew_failed_trampoline;
+      a.o.on_renew_failed_data = lease;
+   }
+   log_refresh (self);
    stop_ctx_t stop = { NULL, a.cancel == Py_None ? NULL : a.cancel, NULL, NULL, NULL, STOP_NONE };
    if (a.o.timeout_ms != 0) {
       a.o.should_stop = stop_trampoline;
@@ -841,6 +988,103 @@ static PyObject *Client_prune (ClientObject *self, PyObject *args, PyObject *kwd
    return PyLong_FromLongLong (count);
 }
 
+/* The counters of stats(), by name. */
+static const struct
+{
+   const char *name;
+   size_t offset;
+} stat_fields[] = {
+#define F(f)                                                                                       \
+   {                                                                                               \
+#f, offsetof(leaselock_stats_t, f)                                                           \
+   }
+   F (acquires),         F (busy),        F (waits),    F (timeouts),         F (renewals),
+   F (renewal_failures), F (losses),      F (releases), F (release_failures), F (backend_errors),
+   F (requests),         F (leases_held),
+#undef F
+};
+
+/* The latency histogram as [(upper bound in seconds, count), ...]. */
+static PyObject *latency_list (const leaselock_stats_t *st)
+{
+   PyObject *list = PyList_New (LEASELOCK_LATENCY_BUCKETS);
+   for (int i = 0; list && i < LEASELOCK_LATENCY_BUCKETS; i++) {
+      double le =
+        st->latency_le_us[i] == UINT64_MAX ? INFINITY : (double)st->latency_le_us[i] / 1e6;
+      PyObject *t = Py_BuildValue ("(dK)", le, (unsigned long long)st->latency_count[i]);
+      if (!t) {
+         Py_CLEAR (list);
+         break;
+      }
+      PyList_SET_ITEM (list, i, t);
+   }
+   return list;
+}
+
+static int stats_fill (ClientObject *self, leaselock_stats_t *st)
+{
+   leaselock_error_t err;
+   if (!self->c) {
+      raise_closed (self);
+      return -1;
+   }
+   if (!leaselock_client_stats (self->c, st, &err)) {
+      raise_error (get_state (self->module), &err);
+      return -1;
+   }
+   return 0;
+}
+
+/* stats() -> dict: the client's counters (see the method's doc). */
+static PyObject *Client_stats (ClientObject *self, PyObject *unused)
+{
+   (void)unused;
+   leaselock_stats_t st;
+   if (stats_fill (self, &st) < 0)
+      return NULL;
+   PyObject *d = PyDict_New ();
+   for (size_t i = 0; d && i < sizeof stat_fields / sizeof stat_fields[0]; i++) {
+      uint64_t v = *(const uint64_t *)((const char *)&st + stat_fields[i].offset);
+      PyObject *o = PyLong_FromUnsignedLongLong (v);
+      if (!o || PyDict_SetItemString (d, stat_fields[i].name, o) < 0)
+         Py_CLEAR (d);
+      Py_XDECREF (o);
+   }
+   PyObject *wait = PyFloat_FromDouble ((double)st.wait_ms / 1000.0);
+   PyObject *held = PyFloat_FromDouble ((double)st.held_ms / 1000.0);
+   PyObject *sum = PyFloat_FromDouble ((double)st.latency_sum_us / 1e6);
+   PyObject *lat = latency_list (&st);
+   if (d && (!wait || !held || !sum || !lat || PyDict_SetItemString (d, "wait_seconds", wait) < 0 ||
+             PyDict_SetItemString (d, "held_seconds", held) < 0 ||
+             PyDict_SetItemString (d, "latency_sum_seconds", sum) < 0 ||
+             PyDict_SetItemString (d, "latency_buckets", lat) < 0))
+      Py_CLEAR (d);
+   Py_XDECREF (wait);
+   Py_XDECREF (held);
+   Py_XDECREF (sum);
+   Py_XDECREF (lat);
+   return d;
+}
+
+/* prometheus(labels="") -> str: stats() in the Prometheus text format. */
+static PyObject *Client_prometheus (ClientObject *self, PyObject *args)
+{
+   const char *labels = "";
+   if (!PyArg_ParseTuple (args, "|s:prometheus", &labels))
+      return NULL;
+   leaselock_stats_t st;
+   if (stats_fill (self, &st) < 0)
+      return NULL;
+   size_t need = leaselock_stats_prometheus (&st, labels, NULL, 0);
+   char *buf = PyMem_Malloc (need + 1);
+   if (!buf)
+      return PyErr_NoMemory ();
+   leaselock_stats_prometheus (&st, labels, buf, need + 1);
+   PyObject *r = PyUnicode_DecodeUTF8 (buf, (Py_ssize_t)need, "replace");
+   PyMem_Free (buf);
+   return r;
+}
+
 static PyObject *Client_repr (ClientObject *self)
 {
    if (!self->c)
@@ -889,6 +1133,16 @@ static PyMethodDef Client_methods[] = {
      "with prefix: those expired at least older_than seconds ago by the database clock, never a "
      "live lease or one kept by min_hold. Returns how many. A pruned key's fence starts again "
      "at 1." },
+   { "stats", (PyCFunction)Client_stats, METH_NOARGS,
+     "stats($self, /)\n--\n\nThe client's counters since it was created, as a dict: acquires, "
+     "busy (one-try acquires found busy), waits (blocking acquires that waited), timeouts, "
+     "renewals, renewal_failures, losses, releases, release_failures, backend_errors, requests "
+     "(statements sent), leases_held (now), wait_seconds and held_seconds (totals), "
+     "latency_sum_seconds and latency_buckets: [(upper bound in seconds, count of requests), "
+     "...], not cumulative, the last bound inf. Works on a closed client." },
+   { "prometheus", (PyCFunction)Client_prometheus, METH_VARARGS,
+     "prometheus($self, labels='', /)\n--\n\nstats() in the Prometheus text format; labels "
+     "(e.g. 'app=\"jobs\"', values escaped by the caller) go in every sample." },
    { "__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL },
    { NULL, NULL, 0, NULL },
@@ -935,6 +1189,7 @@ static int Lease_traverse (LeaseObject *self, visitproc visit, void *arg)
 {
    Py_VISIT (Py_TYPE (self));
    Py_VISIT (self->on_lost);
+   Py_VISIT (self->on_renew_failed);
    Py_VISIT (self->client);
    return 0;
 }
@@ -944,6 +1199,7 @@ static int Lease_traverse (LeaseObject *self, visitproc visit, void *arg)
 static int Lease_clear (LeaseObject *self)
 {
    Py_CLEAR (self->on_lost);
+   Py_CLEAR (self->on_renew_failed);
    return 0;
 }
 
@@ -964,6 +1220,7 @@ static void Lease_dealloc (LeaseObject *self)
       LL_NOGIL (leaselock_lease_destroy (core));
    }
    Py_CLEAR (self->on_lost);
+   Py_CLEAR (self->on_renew_failed);
    Py_CLEAR (self->key);
    Py_CLEAR (self->client);
    Py_CLEAR (self->module);
@@ -1008,6 +1265,7 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
       return NULL;
    if (lease_check (self) < 0)
       return NULL;
+   log_refresh (self->client);
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
@@ -1022,6 +1280,7 @@ static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
    (void)unused;
    if (lease_check (self) < 0)
       return NULL;
+   log_refresh (self->client);
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
@@ -1067,6 +1326,7 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    leaselock_state_t s = leaselock_lease_state (self->lease);
    if (s == LEASELOCK_STATE_RELEASED)
       Py_RETURN_FALSE;
+   log_refresh (self->client);
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
@@ -1326,9 +1586,27 @@ static PyObject *new_exception (PyObject *m, const char *name, PyObject *bases, 
    return e;
 }
 
+/* logging.getLogger("leaselock").log and .isEnabledFor, once. */
+static int logger_init (void)
+{
+   if (py_logger_log)
+      return 0;
+   PyObject *logging = PyImport_ImportModule ("logging");
+   PyObject *logger = logging ? PyObject_CallMethod (logging, "getLogger", "s", "leaselock") : NULL;
+   Py_XDECREF (logging);
+   if (!logger)
+      return -1;
+   py_logger_log = PyObject_GetAttrString (logger, "log");
+   py_logger_enabled = PyObject_GetAttrString (logger, "isEnabledFor");
+   Py_DECREF (logger);
+   return py_logger_log && py_logger_enabled ? 0 : -1;
+}
+
 static int module_exec (PyObject *m)
 {
    pthread_once (&pid_once, pid_init);
+   if (logger_init () < 0)
+      return -1;
    ll_state *st = get_state (m);
    st->client_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Client_spec, NULL);
    if (!st->client_type || PyModule_AddType (m, st->client_type) < 0)

@@ -688,6 +688,29 @@ test_bad_input() {
   LEASELOCK_URI="foo://x" bad 64 'unknown URI scheme "foo"' status k
 }
 
+# --verbose (-v) prints the core's log events on stderr; without it, a
+# run that succeeds prints nothing.
+test_verbose() {
+  ll --verbose run v/key -- true
+  expect_rc 0 || return
+  expect_err 'leaselock run: DEBUG acquire "v/key" (fence 1): acquired for 30000 ms' || return
+  expect_err 'leaselock run: DEBUG release "v/key" (fence 1): released' || return
+  ll run v/key -- true
+  expect_rc 0 || return
+  [ ! -s "$ERR" ] || { fail "stderr without --verbose: $(head -c 200 "$ERR")"; return; }
+  ll_bg run v/key -- sleep 60
+  local holder=$BGPID
+  wait_state v/key 0 || return
+  ll -v run --wait 200ms v/key -- true
+  expect_rc 75 || return
+  expect_err 'DEBUG wait "v/key" (fence 0): held by another owner: waiting up to 200 ms' || return
+  expect_err 'INFO timeout "v/key"' || return
+  ll -v status v/key
+  expect_rc 0 || return
+  kill -TERM "$holder"
+  reap "$holder"
+}
+
 for t in $(declare -F | awk '{print $3}' | grep '^test_'); do
   run_test "$t"
 done

@@ -110,11 +110,16 @@ class Client(_leaselock.Client):
         min_hold: float = 0.0,
         auto_renew: bool = True,
         on_lost: Optional[Callable[[Lease], Any]] = None,
+        on_renew_failed: Optional[Callable[[Lease, LockError, float], Any]] = None,
     ) -> "Lock":
         """A Lock on key. Nothing is acquired yet. on_lost(lease) is called
         from the renewal thread when a lease is lost; it needs
-        auto_renew=True (ValueError otherwise)."""
-        return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost)
+        auto_renew=True (ValueError otherwise). on_renew_failed(lease,
+        error, seconds_left) is called from the renewal thread when an
+        automatic renewal failed but the lease is not lost yet (it is
+        retried)."""
+        return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
+                    on_renew_failed=on_renew_failed)
 
     def locked(
         self,
@@ -203,10 +208,11 @@ class Lock:
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_threads", "_tasks", "__weakref__")
+                 "_on_renew_failed", "_threads", "_tasks", "__weakref__")
 
     def __init__(self, client: Client, key: str, *, ttl: float = 30.0, min_hold: float = 0.0,
-                 auto_renew: bool = True, on_lost: Optional[Callable] = None) -> None:
+                 auto_renew: bool = True, on_lost: Optional[Callable] = None,
+                 on_renew_failed: Optional[Callable] = None) -> None:
         if not isinstance(client, _leaselock.Client):
             raise _error(TypeError,
                            f"client must be a leaselock.Client, not {type(client).__name__}")
@@ -228,6 +234,7 @@ class Lock:
         self._client = client
         self._auto_renew = auto_renew
         self._on_lost = on_lost
+        self._on_renew_failed = on_renew_failed
         # What each thread, and each asyncio task, took through this Lock:
         # [(lease, taken by a with-block on this Lock)], oldest first. Kept
         # per thread in thread-local storage and per task in a weak-keyed
@@ -258,7 +265,8 @@ class Lock:
     def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
         return self._client._acquire(self._key, ttl_ms=self._ttl_ms, timeout_ms=timeout_ms,
                                      min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
-                                     on_lost=self._on_lost, cancel=cancel)
+                                     on_lost=self._on_lost, cancel=cancel,
+                                     on_renew_failed=self._on_renew_failed)
 
     def _busy_error(self, timeout_ms: int) -> LockTimeout:
         return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")
