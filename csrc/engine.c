@@ -1397,7 +1397,8 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
                  "held by another owner: waiting without a time limit");
       else
          LL_LOG (&a->c->obs, LEASELOCK_LOG_DEBUG, "wait", a->key, a->key_len, 0, LEASELOCK_BUSY,
-                 "held by another owner: waiting up to %lld ms", (long long)(a->until - now));
+                 "held by another owner: waiting up to %lld ms in all",
+                 (long long)a->opts->timeout_ms);
    }
    /* Sleep for the backoff, but wake at once if a holder in this process
     * releases a key in this bucket. */

@@ -703,7 +703,7 @@ test_verbose() {
   wait_state v/key 0 || return
   ll -v run --wait 200ms v/key -- true
   expect_rc 75 || return
-  expect_err 'DEBUG wait "v/key" (fence 0): held by another owner: waiting up to 200 ms' || return
+  expect_err 'DEBUG wait "v/key" (fence 0): held by another owner: waiting up to 200 ms in all' || return
   expect_err 'INFO timeout "v/key"' || return
   ll -v status v/key
   expect_rc 0 || return

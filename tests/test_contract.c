@@ -1862,323 +1862,326 @@ static void test_prune_bad_arguments (void)
    ok = leaselock_prune (c, "", 0, 0, &n, &err);
    CHECK_ERR (ok, err, LEASELOCK_INVALID, "closed");
    leaselock_client_destroy (c);
-   /* ---- observability: the log hook, the counters, on_renew_failed ------- */
+}
+
+/* ---- observability: the log hook, the counters, on_renew_failed ------- */
 
 #define LOG_MAX 64
 
-   /* What a log hook saw: the events in order, with their level, key and
-    * fence; whether the getters it called from within the hook worked. */
-   typedef struct
-   {
-      pthread_mutex_t mu;
-      int n;
-      int levels[LOG_MAX];
-      const char *events[LOG_MAX];
-      char keys[LOG_MAX][LEASELOCK_KEY_MAX + 1];
-      int64_t fences[LOG_MAX];
-      leaselock_code_t codes[LOG_MAX];
-      bool getters_ok;
-   } logbook_t;
+/* What a log hook saw: the events in order, with their level, key and
+ * fence; whether the getters it called from within the hook worked. */
+typedef struct
+{
+   pthread_mutex_t mu;
+   int n;
+   int levels[LOG_MAX];
+   const char *events[LOG_MAX];
+   char keys[LOG_MAX][LEASELOCK_KEY_MAX + 1];
+   int64_t fences[LOG_MAX];
+   leaselock_code_t codes[LOG_MAX];
+   bool getters_ok;
+} logbook_t;
 
-   static void logbook_hook (const leaselock_log_event_t *ev, void *ud)
-   {
-      logbook_t *b = ud;
-      leaselock_stats_t st;
-      bool getters = leaselock_client_stats (ev->client, &st, NULL) &&
-                     leaselock_client_uri (ev->client)[0] != '\0' && ev->message && ev->event;
-      pthread_mutex_lock (&b->mu);
-      if (b->n < LOG_MAX) {
-         b->levels[b->n] = ev->level;
-         b->events[b->n] = ev->event;
-         snprintf (b->keys[b->n], sizeof b->keys[0], "%.*s", (int)ev->key_len,
-                   ev->key ? ev->key : "");
-         b->fences[b->n] = ev->fence;
-         b->codes[b->n] = ev->code;
-         b->n++;
-      }
-      b->getters_ok = (b->n == 1 || b->getters_ok) && getters;
-      pthread_mutex_unlock (&b->mu);
+static void logbook_hook (const leaselock_log_event_t *ev, void *ud)
+{
+   logbook_t *b = ud;
+   leaselock_stats_t st;
+   bool getters = leaselock_client_stats (ev->client, &st, NULL) &&
+                  leaselock_client_uri (ev->client)[0] != '\0' && ev->message && ev->event;
+   pthread_mutex_lock (&b->mu);
+   if (b->n < LOG_MAX) {
+      b->levels[b->n] = ev->level;
+      b->events[b->n] = ev->event;
+      snprintf (b->keys[b->n], sizeof b->keys[0], "%.*s", (int)ev->key_len, ev->key ? ev->key : "");
+      b->fences[b->n] = ev->fence;
+      b->codes[b->n] = ev->code;
+      b->n++;
+   }
+   b->getters_ok = (b->n == 1 || b->getters_ok) && getters;
+   pthread_mutex_unlock (&b->mu);
+}
+
+/* The index of the first event named event from index from on, or -1. */
+static int logbook_find (logbook_t *b, const char *event, int from)
+{
+   pthread_mutex_lock (&b->mu);
+   int found = -1;
+   for (int i = from; i < b->n && found < 0; i++)
+      if (!strcmp (b->events[i], event))
+         found = i;
+   pthread_mutex_unlock (&b->mu);
+   return found;
+}
+
+/* Acquire, busy, wait, timeout and release: their events at their levels,
+ * with key and fence, and their counters. The hook calls getters. */
+static void test_log_and_stats (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
+   leaselock_client_set_log (a, LEASELOCK_LOG_DEBUG, logbook_hook, &L);
+   const char *k = key ("observed");
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (b, k, opts (5000, false), &lb, &err);
+   CHECK_OK (ok, err);
+   ok = acq (a, k, opts (5000, false), &la, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 150;
+   ok = acq (a, k, o, &la, &err);
+   CHECK (!ok && err.code == LEASELOCK_TIMEOUT);
+   CHECK_OK (leaselock_lease_release (lb, &err), err);
+   ok = acq (a, k, opts (5000, false), &la, &err);
+   CHECK_OK (ok, err);
+   leaselock_stats_t st;
+   CHECK (leaselock_client_stats (a, &st, &err));
+   CHECK_EQ (st.leases_held, 1);
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+
+   int busy = logbook_find (&L, "busy", 0), wait = logbook_find (&L, "wait", 0);
+   int timeout = logbook_find (&L, "timeout", 0), got = logbook_find (&L, "acquire", 0);
+   int rel = logbook_find (&L, "release", 0);
+   CHECK (busy >= 0 && wait > busy && timeout > wait && got > timeout && rel > got);
+   CHECK_EQ (L.levels[busy], LEASELOCK_LOG_DEBUG);
+   CHECK_EQ (L.levels[timeout], LEASELOCK_LOG_INFO);
+   CHECK_EQ (L.codes[timeout], LEASELOCK_TIMEOUT);
+   CHECK (!strcmp (L.keys[got], k) && !strcmp (L.keys[busy], k));
+   CHECK_EQ (L.fences[got], leaselock_lease_fence (la));
+   CHECK_EQ (L.fences[rel], leaselock_lease_fence (la));
+   CHECK (L.getters_ok);
+
+   CHECK (leaselock_client_stats (a, &st, &err));
+   CHECK_EQ (st.acquires, 1);
+   CHECK_EQ (st.busy, 1);
+   CHECK_EQ (st.waits, 1);
+   CHECK_EQ (st.timeouts, 1);
+   CHECK (st.wait_ms >= 100);
+   CHECK_EQ (st.releases, 1);
+   CHECK_EQ (st.losses, 0);
+   CHECK_EQ (st.leases_held, 0);
+   CHECK (st.requests >= 5); /* busy, tries of the wait, acquire, release */
+   uint64_t sum = 0;
+   for (int i = 0; i < LEASELOCK_LATENCY_BUCKETS; i++)
+      sum += st.latency_count[i];
+   CHECK_EQ (sum, st.requests);
+   CHECK (st.latency_le_us[LEASELOCK_LATENCY_BUCKETS - 1] == UINT64_MAX);
+   char text[8192];
+   size_t need = leaselock_stats_prometheus (&st, "client=\"a\"", text, sizeof text);
+   CHECK (need > 0 && need < sizeof text);
+   CHECK (strstr (text, "leaselock_acquires_total{client=\"a\"} 1\n"));
+   CHECK (strstr (text, "leaselock_request_duration_seconds_bucket{client=\"a\",le=\"+Inf\"}"));
+   char small[16];
+   CHECK_EQ (leaselock_stats_prometheus (&st, "client=\"a\"", small, sizeof small), need);
+   CHECK_EQ (strlen (small), sizeof small - 1);
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A hook at WARNING hears nothing of a quiet acquire, busy and release;
+ * set_log_level and set_log (NULL) change that. */
+static void test_log_below_level (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
+   leaselock_client_set_log (a, LEASELOCK_LOG_WARNING, logbook_hook, &L);
+   const char *k = key ("quiet");
+   leaselock_error_t err;
+   leaselock_lease_t *l1, *l2;
+   CHECK_OK (acq (a, k, opts (5000, false), &l1, &err), err);
+   CHECK (!acq (a, k, opts (5000, false), &l2, &err) && err.code == LEASELOCK_BUSY);
+   CHECK_OK (leaselock_lease_release (l1, &err), err);
+   leaselock_lease_destroy (l1);
+   CHECK_EQ (L.n, 0);
+   leaselock_client_set_log_level (a, LEASELOCK_LOG_DEBUG);
+   CHECK_OK (acq (a, k, opts (5000, false), &l1, &err), err);
+   CHECK_EQ (L.n, 1);
+   leaselock_client_set_log (a, LEASELOCK_LOG_DEBUG, NULL, NULL);
+   leaselock_lease_destroy (l1);
+   CHECK_EQ (L.n, 1);
+   CHECK (!strcmp (leaselock_log_level_name (LEASELOCK_LOG_WARNING), "WARNING"));
+   CHECK (!strcmp (leaselock_log_level_name (25), "INFO"));
+   leaselock_stats_t st;
+   CHECK (!leaselock_client_stats (NULL, &st, &err) && err.code == LEASELOCK_INVALID);
+   leaselock_client_set_log (NULL, 0, NULL, NULL); /* does nothing */
+   leaselock_client_destroy (a);
+}
+
+/* A lease taken over: "lost" at ERROR with its key and fence, from the
+ * renewal machinery, and the loss counted. */
+static void test_log_loss (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
+   leaselock_client_set_log (a, LEASELOCK_LOG_WARNING, logbook_hook, &L);
+   lost_t lost = { 0 };
+   leaselock_acquire_opts_t o = opts (900, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &lost;
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   CHECK_OK (acq (a, key ("obs-loss"), o, &la, &err), err);
+   CHECK_OK (leaselock_force_release (b, key ("obs-loss"), strlen (key ("obs-loss")), NULL, &err),
+             err);
+   for (int i = 0; i < 100 && !atomic_load (&lost.calls); i++)
+      t_sleep (50);
+   CHECK_EQ (atomic_load (&lost.calls), 1);
+   int i = logbook_find (&L, "lost", 0);
+   CHECK (i >= 0);
+   CHECK_EQ (L.levels[i], LEASELOCK_LOG_ERROR);
+   CHECK_EQ (L.codes[i], LEASELOCK_LOST);
+   CHECK (!strcmp (L.keys[i], key ("obs-loss")));
+   CHECK_EQ (L.fences[i], leaselock_lease_fence (la));
+   CHECK_EQ (logbook_find (&L, "lost", i + 1), -1); /* once */
+   leaselock_stats_t st;
+   CHECK (leaselock_client_stats (a, &st, &err));
+   CHECK_EQ (st.losses, 1);
+   CHECK (st.renewal_failures >= 1);
+   CHECK_EQ (st.leases_held, 0);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+typedef struct
+{
+   atomic_int calls;
+   leaselock_code_t code;
+   int64_t remaining;
+   leaselock_state_t state;
+} renew_failed_t;
+
+static void on_renew_failed (leaselock_lease_t *lease,
+                             const leaselock_error_t *error,
+                             int64_t remaining_ms,
+                             void *ud)
+{
+   renew_failed_t *R = ud;
+   if (atomic_load (&R->calls) == 0) {
+      R->code = error->code;
+      R->remaining = remaining_ms;
+      R->state = leaselock_lease_state (lease);
+   }
+   atomic_fetch_add (&R->calls, 1);
+}
+
+/* Fake only: the database is down for a while. on_renew_failed runs with
+ * the error and the time left while the lease is still held, the
+ * "renew_failed" event says so, and the lease survives once the database
+ * is back. */
+static void test_renew_failed_hook (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
+   leaselock_client_set_log (a, LEASELOCK_LOG_DEBUG, logbook_hook, &L);
+   renew_failed_t R = { 0 };
+   leaselock_acquire_opts_t o = opts (4000, true); /* 1 s of real time */
+   o.on_renew_failed = on_renew_failed;
+   o.on_renew_failed_data = &R;
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   CHECK_OK (acq (a, key ("renew-failed"), o, &la, &err), err);
+   fake_backend_fail (true);
+   for (int i = 0; i < 400 && atomic_load (&R.calls) < 2; i++)
+      sleep_ms (5);
+   fake_backend_fail (false);
+   int calls = atomic_load (&R.calls);
+   t_sleep (1000); /* renewed again meanwhile */
+   leaselock_stats_t st;
+   CHECK (leaselock_client_stats (a, &st, &err));
+   CHECK (calls >= 2);
+   CHECK_EQ (R.code, LEASELOCK_BACKEND);
+   CHECK (R.remaining > 0 && R.remaining < 4000);
+   CHECK_EQ (R.state, LEASELOCK_STATE_HELD);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_HELD);
+   int i = logbook_find (&L, "renew_failed", 0);
+   CHECK (i >= 0);
+   CHECK_EQ (L.levels[i], LEASELOCK_LOG_WARNING);
+   CHECK_EQ (L.codes[i], LEASELOCK_BACKEND);
+   CHECK (logbook_find (&L, "renew", i + 1) > i);
+   CHECK (st.renewal_failures >= 2 && st.renewals >= 1 && st.backend_errors >= 2);
+   CHECK_EQ (st.losses, 0);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+int main (int argc, char **argv)
+{
+   if (argc != 2) {
+      fprintf (stderr, "usage: %s URI   (fake:// for the in-memory backend)\n", argv[0]);
+      return 2;
+   }
+   tl_start ("contract", argv[1]);
+   FAKE = !strncmp (URI, "fake://", 7);
+   pthread_t tick;
+   if (FAKE) {
+      ll_backend_register (&fake_backend);
+      ll_clock_use_fake (true);
+      pthread_create (&tick, NULL, ticker, NULL);
    }
 
-   /* The index of the first event named event from index from on, or -1. */
-   static int logbook_find (logbook_t * b, const char *event, int from)
-   {
-      pthread_mutex_lock (&b->mu);
-      int found = -1;
-      for (int i = from; i < b->n && found < 0; i++)
-         if (!strcmp (b->events[i], event))
-            found = i;
-      pthread_mutex_unlock (&b->mu);
-      return found;
+   RUN (test_acquire_release);
+   RUN (test_owner_tokens_unique);
+   RUN (test_busy_one_try);
+   RUN (test_fences_grow);
+   RUN (test_expiry_takeover);
+   RUN (test_renew);
+   RUN (test_renew_after_force_release);
+   RUN (test_min_hold);
+   RUN (test_inspect);
+   RUN (test_list_prefix);
+   RUN (test_list_callback_reenters);
+   RUN (test_force_release);
+   RUN (test_destroy_releases);
+   RUN (test_lease_outlives_client);
+   RUN (test_blocking_timeout);
+   RUN (test_key_in_messages);
+   RUN (test_hostile_keys_verbatim);
+   RUN (test_backoff_jitter);
+   RUN (test_local_handoff);
+   RUN (test_wait_interrupted);
+   RUN (test_auto_renew);
+   RUN (test_loss_on_takeover);
+   if (FAKE) {
+      RUN (test_loss_when_database_down);
+      RUN (test_local_deadline_exact);
+      RUN (test_lost_reply_resent);
+      RUN (test_renew_race);
+      RUN (test_release_lost_reply);
+      RUN (test_loss_while_renewal_hangs);
+      RUN (test_fork_while_call_hangs);
+      RUN (test_stuck_renewal_alone);
    }
+   RUN (test_reacquire_same_owner);
+   RUN (test_fork_child_cannot_release);
+   RUN (test_close_keeps_leases_closed);
+   RUN (test_close_releases_held);
+   if (FAKE)
+      RUN (test_close_release_fails);
+   RUN (test_close_stops_waiter);
+   RUN (test_close_from_on_lost);
+   RUN (test_bad_keys);
+   RUN (test_bad_ttls);
+   RUN (test_bad_labels_and_renew_ttls);
+   RUN (test_null_arguments);
+   RUN (test_prune_keeps_live);
+   RUN (test_prune_older_than);
+   RUN (test_prune_bad_arguments);
+   RUN (test_log_and_stats);
+   RUN (test_log_below_level);
+   RUN (test_log_loss);
+   if (FAKE)
+      RUN (test_renew_failed_hook);
 
-   /* Acquire, busy, wait, timeout and release: their events at their levels,
-    * with key and fence, and their counters. The hook calls getters. */
-   static void test_log_and_stats (void)
-   {
-      leaselock_client_t *a = client ("a"), *b = client ("b");
-      CHECK (a && b);
-      logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
-      leaselock_client_set_log (a, LEASELOCK_LOG_DEBUG, logbook_hook, &L);
-      const char *k = key ("observed");
-      leaselock_error_t err;
-      leaselock_lease_t *la, *lb;
-      bool ok = acq (b, k, opts (5000, false), &lb, &err);
-      CHECK_OK (ok, err);
-      ok = acq (a, k, opts (5000, false), &la, &err);
-      CHECK (!ok && err.code == LEASELOCK_BUSY);
-      leaselock_acquire_opts_t o = opts (5000, false);
-      o.timeout_ms = 150;
-      ok = acq (a, k, o, &la, &err);
-      CHECK (!ok && err.code == LEASELOCK_TIMEOUT);
-      CHECK_OK (leaselock_lease_release (lb, &err), err);
-      ok = acq (a, k, opts (5000, false), &la, &err);
-      CHECK_OK (ok, err);
-      leaselock_stats_t st;
-      CHECK (leaselock_client_stats (a, &st, &err));
-      CHECK_EQ (st.leases_held, 1);
-      CHECK_OK (leaselock_lease_release (la, &err), err);
-
-      int busy = logbook_find (&L, "busy", 0), wait = logbook_find (&L, "wait", 0);
-      int timeout = logbook_find (&L, "timeout", 0), got = logbook_find (&L, "acquire", 0);
-      int rel = logbook_find (&L, "release", 0);
-      CHECK (busy >= 0 && wait > busy && timeout > wait && got > timeout && rel > got);
-      CHECK_EQ (L.levels[busy], LEASELOCK_LOG_DEBUG);
-      CHECK_EQ (L.levels[timeout], LEASELOCK_LOG_INFO);
-      CHECK_EQ (L.codes[timeout], LEASELOCK_TIMEOUT);
-      CHECK (!strcmp (L.keys[got], k) && !strcmp (L.keys[busy], k));
-      CHECK_EQ (L.fences[got], leaselock_lease_fence (la));
-      CHECK_EQ (L.fences[rel], leaselock_lease_fence (la));
-      CHECK (L.getters_ok);
-
-      CHECK (leaselock_client_stats (a, &st, &err));
-      CHECK_EQ (st.acquires, 1);
-      CHECK_EQ (st.busy, 1);
-      CHECK_EQ (st.waits, 1);
-      CHECK_EQ (st.timeouts, 1);
-      CHECK (st.wait_ms >= 100);
-      CHECK_EQ (st.releases, 1);
-      CHECK_EQ (st.losses, 0);
-      CHECK_EQ (st.leases_held, 0);
-      CHECK (st.requests >= 5); /* busy, tries of the wait, acquire, release */
-      uint64_t sum = 0;
-      for (int i = 0; i < LEASELOCK_LATENCY_BUCKETS; i++)
-         sum += st.latency_count[i];
-      CHECK_EQ (sum, st.requests);
-      CHECK (st.latency_le_us[LEASELOCK_LATENCY_BUCKETS - 1] == UINT64_MAX);
-      char text[8192];
-      size_t need = leaselock_stats_prometheus (&st, "client=\"a\"", text, sizeof text);
-      CHECK (need > 0 && need < sizeof text);
-      CHECK (strstr (text, "leaselock_acquires_total{client=\"a\"} 1\n"));
-      CHECK (strstr (text, "leaselock_request_duration_seconds_bucket{client=\"a\",le=\"+Inf\"}"));
-      char small[16];
-      CHECK_EQ (leaselock_stats_prometheus (&st, "client=\"a\"", small, sizeof small), need);
-      CHECK_EQ (strlen (small), sizeof small - 1);
-      leaselock_lease_destroy (la);
-      leaselock_lease_destroy (lb);
-      leaselock_client_destroy (a);
-      leaselock_client_destroy (b);
+   if (FAKE) {
+      atomic_store (&ticker_stop, true);
+      pthread_join (tick, NULL);
    }
-
-   /* A hook at WARNING hears nothing of a quiet acquire, busy and release;
-    * set_log_level and set_log (NULL) change that. */
-   static void test_log_below_level (void)
-   {
-      leaselock_client_t *a = client ("a");
-      CHECK (a);
-      logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
-      leaselock_client_set_log (a, LEASELOCK_LOG_WARNING, logbook_hook, &L);
-      const char *k = key ("quiet");
-      leaselock_error_t err;
-      leaselock_lease_t *l1, *l2;
-      CHECK_OK (acq (a, k, opts (5000, false), &l1, &err), err);
-      CHECK (!acq (a, k, opts (5000, false), &l2, &err) && err.code == LEASELOCK_BUSY);
-      CHECK_OK (leaselock_lease_release (l1, &err), err);
-      leaselock_lease_destroy (l1);
-      CHECK_EQ (L.n, 0);
-      leaselock_client_set_log_level (a, LEASELOCK_LOG_DEBUG);
-      CHECK_OK (acq (a, k, opts (5000, false), &l1, &err), err);
-      CHECK_EQ (L.n, 1);
-      leaselock_client_set_log (a, LEASELOCK_LOG_DEBUG, NULL, NULL);
-      leaselock_lease_destroy (l1);
-      CHECK_EQ (L.n, 1);
-      CHECK (!strcmp (leaselock_log_level_name (LEASELOCK_LOG_WARNING), "WARNING"));
-      CHECK (!strcmp (leaselock_log_level_name (25), "INFO"));
-      leaselock_stats_t st;
-      CHECK (!leaselock_client_stats (NULL, &st, &err) && err.code == LEASELOCK_INVALID);
-      leaselock_client_set_log (NULL, 0, NULL, NULL); /* does nothing */
-      leaselock_client_destroy (a);
-   }
-
-   /* A lease taken over: "lost" at ERROR with its key and fence, from the
-    * renewal machinery, and the loss counted. */
-   static void test_log_loss (void)
-   {
-      leaselock_client_t *a = client ("a"), *b = client ("b");
-      CHECK (a && b);
-      logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
-      leaselock_client_set_log (a, LEASELOCK_LOG_WARNING, logbook_hook, &L);
-      lost_t lost = { 0 };
-      leaselock_acquire_opts_t o = opts (900, true);
-      o.on_lost = on_lost;
-      o.on_lost_data = &lost;
-      leaselock_error_t err;
-      leaselock_lease_t *la;
-      CHECK_OK (acq (a, key ("obs-loss"), o, &la, &err), err);
-      CHECK_OK (
-        leaselock_force_release (b, key ("obs-loss"), strlen (key ("obs-loss")), NULL, &err), err);
-      for (int i = 0; i < 100 && !atomic_load (&lost.calls); i++)
-         t_sleep (50);
-      CHECK_EQ (atomic_load (&lost.calls), 1);
-      int i = logbook_find (&L, "lost", 0);
-      CHECK (i >= 0);
-      CHECK_EQ (L.levels[i], LEASELOCK_LOG_ERROR);
-      CHECK_EQ (L.codes[i], LEASELOCK_LOST);
-      CHECK (!strcmp (L.keys[i], key ("obs-loss")));
-      CHECK_EQ (L.fences[i], leaselock_lease_fence (la));
-      CHECK_EQ (logbook_find (&L, "lost", i + 1), -1); /* once */
-      leaselock_stats_t st;
-      CHECK (leaselock_client_stats (a, &st, &err));
-      CHECK_EQ (st.losses, 1);
-      CHECK (st.renewal_failures >= 1);
-      CHECK_EQ (st.leases_held, 0);
-      leaselock_lease_destroy (la);
-      leaselock_client_destroy (a);
-      leaselock_client_destroy (b);
-   }
-
-   typedef struct
-   {
-      atomic_int calls;
-      leaselock_code_t code;
-      int64_t remaining;
-      leaselock_state_t state;
-   } renew_failed_t;
-
-   static void on_renew_failed (leaselock_lease_t * lease, const leaselock_error_t *error,
-                                int64_t remaining_ms, void *ud)
-   {
-      renew_failed_t *R = ud;
-      if (atomic_load (&R->calls) == 0) {
-         R->code = error->code;
-         R->remaining = remaining_ms;
-         R->state = leaselock_lease_state (lease);
-      }
-      atomic_fetch_add (&R->calls, 1);
-   }
-
-   /* Fake only: the database is down for a while. on_renew_failed runs with
-    * the error and the time left while the lease is still held, the
-    * "renew_failed" event says so, and the lease survives once the database
-    * is back. */
-   static void test_renew_failed_hook (void)
-   {
-      leaselock_client_t *a = client ("a");
-      CHECK (a);
-      logbook_t L = { .mu = PTHREAD_MUTEX_INITIALIZER };
-      leaselock_client_set_log (a, LEASELOCK_LOG_DEBUG, logbook_hook, &L);
-      renew_failed_t R = { 0 };
-      leaselock_acquire_opts_t o = opts (4000, true); /* 1 s of real time */
-      o.on_renew_failed = on_renew_failed;
-      o.on_renew_failed_data = &R;
-      leaselock_error_t err;
-      leaselock_lease_t *la;
-      CHECK_OK (acq (a, key ("renew-failed"), o, &la, &err), err);
-      fake_backend_fail (true);
-      for (int i = 0; i < 400 && atomic_load (&R.calls) < 2; i++)
-         sleep_ms (5);
-      fake_backend_fail (false);
-      int calls = atomic_load (&R.calls);
-      t_sleep (1000); /* renewed again meanwhile */
-      leaselock_stats_t st;
-      CHECK (leaselock_client_stats (a, &st, &err));
-      CHECK (calls >= 2);
-      CHECK_EQ (R.code, LEASELOCK_BACKEND);
-      CHECK (R.remaining > 0 && R.remaining < 4000);
-      CHECK_EQ (R.state, LEASELOCK_STATE_HELD);
-      CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_HELD);
-      int i = logbook_find (&L, "renew_failed", 0);
-      CHECK (i >= 0);
-      CHECK_EQ (L.levels[i], LEASELOCK_LOG_WARNING);
-      CHECK_EQ (L.codes[i], LEASELOCK_BACKEND);
-      CHECK (logbook_find (&L, "renew", i + 1) > i);
-      CHECK (st.renewal_failures >= 2 && st.renewals >= 1 && st.backend_errors >= 2);
-      CHECK_EQ (st.losses, 0);
-      leaselock_lease_destroy (la);
-      leaselock_client_destroy (a);
-   }
-
-   int main (int argc, char **argv)
-   {
-      if (argc != 2) {
-         fprintf (stderr, "usage: %s URI   (fake:// for the in-memory backend)\n", argv[0]);
-         return 2;
-      }
-      tl_start ("contract", argv[1]);
-      FAKE = !strncmp (URI, "fake://", 7);
-      pthread_t tick;
-      if (FAKE) {
-         ll_backend_register (&fake_backend);
-         ll_clock_use_fake (true);
-         pthread_create (&tick, NULL, ticker, NULL);
-      }
-
-      RUN (test_acquire_release);
-      RUN (test_owner_tokens_unique);
-      RUN (test_busy_one_try);
-      RUN (test_fences_grow);
-      RUN (test_expiry_takeover);
-      RUN (test_renew);
-      RUN (test_renew_after_force_release);
-      RUN (test_min_hold);
-      RUN (test_inspect);
-      RUN (test_list_prefix);
-      RUN (test_list_callback_reenters);
-      RUN (test_force_release);
-      RUN (test_destroy_releases);
-      RUN (test_lease_outlives_client);
-      RUN (test_blocking_timeout);
-      RUN (test_key_in_messages);
-      RUN (test_hostile_keys_verbatim);
-      RUN (test_backoff_jitter);
-      RUN (test_local_handoff);
-      RUN (test_wait_interrupted);
-      RUN (test_auto_renew);
-      RUN (test_loss_on_takeover);
-      if (FAKE) {
-         RUN (test_loss_when_database_down);
-         RUN (test_local_deadline_exact);
-         RUN (test_lost_reply_resent);
-         RUN (test_renew_race);
-         RUN (test_release_lost_reply);
-         RUN (test_loss_while_renewal_hangs);
-         RUN (test_fork_while_call_hangs);
-         RUN (test_stuck_renewal_alone);
-      }
-      RUN (test_reacquire_same_owner);
-      RUN (test_fork_child_cannot_release);
-      RUN (test_close_keeps_leases_closed);
-      RUN (test_close_releases_held);
-      if (FAKE)
-         RUN (test_close_release_fails);
-      RUN (test_close_stops_waiter);
-      RUN (test_close_from_on_lost);
-      RUN (test_bad_keys);
-      RUN (test_bad_ttls);
-      RUN (test_bad_labels_and_renew_ttls);
-      RUN (test_null_arguments);
-      RUN (test_prune_keeps_live);
-      RUN (test_prune_older_than);
-      RUN (test_prune_bad_arguments);
-      RUN (test_log_and_stats);
-      RUN (test_log_below_level);
-      RUN (test_log_loss);
-      if (FAKE)
-         RUN (test_renew_failed_hook);
-
-      if (FAKE) {
-         atomic_store (&ticker_stop, true);
-         pthread_join (tick, NULL);
-      }
-      return tl_summary ("contract");
-   }
+   return tl_summary ("contract");
+}
