@@ -1495,7 +1495,29 @@ static bool lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err
    return true;
 }
 
+/* The minimum hold that keeps l's record taken until at least min_hold_ms
+ * after a renew whose reply came at done_ms (local). The database adds the
+ * release's minimum hold to the record's acquired_at, which the acquire
+ * set after it was sent (l->acquired_ms), and the renew ran before its
+ * reply came: so the database's clock moved by at most done_ms -
+ * acquired_ms between the two, plus its rate error (deadline.c's 1000
+ * ppm) and 1 ms of rounding. Only ever raised. */
+static int64_t hold_after_renew (const leaselock_lease_t *l, int64_t done_ms, int64_t min_hold_ms)
+{
+   int64_t since = done_ms - l->acquired_ms;
+   int64_t hold = since + since / LL_DEADLINE_RATE_DIV + 1 + min_hold_ms;
+   return hold > l->min_hold_ms ? hold : l->min_hold_ms;
+}
+
 bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
+{
+   return leaselock_lease_extend (l, ttl_ms, -1, error);
+}
+
+bool leaselock_lease_extend (leaselock_lease_t *l,
+                             int64_t ttl_ms,
+                             int64_t min_hold_ms,
+                             leaselock_error_t *error)
 {
    leaselock_error_t local;
    leaselock_error_t *err = error ? error : &local;
@@ -1506,6 +1528,8 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    if (!lease_usable (l, me, err))
       return false;
    if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))
+      return false;
+   if (min_hold_ms != -1 && !ll_check_duration (min_hold_ms, "min_hold", err))
       return false;
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
@@ -1536,6 +1560,8 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    bool renewed = renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
    if (renewed) {
       l->ttl_ms = ttl_ms;
+      if (min_hold_ms >= 0)
+         l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
    } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
       ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");

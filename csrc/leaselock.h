@@ -228,6 +228,20 @@ extern "C"
                                              int64_t ttl_ms,
                                              leaselock_error_t *error);
 
+   /* Renew, and with min_hold_ms >= 0 also extend the minimum hold (like
+    * ShedLock's extend(lockAtMostFor, lockAtLeastFor)): once renewed, a
+    * release keeps the record taken until at least min_hold_ms after this
+    * renew ran (by the database clock). A minimum hold is only ever
+    * lengthened, never shortened; the margin it may hold longer is the time
+    * from the acquire's send to this renew's reply / 1000 + 1 ms. ttl_ms as
+    * for leaselock_lease_renew; min_hold_ms -1 keeps the minimum hold as it
+    * is, other negative values and values above LEASELOCK_TTL_MAX_MS are
+    * INVALID. */
+   LEASELOCK_API bool leaselock_lease_extend (leaselock_lease_t *lease,
+                                              int64_t ttl_ms,
+                                              int64_t min_hold_ms,
+                                              leaselock_error_t *error);
+
    /*
     * Release: clears the owner (the record and its fence stay); with min_hold
     * the expiry becomes max(now, acquired_at + min_hold). Fails NOT_HELD when

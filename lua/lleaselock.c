@@ -1375,18 +1375,23 @@ static int lease_lost (lua_State *L)
    return 1;
 }
 
-/* lease:renew([ttl]) -> true | nil, msg, code */
+/* lease:renew([ttl [, min_hold]]) -> true | nil, msg, code. With
+ * min_hold, a release keeps the key taken until at least min_hold seconds
+ * after this renew. */
 static int lease_renew (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "renew", true);
-   int64_t ttl_ms = 0;
+   int64_t ttl_ms = 0, hold_ms = -1;
    leaselock_error_t err;
    bool ok;
 
    if (!lua_isnoneornil (L, 2)) {
       ttl_ms = check_seconds (L, 2, 1, "renew", 1, "ttl", SECONDS_POSITIVE);
    }
-   ok = leaselock_lease_renew (ls->lease, ttl_ms, &err);
+   if (!lua_isnoneornil (L, 3)) {
+      hold_ms = check_seconds (L, 3, 1, "renew", 2, "min_hold", SECONDS_NONNEGATIVE);
+   }
+   ok = leaselock_lease_extend (ls->lease, ttl_ms, hold_ms, &err);
    observe (L, 1, ls, true);
    if (!ok) {
       if (err.code == LEASELOCK_INVALID) {

@@ -1256,12 +1256,13 @@ static bool lease_held (LeaseObject *self)
 
 static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
 {
-   static char *kwlist[] = { "ttl", NULL };
-   PyObject *ttl_o = Py_None;
-   if (!PyArg_ParseTupleAndKeywords (args, kwds, "|O:renew", kwlist, &ttl_o))
+   static char *kwlist[] = { "ttl", "min_hold", NULL };
+   PyObject *ttl_o = Py_None, *hold_o = Py_None;
+   if (!PyArg_ParseTupleAndKeywords (args, kwds, "|OO:renew", kwlist, &ttl_o, &hold_o))
       return NULL;
-   int64_t ttl_ms = 0;
-   if (ttl_o != Py_None && seconds_arg (ttl_o, "ttl", SECS_TTL, &ttl_ms) < 0)
+   int64_t ttl_ms = 0, hold_ms = -1;
+   if ((ttl_o != Py_None && seconds_arg (ttl_o, "ttl", SECS_TTL, &ttl_ms) < 0) ||
+       (hold_o != Py_None && seconds_arg (hold_o, "min_hold", SECS_DURATION, &hold_ms) < 0))
       return NULL;
    if (lease_check (self) < 0)
       return NULL;
@@ -1269,7 +1270,7 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
-   LL_NOGIL (ok = leaselock_lease_renew (core, ttl_ms, &err));
+   LL_NOGIL (ok = leaselock_lease_extend (core, ttl_ms, hold_ms, &err));
    if (!ok)
       return raise_error (get_state (self->module), &err);
    Py_RETURN_NONE;
@@ -1432,8 +1433,10 @@ static PyObject *Lease_repr (LeaseObject *self)
 
 static PyMethodDef Lease_methods[] = {
    { "renew", (PyCFunction)(void (*) (void))Lease_renew, METH_VARARGS | METH_KEYWORDS,
-     "renew($self, /, ttl=None)\n--\n\nExtends the lease to ttl seconds from now (database "
-     "clock); None keeps its TTL. Raises NotHeld or LockLost when it is no longer ours." },
+     "renew($self, /, ttl=None, min_hold=None)\n--\n\nExtends the lease to ttl seconds from now "
+     "(database clock); None keeps its TTL. With min_hold, a release then keeps the key taken "
+     "until at least min_hold seconds after this renew (a minimum hold is only ever lengthened). "
+     "Raises NotHeld or LockLost when it is no longer ours." },
    { "release", (PyCFunction)Lease_release, METH_NOARGS,
      "release($self, /)\n--\n\nReleases the lease. Raises NotHeld when this owner no longer holds "
      "it." },

@@ -285,6 +285,64 @@ static void test_min_hold (void)
    leaselock_client_destroy (b);
 }
 
+/* Time left on k's record as b sees it, -1 when it has none. */
+static int64_t left_ms (leaselock_client_t *b, const char *k)
+{
+   leaselock_record_t rec;
+   bool found = false;
+   leaselock_error_t err;
+   if (!leaselock_inspect (b, k, strlen (k), &rec, &found, &err) || !found)
+      return -1;
+   return rec.expires_in_ms;
+}
+
+/* leaselock_lease_extend: a renew that also extends the minimum hold,
+ * counted from the renew; it never shortens one given before. */
+static void test_extend_min_hold (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb;
+   bool ok = acq (a, key ("extend"), opts (5000, false), &la, &err);
+   CHECK_OK (ok, err);
+   t_sleep (300);
+   ok = leaselock_lease_extend (la, 0, 3000, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_release (la, &err);
+   CHECK_OK (ok, err);
+   /* 3 s from the renew, not from the acquire 300 ms before it */
+   int64_t left = left_ms (b, key ("extend"));
+   CHECK (left > 2000 && left <= 3100);
+   ok = acq (b, key ("extend"), opts (5000, false), &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY);
+   leaselock_lease_destroy (la);
+
+   /* a shorter minimum hold leaves the longer one given at acquire */
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.min_hold_ms = 3000;
+   ok = acq (a, key ("extend2"), o, &la, &err);
+   CHECK_OK (ok, err);
+   ok = leaselock_lease_extend (la, 4000, 0, &err);
+   CHECK_OK (ok, err);
+   CHECK (leaselock_lease_ttl_ms (la) == 4000);
+   ok = leaselock_lease_release (la, &err);
+   CHECK_OK (ok, err);
+   left = left_ms (b, key ("extend2"));
+   CHECK (left > 2000 && left <= 3000);
+
+   /* bad minimum holds: nothing is sent */
+   ok = leaselock_lease_extend (la, 0, -2, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "min_hold must not be negative");
+   ok = leaselock_lease_extend (la, 0, LEASELOCK_TTL_MAX_MS + 1, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "min_hold must be at most 30 days");
+   ok = leaselock_lease_extend (NULL, 0, 0, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "lease is NULL");
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
 static void test_inspect (void)
 {
    leaselock_client_t *c = client ("inspect-label");
@@ -2134,6 +2192,7 @@ int main (int argc, char **argv)
    RUN (test_renew);
    RUN (test_renew_after_force_release);
    RUN (test_min_hold);
+   RUN (test_extend_min_hold);
    RUN (test_inspect);
    RUN (test_list_prefix);
    RUN (test_list_callback_reenters);

@@ -956,3 +956,50 @@ describe("observability", function()
     c:close()
   end)
 end)
+
+-- lease:renew([ttl [, min_hold]]): a renew that also extends the minimum
+-- hold, counted from the renew; it never shortens one given before.
+for _, backend in ipairs(H.backends()) do
+  describe("renew with min_hold on " .. backend.name, function()
+    local client, other
+
+    setup(function()
+      client = assert(leaselock.connect(backend.uri, { label = "busted-extend" }))
+      other = assert(leaselock.connect(backend.uri, { label = "busted-extend-other" }))
+    end)
+
+    teardown(function()
+      client:close()
+      other:close()
+    end)
+
+    it("keeps the key taken min_hold after the renew", function()
+      local k = H.key("extend")
+      local l = assert(client:lock(k, { ttl = 10 }):try_acquire())
+      H.sleep(0.3)
+      assert.is_true(l:renew(nil, 3))
+      assert.is_true(l:release())
+      local left = assert(other:info(k)).expires_in
+      assert.is_true(left > 2.0 and left <= 3.1, "left " .. tostring(left))
+      assert.is_nil(other:lock(k):try_acquire())
+    end)
+
+    it("never shortens a minimum hold", function()
+      local k = H.key("extend2")
+      local l = assert(client:lock(k, { ttl = 10, min_hold = 3 }):try_acquire())
+      assert.is_true(l:renew(4, 0))
+      assert.is_true(l:release())
+      local left = assert(other:info(k)).expires_in
+      assert.is_true(left > 2.0 and left <= 3.0, "left " .. tostring(left))
+    end)
+
+    it("raises for a bad min_hold", function()
+      local l = assert(client:lock(H.key("extend3"), { ttl = 10 }):try_acquire())
+      local ok, err = pcall(l.renew, l, nil, -1)
+      assert.is_false(ok)
+      assert.matches("bad argument #2 to 'renew' %(min_hold", err)
+      assert.is_true(l:held())
+      assert.is_true(l:release())
+    end)
+  end)
+end
