@@ -18,22 +18,32 @@ The leases, their renewal, expiry and fencing are the C core's (the
 leaselock._leaselock extension); leaselock._lock adds the Python
 conveniences: Lock objects, context managers, the decorator and asyncio.
 """
-from ._leaselock import __version__
-from ._lock import (
+from ._leaselock import (
     BackendError,
-    Client,
-    Holder,
     Lease,
-    Lock,
     LockError,
     LockLost,
     LockTimeout,
     NotHeld,
-    Record,
-    __all__,
-    connect,
+    __version__,
     default_uri,
 )
+from ._lock import Client, Holder, Lock, Record, connect
+
+__all__ = [
+    "connect",
+    "Client",
+    "Lock",
+    "Lease",
+    "Holder",
+    "Record",
+    "LockError",
+    "LockTimeout",
+    "NotHeld",
+    "LockLost",
+    "BackendError",
+    "default_uri",
+]
 
 # The public classes of the pure-Python layer show as leaselock's own.
 for _cls in (Client, Holder, Lock, Record):

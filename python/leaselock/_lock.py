@@ -41,21 +41,6 @@ from ._leaselock import (
     default_uri,
 )
 
-__all__ = [
-    "connect",
-    "Client",
-    "Lock",
-    "Lease",
-    "Holder",
-    "Record",
-    "LockError",
-    "LockTimeout",
-    "NotHeld",
-    "LockLost",
-    "BackendError",
-    "default_uri",
-]
-
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
@@ -102,7 +87,10 @@ def connect(uri: Optional[str] = None, *, label: Optional[str] = None) -> "Clien
     return Client(uri, label=label)
 
 
-def _error(cls: type[BaseException], message: str, code: str = "INVALID") -> Any:
+E = TypeVar("E", bound=BaseException)
+
+
+def _error(cls: type[E], message: str, code: str = "INVALID") -> E:
     """cls(message) carrying code (INVALID: as the extension raises for bad
     arguments and use after close)."""
     e = cls(message)
@@ -142,7 +130,7 @@ class _Skipping(Protocol):
     does)."""
 
     @overload
-    def __call__(  # type: ignore[overload-overlap]
+    def __call__(
         self, fn: Callable[P, Coroutine[Any, Any, T]], /
     ) -> Callable[P, Coroutine[Any, Any, Optional[T]]]: ...
 
@@ -256,7 +244,7 @@ class Client(_leaselock.Client):
 
             return wrapper
 
-        return decorate  # type: ignore[return-value]
+        return decorate
 
     def info(self, key: str) -> Optional[Record]:
         """The record of key as the database holds it, or None: key, owner
