@@ -113,6 +113,31 @@ def _ms(value: object, name: str, kind: str) -> int:
                  f"datetime.timedelta{none}, not {type(value).__name__}")
 
 
+# Lease.renew takes durations as the rest of the package does: seconds or a
+# datetime.timedelta. The extension's method takes seconds; this wrapper,
+# set on the extension's type, converts a timedelta (for ttl and for any
+# other keyword duration the method takes) and leaves the checks of values
+# to the method. inspect.signature() and help() show the method's own.
+_c_renew = Lease.renew
+
+
+@functools.wraps(_c_renew)
+def _renew(self: Lease, /, ttl: Optional[Duration] = None, **kwargs: Any) -> None:
+    if isinstance(ttl, timedelta):
+        ttl = ttl.total_seconds()
+    elif ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
+        raise _error(TypeError, "ttl must be a number of seconds (int or float) or a "
+                     f"datetime.timedelta or None, not {type(ttl).__name__}")
+    for name, value in kwargs.items():
+        if isinstance(value, timedelta):
+            kwargs[name] = value.total_seconds()
+    _c_renew(self, ttl, **kwargs)
+
+
+_renew.__doc__ = f"{_c_renew.__doc__ or ''} Durations may also be datetime.timedelta.".strip()
+setattr(Lease, "renew", _renew)
+
+
 def _record(t: tuple[str, Optional[str], int, int, str, int, Optional[str]]) -> Record:
     key, owner, fence, expires_ms, host, pid, label = t
     return {

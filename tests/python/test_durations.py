@@ -16,6 +16,9 @@ def c(sqlite_uri):
         yield client
 
 
+NUMBER_OR_TIMEDELTA = "must be a number of seconds (int or float) or a datetime.timedelta"
+
+
 def test_timedelta_ttl_and_min_hold(c, key):
     lock = c.lock(key, ttl=timedelta(seconds=90), min_hold=timedelta(milliseconds=1500))
     assert lock.ttl == 90.0 and lock.min_hold == 1.5
@@ -60,6 +63,40 @@ def test_timedelta_timeouts(c, key):
     lease.release()
 
 
+def test_renew_takes_a_timedelta(c, key):
+    lease = c.lock(key, ttl=5).acquire()
+    lease.renew(timedelta(minutes=1))
+    assert lease.ttl == 60.0 and 55 < c.info(key)["expires_in"] <= 60
+    lease.renew(ttl=timedelta(seconds=20))
+    assert lease.ttl == 20.0
+    lease.renew(7.5)
+    assert lease.ttl == 7.5
+    lease.renew()  # keeps its TTL
+    assert lease.ttl == 7.5
+    for bad, exc, msg in [
+        (timedelta(0), ValueError, "ttl must be greater than 0 (got 0 s)"),
+        (timedelta(seconds=-1), ValueError, "ttl must not be negative (got -1 s)"),
+        (timedelta(days=31), ValueError, "ttl must be at most 30 days"),
+        ("5", TypeError, f"ttl {NUMBER_OR_TIMEDELTA} or None, not str"),
+        (True, TypeError, f"ttl {NUMBER_OR_TIMEDELTA} or None, not bool"),
+    ]:
+        with pytest.raises(exc) as e:
+            lease.renew(bad)
+        assert type(e.value) is exc and str(e.value).startswith(msg), str(e.value)
+        assert e.value.code == "INVALID"
+    assert lease.held and lease.ttl == 7.5
+    lease.release()
+
+
+def test_renew_shows_the_extensions_signature():
+    import inspect
+
+    assert leaselock.Lease.renew.__name__ == "renew"
+    assert "ttl" in inspect.signature(leaselock.Lease.renew).parameters
+    assert "ttl" in leaselock.Lease.renew.__doc__
+    assert leaselock.Lease.renew.__doc__.endswith("Durations may also be datetime.timedelta.")
+
+
 def test_timedelta_sub_millisecond(c, key):
     # As with numbers: a timeout or min_hold under 1 ms rounds up to 1 ms,
     # a TTL under 1 ms is refused.
@@ -71,8 +108,6 @@ def test_timedelta_sub_millisecond(c, key):
     assert str(e.value) == "ttl must be at least 0.001 s (1 ms), got 0.0005 s"
     assert e.value.code == "INVALID"
 
-
-NUMBER_OR_TIMEDELTA = "must be a number of seconds (int or float) or a datetime.timedelta"
 
 BAD = [
     ("ttl str", lambda c: c.lock("k", ttl="30s"), TypeError,
