@@ -8,7 +8,8 @@
 #                       API's types (tests/python/typing_check.py)
 #   make test-python-versions
 #                       builds and runs tests/python (on SQLite) with each
-#                       CPython of PY_VERSIONS found under ~/.pyenv/versions;
+#                       CPython of PY_VERSIONS found under ~/.pyenv/versions
+#                       (except $(PYTHON) itself, which test-python runs);
 #                       one missing is reported as skipped
 #   make demo-python    processes taking turns on one key (embedded default)
 #   make bench-python   with-lock pairs/s vs the C core vs pure pymongo
@@ -68,7 +69,7 @@ PY_VERSIONS ?= 3.11 3.12 3.13
 PY_VERSIONS_DEPS ?= pytest>=7 $(HYPOTHESIS_SPEC) setuptools>=61
 
 test-python-versions:
-	@PY_VERSIONS_DEPS='$(PY_VERSIONS_DEPS)' bash tests/python/run_versions.sh $(BUILD) $(PY_VERSIONS)
+	@PYTHON='$(PYTHON)' PY_VERSIONS_DEPS='$(PY_VERSIONS_DEPS)' bash tests/python/run_versions.sh $(BUILD) $(PY_VERSIONS)
 
 demo-python: $(PY_BUILD)/.built
 	PYTHONPATH=$(abspath $(PY_LIB)) $(PYTHON) examples/python_demo.py

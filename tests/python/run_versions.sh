@@ -10,12 +10,16 @@
 #
 #   tests/python/run_versions.sh BUILD VERSION...
 # Environment: PY_VERSIONS_DEPS (pip requirement specs, one argument each,
-# separated by spaces), PYTEST_ARGS.
+# separated by spaces), PYTEST_ARGS, PYTHON (the python suite's interpreter:
+# a version that is the very same interpreter is not run a second time,
+# and says so).
 set -uo pipefail
 build=$1; shift
 top=$(cd "$(dirname "$0")/../.." && pwd)
 versions_dir=${PYENV_ROOT:-$HOME/.pyenv}/versions
 shown_dir=${versions_dir/#$HOME/\~}
+real_exe='import os, sys; print(os.path.realpath(sys.executable))'
+default_exe=$(${PYTHON:-python3} -c "$real_exe" 2>/dev/null)
 read -r -a deps_specs <<< "${PY_VERSIONS_DEPS:-pytest>=7 hypothesis>=6.80,<7 setuptools>=61}"
 ran=(); skipped=(); failed=()
 
@@ -28,6 +32,11 @@ for v in "$@"; do
     continue
   fi
   full=$("$py" -c 'import platform; print(platform.python_version())')
+  if [ -n "$default_exe" ] && [ "$("$py" -c "$real_exe")" = "$default_exe" ]; then
+    echo "python$v: $full is ${PYTHON:-python3}, which the python suite builds and tests on every backend: not run twice"
+    ran+=("$full(python suite)")
+    continue
+  fi
   out=$top/$build/python-versions/$full
   deps=$out/deps
   mkdir -p "$out"
