@@ -8,9 +8,12 @@ Then a scheduled-job decorator: whoever finds the job already running skips.
     make demo-python      (or: PYTHONPATH=... python3 examples/python_demo.py)
 """
 import multiprocessing
+import multiprocessing.context
+import multiprocessing.queues
 import os
 import sys
 import time
+from typing import Any, Callable
 
 import leaselock
 
@@ -28,17 +31,18 @@ def worker(n: int) -> None:
             time.sleep(0.3)  # time for the others to get their turn
 
 
-def nightly(n: int, out) -> None:
+def nightly(n: int, out: "multiprocessing.queues.Queue[str]") -> None:
     with leaselock.connect() as client:
         @client.locked("demo/python/nightly", ttl=10)
-        def job():
+        def job() -> str:
             time.sleep(0.3)
             return f"worker {n} ran the job"
 
         out.put(job() or f"worker {n} skipped: already running elsewhere")
 
 
-def run(ctx, target, args_list) -> None:
+def run(ctx: multiprocessing.context.SpawnContext, target: Callable[..., None],
+        args_list: list[tuple[Any, ...]]) -> None:
     """Starts one process per args, waits for them all, and ends the demo
     with an error when any of them failed."""
     procs = [ctx.Process(target=target, args=args) for args in args_list]
@@ -59,13 +63,14 @@ def main() -> None:
     run(ctx, worker, [(n,) for n in range(3)])
 
     print("a scheduled job started by three processes at once:")
-    q = ctx.Queue()
+    q: "multiprocessing.queues.Queue[str]" = ctx.Queue()
     run(ctx, nightly, [(n, q) for n in range(3)])
     for _ in range(3):
         print("  " + q.get(timeout=10))
 
     with leaselock.connect() as client:
         rec = client.info(KEY)
+        assert rec is not None  # the workers made it
         print(f"record now: fence {rec['fence']}, owner {rec['owner']}, "
               f"last holder {rec['holder'].label!r} pid {rec['holder'].pid}")
 

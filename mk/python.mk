@@ -3,12 +3,20 @@
 #
 #   make test-python    builds into $(BUILD)/python/lib, runs tests/python with
 #                       pytest on SQLite and every server whose URI is set
+#   make test-python-typing
+#                       mypy --strict on the package, examples/*.py and the
+#                       API's types (tests/python/typing_check.py)
+#   make test-python-versions
+#                       builds and runs tests/python (on SQLite) with each
+#                       CPython of PY_VERSIONS found under ~/.pyenv/versions
+#                       (except $(PYTHON) itself, which test-python runs);
+#                       one missing is reported as skipped
 #   make demo-python    processes taking turns on one key (embedded default)
 #   make bench-python   with-lock pairs/s vs the C core vs pure pymongo
 #
 # Development build in the source tree: python3 setup.py build_ext --inplace
 
-TEST_SUITES += python
+TEST_SUITES += python python-typing python-versions
 DEMOS += python
 
 PY_BUILD = $(BUILD)/python
@@ -18,7 +26,7 @@ PY_SRCS = setup.py python/_leaselock.c $(wildcard python/leaselock/*.py python/l
 	csrc/SOURCES $(LL_SOURCES) csrc/leaselock.h csrc/ll_internal.h
 PYTEST_ARGS ?=
 
-.PHONY: python-ext test-python demo-python bench-python
+.PHONY: python-ext test-python test-python-typing test-python-versions demo-python bench-python
 
 # setup.py compiles the same sources as the Makefile (csrc/SOURCES) with the
 # same pkg-config detection; LEASELOCK_WERROR adds -Wall -Wextra -Werror.
@@ -30,18 +38,38 @@ $(PY_BUILD)/.built: $(PY_SRCS)
 
 python-ext: $(PY_BUILD)/.built
 
-# Test-only packages (Hypothesis for the property tests), from PyPI into a
-# directory of our own that test-python puts on PYTHONPATH.
+# Test-only packages (Hypothesis for the property tests, mypy for the
+# typing suite), from PyPI into a directory of our own that the suites put
+# on PYTHONPATH.
 PY_TEST_DEPS = $(BUILD)/pytest-deps
 HYPOTHESIS_SPEC ?= hypothesis>=6.80,<7
+MYPY_SPEC ?= mypy>=1.11,<3
 
 $(PY_TEST_DEPS)/.ready: mk/python.mk
-	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(PY_TEST_DEPS) '$(HYPOTHESIS_SPEC)'
+	rm -rf $(PY_TEST_DEPS)
+	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(PY_TEST_DEPS) \
+	  '$(HYPOTHESIS_SPEC)' '$(MYPY_SPEC)'
 	@touch $@
 
 test-python: $(PY_BUILD)/.built $(PY_TEST_DEPS)/.ready
 	cd tests/python && PYTHONPATH=$(abspath $(PY_LIB)):$(abspath $(PY_TEST_DEPS)) PYTHONDONTWRITEBYTECODE=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) .
+
+# The package's own types and the examples, as a user's mypy --strict sees
+# them (the .pyi stub stands for the extension: no build needed).
+PY_TYPED = python/leaselock $(wildcard examples/*.py) tests/python/typing_check.py
+
+test-python-typing: $(PY_TEST_DEPS)/.ready
+	PYTHONPATH=$(abspath $(PY_TEST_DEPS)) MYPYPATH=python $(PYTHON) -m mypy --strict \
+	  --cache-dir $(BUILD)/mypy-cache $(PY_TYPED)
+
+# CPython versions the package supports (pyproject's requires-python and
+# classifiers); each is built and tested with its own interpreter.
+PY_VERSIONS ?= 3.11 3.12 3.13
+PY_VERSIONS_DEPS ?= pytest>=7 $(HYPOTHESIS_SPEC) setuptools>=61
+
+test-python-versions:
+	@PYTHON='$(PYTHON)' PY_VERSIONS_DEPS='$(PY_VERSIONS_DEPS)' bash tests/python/run_versions.sh $(BUILD) $(PY_VERSIONS)
 
 demo-python: $(PY_BUILD)/.built
 	PYTHONPATH=$(abspath $(PY_LIB)) $(PYTHON) examples/python_demo.py

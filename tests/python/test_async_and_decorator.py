@@ -57,10 +57,6 @@ def test_async_timeout(client, other, key):
     held.release()
 
 
-def _acquire_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("leaselock-acquire")]
-
-
 def test_async_cancel_stops_the_wait(client, other, key):
     held = other.lock(key).acquire()
 
@@ -71,11 +67,8 @@ def test_async_cancel_stops_the_wait(client, other, key):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        # The worker thread notices the cancel within its poll interval.
-        deadline = time.monotonic() + 5
-        while _acquire_threads() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert not _acquire_threads()
+        # No thread was left waiting: the wait is the task's own.
+        assert not [t for t in threading.enumerate() if t.name.startswith("leaselock-acquire")]
 
     asyncio.run(main())
     held.release()
@@ -273,3 +266,72 @@ def test_a_new_task_does_not_inherit_an_ended_tasks_lease(client, other, key):
 
     asyncio.run(main())
     assert other.info(key)["owner"] is None
+
+
+# A positive timeout without raise_on_busy skips the call too (returns None)
+# once the lock stayed busy that long; with raise_on_busy it raises
+# LockTimeout (code TIMEOUT).
+def test_locked_decorator_positive_timeout_skips(client, other, key):
+    calls = []
+
+    @client.locked(key, timeout=0.3)
+    def job(x):
+        calls.append(x)
+        return x
+
+    held = other.lock(key).acquire()
+    t0 = time.monotonic()
+    assert job(1) is None and calls == []
+    assert time.monotonic() - t0 >= 0.29  # it waited the timeout first
+    held.release()
+    assert job(2) == 2 and calls == [2]
+
+
+def test_locked_decorator_positive_timeout_raises(client, other, key):
+    @client.locked(key, timeout=0.3, raise_on_busy=True)
+    def job():
+        return "ran"
+
+    held = other.lock(key).acquire()
+    with pytest.raises(leaselock.LockTimeout) as e:
+        job()
+    assert e.value.code == "TIMEOUT"
+    assert str(e.value).startswith("timed out after ")
+    assert key in str(e.value)
+    held.release()
+    assert job() == "ran"
+
+
+def test_locked_decorator_positive_timeout_gets_the_lock_freed_meanwhile(client, other, key):
+    @client.locked(key, timeout=5)
+    def job():
+        return "ran"
+
+    held = other.lock(key).acquire()
+    threading.Timer(0.2, held.release).start()
+    assert job() == "ran"
+
+
+def test_locked_decorator_async_positive_timeout(client, other, key):
+    @client.locked(key, timeout=0.3)
+    async def job():
+        return "ran"
+
+    @client.locked(key, timeout=0.3, raise_on_busy=True)
+    async def strict():
+        return "ran"
+
+    async def main():
+        held = other.lock(key).acquire()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        assert await job() is None
+        assert loop.time() - t0 >= 0.29
+        with pytest.raises(leaselock.LockTimeout) as e:
+            await strict()
+        assert e.value.code == "TIMEOUT"
+        assert str(e.value).startswith("timed out after ") and key in str(e.value)
+        held.release()
+        assert await job() == "ran" and await strict() == "ran"
+
+    asyncio.run(main())

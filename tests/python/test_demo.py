@@ -38,3 +38,16 @@ def test_demo_fails_when_a_scheduled_job_worker_fails(demo, monkeypatch, capsys)
         demo.main()
     assert e.value.code not in (None, 0)
     assert "_exit workers failed" in capsys.readouterr().err
+
+
+def test_typed_example_runs(tmp_path, capsys):
+    path = DEMO.parent / "python_typed.py"
+    spec = importlib.util.spec_from_file_location("python_typed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(f"sqlite://{tmp_path}/typed.db")
+    out = capsys.readouterr().out
+    assert "report: 10" in out and "strict report: 10" in out
+    assert "feed: refreshed https://example.org/feed" in out
+    assert "five tasks took turns, fences [1, 2, 3, 4, 5]" in out
+    assert "example/turns: fence 5, owner None" in out

@@ -1,0 +1,814 @@
+"""The package's Python layer: clients, Lock objects, context managers, the
+decorator and asyncio, over the C core (leaselock._leaselock). The public
+names are re-exported by leaselock/__init__.py; nothing here is public by
+itself."""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import inspect
+import os
+import random
+import threading
+import weakref
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Literal,
+    NamedTuple,
+    Optional,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Union,
+    overload,
+)
+
+from . import _leaselock
+from ._leaselock import (
+    BackendError,
+    Lease,
+    LockError,
+    LockLost,
+    LockTimeout,
+    NotHeld,
+    default_uri,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+#: A duration: seconds (int or float) or a datetime.timedelta.
+Duration = Union[float, timedelta]
+
+
+class Holder(NamedTuple):
+    """Who holds (or last held) a lease: for inspection only."""
+
+    host: str
+    pid: int
+    label: Optional[str]
+
+
+class Record(TypedDict):
+    """A lock's record as the database holds it (client.info(), client.locks()):
+    a plain dict with these keys."""
+
+    key: str
+    #: None once released (or force-released).
+    owner: Optional[str]
+    fence: int
+    #: Seconds left by the database's clock; <= 0 when expired.
+    expires_in: float
+    holder: Holder
+
+
+_check_key = _leaselock._check_key
+_get_running_loop = asyncio._get_running_loop
+_seconds = _leaselock._seconds
+
+# Every open client and every Lock, so exit can release and a forked
+# child can forget what its parent's threads held.
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_locks: "weakref.WeakSet[Lock]" = weakref.WeakSet()
+
+
+def connect(uri: Optional[str] = None, *, label: Optional[str] = None) -> "Client":
+    """Opens a client. uri None: $LEASELOCK_URI, else the embedded SQLite
+    default (see default_uri()). label (str) is stored with every lease as
+    holder info."""
+    return Client(uri, label=label)
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _error(cls: type[E], message: str, code: str = "INVALID") -> E:
+    """cls(message) carrying code (INVALID: as the extension raises for bad
+    arguments and use after close)."""
+    e = cls(message)
+    setattr(e, "code", code)
+    return e
+
+
+def _ms(value: object, name: str, kind: str) -> int:
+    """A duration in milliseconds: seconds (int or float) or a
+    datetime.timedelta; kind "ttl" (1 ms .. 30 days), "duration" (0 .. 30
+    days) or "timeout" (also None: forever). Bad types raise TypeError, bad
+    values ValueError, both with .code "INVALID"."""
+    if isinstance(value, timedelta):
+        return _seconds(value.total_seconds(), name, kind)
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+            value is None and kind == "timeout"):
+        return _seconds(value, name, kind)
+    none = " or None" if kind == "timeout" else ""
+    raise _error(TypeError, f"{name} must be a number of seconds (int or float) or a "
+                 f"datetime.timedelta{none}, not {type(value).__name__}")
+
+
+# Lease.renew takes durations as the rest of the package does: seconds or a
+# datetime.timedelta. The extension's method takes seconds; this wrapper,
+# set on the extension's type, converts a timedelta (for ttl and for any
+# other duration the method takes) and leaves the checks of values
+# to the method. inspect.signature() and help() show the method's own.
+_c_renew = getattr(Lease.renew, "__wrapped__", Lease.renew)  # once, also on a reload
+
+
+@functools.wraps(_c_renew)
+def _renew(self: Lease, /, ttl: Optional[Duration] = None, *args: Any, **kwargs: Any) -> None:
+    if isinstance(ttl, timedelta):
+        ttl = ttl.total_seconds()
+    elif ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
+        raise _error(TypeError, "ttl must be a number of seconds (int or float) or a "
+                     f"datetime.timedelta or None, not {type(ttl).__name__}")
+    args = tuple(a.total_seconds() if isinstance(a, timedelta) else a for a in args)
+    for name, value in kwargs.items():
+        if isinstance(value, timedelta):
+            kwargs[name] = value.total_seconds()
+    _c_renew(self, ttl, *args, **kwargs)
+
+
+_renew.__doc__ = f"{_c_renew.__doc__ or ''} Durations may also be datetime.timedelta.".strip()
+setattr(Lease, "renew", _renew)
+
+
+def _record(t: tuple[str, Optional[str], int, int, str, int, Optional[str]]) -> Record:
+    key, owner, fence, expires_ms, host, pid, label = t
+    return {
+        "key": key,
+        "owner": owner,
+        "fence": fence,
+        "expires_in": expires_ms / 1000.0,
+        "holder": Holder(host, pid, label),
+    }
+
+
+class _Skipping(Protocol):
+    """What client.locked(...) returns: a decorator whose functions return
+    None when the lock stays busy (coroutine functions: their coroutine
+    does)."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /
+    ) -> Callable[P, Coroutine[Any, Any, Optional[T]]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, Optional[R]]: ...
+
+
+class _Raising(Protocol):
+    """What client.locked(..., raise_on_busy=True) returns: a decorator that
+    keeps the function's signature (LockTimeout when the lock stays busy)."""
+
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+class Client(_leaselock.Client):
+    """A connection to one lock database. Thread-safe; a context manager
+    that closes it. close() releases the leases still held through it;
+    a client that is garbage collected without close() releases nothing
+    (its Lease objects release their own leases when they go)."""
+
+    def __init__(self, uri: Optional[str] = None, *, label: Optional[str] = None) -> None:
+        super().__init__(uri, label=label)
+        _clients.add(self)
+
+    def close(self, /) -> None:
+        """Releases the leases this client still holds and closes its
+        connections. Idempotent; any later use raises ValueError."""
+        try:
+            super().close()
+        finally:
+            _notify(None)  # asyncio waiters on this client stop waiting
+
+    def lock(
+        self,
+        key: str,
+        *,
+        ttl: Duration = 30.0,
+        min_hold: Duration = 0.0,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[[Lease], object]] = None,
+        on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+    ) -> "Lock":
+        """A Lock on key. Nothing is acquired yet. Durations are seconds or
+        datetime.timedelta. on_lost(lease) is called from the renewal
+        thread when a lease is lost; it needs auto_renew=True (ValueError
+        otherwise). on_renew_failed(lease, error, seconds_left) is called
+        from the renewal thread when an automatic renewal failed but the
+        lease is not lost yet (it is retried)."""
+        return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
+                    on_renew_failed=on_renew_failed)
+
+    @overload
+    def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
+               min_hold: Duration = ..., raise_on_busy: Literal[False] = ...) -> _Skipping: ...
+
+    @overload
+    def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
+               min_hold: Duration = ..., raise_on_busy: Literal[True]) -> _Raising: ...
+
+    def locked(
+        self,
+        key: str,
+        *,
+        ttl: Duration = 30.0,
+        timeout: Optional[Duration] = 0,
+        min_hold: Duration = 0.0,
+        raise_on_busy: bool = False,
+    ) -> Union[_Skipping, _Raising]:
+        """Decorator: runs the function under the lock. When the lock stays
+        busy for timeout seconds (0: one try; None: wait forever) the call
+        is skipped and returns None, or raises LockTimeout with
+        raise_on_busy=True. Works on coroutine functions too (their wait
+        does not block the event loop). The wrapped function keeps its
+        signature; its result type becomes Optional unless raise_on_busy."""
+        lock = self.lock(key, ttl=ttl, min_hold=min_hold)
+        timeout_ms = _ms(timeout, "timeout", "timeout")
+        if not isinstance(raise_on_busy, bool):
+            raise _error(TypeError,
+                         f"raise_on_busy must be a bool, not {type(raise_on_busy).__name__}")
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(fn):
+                raise _error(TypeError, f"locked() decorates a callable, not {type(fn).__name__}")
+            if inspect.iscoroutinefunction(fn):
+                @functools.wraps(fn)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    try:
+                        lease = await lock._acquire_async_ms(timeout_ms, register=False)
+                    except LockTimeout:
+                        if raise_on_busy:
+                            raise
+                        return None
+                    async with _AsyncLease(lease):
+                        return await fn(*args, **kwargs)
+
+                return async_wrapper
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    lease = lock._acquire_ms(timeout_ms, None)
+                except LockTimeout:  # waited timeout_ms: busy all along
+                    if raise_on_busy:
+                        raise
+                    return None
+                if lease is None:  # one try: busy
+                    if raise_on_busy:
+                        raise lock._busy_error()
+                    return None
+                try:
+                    with lease:
+                        return fn(*args, **kwargs)
+                finally:
+                    _notify(lock._key)
+
+            return wrapper
+
+        return decorate
+
+    def info(self, key: str) -> Optional[Record]:
+        """The record of key as the database holds it, or None: key, owner
+        (None once released), fence, expires_in (seconds by the database's
+        clock, <= 0 when expired) and holder (host, pid, label)."""
+        t = self._inspect(key)
+        return None if t is None else _record(t)
+
+    def locks(self, prefix: str = "") -> list[Record]:
+        """The records whose key starts with prefix, in key order."""
+        return [_record(t) for t in self._list(prefix)]
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<leaselock.Client {self.uri} ({self.backend}) {state}>"
+
+
+def _current_task() -> Optional["asyncio.Task[Any]"]:
+    """The asyncio task running on this thread, if any."""
+    loop = _get_running_loop()
+    return None if loop is None else asyncio.current_task(loop)
+
+
+# ---- asyncio: the wait without a thread per waiter ---------------------------
+#
+# A waiting task costs no OS thread. Each try is one non-blocking acquire
+# (timeout 0), run in a small shared pool (_POOL_THREADS threads for the
+# whole process, also used for releases); between tries the task sleeps on
+# its event loop for the core's backoff (full jitter, uniform in
+# 1 ms .. min(1 s, 5 ms * 2^attempt)), woken at once when the package
+# releases a lease on the same key in this process (_notify). The tasks of
+# one loop waiting on one key of one client queue up in a _Gate: only the
+# first polls the database, the others wait their turn in arrival order.
+
+_POOL_THREADS = 4
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_mu = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    pool = _pool
+    if pool is None:
+        with _pool_mu:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max_workers=_POOL_THREADS,
+                                           thread_name_prefix="leaselock-async")
+            pool = _pool
+    return pool
+
+
+# key -> the (loop, event) of each task polling for that key.
+_wakers: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+_wakers_mu = threading.Lock()
+
+
+def _notify(key: Optional[str]) -> None:
+    """A lease on key (None: any key) was released in this process: the
+    tasks polling for it try again now. Callable from any thread."""
+    with _wakers_mu:
+        if key is None:
+            targets = [w for ws in _wakers.values() for w in ws]
+        else:
+            targets = list(_wakers.get(key, ()))
+    for loop, event in targets:
+        try:
+            loop.call_soon_threadsafe(event.set)
+        except RuntimeError:  # its loop is closed
+            pass
+
+
+def _backoff(attempt: int) -> float:
+    """The core's backoff in seconds: uniform in 1 ms .. min(1 s, 5 ms * 2^attempt)."""
+    cap = min(1000, 5 << min(attempt, 10))
+    return random.randint(1, cap) / 1000.0
+
+
+class _Gate:
+    """The turn of the tasks of one loop waiting for one key of one client,
+    in arrival order."""
+
+    __slots__ = ("busy", "queue", "users")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: deque[asyncio.Future[bool]] = deque()
+        self.users = 0
+
+    async def enter(self, loop: asyncio.AbstractEventLoop, deadline: Optional[float]) -> bool:
+        """Waits for the turn: True once it is ours, False when the
+        deadline (loop time) passed first."""
+        if not self.busy and not self.queue:
+            self.busy = True
+            return True
+        fut: asyncio.Future[bool] = loop.create_future()
+        self.queue.append(fut)
+        timer = None if deadline is None else loop.call_at(deadline, _turn_timeout, fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.result():
+                self.leave()  # handed the turn, then cancelled: pass it on
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            try:
+                self.queue.remove(fut)
+            except ValueError:
+                pass
+
+    def leave(self) -> None:
+        while self.queue:
+            fut = self.queue.popleft()
+            if not fut.done():
+                fut.set_result(True)
+                return
+        self.busy = False
+
+
+def _turn_timeout(fut: "asyncio.Future[bool]") -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
+# (loop, client, key) -> its gate, while a task uses it. Loops may run in
+# several threads: the mapping is shared, each gate is its loop's.
+_gates: dict[tuple[asyncio.AbstractEventLoop, Any, str], _Gate] = {}
+_gates_mu = threading.Lock()
+
+
+def _gate_use(where: tuple[asyncio.AbstractEventLoop, Any, str]) -> _Gate:
+    with _gates_mu:
+        gate = _gates.get(where)
+        if gate is None:
+            gate = _gates[where] = _Gate()
+        gate.users += 1
+        return gate
+
+
+def _gate_done(where: tuple[asyncio.AbstractEventLoop, Any, str], gate: _Gate) -> None:
+    with _gates_mu:
+        gate.users -= 1
+        if gate.users == 0 and _gates.get(where) is gate:
+            del _gates[where]
+
+
+async def _release_off_loop(lease: Lease) -> None:
+    """Releases lease in the pool, and waits for it even if cancelled."""
+    loop = asyncio.get_running_loop()
+    try:
+        done = loop.run_in_executor(_executor(), _release_quietly, lease)
+    except RuntimeError:  # the pool is shut down
+        _release_quietly(lease)
+        return
+    try:
+        await asyncio.shield(done)
+    except asyncio.CancelledError:
+        pass
+
+
+class Lock:
+    """A named lock on a client, like threading.Lock across processes and
+    machines: `with lock:`, `lock.acquire(timeout=...)` (returns the Lease),
+    `lock.release()`, `async with lock:`.
+
+    Not reentrant: a thread (or asyncio task) that holds it through this
+    Lock object and asks again gets RuntimeError instead of waiting for
+    itself. Several threads may share one Lock object; each waits its turn.
+
+    on_lost(lease) is called from the renewal thread when a lease taken
+    through this Lock is lost; it needs auto_renew=True, so passing it with
+    auto_renew=False raises ValueError.
+    """
+
+    __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
+                 "_on_renew_failed", "_threads", "_tasks", "__weakref__")
+
+    def __init__(self, client: _leaselock.Client, key: str, *, ttl: Duration = 30.0,
+                 min_hold: Duration = 0.0, auto_renew: bool = True,
+                 on_lost: Optional[Callable[[Lease], object]] = None,
+                 on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+                 ) -> None:
+        if not isinstance(client, _leaselock.Client):
+            raise _error(TypeError,
+                         f"client must be a leaselock.Client, not {type(client).__name__}")
+        self._key = _check_key(key, "key")
+        self._ttl_ms = _ms(ttl, "ttl", "ttl")
+        self._min_hold_ms = _ms(min_hold, "min_hold", "duration")
+        if not isinstance(auto_renew, bool):
+            raise _error(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
+        if on_lost is not None and not callable(on_lost):
+            raise _error(TypeError,
+                         f"on_lost must be callable or None, not {type(on_lost).__name__}")
+        if on_lost is not None and not auto_renew:
+            # The core calls on_lost from its renewal thread only.
+            raise _error(ValueError, "on_lost needs auto_renew=True: without renewal the "
+                         "loss is found only by the lease's own calls (lease.lost, "
+                         "renew(), release() or the with-block's exit)")
+        if client.closed:
+            raise _error(ValueError, "I/O operation on a closed client")
+        self._client = client
+        self._auto_renew = auto_renew
+        self._on_lost = on_lost
+        self._on_renew_failed = on_renew_failed
+        # What each thread, and each asyncio task, took through this Lock:
+        # [(lease, taken by a with-block on this Lock)], oldest first. Kept
+        # per thread in thread-local storage and per task in a weak-keyed
+        # mapping, not by thread or task id: both are reused once their
+        # thread or task is gone.
+        self._threads = threading.local()
+        self._tasks: "weakref.WeakKeyDictionary[asyncio.Task[Any], list[tuple[Lease, bool]]]" = \
+            weakref.WeakKeyDictionary()
+        _locks.add(self)
+
+    # -- properties ------------------------------------------------------
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def ttl(self) -> float:
+        return self._ttl_ms / 1000.0
+
+    @property
+    def min_hold(self) -> float:
+        return self._min_hold_ms / 1000.0
+
+    @property
+    def client(self) -> _leaselock.Client:
+        return self._client
+
+    # -- core calls --------------------------------------------------------
+    def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
+        return self._client._acquire(self._key, ttl_ms=self._ttl_ms, timeout_ms=timeout_ms,
+                                     min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
+                                     on_lost=self._on_lost, cancel=cancel,
+                                     on_renew_failed=self._on_renew_failed)
+
+    def _busy_error(self) -> LockTimeout:
+        return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")
+
+    def _timeout_error(self, waited: float) -> LockTimeout:
+        return _error(LockTimeout, f'timed out after {round(waited * 1000)} ms waiting for '
+                      f'"{self._key}" (held by another owner)', "TIMEOUT")
+
+    def _stack(self, create: bool = False) -> Optional[list[tuple[Lease, bool]]]:
+        """The leases of the calling task (else thread) through this Lock."""
+        task = _current_task()
+        stack: Optional[list[tuple[Lease, bool]]]
+        if task is not None:
+            stack = self._tasks.get(task)
+            if stack is None and create:
+                stack = self._tasks[task] = []
+            return stack
+        stack = getattr(self._threads, "stack", None)
+        if stack is None and create:
+            stack = self._threads.stack = []
+        return stack
+
+    def _mine(self) -> bool:
+        """True when the caller holds a lease through this Lock now. Reads
+        only: a lost lease stays until its with-block (or release()) ends."""
+        stack = self._stack()
+        return bool(stack) and any(lease.held for lease, _ in stack or ())
+
+    def _check_not_mine(self) -> None:
+        if self._mine():
+            who = "task" if _current_task() is not None else "thread"
+            raise _error(RuntimeError,
+                         f'"{self._key}" is already held by this {who} through this Lock; '
+                         "leaselock locks are not reentrant")
+
+    def _push(self, lease: Lease, block: bool) -> None:
+        """Records a lease the caller took; block: by entering a with-block
+        on the Lock, whose exit reports and releases that one lease."""
+        stack = self._stack(True)
+        assert stack is not None
+        if stack:
+            # Forget the leases released meanwhile (lease.release(), a
+            # with-block on the lease): neither held nor lost.
+            stack[:] = [e for e in stack if e[0].held or e[0].lost]
+        stack.append((lease, block))
+
+    def _take(self, timeout_ms: int, block: bool) -> Lease:
+        self._check_not_mine()
+        lease = self._acquire_ms(timeout_ms, None)
+        if lease is None:
+            raise self._busy_error()
+        self._push(lease, block)
+        return lease
+
+    def _pop_block(self) -> Optional[Lease]:
+        """Takes the lease of the caller's innermost with-block."""
+        stack = self._stack()
+        if stack:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][1]:
+                    return stack.pop(i)[0]
+        return None
+
+    # -- the threading.Lock-like API --------------------------------------------
+    def acquire(self, timeout: Optional[Duration] = None) -> Lease:
+        """Blocks until acquired (timeout in seconds or a timedelta; None:
+        forever; 0: one try) and returns the Lease (a context manager).
+        Raises LockTimeout when the time runs out. Ctrl-C stops the wait."""
+        return self._take(_ms(timeout, "timeout", "timeout"), False)
+
+    def try_acquire(self) -> Optional[Lease]:
+        """One try: the Lease, or None when another owner holds the key."""
+        self._check_not_mine()
+        lease = self._acquire_ms(0, None)
+        if lease is not None:
+            self._push(lease, False)
+        return lease
+
+    def release(self) -> None:
+        """Releases the lease this thread (or task) took last through this
+        Lock. Raises NotHeld when it holds none, or no longer holds it."""
+        stack = self._stack()
+        if not stack:
+            raise _error(NotHeld, f'"{self._key}" is not held by this thread through this Lock',
+                         "NOT_HELD")
+        try:
+            stack.pop()[0].release()
+        finally:
+            _notify(self._key)
+
+    def locked(self) -> bool:
+        """True when some owner holds the key now (by the database's clock),
+        including a released lease still inside its min_hold."""
+        t = self._client._inspect(self._key)
+        return t is not None and t[3] > 0  # expires_in (ms) by the database's clock
+
+    def __enter__(self) -> Lease:
+        return self._take(-1, True)
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        lease = self._pop_block()
+        if lease is not None:
+            try:
+                lease.__exit__(et, ev, tb)
+            finally:
+                _notify(self._key)
+
+    # -- asyncio -------------------------------------------------------------
+    async def _try_async(self, loop: asyncio.AbstractEventLoop) -> Optional[Lease]:
+        """One try (timeout 0) in the pool: the Lease, or None when busy. A
+        lease that arrives after the caller was cancelled is released."""
+        fut: asyncio.Future[Optional[Lease]] = loop.create_future()
+
+        def deliver(lease: Optional[Lease], exc: Optional[BaseException]) -> None:
+            if fut.cancelled():
+                # The task gave up while the try went on: never leak it.
+                if lease is not None:
+                    _executor().submit(_release_quietly, lease)
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(lease)
+
+        def work() -> None:
+            lease, exc = None, None
+            try:
+                lease = self._acquire_ms(0, None)
+            except BaseException as e:  # delivered to the awaiting task
+                exc = e
+            try:
+                loop.call_soon_threadsafe(deliver, lease, exc)
+            except RuntimeError:  # the loop is closed
+                if lease is not None:
+                    _release_quietly(lease)
+
+        _executor().submit(work)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # The lease was delivered, then the task was cancelled
+                # before it resumed: release it (off the event loop) before
+                # the cancellation goes on, whatever else cancels us.
+                lease = fut.result()
+                if lease is not None:
+                    await _release_off_loop(lease)
+            raise
+
+    async def _poll(self, loop: asyncio.AbstractEventLoop, start: float,
+                    deadline: Optional[float]) -> Lease:
+        """Tries until acquired or the deadline (loop time) passed, sleeping
+        on the loop between tries."""
+        event = asyncio.Event()
+        me = (loop, event)
+        with _wakers_mu:
+            _wakers.setdefault(self._key, set()).add(me)
+        try:
+            attempt = 0
+            while True:
+                event.clear()  # before the try: a release during it wakes us
+                lease = await self._try_async(loop)
+                if lease is not None:
+                    return lease
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    raise self._timeout_error(now - start)
+                delay = _backoff(attempt)
+                attempt += 1
+                if deadline is not None:
+                    delay = min(delay, deadline - now)
+                timer = loop.call_later(delay, event.set)
+                try:
+                    await event.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            with _wakers_mu:
+                waiters = _wakers.get(self._key)
+                if waiters is not None:
+                    waiters.discard(me)
+                    if not waiters:
+                        del _wakers[self._key]
+
+    async def _acquire_async_ms(self, timeout_ms: int, register: bool,
+                                block: bool = False) -> Lease:
+        loop = asyncio.get_running_loop()
+        if timeout_ms == 0:
+            lease = await self._try_async(loop)
+            if lease is None:
+                raise self._busy_error()
+        else:
+            start = loop.time()
+            deadline = None if timeout_ms < 0 else start + timeout_ms / 1000.0
+            where = (loop, self._client, self._key)
+            gate = _gate_use(where)
+            try:
+                if await gate.enter(loop, deadline):
+                    try:
+                        lease = await self._poll(loop, start, deadline)
+                    finally:
+                        gate.leave()
+                else:
+                    # The time ran out while others of this process waited
+                    # before us: one last try of our own.
+                    lease_or_none = await self._try_async(loop)
+                    if lease_or_none is None:
+                        raise self._timeout_error(loop.time() - start)
+                    lease = lease_or_none
+            finally:
+                _gate_done(where, gate)
+        if register:
+            self._push(lease, block)
+        return lease
+
+    async def acquire_async(self, timeout: Optional[Duration] = None) -> Lease:
+        """acquire() for asyncio: waits without blocking the event loop and
+        without a thread of its own. Cancelling the task stops the wait; an
+        acquire that completes after the cancellation is released at once."""
+        timeout_ms = _ms(timeout, "timeout", "timeout")
+        self._check_not_mine()
+        return await self._acquire_async_ms(timeout_ms, True)
+
+    async def __aenter__(self) -> Lease:
+        self._check_not_mine()
+        return await self._acquire_async_ms(-1, True, True)
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        lease = self._pop_block()
+        if lease is not None:
+            await _AsyncLease(lease).__aexit__(et, ev, tb)
+
+    def __repr__(self) -> str:
+        state = "not held here"
+        if self._mine():
+            state = f"held by this {'task' if _current_task() is not None else 'thread'}"
+        if self._client.closed:
+            state = "client closed"
+        return (f"<leaselock.Lock {self._key!r} ttl={self.ttl:g}s"
+                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} {state}>")
+
+
+class _AsyncLease:
+    """Releases a lease from the pool, so the event loop never waits on the
+    database."""
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+
+    async def __aenter__(self) -> Lease:
+        return self.lease
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(_executor(), self.lease.__exit__, et, ev, tb)
+        finally:
+            _notify(self.lease.key)
+
+
+def _release_quietly(lease: Lease) -> None:
+    try:
+        if lease.held:
+            lease.release()
+    except (LockError, ValueError):
+        pass
+    finally:
+        _notify(lease.key)
+
+
+def _after_fork_child() -> None:
+    # The child holds none of its parent's leases (the core refuses to act
+    # on them there): forget which threads held what. The pool's threads
+    # and the parent's event loops are not in the child.
+    global _pool, _pool_mu, _wakers_mu, _gates_mu
+    for lock in list(_locks):
+        lock._threads = threading.local()
+        lock._tasks = weakref.WeakKeyDictionary()
+    _pool = None
+    _pool_mu, _wakers_mu, _gates_mu = threading.Lock(), threading.Lock(), threading.Lock()
+    _wakers.clear()
+    _gates.clear()
+
+
+def _at_exit() -> None:
+    # Release what is still held, then keep the renewal threads away from
+    # the interpreter as it shuts down.
+    for client in list(_clients):
+        try:
+            client.close()
+        except Exception:
+            pass
+    _leaselock._shutdown()
+
+
+os.register_at_fork(after_in_child=_after_fork_child)
+atexit.register(_at_exit)
