@@ -213,7 +213,8 @@ def test_signatures_of_the_c_methods(client, key):
         return [(p.name, p.kind.name) for p in inspect.signature(f).parameters.values()]
 
     assert params(leaselock.Lease.renew) == [("self", "POSITIONAL_ONLY"),
-                                             ("ttl", "POSITIONAL_OR_KEYWORD")]
+                                             ("ttl", "POSITIONAL_OR_KEYWORD"),
+                                             ("min_hold", "POSITIONAL_OR_KEYWORD")]
     assert params(leaselock.Lease.release) == [("self", "POSITIONAL_ONLY")]
     assert params(leaselock.Client.close) == [("self", "POSITIONAL_ONLY")]
     assert params(leaselock.Client.force_release) == [("self", "POSITIONAL_ONLY"),
@@ -221,5 +222,5 @@ def test_signatures_of_the_c_methods(client, key):
     assert params(client.force_release) == [("key", "POSITIONAL_ONLY")]
     assert params(leaselock.default_uri) == []
     with client.lock(key) as lease:
-        assert str(inspect.signature(lease.renew)) == "(ttl=None)"
+        assert str(inspect.signature(lease.renew)) == "(ttl=None, min_hold=None)"
         assert inspect.signature(leaselock.Lease.renew).parameters["ttl"].default is None

@@ -38,3 +38,13 @@ def test_renew_bad_min_hold(client, key, bad, exc, message):
             lease.renew(min_hold=bad)
         assert isinstance(e.value, exc)
         assert lease.held
+
+
+def test_renew_min_hold_as_timedelta(client, other, key):
+    import datetime
+
+    lease = client.lock(key, ttl=10).acquire(timeout=5)
+    lease.renew(datetime.timedelta(seconds=8), min_hold=datetime.timedelta(seconds=3))
+    assert lease.ttl == 8
+    lease.release()
+    assert 2.0 < other.info(key)["expires_in"] <= 3.1
