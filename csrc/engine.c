@@ -63,6 +63,7 @@ struct leaselock_client
    pthread_mutex_t mu;        /* guards everything below */
    pid_t pid;                 /* process that owns the pool and the thread */
    bool closed;               /* leaselock_client_close has finished */
+   bool close_releases;       /* the close under way releases held leases */
    leaselock_lease_t *leases; /* every lease not yet destroyed */
    void *idle[POOL_MAX];
    int n_idle;
@@ -596,11 +597,13 @@ static void finish_close (leaselock_client_t *c, pid_t me)
 
 /* Marks c closing; false when it already was (after waiting, unless on
  * the renewal thread, for the close under way to finish). */
-static bool begin_close (leaselock_client_t *c, pid_t me)
+static bool begin_close (leaselock_client_t *c, pid_t me, bool release_held)
 {
    pthread_mutex_lock (&c->mu);
    reset_after_fork_locked (c, me);
    bool first = !atomic_load (&c->closing);
+   if (first)
+      c->close_releases = release_held;
    atomic_store (&c->closing, true);
    while (!first && !c->closed && !on_renewal_thread (c))
       ll_cond_wait_until (&c->cond, &c->mu, -1);
@@ -614,7 +617,7 @@ bool leaselock_client_close (leaselock_client_t *c, bool release_held, leaselock
    if (!c)
       return ll_error_set (error, LEASELOCK_INVALID, "client is NULL");
    pid_t me = getpid ();
-   if (!begin_close (c, me))
+   if (!begin_close (c, me, release_held))
       return true;
    wake_all_waiters ();
    stop_renewal (c);
@@ -1623,6 +1626,16 @@ static void log_release (leaselock_client_t *c,
    ll_log_flush (&c->obs);
 }
 
+/* Whether the client's state refuses a release by its user: once it is
+ * closing, unless that close releases held leases and has not finished (a
+ * lease released or destroyed by its user meanwhile must still be
+ * released: the close skips the leases whose release is under way, and
+ * forgets destroyed ones). Called with c->mu held. */
+static bool refuses_release_locked (const leaselock_client_t *c)
+{
+   return atomic_load (&c->closing) && !(c->close_releases && !c->closed);
+}
+
 /* The release of leaselock_lease_release, also made by
  * leaselock_client_close (by_close), which alone may release once the
  * client is closing. */
@@ -1631,7 +1644,7 @@ static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leasel
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
    leaselock_state_t st = l->state;
-   bool closed = !by_close && atomic_load (&c->closing);
+   bool closed = !by_close && refuses_release_locked (c);
    /* No renewal may start from now on; one in flight is harmless: the
     * owner check makes it fail once the release lands. */
    if (!closed && st != LEASELOCK_STATE_RELEASED && !l->lost_notify)
@@ -1692,7 +1705,7 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
    leaselock_client_t *c = l->client;
    if (l->pid == getpid ()) {
       pthread_mutex_lock (&c->mu);
-      bool release = !atomic_load (&c->closing) && l->state != LEASELOCK_STATE_RELEASED;
+      bool release = !refuses_release_locked (c) && l->state != LEASELOCK_STATE_RELEASED;
       pthread_mutex_unlock (&c->mu);
       if (release)
          leaselock_lease_release (l, NULL);

@@ -1328,6 +1328,60 @@ static void close_on_lost (leaselock_lease_t *lease, void *ud)
    atomic_fetch_add (&x->calls, 1);
 }
 
+/* A close that releases held leases, with the lease its user releases or
+ * destroys meanwhile (another thread, or a with-block ending on the
+ * close's error): that lease is released too. The close skips a lease
+ * whose release is under way and forgets a destroyed one, so the user's
+ * call must not be refused for the close. (Fake backend: a release reply
+ * held back keeps the close inside its releases.) */
+typedef struct closer
+{
+   leaselock_client_t *c;
+   bool ok;
+   leaselock_error_t err;
+} closer_t;
+
+static void *close_releasing (void *p)
+{
+   closer_t *x = p;
+   x->ok = leaselock_client_close (x->c, true, &x->err);
+   return NULL;
+}
+
+static void test_destroy_during_close (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *l1 = NULL, *l2 = NULL;
+   bool ok = acq (a, key ("dc1"), opts (10000, false), &l1, &err) &&
+             acq (a, key ("dc2"), opts (10000, false), &l2, &err);
+   CHECK_OK (ok, err);
+   fake_backend_hold_replies (FAKE_RELEASE, 1);
+   closer_t x = { .c = a };
+   pthread_t t;
+   CHECK (pthread_create (&t, NULL, close_releasing, &x) == 0);
+   for (int i = 0; i < 2000 && fake_backend_held () == 0; i++)
+      sleep_ms (1);
+   int held = fake_backend_held ();
+   leaselock_lease_destroy (l1); /* one of them is the close's, held back */
+   leaselock_lease_destroy (l2);
+   fake_backend_let_go ();
+   pthread_join (t, NULL);
+   CHECK_EQ (held, 1);
+   CHECK_OK (x.ok, x.err);
+   const char *keys[] = { key ("dc1"), key ("dc2") };
+   for (int i = 0; i < 2; i++) {
+      leaselock_record_t rec;
+      bool found = false;
+      ok = leaselock_inspect (b, keys[i], strlen (keys[i]), &rec, &found, &err);
+      CHECK_OK (ok, err);
+      CHECK (found && !strcmp (rec.owner, ""));
+   }
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
 /* on_lost may close its own client (from the renewal thread); destroy
  * then joins that thread. */
 static void test_close_from_on_lost (void)
@@ -2223,6 +2277,8 @@ int main (int argc, char **argv)
    RUN (test_close_releases_held);
    if (FAKE)
       RUN (test_close_release_fails);
+   if (FAKE)
+      RUN (test_destroy_during_close);
    RUN (test_close_stops_waiter);
    RUN (test_close_from_on_lost);
    RUN (test_bad_keys);
