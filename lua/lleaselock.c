@@ -1465,6 +1465,81 @@ static const char with_source[] = "local begin, finish = ...\n"
                                   "  return done(lease, pcall(fn, lease))\n"
                                   "end\n";
 
+/*
+ * lock:acquire_nb([opts]): the waiting acquire for OpenResty. One try is
+ * a one-try acquire (instant on SQLite, one round trip on a server
+ * backend); between tries it sleeps with ngx.sleep (or opts.sleep), so a
+ * waiting request yields to the worker's event loop. A C function cannot
+ * yield across ngx.sleep, so the loop is Lua (acquire_nb_source below),
+ * closed over this one try. Errors point at acquire_nb's caller.
+ */
+static int lock_try_nb (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 2, "acquire_nb");
+   lua_settop (L, 1);
+   return do_acquire (L, k, 2, "acquire_nb", 0);
+}
+
+/* The knobs are lua-resty-lock's: timeout (seconds slept in all, default
+ * 5; 0 tries once; math.huge waits forever), step (the first sleep,
+ * default 0.001), ratio (each sleep is the last times ratio, default 2),
+ * max_step (the longest sleep, default 0.5). */
+static const char acquire_nb_source[] =
+  "local try = ...\n"
+  "local type, error, pairs, tostring, ngx = type, error, pairs, tostring, ngx\n"
+  "local min, huge, fmt = math.min, math.huge, string.format\n"
+  "local known = { timeout = true, step = true, ratio = true, max_step = true, sleep = true }\n"
+  "local function bad(msg, level) error(\"bad argument #1 to 'acquire_nb' (\" .. msg .. \")\", "
+  "level or 3) end\n"
+  "local function num(opts, name, default, lo, lo_ok, allow_huge)\n"
+  "  local v = opts[name]\n"
+  "  if v == nil then return default end\n"
+  "  if type(v) ~= 'number' then bad(fmt('%s: number expected, got %s', name, type(v)), 4) end\n"
+  "  if v ~= v or (v == huge and not allow_huge) or v == -huge\n"
+  "     or v < lo or (v == lo and not lo_ok) then\n"
+  "    bad(fmt('%s must be a finite number %s %s, got %s', name, lo_ok and '>=' or '>', lo,\n"
+  "            tostring(v)), 4)\n"
+  "  end\n"
+  "  return v\n"
+  "end\n"
+  "return function(self, opts)\n"
+  "  if opts == nil then opts = {} end\n"
+  "  if type(opts) ~= 'table' then bad('table expected, got ' .. type(opts)) end\n"
+  "  for k in pairs(opts) do\n"
+  "    if not known[k] then bad('unknown option ' .. fmt('%q', tostring(k))) end\n"
+  "  end\n"
+  "  local timeout = num(opts, 'timeout', 5, 0, true, true)\n"
+  "  if timeout ~= huge and timeout > 30 * 86400 then\n"
+  "    bad(fmt('timeout must be at most 30 days or math.huge, got %s', tostring(timeout)))\n"
+  "  end\n"
+  "  local step = num(opts, 'step', 0.001, 0, false)\n"
+  "  local ratio = num(opts, 'ratio', 2, 1, true)\n"
+  "  local max_step = num(opts, 'max_step', 0.5, 0, false)\n"
+  "  local sleep = opts.sleep\n"
+  "  if sleep == nil then sleep = type(ngx) == 'table' and ngx.sleep or nil end\n"
+  "  if sleep == nil then\n"
+  "    bad('sleep: no ngx.sleep outside OpenResty; pass a sleep function')\n"
+  "  elseif type(sleep) ~= 'function' then\n"
+  "    bad('sleep: function expected, got ' .. type(sleep))\n"
+  "  end\n"
+  "  local lease, msg, code = try(self)\n"
+  "  if lease or code ~= 'BUSY' or timeout == 0 then return lease, msg, code end\n"
+  "  local slept = 0\n"
+  "  step = min(step, max_step)\n"
+  "  while true do\n"
+  "    local s = min(step, timeout - slept)\n"
+  "    sleep(s)\n"
+  "    slept = slept + s\n"
+  "    lease, msg, code = try(self)\n"
+  "    if lease or code ~= 'BUSY' then return lease, msg, code end\n"
+  "    if slept >= timeout then\n"
+  "      return nil, fmt('timed out after %.3f s waiting for %q (held by another owner)',\n"
+  "                      slept, self.key), 'TIMEOUT'\n"
+  "    end\n"
+  "    step = min(step * ratio, max_step)\n"
+  "  end\n"
+  "end\n";
+
 /* ---- registration --------------------------------------------------- */
 
 static const luaL_Reg client_methods[] = { { "lock", client_lock },
@@ -1537,6 +1612,14 @@ __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
    lua_pushcfunction (L, lease_with_finish);
    lua_call (L, 2, 1);
    lua_setfield (L, -2, "with");
+   /* methods.acquire_nb = the Lua wait loop, closed over one try */
+   if (luaL_loadbuffer (L, acquire_nb_source, sizeof acquire_nb_source - 1,
+                        "=leaselock.acquire_nb") != 0) {
+      return lua_error (L);
+   }
+   lua_pushcfunction (L, lock_try_nb);
+   lua_call (L, 1, 1);
+   lua_setfield (L, -2, "acquire_nb");
    lua_pop (L, 1);
    lua_pushcfunction (L, lock_tostring);
    lua_setfield (L, -2, "__tostring");

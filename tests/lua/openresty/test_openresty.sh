@@ -5,6 +5,9 @@
 # file under it. Many concurrent requests over several workers must never
 # overlap, the counter must equal the number of requests, and the fences
 # must increase in the order the holders wrote them.
+# Then, with one worker and no thread pool, lock:acquire_nb waits on the
+# event loop (ngx.sleep between one-try acquires) while /ping on the same
+# worker keeps being answered (nb_driver.py, SQLite).
 #
 # usage: test_openresty.sh /abs/path/to/jit/leaselock.so
 # Runs against SQLite, and MONGODB_URI / MYSQL_URI / POSTGRES_URI when set.
@@ -23,12 +26,7 @@ command -v curl >/dev/null || { echo "openresty: curl missing"; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-nginx.XXXXXX")
 nginx_pid=
 cleanup() {
-  if [ -n "$nginx_pid" ]; then
-    kill -QUIT "$nginx_pid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$nginx_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$nginx_pid" 2>/dev/null
-    wait "$nginx_pid" 2>/dev/null
-  fi
+  [ -n "$nginx_pid" ] && stop_nginx
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -81,16 +79,28 @@ http {
 }
 CONF
 
-nginx -p "$dir" -e "$dir/logs/error.log" -c "$dir/nginx.conf" &
-nginx_pid=$!
-for _ in $(seq 100); do
-  curl -fsS "http://127.0.0.1:$port/ping" >/dev/null 2>&1 && break
-  kill -0 "$nginx_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if ! curl -fsS "http://127.0.0.1:$port/ping" >/dev/null 2>&1; then
-  echo "openresty: nginx did not start"; cat "$dir/logs/error.log"; exit 1
-fi
+# start_nginx CONF: runs nginx with CONF in the foreground (nginx_pid) and
+# waits until $port answers /ping.
+start_nginx() {
+  nginx -p "$dir" -e "$dir/logs/error.log" -c "$1" &
+  nginx_pid=$!
+  for _ in $(seq 100); do
+    curl -fsS "http://127.0.0.1:$port/ping" >/dev/null 2>&1 && break
+    kill -0 "$nginx_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! curl -fsS "http://127.0.0.1:$port/ping" >/dev/null 2>&1; then
+    echo "openresty: nginx did not start"; cat "$dir/logs/error.log"; exit 1
+  fi
+}
+stop_nginx() {
+  kill -QUIT "$nginx_pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$nginx_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$nginx_pid" 2>/dev/null
+  wait "$nginx_pid" 2>/dev/null
+  nginx_pid=
+}
+start_nginx "$dir/nginx.conf"
 
 urlencode() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
 
@@ -128,6 +138,50 @@ for uri in "${uris[@]}"; do
     failed=$((failed + 1))
   fi
 done
+
+# The non-blocking wait: one worker, no thread pool. Requests wait with
+# lock:acquire_nb on the event loop (ngx.sleep between one-try acquires);
+# /ping on the same worker must keep being answered while they wait
+# (tests/lua/openresty/nb_driver.py says what is measured).
+stop_nginx
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$dir/nginx-nb.conf" <<CONF
+load_module $modules/ndk_http_module.so;
+load_module $modules/ngx_http_lua_module.so;
+$user_line
+daemon off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log notice;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  lua_package_cpath "$(dirname "$mod")/?.so;;";
+  lua_package_path "$here/?.lua;;";
+  server {
+    listen 127.0.0.1:$port;
+    location = /ping { return 200 "pong\n"; }
+    location = /take {
+      content_by_lua_block {
+        local a = ngx.req.get_uri_args()
+        require("ll_nb_handler").take(a.uri, a.key, tonumber(a.timeout), tonumber(a.hold))
+      }
+    }
+  }
+}
+CONF
+start_nginx "$dir/nginx-nb.conf"
+if python3 "$here/nb_driver.py" "$port" "sqlite://$dir/locks-nb.db" "nb/$(date +%s%N)"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+fi
+
 if grep -q '\[alert\]\|\[emerg\]\|\[crit\]' "$dir/logs/error.log"; then
   echo "FAIL: nginx logged errors:"; grep '\[alert\]\|\[emerg\]\|\[crit\]' "$dir/logs/error.log" | head
   failed=$((failed + 1))
