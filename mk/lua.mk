@@ -12,7 +12,8 @@
 #   make test-lua54      busted specs under lua5.4
 #   make test-luajit     the same specs under LuaJIT
 #   make test-openresty  nginx + lua module, a lease per request via
-#                        ngx.run_worker_thread
+#                        ngx.run_worker_thread; then lock:acquire_nb waits
+#                        (ngx.sleep) while the same worker answers others
 #   make test-luarock    `luarocks make` into a local tree, then a smoke run,
 #                        for Lua 5.4 and for LuaJIT
 #   make bench-lua       lock:with beside the C core (bench/lua/lbench.c, a
