@@ -40,6 +40,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <datetime.h>
 #include <structmember.h>
 
 #include "leaselock.h"
@@ -273,15 +274,16 @@ typedef enum
  * refused); DURATION 0 .. 30 days; TIMEOUT None/inf (forever, -1) or 0 ..
  * 30 days, 0 meaning one try. A DURATION or TIMEOUT above 0 but below
  * 1 ms rounds up to 1 ms. */
-static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t *ms)
+static int seconds_value (PyObject *v, const char *name, secs_kind_t kind, int64_t *ms)
 {
    if (kind == SECS_TIMEOUT && v == Py_None) {
       *ms = -1;
       return 0;
    }
    if (PyBool_Check (v) || !(PyFloat_Check (v) || PyLong_Check (v))) {
-      raise_type ("%s must be a number of seconds (int or float)%s, not %.100s", name,
-                  kind == SECS_TIMEOUT ? " or None" : "", Py_TYPE (v)->tp_name);
+      raise_type ("%s must be a number of seconds (int or float) or a datetime.timedelta%s, "
+                  "not %.100s",
+                  name, kind == SECS_TIMEOUT ? " or None" : "", Py_TYPE (v)->tp_name);
       return -1;
    }
    double d = PyFloat_AsDouble (v);
@@ -326,6 +328,20 @@ static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t
       v_ms = 1;
    *ms = v_ms;
    return 0;
+}
+
+/* A duration argument in milliseconds: seconds (int or float) or a
+ * datetime.timedelta, checked for kind (seconds_value says how). */
+static int seconds_arg (PyObject *v, const char *name, secs_kind_t kind, int64_t *ms)
+{
+   if (!PyDelta_Check (v))
+      return seconds_value (v, name, kind, ms);
+   PyObject *secs = PyObject_CallMethod (v, "total_seconds", NULL);
+   if (!secs)
+      return -1;
+   int rc = seconds_value (secs, name, kind, ms);
+   Py_DECREF (secs);
+   return rc;
 }
 
 /* ---- client: open or closed ------------------------------------------- */
@@ -1607,6 +1623,9 @@ static int logger_init (void)
 
 static int module_exec (PyObject *m)
 {
+   PyDateTime_IMPORT; /* seconds_arg takes datetime.timedelta */
+   if (!PyDateTimeAPI)
+      return -1;
    pthread_once (&pid_once, pid_init);
    if (logger_init () < 0)
       return -1;

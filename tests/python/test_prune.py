@@ -62,3 +62,14 @@ def test_prune_bad_arguments(sqlite_uri):
             c.prune(bogus=1)
     with pytest.raises(ValueError):
         c.prune()
+
+
+def test_prune_older_than_timedelta(client, key):
+    import datetime
+
+    _release(client, f"{key}/a")
+    assert client.prune(f"{key}/", older_than=datetime.timedelta(minutes=5)) == 0
+    assert client.prune(f"{key}/", older_than=datetime.timedelta(0)) == 1
+    with pytest.raises(TypeError, match="older_than must be a number of seconds "
+                       r"\(int or float\) or a datetime.timedelta, not str"):
+        client.prune(f"{key}/", older_than="1s")
