@@ -117,6 +117,7 @@ struct leaselock_lease
    int64_t acquired_ms;         /* local time the acquire was sent (stats) */
    int releasing;               /* releases of it in flight */
    bool close_tried;            /* leaselock_client_close tried to release it */
+   bool released_by_close;      /* and that release ended it */
    leaselock_lease_t *next;
    leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };
@@ -1643,8 +1644,15 @@ static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leasel
 {
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
+   /* A release of l already in flight (the user's, or a releasing
+    * close's) decides for this one too: sending a second would be answered
+    * "not yours" once the first landed. Bounded: that call is. */
+   bool waited = false;
+   for (; l->releasing > 0; waited = true)
+      ll_cond_wait_until (&c->cond, &c->mu, -1);
    leaselock_state_t st = l->state;
-   bool closed = !by_close && refuses_release_locked (c);
+   bool by_other_close = waited && l->released_by_close && !by_close;
+   bool closed = !by_close && !by_other_close && refuses_release_locked (c);
    /* No renewal may start from now on; one in flight is harmless: the
     * owner check makes it fail once the release lands. */
    if (!closed && st != LEASELOCK_STATE_RELEASED && !l->lost_notify)
@@ -1653,6 +1661,10 @@ static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leasel
    pthread_mutex_unlock (&c->mu);
    if (closed)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
+   /* Released meanwhile by the close the user raced with: done, as asked.
+    * A close finds a lease its user released meanwhile: nothing to do. */
+   if (st == LEASELOCK_STATE_RELEASED && (by_other_close || by_close))
+      return true;
    if (st == LEASELOCK_STATE_RELEASED)
       return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was already released",
                            LL_KEY_SHOWN (l->key, l->key_len));
@@ -1671,7 +1683,9 @@ static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leasel
 
    pthread_mutex_lock (&c->mu);
    release_done_locked (c, l, ok, was_sent, resent, err);
+   l->released_by_close = by_close && l->state == LEASELOCK_STATE_RELEASED;
    l->releasing--;
+   pthread_cond_broadcast (&c->cond); /* a release waiting for this one */
    pthread_mutex_unlock (&c->mu);
    if (ok) {
       bucket_wake (l->key, l->key_len);

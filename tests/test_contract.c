@@ -1348,6 +1348,14 @@ static void *close_releasing (void *p)
    return NULL;
 }
 
+static void *destroy_both (void *p)
+{
+   leaselock_lease_t **l = p;
+   leaselock_lease_destroy (l[0]);
+   leaselock_lease_destroy (l[1]);
+   return NULL;
+}
+
 static void test_destroy_during_close (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
@@ -1364,10 +1372,15 @@ static void test_destroy_during_close (void)
    for (int i = 0; i < 2000 && fake_backend_held () == 0; i++)
       sleep_ms (1);
    int held = fake_backend_held ();
-   leaselock_lease_destroy (l1); /* one of them is the close's, held back */
-   leaselock_lease_destroy (l2);
+   /* One of them is the close's, held back: its destroy waits for that
+    * release, so they run on their own thread. */
+   leaselock_lease_t *both[2] = { l1, l2 };
+   pthread_t td;
+   CHECK (pthread_create (&td, NULL, destroy_both, both) == 0);
+   sleep_ms (30);
    fake_backend_let_go ();
    pthread_join (t, NULL);
+   pthread_join (td, NULL);
    CHECK_EQ (held, 1);
    CHECK_OK (x.ok, x.err);
    const char *keys[] = { key ("dc1"), key ("dc2") };
@@ -1378,6 +1391,85 @@ static void test_destroy_during_close (void)
       CHECK_OK (ok, err);
       CHECK (found && !strcmp (rec.owner, ""));
    }
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* Two releases of one lease at once (a releasing close and the user's
+ * with-block ending, or two threads): the later waits for the earlier and
+ * shares its outcome instead of sending its own, which the database would
+ * answer "not yours" once the first landed. (Fake backend: the first
+ * release's reply is held back, so the second starts while it is in
+ * flight.) */
+typedef struct releaser
+{
+   leaselock_lease_t *l;
+   atomic_bool done;
+   bool ok;
+   leaselock_error_t err;
+} releaser_t;
+
+static void *release_thread (void *p)
+{
+   releaser_t *x = p;
+   x->ok = leaselock_lease_release (x->l, &x->err);
+   atomic_store (&x->done, true);
+   return NULL;
+}
+
+static void test_release_during_release (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *l1 = NULL, *l2 = NULL;
+   CHECK_OK (acq (a, key ("rr1"), opts (10000, true), &l1, &err), err);
+
+   /* The user's own two releases: the second reports "already released". */
+   fake_backend_hold_replies (FAKE_RELEASE, 1);
+   releaser_t first = { .l = l1 };
+   pthread_t t1;
+   CHECK (pthread_create (&t1, NULL, release_thread, &first) == 0);
+   for (int i = 0; i < 2000 && fake_backend_held () == 0; i++)
+      sleep_ms (1);
+   CHECK_EQ (fake_backend_held (), 1);
+   releaser_t second = { .l = l1 };
+   pthread_t t2;
+   CHECK (pthread_create (&t2, NULL, release_thread, &second) == 0);
+   sleep_ms (30);
+   CHECK (!atomic_load (&second.done)); /* waits for the first */
+   fake_backend_let_go ();
+   pthread_join (t1, NULL);
+   pthread_join (t2, NULL);
+   CHECK_OK (first.ok, first.err);
+   CHECK (!second.ok);
+   CHECK_EQ (second.err.code, LEASELOCK_NOT_HELD);
+   CHECK (strstr (second.err.message, "already released") != NULL);
+
+   /* A releasing close under way, and the user's release: both succeed. */
+   CHECK_OK (acq (a, key ("rr2"), opts (10000, true), &l2, &err), err);
+   fake_backend_hold_replies (FAKE_RELEASE, 1);
+   closer_t x = { .c = a };
+   pthread_t tc;
+   CHECK (pthread_create (&tc, NULL, close_releasing, &x) == 0);
+   for (int i = 0; i < 2000 && fake_backend_held () == 0; i++)
+      sleep_ms (1);
+   CHECK_EQ (fake_backend_held (), 1);
+   releaser_t user = { .l = l2 };
+   pthread_t tu;
+   CHECK (pthread_create (&tu, NULL, release_thread, &user) == 0);
+   sleep_ms (30);
+   fake_backend_let_go ();
+   pthread_join (tc, NULL);
+   pthread_join (tu, NULL);
+   CHECK_OK (x.ok, x.err);
+   CHECK_OK (user.ok, user.err);
+   leaselock_record_t rec;
+   bool found = false;
+   CHECK_OK (leaselock_inspect (b, key ("rr2"), strlen (key ("rr2")), &rec, &found, &err), err);
+   CHECK (found && !strcmp (rec.owner, ""));
+   leaselock_lease_destroy (l1);
+   leaselock_lease_destroy (l2);
    leaselock_client_destroy (a);
    leaselock_client_destroy (b);
 }
@@ -2279,6 +2371,8 @@ int main (int argc, char **argv)
       RUN (test_close_release_fails);
    if (FAKE)
       RUN (test_destroy_during_close);
+   if (FAKE)
+      RUN (test_release_during_release);
    RUN (test_close_stops_waiter);
    RUN (test_close_from_on_lost);
    RUN (test_bad_keys);
