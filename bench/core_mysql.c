@@ -105,26 +105,30 @@ static double bare_round (void *ctx, long pairs)
    int64_t pid = getpid (), ttl_us = (int64_t)BENCH_TTL_MS * 1000, hold_us = 0;
    unsigned long klen = sizeof key - 1, olen = 32, hlen = strlen (b->host),
                  llen = strlen (BENCH_LABEL);
-   MYSQL_BIND a[18], r[3];
+   MYSQL_BIND a[sizeof LL_MYSQL_ACQUIRE_PARAMS], r[3];
+   int64_t none = 0;
+   my_bool null = 1;
    int i = 0;
-   bind_str (&a[i++], key, &klen, MYSQL_TYPE_BLOB);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_i64 (&a[i++], &ttl_us);
-   bind_str (&a[i++], b->host, &hlen, MYSQL_TYPE_BLOB);
-   bind_i64 (&a[i++], &pid);
-   bind_str (&a[i++], BENCH_LABEL, &llen, MYSQL_TYPE_BLOB);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_str (&a[i++], b->host, &hlen, MYSQL_TYPE_BLOB);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_i64 (&a[i++], &pid);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_str (&a[i++], BENCH_LABEL, &llen, MYSQL_TYPE_BLOB);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
-   bind_i64 (&a[i++], &ttl_us);
+   /* The backend's binding order; reserve and waited NULL (a plain
+    * acquire). */
+   for (const char *s = LL_MYSQL_ACQUIRE_PARAMS; *s; s++) {
+      if (*s == 'k')
+         bind_str (&a[i++], key, &klen, MYSQL_TYPE_BLOB);
+      else if (*s == 'o')
+         bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
+      else if (*s == 't')
+         bind_i64 (&a[i++], &ttl_us);
+      else if (*s == 'h')
+         bind_str (&a[i++], b->host, &hlen, MYSQL_TYPE_BLOB);
+      else if (*s == 'p')
+         bind_i64 (&a[i++], &pid);
+      else if (*s == 'l')
+         bind_str (&a[i++], BENCH_LABEL, &llen, MYSQL_TYPE_BLOB);
+      else if (*s == 'r' || *s == 'w') {
+         bind_i64 (&a[i], &none);
+         a[i++].is_null = &null;
+      }
+   }
    bind_i64 (&r[0], &hold_us);
    bind_str (&r[1], key, &klen, MYSQL_TYPE_BLOB);
    bind_str (&r[2], owner, &olen, MYSQL_TYPE_STRING);

@@ -40,7 +40,7 @@ static void bare_open (bare_t *b, const char *uri)
       bench_die ("bare connect", PQerrorMessage (b->db));
    snprintf (b->acquire_sql, sizeof b->acquire_sql, LL_POSTGRESQL_ACQUIRE, TABLE);
    snprintf (b->release_sql, sizeof b->release_sql, LL_POSTGRESQL_RELEASE, TABLE);
-   PGresult *r = PQprepare (b->db, "bare_acquire", b->acquire_sql, 6, NULL);
+   PGresult *r = PQprepare (b->db, "bare_acquire", b->acquire_sql, 8, NULL);
    if (PQresultStatus (r) != PGRES_COMMAND_OK)
       bench_die ("bare prepare acquire", PQresultErrorMessage (r));
    PQclear (r);
@@ -64,8 +64,9 @@ static double bare_round (void *ctx, long pairs)
       /* A distinct owner per acquire (from a counter: the cheapest a bare
        * program can be). */
       snprintf (owner, sizeof owner, "%032" PRIx64, ++b->counter);
-      const char *ap[6] = { key, owner, ttl, b->host, pid, BENCH_LABEL };
-      PGresult *r = PQexecPrepared (b->db, "bare_acquire", 6, ap, NULL, NULL, 0);
+      /* A plain acquire: no reserve, no waited ($7, $8 NULL). */
+      const char *ap[8] = { key, owner, ttl, b->host, pid, BENCH_LABEL, NULL, NULL };
+      PGresult *r = PQexecPrepared (b->db, "bare_acquire", 8, ap, NULL, NULL, 0);
       if (PQresultStatus (r) != PGRES_TUPLES_OK || PQntuples (r) != 1)
          bench_die ("bare acquire", PQresultErrorMessage (r));
       PQclear (r);

@@ -82,6 +82,9 @@ static double bare_round (void *ctx, long pairs)
       sqlite3_bind_text (b->acq, 4, b->host, -1, SQLITE_STATIC);
       sqlite3_bind_int64 (b->acq, 5, pid);
       sqlite3_bind_text (b->acq, 6, BENCH_LABEL, -1, SQLITE_STATIC);
+      /* A plain acquire: no reserve, no waited (?7, ?8 NULL). */
+      sqlite3_bind_null (b->acq, 7);
+      sqlite3_bind_null (b->acq, 8);
       if (sqlite3_step (b->acq) != SQLITE_ROW)
          bench_die ("bare acquire", sqlite3_errmsg (b->db));
       if (sqlite3_step (b->acq) != SQLITE_DONE)

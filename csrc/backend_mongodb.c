@@ -20,13 +20,15 @@
  * own default) and negative values (a negative socket timeout waits
  * forever) are refused. A call therefore waits at most
  * serverSelectionTimeoutMS (which covers connecting) + socketTimeoutMS per
- * command (acquire may send two: 2 x (5 s + 10 s) by default; a replica
- * set's retryable write may add one more).
+ * command (acquire may send two, acquire_wait three: 3 x (5 s + 10 s) by
+ * default; a replica set's retryable write may add one more).
  *
  * One record per key, written only with the server's clock:
  *   { _id: key, owner: "<32 hex>" | null, fence: int64,
  *     acquiredAt: date, renewedAt: date, ttlMs: int64, holdMs: int64,
- *     holder: { host, pid, label } }
+ *     holder: { host, pid, label },
+ *     nextOwner: "<32 hex>" | null, nextAt: date, nextMs: int64,
+ *     nextWaitedMs: int64 }
  * expiry = max(renewedAt + ttlMs, acquiredAt + holdMs). Dates come from
  * $currentDate; comparisons use $expr with $$NOW. holdMs is 0 except after a
  * release with min_hold, which writes renewedAt = now, ttlMs = 0 and
@@ -34,15 +36,34 @@
  * without a pipeline update. A record without owner is free only once that
  * expiry is past.
  *
+ * The next owner's reservation (acquire_wait): nextOwner, until = nextAt +
+ * nextMs, since = nextAt - nextWaitedMs, written together by one claim
+ * ($currentDate for nextAt). It is live while nextOwner is a string and
+ * until > $$NOW. nextOwner null (a take clears it) or missing (a record
+ * written before reservations existed) is no reservation: the queries read
+ * it through $ifNull, which treats missing as null on MongoDB and
+ * mongo-java-server alike, and until is then null or missing (null sorts
+ * below every date), so the old records need no migration.
+ *
  * acquire is a conditional findAndModify without upsert,
- *   { _id: key, $expr: { $or: [ expired, { $eq: ["$owner", owner] } ] } },
+ *   { _id: key, $expr: { $or: [ { $eq: ["$owner", owner] },
+ *       { $and: [ expired, { $or: [ no nextOwner, until <= $$NOW,
+ *                                   { $eq: ["$nextOwner", owner] } ] } ] } ] } },
  * and only when it matches nothing an upsert whose query cannot match an
  * existing record, { _id: key, fence: { $exists: false } }: a record that
  * exists answers duplicate key 11000, which is BUSY (and nothing else is).
  * Real MongoDB refuses $expr in an upsert's query and mongo-java-server has
- * no pipeline updates; this shape is valid on both. force_release reads the
- * record, then frees it with an update conditional on what it read (see
- * ll_mongo_force_release).
+ * no pipeline updates; this shape is valid on both. Both set nextOwner to
+ * null. acquire_wait sends the same conditional findAndModify and, when it
+ * matches nothing, the claim: an updateOne without upsert, { _id: key, $expr:
+ * { $or: [ no nextOwner, until <= $$NOW, { $eq: ["$nextOwner", owner] },
+ * since > $$NOW - waited_ms ] } }, that writes the reservation; only when
+ * that matches nothing too (no record, or an older waiter's reservation)
+ * the upsert. Without pipeline updates one statement cannot choose between
+ * the take's update and the claim's: hence the second (and third) round
+ * trip, on the busy path only. prune's filter adds "no live reservation"
+ * to "expired". force_release reads the record, then frees it with an
+ * update conditional on what it read (see ll_mongo_force_release).
  *
  * Threads and fork: a connection is one single-threaded mongoc_client_t,
  * used by one thread at a time (the engine pools connections). abandon()
@@ -612,6 +633,47 @@ static bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
 
 /* ---- operations -------------------------------------------------------- */
 
+/* Builds acquire's conditional query and its update into q and u. */
+static bool ll_mongo_take_command (bson_t *q,
+                                   bson_t *u,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *owner,
+                                   int64_t ttl_ms,
+                                   const ll_holder_t *holder,
+                                   leaselock_error_t *err)
+{
+   if (ll_mongo_acquire_query (q, key, key_len, owner) &&
+       ll_mongo_acquire_update (u, owner, ttl_ms, holder && holder->host ? holder->host : "",
+                                holder ? holder->pid : 0,
+                                holder && holder->label ? holder->label : ""))
+      return true;
+   return ll_mongo_nomem (err);
+}
+
+/* acquire's second try with update u: an upsert whose query matches no
+ * existing record. A record that exists answers 11000: BUSY. */
+static bool ll_mongo_take_new (ll_mongo_conn_t *conn,
+                               const char *key,
+                               size_t key_len,
+                               const bson_t *u,
+                               int64_t *fence,
+                               leaselock_error_t *err)
+{
+   bson_t q = BSON_INITIALIZER;
+   bool ok, matched = false, dup = false;
+
+   if (ll_mongo_upsert_query (&q, key, key_len))
+      ok = ll_mongo_fam (conn, &q, u, true, &matched, fence, &dup, err);
+   else
+      ok = ll_mongo_nomem (err);
+   bson_destroy (&q);
+   if (ok && !matched)
+      ok = ll_backend_fail (err, "mongodb", "findAndModify upsert",
+                            "no document returned for the key", NULL, NULL);
+   return ok;
+}
+
 static bool ll_mongo_acquire (void *c,
                               const char *key,
                               size_t key_len,
@@ -623,30 +685,60 @@ static bool ll_mongo_acquire (void *c,
 {
    ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok, matched = false, dup = false;
+   bool matched = false;
+   bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
+             ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
+   /* No such record, or a live one of another owner (or reserved for
+    * another waiter): the upsert. */
+   if (ok && !matched)
+      ok = ll_mongo_take_new (conn, key, key_len, &u, fence, err);
+   bson_destroy (&q);
+   bson_destroy (&u);
+   return ok;
+}
 
-   ok = ll_mongo_acquire_query (&q, key, key_len, owner) &&
-        ll_mongo_acquire_update (&u, owner, ttl_ms, holder && holder->host ? holder->host : "",
-                                 holder ? holder->pid : 0,
-                                 holder && holder->label ? holder->label : "");
-   if (ok)
-      ok = ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
-   else
-      ll_mongo_nomem (err);
-   bson_reinit (&q);
-   /* No such record, or a live one of another owner: an upsert whose query
-    * matches no existing record. A record that exists answers 11000. */
+/* acquire_wait: acquire's conditional findAndModify; when it matches
+ * nothing, the claim (an updateOne, ll_mongo_claim_command): when that
+ * matches, the record exists and owner is its next owner: BUSY with
+ * *reserved (should the key have come free in between, the reservation
+ * keeps it for owner's next try). When it matches nothing too, the record
+ * is missing or reserved for an older waiter: acquire's upsert settles
+ * which (it takes a missing key; 11000 is BUSY, not reserved). Round
+ * trips: 1 when it takes an existing record, 2 when busy and reserved, 3
+ * otherwise. */
+static bool ll_mongo_acquire_wait (void *c,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *owner,
+                                   int64_t ttl_ms,
+                                   const ll_holder_t *holder,
+                                   int64_t reserve_ms,
+                                   int64_t waited_ms,
+                                   int64_t *fence,
+                                   bool *reserved,
+                                   leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+   bson_t cq = BSON_INITIALIZER, cu = BSON_INITIALIZER;
+   bool matched = false;
+
+   *reserved = false;
+   bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
+             ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
    if (ok && !matched) {
-      if (ll_mongo_upsert_query (&q, key, key_len))
-         ok = ll_mongo_fam (conn, &q, &u, true, &matched, fence, &dup, err);
-      else
-         ok = ll_mongo_nomem (err);
-      if (ok && !matched)
-         ok = ll_backend_fail (err, "mongodb", "findAndModify upsert",
-                               "no document returned for the key", NULL, NULL);
+      ok = ll_mongo_claim_command (&cq, &cu, key, key_len, owner, reserve_ms, waited_ms) ||
+           ll_mongo_nomem (err);
+      ok = ok && ll_mongo_update (conn, &cq, &cu, reserved, err);
+      if (ok && *reserved)
+         ok = ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+      else if (ok)
+         ok = ll_mongo_take_new (conn, key, key_len, &u, fence, err);
    }
    bson_destroy (&q);
    bson_destroy (&u);
+   bson_destroy (&cq);
+   bson_destroy (&cu);
    return ok;
 }
 
@@ -907,6 +999,7 @@ const ll_backend_t ll_backend_mongodb = {
    .close = ll_mongo_close,
    .abandon = ll_mongo_abandon,
    .acquire = ll_mongo_acquire,
+   .acquire_wait = ll_mongo_acquire_wait,
    .renew = ll_mongo_renew,
    .release = ll_mongo_release,
    .inspect = ll_mongo_inspect,

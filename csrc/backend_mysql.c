@@ -17,29 +17,46 @@
  *   ssl=true|false      require TLS (default false: the server decides)
  * Unknown options are refused, so a typo does not go unnoticed.
  *
- * Table (created on first use, schema version 1):
+ * Table (created on first use, schema version 2):
  *   lock_key VARBINARY(255) PRIMARY KEY   byte-exact keys, byte order
  *   owner CHAR(32) ascii_bin NULL          NULL once released
  *   fence BIGINT, expires_at / acquired_at DATETIME(6) in UTC,
- *   holder_host, holder_pid, holder_label
+ *   holder_host, holder_pid, holder_label,
+ *   next_owner CHAR(32) ascii_bin NULL, next_until / next_since
+ *   DATETIME(6) NULL                       the reservation for the next
+ *                                          owner (a waiter), NULL: none
+ * A table of version 1 (no reservation columns) is brought to version 2
+ * in place by the first connection that sees it (my_create_schema).
  *
  * Every operation is one prepared statement (bound parameters only) and
  * judges time with the server's clock: UTC_TIMESTAMP(6), which is NOW(6)
  * in UTC, so neither a session time zone nor a DST change moves an expiry.
+ * It is the statement's start time: the same all through one statement.
  *
- * Acquire is INSERT ... ON DUPLICATE KEY UPDATE. MySQL evaluates those
- * assignments left to right and a later one sees the columns the earlier
- * ones changed, so every assignment repeats the "takeable" condition
- * (expired, or ours) and the two columns that condition reads come last:
- * owner, then expires_at (after owner changed to ours, the condition still
- * holds for expires_at; when it did not hold nothing changed at all). A
- * take-over therefore never extends the old owner's lease and BUSY changes
- * no column. The new fence comes back through LAST_INSERT_ID(expr), which
- * is only evaluated when the key was taken: mysql_stmt_insert_id() is the
- * fence, or 0 for BUSY (the server reports 0 for a statement that did not
- * run LAST_INSERT_ID(expr); BUSY also changes no row: 0 affected rows).
- * Renew and force_release use the same device to tell whether their row
- * matched.
+ * Acquire and acquire_wait are one INSERT ... ON DUPLICATE KEY UPDATE;
+ * acquire binds reserve and waited as NULL, so it never reserves. MySQL
+ * evaluates the assignments left to right and each sees the columns the
+ * earlier ones set, so their order carries the logic:
+ *   owner first: ours when the old row is "takeable" (ours already, or
+ *     expired and its reservation free or ours), else kept. A BUSY row is
+ *     never ours, so from there on owner <=> ours says exactly whether the
+ *     key was taken, and the take's other columns test that.
+ *   next_owner next: NULL when taken; ours when a waiter's claim holds
+ *     (the reservation is free, already its own, or held by a waiter that
+ *     began waiting later); else kept, and then it is not the waiter's.
+ *     From there on, for a waiter, next_owner <=> ours says exactly
+ *     whether it holds the reservation; next_until and next_since follow.
+ *   fence last: it reports the outcome through LAST_INSERT_ID(expr), which
+ *     mysql_stmt_insert_id() returns: the new fence when taken, ~0 (larger
+ *     than any fence) when the reservation is ours, 0 when neither (the
+ *     server reports 0 for a statement that did not run
+ *     LAST_INSERT_ID(expr)).
+ * Repeating the whole condition in each assignment would not do: once a
+ * claim is written into next_owner, an expired record reads as takeable by
+ * its new next owner. A take-over never extends the old owner's lease, and
+ * a plain BUSY changes no column (0 affected rows). Renew and
+ * force_release use the LAST_INSERT_ID device to tell whether their row
+ * matched. One round trip per call: taken or BUSY, reserving or not.
  *
  * Bounded calls: libmariadb waits for the socket with poll() and these
  * timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT),
@@ -49,12 +66,12 @@
  * stalled server therefore ends a call at most one timeout after it
  * stopped answering. A call that must reconnect waits on: TCP connect,
  * the handshake and authentication (connect_timeout each), the init
- * command, the schema check (1 round trip, 4 on first use), the prepare,
- * the execute and its rows (io_timeout each). A stalled server ends a call
- * one timeout after its last answer (5 s on an open connection, 5 s + 5 s
- * when the call reconnects, by default), but the bound is per wait: a
- * server that answers every packet just in time can stretch one call
- * over several timeouts.
+ * command, the schema check (1 round trip; 7 on first use or on a
+ * version-1 table), the prepare, the execute and its rows (io_timeout
+ * each). A stalled server ends a call one timeout after its last answer
+ * (5 s on an open connection, 5 s + 5 s when the call reconnects, by
+ * default), but the bound is per wait: a server that answers every packet
+ * just in time can stretch one call over several timeouts.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart, KILL, idle
@@ -324,20 +341,35 @@ static bool my_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t 
    return true;
 }
 
-/* Safe when several processes do it at once (IF NOT EXISTS, INSERT
- * IGNORE). */
+/* Runs a schema statement formatted with the table name (and version). */
+static bool exec_schema (my_conn_t *c, const char *fmt, const char *what, leaselock_error_t *err)
+{
+   char sql[1024];
+   int v = LL_MYSQL_SCHEMA_VERSION;
+   snprintf (sql, sizeof sql, fmt, c->b.table, v, v);
+   return exec_plain (c, sql, what, err);
+}
+
+/* Creates what is missing and brings a version-1 table to this version
+ * (ensure_schema's hook for both). Safe when several processes do it at
+ * once, as each statement is: IF NOT EXISTS, an ALTER that finds the
+ * columns there already (error 1060) does nothing, INSERT IGNORE, and an
+ * UPDATE that only raises an older version. The columns are added whatever
+ * the version read, so a table that an older leaselock created while we
+ * created ours, whose meta row we then wrote, gets them too. */
 static bool my_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    my_conn_t *c = (my_conn_t *)b;
    char sql[1024];
-   snprintf (sql, sizeof sql, LL_MYSQL_CREATE_TABLE, b->table);
-   if (!exec_plain (c, sql, "creating the lock table", err))
+   if (!exec_schema (c, LL_MYSQL_CREATE_TABLE, "creating the lock table", err))
       return false;
-   snprintf (sql, sizeof sql, LL_MYSQL_CREATE_META, b->table);
-   if (!exec_plain (c, sql, "creating the schema table", err))
-      return false;
-   snprintf (sql, sizeof sql, LL_MYSQL_RECORD_VERSION, b->table, LL_MYSQL_SCHEMA_VERSION);
-   return exec_plain (c, sql, "recording the schema version", err);
+   snprintf (sql, sizeof sql, LL_MYSQL_ADD_NEXT_COLUMNS, b->table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return fail_db (c, "adding the reservation columns", err);
+   return exec_schema (c, LL_MYSQL_CREATE_META, "creating the schema table", err) &&
+          exec_schema (c, LL_MYSQL_RECORD_VERSION, "recording the schema version", err) &&
+          exec_schema (c, LL_MYSQL_RAISE_VERSION, "raising the schema version", err);
 }
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -501,6 +533,100 @@ static void *my_open (const char *uri, leaselock_error_t *err)
    return ll_sql_open (calloc (1, sizeof (my_conn_t)), &my_driver, uri, err);
 }
 
+/* The values LL_MYSQL_ACQUIRE binds (LL_MYSQL_ACQUIRE_PARAMS names them). */
+typedef struct
+{
+   const char *key, *owner, *host, *label;
+   unsigned long key_len, owner_len, host_len, label_len;
+   int64_t ttl_us, pid, reserve_us, waited_us;
+   my_bool wait_null; /* reserve and waited are NULL: a plain acquire */
+} my_acquire_t;
+
+static void bind_null_i64 (MYSQL_BIND *b, int64_t *v, my_bool *is_null)
+{
+   bind_i64 (b, v);
+   b->is_null = is_null;
+}
+
+/* Binds p[] by LL_MYSQL_ACQUIRE_PARAMS. */
+static void bind_acquire (MYSQL_BIND *p, my_acquire_t *a)
+{
+   int i = 0;
+   for (const char *s = LL_MYSQL_ACQUIRE_PARAMS; *s; s++) {
+      switch (*s) {
+         case 'k':
+            bind_blob (&p[i++], a->key, &a->key_len);
+            break;
+         case 'o':
+            bind_str (&p[i++], a->owner, &a->owner_len);
+            break;
+         case 't':
+            bind_i64 (&p[i++], &a->ttl_us);
+            break;
+         case 'h':
+            bind_blob (&p[i++], a->host, &a->host_len);
+            break;
+         case 'p':
+            bind_i64 (&p[i++], &a->pid);
+            break;
+         case 'l':
+            bind_blob (&p[i++], a->label, &a->label_len);
+            break;
+         case 'r':
+            bind_null_i64 (&p[i++], &a->reserve_us, &a->wait_null);
+            break;
+         case 'w':
+            bind_null_i64 (&p[i++], &a->waited_us, &a->wait_null);
+            break;
+         default:
+            break; /* the spaces between assignments */
+      }
+   }
+}
+
+/* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
+ * statement, whose insert id says what it did (the top comment). */
+static bool acquire_stmt (my_conn_t *c,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t ttl_ms,
+                          const ll_holder_t *holder,
+                          int64_t reserve_ms,
+                          int64_t waited_ms,
+                          int64_t *fence,
+                          bool *reserved,
+                          leaselock_error_t *err)
+{
+   my_acquire_t a = {
+      .key = key,
+      .owner = owner,
+      .host = holder->host ? holder->host : "",
+      .label = holder->label ? holder->label : "",
+      .key_len = (unsigned long)key_len,
+      .owner_len = LEASELOCK_OWNER_LEN,
+      .host_len = clip255 (holder->host),
+      .label_len = clip255 (holder->label),
+      .ttl_us = ttl_ms * 1000,
+      .pid = holder->pid,
+      .reserve_us = reserve_ms * 1000,
+      .waited_us = waited_ms * 1000,
+      .wait_null = reserve_ms < 0,
+   };
+   MYSQL_BIND p[sizeof LL_MYSQL_ACQUIRE_PARAMS];
+   bind_acquire (p, &a);
+   *reserved = false;
+   if (!execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
+      return false;
+   MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
+   my_ulonglong id = mysql_stmt_insert_id (st);
+   *reserved = id == LL_MYSQL_RESERVED_ID;
+   if (id == 0 || *reserved || mysql_stmt_affected_rows (st) == 0)
+      return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+   *fence = (int64_t)id;
+   return true;
+}
+
 static bool my_acquire (void *conn,
                         const char *key,
                         size_t key_len,
@@ -510,39 +636,24 @@ static bool my_acquire (void *conn,
                         int64_t *fence,
                         leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
-   unsigned long hlen = clip255 (holder->host), llen = clip255 (holder->label);
-   int64_t ttl_us = ttl_ms * 1000, pid = holder->pid;
-   const char *host = holder->host ? holder->host : "", *label = holder->label ? holder->label : "";
-   MYSQL_BIND p[20];
-   int i = 0;
-   bind_blob (&p[i++], key, &klen);
-   bind_str (&p[i++], owner, &olen);
-   bind_i64 (&p[i++], &ttl_us);
-   bind_blob (&p[i++], host, &hlen);
-   bind_i64 (&p[i++], &pid);
-   bind_blob (&p[i++], label, &llen);
-   bind_str (&p[i++], owner, &olen); /* fence */
-   bind_str (&p[i++], owner, &olen); /* acquired_at */
-   bind_str (&p[i++], owner, &olen); /* holder_host */
-   bind_blob (&p[i++], host, &hlen);
-   bind_str (&p[i++], owner, &olen); /* holder_pid */
-   bind_i64 (&p[i++], &pid);
-   bind_str (&p[i++], owner, &olen); /* holder_label */
-   bind_blob (&p[i++], label, &llen);
-   bind_str (&p[i++], owner, &olen); /* owner */
-   bind_str (&p[i++], owner, &olen);
-   bind_str (&p[i++], owner, &olen); /* expires_at */
-   bind_i64 (&p[i++], &ttl_us);
-   if (!execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
-      return false;
-   MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
-   my_ulonglong id = mysql_stmt_insert_id (st);
-   if (id == 0 || mysql_stmt_affected_rows (st) == 0)
-      return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
-   *fence = (int64_t)id;
-   return true;
+   bool reserved;
+   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, err);
+}
+
+static bool my_acquire_wait (void *conn,
+                             const char *key,
+                             size_t key_len,
+                             const char *owner,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             int64_t reserve_ms,
+                             int64_t waited_ms,
+                             int64_t *fence,
+                             bool *reserved,
+                             leaselock_error_t *err)
+{
+   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
+                        reserved, err);
 }
 
 /* Renew and release: (microseconds, key, owner) bound, then executed. */
@@ -779,6 +890,7 @@ const ll_backend_t ll_backend_mysql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    .acquire = my_acquire,
+   .acquire_wait = my_acquire_wait,
    .renew = my_renew,
    .release = my_release,
    .inspect = my_inspect,

@@ -28,16 +28,29 @@
  * ends with time left for retries), plus name resolution (getaddrinfo,
  * which libpq runs blocking and the system resolver bounds).
  *
- * Table (created on first use, schema version 1):
+ * Table (created on first use, schema version 2):
  *   lock_key text COLLATE "C" PRIMARY KEY   byte order, byte-exact UTF-8
  *   owner text NULL (NULL once released), fence bigint,
  *   expires_at / acquired_at timestamptz, holder_host, holder_pid,
- *   holder_label
+ *   holder_label,
+ *   next_owner text NULL, next_until / next_since timestamptz NULL: the
+ *   reservation of the next owner (a waiter), live while next_until is
+ *   ahead of the server's clock; all NULL when there is none.
+ * A version-1 table (without the next_* columns) is migrated in place on
+ * open (pg_create_schema, under the creation's advisory lock and
+ * transaction); a newer version is refused.
  *
  * Every operation is one prepared statement with bound parameters and
- * judges time with the server's clock_timestamp(). Acquire is
- * INSERT ... ON CONFLICT (lock_key) DO UPDATE ... WHERE <expired or ours>
- * RETURNING fence: no row back means BUSY.
+ * judges time with the server's clock_timestamp(). Acquire and
+ * acquire_wait are one statement, INSERT ... SELECT clock_timestamp() ...
+ * ON CONFLICT (lock_key) DO UPDATE SET <each column: CASE take or keep>
+ * WHERE <take> OR <claim> RETURNING fence, <reserved>: the update reads
+ * the old row, judges "now" by the one clock_timestamp() of the proposed
+ * row (excluded.acquired_at, as clock_timestamp() moves between calls),
+ * and either takes the record (expired and not reserved for someone else,
+ * or ours; the reservation cleared) or, for acquire_wait only (its reserve
+ * parameter not NULL), claims the reservation alone. No row back, or a row
+ * that kept a reservation, means BUSY.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart,
@@ -317,7 +330,7 @@ static PGresult *exec_setup (pg_conn_t *c,
 
 /* Each statement's number of parameters, and its name on the server. */
 static const int n_params[LL_SQL_COUNT] = {
-   [LL_SQL_ACQUIRE] = 6, [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3,
+   [LL_SQL_ACQUIRE] = 8, [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3,
    [LL_SQL_INSPECT] = 1, [LL_SQL_LIST_FROM] = 1,  [LL_SQL_LIST_RANGE] = 2,
    [LL_SQL_FORCE] = 1,   [LL_SQL_PRUNE_FROM] = 2, [LL_SQL_PRUNE_RANGE] = 3,
 };
@@ -551,6 +564,48 @@ static const char *key_z (const char *key, size_t key_len, char buf[LEASELOCK_KE
    return buf;
 }
 
+/* acquire (reserve_ms < 0) and acquire_wait: one statement, one round
+ * trip. A row without a reservation is a take; a row with one is a claim
+ * (BUSY, reserved); no row is BUSY. */
+static bool take_or_claim (pg_conn_t *c,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t ttl_ms,
+                           const ll_holder_t *holder,
+                           int64_t reserve_ms,
+                           int64_t waited_ms,
+                           int64_t *fence,
+                           bool *reserved,
+                           leaselock_error_t *err)
+{
+   char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256], res_us[32],
+     wait_us[32];
+   snprintf (ttl, sizeof ttl, "%" PRId64, ttl_ms * 1000);
+   snprintf (pid, sizeof pid, "%" PRId64, holder->pid);
+   snprintf (res_us, sizeof res_us, "%" PRId64, reserve_ms * 1000);
+   snprintf (wait_us, sizeof wait_us, "%" PRId64, waited_ms * 1000);
+   const char *p[8] = { key_z (key, key_len, kbuf),
+                        owner,
+                        ttl,
+                        clip255 (holder->host, hbuf),
+                        pid,
+                        clip255 (holder->label, lbuf),
+                        reserve_ms < 0 ? NULL : res_us,
+                        reserve_ms < 0 ? NULL : wait_us };
+   PGresult *res = run (c, LL_SQL_ACQUIRE, p, "acquire", err);
+   if (!res)
+      return false;
+   *reserved = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 1), "t");
+   bool ok = PQntuples (res) == 1 && !*reserved;
+   if (ok)
+      *fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+   else
+      ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+   PQclear (res);
+   return ok;
+}
+
 static bool pg_acquire (void *conn,
                         const char *key,
                         size_t key_len,
@@ -560,22 +615,25 @@ static bool pg_acquire (void *conn,
                         int64_t *fence,
                         leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
-   char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256];
-   snprintf (ttl, sizeof ttl, "%" PRId64, ttl_ms * 1000);
-   snprintf (pid, sizeof pid, "%" PRId64, holder->pid);
-   const char *p[6] = { key_z (key, key_len, kbuf),   owner, ttl,
-                        clip255 (holder->host, hbuf), pid,   clip255 (holder->label, lbuf) };
-   PGresult *res = run (c, LL_SQL_ACQUIRE, p, "acquire", err);
-   if (!res)
-      return false;
-   bool ok = PQntuples (res) == 1;
-   if (ok)
-      *fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
-   else
-      ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
-   PQclear (res);
-   return ok;
+   bool reserved;
+   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, err);
+}
+
+static bool pg_acquire_wait (void *conn,
+                             const char *key,
+                             size_t key_len,
+                             const char *owner,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             int64_t reserve_ms,
+                             int64_t waited_ms,
+                             int64_t *fence,
+                             bool *reserved,
+                             leaselock_error_t *err)
+{
+   *reserved = false;
+   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
+                         reserved, err);
 }
 
 static bool update_one (pg_conn_t *c,
@@ -793,6 +851,7 @@ const ll_backend_t ll_backend_postgresql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    .acquire = pg_acquire,
+   .acquire_wait = pg_acquire_wait,
    .renew = pg_renew,
    .release = pg_release,
    .inspect = pg_inspect,

@@ -12,18 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads the schema version, creates the schema when there is none, and
- * refuses a version other than the driver's. */
+/* Reads the schema version and refuses a version other than the driver's.
+ * When there is none, or an older one, create_schema runs first: it is
+ * also the migration hook. Under the same lock or transaction as the
+ * creation, it creates what is missing and brings a table at an older
+ * version up to schema_version (re-reading the version there: another
+ * process may have done it meanwhile), never touching a newer one. The
+ * version is read again after it, so a table that another leaselock took
+ * past ours meanwhile is still refused. */
 static bool ensure_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    const ll_sql_driver_t *d = b->driver;
    long version = -1;
    if (!d->read_version (b, &version, err))
       return false;
-   if (version < 0) {
-      if (!d->create_schema (b, err))
+   if (version < d->schema_version) {
+      if (!d->create_schema (b, err) || !d->read_version (b, &version, err))
          return false;
-      version = d->schema_version;
    }
    if (version == d->schema_version)
       return true;

@@ -17,7 +17,16 @@
  *
  * Schema: see sql_sqlite.h. A record is live while expires_at > now;
  * owner '' never means "free" by itself (a release with min_hold keeps the
- * expiry in the future).
+ * expiry in the future). A record may carry a reservation for the next
+ * owner (next_owner, next_until, next_since; NULL when none), live while
+ * next_until > now: an expired record whose reservation is live can be
+ * taken by its next owner alone. Acquire and acquire_wait are one UPSERT
+ * whose update arm reads the old row: every column is CASE <take> THEN
+ * <taken> ELSE <kept, or claimed for the reservation>, and its WHERE is
+ * <take> OR <claim> (the claim only for acquire_wait, whose reserve
+ * parameter is not NULL), so no row back means BUSY and nothing written,
+ * and a row that kept a reservation means BUSY with owner next. A file at
+ * schema version 1 is migrated in place on open (migrate()).
  *
  * Keys are TEXT with the default BINARY collation, which compares bytes
  * (memcmp): key order and prefix ranges are byte-wise, and LIKE is never
@@ -233,9 +242,10 @@ static bool in_migration (sqlite_conn_t *c, const char *sql, leaselock_error_t *
    return false;
 }
 
-/* Creates the table on a new file, or checks the version of an existing
- * one. Later schema versions add their steps here, inside the same
- * transaction. */
+/* Creates the table on a new file, brings an older one up to
+ * LL_SQLITE_SCHEMA_VERSION, or checks the version of an existing one. Each
+ * schema version adds its step here, inside the same transaction: version
+ * 2 the reservation's columns (LL_SQLITE_MIGRATE_1_2). */
 static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
 {
    int version = 0;
@@ -258,8 +268,8 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
       exec_simple (c->db, "ROLLBACK");
       return false;
    }
-   if (version == 0 &&
-       (!in_migration (c, LL_SQLITE_CREATE, err) || !in_migration (c, LL_SQLITE_SET_VERSION, err)))
+   const char *step = version == 0 ? LL_SQLITE_CREATE : version == 1 ? LL_SQLITE_MIGRATE_1_2 : NULL;
+   if (step && (!in_migration (c, step, err) || !in_migration (c, LL_SQLITE_SET_VERSION, err)))
       return false;
    if (!in_migration (c, "COMMIT", err))
       return false;
@@ -440,6 +450,62 @@ static inline void bind_key_owner (sqlite3_stmt *st,
    sqlite3_bind_text (st, 2, owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
 }
 
+/* acquire (reserve_ms < 0: ?7 and ?8 NULL) and acquire_wait: one
+ * statement. A row without a reservation is a take; a row with one is a
+ * claim (BUSY, reserved); no row is BUSY. */
+static bool take_or_claim (sqlite_conn_t *c,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t ttl_ms,
+                           const ll_holder_t *holder,
+                           int64_t reserve_ms,
+                           int64_t waited_ms,
+                           int64_t *fence,
+                           bool *reserved,
+                           leaselock_error_t *err)
+{
+   sqlite3_stmt *st = c->stmt[ST_ACQUIRE];
+   const char *host = holder && holder->host ? holder->host : "";
+   const char *label = holder && holder->label ? holder->label : "";
+   bind_key_owner (st, key, key_len, owner);
+   sqlite3_bind_int64 (st, 3, ttl_ms);
+   sqlite3_bind_text (st, 4, host, -1, SQLITE_STATIC);
+   sqlite3_bind_int64 (st, 5, holder ? holder->pid : 0);
+   sqlite3_bind_text (st, 6, label, -1, SQLITE_STATIC);
+   if (reserve_ms < 0) {
+      sqlite3_bind_null (st, 7);
+      sqlite3_bind_null (st, 8);
+   } else {
+      sqlite3_bind_int64 (st, 7, reserve_ms);
+      sqlite3_bind_int64 (st, 8, waited_ms);
+   }
+   bool row = false, claimed = false;
+   int64_t f = 0;
+   int rc = sqlite3_step (st);
+   if (rc == SQLITE_ROW) {
+      row = true;
+      f = sqlite3_column_int64 (st, 0);
+      claimed = sqlite3_column_type (st, 1) != SQLITE_NULL;
+      /* RETURNING rows are computed in the first step; the second ends
+       * the statement (and commits). */
+      rc = sqlite3_step (st);
+   }
+   bool ok = false;
+   *reserved = false;
+   if (rc != SQLITE_DONE) {
+      db_error (c, rc, "acquire", err);
+   } else if (row && !claimed) {
+      *fence = f;
+      ok = true;
+   } else {
+      *reserved = claimed;
+      ll_error_set (err, LEASELOCK_BUSY, "the lock is held by another owner");
+   }
+   sqlite3_reset (st);
+   return ok;
+}
+
 static bool sqlite_acquire (void *conn,
                             const char *key,
                             size_t key_len,
@@ -449,30 +515,24 @@ static bool sqlite_acquire (void *conn,
                             int64_t *fence,
                             leaselock_error_t *err)
 {
-   sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_ACQUIRE];
-   const char *host = holder && holder->host ? holder->host : "";
-   const char *label = holder && holder->label ? holder->label : "";
-   bind_key_owner (st, key, key_len, owner);
-   sqlite3_bind_int64 (st, 3, ttl_ms);
-   sqlite3_bind_text (st, 4, host, -1, SQLITE_STATIC);
-   sqlite3_bind_int64 (st, 5, holder ? holder->pid : 0);
-   sqlite3_bind_text (st, 6, label, -1, SQLITE_STATIC);
-   int rc = sqlite3_step (st);
-   bool ok;
-   if (rc == SQLITE_ROW) {
-      *fence = sqlite3_column_int64 (st, 0);
-      /* RETURNING rows are computed in the first step; the second ends
-       * the statement (and commits). */
-      rc = sqlite3_step (st);
-      ok = rc == SQLITE_DONE ? true : db_error (c, rc, "acquire", err);
-   } else if (rc == SQLITE_DONE) {
-      ok = ll_error_set (err, LEASELOCK_BUSY, "the lock is held by another owner");
-   } else {
-      ok = db_error (c, rc, "acquire", err);
-   }
-   sqlite3_reset (st);
-   return ok;
+   bool reserved;
+   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, err);
+}
+
+static bool sqlite_acquire_wait (void *conn,
+                                 const char *key,
+                                 size_t key_len,
+                                 const char *owner,
+                                 int64_t ttl_ms,
+                                 const ll_holder_t *holder,
+                                 int64_t reserve_ms,
+                                 int64_t waited_ms,
+                                 int64_t *fence,
+                                 bool *reserved,
+                                 leaselock_error_t *err)
+{
+   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
+                         reserved, err);
 }
 
 /* Runs an UPDATE bound with key, owner and a duration; *changed tells
@@ -688,6 +748,7 @@ const ll_backend_t ll_backend_sqlite = {
    .abandon = sqlite_abandon,
    .close_before_fork = true,
    .acquire = sqlite_acquire,
+   .acquire_wait = sqlite_acquire_wait,
    .renew = sqlite_renew,
    .release = sqlite_release,
    .inspect = sqlite_inspect,

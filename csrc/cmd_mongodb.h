@@ -7,8 +7,12 @@
  * The record (backend_mongodb.c says why it is shaped so):
  *   { _id: key, owner: "<32 hex>" | null, fence: int64,
  *     acquiredAt: date, renewedAt: date, ttlMs: int64, holdMs: int64,
- *     holder: { host, pid, label } }
+ *     holder: { host, pid, label },
+ *     nextOwner: "<32 hex>" | null, nextAt: date, nextMs: int64,
+ *     nextWaitedMs: int64 }
  *   expiry = max(renewedAt + ttlMs, acquiredAt + holdMs)
+ *   the next owner's reservation (nextOwner null or missing: none):
+ *     until = nextAt + nextMs, since = nextAt - nextWaitedMs
  *
  * Each builder appends to a document the caller owns and returns false
  * when out of memory (the document is then to be destroyed).
@@ -88,26 +92,166 @@ static inline bool ll_mongo_owned_query (bson_t *q,
           bson_append_utf8 (q, "owner", 5, owner, LL_MONGO_OWNER_LEN);
 }
 
-/* acquire's first try, a findAndModify without upsert:
- * {_id: key, $expr: {$or: [expired, {$eq: ["$owner", owner]}]}} */
+/* Appends {$add: ["$nextAt", "$nextMs"]}, the reservation's until, under
+ * name to doc (null when a field is missing). */
+static inline bool ll_mongo_append_next_until (bson_t *doc, const char *name)
+{
+   bson_t add, arr;
+   bool ok = true;
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &add);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&add, "$add", &arr);
+   ok = ok && BSON_APPEND_UTF8 (&arr, "0", "$nextAt");
+   ok = ok && BSON_APPEND_UTF8 (&arr, "1", "$nextMs");
+   ok = ok && bson_append_array_end (&add, &arr);
+   ok = ok && bson_append_document_end (doc, &add);
+   return ok;
+}
+
+/* Appends {$eq: [field, owner]} under name to doc. */
+static inline bool ll_mongo_append_is_owner (bson_t *doc,
+                                             const char *name,
+                                             const char *field,
+                                             const char *owner)
+{
+   bson_t eq, arr;
+   bool ok = true;
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &eq);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&eq, "$eq", &arr);
+   ok = ok && BSON_APPEND_UTF8 (&arr, "0", field);
+   ok = ok && bson_append_utf8 (&arr, "1", 1, owner, LL_MONGO_OWNER_LEN);
+   ok = ok && bson_append_array_end (&eq, &arr);
+   ok = ok && bson_append_document_end (doc, &eq);
+   return ok;
+}
+
+/* Appends {$eq: [{$ifNull: ["$nextOwner", null]}, null]} (no next owner:
+ * null or missing; $ifNull reads a missing field as null on MongoDB and
+ * mongo-java-server alike, where a bare "$nextOwner" would not) under name
+ * to doc. */
+static inline bool ll_mongo_append_no_next (bson_t *doc, const char *name)
+{
+   bson_t eq, arr, ifn, iarr;
+   bool ok = true;
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &eq);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&eq, "$eq", &arr);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &ifn);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&ifn, "$ifNull", &iarr);
+   ok = ok && BSON_APPEND_UTF8 (&iarr, "0", "$nextOwner");
+   ok = ok && BSON_APPEND_NULL (&iarr, "1");
+   ok = ok && bson_append_array_end (&ifn, &iarr);
+   ok = ok && bson_append_document_end (&arr, &ifn);
+   ok = ok && BSON_APPEND_NULL (&arr, "1");
+   ok = ok && bson_append_array_end (&eq, &arr);
+   ok = ok && bson_append_document_end (doc, &eq);
+   return ok;
+}
+
+/* Appends {$gt: [{$subtract: ["$nextAt", "$nextWaitedMs"]}, {$subtract:
+ * ["$$NOW", waited_ms]}]} (the reservation's waiter began waiting later
+ * than one who has waited waited_ms) under name to doc. */
+static inline bool ll_mongo_append_next_younger (bson_t *doc, const char *name, int64_t waited_ms)
+{
+   bson_t gt, arr, sub, sarr;
+   bool ok = true;
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &gt);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&gt, "$gt", &arr);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &sub);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&sub, "$subtract", &sarr);
+   ok = ok && BSON_APPEND_UTF8 (&sarr, "0", "$nextAt");
+   ok = ok && BSON_APPEND_UTF8 (&sarr, "1", "$nextWaitedMs");
+   ok = ok && bson_append_array_end (&sub, &sarr);
+   ok = ok && bson_append_document_end (&arr, &sub);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "1", &sub);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&sub, "$subtract", &sarr);
+   ok = ok && BSON_APPEND_UTF8 (&sarr, "0", "$$NOW");
+   ok = ok && BSON_APPEND_INT64 (&sarr, "1", waited_ms);
+   ok = ok && bson_append_array_end (&sub, &sarr);
+   ok = ok && bson_append_document_end (&arr, &sub);
+   ok = ok && bson_append_array_end (&gt, &arr);
+   ok = ok && bson_append_document_end (doc, &gt);
+   return ok;
+}
+
+/* Appends under name to doc the test that the record's reservation lets
+ * owner through (owner NULL: that there is no live reservation):
+ *   {$or: [no next owner, {$lte: [until, "$$NOW"]},  (none, or run out)
+ *          {$eq: ["$nextOwner", owner]},             (when owner)
+ *          next_younger (waited_ms)]}                (when waited_ms >= 0)
+ * A record without the reservation's fields reads as unreserved: no next
+ * owner, and until is null ($add of a missing field), below any date. */
+static inline bool ll_mongo_append_next_free (bson_t *doc,
+                                              const char *name,
+                                              const char *owner,
+                                              int64_t waited_ms)
+{
+   bson_t any, arr, lte, larr;
+   bool ok = true;
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (doc, name, &any);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&any, "$or", &arr);
+   ok = ok && ll_mongo_append_no_next (&arr, "0");
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "1", &lte);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&lte, "$lte", &larr);
+   ok = ok && ll_mongo_append_next_until (&larr, "0");
+   ok = ok && BSON_APPEND_UTF8 (&larr, "1", "$$NOW");
+   ok = ok && bson_append_array_end (&lte, &larr);
+   ok = ok && bson_append_document_end (&arr, &lte);
+   if (owner)
+      ok = ok && ll_mongo_append_is_owner (&arr, "2", "$nextOwner", owner);
+   if (waited_ms >= 0)
+      ok = ok && ll_mongo_append_next_younger (&arr, owner ? "3" : "2", waited_ms);
+   ok = ok && bson_append_array_end (&any, &arr);
+   ok = ok && bson_append_document_end (doc, &any);
+   return ok;
+}
+
+/* acquire's first try, a findAndModify without upsert: the record when it
+ * is owner's, or expired and not reserved for another waiter:
+ * {_id: key, $expr: {$or: [{$eq: ["$owner", owner]},
+ *                          {$and: [expired, next_free (owner)]}]}} */
 static inline bool ll_mongo_acquire_query (bson_t *q,
                                            const char *key,
                                            size_t key_len,
                                            const char *owner)
 {
-   bson_t expr, or, eq, arr;
+   bson_t expr, any, all, arr;
    bool ok = ll_mongo_append_key (q, key, key_len);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (q, "$expr", &expr);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&expr, "$or", & or);
-   ok = ok && ll_mongo_append_cmp_now (& or, "0", "$lte");
-   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (& or, "1", &eq);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&eq, "$eq", &arr);
-   ok = ok && BSON_APPEND_UTF8 (&arr, "0", "$owner");
-   ok = ok && bson_append_utf8 (&arr, "1", 1, owner, LL_MONGO_OWNER_LEN);
-   ok = ok && bson_append_array_end (&eq, &arr);
-   ok = ok && bson_append_document_end (& or, &eq);
-   ok = ok && bson_append_array_end (&expr, & or);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&expr, "$or", &any);
+   ok = ok && ll_mongo_append_is_owner (&any, "0", "$owner", owner);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&any, "1", &all);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&all, "$and", &arr);
+   ok = ok && ll_mongo_append_cmp_now (&arr, "0", "$lte");
+   ok = ok && ll_mongo_append_next_free (&arr, "1", owner, -1);
+   ok = ok && bson_append_array_end (&all, &arr);
+   ok = ok && bson_append_document_end (&any, &all);
+   ok = ok && bson_append_array_end (&expr, &any);
    ok = ok && bson_append_document_end (q, &expr);
+   return ok;
+}
+
+/* acquire_wait's claim, an updateOne without upsert, when the take found
+ * the key busy: {_id: key, $expr: next_free (owner, waited_ms)} ->
+ * nextOwner = owner, nextAt = now, nextMs = reserve_ms, nextWaitedMs =
+ * waited_ms (until = now + reserve_ms, since = now - waited_ms). */
+static inline bool ll_mongo_claim_command (bson_t *q,
+                                           bson_t *u,
+                                           const char *key,
+                                           size_t key_len,
+                                           const char *owner,
+                                           int64_t reserve_ms,
+                                           int64_t waited_ms)
+{
+   bson_t d;
+   bool ok = ll_mongo_append_key (q, key, key_len);
+   ok = ok && ll_mongo_append_next_free (q, "$expr", owner, waited_ms);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$currentDate", &d);
+   ok = ok && BSON_APPEND_BOOL (&d, "nextAt", true);
+   ok = ok && bson_append_document_end (u, &d);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$set", &d);
+   ok = ok && bson_append_utf8 (&d, "nextOwner", 9, owner, LL_MONGO_OWNER_LEN);
+   ok = ok && BSON_APPEND_INT64 (&d, "nextMs", reserve_ms);
+   ok = ok && BSON_APPEND_INT64 (&d, "nextWaitedMs", waited_ms);
+   ok = ok && bson_append_document_end (u, &d);
    return ok;
 }
 
@@ -124,7 +268,8 @@ static inline bool ll_mongo_upsert_query (bson_t *q, const char *key, size_t key
    return ok;
 }
 
-/* The acquire update: owner, ttl, holder, dates from the server, fence+1. */
+/* The acquire update: owner, ttl, holder, dates from the server, fence+1,
+ * no next owner (the reservation that let the take through is over). */
 static inline bool ll_mongo_acquire_update (bson_t *u,
                                             const char *owner,
                                             int64_t ttl_ms,
@@ -147,6 +292,7 @@ static inline bool ll_mongo_acquire_update (bson_t *u,
    ok = ok && BSON_APPEND_INT64 (&h, "pid", pid);
    ok = ok && BSON_APPEND_UTF8 (&h, "label", label ? label : "");
    ok = ok && bson_append_document_end (&set, &h);
+   ok = ok && BSON_APPEND_NULL (&set, "nextOwner");
    ok = ok && bson_append_document_end (u, &set);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$inc", &inc);
    ok = ok && BSON_APPEND_INT64 (&inc, "fence", 1);
@@ -242,18 +388,21 @@ static inline bool ll_mongo_prefix_match (bson_t *match, const char *prefix, siz
 }
 
 /* prune's deleteMany filter: {_id: /^prefix/ (none for the empty prefix),
- * $expr: {$lte: [{$add: [expiry, older_than_ms]}, "$$NOW"]}}: expired at
- * least older_than_ms ago by the server's clock ($$NOW in $expr, allowed
- * in a delete's filter on MongoDB 4.2+ and the test server alike). */
+ * $expr: {$and: [{$lte: [{$add: [expiry, older_than_ms]}, "$$NOW"]},
+ * next_free]}}: expired at least older_than_ms ago by the server's clock
+ * ($$NOW in $expr, allowed in a delete's filter on MongoDB 4.2+ and the
+ * test server alike), and no live reservation. */
 static inline bool ll_mongo_prune_filter (bson_t *q,
                                           const char *prefix,
                                           size_t prefix_len,
                                           int64_t older_than_ms)
 {
-   bson_t expr, arr, add, terms;
+   bson_t expr, all, lte, arr, add, terms;
    bool ok = ll_mongo_prefix_match (q, prefix, prefix_len);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (q, "$expr", &expr);
-   ok = ok && BSON_APPEND_ARRAY_BEGIN (&expr, "$lte", &arr);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&expr, "$and", &all);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&all, "0", &lte);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&lte, "$lte", &arr);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &add);
    ok = ok && BSON_APPEND_ARRAY_BEGIN (&add, "$add", &terms);
    ok = ok && ll_mongo_append_expiry (&terms, "0");
@@ -261,7 +410,10 @@ static inline bool ll_mongo_prune_filter (bson_t *q,
    ok = ok && bson_append_array_end (&add, &terms);
    ok = ok && bson_append_document_end (&arr, &add);
    ok = ok && BSON_APPEND_UTF8 (&arr, "1", "$$NOW");
-   ok = ok && bson_append_array_end (&expr, &arr);
+   ok = ok && bson_append_array_end (&lte, &arr);
+   ok = ok && bson_append_document_end (&all, &lte);
+   ok = ok && ll_mongo_append_next_free (&all, "1", NULL, -1);
+   ok = ok && bson_append_array_end (&expr, &all);
    ok = ok && bson_append_document_end (q, &expr);
    return ok;
 }

@@ -32,6 +32,16 @@
 #define N_BUCKETS 64
 #define BACKOFF_BASE_MS 5
 #define BACKOFF_CAP_MS 1000
+/* Waiting across processes (contract invariant 9): a waiter that is not
+ * next polls at least every WAIT_POLL_MS until it has waited 8 times that
+ * (so the oldest waiter claims the reservation soon after it frees), then
+ * backs off towards BACKOFF_CAP_MS; the reserved waiter polls every quarter
+ * of the time it has been next, within [1, NEXT_POLL_MAX_MS]. Its claim
+ * lasts RESERVE_MS past each poll: a waiter that died or gave up blocks a
+ * free key for at most that long. */
+#define WAIT_POLL_MS 50
+#define NEXT_POLL_MAX_MS 50
+#define RESERVE_MS 200
 #define STOP_POLL_MS 100
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
@@ -1153,8 +1163,55 @@ static bool lease_start (leaselock_client_t *c,
    return scheduled;
 }
 
-/* One acquire statement for owner. *sent says whether it was handed to the
- * backend on a connection (so, on failure, it may have been applied). */
+/* A blocking acquire's standing as a waiter (contract invariant 9). */
+typedef struct waiter
+{
+   int64_t since;          /* local ms when it first found the key busy; -1 not yet */
+   bool waits;             /* a blocking acquire (else it never claims) */
+   int64_t until;          /* its call's deadline (local ms), -1 for none */
+   bool reserved;          /* the last try left it the key's next owner */
+   int64_t reserved_since; /* local ms when it became next */
+} waiter_t;
+
+/* How long a waiter's next claim lasts, with left_ms of its call left: it
+ * outlasts the sleep, but never the call (less 2 ms for the database's
+ * millisecond rounding), so a waiter that timed out leaves no claim
+ * behind; 0 (no claim) when too little is left. */
+static int64_t reserve_for (bool forever, int64_t left_ms)
+{
+   if (forever || left_ms - 2 > RESERVE_MS)
+      return RESERVE_MS;
+   return left_ms - 2 > 0 ? left_ms - 2 : 0;
+}
+
+/* The backend's acquire, or for a waiter its acquire_wait, into l. */
+static bool backend_acquire (leaselock_client_t *c,
+                             void *conn,
+                             leaselock_lease_t *l,
+                             size_t key_len,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             waiter_t *w,
+                             leaselock_error_t *err)
+{
+   const ll_backend_t *b = c->backend;
+   int64_t now = ll_now_ms ();
+   int64_t reserve_ms = w && w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
+   if (reserve_ms <= 0 || !b->acquire_wait)
+      return b->acquire (conn, l->key, key_len, l->owner, ttl_ms, holder, &l->fence, err);
+   int64_t waited = w->since < 0 ? 0 : now - w->since;
+   bool was = w->reserved, ok;
+   ok = b->acquire_wait (conn, l->key, key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
+                         &l->fence, &w->reserved, err);
+   w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
+   if (w->reserved && !was)
+      w->reserved_since = now;
+   return ok;
+}
+
+/* One acquire statement for owner (w: the waiter's standing, NULL for a
+ * one-try acquire). *sent says whether it was handed to the backend on a
+ * connection (so, on failure, it may have been applied). */
 static bool try_once (leaselock_client_t *c,
                       const char *key,
                       size_t key_len,
@@ -1162,6 +1219,7 @@ static bool try_once (leaselock_client_t *c,
                       const leaselock_acquire_opts_t *o,
                       pid_t me,
                       bool resent,
+                      waiter_t *w,
                       leaselock_lease_t **out,
                       bool *sent_out,
                       leaselock_error_t *err)
@@ -1179,8 +1237,7 @@ static bool try_once (leaselock_client_t *c,
    int64_t sent = ll_now_ms ();
    *sent_out = true;
    int64_t t0 = ll_real_now_us ();
-   bool ok =
-     c->backend->acquire (conn, l->key, key_len, l->owner, o->ttl_ms, &holder, &l->fence, err);
+   bool ok = backend_acquire (c, conn, l, key_len, o->ttl_ms, &holder, w, err);
    ll_obs_request (&c->obs, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    if (!ok) {
@@ -1268,18 +1325,28 @@ static void forget_owner (leaselock_client_t *c,
    pthread_attr_destroy (&attr);
 }
 
-/* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
-int64_t ll_backoff_ms (int attempt)
+/* Uniform in [1, cap]. */
+static int64_t jitter_ms (int64_t cap)
 {
-   int64_t cap = BACKOFF_BASE_MS;
-   for (int i = 0; i < attempt && cap < BACKOFF_CAP_MS; i++)
-      cap *= 2;
-   if (cap > BACKOFF_CAP_MS)
-      cap = BACKOFF_CAP_MS;
    uint32_t r;
    if (getrandom (&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
       r = (uint32_t)rand ();
    return 1 + (int64_t)(r % (uint32_t)cap);
+}
+
+/* base * 2^attempt, capped. */
+static int64_t backoff_cap (int attempt)
+{
+   int64_t cap = BACKOFF_BASE_MS;
+   for (int i = 0; i < attempt && cap < BACKOFF_CAP_MS; i++)
+      cap *= 2;
+   return cap > BACKOFF_CAP_MS ? BACKOFF_CAP_MS : cap;
+}
+
+/* Full jitter: uniform in [1, min(cap, base * 2^attempt)]. */
+int64_t ll_backoff_ms (int attempt)
+{
+   return jitter_ms (backoff_cap (attempt));
 }
 
 /* The checks of leaselock_acquire's arguments, before any I/O. */
@@ -1304,6 +1371,18 @@ static bool acquire_args_ok (leaselock_client_t *c,
    if (atomic_load (&c->closing))
       return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
    return true;
+}
+
+/* A waiter's sleep before its next try (WAIT_POLL_MS's comment). */
+int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t next_for_ms)
+{
+   if (reserved) {
+      int64_t t = next_for_ms / 4;
+      return t < 1 ? 1 : t > NEXT_POLL_MAX_MS ? NEXT_POLL_MAX_MS : t;
+   }
+   int64_t cap = backoff_cap (attempt);
+   int64_t poll = waited_ms / 8 > WAIT_POLL_MS ? waited_ms / 8 : WAIT_POLL_MS;
+   return jitter_ms (cap < poll ? cap : poll);
 }
 
 /* A blocking acquire's sleep: until until, or until a holder in this
@@ -1354,6 +1433,7 @@ typedef struct acquire_call
    int64_t start, until; /* the call's start and deadline */
    int64_t waited_from;  /* when it first found the key busy and waited */
    bucket_t *b;
+   waiter_t w;
 } acquire_call_t;
 
 typedef enum
@@ -1404,9 +1484,13 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
                  "held by another owner: waiting up to %lld ms in all",
                  (long long)a->opts->timeout_ms);
    }
-   /* Sleep for the backoff, but wake at once if a holder in this process
-    * releases a key in this bucket. */
-   int64_t until = now + ll_backoff_ms (a->attempt++);
+   /* Sleep, but wake at once if a holder in this process releases a key
+    * in this bucket. */
+   waiter_t *w = &a->w;
+   if (w->since < 0)
+      w->since = now;
+   int64_t until =
+     now + ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
    if (!forever && until > a->until)
       until = a->until;
    if (!wait_turn (a->c, a->b, gen, until, a->opts))
@@ -1470,13 +1554,18 @@ bool leaselock_acquire (leaselock_client_t *c,
    acquire_call_t a = { .c = c, .key = key, .key_len = key_len, .opts = opts, .me = getpid () };
    a.start = ll_now_ms ();
    a.until = a.start + opts->timeout_ms;
+   a.w.since = -1;
+   /* A blocking acquire is a waiter from its first try: it claims to be
+    * next as soon as it finds the key busy. */
+   a.w.waits = opts->timeout_ms != 0;
+   a.w.until = opts->timeout_ms < 0 ? -1 : a.until;
    a.b = bucket_for (key, key_len);
    if (!ll_owner_new (a.owner, err))
       return false;
    for (;;) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
       bool sent;
-      if (try_once (c, key, key_len, a.owner, opts, a.me, a.resent, lease, &sent, err))
+      if (try_once (c, key, key_len, a.owner, opts, a.me, a.resent, &a.w, lease, &sent, err))
          return acquire_done (&a, *lease, err);
       acquire_next_t next = after_failure (&a, sent, err);
       if (next == NEXT_FAIL || (next == NEXT_WAIT && !wait_next (&a, gen, err)))

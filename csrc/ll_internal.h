@@ -56,6 +56,11 @@ bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
 /* Blocking acquire's sleep before retry number attempt (0-based): full
  * jitter, uniform in [1, min(1000, 5 * 2^attempt)] ms. */
 int64_t ll_backoff_ms (int attempt);
+/* A waiter's sleep before its next try (engine.c's WAIT_POLL_MS says
+ * why): the backoff capped to max(50 ms, waited_ms / 8) while it is not
+ * the key's next owner; a quarter of next_for_ms (how long it has been
+ * next), within [1, 50] ms, while it is. */
+int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t next_for_ms);
 
 /* ---- clock ----------------------------------------------------------- */
 
@@ -368,10 +373,13 @@ typedef struct ll_backend
     * same file would trust the parent's locks as its own). */
    bool close_before_fork;
 
-   /* One statement / round trip: take the key if there is no record, the
-    * record is expired by the database clock, or it is already ours (a
-    * retried acquire). Sets owner, expiry now+ttl, acquired_at now, holder
-    * info, and fence = old fence + 1 (1 for a new record). */
+   /* One statement / round trip: take the key if there is no record, it
+    * is already ours (a retried acquire), or the record is expired by the
+    * database clock and not reserved for another waiter (see
+    * acquire_wait). Sets owner, expiry now+ttl, acquired_at now, holder
+    * info, fence = old fence + 1 (1 for a new record), and clears the
+    * reservation (a reservation that let us take the key is ours or has
+    * run out). */
    bool (*acquire) (void *conn,
                     const char *key,
                     size_t key_len,
@@ -380,6 +388,29 @@ typedef struct ll_backend
                     const ll_holder_t *holder,
                     int64_t *fence,
                     leaselock_error_t *err);
+   /* acquire for a waiter (a blocking acquire that found the key busy):
+    * the same take; and when it is BUSY, a claim to be the next owner
+    * (contract invariant 9, no starvation). The record's reservation
+    * (next owner, until, since) becomes owner's, until now + reserve_ms
+    * and since now - waited_ms, when it is free (none, or its until has
+    * passed by the database clock), already owner's, or held by a waiter
+    * that began waiting later (its since > now - waited_ms): the oldest
+    * waiter polling gets it. A reserved record can be taken by its next
+    * owner alone, so a holder that releases cannot take it back before
+    * the waiter. *reserved: whether owner holds the reservation after the
+    * call (false on success). As few round trips as the database allows
+    * (one where it can update conditionally from the old row). */
+   bool (*acquire_wait) (void *conn,
+                         const char *key,
+                         size_t key_len,
+                         const char *owner,
+                         int64_t ttl_ms,
+                         const ll_holder_t *holder,
+                         int64_t reserve_ms,
+                         int64_t waited_ms,
+                         int64_t *fence,
+                         bool *reserved,
+                         leaselock_error_t *err);
    /* expiry = now + ttl when the record is ours and live. */
    bool (*renew) (void *conn,
                   const char *key,
@@ -420,7 +451,8 @@ typedef struct ll_backend
     * (byte-wise) and whose expiry is older_than_ms or more in the past by
     * the database clock (expiry <= now - older_than_ms, the same test as
     * acquire's "expired" when it is 0), whatever their owner field: never a
-    * live lease, never a record inside its min_hold. *count: the records
+    * live lease, never a record inside its min_hold, never a record whose
+    * reservation is live. *count: the records
     * deleted. A deleted key's next acquire starts its fence at 1 again. */
    bool (*prune) (void *conn,
                   const char *prefix,
@@ -550,8 +582,9 @@ typedef struct ll_sql_driver
    bool (*prepare) (ll_sql_conn_t *b, int id, leaselock_error_t *err);
    /* The version recorded in <table>_meta, -1 when there is none. */
    bool (*read_version) (ll_sql_conn_t *b, long *version, leaselock_error_t *err);
-   /* Creates both tables and records schema_version; safe when several
-    * processes do it at once. */
+   /* Creates both tables, or brings a table at an older version up to
+    * schema_version, and records it; safe when several processes do it at
+    * once. */
    bool (*create_schema) (ll_sql_conn_t *b, leaselock_error_t *err);
 } ll_sql_driver_t;
 

@@ -9,10 +9,17 @@
 
 /* ---- schema ------------------------------------------------------------ */
 
-/* The version the statements below create; <table>_meta records it. */
-#define LL_MYSQL_SCHEMA_VERSION 1
+/* The version the statements below create; <table>_meta records it.
+ * Version 2 added the reservation for the next owner (next_owner,
+ * next_until, next_since); a version-1 table is migrated in place. */
+#define LL_MYSQL_SCHEMA_VERSION 2
 
 #define LL_MYSQL_READ_VERSION "SELECT schema_version FROM `%s_meta` WHERE id = 1"
+/* The reservation's columns, as CREATE TABLE and the migration's ALTER
+ * name them ("ADD " before each for the ALTER). */
+#define LL_MYSQL_NEXT_OWNER "next_owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL"
+#define LL_MYSQL_NEXT_UNTIL "next_until DATETIME(6) NULL"
+#define LL_MYSQL_NEXT_SINCE "next_since DATETIME(6) NULL"
 #define LL_MYSQL_CREATE_TABLE                                                                      \
    "CREATE TABLE IF NOT EXISTS `%s` ("                                                             \
    "lock_key VARBINARY(255) NOT NULL PRIMARY KEY, "                                                \
@@ -22,36 +29,79 @@
    "acquired_at DATETIME(6) NOT NULL, "                                                            \
    "holder_host VARBINARY(255) NOT NULL, "                                                         \
    "holder_pid BIGINT NOT NULL, "                                                                  \
-   "holder_label VARBINARY(255) NOT NULL"                                                          \
-   ") ENGINE=InnoDB"
+   "holder_label VARBINARY(255) NOT NULL, " LL_MYSQL_NEXT_OWNER ", " LL_MYSQL_NEXT_UNTIL           \
+   ", " LL_MYSQL_NEXT_SINCE ") ENGINE=InnoDB"
+/* Version 1 -> 2: the reservation's columns (NULL: no reservation). One
+ * ALTER, so they are all there or none is; error 1060 (ER_DUP_FIELDNAME)
+ * says they are there already. */
+#define LL_MYSQL_ADD_NEXT_COLUMNS                                                                  \
+   "ALTER TABLE `%s` ADD " LL_MYSQL_NEXT_OWNER ", ADD " LL_MYSQL_NEXT_UNTIL                        \
+   ", ADD " LL_MYSQL_NEXT_SINCE
 #define LL_MYSQL_CREATE_META                                                                       \
    "CREATE TABLE IF NOT EXISTS `%s_meta` (id TINYINT NOT NULL PRIMARY KEY, "                       \
    "schema_version INT NOT NULL) ENGINE=InnoDB"
-/* "%s" the table, "%d" LL_MYSQL_SCHEMA_VERSION. */
+/* "%s" the table, "%d" LL_MYSQL_SCHEMA_VERSION (both statements). */
 #define LL_MYSQL_RECORD_VERSION "INSERT IGNORE INTO `%s_meta` VALUES (1, %d)"
+/* Raises an older version, never lowers a newer one. */
+#define LL_MYSQL_RAISE_VERSION                                                                     \
+   "UPDATE `%s_meta` SET schema_version = %d WHERE id = 1 AND schema_version < %d"
 
 /* ---- statements -------------------------------------------------------- */
 
-/* "Takeable": no live lease of another owner. Parameter: owner. */
-#define LL_MYSQL_TAKEABLE "(expires_at <= UTC_TIMESTAMP(6) OR owner <=> ?)"
+/* acquire and acquire_wait: one statement (backend_mysql.c's top comment
+ * says why it reads as it does). UTC_TIMESTAMP(6) is the same all through
+ * one statement. */
+#define LL_MYSQL_NOW "UTC_TIMESTAMP(6)"
+/* "Takeable", judged on the old row: ours already (a retry), or expired
+ * and its reservation free (none, or run out) or ours. Parameters: owner,
+ * owner. */
+#define LL_MYSQL_TAKEABLE                                                                          \
+   "(owner <=> ? OR (expires_at <= " LL_MYSQL_NOW " AND (next_owner IS NULL OR "                   \
+   "next_until <= " LL_MYSQL_NOW " OR next_owner <=> ?)))"
+/* Once owner is assigned, whether the key was taken. Parameter: owner. */
+#define LL_MYSQL_TAKEN "IF(owner <=> ?, "
+/* Whether a waiter (reserve not NULL) claims the reservation: it is free,
+ * already its own, or held by a waiter that began waiting later than
+ * now - waited. Parameters: reserve (us), owner, waited (us). */
+#define LL_MYSQL_CLAIMS                                                                            \
+   "(? IS NOT NULL AND (next_owner IS NULL OR next_until <= " LL_MYSQL_NOW " OR "                  \
+   "next_owner <=> ? OR next_since > " LL_MYSQL_NOW " - INTERVAL ? MICROSECOND))"
+/* Once next_owner is assigned (and the key was not taken), whether the
+ * waiter holds the reservation. Parameters: reserve (us), owner. */
+#define LL_MYSQL_CLAIMED "(? IS NOT NULL AND next_owner <=> ?)"
 
-/* Every assignment repeats "takeable", and owner and expires_at come
- * last, in this order: backend_mysql.c's top comment says why. The fence
- * comes back as the insert id, 0 when BUSY. Parameters: key, owner, ttl
- * (us), holder host, pid, label; then for the update, owner before each
- * value it guards: owner (fence), owner (acquired_at), owner, host, owner,
- * pid, owner, label, owner, owner, owner, ttl (us). */
+/* In this order (backend_mysql.c's top comment says why): owner, which
+ * then tells whether the key was taken, and the take's other columns;
+ * next_owner, which then tells whether a waiter holds the reservation,
+ * next_until, next_since; fence, which reports the outcome as the insert
+ * id: the new fence when taken, ~0 when the reservation is ours (fence &
+ * ~0 keeps the fence), 0 (LAST_INSERT_ID(expr) not run) when neither.
+ * Parameters: LL_MYSQL_ACQUIRE_PARAMS; reserve and waited are NULL for
+ * acquire, which never reserves. */
 #define LL_MYSQL_ACQUIRE                                                                           \
    "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "              \
-   "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(1), UTC_TIMESTAMP(6) + "                \
-   "INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?) ON DUPLICATE KEY UPDATE "                   \
-   "fence = IF(" LL_MYSQL_TAKEABLE ", LAST_INSERT_ID(fence + 1), fence), "                         \
-   "acquired_at = IF(" LL_MYSQL_TAKEABLE ", UTC_TIMESTAMP(6), acquired_at), "                      \
-   "holder_host = IF(" LL_MYSQL_TAKEABLE ", ?, holder_host), "                                     \
-   "holder_pid = IF(" LL_MYSQL_TAKEABLE ", ?, holder_pid), "                                       \
-   "holder_label = IF(" LL_MYSQL_TAKEABLE ", ?, holder_label), "                                   \
+   "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(1), " LL_MYSQL_NOW " + "                \
+   "INTERVAL ? MICROSECOND, " LL_MYSQL_NOW ", ?, ?, ?) ON DUPLICATE KEY UPDATE "                   \
    "owner = IF(" LL_MYSQL_TAKEABLE ", ?, owner), "                                                 \
-   "expires_at = IF(" LL_MYSQL_TAKEABLE ", UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)"
+   "expires_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW " + INTERVAL ? MICROSECOND, expires_at), "          \
+   "acquired_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW ", acquired_at), "                                 \
+   "holder_host = " LL_MYSQL_TAKEN "?, holder_host), "                                             \
+   "holder_pid = " LL_MYSQL_TAKEN "?, holder_pid), "                                               \
+   "holder_label = " LL_MYSQL_TAKEN "?, holder_label), "                                           \
+   "next_owner = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMS ", ?, next_owner)), "                \
+   "next_until = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMED ", " LL_MYSQL_NOW                   \
+   " + INTERVAL ? MICROSECOND, next_until)), "                                                     \
+   "next_since = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMED ", " LL_MYSQL_NOW                   \
+   " - INTERVAL ? MICROSECOND, next_since)), "                                                     \
+   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(fence + 1), IF(" LL_MYSQL_CLAIMED                     \
+   ", fence & LAST_INSERT_ID(~0), fence))"
+/* LL_MYSQL_ACQUIRE's parameters, one letter each, for the backend and the
+ * benchmark to bind alike: k key, o owner, t ttl (us), h holder host, p
+ * pid, l label, r reserve (us), w waited (us); a space between the
+ * insert and each assignment. */
+#define LL_MYSQL_ACQUIRE_PARAMS "kothpl ooo ot o oh op ol orowo oror orow oro"
+/* The insert id of an acquire that left the reservation ours. */
+#define LL_MYSQL_RESERVED_ID (~(unsigned long long)0)
 
 /* Parameters: ttl (us), key, owner. LAST_INSERT_ID(fence) (>= 1) runs only
  * when the row matched. */
@@ -87,9 +137,12 @@
    "expires_at = LEAST(expires_at, UTC_TIMESTAMP(6)) WHERE lock_key = ?"
 
 /* prune: the records under a prefix expired at least older_than ago by
- * the server's clock. Parameters: prefix, older_than (us); the range form
- * then the upper bound (ll_prefix_upper). */
-#define LL_MYSQL_PRUNE_EXPIRED "expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+ * the server's clock, but not one whose reservation is live (a waiter
+ * would lose its turn). Parameters: prefix, older_than (us); the range
+ * form then the upper bound (ll_prefix_upper). */
+#define LL_MYSQL_PRUNE_EXPIRED                                                                     \
+   "expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND (next_owner IS NULL OR "           \
+   "next_until <= UTC_TIMESTAMP(6))"
 #define LL_MYSQL_PRUNE_FROM "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED
 #define LL_MYSQL_PRUNE_RANGE                                                                       \
    "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED " AND lock_key < ?"

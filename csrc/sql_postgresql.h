@@ -9,14 +9,19 @@
 
 /* ---- schema ------------------------------------------------------------ */
 
-/* The version the statements below create; <table>_meta records it. */
-#define LL_POSTGRESQL_SCHEMA_VERSION 1
+/* The version the statements below create; <table>_meta records it.
+ * Version 2 added the reservation for the next owner (next_owner,
+ * next_until, next_since); a version-1 table is migrated in place. */
+#define LL_POSTGRESQL_SCHEMA_VERSION 2
 
 /* A missing table fails with SQLSTATE 42P01 (undefined_table). */
 #define LL_POSTGRESQL_READ_VERSION "SELECT schema_version FROM \"%1$s_meta\" WHERE id = 1"
-/* One transaction under an advisory lock, since PostgreSQL's CREATE TABLE
- * IF NOT EXISTS can fail when two sessions race. "%1$s" the table, "%2$d"
- * LL_POSTGRESQL_SCHEMA_VERSION. */
+/* Creates the tables, or brings a version-1 table to this version: one
+ * transaction under an advisory lock, since PostgreSQL's CREATE TABLE IF
+ * NOT EXISTS can fail when two sessions race. The ALTER adds only the
+ * columns that are missing (none on a table this text just created), and
+ * the version is recorded, or raised from an older one, never lowered.
+ * "%1$s" the table, "%2$d" LL_POSTGRESQL_SCHEMA_VERSION. */
 #define LL_POSTGRESQL_CREATE_SCHEMA                                                                \
    "BEGIN; SELECT pg_advisory_xact_lock(hashtext('leaselock schema %1$s')); "                      \
    "CREATE TABLE IF NOT EXISTS \"%1$s\" ("                                                         \
@@ -27,25 +32,70 @@
    "acquired_at timestamptz NOT NULL, "                                                            \
    "holder_host text NOT NULL, "                                                                   \
    "holder_pid bigint NOT NULL, "                                                                  \
-   "holder_label text NOT NULL); "                                                                 \
+   "holder_label text NOT NULL, "                                                                  \
+   "next_owner text NULL, "                                                                        \
+   "next_until timestamptz NULL, "                                                                 \
+   "next_since timestamptz NULL); "                                                                \
+   "ALTER TABLE \"%1$s\" ADD COLUMN IF NOT EXISTS next_owner text NULL, "                          \
+   "ADD COLUMN IF NOT EXISTS next_until timestamptz NULL, "                                        \
+   "ADD COLUMN IF NOT EXISTS next_since timestamptz NULL; "                                        \
    "CREATE TABLE IF NOT EXISTS \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "                       \
    "schema_version int NOT NULL); "                                                                \
-   "INSERT INTO \"%1$s_meta\" VALUES (1, %2$d) ON CONFLICT (id) DO NOTHING; "                      \
+   "INSERT INTO \"%1$s_meta\" AS m VALUES (1, %2$d) ON CONFLICT (id) DO UPDATE "                   \
+   "SET schema_version = excluded.schema_version "                                                 \
+   "WHERE m.schema_version < excluded.schema_version; "                                            \
    "COMMIT"
 
 /* ---- statements -------------------------------------------------------- */
 
+/* acquire and acquire_wait: one statement. "Now" is read once, as the
+ * proposed row's acquired_at (clock_timestamp() moves between calls), and
+ * the update judges everything by it: excluded.acquired_at. */
+#define LL_POSTGRESQL_NOW "excluded.acquired_at"
+/* Whether the old row l is ours to take: ours already (a retry), or
+ * expired and its reservation free (none, or run out) or ours. */
+#define LL_POSTGRESQL_TAKE                                                                         \
+   "(l.owner = excluded.owner OR (l.expires_at <= " LL_POSTGRESQL_NOW " AND "                      \
+   "(l.next_owner IS NULL OR l.next_until <= " LL_POSTGRESQL_NOW " OR "                            \
+   "l.next_owner = excluded.owner)))"
+/* Whether a waiter ($7 reserve not NULL) claims the reservation: free,
+ * already its own, or held by a waiter that began waiting later than
+ * now - $8 (waited). */
+#define LL_POSTGRESQL_CLAIM                                                                        \
+   "($7::bigint IS NOT NULL AND (l.next_owner IS NULL OR l.next_until <= " LL_POSTGRESQL_NOW       \
+   " OR l.next_owner = excluded.owner OR l.next_since > " LL_POSTGRESQL_NOW                        \
+   " - $8::bigint * interval '1 microsecond'))"
+/* Each column's new value: CASE WHEN <take> THEN <taken> ELSE <kept or
+ * claimed> END. */
+#define LL_POSTGRESQL_IF_TAKE "CASE WHEN " LL_POSTGRESQL_TAKE " THEN "
+
 /* Parameters: $1 key, $2 owner, $3 ttl (us), $4 holder host, $5 pid,
- * $6 label. Returns the fence; no row when BUSY. */
+ * $6 label, $7 reserve (us; NULL for acquire: it never reserves),
+ * $8 waited (us; NULL for acquire). A new key is inserted; an existing
+ * record is updated either as a take (owner, fence + 1, times, holder;
+ * reservation cleared) or, when the take is refused and $7 is given, as a
+ * claim of the reservation alone; neither: no row. Returns the fence and
+ * whether a reservation is left (only a claim leaves one): no row, or a
+ * reservation, means BUSY. */
 #define LL_POSTGRESQL_ACQUIRE                                                                      \
    "INSERT INTO \"%1$s\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "     \
-   "holder_pid, holder_label) VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * "                \
-   "interval '1 microsecond', clock_timestamp(), $4, $5::bigint, $6) "                             \
-   "ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, fence = l.fence + 1, "            \
-   "expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', "                      \
-   "acquired_at = clock_timestamp(), holder_host = excluded.holder_host, "                         \
-   "holder_pid = excluded.holder_pid, holder_label = excluded.holder_label "                       \
-   "WHERE l.expires_at <= clock_timestamp() OR l.owner = excluded.owner RETURNING fence"
+   "holder_pid, holder_label) SELECT $1::text, $2::text, 1, n.t + $3::bigint * "                   \
+   "interval '1 microsecond', n.t, $4::text, $5::bigint, $6::text "                                \
+   "FROM (SELECT clock_timestamp() AS t) n ON CONFLICT (lock_key) DO UPDATE SET "                  \
+   "owner = " LL_POSTGRESQL_IF_TAKE "excluded.owner ELSE l.owner END, "                            \
+   "fence = " LL_POSTGRESQL_IF_TAKE "l.fence + 1 ELSE l.fence END, "                               \
+   "expires_at = " LL_POSTGRESQL_IF_TAKE "excluded.expires_at ELSE l.expires_at END, "             \
+   "acquired_at = " LL_POSTGRESQL_IF_TAKE "excluded.acquired_at ELSE l.acquired_at END, "          \
+   "holder_host = " LL_POSTGRESQL_IF_TAKE "excluded.holder_host ELSE l.holder_host END, "          \
+   "holder_pid = " LL_POSTGRESQL_IF_TAKE "excluded.holder_pid ELSE l.holder_pid END, "             \
+   "holder_label = " LL_POSTGRESQL_IF_TAKE "excluded.holder_label ELSE l.holder_label END, "       \
+   "next_owner = " LL_POSTGRESQL_IF_TAKE "NULL ELSE excluded.owner END, "                          \
+   "next_until = " LL_POSTGRESQL_IF_TAKE "NULL ELSE " LL_POSTGRESQL_NOW " + $7::bigint * "         \
+   "interval '1 microsecond' END, "                                                                \
+   "next_since = " LL_POSTGRESQL_IF_TAKE "NULL ELSE " LL_POSTGRESQL_NOW " - $8::bigint * "         \
+   "interval '1 microsecond' END "                                                                 \
+   "WHERE " LL_POSTGRESQL_TAKE " OR " LL_POSTGRESQL_CLAIM                                          \
+   " RETURNING fence, next_owner IS NOT NULL"
 
 /* Parameters: $1 key, $2 owner, $3 ttl (us). One row when it was ours. */
 #define LL_POSTGRESQL_RENEW                                                                        \
@@ -85,11 +135,13 @@
    "clock_timestamp()) FROM old WHERE l.lock_key = old.lock_key RETURNING old.live"
 
 /* prune: the records under a prefix expired at least older_than ago by
- * clock_timestamp(). Parameters: $1 prefix, $2 older_than (us); the range
+ * clock_timestamp(), but not one whose reservation is live (a waiter
+ * would lose its turn). Parameters: $1 prefix, $2 older_than (us); the range
  * form $3 the upper bound. */
 #define LL_POSTGRESQL_PRUNE_FROM                                                                   \
    "DELETE FROM \"%1$s\" WHERE lock_key >= $1 AND expires_at <= clock_timestamp() - "              \
-   "$2::bigint * interval '1 microsecond'"
+   "$2::bigint * interval '1 microsecond' AND (next_owner IS NULL OR "                             \
+   "next_until <= clock_timestamp())"
 #define LL_POSTGRESQL_PRUNE_RANGE LL_POSTGRESQL_PRUNE_FROM " AND lock_key < $3"
 
 /* The backend's statement table (ll_sql_st_t, ll_internal.h). */

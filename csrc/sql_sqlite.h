@@ -8,17 +8,22 @@
  *
  *   leaselock_locks(key TEXT PRIMARY KEY, owner TEXT -- '' when released,
  *                   fence INTEGER, acquired_at INTEGER, expires_at INTEGER,
- *                   host TEXT, pid INTEGER, label TEXT) WITHOUT ROWID
+ *                   host TEXT, pid INTEGER, label TEXT,
+ *                   next_owner TEXT, next_until INTEGER, next_since INTEGER
+ *                   -- the next owner's reservation, NULL when none
+ *                   ) WITHOUT ROWID
  *
- * Times are milliseconds since the epoch by the SQLite clock.
+ * Times are milliseconds since the epoch by the SQLite clock. Version 2
+ * added the next_* columns; backend_sqlite.c's migrate() adds them to a
+ * version-1 file (LL_SQLITE_MIGRATE_1_2).
  */
 #ifndef LL_SQL_SQLITE_H
 #define LL_SQL_SQLITE_H
 
 /* The schema version this code writes and understands. A later version
  * adds a step in backend_sqlite.c's migrate() and bumps this. */
-#define LL_SQLITE_SCHEMA_VERSION 1
-#define LL_SQLITE_SET_VERSION "PRAGMA user_version = 1"
+#define LL_SQLITE_SCHEMA_VERSION 2
+#define LL_SQLITE_SET_VERSION "PRAGMA user_version = 2"
 
 #define LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS 10000
 
@@ -40,20 +45,61 @@
    " expires_at INTEGER NOT NULL,"                                                                 \
    " host TEXT NOT NULL DEFAULT '',"                                                               \
    " pid INTEGER NOT NULL DEFAULT 0,"                                                              \
-   " label TEXT NOT NULL DEFAULT ''"                                                               \
+   " label TEXT NOT NULL DEFAULT '',"                                                              \
+   " next_owner TEXT NULL,"                                                                        \
+   " next_until INTEGER NULL,"                                                                     \
+   " next_since INTEGER NULL"                                                                      \
    ") WITHOUT ROWID"
 
-/* ?1 key, ?2 owner, ?3 ttl_ms, ?4 host, ?5 pid, ?6 label. The update arm
- * runs only when the record is expired (by the same "now") or already
- * ours; otherwise no row comes back: BUSY. */
+/* Version 1 to 2: the reservation's columns (SQLite adds one column per
+ * statement). */
+#define LL_SQLITE_MIGRATE_1_2                                                                      \
+   "ALTER TABLE leaselock_locks ADD COLUMN next_owner TEXT NULL; "                                 \
+   "ALTER TABLE leaselock_locks ADD COLUMN next_until INTEGER NULL; "                              \
+   "ALTER TABLE leaselock_locks ADD COLUMN next_since INTEGER NULL"
+
+/* acquire and acquire_wait: one statement. In the update arm the bare
+ * column names are the old row's and "now" is excluded.acquired_at (one
+ * julianday('now') within the step anyway). Whether the old row is ours
+ * to take: ours already (a retry), or expired and its reservation free
+ * (none, or run out) or ours. */
+#define LL_SQLITE_TAKE                                                                             \
+   "(owner = excluded.owner OR (expires_at <= excluded.acquired_at AND"                            \
+   " (next_owner IS NULL OR next_until <= excluded.acquired_at OR next_owner = excluded.owner)))"
+/* Whether a waiter (?7 reserve not NULL) claims the reservation: free,
+ * already its own, or held by a waiter that began waiting later than now
+ * - ?8 (waited). */
+#define LL_SQLITE_CLAIM                                                                            \
+   "(?7 IS NOT NULL AND (next_owner IS NULL OR next_until <= excluded.acquired_at"                 \
+   " OR next_owner = excluded.owner OR next_since > excluded.acquired_at - ?8))"
+/* Each column's new value: CASE WHEN <take> THEN <taken> ELSE <kept or
+ * claimed> END. */
+#define LL_SQLITE_IF_TAKE "CASE WHEN " LL_SQLITE_TAKE " THEN "
+
+/* ?1 key, ?2 owner, ?3 ttl_ms, ?4 host, ?5 pid, ?6 label, ?7 reserve_ms
+ * (NULL for acquire: it never reserves), ?8 waited_ms (NULL for acquire).
+ * A new key is inserted; an existing record is updated either as a take
+ * (owner, fence + 1, times, holder; reservation cleared) or, when the take
+ * is refused and ?7 is given, as a claim of the reservation alone;
+ * neither: no row. Returns the fence and the reservation's owner, NULL
+ * unless a claim left one: no row, or a reservation, means BUSY. (Not
+ * "next_owner IS NOT NULL": SQLite 3.40 answers 1 for a NULL column of a
+ * WITHOUT ROWID table in RETURNING.) */
 #define LL_SQLITE_ACQUIRE                                                                          \
    "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"    \
    " VALUES (?1, ?2, 1, " LL_SQLITE_NOW_MS ", " LL_SQLITE_NOW_MS " + ?3, ?4, ?5, ?6)"              \
-   " ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = fence + 1,"                   \
-   " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,"                        \
-   " host = excluded.host, pid = excluded.pid, label = excluded.label"                             \
-   " WHERE expires_at <= excluded.acquired_at OR owner = excluded.owner"                           \
-   " RETURNING fence"
+   " ON CONFLICT (key) DO UPDATE SET"                                                              \
+   " owner = " LL_SQLITE_IF_TAKE "excluded.owner ELSE owner END,"                                  \
+   " fence = " LL_SQLITE_IF_TAKE "fence + 1 ELSE fence END,"                                       \
+   " acquired_at = " LL_SQLITE_IF_TAKE "excluded.acquired_at ELSE acquired_at END,"                \
+   " expires_at = " LL_SQLITE_IF_TAKE "excluded.expires_at ELSE expires_at END,"                   \
+   " host = " LL_SQLITE_IF_TAKE "excluded.host ELSE host END,"                                     \
+   " pid = " LL_SQLITE_IF_TAKE "excluded.pid ELSE pid END,"                                        \
+   " label = " LL_SQLITE_IF_TAKE "excluded.label ELSE label END,"                                  \
+   " next_owner = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.owner END,"                              \
+   " next_until = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at + ?7 END,"                   \
+   " next_since = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at - ?8 END"                    \
+   " WHERE " LL_SQLITE_TAKE " OR " LL_SQLITE_CLAIM " RETURNING fence, next_owner"
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 #define LL_SQLITE_RENEW                                                                            \
@@ -86,11 +132,14 @@
    "UPDATE leaselock_locks SET owner = '', expires_at = MIN(expires_at, " LL_SQLITE_NOW_MS ")"     \
    " WHERE key = ?1"
 
-/* prune: the expired records under a prefix. ?1 prefix, ?2 the first
- * string after every string with that prefix (as for list), ?3 older_than
- * (ms): expired at least that long ago by the same clock acquire uses. */
+/* prune: the expired records under a prefix, but not one whose
+ * reservation is live (a waiter would lose its turn). ?1 prefix, ?2 the
+ * first string after every string with that prefix (as for list), ?3
+ * older_than (ms): expired at least that long ago by the same clock
+ * acquire uses. */
 #define LL_SQLITE_PRUNE                                                                            \
    "DELETE FROM leaselock_locks WHERE key >= ?1 AND key < ?2"                                      \
-   " AND expires_at <= " LL_SQLITE_NOW_MS " - ?3"
+   " AND expires_at <= " LL_SQLITE_NOW_MS " - ?3"                                                  \
+   " AND (next_owner IS NULL OR next_until <= " LL_SQLITE_NOW_MS ")"
 
 #endif /* LL_SQL_SQLITE_H */

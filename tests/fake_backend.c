@@ -20,6 +20,8 @@ typedef struct rec
    char owner[LEASELOCK_OWNER_LEN + 1];
    int64_t fence, expires_at, acquired_at, pid;
    char host[256], label[256];
+   char next_owner[LEASELOCK_OWNER_LEN + 1]; /* the reservation ("" none) */
+   int64_t next_until, next_since;
 } rec_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -35,6 +37,7 @@ static atomic_bool holding;
 static atomic_bool hang;
 static char hang_key[LEASELOCK_KEY_MAX + 1]; /* ops on keys containing it hang */
 static long n_calls[8];
+static atomic_long n_waits; /* acquire_wait calls */
 
 void fake_backend_fail (bool on)
 {
@@ -189,21 +192,45 @@ static void fake_close (void *conn)
    free (conn);
 }
 
-static bool fake_acquire (void *conn,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t ttl_ms,
-                          const ll_holder_t *holder,
-                          int64_t *fence,
-                          leaselock_error_t *err)
+/* Whether r's reservation is live and not owner's (mu held). */
+static bool reserved_for_other (const rec_t *r, const char *owner, int64_t now)
 {
-   (void)conn;
+   return r->next_owner[0] && r->next_until > now && strcmp (r->next_owner, owner) != 0;
+}
+
+/* A waiter's claim on r's reservation (acquire_wait's rule; mu held). */
+static bool claim (rec_t *r, const char *owner, int64_t reserve_ms, int64_t waited_ms, int64_t now)
+{
+   bool free = !r->next_owner[0] || r->next_until <= now;
+   if (free || !strcmp (r->next_owner, owner) || r->next_since > now - waited_ms) {
+      snprintf (r->next_owner, sizeof r->next_owner, "%s", owner);
+      r->next_until = now + reserve_ms;
+      r->next_since = now - waited_ms;
+      return true;
+   }
+   return false;
+}
+
+/* acquire, and acquire_wait when reserve_ms > 0. */
+static bool take (const char *key,
+                  size_t key_len,
+                  const char *owner,
+                  int64_t ttl_ms,
+                  const ll_holder_t *holder,
+                  int64_t reserve_ms,
+                  int64_t waited_ms,
+                  int64_t *fence,
+                  bool *reserved,
+                  leaselock_error_t *err)
+{
+   *reserved = false;
    if (!enter (FAKE_ACQUIRE, key, err))
       return false;
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
-   if (r && r->expires_at > now && strcmp (r->owner, owner) != 0) {
+   bool mine = r && !strcmp (r->owner, owner);
+   if (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now))) {
+      *reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, waited_ms, now);
       pthread_mutex_unlock (&mu);
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    }
@@ -224,8 +251,40 @@ static bool fake_acquire (void *conn,
    r->pid = holder->pid;
    snprintf (r->host, sizeof r->host, "%s", holder->host);
    snprintf (r->label, sizeof r->label, "%s", holder->label);
+   r->next_owner[0] = '\0';
    *fence = r->fence;
    return leave (FAKE_ACQUIRE, true, err);
+}
+
+static bool fake_acquire (void *conn,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t ttl_ms,
+                          const ll_holder_t *holder,
+                          int64_t *fence,
+                          leaselock_error_t *err)
+{
+   (void)conn;
+   bool reserved;
+   return take (key, key_len, owner, ttl_ms, holder, 0, 0, fence, &reserved, err);
+}
+
+static bool fake_acquire_wait (void *conn,
+                               const char *key,
+                               size_t key_len,
+                               const char *owner,
+                               int64_t ttl_ms,
+                               const ll_holder_t *holder,
+                               int64_t reserve_ms,
+                               int64_t waited_ms,
+                               int64_t *fence,
+                               bool *reserved,
+                               leaselock_error_t *err)
+{
+   (void)conn;
+   atomic_fetch_add (&n_waits, 1);
+   return take (key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence, reserved, err);
 }
 
 static bool fake_renew (void *conn,
@@ -373,7 +432,8 @@ static bool fake_prune (void *conn,
    for (int i = 0; i < n_recs; i++) {
       const rec_t *r = &recs[i];
       bool under = r->key_len >= prefix_len && !memcmp (r->key, prefix, prefix_len);
-      if (!under || r->expires_at > now - older_than_ms)
+      bool reserved = r->next_owner[0] && r->next_until > now;
+      if (!under || r->expires_at > now - older_than_ms || reserved)
          recs[kept++] = *r;
    }
    *count = n_recs - kept;
@@ -389,6 +449,7 @@ const ll_backend_t fake_backend = {
    .close = fake_close,
    .abandon = fake_close, /* nothing shared with a parent: freeing it does no I/O */
    .acquire = fake_acquire,
+   .acquire_wait = fake_acquire_wait,
    .renew = fake_renew,
    .release = fake_release,
    .inspect = fake_inspect,

@@ -152,6 +152,23 @@ static bool fault_acquire (void *conn,
    FORWARD ("acquire", acquire (fc->conn, key, key_len, owner, ttl_ms, holder, fence, err));
 }
 
+static bool fault_acquire_wait (void *conn,
+                                const char *key,
+                                size_t key_len,
+                                const char *owner,
+                                int64_t ttl_ms,
+                                const ll_holder_t *holder,
+                                int64_t reserve_ms,
+                                int64_t waited_ms,
+                                int64_t *fence,
+                                bool *reserved,
+                                leaselock_error_t *err)
+{
+   *reserved = false;
+   FORWARD ("acquire", acquire_wait (fc->conn, key, key_len, owner, ttl_ms, holder, reserve_ms,
+                                     waited_ms, fence, reserved, err));
+}
+
 static bool fault_renew (void *conn,
                          const char *key,
                          size_t key_len,
@@ -220,6 +237,7 @@ const ll_backend_t fault_backend = {
    .abandon = fault_abandon,
    .close_before_fork = true, /* SQLite's rule, harmless for the fake one */
    .acquire = fault_acquire,
+   .acquire_wait = fault_acquire_wait,
    .renew = fault_renew,
    .release = fault_release,
    .inspect = fault_inspect,

@@ -28,6 +28,10 @@ int kill_other_connections (void);
 void *raw_lock_row (const char *k);
 /* Ends raw_lock_row's transaction and its connection. */
 void raw_unlock (void *h);
+/* Creates <table> and <table>_meta as schema version 1 made them (the old
+ * DDL, version 1 recorded) with one released record, key "old" at fence
+ * 7, for the migration test. False and why on stderr on error. */
+bool raw_create_v1 (const char *table);
 /* The server's processes, main process first, into pids (at most max);
  * false and why on stderr when they cannot be found. */
 bool raw_server_pids (pid_t *pids, int *n, int max);

@@ -115,6 +115,30 @@ void raw_unlock (void *h)
    mysql_close (h);
 }
 
+/* Schema version 1's DDL (sql_mysql.h before the reservation). */
+bool raw_create_v1 (const char *table)
+{
+   char sql[1024];
+   const char *steps[] = {
+      "CREATE TABLE `%s` (lock_key VARBINARY(255) NOT NULL PRIMARY KEY, "
+      "owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL, fence BIGINT NOT NULL, "
+      "expires_at DATETIME(6) NOT NULL, acquired_at DATETIME(6) NOT NULL, "
+      "holder_host VARBINARY(255) NOT NULL, holder_pid BIGINT NOT NULL, "
+      "holder_label VARBINARY(255) NOT NULL) ENGINE=InnoDB",
+      "CREATE TABLE `%s_meta` (id TINYINT NOT NULL PRIMARY KEY, "
+      "schema_version INT NOT NULL) ENGINE=InnoDB",
+      "INSERT INTO `%s_meta` VALUES (1, 1)",
+      "INSERT INTO `%s` VALUES ('old', NULL, 7, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, "
+      "UTC_TIMESTAMP(6) - INTERVAL 2 SECOND, 'old-host', 1, 'old-label')",
+   };
+   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+      snprintf (sql, sizeof sql, steps[i], table);
+      if (!raw_query (sql, NULL, 0))
+         return false;
+   }
+   return true;
+}
+
 /* MariaDB is one process: the one its pid file names. */
 bool raw_server_pids (pid_t *pids, int *n, int max)
 {

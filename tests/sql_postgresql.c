@@ -77,6 +77,24 @@ void raw_unlock (void *h)
    PQfinish (h);
 }
 
+/* Schema version 1's DDL (sql_postgresql.h before the reservation). */
+bool raw_create_v1 (const char *table)
+{
+   char sql[1200];
+   snprintf (sql, sizeof sql,
+             "CREATE TABLE \"%1$s\" (lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY, "
+             "owner text NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, "
+             "acquired_at timestamptz NOT NULL, holder_host text NOT NULL, "
+             "holder_pid bigint NOT NULL, holder_label text NOT NULL); "
+             "CREATE TABLE \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "
+             "schema_version int NOT NULL); "
+             "INSERT INTO \"%1$s_meta\" VALUES (1, 1); "
+             "INSERT INTO \"%1$s\" VALUES ('old', NULL, 7, clock_timestamp() - interval '1 s', "
+             "clock_timestamp() - interval '2 s', 'old-host', 1, 'old-label')",
+             table);
+   return raw_query (sql, NULL, 0);
+}
+
 /* The parent pid of pid, or -1. */
 static pid_t parent_of (pid_t pid)
 {

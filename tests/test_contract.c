@@ -750,6 +750,27 @@ static void test_backoff_jitter (void)
    }
 }
 
+/* A waiter that is not next polls within max(50 ms, waited / 8) (never
+ * more than the backoff's 1 s), so the oldest claims the reservation soon
+ * after it frees; the next owner polls every quarter of the time it has
+ * been next, within [1, 50] ms. */
+static void test_wait_sleep_policy (void)
+{
+   for (int i = 0; i < 2000; i++) {
+      int64_t t = ll_wait_sleep_ms (20, 100, false, 0);
+      CHECK (t >= 1 && t <= 50);
+      t = ll_wait_sleep_ms (20, 4000, false, 0);
+      CHECK (t >= 1 && t <= 500);
+      t = ll_wait_sleep_ms (20, 100000, false, 0);
+      CHECK (t >= 1 && t <= 1000);
+      t = ll_wait_sleep_ms (1, 100000, false, 0);
+      CHECK (t >= 1 && t <= 10); /* the backoff still starts small */
+   }
+   CHECK_EQ (ll_wait_sleep_ms (0, 0, true, 0), 1);
+   CHECK_EQ (ll_wait_sleep_ms (0, 0, true, 40), 10);
+   CHECK_EQ (ll_wait_sleep_ms (0, 0, true, 100000), 50);
+}
+
 typedef struct
 {
    leaselock_client_t *c;
@@ -804,6 +825,44 @@ static void test_local_handoff (void)
    leaselock_lease_destroy (la);
    leaselock_client_destroy (a);
    leaselock_client_destroy (b);
+}
+
+/* A waiter in another process goes first (invariant 9): a holder that
+ * releases and asks again at once finds the key reserved for the waiter
+ * (before, its own next try always won, and waiters starved). Real
+ * backends: the fake one lives in one process. */
+static void test_waiter_goes_first (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *again = NULL;
+   const char *k = key ("first");
+   CHECK_OK (acq (a, k, opts (60000, false), &la, &err), err);
+   fflush (NULL);
+   pid_t kid = fork ();
+   if (kid == 0) {
+      leaselock_client_t *c = leaselock_client_new (URI, "waiter", &err);
+      leaselock_acquire_opts_t o = opts (60000, false);
+      o.timeout_ms = 30000;
+      leaselock_lease_t *l = NULL;
+      bool ok = c && leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+      if (!ok)
+         fprintf (stderr, "waiter: %s\n", err.message);
+      leaselock_lease_destroy (l);
+      leaselock_client_destroy (c);
+      _exit (ok ? 0 : 1);
+   }
+   sleep_ms (500); /* the waiter has tried, found it busy, and is next */
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   bool ok = acq (a, k, opts (60000, false), &again, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   int status = 0;
+   waitpid (kid, &status, 0);
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   leaselock_lease_destroy (again);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
 }
 
 static bool stop_now (void *ud)
@@ -2349,7 +2408,10 @@ int main (int argc, char **argv)
    RUN (test_key_in_messages);
    RUN (test_hostile_keys_verbatim);
    RUN (test_backoff_jitter);
+   RUN (test_wait_sleep_policy);
    RUN (test_local_handoff);
+   if (!FAKE)
+      RUN (test_waiter_goes_first);
    RUN (test_wait_interrupted);
    RUN (test_auto_renew);
    RUN (test_loss_on_takeover);

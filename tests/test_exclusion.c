@@ -3,7 +3,10 @@
  * backend: 8 threads, then 4 processes, increment a shared counter
  * non-atomically (read, pause, write) under one lock. No update may be
  * lost, nobody may be inside twice, and fences must strictly increase in
- * the order the critical sections ran.
+ * the order the critical sections ran. Then 4 processes loop on one key
+ * (hold 1 ms, release, ask again at once) until 160 grants: each must get
+ * its share (no starvation: a holder that releases cannot take the key
+ * back before the waiters).
  *
  *   test_exclusion URI [iterations]
  */
@@ -15,6 +18,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -237,6 +241,76 @@ static void test_processes (void)
    printf ("processes: %d critical sections, fences %lld..%lld, 0 overlaps\n", n, first, prev);
 }
 
+/* ---- no starvation across processes ----------------------------------- */
+
+#define STARVE_GRANTS 160
+
+typedef struct starve
+{
+   atomic_int total;
+   atomic_int failures;
+   atomic_int grants[PROCS];
+} starve_t;
+
+static int starve_child (starve_t *sh, int id)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, "starve", &err);
+   if (!c) {
+      fprintf (stderr, "starve %d: %s\n", id, err.message);
+      return 1;
+   }
+   while (atomic_load (&sh->total) < STARVE_GRANTS) {
+      leaselock_lease_t *l = take (c, "starve", id);
+      if (!l) {
+         atomic_fetch_add (&sh->failures, 1);
+         break;
+      }
+      atomic_fetch_add (&sh->grants[id], 1);
+      atomic_fetch_add (&sh->total, 1);
+      struct timespec ts = { 0, 1000000 };
+      nanosleep (&ts, NULL);
+      if (!give_back (l, "starve", id))
+         atomic_fetch_add (&sh->failures, 1);
+   }
+   leaselock_client_destroy (c);
+   return 0;
+}
+
+static void test_no_starvation (void)
+{
+   starve_t *sh =
+     mmap (NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+   CHECK (sh != MAP_FAILED);
+   memset (sh, 0, sizeof *sh);
+   snprintf (KEY, sizeof KEY, "%s", key ("starve"));
+   fflush (NULL);
+   pid_t kids[PROCS];
+   for (int i = 0; i < PROCS; i++) {
+      kids[i] = fork ();
+      if (kids[i] == 0)
+         _exit (starve_child (sh, i));
+   }
+   int bad = 0, fewest = STARVE_GRANTS, most = 0;
+   for (int i = 0; i < PROCS; i++) {
+      int status;
+      waitpid (kids[i], &status, 0);
+      bad += !WIFEXITED (status) || WEXITSTATUS (status) != 0;
+   }
+   for (int i = 0; i < PROCS; i++) {
+      int g = atomic_load (&sh->grants[i]);
+      fewest = g < fewest ? g : fewest;
+      most = g > most ? g : most;
+   }
+   printf ("no starvation: %d grants, fewest %d, most %d per process\n", atomic_load (&sh->total),
+           fewest, most);
+   CHECK_EQ (bad, 0);
+   CHECK_EQ (atomic_load (&sh->failures), 0);
+   /* A fair share is 40 each; a starved process gets almost none. */
+   CHECK (fewest >= STARVE_GRANTS / PROCS / 4);
+   munmap (sh, sizeof *sh);
+}
+
 int main (int argc, char **argv)
 {
    if (argc < 2) {
@@ -249,5 +323,6 @@ int main (int argc, char **argv)
    printf ("exclusion: %d threads and %d processes x %d\n", THREADS, PROCS, ITER);
    RUN (test_threads);
    RUN (test_processes);
+   RUN (test_no_starvation);
    return tl_summary ("exclusion");
 }

@@ -6,7 +6,14 @@
  *  - command shape (libmongoc APM): no upsert query holds $expr, no update
  *    is a pipeline, no client time is ever sent, $$NOW judges expiry,
  *    w=majority by default, combined with journal=, and a URI's w= wins;
- *    unacknowledged writes (w=0, w=-1, safe=false) refused at open;
+ *    unacknowledged writes (w=0, w=-1, safe=false) refused at open; the
+ *    same for acquire_wait's commands and prune's, and their round trips;
+ *  - the next owner's reservation (acquire_wait): it keeps a released
+ *    record from others while its waiter takes it (and the take clears
+ *    it), it runs out, the oldest waiter gets it, a plain acquire never
+ *    reserves, prune keeps a reserved record, the holder's own retry still
+ *    succeeds, and a record without the reservation's fields is
+ *    unreserved;
  *  - driver defaults (timeouts, appname, wtimeout) and URI overrides;
  *  - renew of an expired lease nobody took: NOT_HELD;
  *  - force_release: owner cleared, fence kept, and a lease acquired between
@@ -92,6 +99,26 @@ static bool acquire (void *c,
    bool ok = B->acquire (c, k, strlen (k), owner, ttl, &HOLDER, &f, err);
    if (fence)
       *fence = f;
+   return ok;
+}
+
+static bool acquire_wait (void *c,
+                          const char *k,
+                          const char *owner,
+                          int64_t reserve_ms,
+                          int64_t waited_ms,
+                          int64_t *fence,
+                          bool *reserved,
+                          leaselock_error_t *err)
+{
+   int64_t f = 0;
+   bool r = true; /* the backend must set it */
+   ll_error_clear (err);
+   bool ok =
+     B->acquire_wait (c, k, strlen (k), owner, 30000, &HOLDER, reserve_ms, waited_ms, &f, &r, err);
+   if (fence)
+      *fence = f;
+   *reserved = r;
    return ok;
 }
 
@@ -341,6 +368,78 @@ static void test_command_shape (void)
           has_key (&q, "$exists"));
    /* $currentDate writes the times, $inc the fence. */
    CHECK (doc_has_key (cmds[0], "$currentDate") && doc_has_key (cmds[0], "$inc"));
+   clear_cmds ();
+   B->close (c);
+}
+
+/* Whether captured command i is a findAndModify (upsert as asked) or an
+ * update whose one statement is not an upsert, whose query holds $expr
+ * judged by $$NOW. */
+static bool is_cmd (int i, const char *name, bool upsert)
+{
+   bson_iter_t it, q;
+   if (i >= n_cmds || !bson_iter_init (&it, cmds[i]) || !bson_iter_next (&it) ||
+       strcmp (bson_iter_key (&it), name))
+      return false;
+   if (!strcmp (name, "findAndModify")) {
+      bool up = bson_iter_init_find (&it, cmds[i], "upsert") && bson_iter_as_bool (&it);
+      bool hq = bson_iter_init_find (&it, cmds[i], "query") && bson_iter_recurse (&it, &q);
+      return up == upsert && hq && has_key (&q, "$expr") == !upsert;
+   }
+   if (!strcmp (name, "update"))
+      return bson_iter_init_find (&it, cmds[i], "updates") && bson_iter_recurse (&it, &q) &&
+             has_key (&q, "$expr") && has_string (&q, "$$NOW") && has_key (&q, "nextAt") &&
+             !has_key (&q, "$exists");
+   return true;
+}
+
+/* acquire_wait and prune: the same rules (no $expr in an upsert query, no
+ * pipeline, no client date, w=majority), and the round trips the backend
+ * documents: busy and reserved 2 (take, claim), busy behind an older waiter
+ * 3 (take, claim, upsert answering 11000), a missing key 3 (the upsert
+ * takes it). */
+static void test_command_shape_wait (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   mongoc_apm_callbacks_destroy (cbs);
+   leaselock_error_t err;
+   char a[33], w[33], y[33], why[512];
+   bool ok, reserved;
+   int64_t count, fence;
+   new_owner (a);
+   new_owner (w);
+   new_owner (y);
+   const char *k = key ("shape-wait/held"), *k2 = key ("shape-wait/new");
+   ok = acquire (c, k, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   clear_cmds ();
+   ok = acquire_wait (c, k, w, 2000, 5000, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK_EQ (n_cmds, 2);
+   CHECK (is_cmd (0, "findAndModify", false) && is_cmd (1, "update", false));
+   ok = acquire_wait (c, k, y, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (!reserved);
+   CHECK_EQ (n_cmds, 5);
+   CHECK (is_cmd (2, "findAndModify", false) && is_cmd (3, "update", false) &&
+          is_cmd (4, "findAndModify", true));
+   ok = acquire_wait (c, k2, y, 2000, 0, &fence, &reserved, &err);
+   CHECK_OK (ok, err);
+   CHECK (!reserved);
+   CHECK_EQ (fence, 1);
+   CHECK_EQ (n_cmds, 8);
+   ok = B->prune (c, k2, strlen (k2), 3600000, &count, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (n_cmds, 9);
+   int writes = check_cmds (true, why, sizeof why);
+   if (writes < 0)
+      fprintf (stderr, "    %s\n", why);
+   CHECK_EQ (writes, 8);
    clear_cmds ();
    B->close (c);
 }
@@ -1409,6 +1508,344 @@ static void test_min_hold_record (void)
    B->close (c);
 }
 
+/* ---- the next owner's reservation (acquire_wait) ----------------------- */
+
+/* The stored nextOwner of k: the owner, "" when null, "-" when missing,
+ * "?" when there is no record. */
+static void next_owner_of (void *c, const char *k, char out[40])
+{
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (k));
+   mongoc_cursor_t *cur =
+     mongoc_collection_find_with_opts (ll_mongodb_test_collection (c), filter, NULL, NULL);
+   const bson_t *doc;
+   bson_iter_t it;
+   snprintf (out, 40, "?");
+   if (mongoc_cursor_next (cur, &doc)) {
+      if (!bson_iter_init_find (&it, doc, "nextOwner"))
+         snprintf (out, 40, "-");
+      else
+         snprintf (out, 40, "%s", BSON_ITER_HOLDS_UTF8 (&it) ? bson_iter_utf8 (&it, NULL) : "");
+   }
+   mongoc_cursor_destroy (cur);
+   bson_destroy (filter);
+}
+
+#define CHECK_NEXT(c, k, want)                                                                     \
+   do {                                                                                            \
+      char _n[40];                                                                                 \
+      next_owner_of ((c), (k), _n);                                                                \
+      if (strcmp (_n, (want))) {                                                                   \
+         char _m[200];                                                                             \
+         snprintf (_m, sizeof _m, "nextOwner of %s: want \"%s\", got \"%s\"", (k), (want), _n);    \
+         tl_fail (__FILE__, __LINE__, _m);                                                         \
+         return;                                                                                   \
+      }                                                                                            \
+   } while (0)
+
+/* Makes k's record look written before reservations existed: the
+ * reservation's fields removed. */
+static bool strip_next_fields (void *c, const char *k)
+{
+   bson_t *q = BCON_NEW ("_id", BCON_UTF8 (k));
+   bson_t *u = BCON_NEW ("$unset", "{", "nextOwner", BCON_UTF8 (""), "nextAt", BCON_UTF8 (""),
+                         "nextMs", BCON_UTF8 (""), "nextWaitedMs", BCON_UTF8 (""), "}");
+   bson_t reply;
+   bson_iter_t it;
+   bool ok =
+     mongoc_collection_update_one (ll_mongodb_test_collection (c), q, u, NULL, &reply, NULL) &&
+     bson_iter_init_find (&it, &reply, "matchedCount") && bson_iter_as_int64 (&it) == 1;
+   bson_destroy (&reply);
+   bson_destroy (q);
+   bson_destroy (u);
+   return ok;
+}
+
+/* (1) A live reservation of waiter W keeps a released record from another
+ * owner (acquire and a younger acquire_wait: BUSY) while W's acquire takes
+ * it and clears the reservation; another owner can then reserve. */
+static void test_reservation_blocks_others (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], w[33], b[33];
+   bool ok, reserved;
+   int64_t f = 0, f2 = 0;
+   new_owner (a);
+   new_owner (w);
+   new_owner (b);
+   const char *k = key ("resv-blocks");
+   ok = acquire (c, k, a, 30000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, w, 2000, 0, &f2, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK_NEXT (c, k, w);
+   ok = acquire_wait (c, k, w, 2000, 50, NULL, &reserved, &err); /* already W's */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   ok = B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   ok = acquire (c, k, b, 30000, NULL, &err); /* expired, but W's */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   ok = acquire (c, k, a, 30000, NULL, &err); /* the old holder too */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   ok = acquire_wait (c, k, b, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (!reserved);
+   CHECK_NEXT (c, k, w);
+   ok = acquire (c, k, w, 30000, &f2, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (f2, f + 1);
+   CHECK_NEXT (c, k, ""); /* cleared by the take */
+   ok = acquire_wait (c, k, b, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK_NEXT (c, k, b);
+   ok = B->release (c, k, strlen (k), w, 0, &err);
+   CHECK_OK (ok, err);
+   ok = acquire (c, k, w, 30000, NULL, &err); /* B's turn now */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   ok = acquire_wait (c, k, b, 2000, 100, &f2, &reserved, &err);
+   CHECK_OK (ok, err);
+   CHECK (!reserved);
+   CHECK_EQ (f2, f + 2);
+   CHECK_NEXT (c, k, "");
+   B->close (c);
+}
+
+/* (2) A reservation past its until (by the server clock) no longer blocks;
+ * acquire_wait of a free or missing key takes it in one call. */
+static void test_reservation_runs_out (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], w[33], b[33], d[33];
+   bool ok, reserved;
+   int64_t f = 0, f2 = 0;
+   new_owner (a);
+   new_owner (w);
+   new_owner (b);
+   new_owner (d);
+   const char *k = key ("resv-runs-out");
+   ok = acquire (c, k, a, 30000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, w, 1000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   ok = B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   ok = acquire (c, k, b, 30000, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   sleep_ms (1300);
+   ok = acquire (c, k, b, 30000, &f2, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (f2, f + 1);
+   CHECK_NEXT (c, k, "");
+   /* A free record: acquire_wait takes it, not reserved. */
+   ok = B->release (c, k, strlen (k), b, 0, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, d, 1000, 0, &f2, &reserved, &err);
+   CHECK_OK (ok, err);
+   CHECK (!reserved);
+   CHECK_EQ (f2, f + 2);
+   /* A missing key: taken through the upsert. */
+   const char *k2 = key ("resv-runs-out-new");
+   ok = acquire_wait (c, k2, d, 1000, 0, &f2, &reserved, &err);
+   CHECK_OK (ok, err);
+   CHECK (!reserved);
+   CHECK_EQ (f2, 1);
+   B->close (c);
+}
+
+/* (3) An older waiter (larger waited_ms) takes the reservation from a
+ * younger one; a younger one does not take it from an older one. */
+static void test_reservation_oldest_waiter (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], y[33], o[33];
+   bool ok, reserved;
+   new_owner (a);
+   new_owner (y);
+   new_owner (o);
+   const char *k = key ("resv-oldest");
+   ok = acquire (c, k, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, y, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK_NEXT (c, k, y);
+   ok = acquire_wait (c, k, o, 2000, 5000, NULL, &reserved, &err); /* older */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK_NEXT (c, k, o);
+   ok = acquire_wait (c, k, y, 2000, 100, NULL, &reserved, &err); /* younger */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (!reserved);
+   CHECK_NEXT (c, k, o);
+   ok = acquire_wait (c, k, o, 2000, 5100, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   ok = B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, y, 2000, 200, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (!reserved);
+   ok = acquire_wait (c, k, o, 2000, 5200, NULL, &reserved, &err);
+   CHECK_OK (ok, err);
+   CHECK (!reserved);
+   B->close (c);
+}
+
+/* (4) A plain acquire that is BUSY never reserves. */
+static void test_plain_acquire_never_reserves (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33], d[33];
+   new_owner (a);
+   new_owner (b);
+   new_owner (d);
+   const char *k = key ("resv-plain");
+   bool ok = acquire (c, k, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   for (int i = 0; i < 3; i++) {
+      ok = acquire (c, k, b, 30000, NULL, &err);
+      CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   }
+   char next[40];
+   next_owner_of (c, k, next);
+   CHECK (strcmp (next, b) != 0 && strcmp (next, "?") != 0);
+   ok = B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   ok = acquire (c, k, d, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   B->close (c);
+}
+
+/* (5) prune keeps an expired record whose reservation is live, and deletes
+ * it once the reservation has run out. */
+static void test_prune_keeps_reserved (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   char a[33], w[33], pfx[300];
+   bool ok, reserved, found;
+   int64_t count = -1;
+   new_owner (a);
+   new_owner (w);
+   snprintf (pfx, sizeof pfx, "%s", key ("prune-resv/"));
+   const char *k = key ("prune-resv/reserved"), *k2 = key ("prune-resv/free");
+   ok = acquire (c, k, a, 30000, NULL, &err) && acquire (c, k2, a, 30000, NULL, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, w, 1000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   ok = B->release (c, k, strlen (k), a, 0, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   CHECK_OK (ok, err);
+   ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (count, 1); /* k2 */
+   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found);
+   sleep_ms (1300);
+   ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (count, 1); /* k */
+   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (!found);
+   B->close (c);
+}
+
+/* (6) The holder's own retried acquire succeeds while another waiter holds
+ * the reservation, live lease or expired. */
+static void test_own_retry_beats_reservation (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], w[33];
+   bool ok, reserved;
+   int64_t f = 0, f2 = 0;
+   new_owner (a);
+   new_owner (w);
+   const char *k = key ("resv-own-retry");
+   ok = acquire (c, k, a, 30000, &f, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, w, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   ok = acquire (c, k, a, 30000, &f2, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (f2, f + 1);
+   ok = acquire_wait (c, k, w, 2000, 10, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   ok = acquire_wait (c, k, a, 2000, 0, &f2, &reserved, &err);
+   CHECK_OK (ok, err);
+   CHECK (!reserved);
+   CHECK_EQ (f2, f + 2);
+   /* Expired by the server clock and reserved for W: still the holder's. */
+   const char *k2 = key ("resv-own-retry-expired");
+   ok = acquire (c, k2, a, 300, &f, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k2, w, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   sleep_ms (450);
+   ok = acquire (c, k2, a, 30000, &f2, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (f2, f + 1);
+   B->close (c);
+}
+
+/* (7) A record written before reservations existed (no nextOwner, nextAt,
+ * nextMs, nextWaitedMs) reads as unreserved: taken once expired, claimed
+ * by a waiter, pruned. */
+static void test_old_record_unreserved (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33], w[33], pfx[300];
+   bool ok, reserved;
+   int64_t f = 0, f2 = 0, count = -1;
+   new_owner (a);
+   new_owner (b);
+   new_owner (w);
+   snprintf (pfx, sizeof pfx, "%s", key ("resv-old/"));
+   const char *k = key ("resv-old/taken"), *k2 = key ("resv-old/pruned");
+   ok = acquire (c, k, a, 30000, &f, &err) && B->release (c, k, strlen (k), a, 0, &err);
+   CHECK_OK (ok, err);
+   CHECK (strip_next_fields (c, k));
+   CHECK_NEXT (c, k, "-");
+   ok = acquire (c, k, b, 30000, &f2, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (f2, f + 1);
+   CHECK (strip_next_fields (c, k)); /* live, B's */
+   ok = acquire (c, k, w, 30000, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   ok = acquire_wait (c, k, w, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK_NEXT (c, k, w);
+   ok = acquire (c, k2, a, 30000, NULL, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   CHECK_OK (ok, err);
+   CHECK (strip_next_fields (c, k2));
+   ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
+   CHECK_OK (ok, err);
+   CHECK_EQ (count, 1); /* k2; k is B's */
+   B->close (c);
+}
+
 int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--child"))
@@ -1428,6 +1865,7 @@ int main (int argc, char **argv)
 
    RUN (test_command_shape_checker);
    RUN (test_command_shape);
+   RUN (test_command_shape_wait);
    RUN (test_write_concern);
    RUN (test_keys_are_text);
    RUN (test_min_hold_record);
@@ -1442,6 +1880,13 @@ int main (int argc, char **argv)
    RUN (test_lost_reply_retry);
    RUN (test_server_down_and_back);
    RUN (test_no_password_in_operation_errors);
+   RUN (test_reservation_blocks_others);
+   RUN (test_reservation_runs_out);
+   RUN (test_reservation_oldest_waiter);
+   RUN (test_plain_acquire_never_reserves);
+   RUN (test_prune_keeps_reserved);
+   RUN (test_own_retry_beats_reservation);
+   RUN (test_old_record_unreserved);
 
    clear_cmds ();
    mongoc_cleanup ();

@@ -14,7 +14,9 @@
  * print them), a stopped server (SIGSTOP on its processes: every call, and
  * a fork() while one is in flight, ends within the URI's io_timeout and
  * connect_timeout or the default bounds), bad URIs, the table option,
- * concurrent first use, and connections abandoned after fork.
+ * concurrent first use, connections abandoned after fork, the next
+ * owner's reservation (acquire_wait, backend level) and the migration of
+ * a version-1 table.
  *
  * A raw driver connection (tests/sql_driver.h) checks the server side:
  * the suite is built once with libmariadb (build/tests/test_sql_mysql) and
@@ -366,6 +368,345 @@ static void test_takeover_does_not_extend_old (void)
    CHECK (release_b);
 }
 
+/* ---- the next owner's reservation (acquire_wait) -------------------------- */
+
+/* Owners of the reservation tests: a holder, waiters W, X, and a young
+ * and an old waiter. */
+#define RSV_H "11111111111111111111111111111111"
+#define RSV_W "22222222222222222222222222222222"
+#define RSV_X "33333333333333333333333333333333"
+#define RSV_YOUNG "44444444444444444444444444444444"
+#define RSV_OLD "55555555555555555555555555555555"
+
+/* A plain acquire for ttl_ms: 'T' took (its fence in *fence when given),
+ * 'B' busy, 'E' another error (on stderr). */
+static char rsv_take (const ll_backend_t *b,
+                      void *conn,
+                      const char *k,
+                      const char *owner,
+                      int64_t ttl_ms,
+                      int64_t *fence)
+{
+   static const ll_holder_t h = { "rsv-host", 1, "rsv" };
+   leaselock_error_t err;
+   int64_t f = 0;
+   if (b->acquire (conn, k, strlen (k), owner, ttl_ms, &h, &f, &err)) {
+      if (fence)
+         *fence = f;
+      return 'T';
+   }
+   if (err.code == LEASELOCK_BUSY)
+      return 'B';
+   fprintf (stderr, "    acquire: %s %s\n", leaselock_code_name (err.code), err.message);
+   return 'E';
+}
+
+/* acquire_wait (ttl 10 s): 'T' took, 'R' busy and owner is next, 'B' busy
+ * and not next, '?' took but says reserved, 'E' another error. */
+static char rsv_wait (const ll_backend_t *b,
+                      void *conn,
+                      const char *k,
+                      const char *owner,
+                      int64_t reserve_ms,
+                      int64_t waited_ms,
+                      int64_t *fence)
+{
+   static const ll_holder_t h = { "rsv-host", 2, "rsv-waiter" };
+   leaselock_error_t err;
+   int64_t f = 0;
+   bool reserved = true;
+   bool ok = b->acquire_wait (conn, k, strlen (k), owner, 10000, &h, reserve_ms, waited_ms, &f,
+                              &reserved, &err);
+   if (ok && fence)
+      *fence = f;
+   if (ok)
+      return reserved ? '?' : 'T';
+   if (err.code == LEASELOCK_BUSY)
+      return reserved ? 'R' : 'B';
+   fprintf (stderr, "    acquire_wait: %s %s\n", leaselock_code_name (err.code), err.message);
+   return 'E';
+}
+
+static bool rsv_release (const ll_backend_t *b, void *conn, const char *k, const char *owner)
+{
+   leaselock_error_t err;
+   return b->release (conn, k, strlen (k), owner, 0, &err);
+}
+
+/* Runs a reservation test on a connection of its own (uri), closed after. */
+static void rsv_run (const char *uri, void (*body) (const ll_backend_t *, void *))
+{
+   const ll_backend_t *b;
+   void *conn = backend_open (uri, &b);
+   CHECK (conn);
+   if (b->acquire_wait)
+      body (b, conn);
+   else
+      tl_fail (__FILE__, __LINE__, "the backend has no acquire_wait");
+   b->close (conn);
+}
+
+/* A live reservation of waiter W blocks every other owner's acquire of the
+ * released record, the old holder's too; W takes it (fence + 1), which
+ * clears the reservation: X can then be next, and takes it after W. */
+static void rsv_blocks_others (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("rsv-blocks");
+   int64_t f1 = 0, f2 = 0, f3 = 0;
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_W, 2000, 0, NULL), 'R');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_X, 2000, 0, NULL), 'B'); /* began later: W stays next */
+   CHECK (rsv_release (b, c, k, RSV_H));
+   CHECK_EQ (rsv_take (b, c, k, RSV_X, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (b, c, k, RSV_W, 10000, &f2), 'T');
+   CHECK_EQ (f2, f1 + 1);
+   CHECK_EQ (rsv_wait (b, c, k, RSV_X, 2000, 0, NULL), 'R'); /* W's was cleared */
+   CHECK (rsv_release (b, c, k, RSV_W));
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'B');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_X, 2000, 0, &f3), 'T');
+   CHECK_EQ (f3, f2 + 1);
+   CHECK (rsv_release (b, c, k, RSV_X));
+}
+
+static void test_reservation_blocks_others (void)
+{
+   rsv_run (URI, rsv_blocks_others);
+}
+
+/* A reservation past its until (by the database clock) blocks no more:
+ * a younger waiter claims it, and anyone takes the released key. */
+static void rsv_runs_out (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("rsv-runs-out");
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_W, 300, 0, NULL), 'R');
+   sleep_ms (450);
+   CHECK_EQ (rsv_wait (b, c, k, RSV_X, 1000, 0, NULL), 'R'); /* W's ran out */
+   CHECK (rsv_release (b, c, k, RSV_H));
+   CHECK_EQ (rsv_take (b, c, k, RSV_W, 10000, NULL), 'B');
+   sleep_ms (1150);
+   CHECK_EQ (rsv_take (b, c, k, RSV_W, 10000, NULL), 'T'); /* X's ran out */
+   CHECK_EQ (rsv_take (b, c, k, RSV_X, 10000, NULL), 'B');
+   CHECK (rsv_release (b, c, k, RSV_W));
+}
+
+static void test_reservation_runs_out (void)
+{
+   rsv_run (URI, rsv_runs_out);
+}
+
+/* An older waiter (larger waited) takes the reservation from a younger
+ * one; the younger one does not take it back, and the older one keeps it
+ * and takes the key. */
+static void rsv_older_wins (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("rsv-older");
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 0, NULL), 'R');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, NULL), 'R');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 100, NULL), 'B');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, NULL), 'R');
+   CHECK (rsv_release (b, c, k, RSV_H));
+   CHECK_EQ (rsv_take (b, c, k, RSV_YOUNG, 10000, NULL), 'B');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 200, NULL), 'B');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, NULL), 'T');
+   CHECK (rsv_release (b, c, k, RSV_OLD));
+}
+
+static void test_reservation_older_waiter_wins (void)
+{
+   rsv_run (URI, rsv_older_wins);
+}
+
+/* A plain acquire that is BUSY leaves no reservation: once the holder
+ * releases, anyone takes the key. */
+static void rsv_plain_never_reserves (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("rsv-plain");
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_take (b, c, k, RSV_X, 10000, NULL), 'B');
+   CHECK (rsv_release (b, c, k, RSV_H));
+   CHECK_EQ (rsv_take (b, c, k, RSV_W, 10000, NULL), 'T');
+   CHECK (rsv_release (b, c, k, RSV_W));
+}
+
+static void test_plain_acquire_never_reserves (void)
+{
+   rsv_run (URI, rsv_plain_never_reserves);
+}
+
+/* prune keeps an expired record whose reservation is live (the one
+ * beside it, without one, goes), and deletes it once the reservation
+ * ran out. */
+static void rsv_prune_keeps (const ll_backend_t *b, void *c)
+{
+   const char *pfx = key ("rsv-prune/"), *k1 = key ("rsv-prune/reserved");
+   const char *k2 = key ("rsv-prune/free");
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   int64_t n = -1;
+   CHECK_EQ (rsv_take (b, c, k1, RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_take (b, c, k2, RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (b, c, k1, RSV_W, 1000, 0, NULL), 'R');
+   CHECK (rsv_release (b, c, k1, RSV_H) && rsv_release (b, c, k2, RSV_H));
+   CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
+   CHECK_EQ (n, 1);
+   CHECK_OK (b->inspect (c, k1, strlen (k1), &rec, &found, &err), err);
+   CHECK (found);
+   sleep_ms (1150);
+   CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
+   CHECK_EQ (n, 1);
+   CHECK_OK (b->inspect (c, k1, strlen (k1), &rec, &found, &err), err);
+   CHECK (!found);
+}
+
+static void test_prune_keeps_reserved (void)
+{
+   rsv_run (URI, rsv_prune_keeps);
+}
+
+/* The owner's own retried acquire succeeds whatever the reservation:
+ * while its lease is live, and after it expired with W's reservation
+ * live. */
+static void rsv_retry_wins (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("rsv-retry");
+   int64_t f1 = 0, f2 = 0, f3 = 0;
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 300, &f1), 'T');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_W, 3000, 0, NULL), 'R');
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 300, &f2), 'T');
+   CHECK_EQ (f2, f1 + 1);
+   CHECK_EQ (rsv_wait (b, c, k, RSV_W, 3000, 0, NULL), 'R');
+   sleep_ms (400); /* H's lease expired; W's reservation is live */
+   CHECK_EQ (rsv_take (b, c, k, RSV_X, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f3), 'T');
+   CHECK_EQ (f3, f2 + 1);
+   CHECK (rsv_release (b, c, k, RSV_H));
+}
+
+static void test_retry_beats_reservation (void)
+{
+   rsv_run (URI, rsv_retry_wins);
+}
+
+/* A version-1 table (the old DDL: raw_create_v1) is migrated in place on
+ * open: version 2 recorded, its record kept and unreserved (the new
+ * columns read NULL), and reservations work on it. */
+static void rsv_on_migrated (const ll_backend_t *b, void *c)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   int64_t f = 0;
+   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
+   CHECK_EQ (rsv_wait (b, c, "old", RSV_W, 2000, 0, &f), 'T');
+   CHECK_EQ (f, 8);
+   CHECK_EQ (rsv_wait (b, c, "old", RSV_X, 2000, 0, NULL), 'R');
+   CHECK (rsv_release (b, c, "old", RSV_W));
+   CHECK_EQ (rsv_take (b, c, "old", RSV_H, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (b, c, "old", RSV_X, 10000, &f), 'T');
+   CHECK_EQ (f, 9);
+}
+
+static void test_migrate_v1 (void)
+{
+   char table[64], opt[80], sql[256], out[64] = "";
+   snprintf (table, sizeof table, "ll_v1_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s", table);
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
+   bool made = raw_create_v1 (table);
+   if (made) {
+      rsv_run (uri_with (opt), rsv_on_migrated);
+      raw_query (sql, out, sizeof out);
+   }
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta", table, table);
+   raw_query (sql, NULL, 0);
+   CHECK (made);
+   CHECK_EQ (atoi (out), 2);
+}
+
+/* An expired record reserved by a younger waiter: an older waiter's
+ * acquire_wait claims the reservation but must not take the key (MySQL:
+ * an ON DUPLICATE KEY UPDATE assignment sees the columns set before it, so
+ * a claim written first could read as "the reservation is ours"); the
+ * lease columns stay as they were, the younger one cannot take it, and
+ * the older one then does. */
+static void rsv_claim_expired (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("rsv-claim-expired");
+   leaselock_error_t err;
+   leaselock_record_t r1, r2;
+   bool found = false;
+   int64_t f1 = 0, f2 = 0;
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 0, NULL), 'R');
+   CHECK (rsv_release (b, c, k, RSV_H));
+   CHECK_OK (b->inspect (c, k, strlen (k), &r1, &found, &err), err);
+   CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, NULL), 'R');
+   CHECK_OK (b->inspect (c, k, strlen (k), &r2, &found, &err), err);
+   CHECK (found && !r2.owner[0] && r2.fence == f1 && r2.pid == r1.pid);
+   CHECK (!strcmp (r2.label, r1.label) && r2.expires_in_ms <= r1.expires_in_ms);
+   CHECK_EQ (rsv_take (b, c, k, RSV_YOUNG, 10000, NULL), 'B');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 100, NULL), 'B');
+   CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, &f2), 'T');
+   CHECK_EQ (f2, f1 + 1);
+   CHECK (rsv_release (b, c, k, RSV_OLD));
+}
+
+static void test_reservation_claim_on_expired (void)
+{
+   rsv_run (URI, rsv_claim_expired);
+}
+
+/* Several processes opening one version-1 table at once all succeed, and
+ * it ends at version 2 with its record. */
+static void test_concurrent_migration (void)
+{
+   char table[64], opt[80], sql[256], out[64] = "";
+   snprintf (table, sizeof table, "ll_v1race_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s", table);
+   const char *u = uri_with (opt);
+   bool made = raw_create_v1 (table);
+   int fds[2], failed = 0;
+   CHECK (pipe (fds) == 0);
+   pid_t pids[6];
+   for (int i = 0; made && i < 6; i++) {
+      if ((pids[i] = fork ()) == 0) {
+         char ch;
+         close (fds[1]);
+         if (read (fds[0], &ch, 1) < 0) /* all start together */
+            _exit (4);
+         leaselock_error_t err;
+         leaselock_record_t rec;
+         bool found = false;
+         leaselock_client_t *cl = leaselock_client_new (u, NULL, &err);
+         bool ok = cl && leaselock_inspect (cl, "old", 3, &rec, &found, &err) && found;
+         if (!ok)
+            fprintf (stderr, "    child: %s %s\n", leaselock_code_name (err.code), err.message);
+         leaselock_client_destroy (cl);
+         _exit (ok ? 0 : 1);
+      }
+   }
+   close (fds[0]);
+   sleep_ms (200);
+   close (fds[1]);
+   for (int i = 0; made && i < 6; i++) {
+      int st;
+      waitpid (pids[i], &st, 0);
+      failed += !WIFEXITED (st) || WEXITSTATUS (st) != 0;
+   }
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
+   raw_query (sql, out, sizeof out);
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta", table, table);
+   raw_query (sql, NULL, 0);
+   CHECK (made);
+   CHECK_EQ (failed, 0);
+   CHECK_EQ (atoi (out), 2);
+}
+
 /* ---- connections ------------------------------------------------------ */
 
 /* The server kills the client's idle connections: the next calls work. */
@@ -666,9 +1007,9 @@ static void test_table_option_and_schema (void)
    CHECK_EQ (atoi (out), 1);
    snprintf (sql, sizeof sql, "SELECT schema_version FROM ll_custom_%d_meta", (int)getpid ());
    CHECK (raw_query (sql, out, sizeof out));
-   CHECK_EQ (atoi (out), 1);
+   CHECK_EQ (atoi (out), 2);
    CHECK (raw_query ("SELECT schema_version FROM leaselock_meta", out, sizeof out));
-   CHECK_EQ (atoi (out), 1);
+   CHECK_EQ (atoi (out), 2);
    snprintf (sql, sizeof sql, "DROP TABLE ll_custom_%d, ll_custom_%d_meta", (int)getpid (),
              (int)getpid ());
    CHECK (raw_query (sql, NULL, 0));
@@ -1175,6 +1516,15 @@ int main (int argc, char **argv)
    RUN (test_list_prefix_literal);
    RUN (test_holder_info);
    RUN (test_takeover_does_not_extend_old);
+   RUN (test_reservation_blocks_others);
+   RUN (test_reservation_runs_out);
+   RUN (test_reservation_older_waiter_wins);
+   RUN (test_plain_acquire_never_reserves);
+   RUN (test_prune_keeps_reserved);
+   RUN (test_retry_beats_reservation);
+   RUN (test_migrate_v1);
+   RUN (test_reservation_claim_on_expired);
+   RUN (test_concurrent_migration);
    RUN (test_clock_skew);
    RUN (test_reconnect_after_kill);
    RUN (test_failed_in_flight);

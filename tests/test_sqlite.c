@@ -1,8 +1,9 @@
 /*
  * test_sqlite.c - the embedded SQLite backend's own cases: URI checks,
- * schema creation and versioning, unwritable paths, keys stored verbatim,
- * prefix listing without wildcards, the default file, several openers at
- * once, fork. The lease contract itself is tests/test_contract.c.
+ * schema creation, versioning and the migration of a version-1 file,
+ * unwritable paths, keys stored verbatim, prefix listing without
+ * wildcards, the next owner's reservation (acquire_wait), the default
+ * file, several openers at once, fork. The lease contract itself is tests/test_contract.c.
  *
  * Run: test_sqlite [TMPDIR] (default: a new directory under /tmp).
  */
@@ -128,7 +129,7 @@ static void test_schema_created_once (void)
    leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    int64_t fence = 0;
@@ -151,7 +152,7 @@ static void test_schema_created_once (void)
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), 1);
@@ -475,6 +476,272 @@ static void test_ops_by_sqlite_clock (void)
    B->close (a);
 }
 
+/* ---- the next owner's reservation (acquire_wait) -------------------------- */
+
+/* Owners of the reservation tests: a holder, waiters W, X, and a young
+ * and an old waiter. */
+#define RSV_H "11111111111111111111111111111111"
+#define RSV_W "22222222222222222222222222222222"
+#define RSV_X "33333333333333333333333333333333"
+#define RSV_YOUNG "44444444444444444444444444444444"
+#define RSV_OLD "55555555555555555555555555555555"
+
+/* A plain acquire for ttl_ms: 'T' took (its fence in *fence when given),
+ * 'B' busy, 'E' another error (on stderr). */
+static char rsv_take (void *conn, const char *k, const char *owner, int64_t ttl_ms, int64_t *fence)
+{
+   leaselock_error_t err;
+   int64_t f = 0;
+   if (B->acquire (conn, k, strlen (k), owner, ttl_ms, &holder, &f, &err)) {
+      if (fence)
+         *fence = f;
+      return 'T';
+   }
+   if (err.code == LEASELOCK_BUSY)
+      return 'B';
+   fprintf (stderr, "    acquire: %s %s\n", leaselock_code_name (err.code), err.message);
+   return 'E';
+}
+
+/* acquire_wait (ttl 10 s): 'T' took, 'R' busy and owner is next, 'B' busy
+ * and not next, '?' took but says reserved, 'E' another error. */
+static char rsv_wait (void *conn,
+                      const char *k,
+                      const char *owner,
+                      int64_t reserve_ms,
+                      int64_t waited_ms,
+                      int64_t *fence)
+{
+   leaselock_error_t err;
+   int64_t f = 0;
+   bool reserved = true;
+   bool ok = B->acquire_wait (conn, k, strlen (k), owner, 10000, &holder, reserve_ms, waited_ms, &f,
+                              &reserved, &err);
+   if (ok && fence)
+      *fence = f;
+   if (ok)
+      return reserved ? '?' : 'T';
+   if (err.code == LEASELOCK_BUSY)
+      return reserved ? 'R' : 'B';
+   fprintf (stderr, "    acquire_wait: %s %s\n", leaselock_code_name (err.code), err.message);
+   return 'E';
+}
+
+static bool rsv_release (void *conn, const char *k, const char *owner)
+{
+   leaselock_error_t err;
+   return B->release (conn, k, strlen (k), owner, 0, &err);
+}
+
+/* Runs a reservation test on a connection to uri, closed after. */
+static void rsv_run (const char *uri, void (*body) (void *))
+{
+   leaselock_error_t err = { 0 };
+   void *conn = B->open (uri, &err);
+   CHECK_OK (conn != NULL, err);
+   if (B->acquire_wait)
+      body (conn);
+   else
+      tl_fail (__FILE__, __LINE__, "the backend has no acquire_wait");
+   B->close (conn);
+}
+
+/* rsv_run on a new file. */
+static void rsv_run_new (void (*body) (void *))
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   rsv_run (uri, body);
+}
+
+/* A live reservation of waiter W blocks every other owner's acquire of the
+ * released record, the old holder's too; W takes it (fence + 1), which
+ * clears the reservation: X can then be next, and takes it after W. */
+static void rsv_blocks_others (void *c)
+{
+   int64_t f1 = 0, f2 = 0, f3 = 0;
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, &f1), 'T');
+   CHECK_EQ (rsv_wait (c, "k", RSV_W, 2000, 0, NULL), 'R');
+   CHECK_EQ (rsv_wait (c, "k", RSV_X, 2000, 0, NULL), 'B'); /* began later: W stays next */
+   CHECK (rsv_release (c, "k", RSV_H));
+   CHECK_EQ (rsv_take (c, "k", RSV_X, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (c, "k", RSV_W, 10000, &f2), 'T');
+   CHECK_EQ (f2, f1 + 1);
+   CHECK_EQ (rsv_wait (c, "k", RSV_X, 2000, 0, NULL), 'R'); /* W's was cleared */
+   CHECK (rsv_release (c, "k", RSV_W));
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'B');
+   CHECK_EQ (rsv_wait (c, "k", RSV_X, 2000, 0, &f3), 'T');
+   CHECK_EQ (f3, f2 + 1);
+   CHECK (rsv_release (c, "k", RSV_X));
+}
+
+static void test_reservation_blocks_others (void)
+{
+   rsv_run_new (rsv_blocks_others);
+}
+
+/* A reservation past its until (by the database clock) blocks no more:
+ * a younger waiter claims it, and anyone takes the released key. */
+static void rsv_runs_out (void *c)
+{
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (c, "k", RSV_W, 300, 0, NULL), 'R');
+   sleep_ms (450);
+   CHECK_EQ (rsv_wait (c, "k", RSV_X, 1000, 0, NULL), 'R'); /* W's ran out */
+   CHECK (rsv_release (c, "k", RSV_H));
+   CHECK_EQ (rsv_take (c, "k", RSV_W, 10000, NULL), 'B');
+   sleep_ms (1150);
+   CHECK_EQ (rsv_take (c, "k", RSV_W, 10000, NULL), 'T'); /* X's ran out */
+   CHECK_EQ (rsv_take (c, "k", RSV_X, 10000, NULL), 'B');
+   CHECK (rsv_release (c, "k", RSV_W));
+}
+
+static void test_reservation_runs_out (void)
+{
+   rsv_run_new (rsv_runs_out);
+}
+
+/* An older waiter (larger waited) takes the reservation from a younger
+ * one; the younger one does not take it back, and the older one keeps it
+ * and takes the key. */
+static void rsv_older_wins (void *c)
+{
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (c, "k", RSV_YOUNG, 2000, 0, NULL), 'R');
+   CHECK_EQ (rsv_wait (c, "k", RSV_OLD, 2000, 5000, NULL), 'R');
+   CHECK_EQ (rsv_wait (c, "k", RSV_YOUNG, 2000, 100, NULL), 'B');
+   CHECK_EQ (rsv_wait (c, "k", RSV_OLD, 2000, 5000, NULL), 'R');
+   CHECK (rsv_release (c, "k", RSV_H));
+   CHECK_EQ (rsv_take (c, "k", RSV_YOUNG, 10000, NULL), 'B');
+   CHECK_EQ (rsv_wait (c, "k", RSV_YOUNG, 2000, 200, NULL), 'B');
+   CHECK_EQ (rsv_wait (c, "k", RSV_OLD, 2000, 5000, NULL), 'T');
+   CHECK (rsv_release (c, "k", RSV_OLD));
+}
+
+static void test_reservation_older_waiter_wins (void)
+{
+   rsv_run_new (rsv_older_wins);
+}
+
+/* A plain acquire that is BUSY leaves no reservation: once the holder
+ * releases, anyone takes the key. */
+static void rsv_plain_never_reserves (void *c)
+{
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_take (c, "k", RSV_X, 10000, NULL), 'B');
+   CHECK (rsv_release (c, "k", RSV_H));
+   CHECK_EQ (rsv_take (c, "k", RSV_W, 10000, NULL), 'T');
+   CHECK (rsv_release (c, "k", RSV_W));
+}
+
+static void test_plain_acquire_never_reserves (void)
+{
+   rsv_run_new (rsv_plain_never_reserves);
+}
+
+/* prune keeps an expired record whose reservation is live (the one
+ * beside it, without one, goes), and deletes it once the reservation
+ * ran out. */
+static void rsv_prune_keeps (void *c)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   int64_t n = -1;
+   CHECK_EQ (rsv_take (c, "p/reserved", RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_take (c, "p/free", RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (c, "p/reserved", RSV_W, 1000, 0, NULL), 'R');
+   CHECK (rsv_release (c, "p/reserved", RSV_H) && rsv_release (c, "p/free", RSV_H));
+   CHECK_OK (B->prune (c, "p/", 2, 0, &n, &err), err);
+   CHECK_EQ (n, 1);
+   CHECK_OK (B->inspect (c, "p/reserved", 10, &rec, &found, &err), err);
+   CHECK (found);
+   sleep_ms (1150);
+   CHECK_OK (B->prune (c, "p/", 2, 0, &n, &err), err);
+   CHECK_EQ (n, 1);
+   CHECK_OK (B->inspect (c, "p/reserved", 10, &rec, &found, &err), err);
+   CHECK (!found);
+}
+
+static void test_prune_keeps_reserved (void)
+{
+   rsv_run_new (rsv_prune_keeps);
+}
+
+/* The owner's own retried acquire succeeds whatever the reservation:
+ * while its lease is live, and after it expired with W's reservation
+ * live. */
+static void rsv_retry_wins (void *c)
+{
+   int64_t f1 = 0, f2 = 0, f3 = 0;
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 300, &f1), 'T');
+   CHECK_EQ (rsv_wait (c, "k", RSV_W, 3000, 0, NULL), 'R');
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 300, &f2), 'T');
+   CHECK_EQ (f2, f1 + 1);
+   CHECK_EQ (rsv_wait (c, "k", RSV_W, 3000, 0, NULL), 'R');
+   sleep_ms (400); /* H's lease expired; W's reservation is live */
+   CHECK_EQ (rsv_take (c, "k", RSV_X, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, &f3), 'T');
+   CHECK_EQ (f3, f2 + 1);
+   CHECK (rsv_release (c, "k", RSV_H));
+}
+
+static void test_retry_beats_reservation (void)
+{
+   rsv_run_new (rsv_retry_wins);
+}
+
+/* Schema version 1 as it was created (sql_sqlite.h before the
+ * reservation), with one released record "old" at fence 7. */
+static const char V1_FILE[] =
+  "CREATE TABLE leaselock_locks (key TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL DEFAULT '', "
+  "fence INTEGER NOT NULL, acquired_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, "
+  "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, "
+  "label TEXT NOT NULL DEFAULT '') WITHOUT ROWID; "
+  "INSERT INTO leaselock_locks VALUES ('old', '', 7, 1000, 2000, 'old-host', 1, 'old-label'); "
+  "PRAGMA user_version = 1";
+
+/* On the migrated file: its record kept and unreserved (the new columns
+ * read NULL), and reservations work. */
+static void rsv_on_migrated (void *c)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   int64_t f = 0;
+   CHECK_OK (B->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
+   CHECK_EQ (rsv_wait (c, "old", RSV_W, 2000, 0, &f), 'T');
+   CHECK_EQ (f, 8);
+   CHECK_EQ (rsv_wait (c, "old", RSV_X, 2000, 0, NULL), 'R');
+   CHECK (rsv_release (c, "old", RSV_W));
+   CHECK_EQ (rsv_take (c, "old", RSV_H, 10000, NULL), 'B');
+   CHECK_EQ (rsv_take (c, "old", RSV_X, 10000, &f), 'T');
+   CHECK_EQ (f, 9);
+}
+
+/* A version-1 file is migrated in place on open: version 2 recorded, the
+ * three columns added, and it works. */
+static void test_migrate_v1 (void)
+{
+   char path[256], uri[320];
+   new_db (path, sizeof path, uri, sizeof uri);
+   sqlite3 *db = NULL;
+   CHECK (sqlite3_open (path, &db) == SQLITE_OK);
+   int rc = sqlite3_exec (db, V1_FILE, NULL, NULL, NULL);
+   sqlite3_close (db);
+   CHECK_EQ (rc, SQLITE_OK);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+   CHECK_CALL (rsv_run (uri, rsv_on_migrated));
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM pragma_table_info('leaselock_locks') "
+                            "WHERE name IN ('next_owner', 'next_until', 'next_since')"),
+             3);
+   /* Opened again: nothing more to do. */
+   CHECK_CALL (rsv_run (uri, rsv_plain_never_reserves));
+}
+
 /* ---- the default file -------------------------------------------------- */
 
 static void test_default_uri_creates_directories (void)
@@ -586,7 +853,7 @@ static void test_concurrent_first_open (void)
       CHECK_OK (o[i].ok, o[i].err);
    CHECK_EQ (children_ok, OPEN_PROCS);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), OPEN_THREADS + OPEN_PROCS);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
 }
 
 /* ---- fork -------------------------------------------------------------- */
@@ -847,6 +1114,13 @@ int main (int argc, char **argv)
    RUN (test_keys_verbatim);
    RUN (test_prefix_no_wildcards);
    RUN (test_ops_by_sqlite_clock);
+   RUN (test_reservation_blocks_others);
+   RUN (test_reservation_runs_out);
+   RUN (test_reservation_older_waiter_wins);
+   RUN (test_plain_acquire_never_reserves);
+   RUN (test_prune_keeps_reserved);
+   RUN (test_retry_beats_reservation);
+   RUN (test_migrate_v1);
    RUN (test_default_uri_creates_directories);
    RUN (test_concurrent_first_open);
    RUN (test_fork_abandon);
