@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 backends=("sqlite sqlite://$tmp/locks.db")
 [ -n "${MONGODB_URI:-}" ] && backends+=("mongodb $MONGODB_URI")
 [ -n "${MYSQL_URI:-}" ] && backends+=("mysql $MYSQL_URI")
-pg=${POSTGRESQL_URI:-${POSTGRES_URI:-}}
+pg=${POSTGRESQL_URI:-}
 [ -n "$pg" ] && backends+=("postgresql $pg")
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"; }

@@ -7,7 +7,7 @@
  * Rounds alternate (engine, bare, bare, engine, ...) so both see the same
  * load; bench.h runs the rounds and prints the figures.
  *
- * Usage: core_postgresql POSTGRES_URI [PAIRS_PER_ROUND [ROUNDS]]   (default 200, 61)
+ * Usage: core_postgresql POSTGRESQL_URI [PAIRS_PER_ROUND [ROUNDS]]   (default 200, 61)
  * A benchmark, not a test: it prints figures and fails only on errors.
  */
 #define BENCH_NAME "core_postgresql"
@@ -81,11 +81,11 @@ static double bare_round (void *ctx, long pairs)
 
 int main (int argc, char **argv)
 {
-   const char *uri = argc > 1 ? argv[1] : getenv ("POSTGRES_URI");
+   const char *uri = argc > 1 ? argv[1] : getenv ("POSTGRESQL_URI");
    long pairs = 200;
    int rounds = 61;
    if (!uri || !*uri || !bench_sizes (argc, argv, 2, &pairs, &rounds)) {
-      fprintf (stderr, "usage: core_postgresql POSTGRES_URI [PAIRS_PER_ROUND [ROUNDS]]\n");
+      fprintf (stderr, "usage: core_postgresql POSTGRESQL_URI [PAIRS_PER_ROUND [ROUNDS]]\n");
       return 2;
    }
    leaselock_client_t *c = bench_client (uri);

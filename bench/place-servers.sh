@@ -7,7 +7,7 @@
 set -uo pipefail
 cpus=${1:?usage: place-servers.sh CPUS}
 placed=()
-for var in LEASELOCK_MONGO_SERVER_PID LEASELOCK_MYSQL_SERVER_PID LEASELOCK_POSTGRES_SERVER_PID; do
+for var in LEASELOCK_MONGO_SERVER_PID LEASELOCK_MYSQL_SERVER_PID LEASELOCK_POSTGRESQL_SERVER_PID; do
   pid=${!var:-}
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || continue
   ok=yes

@@ -7,9 +7,9 @@
 # clients working again afterwards.
 #
 #   bash tests/with-servers.sh make test-faults
-#   (with your own servers: MONGODB_URI, MYSQL_URI, POSTGRES_URI and the
+#   (with your own servers: MONGODB_URI, MYSQL_URI, POSTGRESQL_URI and the
 #   commands that restart the SQL ones, LEASELOCK_MYSQL_RESTART and
-#   LEASELOCK_POSTGRES_RESTART; a missing one fails the suite)
+#   LEASELOCK_POSTGRESQL_RESTART; a missing one fails the suite)
 #   LEASELOCK_FAULTS_ROUNDS=20 ...   every scenario 20 times (make stress)
 #   STRESS_OUT=DIR ...               also writes DIR/faults.summary
 #   FAULTS_SELECT='latency'          a pytest -k expression (within each group)

@@ -100,7 +100,7 @@ $(PY_BENCH_LIB): bench/python/core_loop.c csrc/leaselock.h $(LIB_A)
 
 bench-python: $(PY_BUILD)/.built $(PY_VENV)/.ready $(PY_BENCH_LIB)
 	@# Only MongoDB is needed: naming the SQL servers keeps them from starting.
-	@MYSQL_URI=unused POSTGRES_URI=unused bash tests/with-servers.sh env PYTHONPATH=$(abspath $(PY_LIB)) \
+	@MYSQL_URI=unused POSTGRESQL_URI=unused bash tests/with-servers.sh env PYTHONPATH=$(abspath $(PY_LIB)) \
 	  $(BENCH_PIN) $(PY_VENV)/bin/python bench/python/bench.py --pairs $(BENCH_PY_PAIRS) --rounds $(BENCH_PY_ROUNDS) \
 	  --sqlite-pairs $(BENCH_PY_SQLITE_PAIRS) --sqlite-rounds $(BENCH_PY_SQLITE_ROUNDS) \
 	  --core-lib $(abspath $(PY_BENCH_LIB))

@@ -1,6 +1,6 @@
 # MySQL/MariaDB and PostgreSQL backends: each has its own suite (the
 # contract suite, the exclusion test and tests/test_sql.c against
-# $(MYSQL_URI) / $(POSTGRES_URI), started by tests/with-servers.sh under
+# $(MYSQL_URI) / $(POSTGRESQL_URI), started by tests/with-servers.sh under
 # "make test"; set them to point the suites at other servers) and its
 # benchmark. tests/test_sql.c is linked once per database with its raw
 # driver (tests/sql_mysql.c: libmariadb, tests/sql_postgresql.c: libpq), so
@@ -24,7 +24,7 @@ test-mysql: $(SERVER_SUITE_DEPS) $(if $(filter mysql,$(LL_BACKENDS)),$(BUILD)/te
 	@bash tests/server-suite.sh mysql MYSQL_URI $(BUILD)/tests test_sql_mysql
 
 test-postgresql: $(SERVER_SUITE_DEPS) $(if $(filter postgresql,$(LL_BACKENDS)),$(BUILD)/tests/test_sql_postgresql)
-	@bash tests/server-suite.sh postgresql POSTGRES_URI $(BUILD)/tests test_sql_postgresql
+	@bash tests/server-suite.sh postgresql POSTGRESQL_URI $(BUILD)/tests test_sql_postgresql
 
 # SQL_BENCH_PAIRS acquire+release pairs per round, SQL_BENCH_ROUNDS rounds
 # (engine and bare client interleaved; the client pinned by BENCH_PIN).
@@ -36,5 +36,5 @@ bench-core-mysql: $(BUILD)/bench/core_mysql
 	$(BENCH_PIN) $< "$$MYSQL_URI" $(SQL_BENCH_PAIRS) $(SQL_BENCH_ROUNDS)
 
 bench-core-postgresql: $(BUILD)/bench/core_postgresql
-	@if [ -z "$${POSTGRES_URI:-}" ]; then echo "bench-core-postgresql: POSTGRES_URI is not set"; exit 1; fi
-	$(BENCH_PIN) $< "$$POSTGRES_URI" $(SQL_BENCH_PAIRS) $(SQL_BENCH_ROUNDS)
+	@if [ -z "$${POSTGRESQL_URI:-}" ]; then echo "bench-core-postgresql: POSTGRESQL_URI is not set"; exit 1; fi
+	$(BENCH_PIN) $< "$$POSTGRESQL_URI" $(SQL_BENCH_PAIRS) $(SQL_BENCH_ROUNDS)

@@ -3,7 +3,7 @@
 #
 #   make test-history   bounded: every backend, HISTORY_SECONDS each (a
 #                       suite of make test; needs MONGODB_URI, MYSQL_URI,
-#                       POSTGRES_URI, which tests/with-servers.sh sets)
+#                       POSTGRESQL_URI, which tests/with-servers.sh sets)
 #   make stress         the long runs of every tool in STRESS_TOOLS, the
 #                       servers started around them, then one table per
 #                       backend from the summaries in STRESS_DIR

@@ -14,7 +14,7 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do run+=("$1"); shift; done
 [ "${1:-}" = -- ] && shift && extra=("$@")
 
 rc=0
-for b in sqlite:- mongodb:MONGODB_URI mysql:MYSQL_URI postgresql:POSTGRES_URI; do
+for b in sqlite:- mongodb:MONGODB_URI mysql:MYSQL_URI postgresql:POSTGRESQL_URI; do
   name=${b%%:*} var=${b#*:}
   if [ "$var" = - ]; then uri=sqlite; else uri=${!var:-}; fi
   if [ -z "$uri" ]; then

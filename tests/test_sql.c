@@ -10,7 +10,7 @@
  * hour off (a helper process under faketime), a MySQL take-over that must
  * not extend the old owner's lease, reconnection after the server kills a
  * connection, a server restart mid-hold (LEASELOCK_MYSQL_RESTART /
- * LEASELOCK_POSTGRES_RESTART name the restart command; tests/servers/<name>.sh
+ * LEASELOCK_POSTGRESQL_RESTART name the restart command; tests/servers/<name>.sh
  * print them), a stopped server (SIGSTOP on its processes: every call, and
  * a fork() while one is in flight, ends within the URI's io_timeout and
  * connect_timeout or the default bounds), bad URIs, the table option,
@@ -765,10 +765,10 @@ static void on_lost (leaselock_lease_t *lease, void *data)
  * expiry, and once the server is back the same client works again. */
 static void test_server_restart_mid_hold (void)
 {
-   const char *cmd = getenv (IS_MYSQL ? "LEASELOCK_MYSQL_RESTART" : "LEASELOCK_POSTGRES_RESTART");
+   const char *cmd = getenv (IS_MYSQL ? "LEASELOCK_MYSQL_RESTART" : "LEASELOCK_POSTGRESQL_RESTART");
    if (!cmd || !*cmd) {
       fprintf (stderr, "    skipped: %s is not set (tests/servers/<name>.sh set it)\n",
-               IS_MYSQL ? "LEASELOCK_MYSQL_RESTART" : "LEASELOCK_POSTGRES_RESTART");
+               IS_MYSQL ? "LEASELOCK_MYSQL_RESTART" : "LEASELOCK_POSTGRESQL_RESTART");
       return;
    }
    leaselock_client_t *c = client ("restart");

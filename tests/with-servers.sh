@@ -5,7 +5,7 @@
 # 127.0.0.1 (its own port and data directory under DIR) and printing
 # NAME=VALUE lines (e.g. MONGODB_URI=mongodb://127.0.0.1:40123/leaselock_test),
 # and "stop DIR" by stopping it. A server whose variable is already set in
-# the environment (MONGODB_URI, MYSQL_URI, POSTGRES_URI) is not started: the
+# the environment (MONGODB_URI, MYSQL_URI, POSTGRESQL_URI) is not started: the
 # suites then run against the server the user named.
 #
 # LEASELOCK_SERVERS_PID (this shell's pid) names the process whose end the
@@ -25,6 +25,10 @@ stop_all() {
 trap stop_all EXIT
 trap 'exit 130' INT TERM
 export LEASELOCK_SERVERS_PID=$$
+# The name earlier versions read for the PostgreSQL server.
+if [ -z "${POSTGRESQL_URI:-}" ] && [ -n "${POSTGRES_URI:-}" ]; then
+  export POSTGRESQL_URI=$POSTGRES_URI
+fi
 # libmongoc keeps its counters in /dev/shm/mongoc-<pid> and leaves the file
 # behind when a process is killed; a later process given the same pid then
 # prints "Falling back to malloc for counters" on stderr, which tests that

@@ -14,7 +14,7 @@ local now = bench.monotonic
 
 local targets = { { "sqlite", ("sqlite://%s/bench-%s.db"):format(tmp, jit and "jit" or "54") } }
 for _, v in ipairs { { "mongodb", "MONGODB_URI" }, { "mysql", "MYSQL_URI" },
-                     { "postgresql", "POSTGRES_URI" } } do
+                     { "postgresql", "POSTGRESQL_URI" } } do
   local uri = os.getenv(v[2])
   if uri and uri ~= "" then targets[#targets + 1] = { v[1], uri } end
 end

@@ -1,7 +1,7 @@
 """Fixtures of the fault suite. The server backends come from MONGODB_URI,
-MYSQL_URI and POSTGRES_URI (tests/with-servers.sh starts them), the SQL
+MYSQL_URI and POSTGRESQL_URI (tests/with-servers.sh starts them), the SQL
 servers' restart commands from LEASELOCK_MYSQL_RESTART and
-LEASELOCK_POSTGRES_RESTART. A missing variable stops the whole run with
+LEASELOCK_POSTGRESQL_RESTART. A missing variable stops the whole run with
 an error: this suite never skips a backend silently.
 
 Each server backend is reached through two Toxiproxy proxies, one per
@@ -20,8 +20,8 @@ from faultlib import History, Holder, Stats
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
-SERVERS = {"mongodb": "MONGODB_URI", "mysql": "MYSQL_URI", "postgresql": "POSTGRES_URI"}
-RESTART = {"mysql": "LEASELOCK_MYSQL_RESTART", "postgresql": "LEASELOCK_POSTGRES_RESTART"}
+SERVERS = {"mongodb": "MONGODB_URI", "mysql": "MYSQL_URI", "postgresql": "POSTGRESQL_URI"}
+RESTART = {"mysql": "LEASELOCK_MYSQL_RESTART", "postgresql": "LEASELOCK_POSTGRESQL_RESTART"}
 
 # LEASELOCK_FAULTS_ROUNDS repeats every scenario (make stress: the long run).
 ROUNDS = int(os.environ.get("LEASELOCK_FAULTS_ROUNDS", "1"))

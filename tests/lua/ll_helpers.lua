@@ -15,7 +15,7 @@ function M.backends()
         (jit and "jit" or "54")) },
   }
   for _, v in ipairs { { "mongodb", "MONGODB_URI" }, { "mysql", "MYSQL_URI" },
-                       { "postgresql", "POSTGRES_URI" } } do
+                       { "postgresql", "POSTGRESQL_URI" } } do
     local uri = os.getenv(v[2])
     if uri and uri ~= "" then list[#list + 1] = { name = v[1], uri = uri } end
   end

@@ -1,5 +1,5 @@
 """Fixtures: every test that takes `uri` runs on embedded SQLite and on each
-server whose variable is set (MONGODB_URI, MYSQL_URI, POSTGRES_URI; the
+server whose variable is set (MONGODB_URI, MYSQL_URI, POSTGRESQL_URI; the
 test command, tests/with-servers.sh, starts them)."""
 import os
 import uuid
@@ -9,7 +9,7 @@ import pytest
 import leaselock
 
 BACKENDS = [("sqlite", None), ("mongodb", "MONGODB_URI"), ("mysql", "MYSQL_URI"),
-            ("postgresql", "POSTGRES_URI")]
+            ("postgresql", "POSTGRESQL_URI")]
 
 
 def _params():

@@ -58,7 +58,7 @@ for v in "$@"; do
     failed+=("$v"); continue
   fi
   # shellcheck disable=SC2086  # PYTEST_ARGS: several arguments
-  if (cd "$top/tests/python" && env -u MONGODB_URI -u MYSQL_URI -u POSTGRES_URI \
+  if (cd "$top/tests/python" && env -u MONGODB_URI -u MYSQL_URI -u POSTGRESQL_URI \
         PYTHONPATH="$out/lib:$deps" PYTHONDONTWRITEBYTECODE=1 \
         "$py" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} .); then
     ran+=("$full")

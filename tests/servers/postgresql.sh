@@ -1,10 +1,10 @@
 #!/bin/bash
-# provides: POSTGRES_URI
+# provides: POSTGRESQL_URI
 #
 # A throwaway PostgreSQL server for the suites: "start DIR" runs initdb in a
 # data directory, starts postgres on 127.0.0.1 on a free port, creates the
 # role leaselock (with a password, scram-sha-256 over TCP) and the database
-# leaselock_test, and prints POSTGRES_URI=... and LEASELOCK_POSTGRES_RESTART=...
+# leaselock_test, and prints POSTGRESQL_URI=... and LEASELOCK_POSTGRESQL_RESTART=...
 # (the command the SQL suite runs to restart the server mid-hold).
 # "stop DIR" stops it; "restart DIR [SECONDS]" stops it, waits SECONDS
 # (default 0) and starts it again on the same port and data.
@@ -69,10 +69,10 @@ start)
   "${as_user[@]}" "$bindir/psql" -X -q -h "$pg" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
     -c "CREATE ROLE leaselock LOGIN PASSWORD '$password'" \
     -c "CREATE DATABASE leaselock_test OWNER leaselock" >/dev/null
-  echo "POSTGRES_URI=postgresql://leaselock:$password@127.0.0.1:$port/leaselock_test"
-  echo "LEASELOCK_POSTGRES_RESTART=bash $self restart $dir"
+  echo "POSTGRESQL_URI=postgresql://leaselock:$password@127.0.0.1:$port/leaselock_test"
+  echo "LEASELOCK_POSTGRESQL_RESTART=bash $self restart $dir"
   # For make bench-core, which places the server's processes on CPUs.
-  echo "LEASELOCK_POSTGRES_SERVER_PID=$(head -1 "$pg/data/postmaster.pid")"
+  echo "LEASELOCK_POSTGRESQL_SERVER_PID=$(head -1 "$pg/data/postmaster.pid")"
   ;;
 stop)
   pg=$(cat "$dir/pgdir" 2>/dev/null) || exit 0

@@ -10,7 +10,7 @@
 # worker keeps being answered (nb_driver.py, SQLite).
 #
 # usage: test_openresty.sh /abs/path/to/jit/leaselock.so
-# Runs against SQLite, and MONGODB_URI / MYSQL_URI / POSTGRES_URI when set.
+# Runs against SQLite, and MONGODB_URI / MYSQL_URI / POSTGRESQL_URI when set.
 set -uo pipefail
 mod=${1:?usage: $0 /path/to/jit/leaselock.so}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -105,7 +105,7 @@ start_nginx "$dir/nginx.conf"
 urlencode() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
 
 uris=("sqlite://$dir/locks.db")
-for v in MONGODB_URI MYSQL_URI POSTGRES_URI; do
+for v in MONGODB_URI MYSQL_URI POSTGRESQL_URI; do
   [ -n "${!v:-}" ] && uris+=("${!v}")
 done
 
