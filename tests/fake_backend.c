@@ -37,7 +37,6 @@ static atomic_bool holding;
 static atomic_bool hang;
 static char hang_key[LEASELOCK_KEY_MAX + 1]; /* ops on keys containing it hang */
 static long n_calls[8];
-static atomic_long n_waits; /* acquire_wait calls */
 
 void fake_backend_fail (bool on)
 {
@@ -283,7 +282,6 @@ static bool fake_acquire_wait (void *conn,
                                leaselock_error_t *err)
 {
    (void)conn;
-   atomic_fetch_add (&n_waits, 1);
    return take (key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence, reserved, err);
 }
 
