@@ -411,6 +411,30 @@ typedef struct ll_backend
                          int64_t *fence,
                          bool *reserved,
                          leaselock_error_t *err);
+   /* Fair mode (contract invariant 9): each key has a queue of waiters,
+    * judged by the database clock, kept beside the records (never in
+    * them: a queue entry is not a lease). queue_join makes owner's entry
+    * live until now + keep_ms: a new entry (none, or the one there ran
+    * out) arrives now; a live one keeps its arrival. *ahead: the live
+    * entries of key that arrived before owner's (equal arrivals ordered
+    * by owner). An entry that is not joined again within keep_ms runs out
+    * and no longer counts, so a waiter that died or gave up holds nobody
+    * back for longer than that. One statement where the database allows
+    * (a transaction of two where not). NULL in a backend without queues. */
+   bool (*queue_join) (void *conn,
+                       const char *key,
+                       size_t key_len,
+                       const char *owner,
+                       int64_t keep_ms,
+                       int64_t *ahead,
+                       leaselock_error_t *err);
+   /* Deletes owner's entry of key's queue (after its acquire succeeded or
+    * it gave up); succeeds when there is none. */
+   bool (*queue_leave) (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        leaselock_error_t *err);
    /* expiry = now + ttl when the record is ours and live. */
    bool (*renew) (void *conn,
                   const char *key,
