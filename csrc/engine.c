@@ -42,6 +42,12 @@
 #define WAIT_POLL_MS 50
 #define NEXT_POLL_MAX_MS 50
 #define RESERVE_MS 200
+/* Fair mode: a waiter's queue entry lasts QUEUE_KEEP_MS past each try (so
+ * one that died or gave up holds the others back at most that long); a
+ * waiter with others queued before it polls within FAIR_POLL_MAX_MS, far
+ * more often, so that its entry stays live. */
+#define QUEUE_KEEP_MS 1000
+#define FAIR_POLL_MAX_MS 50
 #define STOP_POLL_MS 100
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
@@ -1171,6 +1177,9 @@ typedef struct waiter
    int64_t until;          /* its call's deadline (local ms), -1 for none */
    bool reserved;          /* the last try left it the key's next owner */
    int64_t reserved_since; /* local ms when it became next */
+   bool fair;              /* it keeps a place in the key's queue (fair mode) */
+   bool queued;            /* its queue entry may be live */
+   int64_t ahead;          /* live entries queued before its own at the last try */
 } waiter_t;
 
 /* How long a waiter's next claim lasts, with left_ms of its call left: it
@@ -1184,28 +1193,96 @@ static int64_t reserve_for (bool forever, int64_t left_ms)
    return left_ms - 2 > 0 ? left_ms - 2 : 0;
 }
 
-/* The backend's acquire, or for a waiter its acquire_wait, into l. */
-static bool backend_acquire (leaselock_client_t *c,
-                             void *conn,
-                             leaselock_lease_t *l,
-                             size_t key_len,
-                             int64_t ttl_ms,
-                             const ll_holder_t *holder,
-                             waiter_t *w,
-                             leaselock_error_t *err)
+/* The take itself: the backend's acquire, or for a waiter its
+ * acquire_wait, into l. */
+static bool take_or_claim (leaselock_client_t *c,
+                           void *conn,
+                           leaselock_lease_t *l,
+                           int64_t ttl_ms,
+                           const ll_holder_t *holder,
+                           waiter_t *w,
+                           leaselock_error_t *err)
 {
    const ll_backend_t *b = c->backend;
    int64_t now = ll_now_ms ();
    int64_t reserve_ms = w && w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
    if (reserve_ms <= 0 || !b->acquire_wait)
-      return b->acquire (conn, l->key, key_len, l->owner, ttl_ms, holder, &l->fence, err);
+      return b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
    int64_t waited = w->since < 0 ? 0 : now - w->since;
    bool was = w->reserved, ok;
-   ok = b->acquire_wait (conn, l->key, key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
+   ok = b->acquire_wait (conn, l->key, l->key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
                          &l->fence, &w->reserved, err);
    w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
    if (w->reserved && !was)
       w->reserved_since = now;
+   return ok;
+}
+
+/* Fair mode: joins the key's queue again (keeping its place) and learns
+ * how many live waiters arrived before it. BUSY while any did: only the
+ * first in the queue may take the key. */
+static bool queue_turn (leaselock_client_t *c,
+                        void *conn,
+                        const leaselock_lease_t *l,
+                        waiter_t *w,
+                        leaselock_error_t *err)
+{
+   int64_t t0 = ll_real_now_us ();
+   bool ok =
+     c->backend->queue_join (conn, l->key, l->key_len, l->owner, QUEUE_KEEP_MS, &w->ahead, err);
+   ll_obs_request (&c->obs, t0, ok, err);
+   if (!ok)
+      return false;
+   w->queued = true;
+   if (w->ahead > 0)
+      return ll_error_set (err, LEASELOCK_BUSY,
+                           "held by another owner (fair mode: %lld waiter(s) queued before this "
+                           "one)",
+                           (long long)w->ahead);
+   return true;
+}
+
+/* Fair mode: leaves the key's queue (the key was taken, or the call ends).
+ * Best effort: an entry left behind runs out within QUEUE_KEEP_MS. */
+static void queue_quit (leaselock_client_t *c,
+                        void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        waiter_t *w)
+{
+   if (!w->queued)
+      return;
+   leaselock_error_t e;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = c->backend->queue_leave (conn, key, key_len, owner, &e);
+   ll_obs_request (&c->obs, t0, ok, &e);
+   w->queued = !ok;
+   if (!ok)
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "queue_leave_failed", key, key_len, 0, e.code,
+              "leaving the fair queue failed (the entry runs out within %d ms): %s", QUEUE_KEEP_MS,
+              e.message);
+}
+
+/* One try on conn into l, each statement counted: in fair mode the queue
+ * first, then the take (w: the waiter's standing, NULL for none). */
+static bool backend_acquire (leaselock_client_t *c,
+                             void *conn,
+                             leaselock_lease_t *l,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             waiter_t *w,
+                             leaselock_error_t *err)
+{
+   bool fair = w && w->fair;
+   bool ok = !fair || queue_turn (c, conn, l, w, err);
+   if (ok) {
+      int64_t t0 = ll_real_now_us ();
+      ok = take_or_claim (c, conn, l, ttl_ms, holder, w, err);
+      ll_obs_request (&c->obs, t0, ok, err);
+   }
+   if (fair && (ok || !w->waits))
+      queue_quit (c, conn, l->key, l->key_len, l->owner, w);
    return ok;
 }
 
@@ -1236,9 +1313,7 @@ static bool try_once (leaselock_client_t *c,
    }
    int64_t sent = ll_now_ms ();
    *sent_out = true;
-   int64_t t0 = ll_real_now_us ();
-   bool ok = backend_acquire (c, conn, l, key_len, o->ttl_ms, &holder, w, err);
-   ll_obs_request (&c->obs, t0, ok, err);
+   bool ok = backend_acquire (c, conn, l, o->ttl_ms, &holder, w, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    if (!ok) {
       free (l);
@@ -1370,7 +1445,20 @@ static bool acquire_args_ok (leaselock_client_t *c,
                            (long long)opts->timeout_ms);
    if (atomic_load (&c->closing))
       return ll_error_set (err, LEASELOCK_INVALID, "the client is closed");
+   if (opts->fair && !c->backend->queue_join)
+      return ll_error_set (err, LEASELOCK_UNSUPPORTED,
+                           "fair mode: the %s backend keeps no queue of waiters", c->backend->name);
    return true;
+}
+
+/* A fair waiter's sleep while ahead others are queued before it: uniform
+ * in [cap/2, cap], cap growing with its place, at most FAIR_POLL_MAX_MS. */
+int64_t ll_fair_sleep_ms (int64_t ahead)
+{
+   int64_t cap = 2 + 4 * (ahead < 1 ? 1 : ahead > FAIR_POLL_MAX_MS ? FAIR_POLL_MAX_MS : ahead);
+   if (cap > FAIR_POLL_MAX_MS)
+      cap = FAIR_POLL_MAX_MS;
+   return cap / 2 + jitter_ms (cap - cap / 2);
 }
 
 /* A waiter's sleep before its next try (WAIT_POLL_MS's comment). */
@@ -1438,6 +1526,7 @@ typedef struct acquire_call
 
 typedef enum
 {
+   NEXT_DONE,   /* acquired */
    NEXT_RESEND, /* send the same statement once more, at once */
    NEXT_WAIT,   /* busy: wait, then try again */
    NEXT_FAIL    /* err holds the answer */
@@ -1463,9 +1552,10 @@ static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_err
    return NEXT_WAIT;
 }
 
-/* The wait between two tries of a blocking acquire: false with TIMEOUT,
- * INTERRUPTED or INVALID (the client was closed) in err. */
-static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
+/* Before the wait that follows a busy try: TIMEOUT in err once the
+ * call's deadline has passed; else *until_out, when the next try is due
+ * (local ms). */
+static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t *err)
 {
    int64_t now = ll_now_ms ();
    bool forever = a->opts->timeout_ms < 0;
@@ -1484,15 +1574,34 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
                  "held by another owner: waiting up to %lld ms in all",
                  (long long)a->opts->timeout_ms);
    }
-   /* Sleep, but wake at once if a holder in this process releases a key
-    * in this bucket. */
    waiter_t *w = &a->w;
    if (w->since < 0)
       w->since = now;
-   int64_t until =
-     now + ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
+   int64_t sleep;
+   if (w->fair && w->ahead > 0) {
+      sleep = ll_fair_sleep_ms (w->ahead);
+      a->attempt++;
+   } else {
+      sleep = ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
+   }
+   if (w->fair && sleep > QUEUE_KEEP_MS / 4)
+      sleep = QUEUE_KEEP_MS / 4; /* tries often enough to keep its place */
+   int64_t until = now + sleep;
    if (!forever && until > a->until)
       until = a->until;
+   *until_out = until;
+   return true;
+}
+
+/* The wait between two tries of a blocking acquire: false with TIMEOUT,
+ * INTERRUPTED or INVALID (the client was closed) in err. */
+static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
+{
+   int64_t until;
+   if (!wait_plan (a, &until, err))
+      return false;
+   /* Sleep, but wake at once if a holder in this process releases a key
+    * in this bucket. */
    if (!wait_turn (a->c, a->b, gen, until, a->opts))
       return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
                            LL_KEY_SHOWN (a->key, a->key_len));
@@ -1500,6 +1609,36 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
       return ll_error_set (err, LEASELOCK_INVALID, "the client was closed while waiting for \"%s\"",
                            LL_KEY_SHOWN (a->key, a->key_len));
    return true;
+}
+
+/* One try of call a, sent once more at once when it failed after being
+ * sent (after_failure). */
+static acquire_next_t call_try (acquire_call_t *a,
+                                leaselock_lease_t **lease,
+                                leaselock_error_t *err)
+{
+   for (;;) {
+      bool sent;
+      if (try_once (a->c, a->key, a->key_len, a->owner, a->opts, a->me, a->resent, &a->w, lease,
+                    &sent, err))
+         return NEXT_DONE;
+      acquire_next_t next = after_failure (a, sent, err);
+      if (next != NEXT_RESEND)
+         return next;
+   }
+}
+
+/* A call that ends without the key leaves the key's queue (fair mode). */
+static void call_quit (acquire_call_t *a)
+{
+   if (!a->w.queued)
+      return;
+   leaselock_error_t ignored;
+   void *conn = pool_get (a->c, a->me, &ignored);
+   if (!conn)
+      return;
+   queue_quit (a->c, conn, a->key, a->key_len, a->owner, &a->w);
+   pool_put (a->c, conn, a->me, a->w.queued);
 }
 
 /* Counts and logs the end of an acquire call (lease: NULL when it
@@ -1532,6 +1671,27 @@ static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const lea
    return false;
 }
 
+/* Sets up call a for key with opts (already checked). */
+static bool call_init (acquire_call_t *a,
+                       leaselock_client_t *c,
+                       const char *key,
+                       size_t key_len,
+                       const leaselock_acquire_opts_t *opts,
+                       leaselock_error_t *err)
+{
+   *a = (acquire_call_t){ .c = c, .key = key, .key_len = key_len, .opts = opts, .me = getpid () };
+   a->start = ll_now_ms ();
+   a->until = a->start + opts->timeout_ms;
+   a->w.since = -1;
+   /* A blocking acquire is a waiter from its first try: it claims to be
+    * next as soon as it finds the key busy. */
+   a->w.waits = opts->timeout_ms != 0;
+   a->w.until = opts->timeout_ms < 0 ? -1 : a->until;
+   a->w.fair = opts->fair;
+   a->b = bucket_for (key, key_len);
+   return ll_owner_new (a->owner, err);
+}
+
 bool leaselock_acquire (leaselock_client_t *c,
                         const char *key,
                         size_t key_len,
@@ -1551,26 +1711,119 @@ bool leaselock_acquire (leaselock_client_t *c,
       *lease = NULL;
    if (!acquire_args_ok (c, key, key_len, opts, lease, err))
       return false;
-   acquire_call_t a = { .c = c, .key = key, .key_len = key_len, .opts = opts, .me = getpid () };
-   a.start = ll_now_ms ();
-   a.until = a.start + opts->timeout_ms;
-   a.w.since = -1;
-   /* A blocking acquire is a waiter from its first try: it claims to be
-    * next as soon as it finds the key busy. */
-   a.w.waits = opts->timeout_ms != 0;
-   a.w.until = opts->timeout_ms < 0 ? -1 : a.until;
-   a.b = bucket_for (key, key_len);
-   if (!ll_owner_new (a.owner, err))
+   acquire_call_t a;
+   if (!call_init (&a, c, key, key_len, opts, err))
       return false;
    for (;;) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
-      bool sent;
-      if (try_once (c, key, key_len, a.owner, opts, a.me, a.resent, &a.w, lease, &sent, err))
+      acquire_next_t next = call_try (&a, lease, err);
+      if (next == NEXT_DONE)
          return acquire_done (&a, *lease, err);
-      acquire_next_t next = after_failure (&a, sent, err);
-      if (next == NEXT_FAIL || (next == NEXT_WAIT && !wait_next (&a, gen, err)))
+      if (next == NEXT_FAIL || !wait_next (&a, gen, err)) {
+         call_quit (&a);
          return acquire_done (&a, NULL, err);
+      }
    }
+}
+
+/* ---- a wait driven by its caller (leaselock_wait_*) ---------------------- */
+
+struct leaselock_wait
+{
+   acquire_call_t a; /* its key and opts point into this struct */
+   leaselock_acquire_opts_t opts;
+   char key[LEASELOCK_KEY_MAX + 1];
+   bool over; /* acquired, or failed: no more tries */
+};
+
+leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
+                                      const char *key,
+                                      size_t key_len,
+                                      const leaselock_acquire_opts_t *opts,
+                                      leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   leaselock_acquire_opts_t dflt;
+   if (!opts) {
+      leaselock_acquire_opts_init (&dflt);
+      opts = &dflt;
+   }
+   leaselock_lease_t *unused;
+   if (!acquire_args_ok (c, key, key_len, opts, &unused, err))
+      return NULL;
+   leaselock_wait_t *w = calloc (1, sizeof *w);
+   if (!w)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory"), NULL;
+   w->opts = *opts;
+   w->opts.should_stop = NULL; /* the caller decides when to stop */
+   memcpy (w->key, key, key_len);
+   if (!call_init (&w->a, c, w->key, key_len, &w->opts, err)) {
+      free (w);
+      return NULL;
+   }
+   atomic_fetch_add (&c->refs, 1);
+   return w;
+}
+
+bool leaselock_wait_try (leaselock_wait_t *w,
+                         leaselock_lease_t **lease,
+                         int64_t *sleep_ms,
+                         leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (lease)
+      *lease = NULL;
+   if (sleep_ms)
+      *sleep_ms = 0;
+   if (!w)
+      return ll_error_set (err, LEASELOCK_INVALID, "wait is NULL");
+   if (!lease || !sleep_ms)
+      return ll_error_set (err, LEASELOCK_INVALID, "%s (an out parameter) is NULL",
+                           lease ? "sleep_ms" : "lease");
+   acquire_call_t *a = &w->a;
+   if (w->over)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "the wait for \"%s\" is over (it acquired the key or failed)",
+                           LL_KEY_SHOWN (a->key, a->key_len));
+   if (getpid () != a->me)
+      return ll_error_set (err, LEASELOCK_INVALID, "the wait was begun in another process");
+   if (atomic_load (&a->c->closing)) {
+      w->over = true;
+      return ll_error_set (err, LEASELOCK_INVALID, "the client was closed while waiting for \"%s\"",
+                           LL_KEY_SHOWN (a->key, a->key_len));
+   }
+   acquire_next_t next = call_try (a, lease, err);
+   if (next == NEXT_DONE) {
+      w->over = true;
+      return acquire_done (a, *lease, err);
+   }
+   int64_t until;
+   if (next == NEXT_WAIT && wait_plan (a, &until, err)) {
+      int64_t left = until - ll_now_ms ();
+      *sleep_ms = left > 0 ? left : 0;
+      return false; /* BUSY, from the try */
+   }
+   w->over = true;
+   call_quit (a);
+   return acquire_done (a, NULL, err);
+}
+
+void leaselock_wait_destroy (leaselock_wait_t *w)
+{
+   if (!w)
+      return;
+   if (!w->over && getpid () == w->a.me) {
+      leaselock_error_t timeout;
+      ll_error_set (&timeout, LEASELOCK_INTERRUPTED, "the wait was given up");
+      call_quit (&w->a);
+      acquire_done (&w->a, NULL, &timeout);
+   }
+   client_unref (w->a.c);
+   free (w);
 }
 
 /* ---- lease operations -------------------------------------------------- */

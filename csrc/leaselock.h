@@ -190,10 +190,17 @@ extern "C"
       void *should_stop_data;
       leaselock_renew_failed_cb on_renew_failed; /* may be NULL; needs auto_renew */
       void *on_renew_failed_data;
+      /* Fair mode: waiters get the key in order of arrival. Each try keeps
+       * the waiter's place in the key's queue in the database (an entry
+       * that is not kept up runs out within a second, so a waiter that
+       * died or gave up holds nobody back longer), and only the first in
+       * the queue may take the key. A one-try acquire also defers to
+       * queued waiters. UNSUPPORTED on a backend without queues. */
+      bool fair;
    } leaselock_acquire_opts_t;
 
    /* Fills opts with the defaults: ttl 30 s, timeout 0, min_hold 0,
-    * auto_renew true, no callbacks. */
+    * auto_renew true, no callbacks, not fair. */
    LEASELOCK_API void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts);
 
    /*
@@ -216,6 +223,37 @@ extern "C"
                                          const leaselock_acquire_opts_t *opts,
                                          leaselock_lease_t **lease,
                                          leaselock_error_t *error);
+
+   /*
+    * A waiting acquire driven by its caller, one try at a time, for event
+    * loops that must not block a thread while they wait (asyncio, OpenResty's
+    * ngx.sleep). The wait is one waiter, as leaselock_acquire's is: one
+    * owner token for all its tries, its claim to be the key's next owner,
+    * its place in the queue in fair mode. opts are copied (should_stop is
+    * ignored: the caller decides when to stop); opts->timeout_ms bounds the
+    * whole wait (< 0: none; 0: one try). Returns a wait to free with
+    * leaselock_wait_destroy(), or NULL with INVALID, UNSUPPORTED or NOMEM.
+    * One thread at a time per wait; it holds a reference on the client.
+    */
+   typedef struct leaselock_wait leaselock_wait_t;
+   LEASELOCK_API leaselock_wait_t *leaselock_wait_new (leaselock_client_t *client,
+                                                       const char *key,
+                                                       size_t key_len,
+                                                       const leaselock_acquire_opts_t *opts,
+                                                       leaselock_error_t *error);
+   /* One try (it may block for a round trip or two). true: *lease is a new
+    * lease (as from leaselock_acquire) and the wait is over. false with
+    * BUSY: sleep *sleep_ms (ms, already cut at the wait's deadline), then
+    * try again. Any other code ends the wait: TIMEOUT (its deadline passed),
+    * INVALID (the client was closed; the wait is over; a wait of another
+    * process), BACKEND, NOMEM. */
+   LEASELOCK_API bool leaselock_wait_try (leaselock_wait_t *wait,
+                                          leaselock_lease_t **lease,
+                                          int64_t *sleep_ms,
+                                          leaselock_error_t *error);
+   /* Gives the wait up (leaving the key's queue in fair mode, best effort)
+    * unless it is over, and frees it. NULL is fine. */
+   LEASELOCK_API void leaselock_wait_destroy (leaselock_wait_t *wait);
 
    /* Extend the lease to ttl_ms from now (database clock); ttl_ms 0 means
     * the lease's own TTL, other values must be a valid TTL (INVALID). Fails

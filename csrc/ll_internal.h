@@ -61,6 +61,9 @@ int64_t ll_backoff_ms (int attempt);
  * the key's next owner; a quarter of next_for_ms (how long it has been
  * next), within [1, 50] ms, while it is. */
 int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t next_for_ms);
+/* A fair waiter's sleep while ahead (>= 1) live waiters are queued before
+ * it: short, growing with ahead, within FAIR_POLL_MAX_MS (engine.c). */
+int64_t ll_fair_sleep_ms (int64_t ahead);
 
 /* ---- clock ----------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define MAX_RECORDS 4096
+#define MAX_QUEUED 256
 
 typedef struct rec
 {
@@ -24,9 +25,20 @@ typedef struct rec
    int64_t next_until, next_since;
 } rec_t;
 
+/* An entry of a key's queue of fair waiters. */
+typedef struct queued
+{
+   char key[LEASELOCK_KEY_MAX + 1];
+   size_t key_len;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   int64_t arrived, alive_until;
+} queued_t;
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static rec_t recs[MAX_RECORDS];
 static int n_recs;
+static queued_t queue[MAX_QUEUED];
+static int n_queued;
 static int fail_ops;    /* while > 0 every op fails with BACKEND */
 static int64_t db_skew; /* the "database clock" = engine clock + skew */
 static int lose[8];     /* per op: calls still to apply and then fail */
@@ -439,6 +451,89 @@ static bool fake_prune (void *conn,
    return leave (FAKE_PRUNE, true, err);
 }
 
+static bool queued_is (const queued_t *q, const char *key, size_t len)
+{
+   return q->key_len == len && !memcmp (q->key, key, len);
+}
+
+/* Drops the entries that ran out (mu held): they count for nobody. */
+static void queue_sweep (int64_t now)
+{
+   int kept = 0;
+   for (int i = 0; i < n_queued; i++)
+      if (queue[i].alive_until > now)
+         queue[kept++] = queue[i];
+   n_queued = kept;
+}
+
+static bool fake_queue_join (void *conn,
+                             const char *key,
+                             size_t key_len,
+                             const char *owner,
+                             int64_t keep_ms,
+                             int64_t *ahead,
+                             leaselock_error_t *err)
+{
+   (void)conn;
+   if (!enter (FAKE_QUEUE, key, err))
+      return false;
+   int64_t now = db_now ();
+   queue_sweep (now);
+   queued_t *me = NULL;
+   for (int i = 0; i < n_queued && !me; i++)
+      if (queued_is (&queue[i], key, key_len) && !strcmp (queue[i].owner, owner))
+         me = &queue[i];
+   if (!me) {
+      if (n_queued == MAX_QUEUED) {
+         pthread_mutex_unlock (&mu);
+         return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: queue full");
+      }
+      me = &queue[n_queued++];
+      memcpy (me->key, key, key_len);
+      me->key_len = key_len;
+      snprintf (me->owner, sizeof me->owner, "%s", owner);
+      me->arrived = now;
+   }
+   me->alive_until = now + keep_ms;
+   *ahead = 0;
+   for (int i = 0; i < n_queued; i++) {
+      const queued_t *q = &queue[i];
+      if (q != me && queued_is (q, key, key_len) &&
+          (q->arrived < me->arrived ||
+           (q->arrived == me->arrived && strcmp (q->owner, me->owner) < 0)))
+         ++*ahead;
+   }
+   return leave (FAKE_QUEUE, true, err);
+}
+
+static bool fake_queue_leave (void *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              leaselock_error_t *err)
+{
+   (void)conn;
+   if (!enter (FAKE_QUEUE, key, err))
+      return false;
+   int kept = 0;
+   for (int i = 0; i < n_queued; i++)
+      if (!queued_is (&queue[i], key, key_len) || strcmp (queue[i].owner, owner))
+         queue[kept++] = queue[i];
+   n_queued = kept;
+   return leave (FAKE_QUEUE, true, err);
+}
+
+int fake_backend_queued (const char *key)
+{
+   pthread_mutex_lock (&mu);
+   queue_sweep (db_now ());
+   int n = 0;
+   for (int i = 0; i < n_queued; i++)
+      n += queued_is (&queue[i], key, strlen (key));
+   pthread_mutex_unlock (&mu);
+   return n;
+}
+
 const ll_backend_t fake_backend = {
    .name = "fake",
    .schemes = { "fake", NULL },
@@ -454,4 +549,6 @@ const ll_backend_t fake_backend = {
    .list = fake_list,
    .force_release = fake_force,
    .prune = fake_prune,
+   .queue_join = fake_queue_join,
+   .queue_leave = fake_queue_leave,
 };

@@ -14,7 +14,8 @@ typedef enum
    FAKE_INSPECT,
    FAKE_LIST,
    FAKE_FORCE,
-   FAKE_PRUNE
+   FAKE_PRUNE,
+   FAKE_QUEUE /* queue_join and queue_leave */
 } fake_op_t;
 
 extern const ll_backend_t fake_backend;
@@ -42,6 +43,8 @@ int fake_backend_held (void);
 void fake_backend_let_go (void);
 /* Offsets the fake database's clock from the engine's. */
 void fake_backend_skew (int64_t ms);
+/* The live entries of key's queue of fair waiters. */
+int fake_backend_queued (const char *key);
 /* How many times op was called (to prove e.g. that renewals happened). */
 long fake_backend_calls (fake_op_t op);
 

@@ -228,6 +228,37 @@ static bool fault_prune (void *conn,
    FORWARD ("prune", prune (fc->conn, prefix, prefix_len, older_than_ms, count, err));
 }
 
+/* The queue ops of an inner backend that has none: UNSUPPORTED, as the
+ * engine reports for such a backend. */
+static bool fault_no_queue (const fault_conn_t *fc, leaselock_error_t *err)
+{
+   return ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s: no fair mode", fc->inner->name);
+}
+
+static bool fault_queue_join (void *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t keep_ms,
+                              int64_t *ahead,
+                              leaselock_error_t *err)
+{
+   if (!((fault_conn_t *)conn)->inner->queue_join)
+      return fault_no_queue (conn, err);
+   FORWARD ("queue_join", queue_join (fc->conn, key, key_len, owner, keep_ms, ahead, err));
+}
+
+static bool fault_queue_leave (void *conn,
+                               const char *key,
+                               size_t key_len,
+                               const char *owner,
+                               leaselock_error_t *err)
+{
+   if (!((fault_conn_t *)conn)->inner->queue_leave)
+      return fault_no_queue (conn, err);
+   FORWARD ("queue_leave", queue_leave (fc->conn, key, key_len, owner, err));
+}
+
 const ll_backend_t fault_backend = {
    .name = "faulty",
    .schemes = { "faulty+fake", "faulty+sqlite", NULL },
@@ -244,4 +275,6 @@ const ll_backend_t fault_backend = {
    .list = fault_list,
    .force_release = fault_force,
    .prune = fault_prune,
+   .queue_join = fault_queue_join,
+   .queue_leave = fault_queue_leave,
 };

@@ -13,6 +13,7 @@
 #include "testlib.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -2374,6 +2375,324 @@ static void test_renew_failed_hook (void)
    leaselock_client_destroy (a);
 }
 
+/* ---- fair mode (invariant 9) ------------------------------------------- */
+
+/* One fair waiter: its own client; writes 'w' to ready once its first try
+ * found the key busy (it is queued), then, once granted, its tag to
+ * order, holds the key briefly and releases it. A process on the real
+ * backends (the test proves order across processes), a thread on the
+ * fake one (it lives in one process). */
+typedef struct
+{
+   const char *key;
+   char tag;
+   int ready, order; /* pipe ends */
+   int64_t timeout_ms;
+   bool ok;
+   pthread_t th;
+   pid_t pid;
+} fair_waiter_t;
+
+static void fair_ready (const leaselock_log_event_t *ev, void *ud)
+{
+   fair_waiter_t *f = ud;
+   if (!strcmp (ev->event, "wait"))
+      (void)!write (f->ready, "w", 1);
+}
+
+static void *fair_waiter_main (void *arg)
+{
+   fair_waiter_t *f = arg;
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, "fair", &err);
+   leaselock_acquire_opts_t o = opts (30000, false);
+   o.timeout_ms = f->timeout_ms;
+   o.fair = true;
+   leaselock_lease_t *l = NULL;
+   if (c)
+      leaselock_client_set_log (c, LEASELOCK_LOG_DEBUG, fair_ready, f);
+   f->ok = c && leaselock_acquire (c, f->key, strlen (f->key), &o, &l, &err);
+   if (f->ok) {
+      (void)!write (f->order, &f->tag, 1);
+      sleep_ms (20);
+      f->ok = leaselock_lease_release (l, &err);
+   }
+   if (!f->ok)
+      fprintf (stderr, "    fair waiter %c: %s %s\n", f->tag, leaselock_code_name (err.code),
+               err.message);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   return NULL;
+}
+
+/* Starts f and returns once it is queued (false: it ended first); from
+ * is the read end of f->ready's pipe. */
+static bool fair_start (fair_waiter_t *f, int from)
+{
+   fflush (NULL);
+   if (FAKE)
+      pthread_create (&f->th, NULL, fair_waiter_main, f);
+   else if ((f->pid = fork ()) == 0) {
+      fair_waiter_main (f);
+      _exit (f->ok ? 0 : 1);
+   }
+   char b;
+   return read (from, &b, 1) == 1;
+}
+
+/* Waits for f's end; whether it succeeded. */
+static bool fair_join (fair_waiter_t *f)
+{
+   if (FAKE) {
+      pthread_join (f->th, NULL);
+      return f->ok;
+   }
+   int status = 0;
+   waitpid (f->pid, &status, 0);
+   return WIFEXITED (status) && WEXITSTATUS (status) == 0;
+}
+
+#define N_FAIR 4
+
+/* Fair waiters get the key in the order they arrived, and the holder's
+ * own one-try fair acquire defers to them. */
+static void test_fair_order (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *again = NULL;
+   const char *k = key ("fair-order");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   CHECK_OK (acq (a, k, o, &la, &err), err);
+   int ready[2], order[2];
+   CHECK (pipe (ready) == 0 && pipe (order) == 0);
+   fair_waiter_t f[N_FAIR];
+   for (int i = 0; i < N_FAIR; i++) {
+      f[i] = (fair_waiter_t){
+         .key = k, .tag = (char)('A' + i), .ready = ready[1], .order = order[1], .timeout_ms = 60000
+      };
+      CHECK (fair_start (&f[i], ready[0]));
+      t_sleep (3); /* arrivals in one database millisecond are ordered by owner token */
+   }
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   bool ok = acq (a, k, o, &again, &err); /* the waiters are queued: not the holder's turn */
+   leaselock_error_t again_err = err;
+   char got[N_FAIR + 1] = { 0 };
+   bool all = true;
+   for (int i = 0; i < N_FAIR; i++)
+      all = fair_join (&f[i]) && read (order[0], &got[i], 1) == 1 && all;
+   CHECK (all);
+   CHECK_ERR (ok, again_err, LEASELOCK_BUSY, "fair mode");
+   if (strcmp (got, "ABCD"))
+      fprintf (stderr, "    granted in the order %s\n", got);
+   CHECK (!strcmp (got, "ABCD"));
+   close (ready[0]), close (ready[1]), close (order[0]), close (order[1]);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* A fair waiter that gives up leaves the queue at once: the key is free
+ * for the next fair acquire as soon as its holder releases it. */
+static void test_fair_give_up_leaves (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = NULL, *again = NULL;
+   const char *k = key ("fair-give-up");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   CHECK_OK (acq (a, k, o, &la, &err), err);
+   leaselock_acquire_opts_t w = o;
+   w.timeout_ms = 300;
+   bool ok = acq (b, k, w, &lb, &err);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "timed out");
+   if (FAKE)
+      CHECK_EQ (fake_backend_queued (k), 0);
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   CHECK_OK (acq (a, k, o, &again, &err), err); /* nobody is queued before it */
+   leaselock_lease_destroy (again);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A fair waiter that dies keeps its place only until its entry runs out:
+ * the waiters behind it are not blocked for good. */
+static void test_fair_dead_waiter (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   const char *k = key ("fair-dead");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   CHECK_OK (acq (a, k, o, &la, &err), err);
+   int ready[2], order[2];
+   CHECK (pipe (ready) == 0 && pipe (order) == 0);
+   fair_waiter_t dead = { .key = k, .tag = 'D', .ready = ready[1], .order = order[1] };
+   if (FAKE) {
+      /* An entry nobody keeps up, as a waiter that died leaves it. */
+      const ll_backend_t *b;
+      void *conn = backend_open (URI, &b);
+      int64_t ahead = -1;
+      CHECK (conn && b->queue_join (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 1000,
+                                    &ahead, &err));
+      CHECK_EQ (ahead, 0);
+      b->close (conn);
+   } else {
+      dead.timeout_ms = -1;
+      CHECK (fair_start (&dead, ready[0]));
+      kill (dead.pid, SIGKILL);
+      waitpid (dead.pid, NULL, 0);
+   }
+   fair_waiter_t next = {
+      .key = k, .tag = 'N', .ready = ready[1], .order = order[1], .timeout_ms = 30000
+   };
+   CHECK (fair_start (&next, ready[0]));
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   char got = 0;
+   CHECK (read (order[0], &got, 1) == 1);
+   CHECK (fair_join (&next));
+   CHECK_EQ (got, 'N');
+   close (ready[0]), close (ready[1]), close (order[0]), close (order[1]);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* The wait driven by its caller: BUSY with a sleep while another owner
+ * holds the key, the lease once it is free, then over; its deadline;
+ * its arguments. */
+static void test_wait_steps (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = NULL;
+   const char *k = key ("steps");
+   CHECK_OK (acq (a, k, opts (60000, false), &la, &err), err);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.timeout_ms = 60000;
+   leaselock_wait_t *w = leaselock_wait_new (b, k, strlen (k), &o, &err);
+   CHECK_OK (w != NULL, err);
+   int64_t sleep = -1;
+   bool ok = leaselock_wait_try (w, &lb, &sleep, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "another owner");
+   CHECK (sleep >= 1 && sleep <= 1000 && lb == NULL);
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   CHECK_OK (leaselock_wait_try (w, &lb, &sleep, &err), err);
+   CHECK (lb && sleep == 0);
+   leaselock_lease_t *none = NULL;
+   ok = leaselock_wait_try (w, &none, &sleep, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "is over");
+   leaselock_wait_destroy (w);
+   /* A deadline: tries until it passes, then TIMEOUT. */
+   o.timeout_ms = 200;
+   w = leaselock_wait_new (a, k, strlen (k), &o, &err);
+   CHECK_OK (w != NULL, err);
+   int tries = 0;
+   while (!(ok = leaselock_wait_try (w, &none, &sleep, &err)) && err.code == LEASELOCK_BUSY) {
+      CHECK (sleep <= 200);
+      t_sleep (sleep);
+      tries++;
+   }
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "timed out");
+   CHECK (tries >= 1);
+   leaselock_wait_destroy (w);
+   CHECK (leaselock_wait_new (NULL, k, strlen (k), &o, &err) == NULL);
+   CHECK_ERR (false, err, LEASELOCK_INVALID, "client is NULL");
+   CHECK (leaselock_wait_new (a, "", 0, &o, &err) == NULL);
+   CHECK_ERR (false, err, LEASELOCK_INVALID, "key");
+   ok = leaselock_wait_try (NULL, &none, &sleep, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "wait is NULL");
+   w = leaselock_wait_new (a, k, strlen (k), &o, &err);
+   CHECK_OK (w != NULL, err);
+   ok = leaselock_wait_try (w, &none, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "sleep_ms");
+   leaselock_wait_destroy (w); /* given up before any try */
+   leaselock_wait_destroy (NULL);
+   leaselock_lease_destroy (lb);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A fair wait driven by its caller keeps its place too. */
+static void test_wait_steps_fair (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = NULL, *again = NULL;
+   const char *k = key ("steps-fair");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   CHECK_OK (acq (a, k, o, &la, &err), err);
+   o.timeout_ms = 60000;
+   leaselock_wait_t *w = leaselock_wait_new (b, k, strlen (k), &o, &err);
+   CHECK_OK (w != NULL, err);
+   int64_t sleep;
+   bool ok = leaselock_wait_try (w, &lb, &sleep, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "another owner");
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   o.timeout_ms = 0;
+   t_sleep (3); /* arrivals in one database millisecond are ordered by owner token */
+   ok = acq (a, k, o, &again, &err); /* b is queued first */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "1 waiter(s) queued");
+   CHECK_OK (leaselock_wait_try (w, &lb, &sleep, &err), err);
+   leaselock_wait_destroy (w);
+   if (FAKE)
+      CHECK_EQ (fake_backend_queued (k), 0);
+   leaselock_lease_destroy (lb);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A backend that keeps no queue: fair mode is UNSUPPORTED, before any I/O. */
+static ll_backend_t no_queue_backend;
+
+static void *no_queue_open (const char *uri, leaselock_error_t *err)
+{
+   (void)uri;
+   return fake_backend.open ("fake://", err);
+}
+
+static void test_fair_unsupported (void)
+{
+   no_queue_backend = fake_backend;
+   no_queue_backend.name = "noqueue";
+   no_queue_backend.schemes[0] = "noqueue";
+   no_queue_backend.schemes[1] = NULL;
+   no_queue_backend.queue_join = NULL;
+   no_queue_backend.queue_leave = NULL;
+   no_queue_backend.open = no_queue_open;
+   ll_backend_register (&no_queue_backend);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new ("noqueue://x", "nq", &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_acquire_opts_t o = opts (1000, false);
+   o.fair = true;
+   leaselock_lease_t *l = NULL;
+   bool ok = acq (c, key ("nq"), o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_UNSUPPORTED, "the noqueue backend keeps no queue");
+   leaselock_client_destroy (c);
+}
+
+/* The sleep of a fair waiter behind others: short, within its cap. */
+static void test_fair_sleep_policy (void)
+{
+   for (int i = 0; i < 2000; i++) {
+      int64_t t = ll_fair_sleep_ms (1);
+      CHECK (t >= 3 && t <= 6);
+      t = ll_fair_sleep_ms (1000);
+      CHECK (t >= 25 && t <= 50);
+   }
+}
+
 int main (int argc, char **argv)
 {
    if (argc != 2) {
@@ -2413,6 +2732,17 @@ int main (int argc, char **argv)
    if (!FAKE)
       RUN (test_waiter_goes_first);
    RUN (test_wait_interrupted);
+   RUN (test_wait_steps);
+   RUN (test_fair_sleep_policy);
+   const ll_backend_t *backend = ll_backend_for_uri (URI, &(leaselock_error_t){ 0 });
+   if (backend && backend->queue_join) {
+      RUN (test_fair_order);
+      RUN (test_fair_give_up_leaves);
+      RUN (test_fair_dead_waiter);
+      RUN (test_wait_steps_fair);
+   }
+   if (FAKE)
+      RUN (test_fair_unsupported);
    RUN (test_auto_renew);
    RUN (test_loss_on_takeover);
    if (FAKE) {
