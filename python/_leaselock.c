@@ -66,6 +66,7 @@ typedef struct
 {
    PyTypeObject *client_type;
    PyTypeObject *lease_type;
+   PyTypeObject *wait_type;
    PyObject *LockError;
    PyObject *LockTimeout;
    PyObject *NotHeld;
@@ -769,23 +770,23 @@ static int keyword_arg (PyObject *kw,
 }
 
 /* _acquire(key, *, ttl_ms, timeout_ms, min_hold_ms=0, auto_renew=True,
- *          on_lost=None, cancel=None, on_renew_failed=None): the key
+ *          on_lost=None, cancel=None, on_renew_failed=None, fair=False): the key
  * positional, the rest by keyword only (METH_FASTCALL | METH_KEYWORDS). */
 static int parse_acquire (PyObject *const *args,
                           Py_ssize_t nargs,
                           PyObject *kwnames,
                           acquire_args_t *a)
 {
-   static const char *const names[] = { "ttl_ms",  "timeout_ms", "min_hold_ms",    "auto_renew",
-                                        "on_lost", "cancel",     "on_renew_failed" };
-   PyObject *v[7] = { NULL, NULL, NULL, Py_True, Py_None, Py_None, Py_None };
+   static const char *const names[] = { "ttl_ms",  "timeout_ms", "min_hold_ms",     "auto_renew",
+                                        "on_lost", "cancel",     "on_renew_failed", "fair" };
+   PyObject *v[8] = { NULL, NULL, NULL, Py_True, Py_None, Py_None, Py_None, Py_False };
    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE (kwnames) : 0;
    if (nargs != 1) {
       raise_type ("_acquire() takes the key as its one positional argument (%zd given)", nargs);
       return -1;
    }
    for (Py_ssize_t i = 0; i < nkw; i++)
-      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, 7) < 0)
+      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, 8) < 0)
          return -1;
    if (!v[0] || !v[1]) {
       raise_type ("_acquire() needs the keyword arguments ttl_ms and timeout_ms");
@@ -800,6 +801,10 @@ static int parse_acquire (PyObject *const *args,
    if (ar < 0)
       return -1;
    a->o.auto_renew = ar;
+   int fair = PyObject_IsTrue (v[7]);
+   if (fair < 0)
+      return -1;
+   a->o.fair = fair;
    a->on_lost = v[4];
    a->cancel = v[5];
    a->on_renew_failed = v[6];
@@ -877,6 +882,165 @@ static PyObject *Client_acquire (ClientObject *self,
    Py_DECREF (lease);
    return acquire_failed (get_state (self->module), &a, &stop, &err);
 }
+
+/* ---- _Wait: a waiting acquire driven one try at a time ------------------ */
+
+/* Client._wait(key, **_acquire's keywords but cancel) -> _Wait, the core's
+ * leaselock_wait_t for the asyncio wait: its try_() runs one try without
+ * the GIL (on the package's thread pool) and returns (Lease, 0.0) or
+ * (None, seconds to sleep before the next try); close() gives the wait up
+ * (in fair mode it leaves the key's queue: a round trip). */
+typedef struct
+{
+   PyObject_HEAD ClientObject *client; /* strong */
+   LeaseObject *lease;                 /* strong; what a success returns, NULL after */
+   leaselock_wait_t *w;                /* owned; NULL once closed */
+   bool busy;                          /* a try_ runs without the GIL */
+   bool close_after;                   /* close() came during it */
+} WaitObject;
+
+static void wait_destroy_nogil (WaitObject *self)
+{
+   leaselock_wait_t *w = self->w;
+   self->w = NULL;
+   if (!w)
+      return;
+   Py_BEGIN_ALLOW_THREADS leaselock_wait_destroy (w);
+   Py_END_ALLOW_THREADS
+}
+
+static PyObject *Client_wait (ClientObject *self,
+                              PyObject *const *args,
+                              Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+   acquire_args_t a;
+   const char *key;
+   Py_ssize_t key_len;
+   if (parse_acquire (args, nargs, kwnames, &a) < 0 ||
+       key_arg (a.key, "key", false, &key, &key_len) < 0 || client_check (self) < 0)
+      return NULL;
+   ll_state *st = get_state (self->module);
+   WaitObject *wo = PyObject_GC_New (WaitObject, st->wait_type);
+   if (!wo)
+      return NULL;
+   wo->client = (ClientObject *)Py_NewRef (self);
+   wo->w = NULL;
+   wo->busy = wo->close_after = false;
+   wo->lease = lease_alloc (self, a.key, a.on_lost, a.on_renew_failed);
+   PyObject_GC_Track (wo);
+   if (!wo->lease) {
+      Py_DECREF (wo);
+      return NULL;
+   }
+   if (wo->lease->on_lost) {
+      a.o.on_lost = lost_trampoline;
+      a.o.on_lost_data = wo->lease;
+   }
+   if (wo->lease->on_renew_failed) {
+      a.o.on_renew_failed = renew_failed_trampoline;
+      a.o.on_renew_failed_data = wo->lease;
+   }
+   log_refresh (self);
+   leaselock_error_t err;
+   wo->w = leaselock_wait_new (self->c, key, (size_t)key_len, &a.o, &err);
+   if (!wo->w) {
+      Py_DECREF (wo);
+      return raise_error (st, &err);
+   }
+   return (PyObject *)wo;
+}
+
+static PyObject *Wait_try (WaitObject *self, PyObject *unused)
+{
+   (void)unused;
+   ll_state *st = get_state (self->client->module);
+   if (!self->w)
+      return raise_invalid ("the wait is closed");
+   if (client_check (self->client) < 0)
+      return NULL;
+   if (self->busy)
+      return PyErr_Format (PyExc_RuntimeError, "a try of this wait is already running");
+   leaselock_error_t err;
+   leaselock_lease_t *core = NULL;
+   int64_t sleep_ms = 0;
+   self->busy = true;
+   bool ok;
+   Py_BEGIN_ALLOW_THREADS ok = leaselock_wait_try (self->w, &core, &sleep_ms, &err);
+   Py_END_ALLOW_THREADS self->busy = false;
+   if (ok) {
+      LeaseObject *lease = self->lease;
+      self->lease = NULL;
+      lease->lease = core;
+      if (self->close_after)
+         wait_destroy_nogil (self);
+      PyObject *r = Py_BuildValue ("(Od)", lease, 0.0);
+      Py_DECREF (lease);
+      return r;
+   }
+   if (self->close_after)
+      wait_destroy_nogil (self);
+   if (err.code == LEASELOCK_BUSY)
+      return Py_BuildValue ("(Od)", Py_None, (double)sleep_ms / 1000.0);
+   return raise_error (st, &err);
+}
+
+static PyObject *Wait_close (WaitObject *self, PyObject *unused)
+{
+   (void)unused;
+   if (self->busy)
+      self->close_after = true; /* the running try_ closes it when it ends */
+   else
+      wait_destroy_nogil (self);
+   Py_RETURN_NONE;
+}
+
+static int Wait_traverse (WaitObject *self, visitproc visit, void *arg)
+{
+   Py_VISIT (Py_TYPE (self));
+   Py_VISIT (self->client);
+   Py_VISIT (self->lease);
+   return 0;
+}
+
+static int Wait_clear (WaitObject *self)
+{
+   Py_CLEAR (self->lease);
+   return 0;
+}
+
+static void Wait_dealloc (WaitObject *self)
+{
+   PyTypeObject *tp = Py_TYPE (self);
+   PyObject_GC_UnTrack (self);
+   wait_destroy_nogil (self); /* a try_ holds a reference: none runs now */
+   Py_CLEAR (self->lease);
+   Py_CLEAR (self->client);
+   PyObject_GC_Del (self);
+   Py_DECREF (tp);
+}
+
+static PyMethodDef Wait_methods[] = {
+   { "try_", (PyCFunction)Wait_try, METH_NOARGS, NULL },
+   { "close", (PyCFunction)Wait_close, METH_NOARGS, NULL },
+   { NULL, NULL, 0, NULL },
+};
+
+static PyType_Slot Wait_slots[] = {
+   { Py_tp_doc, "A waiting acquire driven one try at a time (Client._wait)." },
+   { Py_tp_dealloc, Wait_dealloc },
+   { Py_tp_traverse, Wait_traverse },
+   { Py_tp_clear, Wait_clear },
+   { Py_tp_methods, Wait_methods },
+   { 0, NULL },
+};
+
+static PyType_Spec Wait_spec = {
+   .name = "leaselock._leaselock._Wait",
+   .basicsize = sizeof (WaitObject),
+   .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+   .slots = Wait_slots,
+};
 
 /* A record as a tuple: (key, owner|None, fence, expires_in_ms, host, pid,
  * label|None). The one conversion of a record (the package makes it a
@@ -1139,6 +1303,7 @@ static PyMethodDef Client_methods[] = {
      "connections. Idempotent; any later use raises ValueError." },
    { "_acquire", (PyCFunction)(void (*) (void))Client_acquire, METH_FASTCALL | METH_KEYWORDS,
      NULL },
+   { "_wait", (PyCFunction)(void (*) (void))Client_wait, METH_FASTCALL | METH_KEYWORDS, NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,
@@ -1636,6 +1801,9 @@ static int module_exec (PyObject *m)
    st->lease_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Lease_spec, NULL);
    if (!st->lease_type || PyModule_AddType (m, st->lease_type) < 0)
       return -1;
+   st->wait_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Wait_spec, NULL);
+   if (!st->wait_type)
+      return -1;
 
    st->LockError = new_exception (m, "LockError", NULL,
                                   "Base class of leaselock's errors; .code is the core's error "
@@ -1677,6 +1845,7 @@ static int module_traverse (PyObject *m, visitproc visit, void *arg)
    ll_state *st = get_state (m);
    Py_VISIT (st->client_type);
    Py_VISIT (st->lease_type);
+   Py_VISIT (st->wait_type);
    Py_VISIT (st->LockError);
    Py_VISIT (st->LockTimeout);
    Py_VISIT (st->NotHeld);
@@ -1690,6 +1859,7 @@ static int module_clear (PyObject *m)
    ll_state *st = get_state (m);
    Py_CLEAR (st->client_type);
    Py_CLEAR (st->lease_type);
+   Py_CLEAR (st->wait_type);
    Py_CLEAR (st->LockError);
    Py_CLEAR (st->LockTimeout);
    Py_CLEAR (st->NotHeld);

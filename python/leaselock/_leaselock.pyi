@@ -59,9 +59,28 @@ class Client:
         on_lost: Optional[Callable[["Lease"], Any]] = None,
         cancel: Any = None,
         on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
+        fair: bool = False,
     ) -> Optional["Lease"]: ...
+    def _wait(
+        self,
+        key: str,
+        /,
+        *,
+        ttl_ms: int,
+        timeout_ms: int,
+        min_hold_ms: int = 0,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[["Lease"], Any]] = None,
+        on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
+        fair: bool = False,
+    ) -> "_Wait": ...
     def _inspect(self, key: str) -> Optional[_Record]: ...
     def _list(self, prefix: str) -> list[_Record]: ...
+
+@final
+class _Wait:
+    def try_(self) -> tuple[Optional["Lease"], float]: ...
+    def close(self) -> None: ...
 
 @final
 class Lease:

@@ -9,7 +9,6 @@ import atexit
 import functools
 import inspect
 import os
-import random
 import threading
 import weakref
 from collections import deque
@@ -198,15 +197,17 @@ class Client(_leaselock.Client):
         auto_renew: bool = True,
         on_lost: Optional[Callable[[Lease], object]] = None,
         on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+        fair: bool = False,
     ) -> "Lock":
         """A Lock on key. Nothing is acquired yet. Durations are seconds or
         datetime.timedelta. on_lost(lease) is called from the renewal
         thread when a lease is lost; it needs auto_renew=True (ValueError
         otherwise). on_renew_failed(lease, error, seconds_left) is called
         from the renewal thread when an automatic renewal failed but the
-        lease is not lost yet (it is retried)."""
+        lease is not lost yet (it is retried). fair=True grants the key to
+        waiters in order of arrival (a queue in the database)."""
         return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
-                    on_renew_failed=on_renew_failed)
+                    on_renew_failed=on_renew_failed, fair=fair)
 
     @overload
     def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
@@ -346,12 +347,6 @@ def _notify(key: Optional[str]) -> None:
             pass
 
 
-def _backoff(attempt: int) -> float:
-    """The core's backoff in seconds: uniform in 1 ms .. min(1 s, 5 ms * 2^attempt)."""
-    cap = min(1000, 5 << min(attempt, 10))
-    return random.randint(1, cap) / 1000.0
-
-
 class _Gate:
     """The turn of the tasks of one loop waiting for one key of one client,
     in arrival order."""
@@ -451,13 +446,13 @@ class Lock:
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_on_renew_failed", "_threads", "_tasks", "__weakref__")
+                 "_on_renew_failed", "_fair", "_threads", "_tasks", "__weakref__")
 
     def __init__(self, client: _leaselock.Client, key: str, *, ttl: Duration = 30.0,
                  min_hold: Duration = 0.0, auto_renew: bool = True,
                  on_lost: Optional[Callable[[Lease], object]] = None,
                  on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
-                 ) -> None:
+                 fair: bool = False) -> None:
         if not isinstance(client, _leaselock.Client):
             raise _error(TypeError,
                          f"client must be a leaselock.Client, not {type(client).__name__}")
@@ -466,6 +461,8 @@ class Lock:
         self._min_hold_ms = _ms(min_hold, "min_hold", "duration")
         if not isinstance(auto_renew, bool):
             raise _error(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
+        if not isinstance(fair, bool):
+            raise _error(TypeError, f"fair must be a bool, not {type(fair).__name__}")
         if on_lost is not None and not callable(on_lost):
             raise _error(TypeError,
                          f"on_lost must be callable or None, not {type(on_lost).__name__}")
@@ -478,6 +475,7 @@ class Lock:
             raise _error(ValueError, "I/O operation on a closed client")
         self._client = client
         self._auto_renew = auto_renew
+        self._fair = fair
         self._on_lost = on_lost
         self._on_renew_failed = on_renew_failed
         # What each thread, and each asyncio task, took through this Lock:
@@ -504,6 +502,10 @@ class Lock:
         return self._min_hold_ms / 1000.0
 
     @property
+    def fair(self) -> bool:
+        return self._fair
+
+    @property
     def client(self) -> _leaselock.Client:
         return self._client
 
@@ -512,7 +514,7 @@ class Lock:
         return self._client._acquire(self._key, ttl_ms=self._ttl_ms, timeout_ms=timeout_ms,
                                      min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
                                      on_lost=self._on_lost, cancel=cancel,
-                                     on_renew_failed=self._on_renew_failed)
+                                     on_renew_failed=self._on_renew_failed, fair=self._fair)
 
     def _busy_error(self) -> LockTimeout:
         return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")
@@ -622,11 +624,20 @@ class Lock:
 
     # -- asyncio -------------------------------------------------------------
     async def _try_async(self, loop: asyncio.AbstractEventLoop) -> Optional[Lease]:
-        """One try (timeout 0) in the pool: the Lease, or None when busy. A
-        lease that arrives after the caller was cancelled is released."""
-        fut: asyncio.Future[Optional[Lease]] = loop.create_future()
+        """One try (timeout 0) in the pool: the Lease, or None when busy."""
+        lease, _ = await self._in_pool(loop, lambda: (self._acquire_ms(0, None), 0.0))
+        return lease
 
-        def deliver(lease: Optional[Lease], exc: Optional[BaseException]) -> None:
+    async def _in_pool(self, loop: asyncio.AbstractEventLoop,
+                       call: Callable[[], tuple[Optional[Lease], float]],
+                       ) -> tuple[Optional[Lease], float]:
+        """call() (a try: the Lease or None, and the time to sleep before the
+        next) in the pool. A lease that arrives after the caller was
+        cancelled is released."""
+        fut: asyncio.Future[tuple[Optional[Lease], float]] = loop.create_future()
+
+        def deliver(lease: Optional[Lease], sleep: float,
+                    exc: Optional[BaseException]) -> None:
             if fut.cancelled():
                 # The task gave up while the try went on: never leak it.
                 if lease is not None:
@@ -635,16 +646,16 @@ class Lock:
             if exc is not None:
                 fut.set_exception(exc)
             else:
-                fut.set_result(lease)
+                fut.set_result((lease, sleep))
 
         def work() -> None:
-            lease, exc = None, None
+            lease, sleep, exc = None, 0.0, None
             try:
-                lease = self._acquire_ms(0, None)
+                lease, sleep = call()
             except BaseException as e:  # delivered to the awaiting task
                 exc = e
             try:
-                loop.call_soon_threadsafe(deliver, lease, exc)
+                loop.call_soon_threadsafe(deliver, lease, sleep, exc)
             except RuntimeError:  # the loop is closed
                 if lease is not None:
                     _release_quietly(lease)
@@ -657,7 +668,7 @@ class Lock:
                 # The lease was delivered, then the task was cancelled
                 # before it resumed: release it (off the event loop) before
                 # the cancellation goes on, whatever else cancels us.
-                lease = fut.result()
+                lease = fut.result()[0]
                 if lease is not None:
                     await _release_off_loop(lease)
             raise
@@ -665,23 +676,27 @@ class Lock:
     async def _poll(self, loop: asyncio.AbstractEventLoop, start: float,
                     deadline: Optional[float]) -> Lease:
         """Tries until acquired or the deadline (loop time) passed, sleeping
-        on the loop between tries."""
+        on the loop between tries. The tries are one waiter of the core's
+        (Client._wait): its claim to be next, its place in a fair queue,
+        and the sleep it asks for between tries."""
         event = asyncio.Event()
         me = (loop, event)
+        left_ms = -1 if deadline is None else max(1, round((deadline - loop.time()) * 1000))
+        wait = self._client._wait(self._key, ttl_ms=self._ttl_ms, timeout_ms=left_ms,
+                                  min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
+                                  on_lost=self._on_lost, on_renew_failed=self._on_renew_failed,
+                                  fair=self._fair)
         with _wakers_mu:
             _wakers.setdefault(self._key, set()).add(me)
         try:
-            attempt = 0
             while True:
                 event.clear()  # before the try: a release during it wakes us
-                lease = await self._try_async(loop)
+                lease, delay = await self._in_pool(loop, wait.try_)
                 if lease is not None:
                     return lease
                 now = loop.time()
                 if deadline is not None and now >= deadline:
                     raise self._timeout_error(now - start)
-                delay = _backoff(attempt)
-                attempt += 1
                 if deadline is not None:
                     delay = min(delay, deadline - now)
                 timer = loop.call_later(delay, event.set)
@@ -690,6 +705,8 @@ class Lock:
                 finally:
                     timer.cancel()
         finally:
+            # Giving the wait up may be a round trip (fair mode): off the loop.
+            _executor().submit(wait.close)
             with _wakers_mu:
                 waiters = _wakers.get(self._key)
                 if waiters is not None:
