@@ -109,6 +109,7 @@ typedef struct
    int64_t ttl_ms;
    int64_t min_hold_ms;
    bool auto_renew;
+   bool fair; /* waiters get the key in order of arrival */
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
@@ -715,11 +716,13 @@ static int client_tostring (lua_State *L)
    return 1;
 }
 
-/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn}]) */
+/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn,
+ *                     on_renew_failed=fn, fair=false}]) */
 static int client_lock (lua_State *L)
 {
    static const char *const allowed[] = { "ttl",     "min_hold",        "auto_renew",
-                                          "on_lost", "on_renew_failed", NULL };
+                                          "on_lost", "on_renew_failed", "fair",
+                                          NULL };
    size_t len;
    const char *key;
    ll_lua_lock_t *k;
@@ -756,6 +759,13 @@ static int client_lock (lua_State *L)
                        luaL_typename (L, -1));
          }
          k->auto_renew = lua_toboolean (L, -1);
+      }
+      lua_getfield (L, 3, "fair");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TBOOLEAN) {
+            arg_error (L, 1, "lock", 2, "fair must be a boolean, got %s", luaL_typename (L, -1));
+         }
+         k->fair = lua_toboolean (L, -1);
       }
       lua_getfield (L, 3, "on_lost");
       if (!lua_isnil (L, -1)) {
@@ -1033,6 +1043,7 @@ static int do_acquire (lua_State *L,
    o.ttl_ms = k->ttl_ms;
    o.min_hold_ms = k->min_hold_ms;
    o.auto_renew = k->auto_renew;
+   o.fair = k->fair;
    o.timeout_ms = timeout_ms;
    /* No on_lost callback: the state is read on the Lua side (see top);
     * on_renew_failed only records (see renew_failed_hook). */

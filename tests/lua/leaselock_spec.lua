@@ -684,6 +684,8 @@ describe("bad input", function()
       "bad argument #2 to 'lock' (min_hold must be >= 0 and at most 30 days (2592000 s), got -0.5)" },
     { function() client:lock("k", { auto_renew = "yes" }) end,
       "bad argument #2 to 'lock' (auto_renew must be a boolean, got string)" },
+    { function() client:lock("k", { fair = 1 }) end,
+      "bad argument #2 to 'lock' (fair must be a boolean, got number)" },
     { function() client:lock("k", { on_lost = 42 }) end,
       "bad argument #2 to 'lock' (on_lost must be a function, got number)" },
     { function() lock:acquire(5) end,
