@@ -97,6 +97,7 @@ typedef struct run_opts
    int64_t ttl_ms, wait_ms, min_hold_ms, grace_ms;
    const char *ttl_text, *grace_text; /* as typed; grace_text NULL: default */
    bool quiet;                        /* -q: a busy run prints nothing */
+   bool fair;                         /* --fair: wait in order of arrival */
    int conflict_exit;                 /* -E: the exit status when busy (default EXIT_BUSY) */
    char label_buf[LEASELOCK_KEY_MAX + 1];
 } run_opts_t;

@@ -52,6 +52,8 @@ static const char help_text[] =
   "                       less if the TTL needs it); at most TTL/2 - TTL/10\n"
   "                       (this TTL/10 at most 1s)\n"
   "  --label TEXT         label stored with the lease (default: CMD's name)\n"
+  "  --fair               wait in order of arrival: runs waiting for KEY get it\n"
+  "                       first come, first served (a queue in the database)\n"
   "  -q, --quiet          a busy run prints nothing (errors are still printed)\n"
   "  -E, --conflict-exit-code N\n"
   "                       exit with N (0 to 255) instead of 75 when KEY is busy\n"

@@ -141,6 +141,7 @@ static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
    opts.ttl_ms = o->ttl_ms;
    opts.timeout_ms = o->wait_ms;
    opts.min_hold_ms = o->min_hold_ms;
+   opts.fair = o->fair;
    opts.auto_renew = true;
    opts.on_lost = on_lost;
    opts.should_stop = should_stop;
