@@ -225,6 +225,52 @@ extern "C"
                                          leaselock_error_t *error);
 
    /*
+    * Counting semaphores and read-write locks (modes.c), built on leases:
+    * each holder holds a full lease (its own owner, fence, renewal, loss
+    * detection, min_hold) on a record of its own beside key, so release,
+    * renew, destroy and the getters are the lease's as usual, and
+    * leaselock_lease_key names that record (key + "/.slot/<i>" for a
+    * semaphore's slot i, key + "/.rw/w" for the exclusive holder, key +
+    * "/.rw/r/<owner>" for a shared one). key + its longest suffix must fit
+    * in LEASELOCK_KEY_MAX bytes (INVALID otherwise).
+    *
+    * leaselock_semaphore_acquire: at most limit (1 ..
+    * LEASELOCK_SEMAPHORE_MAX) live leases on key at once; a holder started
+    * under a higher limit is counted against a lowered one, and no new
+    * holder starts while the live ones number limit or more. opts as for
+    * leaselock_acquire (timeout, ttl, min_hold, auto_renew, callbacks); BUSY
+    * on one try with all slots taken, TIMEOUT after waiting.
+    *
+    * leaselock_rwlock_acquire: any number of SHARED holders or one
+    * EXCLUSIVE holder. A writer that is waiting is not starved by a stream
+    * of readers: once it holds the exclusive record, new readers wait, and
+    * it waits (within opts->timeout_ms) for the readers already in to
+    * leave.
+    */
+#define LEASELOCK_SEMAPHORE_MAX 1000
+   LEASELOCK_API bool leaselock_semaphore_acquire (leaselock_client_t *client,
+                                                   const char *key,
+                                                   size_t key_len,
+                                                   int64_t limit,
+                                                   const leaselock_acquire_opts_t *opts,
+                                                   leaselock_lease_t **lease,
+                                                   leaselock_error_t *error);
+
+   typedef enum leaselock_rw_mode
+   {
+      LEASELOCK_SHARED = 1,
+      LEASELOCK_EXCLUSIVE = 2
+   } leaselock_rw_mode_t;
+
+   LEASELOCK_API bool leaselock_rwlock_acquire (leaselock_client_t *client,
+                                                const char *key,
+                                                size_t key_len,
+                                                leaselock_rw_mode_t mode,
+                                                const leaselock_acquire_opts_t *opts,
+                                                leaselock_lease_t **lease,
+                                                leaselock_error_t *error);
+
+   /*
     * A waiting acquire driven by its caller, one try at a time, for event
     * loops that must not block a thread while they wait (asyncio, OpenResty's
     * ngx.sleep). The wait is one waiter, as leaselock_acquire's is: one
