@@ -215,7 +215,7 @@ static inline void qc_odd_keys (const ll_backend_t *b, void *c, qc_rows_fn rows)
    memcpy (k + 253, "\xc3\xa9", 2);
    CHECK_EQ (qc_join (b, c, k, 255, QC_C, 10000), 0);
    CHECK_EQ (qc_join (b, c, k, 255, QC_A, 10000), 1);
-   CHECK_EQ (qc_join (b, c, k, 254, QC_A, 10000), 0); /* its 254-byte prefix */
+   CHECK_EQ (qc_join (b, c, k, 253, QC_A, 10000), 0); /* its 253-byte prefix */
    leaselock_error_t err;
    CHECK_OK (b->queue_leave (c, k, 255, QC_C, &err), err);
    CHECK_EQ (qc_join (b, c, k, 255, QC_A, 10000), 0);
