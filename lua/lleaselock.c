@@ -1800,8 +1800,10 @@ static int64_t check_ms (lua_State *L, int idx, int arg, const char *what, int64
    }
    v = (double)lua_tonumber (L, idx);
    if (!(v >= (double)lo && v <= (double)LEASELOCK_TTL_MAX_MS) || v != floor (v)) {
-      arg_error (L, 1, "_pool_try", arg, "%s must be an integer from %d to %d", what, (int)lo,
-                 (int)LEASELOCK_TTL_MAX_MS);
+      /* lua_pushfstring's %d is an int: 30 days in ms is not. */
+      char max[32];
+      snprintf (max, sizeof max, "%lld", (long long)LEASELOCK_TTL_MAX_MS);
+      arg_error (L, 1, "_pool_try", arg, "%s must be an integer from %d to %s", what, (int)lo, max);
    }
    return (int64_t)v;
 }
