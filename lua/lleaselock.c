@@ -31,10 +31,14 @@
  *  - Acquiring with a timeout blocks the OS thread (and so every coroutine
  *    of the lua_State) while the core waits. Coroutine schedulers use
  *    lock:try_acquire() between their own yields; OpenResty handlers run
- *    the blocking call through ngx.run_worker_thread.
+ *    the blocking call through ngx.run_worker_thread, or wait with
+ *    lock:acquire_nb, whose tries on a server backend run in a thread pool
+ *    (see "the registry of acquire_nb's tries" below).
  *
  * Ownership: a lease handle keeps its client handle alive through its user
- * value, so a client is collected after its leases. client:close() (and
+ * value, so a client is collected after its leases. Once acquire_nb has
+ * made a try in a thread pool, the client belongs to its registry entry,
+ * which the handle, the tries in flight and the parked leases share. client:close() (and
  * __close) is the core's close releasing what the client holds; __gc is
  * the core's destroy, which releases nothing. The states of the leases
  * are the core's (leaselock_lease_state): the module keeps no list of
