@@ -7,6 +7,7 @@ local leaselock = require "leaselock"
 
 local M = {}
 local clients = {}
+local started = {} -- key -> the take requests that began on this worker
 
 local function now()
   ngx.update_time()
@@ -27,10 +28,11 @@ end
 -- "ok <fence> <started> <acquired> <released>" or "fail <code> <started> <ended> <msg>".
 function M.take(a)
   local lock = client_for(a.uri):lock(a.key, { ttl = 30 })
-  local started = now()
+  local t0 = now()
+  started[a.key] = (started[a.key] or 0) + 1
   local lease, msg, code = lock:acquire_nb { timeout = tonumber(a.timeout), pool = a.pool }
   if not lease then
-    ngx.say(("fail %s %.3f %.3f %s"):format(code, started, now(), msg))
+    ngx.say(("fail %s %.3f %.3f %s"):format(code, t0, now(), msg))
     return
   end
   local acquired = now()
@@ -38,7 +40,7 @@ function M.take(a)
   local fence = lease.fence
   local released = now()
   assert(lease:release())
-  ngx.say(("ok %d %.3f %.3f %.3f"):format(fence, started, acquired, released))
+  ngx.say(("ok %d %.3f %.3f %.3f"):format(fence, t0, acquired, released))
 end
 
 -- The request ends while its first try runs in a pool thread: nginx
@@ -76,10 +78,11 @@ function M.close(a)
   ngx.say("closed")
 end
 
--- The client's count of busy tries (each try, in a pool thread or not,
--- goes through the worker's one client).
+-- "<busy> <started>": the client's count of busy tries (each try, in a
+-- pool thread or not, goes through the worker's one client) and the
+-- count of take requests for a.key that have begun.
 function M.stats(a)
-  ngx.say(client_for(a.uri):stats().busy)
+  ngx.say(client_for(a.uri):stats().busy, " ", started[a.key] or 0)
 end
 
 -- Misuse under nginx, one error message per line.

@@ -132,7 +132,11 @@ def wait_phase(uri):
         except Exception as e:  # reported below
             results[who] = (0, repr(e))
 
-    busy_before = int(get("/nb/stats", uri=uri)[1])
+    def stats():
+        busy, begun = get("/nb/stats", uri=uri, key=key)[1].split()
+        return int(busy), int(begun)
+
+    busy_before = stats()[0]
     holder = threading.Thread(target=run, args=("holder", 5, HOLD))
     holder.start()
     time.sleep(0.2)
@@ -143,7 +147,10 @@ def wait_phase(uri):
                 for i in range(WAITERS)]
     for t in waiters:
         t.start()
-    time.sleep(0.2)
+    # The window opens once every request has begun on the worker.
+    end = time.time() + 20
+    while stats()[1] < len(waiters) + 1 and time.time() < end:
+        time.sleep(0.02)
 
     pings = []
     window_from = time.time()
@@ -165,7 +172,7 @@ def wait_phase(uri):
     for t in pingers:
         t.start()
     holder.join()
-    busy_at_release = int(get("/nb/stats", uri=uri)[1])
+    busy_at_release = stats()[0]
     for t in pingers + waiters:
         t.join()
 
