@@ -38,9 +38,10 @@
  * Ownership: a lease handle keeps its client handle alive through its user
  * value, so a client is collected after its leases. Once acquire_nb has
  * made a try in a thread pool, the client belongs to its registry entry,
- * which the handle, the tries in flight and the parked leases share. client:close() (and
- * __close) is the core's close releasing what the client holds; __gc is
- * the core's destroy, which releases nothing. The states of the leases
+ * which the handle, the tries in flight and the parked leases share.
+ * client:close() (and __close) is the core's close releasing what the
+ * client holds; __gc is the core's destroy, which releases nothing but
+ * the leases parked for the client. The states of the leases
  * are the core's (leaselock_lease_state): the module keeps no list of
  * them.
  */
@@ -942,7 +943,9 @@ static int client_close (lua_State *L)
 }
 
 /* __gc: the core's destroy, which releases nothing (the lease handles,
- * collected first, released their own). */
+ * collected first, released their own) but the leases parked for the
+ * client; once registered, the client is destroyed with the registry's
+ * last reference, maybe after a pool try still running on it. */
 static int client_gc (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "__gc");
