@@ -714,8 +714,9 @@ static int client_prometheus (lua_State *L)
  *    ordinary lease handle (lock_adopt_nb).
  * A parked lease that is never adopted (nginx drops the thread's results
  * when the request was aborted while the thread ran) is released, not
- * leaked: by the next pool try once it is PARKED_MAX_MS old, by
- * client:close(), or when the client handle is collected.
+ * leaked: in a pool thread once it is PARKED_MAX_MS old, by the next pool
+ * try or by acquire_nb's timer (l_pool_reap); else by client:close(), or
+ * when the client handle is collected.
  */
 
 /* Adoption normally follows parking within a turn of the event loop: 5 s
@@ -1910,6 +1911,23 @@ static int l_pool_try (lua_State *L)
    return 1;
 }
 
+/* leaselock._pool_reap() -> the count of leases still parked. What
+ * acquire_nb's timer runs in a pool thread: releases the parked leases
+ * nobody adopted once PARKED_MAX_MS old. Not for direct use. */
+static int l_pool_reap (lua_State *L)
+{
+   ll_parked_t *pk;
+   lua_Integer n = 0;
+   reap_parked (NULL, PARKED_MAX_MS);
+   pthread_mutex_lock (&reg_mu);
+   for (pk = reg_parked; pk; pk = pk->next) {
+      n++;
+   }
+   pthread_mutex_unlock (&reg_mu);
+   lua_pushinteger (L, n);
+   return 1;
+}
+
 /*
  * acquire_nb's end of a try in the pool: adopt(lock, parked_id) -> the
  * parked lease in a lease handle, as do_acquire makes it, | nil, "busy",
@@ -1971,6 +1989,25 @@ static const char acquire_nb_source[] =
   "  end\n"
   "  return v\n"
   "end\n"
+  /* A parked lease nobody adopts waits for a pool thread to release it:
+   * the next try's, else this timer's, armed before each try (an ended
+   * request's never comes back) while leases stay parked; it stops when
+   * the worker exits (the client's collection releases them then). */
+  "local reaping = false\n"
+  "local function reap(premature, pool)\n"
+  "  if not premature then\n"
+  "    local ok, left = ngx.run_worker_thread(pool, 'leaselock', '_pool_reap')\n"
+  "    if (ok and left > 0 or not ok and full[left]) and ngx.timer.at(5, reap, pool) then\n"
+  "      return\n"
+  "    end\n"
+  "  end\n"
+  "  reaping = false\n"
+  "end\n"
+  "local function arm_reaper(pool)\n"
+  "  if not reaping and type(ngx.timer) == 'table' then\n"
+  "    reaping = ngx.timer.at(6, reap, pool) and true or false\n"
+  "  end\n"
+  "end\n"
   /* One try: lease | nil, msg, code; code 'FULL' when the pool had no
    * room for it. No tail calls: errors count their levels from here. */
   "local function try(self, pool)\n"
@@ -1985,6 +2022,7 @@ static const char acquire_nb_source[] =
   "    error('acquire_nb: no ngx.run_worker_thread (lua-nginx-module >= 0.10.21, nginx with '\n"
   "          .. 'threads)', 3)\n"
   "  end\n"
+  "  arm_reaper(pool)\n"
   "  local ok, id, msg, code = run(pool, 'leaselock', '_pool_try', cid, key, ttl, hold, renew, "
   "rf)\n"
   "  if not ok then\n"
@@ -2082,6 +2120,7 @@ static const luaL_Reg lease_methods[] = { { "held", lease_held },          { "lo
 static const luaL_Reg module_functions[] = { { "connect", l_connect },
                                              { "on_warning", l_on_warning },
                                              { "_pool_try", l_pool_try },
+                                             { "_pool_reap", l_pool_reap },
                                              { NULL, NULL } };
 
 /* Creates metatable tname with __index = index_fn(methods), leaving the

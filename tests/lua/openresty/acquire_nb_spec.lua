@@ -94,6 +94,12 @@ end)
 describe("leaselock._pool_try", function()
   local pool_try = leaselock._pool_try
 
+  it("has a companion that reaps and counts what is parked", function()
+    local n = leaselock._pool_reap()
+    assert.equals("number", type(n))
+    assert.is_true(n >= 0)
+  end)
+
   it("checks its arguments", function()
     local function err(...)
       local ok, e = pcall(pool_try, ...)
