@@ -2086,6 +2086,9 @@ static const char acquire_nb_source[] =
   "  step = min(step, max_step)\n"
   "  while true do\n"
   "    local s = min(step, timeout - waited)\n"
+  /* ngx.sleep counts whole milliseconds: less would be a sleep(0), a
+   * busy loop through the last millisecond of the wait. */
+  "    if started and s < 0.001 then s = 0.001 end\n"
   "    sleep(s)\n"
   "    slept = slept + s\n"
   "    lease, msg, code = try(self, pool)\n"

@@ -36,7 +36,8 @@ function M.take(a)
     return
   end
   local acquired = now()
-  ngx.sleep(tonumber(a.hold))
+  local hold = tonumber(a.hold)
+  if hold > 0 then ngx.sleep(hold) end
   local fence = lease.fence
   local released = now()
   assert(lease:release())

@@ -34,7 +34,7 @@ import urllib.parse
 import urllib.request
 
 HOLD, WAITERS, PINGERS, SHORT = 3.0, 40, 2, 0.3
-MIN_PINGS, PING_MAX, DELAY = 50, 0.5, 0.025
+MIN_PINGS, PING_MAX, DELAY = 50, 1.0, 0.025
 PARKED_AGE = 5.0
 
 port, name, uri, key = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
