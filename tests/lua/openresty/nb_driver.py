@@ -191,7 +191,10 @@ def wait_phase(uri):
     h_acq, h_rel = float(h[3]), float(h[4])
     during = [(t0, t1) for t0, t1 in pings if t0 >= window_from and t1 <= h_rel]
     worst = max((t1 - t0 for t0, t1 in during), default=0)
-    if len(during) < MIN_PINGS:
+    if h_rel <= window_from:
+        problems.append(f"the waiting requests had not all begun {window_from - h_rel:.2f} s after "
+                        f"the holder released: the event loop was blocked")
+    elif len(during) < MIN_PINGS:
         problems.append(f"only {len(during)} /ping answered in the {h_rel - window_from:.2f} s "
                         f"the waiters waited (< {MIN_PINGS}): the event loop was blocked")
     if worst > PING_MAX:
