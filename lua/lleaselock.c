@@ -31,12 +31,17 @@
  *  - Acquiring with a timeout blocks the OS thread (and so every coroutine
  *    of the lua_State) while the core waits. Coroutine schedulers use
  *    lock:try_acquire() between their own yields; OpenResty handlers run
- *    the blocking call through ngx.run_worker_thread.
+ *    the blocking call through ngx.run_worker_thread, or wait with
+ *    lock:acquire_nb, whose tries on a server backend run in a thread pool
+ *    (see "the registry of acquire_nb's tries" below).
  *
  * Ownership: a lease handle keeps its client handle alive through its user
- * value, so a client is collected after its leases. client:close() (and
- * __close) is the core's close releasing what the client holds; __gc is
- * the core's destroy, which releases nothing. The states of the leases
+ * value, so a client is collected after its leases. Once acquire_nb has
+ * made a try in a thread pool, the client belongs to its registry entry,
+ * which the handle, the tries in flight and the parked leases share.
+ * client:close() (and __close) is the core's close releasing what the
+ * client holds; __gc is the core's destroy, which releases nothing but
+ * the leases parked for the client. The states of the leases
  * are the core's (leaselock_lease_state): the module keeps no list of
  * them.
  */
@@ -49,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CLIENT_MT "leaselock.client"
 #define LOCK_MT "leaselock.lock"
@@ -87,10 +93,16 @@ typedef struct
    ll_lua_event_t ev[LOG_QUEUE_MAX];
 } ll_lua_log_t;
 
+typedef struct ll_shared_client ll_shared_client_t;
+
 typedef struct
 {
-   leaselock_client_t *client; /* owned; NULL once collected */
+   /* owned; NULL once collected. Once shared is set, the registry entry
+    * owns the client and this is a borrowed copy, valid while the handle
+    * holds its reference. */
+   leaselock_client_t *client;
    ll_lua_log_t *log;          /* owned; NULL until set_log */
+   ll_shared_client_t *shared; /* one reference; NULL until acquire_nb needs it */
 } ll_lua_client_t;
 
 /* The last renewal failure of a lease, written by on_renew_failed on the
@@ -408,6 +420,7 @@ static int l_connect (lua_State *L)
    c = lua_newuserdata (L, sizeof *c);
    c->client = NULL;
    c->log = NULL;
+   c->shared = NULL;
    luaL_setmetatable (L, CLIENT_MT);
    lua_createtable (L, 1, 0);
    lua_setuservalue (L, -2);
@@ -552,13 +565,29 @@ static void renew_failed_hook (leaselock_lease_t *lease,
    pthread_mutex_unlock (&rf->mu);
 }
 
+static void rf_free (ll_lua_renew_failed_t *rf)
+{
+   if (rf) {
+      pthread_mutex_destroy (&rf->mu);
+      free (rf);
+   }
+}
+
+/* A new record of renewal failures (owned by the caller), or NULL when out
+ * of memory. */
+static ll_lua_renew_failed_t *rf_new (void)
+{
+   ll_lua_renew_failed_t *rf = calloc (1, sizeof *rf);
+   if (rf) {
+      pthread_mutex_init (&rf->mu, NULL);
+   }
+   return rf;
+}
+
 static void renew_failed_free (ll_lua_lease_t *ls)
 {
-   if (ls->rf) {
-      pthread_mutex_destroy (&ls->rf->mu);
-      free (ls->rf);
-      ls->rf = NULL;
-   }
+   rf_free (ls->rf);
+   ls->rf = NULL;
 }
 
 /* client:set_log(fn [, level]) -> true. fn(event) receives the events of
@@ -668,6 +697,231 @@ static int client_prometheus (lua_State *L)
    return 1;
 }
 
+/* ---- the registry of acquire_nb's tries in a thread pool ------------ */
+
+/*
+ * Under OpenResty, lock:acquire_nb makes each try of a server backend in a
+ * thread of an nginx thread pool (ngx.run_worker_thread), so that its
+ * round trip never blocks the worker's event loop. That thread runs a Lua
+ * VM of its own, and only strings, numbers, booleans and tables of them
+ * cross between VMs; but every VM of the process runs this one copy of the
+ * module (one dlopen), so the two sides meet here, in C:
+ *  - the request's VM registers its client (an id for a refcounted
+ *    leaselock_client_t) and passes the id, the key and the lock's options
+ *    (lock_plan_nb);
+ *  - the pool thread makes one one-try leaselock_acquire on that same
+ *    client and parks the lease under a new id (l_pool_try);
+ *  - back in the request's VM, the lock adopts the parked lease into an
+ *    ordinary lease handle (lock_adopt_nb).
+ * A parked lease that is never adopted (nginx drops the thread's results
+ * when the request was aborted while the thread ran) is released, not
+ * leaked: in a pool thread once it is PARKED_MAX_MS old, by the next pool
+ * try or by acquire_nb's timer (l_pool_reap); else by client:close(), or
+ * when the client handle is collected.
+ */
+
+/* Adoption normally follows parking within a turn of the event loop: 5 s
+ * leaves room for a loaded worker while a dead request's key is not kept
+ * long. */
+#define PARKED_MAX_MS 5000
+
+struct ll_shared_client
+{
+   uint64_t id;
+   leaselock_client_t *client; /* owned: destroyed with the last reference */
+   unsigned refs;              /* the Lua handle's, pool tries', parked leases' */
+   bool handle_gone;           /* the Lua handle was collected: park no more */
+   ll_shared_client_t *next;
+};
+
+typedef struct ll_parked
+{
+   uint64_t id;
+   ll_shared_client_t *sc;    /* one reference */
+   leaselock_lease_t *lease;  /* owned */
+   ll_lua_renew_failed_t *rf; /* owned; NULL without on_renew_failed */
+   int64_t parked_at_ms;      /* monotonic */
+   struct ll_parked *next;
+} ll_parked_t;
+
+/* The registry, guarded by reg_mu. Nothing does I/O or calls Lua while
+ * holding it. Ids count from 1 and stay below 2^53, exact in any Lua
+ * number. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static ll_shared_client_t *reg_clients;
+static ll_parked_t *reg_parked;
+static uint64_t reg_next_id = 1;
+
+static int64_t monotonic_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The registry entry of the client handle c, made on first use (it then
+ * owns the client; c keeps one reference). NULL when out of memory. */
+static ll_shared_client_t *shared_of (ll_lua_client_t *c)
+{
+   ll_shared_client_t *sc = c->shared;
+   if (sc) {
+      return sc;
+   }
+   sc = calloc (1, sizeof *sc);
+   if (!sc) {
+      return NULL;
+   }
+   sc->client = c->client;
+   sc->refs = 1;
+   pthread_mutex_lock (&reg_mu);
+   sc->id = reg_next_id++;
+   sc->next = reg_clients;
+   reg_clients = sc;
+   pthread_mutex_unlock (&reg_mu);
+   c->shared = sc;
+   return sc;
+}
+
+/* A new reference to the client registered as id whose handle is still
+ * alive; NULL if there is none. */
+static ll_shared_client_t *shared_get (uint64_t id)
+{
+   ll_shared_client_t *sc;
+   pthread_mutex_lock (&reg_mu);
+   for (sc = reg_clients; sc && (sc->id != id || sc->handle_gone); sc = sc->next) {
+   }
+   if (sc) {
+      sc->refs++;
+   }
+   pthread_mutex_unlock (&reg_mu);
+   return sc;
+}
+
+/* Drops a reference; the last one destroys the client. */
+static void shared_put (ll_shared_client_t *sc)
+{
+   ll_shared_client_t **p;
+   bool last;
+   pthread_mutex_lock (&reg_mu);
+   last = --sc->refs == 0;
+   if (last) {
+      for (p = &reg_clients; *p != sc; p = &(*p)->next) {
+      }
+      *p = sc->next;
+   }
+   pthread_mutex_unlock (&reg_mu);
+   if (last) {
+      leaselock_client_destroy (sc->client);
+      free (sc);
+   }
+}
+
+/*
+ * Parks lease and rf (both owned by the registry from now on) for sc and
+ * returns their new id. When nobody could adopt them any more (the client
+ * handle is collected or the client closed) or out of memory, destroys the
+ * lease instead (releasing it), fills *err and returns 0.
+ */
+static uint64_t park (ll_shared_client_t *sc,
+                      leaselock_lease_t *lease,
+                      ll_lua_renew_failed_t *rf,
+                      leaselock_error_t *err)
+{
+   ll_parked_t *pk = calloc (1, sizeof *pk);
+   uint64_t id = 0;
+   if (pk) {
+      pthread_mutex_lock (&reg_mu);
+      /* Checked under reg_mu: a close or a collection marks the client
+       * before it reaps, so a lease is either reaped or never parked. */
+      if (!sc->handle_gone && !leaselock_client_closed (sc->client)) {
+         pk->id = id = reg_next_id++;
+         pk->sc = sc;
+         sc->refs++;
+         pk->lease = lease;
+         pk->rf = rf;
+         pk->parked_at_ms = monotonic_ms ();
+         pk->next = reg_parked;
+         reg_parked = pk;
+      }
+      pthread_mutex_unlock (&reg_mu);
+   }
+   if (!id) {
+      err->code = pk ? LEASELOCK_INVALID : LEASELOCK_NOMEM;
+      snprintf (err->message, sizeof err->message, "%s",
+                pk ? "the client was closed while acquiring" : "out of memory");
+      free (pk);
+      leaselock_lease_destroy (lease);
+      rf_free (rf);
+   }
+   return id;
+}
+
+/* Takes the lease parked as id for sc (and its rf); false if there is
+ * none: it was reaped. */
+static bool unpark (uint64_t id,
+                    ll_shared_client_t *sc,
+                    leaselock_lease_t **lease,
+                    ll_lua_renew_failed_t **rf)
+{
+   ll_parked_t **p, *pk;
+   pthread_mutex_lock (&reg_mu);
+   for (p = &reg_parked; (pk = *p) && (pk->id != id || pk->sc != sc); p = &pk->next) {
+   }
+   if (pk) {
+      *p = pk->next;
+   }
+   pthread_mutex_unlock (&reg_mu);
+   if (!pk) {
+      return false;
+   }
+   *lease = pk->lease;
+   *rf = pk->rf;
+   shared_put (sc); /* never the last: the caller's handle holds one */
+   free (pk);
+   return true;
+}
+
+/* Destroys the parked leases of sc (of every client when sc is NULL)
+ * parked at least max_age_ms ago, which releases those still held (one
+ * round trip each: never called on an nginx worker's event loop but from
+ * a pool thread, a close or a collection). */
+static void reap_parked (ll_shared_client_t *sc, int64_t max_age_ms)
+{
+   ll_parked_t *old = NULL, **p, *pk;
+   int64_t now = monotonic_ms ();
+   pthread_mutex_lock (&reg_mu);
+   for (p = &reg_parked; (pk = *p);) {
+      if ((!sc || pk->sc == sc) && now - pk->parked_at_ms >= max_age_ms) {
+         *p = pk->next;
+         pk->next = old;
+         old = pk;
+      } else {
+         p = &pk->next;
+      }
+   }
+   pthread_mutex_unlock (&reg_mu);
+   while ((pk = old)) {
+      old = pk->next;
+      leaselock_lease_destroy (pk->lease); /* no hook runs after it */
+      rf_free (pk->rf);
+      shared_put (pk->sc);
+      free (pk);
+   }
+}
+
+/* The client handle has been collected: no more parking for it, its
+ * parked leases are released, its reference dropped (the client goes
+ * with the last one, maybe that of a pool try still running). */
+static void shared_drop_handle (ll_lua_client_t *c)
+{
+   pthread_mutex_lock (&reg_mu);
+   c->shared->handle_gone = true;
+   pthread_mutex_unlock (&reg_mu);
+   reap_parked (c->shared, 0);
+   shared_put (c->shared);
+   c->shared = NULL;
+}
+
 /* ---- client --------------------------------------------------------- */
 
 /* client:close() -> true | nil, msg, code (also __close). Releases the
@@ -679,6 +933,9 @@ static int client_close (lua_State *L)
    ll_lua_client_t *c = check_client (L, 1, 1, "close");
    leaselock_error_t err;
    bool ok = !c->client || leaselock_client_close (c->client, true, &err);
+   if (c->shared) {
+      reap_parked (c->shared, 0); /* the close released them */
+   }
    drain_log (L, 1);
    if (!ok) {
       return push_failure (L, &err);
@@ -688,13 +945,19 @@ static int client_close (lua_State *L)
 }
 
 /* __gc: the core's destroy, which releases nothing (the lease handles,
- * collected first, released their own). */
+ * collected first, released their own) but the leases parked for the
+ * client; once registered, the client is destroyed with the registry's
+ * last reference, maybe after a pool try still running on it. */
 static int client_gc (lua_State *L)
 {
    ll_lua_client_t *c = check_client (L, 1, 1, "__gc");
    /* No hook call runs once set_log returns: the queue can go. */
    leaselock_client_set_log (c->client, LEASELOCK_LOG_OFF, NULL, NULL);
-   leaselock_client_destroy (c->client);
+   if (c->shared) {
+      shared_drop_handle (c);
+   } else {
+      leaselock_client_destroy (c->client);
+   }
    c->client = NULL;
    if (c->log) {
       pthread_mutex_destroy (&c->log->mu);
@@ -1002,6 +1265,60 @@ static int lock_index (lua_State *L)
 }
 
 /*
+ * Pushes the lock's user value, its client handle (at *client_idx; its
+ * client in *client) and a new lease handle, closed (it exists before the
+ * lease does, so a memory error leaks nothing), whose user value holds the
+ * client and the lock's callbacks. The lock is at 1; raises if its client
+ * is closed.
+ */
+static ll_lua_lease_t *push_lease_handle (lua_State *L,
+                                          int level,
+                                          const char *fname,
+                                          int *client_idx,
+                                          leaselock_client_t **client)
+{
+   ll_lua_lease_t *ls;
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   *client_idx = lua_gettop (L);
+   *client = check_open_client (L, *client_idx, level, fname);
+
+   ls = lua_newuserdata (L, sizeof *ls);
+   memset (ls, 0, sizeof *ls);
+   luaL_setmetatable (L, LEASE_MT);
+   lua_createtable (L, 2, 0);
+   lua_pushvalue (L, -3); /* the client */
+   lua_rawseti (L, -2, UV_CLIENT);
+   lua_rawgeti (L, -4, UV_ON_LOST);
+   lua_rawseti (L, -2, UV_ON_LOST);
+   lua_rawgeti (L, -4, UV_ON_RENEW_FAILED);
+   lua_rawseti (L, -2, UV_ON_RENEW_FAILED);
+   lua_setuservalue (L, -2);
+   return ls;
+}
+
+/* The lease handle ls takes lease (owned from now on) of the lock k. */
+static void lease_handle_set (ll_lua_lease_t *ls, const ll_lua_lock_t *k, leaselock_lease_t *lease)
+{
+   ls->lease = lease;
+   ls->fence = leaselock_lease_fence (lease);
+   strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
+   ls->key_len = k->key_len;
+   memcpy (ls->key, k->key, k->key_len);
+}
+
+/* Whether leases of the lock at 1 report renewal failures to Lua. */
+static bool wants_renew_failed (lua_State *L, const ll_lua_lock_t *k)
+{
+   bool yes;
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_ON_RENEW_FAILED);
+   yes = lua_isfunction (L, -1) && k->auto_renew;
+   lua_pop (L, 2);
+   return yes;
+}
+
+/*
  * The acquire shared by acquire, try_acquire and with. timeout_ms: the
  * wait. Leaves the lease handle on top and returns 1, or pushes
  * nil, msg, code and returns 3.
@@ -1017,28 +1334,10 @@ static int do_acquire (lua_State *L,
    leaselock_acquire_opts_t o;
    leaselock_error_t err;
    leaselock_lease_t *lease = NULL;
-   int lease_idx, client_idx;
+   int client_idx;
    bool ok;
 
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_CLIENT);
-   client_idx = lua_gettop (L);
-   client = check_open_client (L, client_idx, level, fname);
-
-   /* The handle exists (closed) before the lease does. */
-   ls = lua_newuserdata (L, sizeof *ls);
-   memset (ls, 0, sizeof *ls);
-   lease_idx = lua_gettop (L);
-   luaL_setmetatable (L, LEASE_MT);
-   lua_createtable (L, 2, 0);
-   lua_pushvalue (L, -3); /* the client */
-   lua_rawseti (L, -2, UV_CLIENT);
-   lua_rawgeti (L, -4, UV_ON_LOST);
-   lua_rawseti (L, -2, UV_ON_LOST);
-   lua_rawgeti (L, -4, UV_ON_RENEW_FAILED);
-   lua_rawseti (L, -2, UV_ON_RENEW_FAILED);
-   lua_setuservalue (L, lease_idx);
-
+   ls = push_lease_handle (L, level, fname, &client_idx, &client);
    leaselock_acquire_opts_init (&o);
    o.ttl_ms = k->ttl_ms;
    o.min_hold_ms = k->min_hold_ms;
@@ -1047,17 +1346,14 @@ static int do_acquire (lua_State *L,
    o.timeout_ms = timeout_ms;
    /* No on_lost callback: the state is read on the Lua side (see top);
     * on_renew_failed only records (see renew_failed_hook). */
-   lua_rawgeti (L, lease_idx - 2, UV_ON_RENEW_FAILED);
-   if (lua_isfunction (L, -1) && k->auto_renew) {
-      ls->rf = calloc (1, sizeof *ls->rf);
+   if (wants_renew_failed (L, k)) {
+      ls->rf = rf_new ();
       if (!ls->rf) {
          return luaL_error (L, "%s: out of memory", fname);
       }
-      pthread_mutex_init (&ls->rf->mu, NULL);
       o.on_renew_failed = renew_failed_hook;
       o.on_renew_failed_data = ls->rf;
    }
-   lua_pop (L, 1);
    ok = leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err);
    drain_log (L, client_idx);
    if (!ok) {
@@ -1067,12 +1363,8 @@ static int do_acquire (lua_State *L,
       }
       return push_failure (L, &err);
    }
-   ls->lease = lease;
-   ls->fence = leaselock_lease_fence (lease);
-   strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
-   ls->key_len = k->key_len;
-   memcpy (ls->key, k->key, k->key_len);
-   lua_settop (L, lease_idx);
+   lease_handle_set (ls, k, lease);
+   lua_settop (L, client_idx + 1);
    return 1;
 }
 
@@ -1477,29 +1769,224 @@ static const char with_source[] = "local begin, finish = ...\n"
                                   "end\n";
 
 /*
- * lock:acquire_nb([opts]): the waiting acquire for OpenResty. One try is
- * a one-try acquire (instant on SQLite, one round trip on a server
- * backend); between tries it sleeps with ngx.sleep (or opts.sleep), so a
- * waiting request yields to the worker's event loop. A C function cannot
- * yield across ngx.sleep, so the loop is Lua (acquire_nb_source below),
- * closed over this one try. Errors point at acquire_nb's caller.
+ * lock:acquire_nb([opts]): the waiting acquire for OpenResty. Between
+ * tries it sleeps with ngx.sleep (or opts.sleep), so a waiting request
+ * yields to the worker's event loop. A try on SQLite (or outside nginx)
+ * is a one-try acquire made here (one short local statement); under
+ * OpenResty a try on a server backend runs in a thread of the pool
+ * opts.pool (ngx.run_worker_thread; see the registry above), so its round
+ * trip does not block the event loop either. A C function cannot yield
+ * across ngx.sleep or ngx.run_worker_thread, so the loop is Lua
+ * (acquire_nb_source below), closed over the C halves of a try:
+ * lock_try_nb, lock_plan_nb and lock_adopt_nb. They are called from the
+ * loop's `try`, two Lua frames below acquire_nb's caller: their errors
+ * point three levels up.
  */
 static int lock_try_nb (lua_State *L)
 {
-   ll_lua_lock_t *k = check_lock (L, 1, 2, "acquire_nb");
+   ll_lua_lock_t *k = check_lock (L, 1, 3, "acquire_nb");
    lua_settop (L, 1);
-   return do_acquire (L, k, 2, "acquire_nb", 0);
+   return do_acquire (L, k, 3, "acquire_nb", 0);
+}
+
+/* A registry id: an integer 1 .. 2^53, exact in a Lua number on every
+ * version. */
+static uint64_t check_id (lua_State *L,
+                          int idx,
+                          int level,
+                          const char *fname,
+                          int arg,
+                          const char *what)
+{
+   double v;
+   if (lua_type (L, idx) != LUA_TNUMBER) {
+      arg_error (L, level, fname, arg, "%s: number expected, got %s", what, luaL_typename (L, idx));
+   }
+   v = (double)lua_tonumber (L, idx);
+   if (!(v >= 1 && v <= 9007199254740992.0) || v != floor (v)) {
+      arg_error (L, level, fname, arg, "%s must be an integer from 1 to 2^53", what);
+   }
+   return (uint64_t)v;
+}
+
+/* Milliseconds as _pool_try takes them: an integer lo .. 30 days. */
+static int64_t check_ms (lua_State *L, int idx, int arg, const char *what, int64_t lo)
+{
+   double v;
+   if (lua_type (L, idx) != LUA_TNUMBER) {
+      arg_error (L, 1, "_pool_try", arg, "%s: number expected, got %s", what,
+                 luaL_typename (L, idx));
+   }
+   v = (double)lua_tonumber (L, idx);
+   if (!(v >= (double)lo && v <= (double)LEASELOCK_TTL_MAX_MS) || v != floor (v)) {
+      /* lua_pushfstring's %d is an int: 30 days in ms is not. */
+      char max[32];
+      snprintf (max, sizeof max, "%lld", (long long)LEASELOCK_TTL_MAX_MS);
+      arg_error (L, 1, "_pool_try", arg, "%s must be an integer from %d to %s", what, (int)lo, max);
+   }
+   return (int64_t)v;
+}
+
+static bool check_bool (lua_State *L, int idx, int arg, const char *what)
+{
+   if (lua_type (L, idx) != LUA_TBOOLEAN) {
+      arg_error (L, 1, "_pool_try", arg, "%s: boolean expected, got %s", what,
+                 luaL_typename (L, idx));
+   }
+   return lua_toboolean (L, idx);
+}
+
+/*
+ * acquire_nb's plan for one try of the lock at 1: nothing when the try is
+ * made here (SQLite: one short local statement), else the arguments of
+ * leaselock._pool_try for a pool thread: client id, key, ttl_ms,
+ * min_hold_ms, auto_renew, on_renew_failed (whether the lock has one).
+ * Registers the client on first use.
+ */
+static int lock_plan_nb (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 3, "acquire_nb");
+   ll_lua_client_t *c;
+   ll_shared_client_t *sc;
+   lua_settop (L, 1);
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, 2, UV_CLIENT); /* 3 */
+   check_open_client (L, 3, 3, "acquire_nb");
+   c = lua_touserdata (L, 3);
+   if (strcmp (leaselock_client_backend (c->client), "sqlite") == 0) {
+      return 0;
+   }
+   sc = shared_of (c);
+   if (!sc) {
+      return luaL_error (L, "acquire_nb: out of memory");
+   }
+   lua_pushinteger (L, (lua_Integer)sc->id);
+   lua_pushlstring (L, k->key, k->key_len);
+   lua_pushinteger (L, (lua_Integer)k->ttl_ms);
+   lua_pushinteger (L, (lua_Integer)k->min_hold_ms);
+   lua_pushboolean (L, k->auto_renew);
+   lua_pushboolean (L, wants_renew_failed (L, k));
+   return 6;
+}
+
+/*
+ * leaselock._pool_try(client_id, key, ttl_ms, min_hold_ms, auto_renew,
+ * on_renew_failed) -> parked_id | nil, msg, code. What lock:acquire_nb
+ * runs in a pool thread (ngx.run_worker_thread): one one-try acquire on
+ * the registered client (blocking this thread only), the lease parked for
+ * the request to adopt. First it reaps the parked leases nobody adopted.
+ * Not for direct use; arguments are checked all the same.
+ */
+static int l_pool_try (lua_State *L)
+{
+   uint64_t cid = check_id (L, 1, 1, "_pool_try", 1, "client id"), id;
+   size_t len;
+   const char *key = check_key (L, 2, 1, "_pool_try", 2, "key", false, &len);
+   leaselock_acquire_opts_t o;
+   ll_shared_client_t *sc;
+   ll_lua_renew_failed_t *rf = NULL;
+   leaselock_lease_t *lease = NULL;
+   leaselock_error_t err;
+   bool want_rf;
+
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = check_ms (L, 3, 3, "ttl_ms", 1);
+   o.min_hold_ms = check_ms (L, 4, 4, "min_hold_ms", 0);
+   o.auto_renew = check_bool (L, 5, 5, "auto_renew");
+   want_rf = check_bool (L, 6, 6, "on_renew_failed");
+   o.timeout_ms = 0;
+   reap_parked (NULL, PARKED_MAX_MS);
+   sc = shared_get (cid);
+   if (!sc) {
+      arg_error (L, 1, "_pool_try", 1, "no " CLIENT_MT " has this id");
+   }
+   if (want_rf && o.auto_renew) {
+      if (!(rf = rf_new ())) {
+         shared_put (sc);
+         return luaL_error (L, "_pool_try: out of memory");
+      }
+      o.on_renew_failed = renew_failed_hook;
+      o.on_renew_failed_data = rf;
+   }
+   if (!leaselock_acquire (sc->client, key, len, &o, &lease, &err)) {
+      rf_free (rf);
+      shared_put (sc);
+      return push_failure (L, &err);
+   }
+   id = park (sc, lease, rf, &err);
+   shared_put (sc);
+   if (!id) {
+      return push_failure (L, &err);
+   }
+   lua_pushinteger (L, (lua_Integer)id);
+   return 1;
+}
+
+/* leaselock._pool_reap() -> the count of leases still parked. What
+ * acquire_nb's timer runs in a pool thread: releases the parked leases
+ * nobody adopted once PARKED_MAX_MS old. Not for direct use. */
+static int l_pool_reap (lua_State *L)
+{
+   ll_parked_t *pk;
+   lua_Integer n = 0;
+   reap_parked (NULL, PARKED_MAX_MS);
+   pthread_mutex_lock (&reg_mu);
+   for (pk = reg_parked; pk; pk = pk->next) {
+      n++;
+   }
+   pthread_mutex_unlock (&reg_mu);
+   lua_pushinteger (L, n);
+   return 1;
+}
+
+/*
+ * acquire_nb's end of a try in the pool: adopt(lock, parked_id) -> the
+ * parked lease in a lease handle, as do_acquire makes it, | nil, "busy",
+ * "BUSY" if it is no longer there (reaped while the worker was too busy to
+ * adopt it, or released by a close: a busy try, the wait goes on).
+ */
+static int lock_adopt_nb (lua_State *L)
+{
+   ll_lua_lock_t *k = check_lock (L, 1, 3, "acquire_nb");
+   uint64_t id = check_id (L, 2, 3, "acquire_nb", 1, "parked lease id");
+   ll_lua_client_t *c;
+   ll_lua_lease_t *ls;
+   leaselock_client_t *client;
+   leaselock_lease_t *lease;
+   ll_lua_renew_failed_t *rf;
+   int client_idx;
+
+   lua_settop (L, 1);
+   ls = push_lease_handle (L, 3, "acquire_nb", &client_idx, &client);
+   c = lua_touserdata (L, client_idx);
+   if (!c->shared || !unpark (id, c->shared, &lease, &rf)) {
+      lua_pushnil (L);
+      lua_pushliteral (L, "busy");
+      lua_pushstring (L, leaselock_code_name (LEASELOCK_BUSY));
+      return 3;
+   }
+   ls->rf = rf;
+   lease_handle_set (ls, k, lease);
+   drain_log (L, client_idx);
+   lua_settop (L, client_idx + 1);
+   return 1;
 }
 
 /* The knobs are lua-resty-lock's: timeout (seconds slept in all, default
  * 5; 0 tries once; math.huge waits forever), step (the first sleep,
  * default 0.001), ratio (each sleep is the last times ratio, default 2),
- * max_step (the longest sleep, default 0.5). */
+ * max_step (the longest sleep, default 0.5); and pool, the nginx thread
+ * pool of the tries on a server backend (default "default"). A pool with
+ * no room for a try now (its queue full, or no free Lua VM) counts as a
+ * busy try. */
 static const char acquire_nb_source[] =
-  "local try = ...\n"
-  "local type, error, pairs, tostring, ngx = type, error, pairs, tostring, ngx\n"
-  "local min, huge, fmt = math.min, math.huge, string.format\n"
-  "local known = { timeout = true, step = true, ratio = true, max_step = true, sleep = true }\n"
+  "local try_here, plan, adopt = ...\n"
+  /* ngx is read when called, not captured: a test outside nginx may set it */
+  "local type, error, pairs, tostring = type, error, pairs, tostring\n"
+  "local min, max, huge, fmt = math.min, math.max, math.huge, string.format\n"
+  "local known = { timeout = true, step = true, ratio = true, max_step = true, sleep = true,\n"
+  "                pool = true }\n"
+  "local full = { ['no available Lua vm'] = true, ['ngx_thread_task_post failed'] = true }\n"
   "local function bad(msg, level) error(\"bad argument #1 to 'acquire_nb' (\" .. msg .. \")\", "
   "level or 3) end\n"
   "local function num(opts, name, default, lo, lo_ok, allow_huge)\n"
@@ -1512,6 +1999,70 @@ static const char acquire_nb_source[] =
   "            tostring(v)), 4)\n"
   "  end\n"
   "  return v\n"
+  "end\n"
+  /* A parked lease nobody adopts waits for a pool thread to release it:
+   * the next try's, else this timer's, armed before each try (an ended
+   * request's never comes back) while leases stay parked; it stops when
+   * the worker exits (the client's collection releases them then). */
+  "local reaping = false\n"
+  "local function reap(premature, pool)\n"
+  "  if not premature then\n"
+  "    local ok, left = ngx.run_worker_thread(pool, 'leaselock', '_pool_reap')\n"
+  "    if (ok and left > 0 or not ok and full[left]) and ngx.timer.at(5, reap, pool) then\n"
+  "      return\n"
+  "    end\n"
+  "  end\n"
+  "  reaping = false\n"
+  "end\n"
+  "local function arm_reaper(pool)\n"
+  "  if not reaping and type(ngx.timer) == 'table' then\n"
+  "    reaping = ngx.timer.at(6, reap, pool) and true or false\n"
+  "  end\n"
+  "end\n"
+  /* One try: lease | nil, msg, code; code 'FULL' when the pool had no
+   * room for it. No tail calls: errors count their levels from here. */
+  "local function try(self, pool)\n"
+  "  local cid, key, ttl, hold, renew, rf\n"
+  "  if pool then cid, key, ttl, hold, renew, rf = plan(self) end\n"
+  "  if not cid then\n"
+  "    local lease, msg, code = try_here(self)\n"
+  "    return lease, msg, code\n"
+  "  end\n"
+  "  local run = ngx.run_worker_thread\n"
+  "  if type(run) ~= 'function' then\n"
+  "    error('acquire_nb: no ngx.run_worker_thread (lua-nginx-module >= 0.10.21, nginx with '\n"
+  "          .. 'threads)', 3)\n"
+  "  end\n"
+  "  arm_reaper(pool)\n"
+  "  local ok, id, msg, code = run(pool, 'leaselock', '_pool_try', cid, key, ttl, hold, renew, "
+  "rf)\n"
+  "  if not ok then\n"
+  "    if full[id] then return nil, fmt('thread pool %q has no room (%s)', pool, id), 'FULL' end\n"
+  "    if type(id) == 'string' and id:find('not found', 1, true) then\n"
+  "      bad(fmt('pool: no thread pool %q (nginx.conf, main context: thread_pool %s threads=4;)',\n"
+  "              pool, pool), 4)\n"
+  "    end\n"
+  "    error(fmt('acquire_nb: thread pool %q: %s', pool, tostring(id)), 3)\n"
+  "  end\n"
+  "  if id == nil then\n"
+  "    if code == 'INVALID' then error('acquire_nb: ' .. tostring(msg), 3) end\n"
+  "    return nil, msg, code\n"
+  "  end\n"
+  "  local lease, m, c = adopt(self, id)\n"
+  "  return lease, m, c\n"
+  "end\n"
+  "local function waits(lease, code) return not lease and (code == 'BUSY' or code == 'FULL') end\n"
+  "local function timed_out(self, waited, msg, code)\n"
+  "  return nil, fmt('timed out after %.3f s waiting for %q (%s)', waited, self.key,\n"
+  "                  code == 'FULL' and msg or 'held by another owner'), 'TIMEOUT'\n"
+  "end\n"
+  /* Under nginx the wait is bounded by the clock too: a try in the pool
+   * takes a round trip, more when the pool is busy. */
+  "local function clock()\n"
+  "  if type(ngx) == 'table' and type(ngx.now) == 'function' then\n"
+  "    ngx.update_time()\n"
+  "    return ngx.now()\n"
+  "  end\n"
   "end\n"
   "return function(self, opts)\n"
   "  if opts == nil then opts = {} end\n"
@@ -1533,20 +2084,28 @@ static const char acquire_nb_source[] =
   "  elseif type(sleep) ~= 'function' then\n"
   "    bad('sleep: function expected, got ' .. type(sleep))\n"
   "  end\n"
-  "  local lease, msg, code = try(self)\n"
-  "  if lease or code ~= 'BUSY' or timeout == 0 then return lease, msg, code end\n"
-  "  local slept = 0\n"
+  "  local pool = opts.pool\n"
+  "  if pool == nil then pool = 'default'\n"
+  "  elseif type(pool) ~= 'string' then bad('pool: string expected, got ' .. type(pool)) end\n"
+  "  if type(ngx) ~= 'table' then pool = nil end\n"
+  "  local started = clock()\n"
+  "  local lease, msg, code = try(self, pool)\n"
+  "  if not waits(lease, code) then return lease, msg, code end\n"
+  "  if timeout == 0 then return nil, msg, code == 'FULL' and 'TIMEOUT' or code end\n"
+  "  local slept, waited = 0, started and clock() - started or 0\n"
+  "  if waited >= timeout then return timed_out(self, waited, msg, code) end\n"
   "  step = min(step, max_step)\n"
   "  while true do\n"
-  "    local s = min(step, timeout - slept)\n"
+  "    local s = min(step, timeout - waited)\n"
+  /* ngx.sleep counts whole milliseconds: less would be a sleep(0), a
+   * busy loop through the last millisecond of the wait. */
+  "    if started and s < 0.001 then s = 0.001 end\n"
   "    sleep(s)\n"
   "    slept = slept + s\n"
-  "    lease, msg, code = try(self)\n"
-  "    if lease or code ~= 'BUSY' then return lease, msg, code end\n"
-  "    if slept >= timeout then\n"
-  "      return nil, fmt('timed out after %.3f s waiting for %q (held by another owner)',\n"
-  "                      slept, self.key), 'TIMEOUT'\n"
-  "    end\n"
+  "    lease, msg, code = try(self, pool)\n"
+  "    if not waits(lease, code) then return lease, msg, code end\n"
+  "    waited = started and max(slept, clock() - started) or slept\n"
+  "    if waited >= timeout then return timed_out(self, waited, msg, code) end\n"
   "    step = min(step * ratio, max_step)\n"
   "  end\n"
   "end\n";
@@ -1574,6 +2133,8 @@ static const luaL_Reg lease_methods[] = { { "held", lease_held },          { "lo
 
 static const luaL_Reg module_functions[] = { { "connect", l_connect },
                                              { "on_warning", l_on_warning },
+                                             { "_pool_try", l_pool_try },
+                                             { "_pool_reap", l_pool_reap },
                                              { NULL, NULL } };
 
 /* Creates metatable tname with __index = index_fn(methods), leaving the
@@ -1629,7 +2190,9 @@ __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
       return lua_error (L);
    }
    lua_pushcfunction (L, lock_try_nb);
-   lua_call (L, 1, 1);
+   lua_pushcfunction (L, lock_plan_nb);
+   lua_pushcfunction (L, lock_adopt_nb);
+   lua_call (L, 3, 1);
    lua_setfield (L, -2, "acquire_nb");
    lua_pop (L, 1);
    lua_pushcfunction (L, lock_tostring);

@@ -13,7 +13,9 @@
 #   make test-luajit     the same specs under LuaJIT
 #   make test-openresty  nginx + lua module, a lease per request via
 #                        ngx.run_worker_thread; then lock:acquire_nb waits
-#                        (ngx.sleep) while the same worker answers others
+#                        (ngx.sleep; a server's tries in a thread pool)
+#                        while the same worker answers others, on SQLite
+#                        and each server (run it under tests/with-servers.sh)
 #   make test-luarock    `luarocks make` into a local tree, then a smoke run,
 #                        for Lua 5.4 and for LuaJIT
 #   make bench-lua       lock:with beside the C core (bench/lua/lbench.c, a

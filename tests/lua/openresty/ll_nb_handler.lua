@@ -1,10 +1,13 @@
--- Runs on the nginx worker's event loop itself (no worker thread): the
--- wait is lock:acquire_nb, whose tries are one-try acquires (instant on
--- SQLite) and whose sleeps are ngx.sleep, so a waiting request yields.
+-- Runs on the nginx worker's event loop itself: the wait is
+-- lock:acquire_nb, whose sleeps are ngx.sleep and whose tries are instant
+-- on SQLite and run in a thread of the pool (ngx.run_worker_thread) on the
+-- server backends, so a waiting request yields. Each function answers one
+-- request of nb_driver.py; a = the request's arguments.
 local leaselock = require "leaselock"
 
 local M = {}
 local clients = {}
+local started = {} -- key -> the take requests that began on this worker
 
 local function now()
   ngx.update_time()
@@ -20,23 +23,87 @@ local function client_for(uri)
   return client
 end
 
--- Takes key with acquire_nb{timeout = timeout}, holds it for hold
--- seconds (ngx.sleep), releases it. Says
+-- Takes a.key with acquire_nb{timeout = a.timeout, pool = a.pool}, holds it
+-- for a.hold seconds (ngx.sleep), releases it. Says
 -- "ok <fence> <started> <acquired> <released>" or "fail <code> <started> <ended> <msg>".
-function M.take(uri, key, timeout, hold)
-  local lock = client_for(uri):lock(key, { ttl = 30 })
-  local started = now()
-  local lease, msg, code = lock:acquire_nb { timeout = timeout }
+function M.take(a)
+  local lock = client_for(a.uri):lock(a.key, { ttl = 30 })
+  local t0 = now()
+  started[a.key] = (started[a.key] or 0) + 1
+  local lease, msg, code = lock:acquire_nb { timeout = tonumber(a.timeout), pool = a.pool }
   if not lease then
-    ngx.say(("fail %s %.3f %.3f %s"):format(code, started, now(), msg))
+    ngx.say(("fail %s %.3f %.3f %s"):format(code, t0, now(), msg))
     return
   end
   local acquired = now()
-  ngx.sleep(hold)
+  local hold = tonumber(a.hold)
+  if hold > 0 then ngx.sleep(hold) end
   local fence = lease.fence
   local released = now()
   assert(lease:release())
-  ngx.say(("ok %d %.3f %.3f %.3f"):format(fence, started, acquired, released))
+  ngx.say(("ok %d %.3f %.3f %.3f"):format(fence, t0, acquired, released))
+end
+
+-- The request ends while its first try runs in a pool thread: nginx
+-- drops that thread's results, so the lease it took is never adopted.
+function M.abort(a)
+  local lock = client_for(a.uri):lock(a.key, { ttl = 30 })
+  ngx.thread.spawn(function() lock:acquire_nb { timeout = 5 } end)
+  ngx.say("left")
+  ngx.exit(ngx.HTTP_OK)
+end
+
+-- "held <owner>" or "free", as the database has a.key now.
+function M.info(a)
+  local rec, msg, code = client_for(a.uri):info(a.key)
+  if not rec and msg then
+    ngx.say("fail ", code, " ", msg)
+  elseif rec and rec.owner and rec.expires_in > 0 then
+    ngx.say("held ", rec.owner)
+  else
+    ngx.say("free")
+  end
+end
+
+-- Closes the worker's client of a.uri (the next request makes a new one).
+function M.close(a)
+  local client = clients[a.uri]
+  clients[a.uri] = nil
+  if client then
+    local ok, msg, code = client:close()
+    if not ok then
+      ngx.say("fail ", code, " ", msg)
+      return
+    end
+  end
+  ngx.say("closed")
+end
+
+-- "<busy> <started>": the client's count of busy tries (each try, in a
+-- pool thread or not, goes through the worker's one client) and the
+-- count of take requests for a.key that have begun.
+function M.stats(a)
+  ngx.say(client_for(a.uri):stats().busy, " ", started[a.key] or 0)
+end
+
+-- Misuse under nginx, one error message per line.
+function M.bad(a)
+  local lock = client_for(a.uri):lock(a.key, { ttl = 30 })
+  local function err(...)
+    local ok, e = pcall(...)
+    return ok and "no error" or tostring(e)
+  end
+  ngx.say(err(lock.acquire_nb, lock, { pool = "ll_no_such_pool" }))
+  ngx.say(err(lock.acquire_nb, lock, { pool = 5 }))
+  ngx.say(err(lock.acquire_nb, lock, { timeout = -1 }))
+  -- The pool function checks its arguments too.
+  local ok, e = ngx.run_worker_thread("default", "leaselock", "_pool_try", "x")
+  ngx.say(tostring(ok), " ", tostring(e))
+  ok, e = ngx.run_worker_thread("default", "leaselock", "_pool_try", 2 ^ 40, a.key, 1000, 0,
+    true, false)
+  ngx.say(tostring(ok), " ", tostring(e))
+  ok, e = ngx.run_worker_thread("default", "leaselock", "_pool_try", 1, a.key, 0, 0, true, false)
+  ngx.say(tostring(ok), " ", tostring(e))
 end
 
 return M

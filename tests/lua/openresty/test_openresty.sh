@@ -5,12 +5,13 @@
 # file under it. Many concurrent requests over several workers must never
 # overlap, the counter must equal the number of requests, and the fences
 # must increase in the order the holders wrote them.
-# Then, with one worker and no thread pool, lock:acquire_nb waits on the
-# event loop (ngx.sleep between one-try acquires) while /ping on the same
-# worker keeps being answered (nb_driver.py, SQLite).
+# Then, with one worker, lock:acquire_nb waits on the event loop (ngx.sleep
+# between tries; a server backend's tries in a thread pool) while /ping on
+# the same worker keeps being answered (nb_driver.py).
 #
 # usage: test_openresty.sh /abs/path/to/jit/leaselock.so
-# Runs against SQLite, and MONGODB_URI / MYSQL_URI / POSTGRESQL_URI when set.
+# The first part runs against SQLite, and MONGODB_URI / MYSQL_URI /
+# POSTGRESQL_URI when set; the second needs all three (tests/with-servers.sh).
 set -uo pipefail
 mod=${1:?usage: $0 /path/to/jit/leaselock.so}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -139,10 +140,12 @@ for uri in "${uris[@]}"; do
   fi
 done
 
-# The non-blocking wait: one worker, no thread pool. Requests wait with
-# lock:acquire_nb on the event loop (ngx.sleep between one-try acquires);
+# The non-blocking wait: one worker. Requests wait with lock:acquire_nb on
+# the event loop (ngx.sleep between one-try acquires; on the server
+# backends each try runs in a thread of the pool "default" or "llnb");
 # /ping on the same worker must keep being answered while they wait
-# (tests/lua/openresty/nb_driver.py says what is measured).
+# (tests/lua/openresty/nb_driver.py says what is measured). SQLite and
+# every server backend: a missing server is a failure, not a skip.
 stop_nginx
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$dir/nginx-nb.conf" <<CONF
@@ -153,6 +156,9 @@ daemon off;
 worker_processes 1;
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log notice;
+# acquire_nb's pool by default, and one named by its pool option.
+thread_pool default threads=4;
+thread_pool llnb threads=4;
 events { worker_connections 256; }
 http {
   access_log off;
@@ -166,21 +172,32 @@ http {
   server {
     listen 127.0.0.1:$port;
     location = /ping { return 200 "pong\n"; }
-    location = /take {
+    location ~ ^/nb/(take|abort|info|close|stats|bad)$ {
+      set \$op \$1;
       content_by_lua_block {
-        local a = ngx.req.get_uri_args()
-        require("ll_nb_handler").take(a.uri, a.key, tonumber(a.timeout), tonumber(a.hold))
+        require("ll_nb_handler")[ngx.var.op](ngx.req.get_uri_args())
       }
     }
   }
 }
 CONF
 start_nginx "$dir/nginx-nb.conf"
-if python3 "$here/nb_driver.py" "$port" "sqlite://$dir/locks-nb.db" "nb/$(date +%s%N)"; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-fi
+nb_uris=("sqlite sqlite://$dir/locks-nb.db")
+for v in POSTGRESQL_URI MYSQL_URI MONGODB_URI; do
+  if [ -z "${!v:-}" ]; then
+    echo "FAIL: nb: $v is not set (run under tests/with-servers.sh)"
+    failed=$((failed + 1))
+    continue
+  fi
+  nb_uris+=("$(echo "$v" | sed 's/_URI$//' | tr 'A-Z' 'a-z') ${!v}")
+done
+for entry in "${nb_uris[@]}"; do
+  if python3 "$here/nb_driver.py" "$port" "${entry%% *}" "${entry#* }" "nb/$(date +%s%N)"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+done
 
 if grep -q '\[alert\]\|\[emerg\]\|\[crit\]' "$dir/logs/error.log"; then
   echo "FAIL: nginx logged errors:"; grep '\[alert\]\|\[emerg\]\|\[crit\]' "$dir/logs/error.log" | head
