@@ -27,7 +27,7 @@ typedef struct
 {
    PGconn *db;
    char acquire_sql[sizeof LL_POSTGRESQL_ACQUIRE + sizeof TABLE];
-   char release_sql[sizeof LL_POSTGRESQL_RELEASE + sizeof TABLE];
+   char release_sql[sizeof LL_POSTGRESQL_RELEASE + 2 * sizeof TABLE];
    char host[256];
    uint64_t counter;
 } bare_t;

@@ -42,6 +42,10 @@
 #define WAIT_POLL_MS 50
 #define NEXT_POLL_MAX_MS 50
 #define RESERVE_MS 200
+/* The reserved waiter's poll while its client's listener is open: a
+ * release wakes it at once (watch.c), so it polls only to keep its claim
+ * (RESERVE_MS) and for what no notification reports (an expiry). */
+#define WATCHED_NEXT_POLL_MS 100
 #define STOP_POLL_MS 100
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
@@ -96,6 +100,7 @@ struct leaselock_client
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
    leaselock_client_t *next_client; /* the global list, for fork */
    ll_obs_t obs;                    /* log hook and counters (observe.c) */
+   ll_watch_t watch;                /* release notifications (watch.c) */
 };
 
 struct leaselock_lease
@@ -165,6 +170,7 @@ static void fork_prepare (void)
          c->n_idle = 0;
       }
       ll_obs_fork_prepare (&c->obs);
+      ll_watch_fork_prepare (&c->watch);
    }
    for (int i = 0; i < N_BUCKETS; i++)
       pthread_mutex_lock (&buckets[i].mu);
@@ -176,6 +182,7 @@ static void fork_parent (void)
       pthread_mutex_unlock (&buckets[i].mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       c->fork_busy = false;
+      ll_watch_fork_parent (&c->watch);
       ll_obs_fork_parent (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
@@ -197,6 +204,7 @@ static void fork_child (void)
       ll_cond_init (&c->cond);
       ll_cond_init (&c->drained);
       ll_cond_init (&c->io_cond);
+      ll_watch_fork_child (&c->watch);
       ll_obs_fork_child (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
@@ -248,6 +256,7 @@ static void client_unref (leaselock_client_t *c)
    pthread_cond_destroy (&c->drained);
    pthread_cond_destroy (&c->io_cond);
    ll_obs_destroy (&c->obs);
+   ll_watch_destroy (&c->watch);
    free (c->uri);
    free (c->uri_shown);
    free (c->label);
@@ -460,6 +469,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
       snprintf (c->host, sizeof c->host, "unknown");
    atomic_init (&c->refs, 1);
    ll_obs_init (&c->obs, c);
+   ll_watch_init (&c->watch, backend, c->uri);
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
    ll_cond_init (&c->drained);
@@ -632,6 +642,7 @@ bool leaselock_client_close (leaselock_client_t *c, bool release_held, leaselock
       return true;
    wake_all_waiters ();
    stop_renewal (c);
+   ll_watch_stop (&c->watch);
    bool ok = !release_held || release_all (c, me, error);
    finish_close (c, me);
    ll_log_flush (&c->obs);
@@ -666,6 +677,11 @@ const char *leaselock_client_backend (const leaselock_client_t *c)
 ll_obs_t *ll_client_obs (leaselock_client_t *c)
 {
    return &c->obs;
+}
+
+ll_watch_t *ll_client_watch (leaselock_client_t *c)
+{
+   return &c->watch;
 }
 
 /* ---- lease bookkeeping ------------------------------------------------- */
@@ -1386,17 +1402,18 @@ int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t
 }
 
 /* A blocking acquire's sleep: until until, or until a holder in this
- * process releases a key in b (its generation moves on from gen), or c
- * is being closed. Returns false when should_stop asks to stop, polled
- * every STOP_POLL_MS. */
+ * process releases a key in b (its generation moves on from gen), or a
+ * notification sets *woken (then cleared), or c is being closed. Returns
+ * false when should_stop asks to stop, polled every STOP_POLL_MS. */
 static bool wait_turn (leaselock_client_t *c,
                        bucket_t *b,
                        uint64_t gen,
+                       bool *woken,
                        int64_t until,
                        const leaselock_acquire_opts_t *opts)
 {
    pthread_mutex_lock (&b->mu);
-   while (b->gen == gen && !atomic_load (&c->closing)) {
+   while (b->gen == gen && !*woken && !atomic_load (&c->closing)) {
       int64_t t = ll_now_ms ();
       if (t >= until)
          break;
@@ -1411,6 +1428,7 @@ static bool wait_turn (leaselock_client_t *c,
          pthread_mutex_lock (&b->mu);
       }
    }
+   *woken = false;
    pthread_mutex_unlock (&b->mu);
    return !(opts->should_stop && opts->should_stop (opts->should_stop_data));
 }
@@ -1434,6 +1452,8 @@ typedef struct acquire_call
    int64_t waited_from;  /* when it first found the key busy and waited */
    bucket_t *b;
    waiter_t w;
+   ll_watch_waiter_t watch; /* registered with the client's watcher from the first wait */
+   bool watched;
 } acquire_call_t;
 
 typedef enum
@@ -1463,6 +1483,21 @@ static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_err
    return NEXT_WAIT;
 }
 
+/* Registers a blocking acquire with the client's watcher before its
+ * first try; the watcher starts listening for releases at its first wait
+ * (a client that never waits never listens). */
+static void watch_begin (acquire_call_t *a, int64_t now)
+{
+   a->watch = (ll_watch_waiter_t){ .key = a->key,
+                                   .key_len = a->key_len,
+                                   .owner = a->owner,
+                                   .since = now,
+                                   .mu = &a->b->mu,
+                                   .cond = &a->b->cond };
+   ll_watch_begin (&a->c->watch, &a->watch, a->me);
+   a->watched = true;
+}
+
 /* The wait between two tries of a blocking acquire: false with TIMEOUT,
  * INTERRUPTED or INVALID (the client was closed) in err. */
 static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
@@ -1489,11 +1524,23 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
    waiter_t *w = &a->w;
    if (w->since < 0)
       w->since = now;
-   int64_t until =
-     now + ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
+   bool released;
+   bool heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved, &released);
+   int64_t sleep =
+     ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
+   /* Next, it sleeps until a release wakes it; but when it has just
+    * become next, or a key's release was heard since its last sleep began,
+    * it tries once more soon (the quarter rule): it may have taken the
+    * reservation over from a younger waiter after a release, and the key
+    * may be free, with no release left to notify it. */
+   if (heard && w->reserved && now > w->reserved_since && !released)
+      sleep = WATCHED_NEXT_POLL_MS;
+   if (atomic_load (&ll_test_wait_poll_ms) > 0)
+      sleep = atomic_load (&ll_test_wait_poll_ms);
+   int64_t until = now + sleep;
    if (!forever && until > a->until)
       until = a->until;
-   if (!wait_turn (a->c, a->b, gen, until, a->opts))
+   if (!wait_turn (a->c, a->b, gen, &a->watch.woken, until, a->opts))
       return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
                            LL_KEY_SHOWN (a->key, a->key_len));
    if (atomic_load (&a->c->closing))
@@ -1507,6 +1554,8 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
 static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const leaselock_error_t *err)
 {
    ll_obs_t *o = &a->c->obs;
+   if (a->watched)
+      ll_watch_end (&a->c->watch, &a->watch);
    int64_t waited = a->attempt > 0 ? ll_now_ms () - a->waited_from : 0;
    if (waited > 0)
       ll_count (o, LL_ST_WAIT_MS, (uint64_t)waited);
@@ -1562,6 +1611,8 @@ bool leaselock_acquire (leaselock_client_t *c,
    a.b = bucket_for (key, key_len);
    if (!ll_owner_new (a.owner, err))
       return false;
+   if (opts->timeout_ms != 0)
+      watch_begin (&a, a.start);
    for (;;) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
       bool sent;
