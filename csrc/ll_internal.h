@@ -713,8 +713,9 @@ typedef struct ll_watch
    pthread_t thread;
    bool running;   /* the thread exists (in this process) */
    bool stopping;  /* the client is closing: no new start */
-   void *listener; /* the thread's open listener, NULL while there is none */
-   void *stale;    /* a forked parent's listener, abandoned on next use */
+   void *listener; /* the thread's open listener, NULL while there is none;
+                    * in a forked child, the parent's until the next use
+                    * abandons it */
    int stop_fd;    /* eventfd that interrupts the thread's poll (0: none yet) */
    pid_t pid;      /* the process the thread and listener belong to */
    uint64_t opens; /* listeners opened (tests read it) */

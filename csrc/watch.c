@@ -180,8 +180,9 @@ static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
 {
    if (w->pid == me)
       return;
-   if (w->listener && !w->stale)
-      w->stale = w->listener;
+   /* Its socket is the parent's: freed without I/O. */
+   if (w->listener && w->backend->watch_abandon)
+      w->backend->watch_abandon (w->listener);
    w->listener = NULL;
    w->running = false;
    w->waiters = NULL;
@@ -190,9 +191,6 @@ static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
       close (w->stop_fd); /* the parent's: shared with its thread */
    w->stop_fd = 0;
    w->pid = me;
-   if (w->stale && w->backend->watch_abandon)
-      w->backend->watch_abandon (w->stale);
-   w->stale = NULL;
 }
 
 void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
