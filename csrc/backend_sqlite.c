@@ -89,6 +89,8 @@ typedef struct sqlite_conn
    char *path;                   /* for messages */
    struct sqlite_conn *next;     /* on the abandoned list (see abandon) */
    char *wake_path;              /* the release channel: <path>-wake (watch ops) */
+   int wake_fd;                  /* open on it, or -1 */
+   int64_t wake_opened_ms;       /* when wake_fd was last opened or tried */
 } sqlite_conn_t;
 
 /* ---- errors ---------------------------------------------------------- */
@@ -346,14 +348,25 @@ static char *wake_path_of (const char *path)
 }
 
 /* A release tells the watchers of other processes (ll_backend_t's
- * watch_*): one system call that changes the channel file's times, which
- * inotify reports as IN_ATTRIB. Only releases touch it, never a claim or
- * another write, so waiters' own writes wake nobody. Best effort: a
- * missing file (nobody listens yet) or a refused touch only leaves the
- * waiters to their next poll. */
-static void wake_watchers (const sqlite_conn_t *c)
+ * watch_*): one system call (futimens) that changes the channel file's
+ * times, which inotify reports as IN_ATTRIB. Only releases touch it, never
+ * a claim or another write, so waiters' own writes wake nobody. The file
+ * is opened again at most every WAKE_REOPEN_MS, so that one deleted and
+ * made again by a listener is found. Best effort: a missing file (nobody
+ * listens yet) or a refused touch only leaves the waiters to their next
+ * poll. */
+#define WAKE_REOPEN_MS 1000
+static void wake_watchers (sqlite_conn_t *c)
 {
-   (void)utimensat (AT_FDCWD, c->wake_path, NULL, 0);
+   int64_t now = ll_real_now_ms ();
+   if (c->wake_fd < 0 || now - c->wake_opened_ms >= WAKE_REOPEN_MS) {
+      if (c->wake_fd >= 0)
+         close (c->wake_fd);
+      c->wake_fd = open (c->wake_path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      c->wake_opened_ms = now;
+   }
+   if (c->wake_fd >= 0)
+      (void)futimens (c->wake_fd, NULL);
 }
 
 /* A connection with no database open yet. */
@@ -367,6 +380,7 @@ static sqlite_conn_t *conn_new (const char *path, leaselock_error_t *err)
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening an SQLite connection");
       return NULL;
    }
+   c->wake_fd = -1;
    return c;
 }
 
@@ -436,6 +450,8 @@ static void sqlite_close (void *conn)
    for (int i = 0; i < ST_COUNT; i++)
       sqlite3_finalize (c->stmt[i]);
    sqlite3_close (c->db);
+   if (c->wake_fd >= 0)
+      close (c->wake_fd);
    free (c->path);
    free (c->wake_path);
    free (c);
