@@ -2,9 +2,9 @@
  * engine.c - the lease engine: clients, connection pools, acquire (one try
  * and blocking), renew, release, the renewal thread and fork safety.
  *
- * Locking: a global list mutex, then a client's mutex, then a wait bucket's
- * mutex, always in that order. No mutex is held across database I/O or a
- * user callback.
+ * Locking: a global list mutex, then a client's mutex, then its watcher's
+ * (watch.c), then a wait bucket's mutex, always in that order. No mutex is
+ * held across database I/O or a user callback.
  *
  * fork(): the prepare handler takes every mutex, and first waits until no
  * connection of any client is in use by another thread, so that no thread
@@ -1452,7 +1452,7 @@ typedef struct acquire_call
    int64_t waited_from;  /* when it first found the key busy and waited */
    bucket_t *b;
    waiter_t w;
-   ll_watch_waiter_t watch; /* registered with the client's watcher from the first wait */
+   ll_watch_waiter_t watch; /* a blocking acquire's entry with the client's watcher */
    bool watched;
 } acquire_call_t;
 

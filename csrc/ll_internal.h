@@ -442,7 +442,7 @@ typedef struct ll_backend
                         leaselock_error_t *err);
    /* Notification of releases (an optimisation: a lost one only delays a
     * waiter to its next poll). NULL in a backend that cannot notify; all
-    * four are set or none. A listener is a backend object of its own, not
+    * five are set or none. A listener is a backend object of its own, not
     * a pooled connection: the engine opens one per client, on the client's
     * watcher thread (watch.c), which alone uses it; each call is bounded
     * (open by the backend's connect timeout, drain by io_timeout or no
@@ -678,7 +678,7 @@ void ll_sql_abandon (void *conn);
 /* ---- release notifications (watch.c) ----------------------------------- */
 
 /* One blocking acquire as its client's watcher sees it, registered from
- * its first wait to its end. Owned by the acquire call (on its stack);
+ * its first try to its end. Owned by the acquire call (on its stack);
  * key and owner are borrowed from it. mu and cond are the wait bucket's
  * (engine.c), which outlive it. */
 typedef struct ll_watch_waiter
