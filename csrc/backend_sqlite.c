@@ -351,15 +351,16 @@ static char *wake_path_of (const char *path)
  * watch_*): one system call (futimens) that changes the channel file's
  * times, which inotify reports as IN_ATTRIB. Only releases touch it, never
  * a claim or another write, so waiters' own writes wake nobody. The file
- * is opened again at most every WAKE_REOPEN_MS, so that one deleted and
- * made again by a listener is found. Best effort: a missing file (nobody
+ * is opened (or its open tried) again at most every WAKE_REOPEN_MS, so
+ * that one made by a new listener, or deleted and made again, is found
+ * within that time and a missing one costs no system call. Best effort: a missing file (nobody
  * listens yet) or a refused touch only leaves the waiters to their next
  * poll. */
 #define WAKE_REOPEN_MS 1000
 static void wake_watchers (sqlite_conn_t *c)
 {
    int64_t now = ll_real_now_ms ();
-   if (c->wake_fd < 0 || now - c->wake_opened_ms >= WAKE_REOPEN_MS) {
+   if (c->wake_opened_ms == 0 || now - c->wake_opened_ms >= WAKE_REOPEN_MS) {
       if (c->wake_fd >= 0)
          close (c->wake_fd);
       c->wake_fd = open (c->wake_path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
