@@ -20,7 +20,9 @@
  *   at least that long), useful = grants per second / ideal rate, wait
  *   p50/p99 (ms),
  *   handoff p50/p99 (ms): from a release's start to the next grant of
- *   another worker that was already waiting.
+ *   another worker that was already waiting,
+ *   requests per grant: the statements the workers' clients sent
+ *   (leaselock_client_stats) over the grants.
  */
 #define BENCH_NAME "contention"
 #include "bench.h"
@@ -48,6 +50,7 @@ typedef struct shared_log
    atomic_long n;
    atomic_long timeouts;
    atomic_long errors;
+   atomic_long requests; /* sent by the workers' clients */
    grant_t g[MAX_GRANTS];
 } shared_log_t;
 
@@ -112,6 +115,14 @@ static void worker_loop (run_t *r, leaselock_client_t *c, int worker)
    }
 }
 
+/* Adds the statements c has sent to the log's count. */
+static void count_requests (shared_log_t *log, leaselock_client_t *c)
+{
+   leaselock_stats_t st;
+   if (leaselock_client_stats (c, &st, NULL))
+      atomic_fetch_add (&log->requests, (long)st.requests);
+}
+
 static leaselock_client_t *client_or_die (const char *uri)
 {
    leaselock_error_t err;
@@ -146,6 +157,7 @@ static void run_threads (run_t *r)
    }
    for (int i = 0; i < r->workers; i++)
       pthread_join (t[i], NULL);
+   count_requests (r->log, r->shared_client);
    leaselock_client_destroy (r->shared_client);
 }
 
@@ -159,6 +171,7 @@ static void run_procs (run_t *r)
       if (pids[i] == 0) {
          leaselock_client_t *c = client_or_die (r->uri);
          worker_loop (r, c, i);
+         count_requests (r->log, c);
          leaselock_client_destroy (c);
          _exit (0);
       }
@@ -266,12 +279,13 @@ static void report (const run_t *r, double pair)
            "cut_waits=%ld timeouts=%ld errors=%ld useful=%.3f pair_ms=%.3f wait_p50_ms=%.2f "
            "wait_p99_ms=%.2f "
            "wait_max_ms=%.2f "
-           "handoffs=%ld handoff_p50_ms=%.3f handoff_p99_ms=%.3f\n",
+           "handoffs=%ld handoff_p50_ms=%.3f handoff_p99_ms=%.3f requests_per_grant=%.2f\n",
            r->workers, r->threads ? "threads" : "procs", grants, lo, hi,
            hi ? (double)lo / (double)hi : 0.0, cut, atomic_load (&log->timeouts),
            atomic_load (&log->errors), (double)grants / ideal, pair * 1e3, pct (waits, n, 0.50),
            pct (waits, n, 0.99), pct (waits, n, 1.0), nh, pct (hand, nh, 0.50),
-           pct (hand, nh, 0.99));
+           pct (hand, nh, 0.99),
+           grants ? (double)atomic_load (&log->requests) / (double)grants : 0.0);
    free (waits);
    free (hand);
 }

@@ -27,7 +27,7 @@ typedef struct
 {
    PGconn *db;
    char acquire_sql[sizeof LL_POSTGRESQL_ACQUIRE + sizeof TABLE];
-   char release_sql[sizeof LL_POSTGRESQL_RELEASE + sizeof TABLE];
+   char release_sql[sizeof LL_POSTGRESQL_RELEASE + 2 * sizeof TABLE];
    char host[256];
    uint64_t counter;
 } bare_t;
@@ -70,9 +70,10 @@ static double bare_round (void *ctx, long pairs)
       if (PQresultStatus (r) != PGRES_TUPLES_OK || PQntuples (r) != 1)
          bench_die ("bare acquire", PQresultErrorMessage (r));
       PQclear (r);
+      /* The release notifies waiters (a SELECT of pg_notify): rows back. */
       const char *rp[3] = { key, owner, "0" };
       r = PQexecPrepared (b->db, "bare_release", 3, rp, NULL, NULL, 0);
-      if (PQresultStatus (r) != PGRES_COMMAND_OK || strcmp (PQcmdTuples (r), "1"))
+      if (PQresultStatus (r) != PGRES_TUPLES_OK || strcmp (PQcmdTuples (r), "1"))
          bench_die ("bare release", PQresultErrorMessage (r));
       PQclear (r);
    }

@@ -914,6 +914,63 @@ static bool pg_queue_leave (void *conn,
    return res != NULL;
 }
 
+/* ---- release notifications ------------------------------------------- */
+
+/* A listener: a connection of its own, opened as the pool's are (the
+ * URI's options, keepalives, connect_timeout, the schema check), that ran
+ * LISTEN ll_<table>; released keys arrive as notifications
+ * (LL_POSTGRESQL_NOTIFY) once the release commits. */
+static void *pg_watch_open (const char *uri, leaselock_error_t *err)
+{
+   pg_conn_t *c = ll_sql_open (calloc (1, sizeof (pg_conn_t)), &pg_driver, uri, err);
+   if (!c)
+      return NULL;
+   char sql[128];
+   snprintf (sql, sizeof sql, LL_POSTGRESQL_LISTEN, c->b.table);
+   c->call_deadline_ms = -1;
+   int64_t deadline = call_deadline (c);
+   PGresult *res = NULL;
+   if (!PQsendQuery (c->db, sql))
+      fail (c, NULL, "listening", err);
+   else
+      res = collect (c, deadline, c->io_timeout_ms, "io_timeout", "listening", err);
+   bool ok = res && PQresultStatus (res) == PGRES_COMMAND_OK;
+   if (res && !ok)
+      fail (c, res, "listening", err);
+   PQclear (res);
+   if (!ok) {
+      ll_sql_close (c);
+      return NULL;
+   }
+   return c;
+}
+
+static int pg_watch_fd (void *listener)
+{
+   pg_conn_t *c = listener;
+   return c->db ? PQsocket (c->db) : -1;
+}
+
+/* Reads what the socket holds (no wait: the watcher polled it) and
+ * reports each notification's key and next owner. */
+static bool pg_watch_drain (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err)
+{
+   pg_conn_t *c = listener;
+   if (!c->db || !PQconsumeInput (c->db) || PQstatus (c->db) != CONNECTION_OK)
+      return fail (c, NULL, "listening", err);
+   PGnotify *n;
+   while ((n = PQnotifies (c->db))) {
+      const char *slash = strchr (n->extra, '/');
+      if (slash && slash - n->extra <= LEASELOCK_OWNER_LEN) {
+         char owner[LEASELOCK_OWNER_LEN + 1];
+         ll_copy_clipped (owner, sizeof owner, n->extra, (size_t)(slash - n->extra));
+         fn (data, slash + 1, strlen (slash + 1), owner);
+      }
+      PQfreemem (n);
+   }
+   return true;
+}
+
 const ll_backend_t ll_backend_postgresql = {
    .name = "postgresql",
    .schemes = { "postgresql", "postgres", NULL },
@@ -932,6 +989,11 @@ const ll_backend_t ll_backend_postgresql = {
    .list = pg_list,
    .force_release = pg_force_release,
    .prune = pg_prune,
+   .watch_open = pg_watch_open,
+   .watch_fd = pg_watch_fd,
+   .watch_drain = pg_watch_drain,
+   .watch_close = ll_sql_close,
+   .watch_abandon = ll_sql_abandon,
 };
 
 #else /* !LEASELOCK_WITH_POSTGRESQL */

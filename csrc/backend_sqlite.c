@@ -46,8 +46,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -98,6 +101,9 @@ typedef struct sqlite_conn
    sqlite3_stmt *stmt[ST_COUNT]; /* prepared once, reset after each use */
    char *path;                   /* for messages */
    struct sqlite_conn *next;     /* on the abandoned list (see abandon) */
+   char *wake_path;              /* the release channel: <path>-wake (watch ops) */
+   int wake_fd;                  /* open on it, or -1 */
+   int64_t wake_opened_ms;       /* when wake_fd was last opened or tried */
 } sqlite_conn_t;
 
 /* ---- errors ---------------------------------------------------------- */
@@ -345,15 +351,54 @@ static bool read_options (const ll_uri_t *uri, int *busy_ms, leaselock_error_t *
    return true;
 }
 
+/* <path>-wake, the file whose change time a release touches (a new
+ * string, NULL when out of memory). */
+static char *wake_path_of (const char *path)
+{
+   size_t n = strlen (path);
+   char *w = malloc (n + sizeof "-wake");
+   if (w) {
+      memcpy (w, path, n);
+      memcpy (w + n, "-wake", sizeof "-wake");
+   }
+   return w;
+}
+
+/* A release tells the watchers of other processes (ll_backend_t's
+ * watch_*): one system call (futimens) that changes the channel file's
+ * times, which inotify reports as IN_ATTRIB. Only releases touch it, never
+ * a claim or another write, so waiters' own writes wake nobody. The file
+ * is opened (or its open tried) again at most every WAKE_REOPEN_MS, so
+ * that one made by a new listener, or deleted and made again, is found
+ * within that time and a missing one costs no system call. Best effort: a missing file (nobody
+ * listens yet) or a refused touch only leaves the waiters to their next
+ * poll. */
+#define WAKE_REOPEN_MS 1000
+static void wake_watchers (sqlite_conn_t *c)
+{
+   int64_t now = ll_real_now_ms ();
+   if (c->wake_opened_ms == 0 || now - c->wake_opened_ms >= WAKE_REOPEN_MS) {
+      if (c->wake_fd >= 0)
+         close (c->wake_fd);
+      c->wake_fd = open (c->wake_path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      c->wake_opened_ms = now;
+   }
+   if (c->wake_fd >= 0)
+      (void)futimens (c->wake_fd, NULL);
+}
+
 /* A connection with no database open yet. */
 static sqlite_conn_t *conn_new (const char *path, leaselock_error_t *err)
 {
    sqlite_conn_t *c = calloc (1, sizeof *c);
-   if (!c || !(c->path = strdup (path))) {
+   if (!c || !(c->path = strdup (path)) || !(c->wake_path = wake_path_of (path))) {
+      if (c)
+         free (c->path);
       free (c);
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening an SQLite connection");
       return NULL;
    }
+   c->wake_fd = -1;
    return c;
 }
 
@@ -423,7 +468,10 @@ static void sqlite_close (void *conn)
    for (int i = 0; i < ST_COUNT; i++)
       sqlite3_finalize (c->stmt[i]);
    sqlite3_close (c->db);
+   if (c->wake_fd >= 0)
+      close (c->wake_fd);
    free (c->path);
+   free (c->wake_path);
    free (c);
 }
 
@@ -606,6 +654,7 @@ static bool sqlite_release (void *conn,
    if (!changed)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease is not held by this owner (released already or taken)");
+   wake_watchers (conn);
    return true;
 }
 
@@ -733,6 +782,7 @@ static bool sqlite_force_release (void *conn,
       *took = false;
       return false;
    }
+   wake_watchers (c);
    return true;
 }
 
@@ -822,6 +872,87 @@ static bool sqlite_queue_leave (void *conn,
    return rc == SQLITE_OK || db_error (c, rc, "queue_leave", err);
 }
 
+/* ---- release notifications ------------------------------------------- */
+
+/* A listener: inotify on the channel file <path>-wake (created here when
+ * missing, with the database file's permissions), for the touches of
+ * releases (IN_ATTRIB). Its deletion or renaming breaks the listener,
+ * and the next one recreates the file. No key: a touch says only that
+ * something was released. */
+typedef struct sqlite_watch
+{
+   int fd; /* the inotify instance */
+} sqlite_watch_t;
+
+static void sqlite_watch_close (void *listener)
+{
+   sqlite_watch_t *w = listener;
+   if (w && w->fd >= 0)
+      close (w->fd);
+   free (w);
+}
+
+static void *sqlite_watch_open (const char *uri_text, leaselock_error_t *err)
+{
+   ll_uri_t uri;
+   if (!ll_uri_parse (uri_text, &uri, err))
+      return NULL;
+   char *wake = NULL;
+   sqlite_watch_t *w = NULL;
+   if (!check_uri_shape (&uri, uri_text, err))
+      goto done;
+   wake = wake_path_of (uri.path);
+   w = calloc (1, sizeof *w);
+   if (!wake || !w) {
+      ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+      goto done;
+   }
+   struct stat st;
+   mode_t mode = stat (uri.path, &st) == 0 ? (st.st_mode & 0666) : 0644;
+   int fd = open (wake, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+   if (fd >= 0)
+      close (fd);
+   w->fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+   if (fd < 0 || w->fd < 0 ||
+       inotify_add_watch (w->fd, wake, IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+      fail (uri.path, 0, "watching the release channel", strerror (errno), err);
+      sqlite_watch_close (w);
+      w = NULL;
+   }
+done:
+   free (wake);
+   ll_uri_cleanup (&uri);
+   return w;
+}
+
+static int sqlite_watch_fd (void *listener)
+{
+   return ((sqlite_watch_t *)listener)->fd;
+}
+
+static bool sqlite_watch_drain (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err)
+{
+   sqlite_watch_t *w = listener;
+   char buf[4096] __attribute__ ((aligned (__alignof__(struct inotify_event))));
+   bool touched = false, broken = false;
+   ssize_t n;
+   while ((n = read (w->fd, buf, sizeof buf)) > 0) {
+      for (char *p = buf; p < buf + n;) {
+         const struct inotify_event *ev = (const struct inotify_event *)p;
+         touched = touched || (ev->mask & IN_ATTRIB);
+         broken = broken || (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED));
+         p += sizeof *ev + ev->len;
+      }
+   }
+   if (n < 0 && errno != EAGAIN && errno != EINTR)
+      broken = true;
+   if (touched)
+      fn (data, NULL, 0, NULL);
+   if (broken)
+      return ll_error_set (err, LEASELOCK_BACKEND, "sqlite: the release channel file went away");
+   return true;
+}
+
 const ll_backend_t ll_backend_sqlite = {
    .name = "sqlite",
    .schemes = { "sqlite", NULL },
@@ -841,4 +972,9 @@ const ll_backend_t ll_backend_sqlite = {
    .list = sqlite_list,
    .force_release = sqlite_force_release,
    .prune = sqlite_prune,
+   .watch_open = sqlite_watch_open,
+   .watch_fd = sqlite_watch_fd,
+   .watch_drain = sqlite_watch_drain,
+   .watch_close = sqlite_watch_close,
+   .watch_abandon = sqlite_watch_close,
 };

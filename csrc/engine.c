@@ -2,9 +2,9 @@
  * engine.c - the lease engine: clients, connection pools, acquire (one try
  * and blocking), renew, release, the renewal thread and fork safety.
  *
- * Locking: a global list mutex, then a client's mutex, then a wait bucket's
- * mutex, always in that order. No mutex is held across database I/O or a
- * user callback.
+ * Locking: a global list mutex, then a client's mutex, then its watcher's
+ * (watch.c), then a wait bucket's mutex, always in that order. No mutex is
+ * held across database I/O or a user callback.
  *
  * fork(): the prepare handler takes every mutex, and first waits until no
  * connection of any client is in use by another thread, so that no thread
@@ -48,6 +48,10 @@
  * more often, so that its entry stays live. */
 #define QUEUE_KEEP_MS 1000
 #define FAIR_POLL_MAX_MS 50
+/* The reserved waiter's poll while its client's listener is open: a
+ * release wakes it at once (watch.c), so it polls only to keep its claim
+ * (RESERVE_MS) and for what no notification reports (an expiry). */
+#define WATCHED_NEXT_POLL_MS 100
 #define STOP_POLL_MS 100
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
@@ -102,6 +106,7 @@ struct leaselock_client
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
    leaselock_client_t *next_client; /* the global list, for fork */
    ll_obs_t obs;                    /* log hook and counters (observe.c) */
+   ll_watch_t watch;                /* release notifications (watch.c) */
 };
 
 struct leaselock_lease
@@ -171,6 +176,7 @@ static void fork_prepare (void)
          c->n_idle = 0;
       }
       ll_obs_fork_prepare (&c->obs);
+      ll_watch_fork_prepare (&c->watch);
    }
    for (int i = 0; i < N_BUCKETS; i++)
       pthread_mutex_lock (&buckets[i].mu);
@@ -182,6 +188,7 @@ static void fork_parent (void)
       pthread_mutex_unlock (&buckets[i].mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       c->fork_busy = false;
+      ll_watch_fork_parent (&c->watch);
       ll_obs_fork_parent (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
@@ -203,6 +210,7 @@ static void fork_child (void)
       ll_cond_init (&c->cond);
       ll_cond_init (&c->drained);
       ll_cond_init (&c->io_cond);
+      ll_watch_fork_child (&c->watch);
       ll_obs_fork_child (&c->obs);
       pthread_mutex_unlock (&c->mu);
    }
@@ -254,6 +262,7 @@ static void client_unref (leaselock_client_t *c)
    pthread_cond_destroy (&c->drained);
    pthread_cond_destroy (&c->io_cond);
    ll_obs_destroy (&c->obs);
+   ll_watch_destroy (&c->watch);
    free (c->uri);
    free (c->uri_shown);
    free (c->label);
@@ -466,6 +475,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
       snprintf (c->host, sizeof c->host, "unknown");
    atomic_init (&c->refs, 1);
    ll_obs_init (&c->obs, c);
+   ll_watch_init (&c->watch, backend, c->uri);
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
    ll_cond_init (&c->drained);
@@ -638,6 +648,7 @@ bool leaselock_client_close (leaselock_client_t *c, bool release_held, leaselock
       return true;
    wake_all_waiters ();
    stop_renewal (c);
+   ll_watch_stop (&c->watch);
    bool ok = !release_held || release_all (c, me, error);
    finish_close (c, me);
    ll_log_flush (&c->obs);
@@ -672,6 +683,11 @@ const char *leaselock_client_backend (const leaselock_client_t *c)
 ll_obs_t *ll_client_obs (leaselock_client_t *c)
 {
    return &c->obs;
+}
+
+ll_watch_t *ll_client_watch (leaselock_client_t *c)
+{
+   return &c->watch;
 }
 
 /* ---- lease bookkeeping ------------------------------------------------- */
@@ -1474,17 +1490,18 @@ int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t
 }
 
 /* A blocking acquire's sleep: until until, or until a holder in this
- * process releases a key in b (its generation moves on from gen), or c
- * is being closed. Returns false when should_stop asks to stop, polled
- * every STOP_POLL_MS. */
+ * process releases a key in b (its generation moves on from gen), or a
+ * notification sets *woken (then cleared), or c is being closed. Returns
+ * false when should_stop asks to stop, polled every STOP_POLL_MS. */
 static bool wait_turn (leaselock_client_t *c,
                        bucket_t *b,
                        uint64_t gen,
+                       bool *woken,
                        int64_t until,
                        const leaselock_acquire_opts_t *opts)
 {
    pthread_mutex_lock (&b->mu);
-   while (b->gen == gen && !atomic_load (&c->closing)) {
+   while (b->gen == gen && !*woken && !atomic_load (&c->closing)) {
       int64_t t = ll_now_ms ();
       if (t >= until)
          break;
@@ -1499,6 +1516,7 @@ static bool wait_turn (leaselock_client_t *c,
          pthread_mutex_lock (&b->mu);
       }
    }
+   *woken = false;
    pthread_mutex_unlock (&b->mu);
    return !(opts->should_stop && opts->should_stop (opts->should_stop_data));
 }
@@ -1522,6 +1540,8 @@ typedef struct acquire_call
    int64_t waited_from;  /* when it first found the key busy and waited */
    bucket_t *b;
    waiter_t w;
+   ll_watch_waiter_t watch; /* a blocking acquire's entry with the client's watcher */
+   bool watched;
 } acquire_call_t;
 
 typedef enum
@@ -1552,6 +1572,21 @@ static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_err
    return NEXT_WAIT;
 }
 
+/* Registers a blocking acquire with the client's watcher before its
+ * first try; the watcher starts listening for releases at its first wait
+ * (a client that never waits never listens). */
+static void watch_begin (acquire_call_t *a, int64_t now)
+{
+   a->watch = (ll_watch_waiter_t){ .key = a->key,
+                                   .key_len = a->key_len,
+                                   .owner = a->owner,
+                                   .since = now,
+                                   .mu = &a->b->mu,
+                                   .cond = &a->b->cond };
+   ll_watch_begin (&a->c->watch, &a->watch, a->me);
+   a->watched = true;
+}
+
 /* Before the wait that follows a busy try: TIMEOUT in err once the
  * call's deadline has passed; else *until_out, when the next try is due
  * (local ms). */
@@ -1577,6 +1612,9 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
    waiter_t *w = &a->w;
    if (w->since < 0)
       w->since = now;
+   bool released = false, heard = false;
+   if (a->watched)
+      heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved, &released);
    int64_t sleep;
    if (w->fair && w->ahead > 0) {
       sleep = ll_fair_sleep_ms (w->ahead);
@@ -1584,8 +1622,17 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
    } else {
       sleep = ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
    }
+   /* Next, it sleeps until a release wakes it; but when it has just
+    * become next, or a key's release was heard since its last sleep began,
+    * it tries once more soon (the quarter rule): it may have taken the
+    * reservation over from a younger waiter after a release, and the key
+    * may be free, with no release left to notify it. */
+   if (heard && w->reserved && now > w->reserved_since && !released)
+      sleep = WATCHED_NEXT_POLL_MS;
    if (w->fair && sleep > QUEUE_KEEP_MS / 4)
       sleep = QUEUE_KEEP_MS / 4; /* tries often enough to keep its place */
+   if (atomic_load (&ll_test_wait_poll_ms) > 0)
+      sleep = atomic_load (&ll_test_wait_poll_ms);
    int64_t until = now + sleep;
    if (!forever && until > a->until)
       until = a->until;
@@ -1601,8 +1648,9 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
    if (!wait_plan (a, &until, err))
       return false;
    /* Sleep, but wake at once if a holder in this process releases a key
-    * in this bucket. */
-   if (!wait_turn (a->c, a->b, gen, until, a->opts))
+    * in this bucket, or a notification wakes this waiter. */
+   bool unwatched = false;
+   if (!wait_turn (a->c, a->b, gen, a->watched ? &a->watch.woken : &unwatched, until, a->opts))
       return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
                            LL_KEY_SHOWN (a->key, a->key_len));
    if (atomic_load (&a->c->closing))
@@ -1646,6 +1694,8 @@ static void call_quit (acquire_call_t *a)
 static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const leaselock_error_t *err)
 {
    ll_obs_t *o = &a->c->obs;
+   if (a->watched)
+      ll_watch_end (&a->c->watch, &a->watch);
    int64_t waited = a->attempt > 0 ? ll_now_ms () - a->waited_from : 0;
    if (waited > 0)
       ll_count (o, LL_ST_WAIT_MS, (uint64_t)waited);
@@ -1714,6 +1764,8 @@ bool leaselock_acquire (leaselock_client_t *c,
    acquire_call_t a;
    if (!call_init (&a, c, key, key_len, opts, err))
       return false;
+   if (opts->timeout_ms != 0)
+      watch_begin (&a, a.start);
    for (;;) {
       uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
       acquire_next_t next = call_try (&a, lease, err);

@@ -341,6 +341,11 @@ typedef struct ll_holder
    const char *label; /* caller label or "" */
 } ll_holder_t;
 
+/* What a listener reports (ll_backend_t's watch_drain): key[0..key_len)
+ * was released (key NULL: unknown which), leaving next_owner (32 hex) as
+ * its reservation ("": none; NULL: unknown). Strings are borrowed. */
+typedef void (*ll_watch_fn) (void *data, const char *key, size_t key_len, const char *next_owner);
+
 /*
  * Every op gets one connection made by open() and used by one thread at a
  * time (the engine pools them). key is NUL-terminated, key_len bytes, and
@@ -438,6 +443,26 @@ typedef struct ll_backend
                         size_t key_len,
                         const char *owner,
                         leaselock_error_t *err);
+   /* Notification of releases (an optimisation: a lost one only delays a
+    * waiter to its next poll). NULL in a backend that cannot notify; all
+    * five are set or none. A listener is a backend object of its own, not
+    * a pooled connection: the engine opens one per client, on the client's
+    * watcher thread (watch.c), which alone uses it; each call is bounded
+    * (open by the backend's connect timeout, drain by io_timeout or no
+    * I/O at all). watch_open returns a listener owned by the engine (free
+    * with watch_close, or in a forked child watch_abandon) or NULL.
+    * watch_fd: the descriptor to poll for POLLIN. watch_drain reads what
+    * is pending without waiting and calls fn once per release it saw
+    * (key NULL: "something was released, key unknown"; next_owner: the
+    * reservation's owner when the release left a live one, "" when it
+    * left none, NULL when unknown); false when the listener is broken
+    * (the engine closes it and opens another after a backoff). */
+   void *(*watch_open) (const char *uri, leaselock_error_t *err);
+   int (*watch_fd) (void *listener);
+   bool (*watch_drain) (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err);
+   void (*watch_close) (void *listener);
+   /* In a forked child: frees without I/O on the parent's socket (may leak). */
+   void (*watch_abandon) (void *listener);
    /* expiry = now + ttl when the record is ours and live. */
    bool (*renew) (void *conn,
                   const char *key,
@@ -664,5 +689,78 @@ void ll_sql_free_secret (char *s);
  * the parent's connection, then closes; leaks the connection when that
  * fails. */
 void ll_sql_abandon (void *conn);
+
+/* ---- release notifications (watch.c) ----------------------------------- */
+
+/* One blocking acquire as its client's watcher sees it, registered from
+ * its first try to its end. Owned by the acquire call (on its stack);
+ * key and owner are borrowed from it. mu and cond are the wait bucket's
+ * (engine.c), which outlive it. */
+typedef struct ll_watch_waiter
+{
+   const char *key;
+   size_t key_len;
+   const char *owner;
+   int64_t since;        /* when it began waiting (ll_now_ms): oldest first */
+   bool reserved;        /* it held the reservation after its last try (watch mu) */
+   pthread_mutex_t *mu;  /* guards woken */
+   pthread_cond_t *cond; /* broadcast when woken is set */
+   bool woken;           /* a notification says: try now (the waiter clears it) */
+   bool released;        /* a release of its key (or of an unknown key) was heard (watch mu) */
+   struct ll_watch_waiter *prev, *next;
+} ll_watch_waiter_t;
+
+/* A client's watcher: one listener (ll_backend_t's watch_*) and one
+ * thread polling it, started when one of the client's acquires first
+ * waits, stopped by the client's close. A release it hears wakes the one
+ * waiter that can take the key: the reservation's next owner named by the
+ * notification, or without one the oldest waiter of the key (without a
+ * key: the waiters that hold a reservation). Waiters' own writes never
+ * wake anybody: only releases notify. Lock order: the client's mutex, then
+ * mu, then a bucket's mutex. */
+typedef struct ll_watch
+{
+   const ll_backend_t *backend;
+   const char *uri;    /* borrowed from the client, which outlives it */
+   pthread_mutex_t mu; /* guards everything below */
+   pthread_cond_t cond;
+   ll_watch_waiter_t *waiters;
+   pthread_t thread;
+   bool running;   /* the thread exists (in this process) */
+   bool stopping;  /* the client is closing: no new start */
+   void *listener; /* the thread's open listener, NULL while there is none;
+                    * in a forked child, the parent's until the next use
+                    * abandons it */
+   int stop_fd;    /* eventfd that interrupts the thread's poll (0: none yet) */
+   pid_t pid;      /* the process the thread and listener belong to */
+   uint64_t opens; /* listeners opened (tests read it) */
+} ll_watch_t;
+
+/* Tests only: a waiter sleeps this long between its tries when > 0 (so a
+ * wake-up can only come from a notification). */
+extern _Atomic int64_t ll_test_wait_poll_ms;
+
+void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri);
+/* Registers e (key, key_len, owner, since, mu, cond set by the caller)
+ * before a blocking acquire's first try, so a release during a try is
+ * not missed; nothing for a backend without watch ops. */
+void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
+/* e's standing after a try that found the key busy, before it sleeps:
+ * starts the watcher unless it runs (an acquire that never waits starts
+ * nothing); returns whether a listener is open now (a reserved waiter may
+ * then poll less often), and in *released whether a release of e's key
+ * was heard since the last update (the key may be free). */
+bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool *released);
+void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
+/* Stops the thread (joined: bounded by one listener open) and closes the
+ * listener; later begins start nothing. */
+void ll_watch_stop (ll_watch_t *w);
+void ll_watch_destroy (ll_watch_t *w);
+void ll_watch_fork_prepare (ll_watch_t *w);
+void ll_watch_fork_parent (ll_watch_t *w);
+void ll_watch_fork_child (ll_watch_t *w);
+/* How many listeners the watcher opened so far (tests). */
+uint64_t ll_watch_opens (ll_watch_t *w);
+ll_watch_t *ll_client_watch (leaselock_client_t *c);
 
 #endif /* LL_INTERNAL_H */

@@ -117,12 +117,23 @@
    "interval '1 microsecond' WHERE lock_key = $1 AND owner = $2 AND "                              \
    "expires_at > clock_timestamp()"
 
+/* A release's notification, sent with the release in its round trip and
+ * delivered once it commits (watch.c wakes the waiter it names): on the
+ * channel ll_<table> (at most 61 bytes: NAMEDATALEN), the payload
+ * "<next owner>/<key>", the next owner empty when the record kept no live
+ * reservation. r is the updated row. */
+#define LL_POSTGRESQL_CHANNEL "ll_%1$s"
+#define LL_POSTGRESQL_NOTIFY                                                                       \
+   "pg_notify('" LL_POSTGRESQL_CHANNEL "', coalesce(CASE WHEN r.next_until > clock_timestamp() "   \
+   "THEN r.next_owner END, '') || '/' || r.lock_key)"
+
 /* Parameters: $1 key, $2 owner, $3 min_hold (us). One row when it was
- * ours. */
+ * ours, which notifies. */
 #define LL_POSTGRESQL_RELEASE                                                                      \
-   "UPDATE \"%1$s\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "                   \
+   "WITH r AS (UPDATE \"%1$s\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "        \
    "acquired_at + $3::bigint * interval '1 microsecond') "                                         \
-   "WHERE lock_key = $1 AND owner = $2"
+   "WHERE lock_key = $1 AND owner = $2 RETURNING lock_key, next_owner, next_until) "               \
+   "SELECT " LL_POSTGRESQL_NOTIFY " FROM r"
 
 /* The columns of a record, the time left in microseconds. */
 #define LL_POSTGRESQL_COLS                                                                         \
@@ -140,13 +151,18 @@
    "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" WHERE lock_key >= $1 AND lock_key < $2 "           \
    "ORDER BY lock_key"
 
-/* Parameter: $1 key. Returns whether a live lease was taken; no row when
- * the key has no record. */
+/* Parameter: $1 key. Returns whether a live lease was taken (and
+ * notifies, as a release does); no row when the key has no record. */
 #define LL_POSTGRESQL_FORCE                                                                        \
    "WITH old AS (SELECT lock_key, owner IS NOT NULL AND expires_at > "                             \
-   "clock_timestamp() AS live FROM \"%1$s\" WHERE lock_key = $1 FOR UPDATE) "                      \
-   "UPDATE \"%1$s\" AS l SET owner = NULL, expires_at = LEAST(l.expires_at, "                      \
-   "clock_timestamp()) FROM old WHERE l.lock_key = old.lock_key RETURNING old.live"
+   "clock_timestamp() AS live FROM \"%1$s\" WHERE lock_key = $1 FOR UPDATE), "                     \
+   "r AS (UPDATE \"%1$s\" AS l SET owner = NULL, expires_at = LEAST(l.expires_at, "                \
+   "clock_timestamp()) FROM old WHERE l.lock_key = old.lock_key "                                  \
+   "RETURNING old.live, l.lock_key, l.next_owner, l.next_until) "                                  \
+   "SELECT r.live, " LL_POSTGRESQL_NOTIFY " FROM r"
+
+/* The listener's statement (watch_open): "%1$s" the table. */
+#define LL_POSTGRESQL_LISTEN "LISTEN \"" LL_POSTGRESQL_CHANNEL "\""
 
 /* prune: the records under a prefix expired at least older_than ago by
  * clock_timestamp(), but not one whose reservation is live (a waiter

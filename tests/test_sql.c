@@ -1707,6 +1707,31 @@ static void test_holder_info (void)
    leaselock_client_destroy (c);
 }
 
+/* ---- hand-off by notification (notify_tests.h) -------------------------- */
+
+/* The listeners' connections killed, as an admin or a failover would. */
+static void nt_break_listener (const char *uri)
+{
+   (void)uri;
+   char out[32];
+   if (!raw_query ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                   "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+                   out, sizeof out))
+      fprintf (stderr, "    could not kill the listeners\n");
+}
+
+/* The server's connections that listen (their last statement). */
+static int nt_listeners (void)
+{
+   char out[32];
+   if (IS_MYSQL || !raw_query ("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'",
+                               out, sizeof out))
+      return -1;
+   return atoi (out);
+}
+
+#include "notify_tests.h"
+
 int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--helper"))
@@ -1764,6 +1789,7 @@ int main (int argc, char **argv)
    RUN (test_failed_in_flight);
    RUN (test_stalled_server);
    RUN (test_stalled_server_default_bound);
+   NOTIFY_TESTS ();
    RUN (test_scheme_aliases_and_socket);
    RUN (test_abandon_after_fork);
    RUN (test_bad_uris);

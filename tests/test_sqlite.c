@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -1243,6 +1244,28 @@ static int try_mode (const char *uri, const char *k)
    return ok ? 0 : err.code == LEASELOCK_BUSY ? 10 : 1;
 }
 
+/* ---- hand-off by notification (notify_tests.h) -------------------------- */
+
+/* The channel file removed: the listener breaks and makes a new one. */
+static void nt_break_listener (const char *uri)
+{
+   char wake[PATH_MAX];
+   snprintf (wake, sizeof wake, "%s-wake", uri + strlen ("sqlite://"));
+   if (unlink (wake) != 0)
+      fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+}
+
+/* A listener here is an inotify watch in the client's process: the test
+ * reads the client's watcher instead. */
+static int nt_listeners (void)
+{
+   return -1;
+}
+
+#include "notify_tests.h"
+
+static char notify_uri[PATH_MAX + 16];
+
 int main (int argc, char **argv)
 {
    if (argc == 4 && !strcmp (argv[1], "--try"))
@@ -1290,6 +1313,10 @@ int main (int argc, char **argv)
    RUN (test_fork_client);
    RUN (test_fork_parent_closes);
    RUN (test_fork_while_busy);
+   char notify_path[PATH_MAX];
+   new_db (notify_path, sizeof notify_path, notify_uri, sizeof notify_uri);
+   tl_start ("sqlite", notify_uri);
+   NOTIFY_TESTS ();
    int rc = tl_summary ("sqlite");
    if (argc <= 1 && rc == 0) {
       char cmd[600];

@@ -1,0 +1,295 @@
+/*
+ * watch.c - hand-off by notification: a client's watcher listens for
+ * releases (ll_backend_t's watch_* ops: PostgreSQL LISTEN, SQLite's
+ * channel file) and wakes the blocking acquire that can take the key at
+ * once, instead of leaving it to its next poll.
+ *
+ * Costs nothing while idle: the thread and its listener (a connection of
+ * its own on a server backend) start when one of the client's acquires
+ * first has to wait, and stop with the client. A lost notification (a
+ * listener that broke, a release while it reconnects) only delays a waiter
+ * to its next poll; after a reconnect the reserved waiters try at once,
+ * since releases may have gone unheard meanwhile.
+ *
+ * Bounded: the thread polls its listener with WATCH_POLL_MS timeouts and
+ * checks for a stop between them; a listener's open is bounded by the
+ * backend's connect timeout; the client's close joins the thread.
+ */
+#include "ll_internal.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WATCH_POLL_MS 100
+#define REOPEN_MIN_MS 50
+#define REOPEN_MAX_MS 2000
+
+_Atomic int64_t ll_test_wait_poll_ms;
+
+void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri)
+{
+   memset (w, 0, sizeof *w);
+   w->backend = backend;
+   w->uri = uri;
+   pthread_mutex_init (&w->mu, NULL);
+   ll_cond_init (&w->cond);
+   w->pid = getpid ();
+}
+
+/* Sets e->woken and wakes its wait. Called with w->mu held. */
+static void wake (ll_watch_waiter_t *e)
+{
+   pthread_mutex_lock (e->mu);
+   e->woken = true;
+   pthread_cond_broadcast (e->cond);
+   pthread_mutex_unlock (e->mu);
+}
+
+static bool same_key (const ll_watch_waiter_t *e, const char *key, size_t len)
+{
+   return e->key_len == len && !memcmp (e->key, key, len);
+}
+
+/* The wake policy (ll_watch_t's comment): one waiter per release, the one
+ * that can take the key, so a release costs one request, not one per
+ * waiter. Called with w->mu held. */
+static void on_release (void *data, const char *key, size_t len, const char *next_owner)
+{
+   ll_watch_t *w = data;
+   ll_watch_waiter_t *oldest = NULL;
+   bool woke = false;
+   for (ll_watch_waiter_t *e = w->waiters; e; e = e->next) {
+      if (key && !same_key (e, key, len))
+         continue;
+      e->released = true;
+      if (!key) {
+         if (e->reserved)
+            wake (e);
+         continue;
+      }
+      if (next_owner && *next_owner) {
+         if (!strcmp (e->owner, next_owner)) {
+            wake (e);
+            woke = true;
+         }
+         continue;
+      }
+      if (!next_owner && e->reserved) {
+         wake (e);
+         woke = true;
+      }
+      if (!oldest || e->since < oldest->since)
+         oldest = e;
+   }
+   /* No live reservation (or none known here): the oldest waiter of the
+    * key tries, and claims the reservation if another process's waiter
+    * takes the key first. */
+   if (key && !woke && oldest && !(next_owner && *next_owner))
+      wake (oldest);
+}
+
+static void on_release_locked (void *data, const char *key, size_t len, const char *next_owner)
+{
+   ll_watch_t *w = data;
+   pthread_mutex_lock (&w->mu);
+   on_release (w, key, len, next_owner);
+   pthread_mutex_unlock (&w->mu);
+}
+
+/* Waits on w->cond for ms unless stopping. Called with w->mu held. */
+static void pause_locked (ll_watch_t *w, int64_t ms)
+{
+   int64_t until = ll_real_now_ms () + ms;
+   while (!w->stopping && ll_real_now_ms () < until)
+      ll_cond_wait_until (&w->cond, &w->mu, ll_now_ms () + (until - ll_real_now_ms ()));
+}
+
+/* Opens a listener (after backoff_ms when the last one failed) and
+ * publishes it. Returns it, or NULL when stopping or it failed. */
+static void *open_listener (ll_watch_t *w, int64_t *backoff_ms)
+{
+   leaselock_error_t err;
+   void *l = w->backend->watch_open (w->uri, &err);
+   pthread_mutex_lock (&w->mu);
+   if (l && w->stopping) {
+      pthread_mutex_unlock (&w->mu);
+      w->backend->watch_close (l);
+      return NULL;
+   }
+   if (l) {
+      w->listener = l;
+      w->opens++;
+      *backoff_ms = REOPEN_MIN_MS;
+      /* Releases may have gone unheard before: the waiters that can
+       * take a key try now. */
+      on_release (w, NULL, 0, NULL);
+   } else {
+      pause_locked (w, *backoff_ms);
+      *backoff_ms = *backoff_ms * 2 > REOPEN_MAX_MS ? REOPEN_MAX_MS : *backoff_ms * 2;
+   }
+   pthread_mutex_unlock (&w->mu);
+   return l;
+}
+
+static void *watch_main (void *arg)
+{
+   ll_watch_t *w = arg;
+   int64_t backoff = REOPEN_MIN_MS;
+   void *l = NULL;
+   for (;;) {
+      pthread_mutex_lock (&w->mu);
+      bool stop = w->stopping;
+      pthread_mutex_unlock (&w->mu);
+      if (stop)
+         break;
+      if (!l && !(l = open_listener (w, &backoff)))
+         continue;
+      struct pollfd p[2] = { { .fd = w->backend->watch_fd (l), .events = POLLIN },
+                             { .fd = w->stop_fd, .events = POLLIN } };
+      int r = p[0].fd < 0 ? -1 : poll (p, 2, WATCH_POLL_MS);
+      if (r > 0 && p[1].revents) {
+         eventfd_t ignored;
+         (void)eventfd_read (w->stop_fd, &ignored);
+      }
+      if (r == 0 || (r < 0 && p[0].fd >= 0) || (r > 0 && !p[0].revents))
+         continue; /* timeout, EINTR or a stop: check for a stop */
+      leaselock_error_t err;
+      if (p[0].fd >= 0 && w->backend->watch_drain (l, on_release_locked, w, &err))
+         continue;
+      /* Broken: closed, and reopened after a pause. */
+      pthread_mutex_lock (&w->mu);
+      w->listener = NULL;
+      pause_locked (w, backoff);
+      pthread_mutex_unlock (&w->mu);
+      w->backend->watch_close (l);
+      l = NULL;
+   }
+   pthread_mutex_lock (&w->mu);
+   w->listener = NULL;
+   pthread_mutex_unlock (&w->mu);
+   if (l)
+      w->backend->watch_close (l);
+   return NULL;
+}
+
+/* A listener and thread of the parent are not ours. Called with w->mu
+ * held. */
+static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
+{
+   if (w->pid == me)
+      return;
+   /* Its socket is the parent's: freed without I/O. */
+   if (w->listener && w->backend->watch_abandon)
+      w->backend->watch_abandon (w->listener);
+   w->listener = NULL;
+   w->running = false;
+   w->waiters = NULL;
+   w->opens = 0;
+   if (w->stop_fd > 0)
+      close (w->stop_fd); /* the parent's: shared with its thread */
+   w->stop_fd = 0;
+   w->pid = me;
+}
+
+void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
+{
+   e->woken = false;
+   e->reserved = false;
+   e->prev = NULL;
+   if (!w->backend->watch_open)
+      return;
+   pthread_mutex_lock (&w->mu);
+   reset_after_fork_locked (w, me);
+   e->next = w->waiters;
+   if (w->waiters)
+      w->waiters->prev = e;
+   w->waiters = e;
+   e->released = false;
+   pthread_mutex_unlock (&w->mu);
+}
+
+bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool *released)
+{
+   *released = false;
+   if (!w->backend->watch_open)
+      return false;
+   pthread_mutex_lock (&w->mu);
+   if (!w->running && !w->stopping) {
+      if (w->stop_fd <= 0)
+         w->stop_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK); /* -1: stops within WATCH_POLL_MS */
+      w->running = pthread_create (&w->thread, NULL, watch_main, w) == 0;
+   }
+   e->reserved = reserved;
+   *released = e->released;
+   e->released = false;
+   bool open = w->listener != NULL;
+   pthread_mutex_unlock (&w->mu);
+   return open;
+}
+
+void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e)
+{
+   if (!w->backend->watch_open)
+      return;
+   pthread_mutex_lock (&w->mu);
+   if (w->pid == getpid ()) { /* a child's list never held the parent's waiters */
+      if (e->prev)
+         e->prev->next = e->next;
+      else if (w->waiters == e)
+         w->waiters = e->next;
+      if (e->next)
+         e->next->prev = e->prev;
+   }
+   pthread_mutex_unlock (&w->mu);
+}
+
+void ll_watch_stop (ll_watch_t *w)
+{
+   pthread_mutex_lock (&w->mu);
+   reset_after_fork_locked (w, getpid ());
+   w->stopping = true;
+   bool join = w->running;
+   w->running = false;
+   pthread_cond_broadcast (&w->cond);
+   if (w->stop_fd > 0)
+      (void)eventfd_write (w->stop_fd, 1);
+   pthread_mutex_unlock (&w->mu);
+   if (join)
+      pthread_join (w->thread, NULL);
+}
+
+void ll_watch_destroy (ll_watch_t *w)
+{
+   if (w->stop_fd > 0)
+      close (w->stop_fd);
+   pthread_mutex_destroy (&w->mu);
+   pthread_cond_destroy (&w->cond);
+}
+
+void ll_watch_fork_prepare (ll_watch_t *w)
+{
+   pthread_mutex_lock (&w->mu);
+}
+
+void ll_watch_fork_parent (ll_watch_t *w)
+{
+   pthread_mutex_unlock (&w->mu);
+}
+
+/* The thread is gone in the child; the rest is reset on the next use
+ * (reset_after_fork_locked), which also covers forks without handlers. */
+void ll_watch_fork_child (ll_watch_t *w)
+{
+   ll_cond_init (&w->cond);
+   pthread_mutex_unlock (&w->mu);
+}
+
+uint64_t ll_watch_opens (ll_watch_t *w)
+{
+   pthread_mutex_lock (&w->mu);
+   uint64_t n = w->pid == getpid () ? w->opens : 0;
+   pthread_mutex_unlock (&w->mu);
+   return n;
+}

@@ -1,0 +1,232 @@
+/*
+ * notify_tests.h - hand-off by notification (watch.c), for the suites of
+ * the backends that can notify (test_sqlite.c, test_sql.c on PostgreSQL).
+ * Real processes: one holds a key and releases it when the other is
+ * waiting; the waiter's polls are made longer than its timeout
+ * (ll_test_wait_poll_ms), so only a notification can wake it in time.
+ * No timing is asserted: a missing wake-up shows as a TIMEOUT.
+ *
+ * The including suite defines, before including it:
+ *   nt_break_listener (uri)  cuts the waiting client's listener as a
+ *                            failure would (the channel gone, the listener's
+ *                            connection killed)
+ *   nt_listeners ()          how many listeners the server sees (-1: cannot
+ *                            tell), for the idle test
+ */
+#ifndef LL_NOTIFY_TESTS_H
+#define LL_NOTIFY_TESTS_H
+
+#include "testlib.h"
+
+#include <sys/wait.h>
+
+static bool nt_supported (const char *uri)
+{
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (uri, &err);
+   return b && b->watch_open;
+}
+
+/* Calls of should_stop: the first tells the holder (through fd) that the
+ * waiter is waiting. */
+typedef struct nt_signal
+{
+   int fd;
+   bool sent;
+} nt_signal_t;
+
+static bool nt_tell_waiting (void *data)
+{
+   nt_signal_t *s = data;
+   if (!s->sent) {
+      char b = 1;
+      s->sent = write (s->fd, &b, 1) == 1;
+   }
+   return false;
+}
+
+/* A child that takes k (ttl 60 s), says so on to[1], waits for a byte on
+ * from[0] and releases. Exits 0 when all of it worked. */
+static pid_t nt_holder (const char *uri, const char *k, int to[2], int from[2])
+{
+   pid_t pid = fork ();
+   if (pid != 0)
+      return pid;
+   close (to[0]);
+   close (from[1]);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, "holder", &err);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *l = NULL;
+   char b = 1;
+   bool ok = c && leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   ok = write (to[1], &b, 1) == 1 && ok;
+   ok = read (from[0], &b, 1) == 1 && ok;
+   ok = ok && leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   _exit (ok ? 0 : 1);
+}
+
+/* One hand-off to c's blocking acquire of k from another process, which
+ * releases once c waits. *requests: the statements c sent for it. */
+static bool nt_handoff (leaselock_client_t *c, const char *uri, const char *k, uint64_t *requests)
+{
+   int to[2], from[2];
+   if (pipe (to) != 0 || pipe (from) != 0)
+      return false;
+   pid_t pid = nt_holder (uri, k, to, from);
+   close (to[1]);
+   close (from[0]);
+   char b;
+   bool held = read (to[0], &b, 1) == 1;
+   leaselock_stats_t before, after;
+   leaselock_client_stats (c, &before, NULL);
+   nt_signal_t sig = { from[1], false };
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.timeout_ms = 20000;
+   o.should_stop = nt_tell_waiting;
+   o.should_stop_data = &sig;
+   leaselock_lease_t *l = NULL;
+   leaselock_error_t err;
+   bool ok = held && leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   if (!ok && held)
+      fprintf (stderr, "    acquire: %s %s\n", leaselock_code_name (err.code), err.message);
+   leaselock_client_stats (c, &after, NULL);
+   *requests = after.requests - before.requests;
+   if (ok)
+      ok = leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   if (!sig.sent)
+      (void)!write (from[1], &b, 1);
+   close (to[0]);
+   close (from[1]);
+   int status = 0;
+   waitpid (pid, &status, 0);
+   return ok && sig.sent && WIFEXITED (status) && WEXITSTATUS (status) == 0;
+}
+
+/* A release in another process wakes the waiter at once: its polls are
+ * longer than its timeout, and it sends a few statements, not dozens. */
+static void test_notify_wakes_other_process (void)
+{
+   if (!nt_supported (URI))
+      return;
+   leaselock_client_t *c = client ("waiter");
+   CHECK (c != NULL);
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   uint64_t requests = 0;
+   bool ok = nt_handoff (c, URI, key ("notify-wake"), &requests);
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   uint64_t opens = ll_watch_opens (ll_client_watch (c));
+   leaselock_client_destroy (c);
+   CHECK (ok);
+   /* the first try, the try a notification woke, and at most one when
+    * the listener opened and again when the reservation came */
+   CHECK (requests >= 2 && requests <= 5);
+   CHECK_EQ (opens, 1);
+}
+
+/* A lost notification only delays the waiter to its next poll, and the
+ * listener comes back. */
+static void test_notify_lost_then_poll (void)
+{
+   if (!nt_supported (URI))
+      return;
+   leaselock_client_t *c = client ("waiter");
+   CHECK (c != NULL);
+   uint64_t requests = 0;
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   bool first = nt_handoff (c, URI, key ("notify-lost"), &requests);
+   nt_break_listener (URI);
+   /* Polls of 1 s now: the next hand-off may come by a poll or by the
+    * new listener, never later than the timeout. */
+   atomic_store (&ll_test_wait_poll_ms, 1000);
+   bool second = first && nt_handoff (c, URI, key ("notify-lost"), &requests);
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   int64_t until = mono_ms () + 10000;
+   while (ll_watch_opens (ll_client_watch (c)) < 2 && mono_ms () < until)
+      sleep_ms (20);
+   uint64_t opens = ll_watch_opens (ll_client_watch (c));
+   /* and notifications work again */
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   bool third = second && nt_handoff (c, URI, key ("notify-lost"), &requests);
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   leaselock_client_destroy (c);
+   CHECK (first);
+   CHECK (second);
+   CHECK_EQ (opens, 2);
+   CHECK (third);
+}
+
+/* A forked child's waits are woken through a listener of its own (the
+ * parent's is not used in the child). */
+static void test_notify_fork_child (void)
+{
+   if (!nt_supported (URI))
+      return;
+   leaselock_client_t *c = client ("waiter");
+   CHECK (c != NULL);
+   uint64_t requests = 0;
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   bool parent_ok = nt_handoff (c, URI, key ("notify-fork"), &requests);
+   pid_t pid = fork ();
+   if (pid == 0) {
+      bool ok = nt_handoff (c, URI, key ("notify-fork"), &requests);
+      ok = ok && ll_watch_opens (ll_client_watch (c)) == 1;
+      leaselock_client_destroy (c);
+      _exit (ok ? 0 : 1);
+   }
+   int status = 0;
+   waitpid (pid, &status, 0);
+   /* the parent's own listener still works */
+   bool again = parent_ok && nt_handoff (c, URI, key ("notify-fork"), &requests);
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   uint64_t opens = ll_watch_opens (ll_client_watch (c));
+   leaselock_client_destroy (c);
+   CHECK (parent_ok);
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   CHECK (again);
+   CHECK_EQ (opens, 1);
+}
+
+/* A client that never waits opens no listener and starts no thread. */
+static void test_notify_idle_costs_nothing (void)
+{
+   if (!nt_supported (URI))
+      return;
+   int before = nt_listeners ();
+   leaselock_client_t *c = client ("idle");
+   CHECK (c != NULL);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *l = NULL;
+   leaselock_error_t err;
+   const char *k = key ("notify-idle");
+   bool ok = leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   ok = ok && leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   o.timeout_ms = 1000; /* a blocking acquire that finds the key free */
+   l = NULL;
+   ok = ok && leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   ok = ok && leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   ll_watch_t *w = ll_client_watch (c);
+   pthread_mutex_lock (&w->mu);
+   bool idle = !w->running && !w->listener && w->opens == 0;
+   pthread_mutex_unlock (&w->mu);
+   int after = nt_listeners ();
+   leaselock_client_destroy (c);
+   CHECK_OK (ok, err);
+   CHECK (idle);
+   CHECK (after <= before);
+}
+
+#define NOTIFY_TESTS()                                                                             \
+   do {                                                                                            \
+      RUN (test_notify_wakes_other_process);                                                       \
+      RUN (test_notify_lost_then_poll);                                                            \
+      RUN (test_notify_fork_child);                                                                \
+      RUN (test_notify_idle_costs_nothing);                                                        \
+   } while (0)
+
+#endif
