@@ -438,6 +438,19 @@ typedef struct ll_backend
                         size_t key_len,
                         const char *owner,
                         leaselock_error_t *err);
+   /* Reentrant holds: the record's hold count += delta (+1: its owner
+    * asked again; -1: it let one go), never below 1, when the record is
+    * owner's and live; *holds: the count after. NOT_HELD otherwise. The
+    * count is what inspect and list show; acquire sets it to 1, and a
+    * release ends every hold. One statement. NULL in a backend without
+    * it. */
+   bool (*hold) (void *conn,
+                 const char *key,
+                 size_t key_len,
+                 const char *owner,
+                 int delta,
+                 int64_t *holds,
+                 leaselock_error_t *err);
    /* expiry = now + ttl when the record is ours and live. */
    bool (*renew) (void *conn,
                   const char *key,

@@ -61,6 +61,7 @@
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
 #define UV_ON_RENEW_FAILED 3
+#define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
 /* The client handle's user value: its log function. */
 #define UV_LOG_FN 1
 
@@ -109,7 +110,8 @@ typedef struct
    int64_t ttl_ms;
    int64_t min_hold_ms;
    bool auto_renew;
-   bool fair; /* waiters get the key in order of arrival */
+   bool fair;      /* waiters get the key in order of arrival */
+   bool reentrant; /* its holder (a coroutine) may take it again */
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
@@ -720,9 +722,9 @@ static int client_tostring (lua_State *L)
  *                     on_renew_failed=fn, fair=false}]) */
 static int client_lock (lua_State *L)
 {
-   static const char *const allowed[] = { "ttl",     "min_hold",        "auto_renew",
-                                          "on_lost", "on_renew_failed", "fair",
-                                          NULL };
+   static const char *const allowed[] = {
+      "ttl", "min_hold", "auto_renew", "on_lost", "on_renew_failed", "fair", "reentrant", NULL
+   };
    size_t len;
    const char *key;
    ll_lua_lock_t *k;
@@ -767,6 +769,14 @@ static int client_lock (lua_State *L)
          }
          k->fair = lua_toboolean (L, -1);
       }
+      lua_getfield (L, 3, "reentrant");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TBOOLEAN) {
+            arg_error (L, 1, "lock", 2, "reentrant must be a boolean, got %s",
+                       luaL_typename (L, -1));
+         }
+         k->reentrant = lua_toboolean (L, -1);
+      }
       lua_getfield (L, 3, "on_lost");
       if (!lua_isnil (L, -1)) {
          if (lua_type (L, -1) != LUA_TFUNCTION) {
@@ -794,10 +804,12 @@ static int client_lock (lua_State *L)
 
 /* A record as a Lua table: key, owner (nil when released), fence,
  * expires_in (seconds by the database clock, <= 0 when expired), holder =
- * {host, pid, label}. */
+ * {host, pid, label}, holds (reentrant holds, 0 when released). */
 static void push_record (lua_State *L, const leaselock_record_t *r)
 {
-   lua_createtable (L, 0, 5);
+   lua_createtable (L, 0, 6);
+   lua_pushinteger (L, (lua_Integer)r->holds);
+   lua_setfield (L, -2, "holds");
    lua_pushlstring (L, r->key, r->key_len);
    lua_setfield (L, -2, "key");
    if (r->owner[0]) {
@@ -1006,6 +1018,77 @@ static int lock_index (lua_State *L)
  * wait. Leaves the lease handle on top and returns 1, or pushes
  * nil, msg, code and returns 3.
  */
+/* The lease the running coroutine took through the lock at index 1 and
+ * still holds, pushed; nothing pushed (0) when there is none. */
+static int push_my_lease (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HELD);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 2);
+      return 0;
+   }
+   lua_pushthread (L);
+   lua_rawget (L, -2);
+   ll_lua_lease_t *ls = luaL_testudata (L, -1, LEASE_MT);
+   if (!ls || !ls->lease || leaselock_lease_state (ls->lease) != LEASELOCK_STATE_HELD) {
+      lua_pop (L, 3);
+      return 0;
+   }
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+   return 1;
+}
+
+/* Remembers the lease at the top as the running coroutine's through the
+ * lock at index 1 (a table with weak keys: a finished coroutine goes). */
+static void set_my_lease (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HELD);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 1);
+      lua_createtable (L, 0, 1);
+      lua_createtable (L, 0, 1);
+      lua_pushliteral (L, "k");
+      lua_setfield (L, -2, "__mode");
+      lua_setmetatable (L, -2);
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, -3, UV_HELD);
+   }
+   lua_pushthread (L);
+   lua_pushvalue (L, -4);
+   lua_rawset (L, -3);
+   lua_pop (L, 2);
+}
+
+/* The running coroutine asks again for a lock it holds: with reentrant,
+ * one more hold of the same lease (pushed: 1 result, or 3 on failure);
+ * without, an error (it would wait for itself). 0 when it holds none. */
+static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
+{
+   if (!push_my_lease (L))
+      return 0;
+   if (!k->reentrant) {
+      luaL_where (L, level);
+      lua_pushfstring (L,
+                       "%s: \"%s\" is already held by this coroutine through this lock (pass "
+                       "reentrant = true to enter it again)",
+                       fname, k->key);
+      lua_concat (L, 2);
+      return lua_error (L);
+   }
+   ll_lua_lease_t *ls = lua_touserdata (L, -1);
+   leaselock_error_t err;
+   if (!leaselock_lease_reenter (ls->lease, &err)) {
+      if (err.code == LEASELOCK_UNSUPPORTED)
+         return luaL_error (L, "%s: %s", fname, err.message);
+      lua_pop (L, 1);
+      return push_failure (L, &err);
+   }
+   return 1;
+}
+
 static int do_acquire (lua_State *L,
                        ll_lua_lock_t *k,
                        int level,
@@ -1024,6 +1107,9 @@ static int do_acquire (lua_State *L,
    lua_rawgeti (L, -1, UV_CLIENT);
    client_idx = lua_gettop (L);
    client = check_open_client (L, client_idx, level, fname);
+   int again = acquire_again (L, k, level, fname);
+   if (again > 0)
+      return again;
 
    /* The handle exists (closed) before the lease does. */
    ls = lua_newuserdata (L, sizeof *ls);
@@ -1073,6 +1159,7 @@ static int do_acquire (lua_State *L,
    ls->key_len = k->key_len;
    memcpy (ls->key, k->key, k->key_len);
    lua_settop (L, lease_idx);
+   set_my_lease (L);
    return 1;
 }
 
@@ -1369,6 +1456,16 @@ static int lease_held (lua_State *L)
    return 1;
 }
 
+/* lease:holds() -> reentrant holds: 1 once acquired, one more per re-entry,
+ * 0 once released or lost */
+static int lease_holds (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "holds", false);
+   observe (L, 1, ls, true);
+   lua_pushinteger (L, ls->lease ? (lua_Integer)leaselock_lease_holds (ls->lease) : 0);
+   return 1;
+}
+
 /* lease:state() -> "held" | "released" | "lost" | "closed" (held when its
  * client was closed without releasing it) */
 static int lease_state_method (lua_State *L)
@@ -1568,9 +1665,13 @@ static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
                                          { "try_acquire", lock_try_acquire },
                                          { NULL, NULL } };
 
-static const luaL_Reg lease_methods[] = { { "held", lease_held },          { "lost", lease_lost },
-                                          { "state", lease_state_method }, { "renew", lease_renew },
-                                          { "release", lease_release },    { NULL, NULL } };
+static const luaL_Reg lease_methods[] = { { "held", lease_held },
+                                          { "lost", lease_lost },
+                                          { "state", lease_state_method },
+                                          { "renew", lease_renew },
+                                          { "release", lease_release },
+                                          { "holds", lease_holds },
+                                          { NULL, NULL } };
 
 static const luaL_Reg module_functions[] = { { "connect", l_connect },
                                              { "on_warning", l_on_warning },
