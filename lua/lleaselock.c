@@ -1330,6 +1330,17 @@ static void lease_close (ll_lua_lease_t *ls)
    renew_failed_free (ls);
 }
 
+/* A reentered lease (more than one hold) at the end of an inner with or
+ * <close>: lets that one hold go and keeps the lease open for the outer
+ * ones. False (nothing done) for a lease with one hold or none. */
+static bool let_inner_hold_go (ll_lua_lease_t *ls, bool *ok, leaselock_error_t *err)
+{
+   if (!ls->lease || leaselock_lease_holds (ls->lease) < 2)
+      return false;
+   *ok = leaselock_lease_release (ls->lease, err);
+   return true;
+}
+
 static int lease_gc (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__gc", false);
@@ -1346,6 +1357,11 @@ static int lease_tbc_close (lua_State *L)
       return 0;
    }
    newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
+   bool ok;
+   leaselock_error_t err;
+   if (!newly_lost && let_inner_hold_go (ls, &ok, &err)) {
+      return 0; /* errors ignored, as lease_close's */
+   }
    lease_close (ls);
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -1372,6 +1388,13 @@ static int lease_with_finish (lua_State *L)
    leaselock_error_t err;
    bool seen = ls->lost_seen, newly_lost = false, released = true;
 
+   if (let_inner_hold_go (ls, &released, &err)) {
+      if (!released) {
+         return push_failure (L, &err);
+      }
+      lua_pushboolean (L, 1);
+      return 1;
+   }
    if (ls->lease) {
       leaselock_state_t st = observe (L, 1, ls, false);
       if (st == LEASELOCK_STATE_LOST) {
