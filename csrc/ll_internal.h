@@ -595,6 +595,8 @@ typedef enum ll_sql_st
    LL_SQL_QUEUE_LEAVE,
    LL_SQL_QUEUE_PRUNE_FROM,
    LL_SQL_QUEUE_PRUNE_RANGE,
+   /* Reentrant holds (hold). */
+   LL_SQL_HOLD,
    LL_SQL_COUNT
 } ll_sql_st_t;
 
