@@ -19,8 +19,9 @@
  *  - reentrant hold counts: acquire sets 1, hold moves it by one and never
  *    below 1, on the owner's live record only (another owner, expired,
  *    released, missing: NOT_HELD), for odd keys too; a record without the
- *    holds field reads as 1 while owned and counts from there; hold's
- *    commands and round trips;
+ *    holds field reads as 1 while owned and counts from there; threads of
+ *    one owner entering and leaving at once; hold's commands and round
+ *    trips;
  *  - force_release: owner cleared, fence kept, and a lease acquired between
  *    its read and its write is never cleared while reporting took=false;
  *  - server clock only: a process whose clock is an hour off (faketime)
@@ -2147,6 +2148,59 @@ static void test_hold_old_record (void)
    B->close (c);
 }
 
+/* Threads of one owner entering and leaving at once, each on a
+ * connection of its own: every hold counts (each -1 follows its own +1,
+ * so the count never meets the floor and ends at 1). */
+#define HOLD_THREADS 4
+#define HOLD_ROUNDS 25
+
+typedef struct
+{
+   const char *k, *owner;
+   int bad;
+} hold_race_t;
+
+static void *hold_racer (void *arg)
+{
+   hold_race_t *r = arg;
+   void *c = open_conn (URI);
+   if (!c) {
+      r->bad++;
+      return NULL;
+   }
+   for (int i = 0; i < HOLD_ROUNDS; i++) {
+      r->bad += hold_of (c, r->k, strlen (r->k), r->owner, +1) < 2;
+      r->bad += hold_of (c, r->k, strlen (r->k), r->owner, -1) < 1;
+   }
+   B->close (c);
+   return NULL;
+}
+
+static void test_hold_concurrent (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("hold-concurrent");
+   CHECK_OK (acquire (c, k, a, 60000, NULL, &err), err);
+   pthread_t t[HOLD_THREADS];
+   hold_race_t r[HOLD_THREADS];
+   for (int i = 0; i < HOLD_THREADS; i++) {
+      r[i] = (hold_race_t){ k, a, 0 };
+      CHECK (pthread_create (&t[i], NULL, hold_racer, &r[i]) == 0);
+   }
+   int bad = 0;
+   for (int i = 0; i < HOLD_THREADS; i++) {
+      pthread_join (t[i], NULL);
+      bad += r[i].bad;
+   }
+   CHECK_EQ (bad, 0);
+   CHECK_EQ (raw_holds (c, k, strlen (k)), 1);
+   B->close (c);
+}
+
 /* Keys with quotes, operators, multibyte characters and 255 bytes: the
  * count of the right record moves. */
 static void test_hold_odd_keys (void)
@@ -2206,6 +2260,7 @@ int main (int argc, char **argv)
    RUN (test_hold_counts);
    RUN (test_hold_old_record);
    RUN (test_hold_odd_keys);
+   RUN (test_hold_concurrent);
    RUN (test_fork_abandon);
    RUN (test_fork_abandon_tls);
    RUN (test_server_clock_only);
