@@ -30,6 +30,9 @@ static void put_status_lines (const leaselock_record_t *rec)
    fprintf (stdout, "\nstate:      %s\n", record_state (rec));
    fprintf (stdout, "owner:      %s\n", rec->owner[0] ? rec->owner : "-");
    fprintf (stdout, "fence:      %" PRId64 "\n", rec->fence);
+   if (rec->holds > 1)
+      fprintf (stdout, "holds:      %" PRId64 " (entered again by leaselock run --reentrant)\n",
+               rec->holds);
    if (rec->expires_in_ms > 0)
       fprintf (stdout, "expires in: %s\n", when);
    else

@@ -98,6 +98,7 @@ typedef struct run_opts
    const char *ttl_text, *grace_text; /* as typed; grace_text NULL: default */
    bool quiet;                        /* -q: a busy run prints nothing */
    bool fair;                         /* --fair: wait in order of arrival */
+   bool reentrant;                    /* --reentrant: enter a lease held around us */
    int conflict_exit;                 /* -E: the exit status when busy (default EXIT_BUSY) */
    char label_buf[LEASELOCK_KEY_MAX + 1];
 } run_opts_t;
@@ -142,6 +143,12 @@ int cmd_prune (const char *uri, int argc, char **argv);
 /* ---- run.c ------------------------------------------------------------ */
 
 int cmd_run (const char *uri, int argc, char **argv);
+/* run --reentrant inside a command that a run of the same KEY supervises
+ * (reenter.c): true when it ran CMD under one more hold of that lease
+ * (*status: run's exit status); false when this is no such run (none
+ * around, another key, or that lease is not held on this database), and a
+ * run of its own follows. */
+bool run_reentered (const run_opts_t *o, int *status);
 
 /* The signals run waits for, and the loss pipe: descriptors that
  * signals_close (run.c) closes. */

@@ -158,6 +158,10 @@ static int cron_option (int argc, char **argv, int *i, run_opts_t *o)
       o->fair = true;
       return 1;
    }
+   if (!strcmp (argv[*i], "--reentrant")) {
+      o->reentrant = true;
+      return 1;
+   }
    const char *names[] = { "--conflict-exit-code", "-E" };
    for (size_t n = 0; n < 2; n++)
       if ((r = opt_value (argc, argv, i, names[n], &v)) != 0)

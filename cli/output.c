@@ -192,8 +192,9 @@ void put_record_json (FILE *f, const leaselock_record_t *r)
       put_json_string (f, r->owner, strlen (r->owner));
    else
       fputs ("null", f);
-   fprintf (f, ",\"fence\":%" PRId64 ",\"expires_in_ms\":%" PRId64 ",\"host\":", r->fence,
-            r->expires_in_ms);
+   fprintf (f,
+            ",\"fence\":%" PRId64 ",\"holds\":%" PRId64 ",\"expires_in_ms\":%" PRId64 ",\"host\":",
+            r->fence, r->holds, r->expires_in_ms);
    put_json_string (f, r->host, strnlen (r->host, sizeof r->host));
    fprintf (f, ",\"pid\":%" PRId64 ",\"label\":", r->pid);
    put_json_string (f, r->label, strnlen (r->label, sizeof r->label));

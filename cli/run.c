@@ -204,6 +204,8 @@ int cmd_run (const char *uri, int argc, char **argv)
    int status = parse_run (uri, argc, argv, &o);
    if (status != PARSED)
       return status;
+   if (run_reentered (&o, &status))
+      return status;
    run_signals_t sig;
    leaselock_client_t *client = NULL;
    leaselock_lease_t *lease = NULL;

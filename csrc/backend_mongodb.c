@@ -28,7 +28,7 @@
  *     acquiredAt: date, renewedAt: date, ttlMs: int64, holdMs: int64,
  *     holder: { host, pid, label },
  *     nextOwner: "<32 hex>" | null, nextAt: date, nextMs: int64,
- *     nextWaitedMs: int64 }
+ *     nextWaitedMs: int64, holds: int64 }
  * expiry = max(renewedAt + ttlMs, acquiredAt + holdMs). Dates come from
  * $currentDate; comparisons use $expr with $$NOW. holdMs is 0 except after a
  * release with min_hold, which writes renewedAt = now, ttlMs = 0 and
@@ -64,6 +64,19 @@
  * trip, on the busy path only. prune's filter adds "no live reservation"
  * to "expired", and a second deleteMany removes the queue entries that ran
  * out.
+ *
+ * holds, the owner's reentrant holds, is set to 1 by every take. hold is
+ * a findAndModify that $incs it on the owner's live record (renew's query)
+ * when the count may move, holds >= 1 for +1, > 1 for -1 (it never goes
+ * below 1), returning the new count: 1 round trip. When that matches
+ * nothing, a second findAndModify on the owner's live record alone, $max
+ * {holds: 1}, tells "not held" (no document) from "at 1 already" (a -1
+ * then succeeds with 1), and gives a record written before hold counts
+ * (no holds field: 1 while owned, as inspect reads it) its 1, after which
+ * the first try runs again; it runs again too when a concurrent +1 of the
+ * same owner moved the count in between. A conditional $inc and $max,
+ * never a pipeline update nor an upsert: valid on MongoDB 4.2+ and
+ * mongo-java-server alike.
  *
  * The fair mode's queue is the collection "<collection>.queue" (its
  * documents in cmd_mongodb.h), beside the records and never read by the
@@ -788,6 +801,94 @@ static bool ll_mongo_release (void *c,
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
+/* findAndModify(q, u) without upsert returning the new document's holds:
+ * *matched whether a document matched. */
+static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
+                                const bson_t *q,
+                                const bson_t *u,
+                                bool *matched,
+                                int64_t *holds,
+                                leaselock_error_t *err)
+{
+   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
+   bson_t fields = BSON_INITIALIZER, reply;
+   bson_error_t e;
+   bson_iter_t it, v;
+
+   *matched = false;
+   bool ok = opts && BSON_APPEND_INT32 (&fields, "holds", 1) &&
+             mongoc_find_and_modify_opts_set_update (opts, u) &&
+             mongoc_find_and_modify_opts_set_fields (opts, &fields) &&
+             mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+   bson_destroy (&fields);
+   if (!ok) {
+      mongoc_find_and_modify_opts_destroy (opts);
+      return ll_mongo_nomem (err);
+   }
+   ok = mongoc_collection_find_and_modify_with_opts (conn->coll, q, opts, &reply, &e);
+   mongoc_find_and_modify_opts_destroy (opts);
+   if (!ok) {
+      bson_destroy (&reply);
+      return ll_mongo_fail (conn, err, "findAndModify", &e);
+   }
+   if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
+       bson_iter_recurse (&it, &v)) {
+      *matched = true;
+      *holds = bson_iter_find (&v, "holds") ? bson_iter_as_int64 (&v) : 1;
+   }
+   bson_destroy (&reply);
+   return true;
+}
+
+/* hold (the top comment says how): 1 round trip when the count moves, 2
+ * when -1 finds it at 1 or the lease is not held, 3 for +1 on a record
+ * written before hold counts; again while the same owner's concurrent
+ * holds move the count between the two tries. */
+#define LL_MONGO_HOLD_TRIES 16
+
+static bool ll_mongo_hold (void *c,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int delta,
+                           int64_t *holds,
+                           leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+   for (int i = 0; i < LL_MONGO_HOLD_TRIES; i++) {
+      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+      bool matched = false;
+      int64_t n = 0;
+      bool ok = ll_mongo_hold_command (&q, &u, key, key_len, owner, delta) || ll_mongo_nomem (err);
+      ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
+      bson_destroy (&q);
+      bson_destroy (&u);
+      if (!ok)
+         return false;
+      if (matched) {
+         *holds = n;
+         return true;
+      }
+      q = (bson_t)BSON_INITIALIZER;
+      u = (bson_t)BSON_INITIALIZER;
+      ok = ll_mongo_hold_floor_command (&q, &u, key, key_len, owner) || ll_mongo_nomem (err);
+      ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
+      bson_destroy (&q);
+      bson_destroy (&u);
+      if (!ok)
+         return false;
+      if (!matched)
+         return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+      if (delta < 0 && n <= 1) {
+         *holds = 1; /* at 1 already: never below */
+         return true;
+      }
+   }
+   char detail[32];
+   snprintf (detail, sizeof detail, "%d tries", LL_MONGO_HOLD_TRIES);
+   return ll_backend_fail (err, "mongodb", "hold", "the hold count kept changing", NULL, detail);
+}
+
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
 static void ll_mongo_copy_str (const bson_iter_t *it, char *buf, size_t size, size_t *len_out)
 {
@@ -815,6 +916,8 @@ static void ll_mongo_fill_record (const bson_t *doc, leaselock_record_t *rec)
             ll_mongo_copy_str (&it, rec->owner, sizeof rec->owner, NULL);
       } else if (strcmp (k, "fence") == 0) {
          rec->fence = bson_iter_as_int64 (&it);
+      } else if (strcmp (k, "holds") == 0) {
+         rec->holds = bson_iter_as_int64 (&it);
       } else if (strcmp (k, "leftMs") == 0) {
          /* null when the record lacks the fields: expired */
          rec->expires_in_ms = (BSON_ITER_HOLDS_NUMBER (&it) || BSON_ITER_HOLDS_INT (&it))
@@ -833,6 +936,12 @@ static void ll_mongo_fill_record (const bson_t *doc, leaselock_record_t *rec)
          }
       }
    }
+   /* Released: no holds (the stored count is stale); owned without the
+    * field (written before hold counts): 1. */
+   if (!rec->owner[0])
+      rec->holds = 0;
+   else if (rec->holds < 1)
+      rec->holds = 1;
 }
 
 /* Runs the record pipeline for match and calls fn for each record. */
@@ -1174,6 +1283,7 @@ const ll_backend_t ll_backend_mongodb = {
    .list = ll_mongo_list,
    .force_release = ll_mongo_force_release,
    .prune = ll_mongo_prune,
+   .hold = ll_mongo_hold,
 };
 
 #else /* !LEASELOCK_WITH_MONGODB */

@@ -17,7 +17,7 @@
  *   ssl=true|false      require TLS (default false: the server decides)
  * Unknown options are refused, so a typo does not go unnoticed.
  *
- * Table (created on first use, schema version 3):
+ * Table (created on first use, schema version 4):
  *   lock_key VARBINARY(255) PRIMARY KEY   byte-exact keys, byte order
  *   owner CHAR(32) ascii_bin NULL          NULL once released
  *   fence BIGINT, expires_at / acquired_at DATETIME(6) in UTC,
@@ -25,11 +25,12 @@
  *   next_owner CHAR(32) ascii_bin NULL, next_until / next_since
  *   DATETIME(6) NULL                       the reservation for the next
  *                                          owner (a waiter), NULL: none
+ *   holds INT                              its owner's reentrant holds
  * and beside it <table>_queue, the fair mode's queue of waiters
  * (lock_key, owner, arrived, alive_until DATETIME(6); live while
  * alive_until > now), which the lease operations never read. A table of
- * version 1 (no reservation columns) or 2 (no queue) is brought to
- * version 3 in place by the first connection that sees it
+ * version 1 (no reservation columns), 2 (no queue) or 3 (no holds) is
+ * brought to version 4 in place by the first connection that sees it
  * (my_create_schema).
  *
  * Every operation is one prepared statement (bound parameters only) and
@@ -58,11 +59,12 @@
  * Repeating the whole condition in each assignment would not do: once a
  * claim is written into next_owner, an expired record reads as takeable by
  * its new next owner. A take-over never extends the old owner's lease, and
- * a plain BUSY changes no column (0 affected rows). Renew and
+ * a plain BUSY changes no column (0 affected rows). Renew, hold and
  * force_release use the LAST_INSERT_ID device to tell whether their row
- * matched. One round trip per call: taken or BUSY, reserving or not.
- * queue_join takes three (my_queue_join says why), queue_leave one, prune
- * two (the records, then the queue entries that ran out).
+ * matched (hold's insert id is also the count after). One round trip per
+ * call: taken or BUSY, reserving or not, and hold. queue_join takes three
+ * (my_queue_join says why), queue_leave one, prune two (the records, then
+ * the queue entries that ran out).
  *
  * Bounded calls: libmariadb waits for the socket with poll() and these
  * timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT),
@@ -72,12 +74,13 @@
  * stalled server therefore ends a call at most one timeout after it
  * stopped answering. A call that must reconnect waits on: TCP connect,
  * the handshake and authentication (connect_timeout each), the init
- * command, the schema check (1 round trip; 8 on first use or on a
- * version-1 or -2 table), the prepare, the execute and its rows (io_timeout
- * each). A stalled server ends a call one timeout after its last answer
- * (5 s on an open connection, 5 s + 5 s when the call reconnects, by
- * default), but the bound is per wait: a server that answers every packet
- * just in time can stretch one call over several timeouts.
+ * command, the schema check (1 round trip; 9 on first use or on a
+ * table of versions 1 to 3), the prepare, the execute and its rows
+ * (io_timeout each). A stalled server ends a call one timeout after its
+ * last answer (5 s on an open connection, 5 s + 5 s when the call
+ * reconnects, by default), but the bound is per wait: a server that
+ * answers every packet just in time can stretch one call over several
+ * timeouts.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart, KILL, idle
@@ -356,11 +359,11 @@ static bool exec_schema (my_conn_t *c, const char *fmt, const char *what, leasel
    return exec_plain (c, sql, what, err);
 }
 
-/* Creates what is missing and brings a version-1 or -2 table to this
- * version (ensure_schema's hook for both): the queue table is created
- * before the version is raised, so a version-3 table always has it. Safe
- * when several processes do it at once, as each statement is: IF NOT
- * EXISTS, an ALTER that finds the
+/* Creates what is missing and brings a table of versions 1 to 3 to this
+ * version (ensure_schema's hook for both): the holds column and the queue
+ * table are made before the version is raised, so a version-4 table
+ * always has them. Safe when several processes do it at once, as each
+ * statement is: IF NOT EXISTS, an ALTER that finds its
  * columns there already (error 1060) does nothing, INSERT IGNORE, and an
  * UPDATE that only raises an older version. The columns are added whatever
  * the version read, so a table that an older leaselock created while we
@@ -375,6 +378,10 @@ static bool my_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return fail_db (c, "adding the reservation columns", err);
+   snprintf (sql, sizeof sql, LL_MYSQL_ADD_HOLDS, b->table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return fail_db (c, "adding the holds column", err);
    return exec_schema (c, LL_MYSQL_CREATE_QUEUE, "creating the queue table", err) &&
           exec_schema (c, LL_MYSQL_CREATE_META, "creating the schema table", err) &&
           exec_schema (c, LL_MYSQL_RECORD_VERSION, "recording the schema version", err) &&
@@ -717,6 +724,33 @@ static bool my_release (void *conn,
    /* The owner column always changes (ours -> NULL) when it matched. */
    return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || not_held (err);
 }
+
+/* One statement, one round trip: the insert id is the count after, 0 when
+ * the row did not match (affected rows would not do: 1 - 1 stays 1). */
+static bool my_hold (void *conn,
+                     const char *key,
+                     size_t key_len,
+                     const char *owner,
+                     int delta,
+                     int64_t *holds,
+                     leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   int64_t d = delta;
+   MYSQL_BIND p[3];
+   bind_i64 (&p[0], &d);
+   bind_blob (&p[1], key, &klen);
+   bind_str (&p[2], owner, &olen);
+   if (!execute (c, LL_SQL_HOLD, p, "hold", err))
+      return false;
+   my_ulonglong id = mysql_stmt_insert_id (c->st[LL_SQL_HOLD]);
+   if (id == 0)
+      return not_held (err);
+   *holds = (int64_t)id;
+   return true;
+}
+
 /* Result row of the SELECTs. */
 typedef struct
 {
@@ -725,8 +759,8 @@ typedef struct
    char host[256], label[256];
    unsigned long key_len, owner_len, host_len, label_len;
    my_bool owner_null;
-   int64_t fence, diff_us, pid;
-   MYSQL_BIND b[7];
+   int64_t fence, diff_us, pid, holds;
+   MYSQL_BIND b[8];
 } my_row_t;
 
 static void row_bind (my_row_t *r)
@@ -752,6 +786,7 @@ static void row_bind (my_row_t *r)
    r->b[6].buffer = r->label;
    r->b[6].buffer_length = sizeof r->label - 1;
    r->b[6].length = &r->label_len;
+   bind_i64 (&r->b[7], &r->holds);
 }
 
 static void row_to_record (my_row_t *r, leaselock_record_t *rec)
@@ -765,6 +800,8 @@ static void row_to_record (my_row_t *r, leaselock_record_t *rec)
    ll_copy_clipped (rec->host, sizeof rec->host, r->host, r->host_len);
    rec->pid = r->pid;
    ll_copy_clipped (rec->label, sizeof rec->label, r->label, r->label_len);
+   /* A released record's stored count is stale: it shows no holds. */
+   rec->holds = r->owner_null ? 0 : r->holds;
 }
 
 /* Executes a SELECT, buffers its rows, and calls fn for each (fn returns
@@ -1010,6 +1047,7 @@ const ll_backend_t ll_backend_mysql = {
    .list = my_list,
    .force_release = my_force_release,
    .prune = my_prune,
+   .hold = my_hold,
 };
 
 #else /* !LEASELOCK_WITH_MYSQL */

@@ -28,21 +28,22 @@
  * ends with time left for retries), plus name resolution (getaddrinfo,
  * which libpq runs blocking and the system resolver bounds).
  *
- * Table (created on first use, schema version 3):
+ * Table (created on first use, schema version 4):
  *   lock_key text COLLATE "C" PRIMARY KEY   byte order, byte-exact UTF-8
  *   owner text NULL (NULL once released), fence bigint,
  *   expires_at / acquired_at timestamptz, holder_host, holder_pid,
  *   holder_label,
  *   next_owner text NULL, next_until / next_since timestamptz NULL: the
  *   reservation of the next owner (a waiter), live while next_until is
- *   ahead of the server's clock; all NULL when there is none.
+ *   ahead of the server's clock; all NULL when there is none,
+ *   holds int: its owner's reentrant holds (1 from the acquire).
  * and beside it <table>_queue, the fair mode's queue of waiters (lock_key,
  * owner, arrived, alive_until timestamptz; an entry is live while
  * alive_until is ahead of the server's clock), never read by the lease
- * operations. A version-1 table (without the next_* columns) or -2 table
- * (without the queue) is migrated in place on open (pg_create_schema,
- * under the creation's advisory lock and transaction); a newer version is
- * refused.
+ * operations. A version-1 table (without the next_* columns), -2 table
+ * (without the queue) or -3 table (without holds) is migrated in place on
+ * open (pg_create_schema, under the creation's advisory lock and
+ * transaction); a newer version is refused.
  *
  * Every operation is one prepared statement with bound parameters and
  * judges time with the server's clock_timestamp(). Acquire and
@@ -59,7 +60,9 @@
  * queue_join is two statements: an upsert of the entry under an advisory
  * lock on the key, then the count of live entries ahead
  * (sql_postgresql.h says why not one); queue_leave one DELETE; prune a
- * second DELETE for the queue entries that ran out.
+ * second DELETE for the queue entries that ran out. hold is one UPDATE ...
+ * RETURNING holds: the count after, or no row when the lease is not the
+ * owner's and live.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart,
@@ -353,6 +356,7 @@ static const int n_params[LL_SQL_COUNT] = {
    [LL_SQL_QUEUE_LEAVE] = 2,
    [LL_SQL_QUEUE_PRUNE_FROM] = 2,
    [LL_SQL_QUEUE_PRUNE_RANGE] = 3,
+   [LL_SQL_HOLD] = 3,
 };
 
 static const char *const st_names[LL_SQL_COUNT] = {
@@ -370,6 +374,7 @@ static const char *const st_names[LL_SQL_COUNT] = {
    [LL_SQL_QUEUE_LEAVE] = "leaselock_queue_leave",
    [LL_SQL_QUEUE_PRUNE_FROM] = "leaselock_queue_prune_from",
    [LL_SQL_QUEUE_PRUNE_RANGE] = "leaselock_queue_prune_range",
+   [LL_SQL_HOLD] = "leaselock_hold",
 };
 
 static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
@@ -722,6 +727,32 @@ static void row_to_record (PGresult *res, int row, leaselock_record_t *rec)
    copy_field (rec->host, sizeof rec->host, NULL, res, row, 4);
    rec->pid = strtoll (PQgetvalue (res, row, 5), NULL, 10);
    copy_field (rec->label, sizeof rec->label, NULL, res, row, 6);
+   /* A released record's stored count is stale: it shows no holds. */
+   rec->holds = rec->owner[0] ? strtoll (PQgetvalue (res, row, 7), NULL, 10) : 0;
+}
+
+/* One statement, one round trip: the count after, or no row (NOT_HELD). */
+static bool pg_hold (void *conn,
+                     const char *key,
+                     size_t key_len,
+                     const char *owner,
+                     int delta,
+                     int64_t *holds,
+                     leaselock_error_t *err)
+{
+   char kbuf[LEASELOCK_KEY_MAX + 1], d[16];
+   snprintf (d, sizeof d, "%d", delta);
+   const char *p[3] = { key_z (key, key_len, kbuf), owner, d };
+   PGresult *res = run (conn, LL_SQL_HOLD, p, "hold", err);
+   if (!res)
+      return false;
+   bool ok = PQntuples (res) == 1;
+   if (ok)
+      *holds = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+   else
+      ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   PQclear (res);
+   return ok;
 }
 
 static bool pg_inspect (void *conn,
@@ -994,6 +1025,7 @@ const ll_backend_t ll_backend_postgresql = {
    .watch_drain = pg_watch_drain,
    .watch_close = ll_sql_close,
    .watch_abandon = ll_sql_abandon,
+   .hold = pg_hold,
 };
 
 #else /* !LEASELOCK_WITH_POSTGRESQL */

@@ -73,6 +73,7 @@ enum
    ST_QUEUE_AHEAD,
    ST_QUEUE_LEAVE,
    ST_QUEUE_PRUNE,
+   ST_HOLD,
    ST_COUNT
 };
 
@@ -92,6 +93,7 @@ static const char *const stmt_sql[ST_COUNT] = {
    [ST_QUEUE_AHEAD] = LL_SQLITE_QUEUE_AHEAD,
    [ST_QUEUE_LEAVE] = LL_SQLITE_QUEUE_LEAVE,
    [ST_QUEUE_PRUNE] = LL_SQLITE_QUEUE_PRUNE,
+   [ST_HOLD] = LL_SQLITE_HOLD,
 };
 
 /* One connection: owned by the engine, used by one thread at a time. */
@@ -290,6 +292,8 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
    }
    const char *step = version == 0 ? LL_SQLITE_CREATE : version == 1 ? LL_SQLITE_MIGRATE_1_2 : NULL;
    if (step && !in_migration (c, step, err))
+      return false;
+   if (version >= 1 && version < 4 && !in_migration (c, LL_SQLITE_MIGRATE_TO_4, err))
       return false;
    if (version < LL_SQLITE_SCHEMA_VERSION && (!in_migration (c, LL_SQLITE_CREATE_QUEUE, err) ||
                                               !in_migration (c, LL_SQLITE_SET_VERSION, err)))
@@ -675,6 +679,31 @@ static void read_record (sqlite3_stmt *st, leaselock_record_t *rec)
    copy_text (st, 4, rec->host, sizeof rec->host);
    rec->pid = sqlite3_column_int64 (st, 5);
    copy_text (st, 6, rec->label, sizeof rec->label);
+   rec->holds = rec->owner[0] ? sqlite3_column_int64 (st, 7) : 0;
+}
+
+static bool sqlite_hold (void *conn,
+                         const char *key,
+                         size_t key_len,
+                         const char *owner,
+                         int delta,
+                         int64_t *holds,
+                         leaselock_error_t *err)
+{
+   sqlite_conn_t *c = conn;
+   sqlite3_stmt *st = c->stmt[ST_HOLD];
+   bind_key_owner (st, key, key_len, owner);
+   sqlite3_bind_int (st, 3, delta);
+   int rc = sqlite3_step (st);
+   bool ok = rc == SQLITE_ROW;
+   if (ok)
+      *holds = sqlite3_column_int64 (st, 0);
+   else if (rc == SQLITE_DONE)
+      ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is not held by this owner");
+   else
+      db_error (c, rc, "hold", err);
+   sqlite3_reset (st);
+   return ok;
 }
 
 static bool sqlite_inspect (void *conn,
@@ -977,4 +1006,5 @@ const ll_backend_t ll_backend_sqlite = {
    .watch_drain = sqlite_watch_drain,
    .watch_close = sqlite_watch_close,
    .watch_abandon = sqlite_watch_close,
+   .hold = sqlite_hold,
 };

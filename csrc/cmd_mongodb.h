@@ -9,8 +9,10 @@
  *     acquiredAt: date, renewedAt: date, ttlMs: int64, holdMs: int64,
  *     holder: { host, pid, label },
  *     nextOwner: "<32 hex>" | null, nextAt: date, nextMs: int64,
- *     nextWaitedMs: int64 }
+ *     nextWaitedMs: int64, holds: int64 }
  *   expiry = max(renewedAt + ttlMs, acquiredAt + holdMs)
+ *   holds: the owner's reentrant holds, 1 from the acquire (missing, in a
+ *     record written before hold counts: 1 while owned)
  *   the next owner's reservation (nextOwner null or missing: none):
  *     until = nextAt + nextMs, since = nextAt - nextWaitedMs
  *
@@ -305,6 +307,7 @@ static inline bool ll_mongo_acquire_update (bson_t *u,
    ok = ok && BSON_APPEND_UTF8 (&h, "label", label ? label : "");
    ok = ok && bson_append_document_end (&set, &h);
    ok = ok && BSON_APPEND_NULL (&set, "nextOwner");
+   ok = ok && BSON_APPEND_INT64 (&set, "holds", 1);
    ok = ok && bson_append_document_end (u, &set);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$inc", &inc);
    ok = ok && BSON_APPEND_INT64 (&inc, "fence", 1);
@@ -328,6 +331,49 @@ static inline bool ll_mongo_renew_command (bson_t *q,
    ok = ok && bson_append_document_end (u, &d);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$set", &d);
    ok = ok && BSON_APPEND_INT64 (&d, "ttlMs", ttl_ms);
+   ok = ok && bson_append_document_end (u, &d);
+   return ok;
+}
+
+/* hold's first try, a findAndModify without upsert: the owner's live
+ * record whose count can move by delta without going below 1,
+ * {_id, owner, holds: {$gte: 1} (delta +1) or {$gt: 1} (-1), $expr: live}
+ * -> $inc {holds: delta}. A record without holds (written before hold
+ * counts) does not match: $inc would start it at delta, not 1 + delta. */
+static inline bool ll_mongo_hold_command (bson_t *q,
+                                          bson_t *u,
+                                          const char *key,
+                                          size_t key_len,
+                                          const char *owner,
+                                          int delta)
+{
+   bson_t d;
+   bool ok = ll_mongo_owned_query (q, key, key_len, owner);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (q, "holds", &d);
+   ok = ok && BSON_APPEND_INT64 (&d, delta > 0 ? "$gte" : "$gt", 1);
+   ok = ok && bson_append_document_end (q, &d);
+   ok = ok && ll_mongo_append_cmp_now (q, "$expr", "$gt");
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$inc", &d);
+   ok = ok && BSON_APPEND_INT64 (&d, "holds", delta);
+   ok = ok && bson_append_document_end (u, &d);
+   return ok;
+}
+
+/* hold's second try, when the first matched nothing: the owner's live
+ * record whatever its count, {_id, owner, $expr: live} -> $max {holds:
+ * 1}: a record without holds gets 1, any other keeps its count. No
+ * document back: not held; else the count says whether it was at 1. */
+static inline bool ll_mongo_hold_floor_command (bson_t *q,
+                                                bson_t *u,
+                                                const char *key,
+                                                size_t key_len,
+                                                const char *owner)
+{
+   bson_t d;
+   bool ok = ll_mongo_owned_query (q, key, key_len, owner);
+   ok = ok && ll_mongo_append_cmp_now (q, "$expr", "$gt");
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$max", &d);
+   ok = ok && BSON_APPEND_INT64 (&d, "holds", 1);
    ok = ok && bson_append_document_end (u, &d);
    return ok;
 }
@@ -445,8 +491,8 @@ static inline bool ll_mongo_prune_filter (bson_t *q,
 }
 
 /* [{$match: match}, {$sort: {_id: 1}}, {$project: {owner, fence, holder,
- *   leftMs: {$subtract: [expiry, "$$NOW"]}}}] - the time left is computed
- * by the server's clock. */
+ *   holds, leftMs: {$subtract: [expiry, "$$NOW"]}}}] - the time left is
+ * computed by the server's clock. */
 static inline bool ll_mongo_record_pipeline (bson_t *p, const bson_t *match)
 {
    bson_t st, d, sub, arr;
@@ -464,6 +510,7 @@ static inline bool ll_mongo_record_pipeline (bson_t *p, const bson_t *match)
    ok = ok && BSON_APPEND_INT32 (&d, "owner", 1);
    ok = ok && BSON_APPEND_INT32 (&d, "fence", 1);
    ok = ok && BSON_APPEND_INT32 (&d, "holder", 1);
+   ok = ok && BSON_APPEND_INT32 (&d, "holds", 1);
    ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&d, "leftMs", &sub);
    ok = ok && BSON_APPEND_ARRAY_BEGIN (&sub, "$subtract", &arr);
    ok = ok && ll_mongo_append_expiry (&arr, "0");

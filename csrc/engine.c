@@ -137,6 +137,7 @@ struct leaselock_lease
    leaselock_error_t renew_err; /* ... with this error */
    int64_t acquired_ms;         /* local time the acquire was sent (stats) */
    int releasing;               /* releases of it in flight */
+   int64_t holds;               /* reentrant holds (1 once acquired) */
    bool close_tried;            /* leaselock_client_close tried to release it */
    bool released_by_close;      /* and that release ended it */
    leaselock_lease_t *next;
@@ -504,6 +505,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
 }
 
 static void *renew_main (void *arg);
+static bool client_usable (leaselock_client_t *c, leaselock_error_t *err);
 static void lease_unref (leaselock_lease_t *l);
 static void check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now);
 static void lease_ended_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now);
@@ -1160,6 +1162,7 @@ static bool lease_start (leaselock_client_t *c,
    atomic_fetch_add (&c->refs, 1);
    l->client = c;
    l->state = LEASELOCK_STATE_HELD;
+   l->holds = 1;
    l->acquired_ms = sent;
    ll_deadline_start (&l->dl, sent, o->ttl_ms);
    if (resent) /* the first send may still run, after any renew */
@@ -1199,14 +1202,18 @@ typedef struct waiter
 } waiter_t;
 
 /* How long a waiter's next claim lasts, with left_ms of its call left: it
- * outlasts the sleep, but never the call (less 2 ms for the database's
- * millisecond rounding), so a waiter that timed out leaves no claim
- * behind; 0 (no claim) when too little is left. */
+ * outlasts the sleep, but never the call. The claim starts when the
+ * statement reaches the database, a trip after left_ms was read, so near
+ * the end it covers half of what is left (less 2 ms for the database's
+ * millisecond rounding): a waiter that timed out leaves no claim behind
+ * unless that trip took longer than the other half; 0 (no claim) when too
+ * little is left. */
 static int64_t reserve_for (bool forever, int64_t left_ms)
 {
-   if (forever || left_ms - 2 > RESERVE_MS)
+   int64_t half = (left_ms - 2) / 2;
+   if (forever || half > RESERVE_MS)
       return RESERVE_MS;
-   return left_ms - 2 > 0 ? left_ms - 2 : 0;
+   return half > 0 ? half : 0;
 }
 
 /* The take itself: the backend's acquire, or for a waiter its
@@ -2093,6 +2100,114 @@ static bool release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leasel
    return ok;
 }
 
+/* One hold statement (delta +1 or -1) for owner of key. */
+static bool hold_call (leaselock_client_t *c,
+                       const char *key,
+                       size_t key_len,
+                       const char *owner,
+                       int delta,
+                       pid_t me,
+                       int64_t *holds,
+                       leaselock_error_t *err)
+{
+   if (!c->backend->hold)
+      return ll_error_set (err, LEASELOCK_UNSUPPORTED,
+                           "reentrant locks: the %s backend keeps no "
+                           "hold count",
+                           c->backend->name);
+   void *conn = pool_get (c, me, err);
+   if (!conn)
+      return false;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = c->backend->hold (conn, key, key_len, owner, delta, holds, err);
+   ll_obs_request (&c->obs, t0, ok, err);
+   pool_put (c, conn, me, !ok && conn_failed (err));
+   if (!ok && err->code == LEASELOCK_NOT_HELD)
+      ll_error_set (err, LEASELOCK_NOT_HELD,
+                    "\"%s\" is no longer held by this owner (it expired and was taken, was "
+                    "released, or was force-released)",
+                    LL_KEY_SHOWN (key, key_len));
+   return ok;
+}
+
+/* The lease's holds, or a failure when it is not HELD. */
+static bool lease_holds (leaselock_lease_t *l, int64_t *holds, leaselock_error_t *err)
+{
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   check_deadline_locked (c, l, ll_now_ms ());
+   leaselock_state_t st = l->state;
+   *holds = l->holds;
+   pthread_mutex_unlock (&c->mu);
+   if (st == LEASELOCK_STATE_HELD)
+      return true;
+   if (st == LEASELOCK_STATE_LOST)
+      return ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+   return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" is no longer held",
+                        LL_KEY_SHOWN (l->key, l->key_len));
+}
+
+bool leaselock_lease_reenter (leaselock_lease_t *l, leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   pid_t me = getpid ();
+   int64_t holds;
+   if (!lease_usable (l, me, err) || !lease_holds (l, &holds, err))
+      return false;
+   int64_t stored;
+   /* A lost reply leaves the stored count one higher at most: only shown,
+    * never used to decide the last release. */
+   if (!hold_call (l->client, l->key, l->key_len, l->owner, +1, me, &stored, err))
+      return false;
+   pthread_mutex_lock (&l->client->mu);
+   l->holds++;
+   pthread_mutex_unlock (&l->client->mu);
+   LL_LOG (&l->client->obs, LEASELOCK_LOG_DEBUG, "reenter", l->key, l->key_len, l->fence,
+           LEASELOCK_OK, "entered again (%lld holds)", (long long)stored);
+   return true;
+}
+
+int64_t leaselock_lease_holds (leaselock_lease_t *l)
+{
+   if (!l)
+      return 0;
+   int64_t holds;
+   leaselock_error_t ignored;
+   return lease_holds (l, &holds, &ignored) ? holds : 0;
+}
+
+bool leaselock_hold (leaselock_client_t *c,
+                     const char *key,
+                     size_t key_len,
+                     const char *owner,
+                     int delta,
+                     int64_t *holds,
+                     leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (holds)
+      *holds = 0;
+   if (!client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
+      return false;
+   if (!holds)
+      return ll_error_set (err, LEASELOCK_INVALID, "holds (the out parameter) is NULL");
+   if (delta != 1 && delta != -1)
+      return ll_error_set (err, LEASELOCK_INVALID, "delta must be +1 or -1 (got %d)", delta);
+   if (!owner || strlen (owner) != LEASELOCK_OWNER_LEN ||
+       strspn (owner, "0123456789abcdef") != LEASELOCK_OWNER_LEN)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "owner must be %d lower-case hex characters (an owner token)",
+                           LEASELOCK_OWNER_LEN);
+   return hold_call (c, key, key_len, owner, delta, getpid (), holds, err);
+}
+
 bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
 {
    leaselock_error_t local;
@@ -2103,6 +2218,19 @@ bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
    pid_t me = getpid ();
    if (!lease_usable (l, me, err))
       return false;
+   int64_t holds = 0;
+   leaselock_error_t not_held;
+   if (lease_holds (l, &holds, &not_held) && holds > 1) {
+      /* Not the last hold: one goes, the key stays this owner's. A failed
+       * statement leaves the lease's own count as it was. */
+      int64_t stored;
+      if (!hold_call (l->client, l->key, l->key_len, l->owner, -1, me, &stored, err))
+         return false;
+      pthread_mutex_lock (&l->client->mu);
+      l->holds--;
+      pthread_mutex_unlock (&l->client->mu);
+      return true;
+   }
    return release_lease (l, me, false, err);
 }
 
@@ -2115,8 +2243,8 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
       pthread_mutex_lock (&c->mu);
       bool release = !refuses_release_locked (c) && l->state != LEASELOCK_STATE_RELEASED;
       pthread_mutex_unlock (&c->mu);
-      if (release)
-         leaselock_lease_release (l, NULL);
+      if (release && lease_usable (l, getpid (), &(leaselock_error_t){ 0 }))
+         release_lease (l, getpid (), false, &(leaselock_error_t){ 0 }); /* every hold */
    }
    pthread_mutex_lock (&c->mu);
    /* In a child forked while on_lost ran, in_callback is the parent's. */
@@ -2232,6 +2360,16 @@ static bool client_usable (leaselock_client_t *c, leaselock_error_t *err)
    return true;
 }
 
+/* A record's hold count as the contract has it: 0 without an owner, at
+ * least 1 with one (a backend that keeps no count reports none). */
+static void holds_fix (leaselock_record_t *r)
+{
+   if (!r->owner[0])
+      r->holds = 0;
+   else if (r->holds < 1)
+      r->holds = 1;
+}
+
 bool leaselock_inspect (leaselock_client_t *c,
                         const char *key,
                         size_t key_len,
@@ -2254,6 +2392,7 @@ bool leaselock_inspect (leaselock_client_t *c,
       return false;
    int64_t t0 = ll_real_now_us ();
    bool ok = c->backend->inspect (conn, key, key_len, record, found, err);
+   holds_fix (record);
    admin_done (c, "inspect", key, key_len, t0, ok, err);
    pool_put (c, conn, me, !ok && conn_failed (err));
    return ok;
@@ -2279,7 +2418,8 @@ static bool records_add (const leaselock_record_t *rec, void *all_)
       all->recs = grown;
       all->cap = cap;
    }
-   all->recs[all->n++] = *rec;
+   all->recs[all->n] = *rec;
+   holds_fix (&all->recs[all->n++]);
    return true;
 }
 

@@ -271,6 +271,33 @@ extern "C"
                                                 leaselock_error_t *error);
 
    /*
+    * Reentrant locks. The holder of lease asks for it again: the record's
+    * hold count goes up by one (one statement) and the lease, its fence and
+    * its renewal stay as they are. leaselock_lease_release then lets one
+    * hold go (the count goes down; the lease stays HELD) until the last,
+    * which releases the key; leaselock_lease_destroy releases it whatever
+    * the count. NOT_HELD (or LOST) when the lease is no longer held,
+    * UNSUPPORTED on a backend without hold counts. The count in the record
+    * is what inspect shows; this lease's own count decides when a release
+    * is the last, so a lost reply never frees the key early.
+    */
+   LEASELOCK_API bool leaselock_lease_reenter (leaselock_lease_t *lease, leaselock_error_t *error);
+   /* The holds of lease (1 after the acquire; 0 once released or lost). */
+   LEASELOCK_API int64_t leaselock_lease_holds (leaselock_lease_t *lease);
+   /* The same for a holder known only by its owner token (32 hex
+    * characters), such as the process a supervised command runs in (the
+    * CLI's LEASELOCK_OWNER): delta +1 enters once more, -1 leaves one hold
+    * (never the last: the lease's own release does that). *holds: the
+    * record's count after. NOT_HELD when key is not owner's and live. */
+   LEASELOCK_API bool leaselock_hold (leaselock_client_t *client,
+                                      const char *key,
+                                      size_t key_len,
+                                      const char *owner,
+                                      int delta,
+                                      int64_t *holds,
+                                      leaselock_error_t *error);
+
+   /*
     * A waiting acquire driven by its caller, one try at a time, for event
     * loops that must not block a thread while they wait (asyncio, OpenResty's
     * ngx.sleep). The wait is one waiter, as leaselock_acquire's is: one
@@ -379,6 +406,7 @@ extern "C"
       char host[256];
       int64_t pid;
       char label[256];
+      int64_t holds; /* reentrant holds of its owner: >= 1 while owned, 0 when released */
    } leaselock_record_t;
 
    /* Fills *record and sets *found. Never fails for a missing key. */

@@ -463,6 +463,19 @@ typedef struct ll_backend
    void (*watch_close) (void *listener);
    /* In a forked child: frees without I/O on the parent's socket (may leak). */
    void (*watch_abandon) (void *listener);
+   /* Reentrant holds: the record's hold count += delta (+1: its owner
+    * asked again; -1: it let one go), never below 1, when the record is
+    * owner's and live; *holds: the count after. NOT_HELD otherwise. The
+    * count is what inspect and list show; acquire sets it to 1, and a
+    * release ends every hold. One statement. NULL in a backend without
+    * it. */
+   bool (*hold) (void *conn,
+                 const char *key,
+                 size_t key_len,
+                 const char *owner,
+                 int delta,
+                 int64_t *holds,
+                 leaselock_error_t *err);
    /* expiry = now + ttl when the record is ours and live. */
    bool (*renew) (void *conn,
                   const char *key,
@@ -607,6 +620,8 @@ typedef enum ll_sql_st
    LL_SQL_QUEUE_LEAVE,
    LL_SQL_QUEUE_PRUNE_FROM,
    LL_SQL_QUEUE_PRUNE_RANGE,
+   /* Reentrant holds (hold). */
+   LL_SQL_HOLD,
    LL_SQL_COUNT
 } ll_sql_st_t;
 

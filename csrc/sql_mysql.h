@@ -12,9 +12,10 @@
 /* The version the statements below create; <table>_meta records it.
  * Version 2 added the reservation for the next owner (next_owner,
  * next_until, next_since); version 3 the fair mode's queue, the table
- * <table>_queue (LL_MYSQL_CREATE_QUEUE). A version-1 or -2 table is
- * migrated in place. */
-#define LL_MYSQL_SCHEMA_VERSION 3
+ * <table>_queue (LL_MYSQL_CREATE_QUEUE); version 4 the reentrant hold
+ * count (holds, 1 for the records there were). A table of versions 1 to
+ * 3 is migrated in place. */
+#define LL_MYSQL_SCHEMA_VERSION 4
 
 #define LL_MYSQL_READ_VERSION "SELECT schema_version FROM `%s_meta` WHERE id = 1"
 /* The reservation's columns, as CREATE TABLE and the migration's ALTER
@@ -22,6 +23,9 @@
 #define LL_MYSQL_NEXT_OWNER "next_owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL"
 #define LL_MYSQL_NEXT_UNTIL "next_until DATETIME(6) NULL"
 #define LL_MYSQL_NEXT_SINCE "next_since DATETIME(6) NULL"
+/* The owner's reentrant holds (version 4), as CREATE TABLE and the
+ * migration's ALTER name it. */
+#define LL_MYSQL_HOLDS "holds INT NOT NULL DEFAULT 1"
 #define LL_MYSQL_CREATE_TABLE                                                                      \
    "CREATE TABLE IF NOT EXISTS `%s` ("                                                             \
    "lock_key VARBINARY(255) NOT NULL PRIMARY KEY, "                                                \
@@ -32,13 +36,17 @@
    "holder_host VARBINARY(255) NOT NULL, "                                                         \
    "holder_pid BIGINT NOT NULL, "                                                                  \
    "holder_label VARBINARY(255) NOT NULL, " LL_MYSQL_NEXT_OWNER ", " LL_MYSQL_NEXT_UNTIL           \
-   ", " LL_MYSQL_NEXT_SINCE ") ENGINE=InnoDB"
+   ", " LL_MYSQL_NEXT_SINCE ", " LL_MYSQL_HOLDS ") ENGINE=InnoDB"
 /* Version 1 -> 2: the reservation's columns (NULL: no reservation). One
  * ALTER, so they are all there or none is; error 1060 (ER_DUP_FIELDNAME)
  * says they are there already. */
 #define LL_MYSQL_ADD_NEXT_COLUMNS                                                                  \
    "ALTER TABLE `%s` ADD " LL_MYSQL_NEXT_OWNER ", ADD " LL_MYSQL_NEXT_UNTIL                        \
    ", ADD " LL_MYSQL_NEXT_SINCE
+/* Versions 1 to 3 -> 4: the hold count, 1 for every record there is (the
+ * default fills the rows); its own ALTER, as a version-2 or -3 table has
+ * the reservation's columns already. Error 1060 again says it is there. */
+#define LL_MYSQL_ADD_HOLDS "ALTER TABLE `%s` ADD " LL_MYSQL_HOLDS
 /* The queue of waiters (version 3): an entry per (lock_key, owner), live
  * while alive_until > now; the index orders a key's entries by arrival. */
 #define LL_MYSQL_CREATE_QUEUE                                                                      \
@@ -83,7 +91,8 @@
 #define LL_MYSQL_CLAIMED "(? IS NOT NULL AND next_owner <=> ?)"
 
 /* In this order (backend_mysql.c's top comment says why): owner, which
- * then tells whether the key was taken, and the take's other columns;
+ * then tells whether the key was taken, and the take's other columns
+ * (holds back to 1);
  * next_owner, which then tells whether a waiter holds the reservation,
  * next_until, next_since; fence, which reports the outcome as the insert
  * id: the new fence when taken, ~0 when the reservation is ours (fence &
@@ -100,6 +109,7 @@
    "holder_host = " LL_MYSQL_TAKEN "?, holder_host), "                                             \
    "holder_pid = " LL_MYSQL_TAKEN "?, holder_pid), "                                               \
    "holder_label = " LL_MYSQL_TAKEN "?, holder_label), "                                           \
+   "holds = " LL_MYSQL_TAKEN "1, holds), "                                                         \
    "next_owner = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMS ", ?, next_owner)), "                \
    "next_until = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMED ", " LL_MYSQL_NOW                   \
    " + INTERVAL ? MICROSECOND, next_until)), "                                                     \
@@ -111,7 +121,7 @@
  * benchmark to bind alike: k key, o owner, t ttl (us), h holder host, p
  * pid, l label, r reserve (us), w waited (us); a space between the
  * insert and each assignment. */
-#define LL_MYSQL_ACQUIRE_PARAMS "kothpl ooo ot o oh op ol orowo oror orow oro"
+#define LL_MYSQL_ACQUIRE_PARAMS "kothpl ooo ot o oh op ol o orowo oror orow oro"
 /* The insert id of an acquire that left the reservation ours. */
 #define LL_MYSQL_RESERVED_ID (~(unsigned long long)0)
 
@@ -127,10 +137,18 @@
    "UPDATE `%s` SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "                        \
    "acquired_at + INTERVAL ? MICROSECOND) WHERE lock_key = ? AND owner = ?"
 
+/* Parameters: delta (+1 or -1), key, owner. The owner's hold count moves
+ * by delta, never below 1, while the lease is live; the count after is
+ * the insert id, since LAST_INSERT_ID(expr) (>= 1) runs only when the row
+ * matched (0 otherwise), even when the count stays (1 - 1 -> 1). */
+#define LL_MYSQL_HOLD                                                                              \
+   "UPDATE `%s` SET holds = LAST_INSERT_ID(GREATEST(1, holds + ?)) "                               \
+   "WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+
 /* The columns of a record, the time left in microseconds. */
 #define LL_MYSQL_COLS                                                                              \
    "lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), "            \
-   "holder_host, holder_pid, holder_label"
+   "holder_host, holder_pid, holder_label, holds"
 
 /* Parameter: key. */
 #define LL_MYSQL_INSPECT "SELECT " LL_MYSQL_COLS " FROM `%s` WHERE lock_key = ?"
@@ -206,7 +224,7 @@
       [LL_SQL_QUEUE_JOIN] = LL_MYSQL_QUEUE_JOIN, [LL_SQL_QUEUE_AHEAD] = LL_MYSQL_QUEUE_AHEAD,      \
       [LL_SQL_QUEUE_LEAVE] = LL_MYSQL_QUEUE_LEAVE,                                                 \
       [LL_SQL_QUEUE_PRUNE_FROM] = LL_MYSQL_QUEUE_PRUNE_FROM,                                       \
-      [LL_SQL_QUEUE_PRUNE_RANGE] = LL_MYSQL_QUEUE_PRUNE_RANGE,                                     \
+      [LL_SQL_QUEUE_PRUNE_RANGE] = LL_MYSQL_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = LL_MYSQL_HOLD,      \
    }
 
 #endif /* LL_SQL_MYSQL_H */

@@ -14,8 +14,9 @@
  * next_until, next_since); version 3 the fair mode's queue, the table
  * <table>_queue (lock_key, owner, arrived, alive_until; primary key
  * (lock_key, owner), index <table>_queue_order (lock_key, arrived,
- * owner)). A version-1 or -2 table is migrated in place. */
-#define LL_POSTGRESQL_SCHEMA_VERSION 3
+ * owner)); version 4 the reentrant hold count (holds, 1 for the records
+ * there were). A table of versions 1 to 3 is migrated in place. */
+#define LL_POSTGRESQL_SCHEMA_VERSION 4
 
 /* The queue of waiters (version 3), inside LL_POSTGRESQL_CREATE_SCHEMA. */
 #define LL_POSTGRESQL_CREATE_QUEUE                                                                 \
@@ -30,9 +31,9 @@
 
 /* A missing table fails with SQLSTATE 42P01 (undefined_table). */
 #define LL_POSTGRESQL_READ_VERSION "SELECT schema_version FROM \"%1$s_meta\" WHERE id = 1"
-/* Creates the tables, or brings a version-1 or -2 table to this version: one
- * transaction under an advisory lock, since PostgreSQL's CREATE TABLE IF
- * NOT EXISTS can fail when two sessions race. The ALTER adds only the
+/* Creates the tables, or brings a table of versions 1 to 3 to this
+ * version: one transaction under an advisory lock, since PostgreSQL's
+ * CREATE TABLE IF NOT EXISTS can fail when two sessions race. The ALTER adds only the
  * columns that are missing (none on a table this text just created), and
  * the version is recorded, or raised from an older one, never lowered.
  * "%1$s" the table, "%2$d" LL_POSTGRESQL_SCHEMA_VERSION. */
@@ -49,10 +50,12 @@
    "holder_label text NOT NULL, "                                                                  \
    "next_owner text NULL, "                                                                        \
    "next_until timestamptz NULL, "                                                                 \
-   "next_since timestamptz NULL); "                                                                \
+   "next_since timestamptz NULL, "                                                                 \
+   "holds int NOT NULL DEFAULT 1); "                                                               \
    "ALTER TABLE \"%1$s\" ADD COLUMN IF NOT EXISTS next_owner text NULL, "                          \
    "ADD COLUMN IF NOT EXISTS next_until timestamptz NULL, "                                        \
-   "ADD COLUMN IF NOT EXISTS next_since timestamptz NULL; " LL_POSTGRESQL_CREATE_QUEUE             \
+   "ADD COLUMN IF NOT EXISTS next_since timestamptz NULL, "                                        \
+   "ADD COLUMN IF NOT EXISTS holds int NOT NULL DEFAULT 1; " LL_POSTGRESQL_CREATE_QUEUE            \
    "CREATE TABLE IF NOT EXISTS \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "                       \
    "schema_version int NOT NULL); "                                                                \
    "INSERT INTO \"%1$s_meta\" AS m VALUES (1, %2$d) ON CONFLICT (id) DO UPDATE "                   \
@@ -103,6 +106,7 @@
    "holder_host = " LL_POSTGRESQL_IF_TAKE "excluded.holder_host ELSE l.holder_host END, "          \
    "holder_pid = " LL_POSTGRESQL_IF_TAKE "excluded.holder_pid ELSE l.holder_pid END, "             \
    "holder_label = " LL_POSTGRESQL_IF_TAKE "excluded.holder_label ELSE l.holder_label END, "       \
+   "holds = " LL_POSTGRESQL_IF_TAKE "1 ELSE l.holds END, "                                         \
    "next_owner = " LL_POSTGRESQL_IF_TAKE "NULL ELSE excluded.owner END, "                          \
    "next_until = " LL_POSTGRESQL_IF_TAKE "NULL ELSE " LL_POSTGRESQL_NOW " + $7::bigint * "         \
    "interval '1 microsecond' END, "                                                                \
@@ -135,11 +139,18 @@
    "WHERE lock_key = $1 AND owner = $2 RETURNING lock_key, next_owner, next_until) "               \
    "SELECT " LL_POSTGRESQL_NOTIFY " FROM r"
 
+/* Parameters: $1 key, $2 owner, $3 delta (+1 or -1). The owner's hold
+ * count moves by delta, never below 1, while the lease is live; no row
+ * when it is not. */
+#define LL_POSTGRESQL_HOLD                                                                         \
+   "UPDATE \"%1$s\" SET holds = GREATEST(1, holds + $3::int) WHERE lock_key = $1 AND "             \
+   "owner = $2 AND expires_at > clock_timestamp() RETURNING holds"
+
 /* The columns of a record, the time left in microseconds. */
 #define LL_POSTGRESQL_COLS                                                                         \
    "lock_key, owner, fence, "                                                                      \
    "(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000000)::bigint, holder_host, "         \
-   "holder_pid, holder_label"
+   "holder_pid, holder_label, holds"
 
 /* Parameter: $1 key. */
 #define LL_POSTGRESQL_INSPECT "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" WHERE lock_key = $1"
@@ -226,6 +237,7 @@
       [LL_SQL_QUEUE_LEAVE] = LL_POSTGRESQL_QUEUE_LEAVE,                                            \
       [LL_SQL_QUEUE_PRUNE_FROM] = LL_POSTGRESQL_QUEUE_PRUNE_FROM,                                  \
       [LL_SQL_QUEUE_PRUNE_RANGE] = LL_POSTGRESQL_QUEUE_PRUNE_RANGE,                                \
+      [LL_SQL_HOLD] = LL_POSTGRESQL_HOLD,                                                          \
    }
 
 #endif /* LL_SQL_POSTGRESQL_H */

@@ -11,6 +11,7 @@
  *                   host TEXT, pid INTEGER, label TEXT,
  *                   next_owner TEXT, next_until INTEGER, next_since INTEGER
  *                   -- the next owner's reservation, NULL when none
+ *                   holds INTEGER -- its owner's reentrant holds (1)
  *                   ) WITHOUT ROWID
  *   leaselock_queue(key TEXT, owner TEXT, arrived INTEGER,
  *                   alive_until INTEGER, PRIMARY KEY (key, owner))
@@ -20,15 +21,17 @@
  * Times are milliseconds since the epoch by the SQLite clock. Version 2
  * added the next_* columns; backend_sqlite.c's migrate() adds them to a
  * version-1 file (LL_SQLITE_MIGRATE_1_2). Version 3 added the queue table
- * (LL_SQLITE_CREATE_QUEUE, run on every file older than 3).
+ * (LL_SQLITE_CREATE_QUEUE, run on every file older than 3). Version 4
+ * added the holds column (LL_SQLITE_MIGRATE_TO_4, on files of versions 1
+ * to 3).
  */
 #ifndef LL_SQL_SQLITE_H
 #define LL_SQL_SQLITE_H
 
 /* The schema version this code writes and understands. A later version
  * adds a step in backend_sqlite.c's migrate() and bumps this. */
-#define LL_SQLITE_SCHEMA_VERSION 3
-#define LL_SQLITE_SET_VERSION "PRAGMA user_version = 3"
+#define LL_SQLITE_SCHEMA_VERSION 4
+#define LL_SQLITE_SET_VERSION "PRAGMA user_version = 4"
 
 #define LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS 10000
 
@@ -53,8 +56,13 @@
    " label TEXT NOT NULL DEFAULT '',"                                                              \
    " next_owner TEXT NULL,"                                                                        \
    " next_until INTEGER NULL,"                                                                     \
-   " next_since INTEGER NULL"                                                                      \
+   " next_since INTEGER NULL,"                                                                     \
+   " holds INTEGER NOT NULL DEFAULT 1"                                                             \
    ") WITHOUT ROWID"
+
+/* Versions 1 to 3, to 4: the reentrant hold count. */
+#define LL_SQLITE_MIGRATE_TO_4                                                                     \
+   "ALTER TABLE leaselock_locks ADD COLUMN holds INTEGER NOT NULL DEFAULT 1"
 
 /* Version 1 to 2: the reservation's columns (SQLite adds one column per
  * statement). */
@@ -101,6 +109,7 @@
    " host = " LL_SQLITE_IF_TAKE "excluded.host ELSE host END,"                                     \
    " pid = " LL_SQLITE_IF_TAKE "excluded.pid ELSE pid END,"                                        \
    " label = " LL_SQLITE_IF_TAKE "excluded.label ELSE label END,"                                  \
+   " holds = " LL_SQLITE_IF_TAKE "1 ELSE holds END,"                                               \
    " next_owner = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.owner END,"                              \
    " next_until = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at + ?7 END,"                   \
    " next_since = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at - ?8 END"                    \
@@ -117,8 +126,14 @@
    ", acquired_at + ?3)"                                                                           \
    " WHERE key = ?1 AND owner = ?2"
 
+/* ?1 key, ?2 owner, ?3 delta: the owner's hold count moves by delta,
+ * never below 1, while the lease is live. */
+#define LL_SQLITE_HOLD                                                                             \
+   "UPDATE leaselock_locks SET holds = MAX(1, holds + ?3)"                                         \
+   " WHERE key = ?1 AND owner = ?2 AND expires_at > " LL_SQLITE_NOW_MS " RETURNING holds"
+
 #define LL_SQLITE_RECORD_COLUMNS                                                                   \
-   "key, owner, fence, expires_at - " LL_SQLITE_NOW_MS ", host, pid, label"
+   "key, owner, fence, expires_at - " LL_SQLITE_NOW_MS ", host, pid, label, holds"
 
 /* ?1 key */
 #define LL_SQLITE_INSPECT "SELECT " LL_SQLITE_RECORD_COLUMNS " FROM leaselock_locks WHERE key = ?1"

@@ -67,6 +67,7 @@
 #define UV_CLIENT 1
 #define UV_ON_LOST 2
 #define UV_ON_RENEW_FAILED 3
+#define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
 /* The client handle's user value: its log function. */
 #define UV_LOG_FN 1
 
@@ -121,7 +122,8 @@ typedef struct
    int64_t ttl_ms;
    int64_t min_hold_ms;
    bool auto_renew;
-   bool fair; /* waiters get the key in order of arrival */
+   bool fair;      /* waiters get the key in order of arrival */
+   bool reentrant; /* its holder (a coroutine) may take it again */
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
@@ -983,9 +985,9 @@ static int client_tostring (lua_State *L)
  *                     on_renew_failed=fn, fair=false}]) */
 static int client_lock (lua_State *L)
 {
-   static const char *const allowed[] = { "ttl",     "min_hold",        "auto_renew",
-                                          "on_lost", "on_renew_failed", "fair",
-                                          NULL };
+   static const char *const allowed[] = {
+      "ttl", "min_hold", "auto_renew", "on_lost", "on_renew_failed", "fair", "reentrant", NULL
+   };
    size_t len;
    const char *key;
    ll_lua_lock_t *k;
@@ -1030,6 +1032,14 @@ static int client_lock (lua_State *L)
          }
          k->fair = lua_toboolean (L, -1);
       }
+      lua_getfield (L, 3, "reentrant");
+      if (!lua_isnil (L, -1)) {
+         if (lua_type (L, -1) != LUA_TBOOLEAN) {
+            arg_error (L, 1, "lock", 2, "reentrant must be a boolean, got %s",
+                       luaL_typename (L, -1));
+         }
+         k->reentrant = lua_toboolean (L, -1);
+      }
       lua_getfield (L, 3, "on_lost");
       if (!lua_isnil (L, -1)) {
          if (lua_type (L, -1) != LUA_TFUNCTION) {
@@ -1057,10 +1067,12 @@ static int client_lock (lua_State *L)
 
 /* A record as a Lua table: key, owner (nil when released), fence,
  * expires_in (seconds by the database clock, <= 0 when expired), holder =
- * {host, pid, label}. */
+ * {host, pid, label}, holds (reentrant holds, 0 when released). */
 static void push_record (lua_State *L, const leaselock_record_t *r)
 {
-   lua_createtable (L, 0, 5);
+   lua_createtable (L, 0, 6);
+   lua_pushinteger (L, (lua_Integer)r->holds);
+   lua_setfield (L, -2, "holds");
    lua_pushlstring (L, r->key, r->key_len);
    lua_setfield (L, -2, "key");
    if (r->owner[0]) {
@@ -1323,6 +1335,77 @@ static bool wants_renew_failed (lua_State *L, const ll_lua_lock_t *k)
  * wait. Leaves the lease handle on top and returns 1, or pushes
  * nil, msg, code and returns 3.
  */
+/* The lease the running coroutine took through the lock at index 1 and
+ * still holds, pushed; nothing pushed (0) when there is none. */
+static int push_my_lease (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HELD);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 2);
+      return 0;
+   }
+   lua_pushthread (L);
+   lua_rawget (L, -2);
+   ll_lua_lease_t *ls = luaL_testudata (L, -1, LEASE_MT);
+   if (!ls || !ls->lease || leaselock_lease_state (ls->lease) != LEASELOCK_STATE_HELD) {
+      lua_pop (L, 3);
+      return 0;
+   }
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+   return 1;
+}
+
+/* Remembers the lease at the top as the running coroutine's through the
+ * lock at index 1 (a table with weak keys: a finished coroutine goes). */
+static void set_my_lease (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HELD);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 1);
+      lua_createtable (L, 0, 1);
+      lua_createtable (L, 0, 1);
+      lua_pushliteral (L, "k");
+      lua_setfield (L, -2, "__mode");
+      lua_setmetatable (L, -2);
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, -3, UV_HELD);
+   }
+   lua_pushthread (L);
+   lua_pushvalue (L, -4);
+   lua_rawset (L, -3);
+   lua_pop (L, 2);
+}
+
+/* The running coroutine asks again for a lock it holds: with reentrant,
+ * one more hold of the same lease (pushed: 1 result, or 3 on failure);
+ * without, an error (it would wait for itself). 0 when it holds none. */
+static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
+{
+   if (!push_my_lease (L))
+      return 0;
+   if (!k->reentrant) {
+      luaL_where (L, level);
+      lua_pushfstring (L,
+                       "%s: \"%s\" is already held by this coroutine through this lock (pass "
+                       "reentrant = true to enter it again)",
+                       fname, k->key);
+      lua_concat (L, 2);
+      return lua_error (L);
+   }
+   ll_lua_lease_t *ls = lua_touserdata (L, -1);
+   leaselock_error_t err;
+   if (!leaselock_lease_reenter (ls->lease, &err)) {
+      if (err.code == LEASELOCK_UNSUPPORTED)
+         return luaL_error (L, "%s: %s", fname, err.message);
+      lua_pop (L, 1);
+      return push_failure (L, &err);
+   }
+   return 1;
+}
+
 static int do_acquire (lua_State *L,
                        ll_lua_lock_t *k,
                        int level,
@@ -1337,6 +1420,9 @@ static int do_acquire (lua_State *L,
    int client_idx;
    bool ok;
 
+   int again = acquire_again (L, k, level, fname);
+   if (again > 0)
+      return again;
    ls = push_lease_handle (L, level, fname, &client_idx, &client);
    leaselock_acquire_opts_init (&o);
    o.ttl_ms = k->ttl_ms;
@@ -1365,6 +1451,7 @@ static int do_acquire (lua_State *L,
    }
    lease_handle_set (ls, k, lease);
    lua_settop (L, client_idx + 1);
+   set_my_lease (L);
    return 1;
 }
 
@@ -1535,6 +1622,17 @@ static void lease_close (ll_lua_lease_t *ls)
    renew_failed_free (ls);
 }
 
+/* A reentered lease (more than one hold) at the end of an inner with or
+ * <close>: lets that one hold go and keeps the lease open for the outer
+ * ones. False (nothing done) for a lease with one hold or none. */
+static bool let_inner_hold_go (ll_lua_lease_t *ls, bool *ok, leaselock_error_t *err)
+{
+   if (!ls->lease || leaselock_lease_holds (ls->lease) < 2)
+      return false;
+   *ok = leaselock_lease_release (ls->lease, err);
+   return true;
+}
+
 static int lease_gc (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__gc", false);
@@ -1551,6 +1649,11 @@ static int lease_tbc_close (lua_State *L)
       return 0;
    }
    newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
+   bool ok;
+   leaselock_error_t err;
+   if (!newly_lost && let_inner_hold_go (ls, &ok, &err)) {
+      return 0; /* errors ignored, as lease_close's */
+   }
    lease_close (ls);
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -1577,6 +1680,13 @@ static int lease_with_finish (lua_State *L)
    leaselock_error_t err;
    bool seen = ls->lost_seen, newly_lost = false, released = true;
 
+   if (let_inner_hold_go (ls, &released, &err)) {
+      if (!released) {
+         return push_failure (L, &err);
+      }
+      lua_pushboolean (L, 1);
+      return 1;
+   }
    if (ls->lease) {
       leaselock_state_t st = observe (L, 1, ls, false);
       if (st == LEASELOCK_STATE_LOST) {
@@ -1658,6 +1768,16 @@ static int lease_held (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "held", false);
    lua_pushboolean (L, observe (L, 1, ls, true) == LEASELOCK_STATE_HELD);
+   return 1;
+}
+
+/* lease:holds() -> reentrant holds: 1 once acquired, one more per re-entry,
+ * 0 once released or lost */
+static int lease_holds (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "holds", false);
+   observe (L, 1, ls, true);
+   lua_pushinteger (L, ls->lease ? (lua_Integer)leaselock_lease_holds (ls->lease) : 0);
    return 1;
 }
 
@@ -1853,7 +1973,9 @@ static int lock_plan_nb (lua_State *L)
    lua_rawgeti (L, 2, UV_CLIENT); /* 3 */
    check_open_client (L, 3, 3, "acquire_nb");
    c = lua_touserdata (L, 3);
-   if (strcmp (leaselock_client_backend (c->client), "sqlite") == 0) {
+   /* SQLite (instant), and a lock this coroutine holds already (entered
+    * again, or refused, by the one try on the worker): no pool thread. */
+   if (strcmp (leaselock_client_backend (c->client), "sqlite") == 0 || push_my_lease (L)) {
       return 0;
    }
    sc = shared_of (c);
@@ -1969,6 +2091,7 @@ static int lock_adopt_nb (lua_State *L)
    lease_handle_set (ls, k, lease);
    drain_log (L, client_idx);
    lua_settop (L, client_idx + 1);
+   set_my_lease (L);
    return 1;
 }
 
@@ -2127,9 +2250,13 @@ static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
                                          { "try_acquire", lock_try_acquire },
                                          { NULL, NULL } };
 
-static const luaL_Reg lease_methods[] = { { "held", lease_held },          { "lost", lease_lost },
-                                          { "state", lease_state_method }, { "renew", lease_renew },
-                                          { "release", lease_release },    { NULL, NULL } };
+static const luaL_Reg lease_methods[] = { { "held", lease_held },
+                                          { "lost", lease_lost },
+                                          { "state", lease_state_method },
+                                          { "renew", lease_renew },
+                                          { "release", lease_release },
+                                          { "holds", lease_holds },
+                                          { NULL, NULL } };
 
 static const luaL_Reg module_functions[] = { { "connect", l_connect },
                                              { "on_warning", l_on_warning },

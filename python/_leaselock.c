@@ -1055,8 +1055,8 @@ static PyObject *record_tuple (const leaselock_record_t *r)
                        : Py_NewRef (Py_None);
    PyObject *t = NULL;
    if (key && owner && host && label)
-      t = Py_BuildValue ("(OOLLOLO)", key, owner, (long long)r->fence, (long long)r->expires_in_ms,
-                         host, (long long)r->pid, label);
+      t = Py_BuildValue ("(OOLLOLOL)", key, owner, (long long)r->fence, (long long)r->expires_in_ms,
+                         host, (long long)r->pid, label, (long long)r->holds);
    Py_XDECREF (key);
    Py_XDECREF (owner);
    Py_XDECREF (host);
@@ -1474,6 +1474,24 @@ static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
    Py_RETURN_NONE;
 }
 
+/* _reenter(): the holder enters once more (leaselock_lease_reenter). */
+static PyObject *Lease_reenter (LeaseObject *self, PyObject *unused)
+{
+   (void)unused;
+   if (lease_check (self) < 0)
+      return NULL;
+   log_refresh (self->client);
+   leaselock_error_t err;
+   bool ok;
+   leaselock_lease_t *core = self->lease;
+   LL_NOGIL (ok = leaselock_lease_reenter (core, &err));
+   if (!ok && client_closed (self->client))
+      return raise_invalid ("I/O operation on a lease of a closed client");
+   if (!ok)
+      return raise_error (get_state (self->module), &err);
+   Py_RETURN_NONE;
+}
+
 static PyObject *Lease_enter (LeaseObject *self, PyObject *unused)
 {
    (void)unused;
@@ -1540,6 +1558,12 @@ static PyObject *Lease_get_fence (LeaseObject *self, void *c)
 {
    (void)c;
    return PyLong_FromLongLong (self->lease ? leaselock_lease_fence (self->lease) : 0);
+}
+
+static PyObject *Lease_get_holds (LeaseObject *self, void *c)
+{
+   (void)c;
+   return PyLong_FromLongLong (self->lease ? leaselock_lease_holds (self->lease) : 0);
 }
 
 static PyObject *Lease_get_ttl (LeaseObject *self, void *c)
@@ -1621,6 +1645,7 @@ static PyMethodDef Lease_methods[] = {
    { "release", (PyCFunction)Lease_release, METH_NOARGS,
      "release($self, /)\n--\n\nReleases the lease. Raises NotHeld when this owner no longer holds "
      "it." },
+   { "_reenter", (PyCFunction)Lease_reenter, METH_NOARGS, NULL },
    { "__enter__", (PyCFunction)Lease_enter, METH_NOARGS, NULL },
    { "__exit__", (PyCFunction)(void (*) (void))Lease_exit, METH_FASTCALL, NULL },
    { NULL, NULL, 0, NULL },
@@ -1631,6 +1656,8 @@ static PyGetSetDef Lease_getset[] = {
    { "owner", (getter)Lease_get_owner, NULL, "This acquisition's owner token (32 hex).", NULL },
    { "fence", (getter)Lease_get_fence, NULL, "The fencing token: grows on every acquire.", NULL },
    { "ttl", (getter)Lease_get_ttl, NULL, "The lease duration in seconds.", NULL },
+   { "holds", (getter)Lease_get_holds, NULL,
+     "Reentrant holds: 1 once acquired, one more per re-entry, 0 once released or lost.", NULL },
    { "held", (getter)Lease_get_held, NULL, "True while this process holds the lease.", NULL },
    { "lost", (getter)Lease_get_lost, NULL, "True once the lease was declared lost.", NULL },
    { "state", (getter)Lease_get_state, NULL,

@@ -23,6 +23,7 @@ typedef struct rec
    char host[256], label[256];
    char next_owner[LEASELOCK_OWNER_LEN + 1]; /* the reservation ("" none) */
    int64_t next_until, next_since;
+   int64_t holds;
 } rec_t;
 
 /* An entry of a key's queue of fair waiters. */
@@ -41,14 +42,14 @@ static queued_t queue[MAX_QUEUED];
 static int n_queued;
 static int fail_ops;    /* while > 0 every op fails with BACKEND */
 static int64_t db_skew; /* the "database clock" = engine clock + skew */
-static int lose[8];     /* per op: calls still to apply and then fail */
-static int hold[8];     /* per op: calls still to apply and then hold */
-static int refuse[8];   /* per op: calls still to fail before applying */
+static int lose[16];    /* per op: calls still to apply and then fail */
+static int hold[16];    /* per op: calls still to apply and then hold */
+static int refuse[16];  /* per op: calls still to fail before applying */
 static atomic_int held; /* calls holding their reply now */
 static atomic_bool holding;
 static atomic_bool hang;
 static char hang_key[LEASELOCK_KEY_MAX + 1]; /* ops on keys containing it hang */
-static long n_calls[8];
+static long n_calls[16];
 
 void fake_backend_fail (bool on)
 {
@@ -263,6 +264,7 @@ static bool take (const char *key,
    snprintf (r->host, sizeof r->host, "%s", holder->host);
    snprintf (r->label, sizeof r->label, "%s", holder->label);
    r->next_owner[0] = '\0';
+   r->holds = 1;
    *fence = r->fence;
    return leave (FAKE_ACQUIRE, true, err);
 }
@@ -347,6 +349,7 @@ static void fill (const rec_t *r, leaselock_record_t *out, int64_t now)
    snprintf (out->host, sizeof out->host, "%s", r->host);
    out->pid = r->pid;
    snprintf (out->label, sizeof out->label, "%s", r->label);
+   out->holds = r->holds;
 }
 
 static bool fake_inspect (void *conn,
@@ -523,6 +526,26 @@ static bool fake_queue_leave (void *conn,
    return leave (FAKE_QUEUE, true, err);
 }
 
+static bool fake_hold (void *conn,
+                       const char *key,
+                       size_t key_len,
+                       const char *owner,
+                       int delta,
+                       int64_t *holds,
+                       leaselock_error_t *err)
+{
+   (void)conn;
+   if (!enter (FAKE_HOLD, key, err))
+      return false;
+   rec_t *r = find (key, key_len);
+   bool ok = r && !strcmp (r->owner, owner) && r->expires_at > db_now ();
+   if (ok) {
+      r->holds = r->holds + delta < 1 ? 1 : r->holds + delta;
+      *holds = r->holds;
+   }
+   return leave (FAKE_HOLD, ok, err);
+}
+
 int fake_backend_queued (const char *key)
 {
    pthread_mutex_lock (&mu);
@@ -551,4 +574,5 @@ const ll_backend_t fake_backend = {
    .prune = fake_prune,
    .queue_join = fake_queue_join,
    .queue_leave = fake_queue_leave,
+   .hold = fake_hold,
 };

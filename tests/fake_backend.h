@@ -15,7 +15,8 @@ typedef enum
    FAKE_LIST,
    FAKE_FORCE,
    FAKE_PRUNE,
-   FAKE_QUEUE /* queue_join and queue_leave */
+   FAKE_QUEUE, /* queue_join and queue_leave */
+   FAKE_HOLD
 } fake_op_t;
 
 extern const ll_backend_t fake_backend;

@@ -210,6 +210,35 @@ test_fair() {
   [ -e "$T/first" ] || fail "the queued waiter never ran"
 }
 
+# run --reentrant inside a run of the same key enters its lease once more
+# (status shows 2 holds, the same fence); without it the inner run is busy;
+# another key or no run around it is an ordinary run.
+test_reentrant() {
+  local inner="'$BIN' --uri '$URI'"
+  ll run re/key -- sh -c "$inner run --reentrant re/key -- sh -c \"$inner status --json re/key; \
+    echo fence=\\\$LEASELOCK_FENCE\"; echo inner=\$?; $inner status --json re/key"
+  expect_rc 0 || return
+  grep -q '"holds":2' "$OUT" || { fail "inner status: $(cat "$OUT")"; return; }
+  grep -q '^inner=0$' "$OUT" || { fail "inner run: $(cat "$OUT")"; return; }
+  grep -q '"holds":1' "$OUT" || { fail "after the inner run: $(cat "$OUT")"; return; }
+  local f; f=$(sed -n 's/^fence=//p' "$OUT")
+  grep -q "\"fence\":$f," "$OUT" || { fail "fence $f not the lease's: $(cat "$OUT")"; return; }
+  ll status re/key; expect_rc 1 || return
+  # The inner command's exit status comes back through both runs.
+  ll run re/key -- sh -c "$inner run --reentrant re/key -- sh -c 'exit 7'"
+  expect_rc 7 || return
+  # Without --reentrant the inner run finds the key busy (one try).
+  ll run re/key -- sh -c "$inner run re/key -- true"
+  expect_rc 75 || return
+  # Another key: an ordinary run of its own.
+  ll run re/key -- sh -c "$inner run --reentrant re/other -- $inner status re/other"
+  expect_rc 0 || return
+  expect_out "state:      held" || return
+  # No run around it: an ordinary run.
+  ll run --reentrant re/key -- true
+  expect_rc 0
+}
+
 test_wait_then_acquire() {
   ll_bg run wait/key -- sh -c 'sleep 1; echo "$LEASELOCK_FENCE" > "$0/first-done"' "$T"
   local holder=$BGPID

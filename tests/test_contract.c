@@ -2696,6 +2696,127 @@ static void test_fair_sleep_policy (void)
    }
 }
 
+/* ---- reentrant holds ----------------------------------------------------- */
+
+/* The holder enters again: the record counts the holds, the lease and
+ * its fence stay; each release lets one go until the last frees the key. */
+static void test_reenter (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = NULL;
+   const char *k = key ("reenter");
+   CHECK_OK (acq (a, k, opts (60000, false), &la, &err), err);
+   int64_t fence = leaselock_lease_fence (la);
+   CHECK_EQ (leaselock_lease_holds (la), 1);
+   CHECK_OK (leaselock_lease_reenter (la, &err), err);
+   CHECK_OK (leaselock_lease_reenter (la, &err), err);
+   CHECK_EQ (leaselock_lease_holds (la), 3);
+   leaselock_record_t rec;
+   bool found;
+   CHECK_OK (leaselock_inspect (a, k, strlen (k), &rec, &found, &err), err);
+   CHECK (found && rec.holds == 3 && rec.fence == fence);
+   CHECK (!strcmp (rec.owner, leaselock_lease_owner (la)));
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_HELD);
+   CHECK_EQ (leaselock_lease_holds (la), 1);
+   bool ok = acq (b, k, opts (60000, false), &lb, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "another owner");
+   CHECK_OK (leaselock_inspect (a, k, strlen (k), &rec, &found, &err), err);
+   CHECK_EQ (rec.holds, 1);
+   CHECK_OK (leaselock_lease_release (la, &err), err); /* the last */
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_RELEASED);
+   CHECK_EQ (leaselock_lease_holds (la), 0);
+   ok = leaselock_lease_reenter (la, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "no longer held");
+   CHECK_OK (leaselock_inspect (a, k, strlen (k), &rec, &found, &err), err);
+   CHECK_EQ (rec.holds, 0);
+   CHECK_OK (acq (b, k, opts (60000, false), &lb, &err), err);
+   CHECK (leaselock_lease_fence (lb) > fence);
+   leaselock_lease_destroy (lb);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* Destroying a lease releases the key whatever its holds. */
+static void test_reenter_destroy (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = NULL;
+   const char *k = key ("reenter-destroy");
+   CHECK_OK (acq (a, k, opts (60000, false), &la, &err), err);
+   CHECK_OK (leaselock_lease_reenter (la, &err), err);
+   leaselock_lease_destroy (la);
+   CHECK_OK (acq (b, k, opts (60000, false), &lb, &err), err);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A holder known by its owner token alone (a supervised command's
+ * process) enters and leaves; another owner cannot; bad arguments. */
+static void test_hold_by_owner (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   const char *k = key ("hold-owner");
+   size_t n = strlen (k);
+   CHECK_OK (acq (a, k, opts (60000, false), &la, &err), err);
+   const char *owner = leaselock_lease_owner (la);
+   int64_t holds = 0;
+   CHECK_OK (leaselock_hold (b, k, n, owner, +1, &holds, &err), err);
+   CHECK_EQ (holds, 2);
+   CHECK_OK (leaselock_hold (b, k, n, owner, -1, &holds, &err), err);
+   CHECK_EQ (holds, 1);
+   CHECK_OK (leaselock_hold (b, k, n, owner, -1, &holds, &err), err);
+   CHECK_EQ (holds, 1); /* never the last: the lease's own release is */
+   bool ok = leaselock_hold (b, k, n, "0123456789abcdef0123456789abcdef", +1, &holds, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "no longer held by this owner");
+   ok = leaselock_hold (b, k, n, owner, 2, &holds, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "delta must be +1 or -1");
+   ok = leaselock_hold (b, k, n, "xyz", 1, &holds, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "owner must be 32 lower-case hex");
+   ok = leaselock_hold (b, k, n, NULL, 1, &holds, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "owner must be");
+   ok = leaselock_hold (b, k, n, owner, 1, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "holds");
+   ok = leaselock_hold (b, "", 0, owner, 1, &holds, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key");
+   ok = leaselock_lease_reenter (NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "lease is NULL");
+   CHECK_EQ (leaselock_lease_holds (NULL), 0);
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   ok = leaselock_hold (b, k, n, owner, +1, &holds, &err);
+   CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "no longer held by this owner");
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* An expired lease cannot be entered again (the fake clock lets it run
+ * out): the holder stops first. */
+static void test_reenter_expired (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   const char *k = key ("reenter-expired");
+   CHECK_OK (acq (a, k, opts (200, false), &la, &err), err);
+   t_sleep (300);
+   bool ok = leaselock_lease_reenter (la, &err);
+   CHECK_ERR (ok, err, LEASELOCK_LOST, "was lost");
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
 int main (int argc, char **argv)
 {
    if (argc != 2) {
@@ -2737,6 +2858,10 @@ int main (int argc, char **argv)
    RUN (test_wait_interrupted);
    RUN (test_wait_steps);
    RUN (test_fair_sleep_policy);
+   RUN (test_reenter);
+   RUN (test_reenter_destroy);
+   RUN (test_hold_by_owner);
+   RUN (test_reenter_expired);
    RUN (test_fair_order);
    RUN (test_fair_give_up_leaves);
    RUN (test_fair_dead_waiter);

@@ -16,6 +16,12 @@
  *    unreserved;
  *  - driver defaults (timeouts, appname, wtimeout) and URI overrides;
  *  - renew of an expired lease nobody took: NOT_HELD;
+ *  - reentrant hold counts: acquire sets 1, hold moves it by one and never
+ *    below 1, on the owner's live record only (another owner, expired,
+ *    released, missing: NOT_HELD), for odd keys too; a record without the
+ *    holds field reads as 1 while owned and counts from there; threads of
+ *    one owner entering and leaving at once; hold's commands and round
+ *    trips;
  *  - force_release: owner cleared, fence kept, and a lease acquired between
  *    its read and its write is never cleared while reporting took=false;
  *  - server clock only: a process whose clock is an hour off (faketime)
@@ -310,6 +316,8 @@ static int check_cmds (bool want_majority, char *why, size_t size)
    return writes;
 }
 
+static bool is_cmd (int i, const char *name, bool upsert);
+
 static void test_command_shape (void)
 {
    void *c = open_conn (URI);
@@ -340,6 +348,21 @@ static void test_command_shape (void)
    CHECK_EQ (fence, 2);
    ok = B->renew (c, k, strlen (k), a, 30000, &err);
    CHECK_OK (ok, err);
+   /* hold: one findAndModify while the count moves, two when -1 finds it
+    * at 1 already; neither an upsert. */
+   int64_t holds = 0;
+   int before = n_cmds;
+   CHECK_OK (B->hold (c, k, strlen (k), a, +1, &holds, &err), err);
+   CHECK_EQ (holds, 2);
+   CHECK_EQ (n_cmds - before, 1);
+   CHECK_OK (B->hold (c, k, strlen (k), a, -1, &holds, &err), err);
+   CHECK_EQ (holds, 1);
+   CHECK_EQ (n_cmds - before, 2);
+   CHECK_OK (B->hold (c, k, strlen (k), a, -1, &holds, &err), err);
+   CHECK_EQ (holds, 1);
+   CHECK_EQ (n_cmds - before, 4);
+   for (int i = before; i < n_cmds; i++)
+      CHECK (is_cmd (i, "findAndModify", false));
    ok = B->release (c, k, strlen (k), a, 1000, &err);
    CHECK_OK (ok, err);
    ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
@@ -355,7 +378,7 @@ static void test_command_shape (void)
    if (writes < 0)
       fprintf (stderr, "    %s\n", why);
    CHECK (writes >= 0);
-   CHECK (writes >= 7); /* 2 + 2 + 1 acquire, renew, release, force_release */
+   CHECK (writes >= 11); /* 2 + 2 + 1 acquire, renew, 4 hold, release, force_release */
 
    /* The acquire's conditional query judges expiry with $$NOW; the upsert's
     * query is {_id, fence: {$exists: false}}. */
@@ -1959,6 +1982,253 @@ static void test_old_record_unreserved (void)
    B->close (c);
 }
 
+/* ---- reentrant hold counts --------------------------------------------- */
+
+/* hold (delta) of k for owner: the count after, 0 for NOT_HELD, -1 for
+ * another error (on stderr). */
+static int64_t hold_of (void *c, const char *k, size_t n, const char *owner, int delta)
+{
+   leaselock_error_t err;
+   int64_t holds = -5;
+   if (B->hold (c, k, n, owner, delta, &holds, &err))
+      return holds;
+   if (err.code == LEASELOCK_NOT_HELD)
+      return 0;
+   fprintf (stderr, "    hold: %s %s\n", leaselock_code_name (err.code), err.message);
+   return -1;
+}
+
+/* The holds inspect reports for k (-1: no record or an error). */
+static int64_t holds_shown (void *c, const char *k, size_t n)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   if (!B->inspect (c, k, n, &rec, &found, &err) || !found)
+      return -1;
+   return rec.holds;
+}
+
+/* The stored holds of k: -2 when the field is missing, -1 when there is
+ * no record. */
+static int64_t raw_holds (void *c, const char *k, size_t n)
+{
+   bson_t filter = BSON_INITIALIZER;
+   bson_append_utf8 (&filter, "_id", 3, k, (int)n);
+   mongoc_cursor_t *cur =
+     mongoc_collection_find_with_opts (ll_mongodb_test_collection (c), &filter, NULL, NULL);
+   const bson_t *doc;
+   bson_iter_t it;
+   int64_t v = -1;
+   if (mongoc_cursor_next (cur, &doc))
+      v = bson_iter_init_find (&it, doc, "holds") ? bson_iter_as_int64 (&it) : -2;
+   mongoc_cursor_destroy (cur);
+   bson_destroy (&filter);
+   return v;
+}
+
+/* Makes k's record look written before hold counts: no holds field. */
+static bool strip_holds (void *c, const char *k, size_t n)
+{
+   bson_t q = BSON_INITIALIZER;
+   bson_append_utf8 (&q, "_id", 3, k, (int)n);
+   bson_t *u = BCON_NEW ("$unset", "{", "holds", BCON_UTF8 (""), "}");
+   bson_t reply;
+   bson_iter_t it;
+   bool ok =
+     mongoc_collection_update_one (ll_mongodb_test_collection (c), &q, u, NULL, &reply, NULL) &&
+     bson_iter_init_find (&it, &reply, "matchedCount") && bson_iter_as_int64 (&it) == 1;
+   bson_destroy (&reply);
+   bson_destroy (&q);
+   bson_destroy (u);
+   return ok;
+}
+
+typedef struct
+{
+   int64_t holds;
+   int n;
+} holds_seen_t;
+
+static bool see_holds (const leaselock_record_t *rec, void *data)
+{
+   holds_seen_t *s = data;
+   s->holds = rec->holds;
+   s->n++;
+   return true;
+}
+
+/* The count moves by one each way, never below 1, the lease and its fence
+ * kept; another owner, a released, expired or missing record: NOT_HELD,
+ * the count untouched; the next take stores 1 again. */
+static void test_hold_counts (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33];
+   int64_t f1 = 0, f2 = 0;
+   new_owner (a);
+   new_owner (b);
+   const char *k = key ("hold-counts");
+   size_t n = strlen (k);
+   CHECK_OK (acquire (c, k, a, 30000, &f1, &err), err);
+   CHECK_EQ (raw_holds (c, k, n), 1);
+   CHECK_EQ (holds_shown (c, k, n), 1);
+   CHECK_EQ (hold_of (c, k, n, a, +1), 2);
+   CHECK_EQ (hold_of (c, k, n, a, +1), 3);
+   CHECK_EQ (holds_shown (c, k, n), 3);
+   CHECK_EQ (hold_of (c, k, n, b, +1), 0);
+   CHECK_EQ (hold_of (c, k, n, b, -1), 0);
+   CHECK_EQ (raw_holds (c, k, n), 3);
+   CHECK_EQ (hold_of (c, k, n, a, -1), 2);
+   CHECK_EQ (hold_of (c, k, n, a, -1), 1);
+   CHECK_EQ (hold_of (c, k, n, a, -1), 1); /* never below 1 */
+   CHECK_EQ (raw_holds (c, k, n), 1);
+   CHECK_EQ (hold_of (c, k, n, a, +1), 2);
+   holds_seen_t seen = { -1, 0 };
+   CHECK_OK (B->list (c, k, n, see_holds, &seen, &err), err);
+   CHECK (seen.n == 1 && seen.holds == 2);
+   leaselock_record_t rec;
+   bool found = false;
+   CHECK_OK (B->inspect (c, k, n, &rec, &found, &err), err);
+   CHECK (found && !strcmp (rec.owner, a) && rec.fence == f1 && rec.expires_in_ms > 25000);
+   CHECK_OK (B->release (c, k, n, a, 0, &err), err);
+   CHECK_EQ (hold_of (c, k, n, a, +1), 0);
+   CHECK_EQ (hold_of (c, k, n, a, -1), 0);
+   CHECK_EQ (holds_shown (c, k, n), 0); /* released: no holds */
+   CHECK_OK (acquire (c, k, b, 30000, &f2, &err), err);
+   CHECK_EQ (f2, f1 + 1);
+   CHECK_EQ (raw_holds (c, k, n), 1);
+   CHECK_EQ (holds_shown (c, k, n), 1);
+   /* Expired: its owner cannot enter again; a take-over starts at 1. */
+   const char *e = key ("hold-expired");
+   CHECK_OK (acquire (c, e, a, 300, NULL, &err), err);
+   CHECK_EQ (hold_of (c, e, strlen (e), a, +1), 2);
+   sleep_ms (400);
+   CHECK_EQ (hold_of (c, e, strlen (e), a, +1), 0);
+   CHECK_EQ (hold_of (c, e, strlen (e), a, -1), 0);
+   CHECK_EQ (raw_holds (c, e, strlen (e)), 2);
+   CHECK_OK (acquire (c, e, b, 30000, NULL, &err), err);
+   CHECK_EQ (holds_shown (c, e, strlen (e)), 1);
+   /* No record at all. */
+   const char *m = key ("hold-missing");
+   CHECK_EQ (hold_of (c, m, strlen (m), a, +1), 0);
+   CHECK_EQ (raw_holds (c, m, strlen (m)), -1);
+   B->close (c);
+}
+
+/* A record written before hold counts (no holds field) reads as 1 while
+ * owned: -1 leaves it at 1, +1 makes 2, and a released one shows none. */
+static void test_hold_old_record (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33];
+   new_owner (a);
+   new_owner (b);
+   const char *k = key ("hold-old");
+   size_t n = strlen (k);
+   CHECK_OK (acquire (c, k, a, 30000, NULL, &err), err);
+   CHECK (strip_holds (c, k, n));
+   CHECK_EQ (raw_holds (c, k, n), -2);
+   CHECK_EQ (holds_shown (c, k, n), 1);
+   CHECK_EQ (hold_of (c, k, n, b, +1), 0);
+   CHECK_EQ (raw_holds (c, k, n), -2);
+   CHECK_EQ (hold_of (c, k, n, a, -1), 1);
+   CHECK (strip_holds (c, k, n));
+   CHECK_EQ (hold_of (c, k, n, a, +1), 2);
+   CHECK_EQ (raw_holds (c, k, n), 2);
+   CHECK_EQ (hold_of (c, k, n, a, -1), 1);
+   CHECK_OK (B->release (c, k, n, a, 0, &err), err);
+   CHECK (strip_holds (c, k, n));
+   CHECK_EQ (holds_shown (c, k, n), 0);
+   CHECK_EQ (hold_of (c, k, n, a, +1), 0);
+   B->close (c);
+}
+
+/* Threads of one owner entering and leaving at once, each on a
+ * connection of its own: every hold counts (each -1 follows its own +1,
+ * so the count never meets the floor and ends at 1). */
+#define HOLD_THREADS 4
+#define HOLD_ROUNDS 25
+
+typedef struct
+{
+   const char *k, *owner;
+   int bad;
+} hold_race_t;
+
+static void *hold_racer (void *arg)
+{
+   hold_race_t *r = arg;
+   void *c = open_conn (URI);
+   if (!c) {
+      r->bad++;
+      return NULL;
+   }
+   for (int i = 0; i < HOLD_ROUNDS; i++) {
+      r->bad += hold_of (c, r->k, strlen (r->k), r->owner, +1) < 2;
+      r->bad += hold_of (c, r->k, strlen (r->k), r->owner, -1) < 1;
+   }
+   B->close (c);
+   return NULL;
+}
+
+static void test_hold_concurrent (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   const char *k = key ("hold-concurrent");
+   CHECK_OK (acquire (c, k, a, 60000, NULL, &err), err);
+   pthread_t t[HOLD_THREADS];
+   hold_race_t r[HOLD_THREADS];
+   for (int i = 0; i < HOLD_THREADS; i++) {
+      r[i] = (hold_race_t){ k, a, 0 };
+      CHECK (pthread_create (&t[i], NULL, hold_racer, &r[i]) == 0);
+   }
+   int bad = 0;
+   for (int i = 0; i < HOLD_THREADS; i++) {
+      pthread_join (t[i], NULL);
+      bad += r[i].bad;
+   }
+   CHECK_EQ (bad, 0);
+   CHECK_EQ (raw_holds (c, k, strlen (k)), 1);
+   B->close (c);
+}
+
+/* Keys with quotes, operators, multibyte characters and 255 bytes: the
+ * count of the right record moves. */
+static void test_hold_odd_keys (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], b[33], big[256] = "";
+   new_owner (a);
+   new_owner (b);
+   for (int i = 0; i < 85; i++)
+      strcat (big, "€");
+   const char *names[] = { key ("hold/it's a \"quoted\" key` \\ $where {\"$gt\":\"\"}"),
+                           key ("hold/ключ/鍵/🔒/é"), big };
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      const char *k = names[i];
+      size_t n = strlen (k);
+      CHECK_OK (acquire (c, k, a, 30000, NULL, &err), err);
+      CHECK_EQ (hold_of (c, k, n, a, +1), 2);
+      CHECK_EQ (hold_of (c, k, n, b, +1), 0);
+      CHECK_EQ (holds_shown (c, k, n), 2);
+      CHECK_EQ (hold_of (c, k, n, a, -1), 1);
+      CHECK_OK (B->release (c, k, n, a, 0, &err), err);
+   }
+   CHECK_EQ (strlen (big), 255);
+   B->close (c);
+}
+
 int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--child"))
@@ -1987,6 +2257,10 @@ int main (int argc, char **argv)
    RUN (test_bad_uris);
    RUN (test_driver_defaults);
    RUN (test_renew_expired);
+   RUN (test_hold_counts);
+   RUN (test_hold_old_record);
+   RUN (test_hold_odd_keys);
+   RUN (test_hold_concurrent);
    RUN (test_fork_abandon);
    RUN (test_fork_abandon_tls);
    RUN (test_server_clock_only);

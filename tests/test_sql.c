@@ -15,8 +15,8 @@
  * a fork() while one is in flight, ends within the URI's io_timeout and
  * connect_timeout or the default bounds), bad URIs, the table option,
  * concurrent first use, connections abandoned after fork, the next
- * owner's reservation (acquire_wait, backend level) and the migration of
- * a version-1 table.
+ * owner's reservation (acquire_wait, backend level), reentrant hold
+ * counts (backend level) and the migration of tables of versions 1 to 3.
  *
  * A raw driver connection (tests/sql_driver.h) checks the server side:
  * the suite is built once with libmariadb (build/tests/test_sql_mysql) and
@@ -24,6 +24,8 @@
  */
 #include "ll_internal.h"
 #include "sql_driver.h"
+#include "sql_mysql.h"
+#include "sql_postgresql.h"
 #include "testlib.h"
 #include "queue_cases.h"
 
@@ -42,6 +44,9 @@
 
 static bool IS_MYSQL;
 static const char *SELF;
+
+/* The schema version this backend writes. */
+#define SCHEMA_VERSION (IS_MYSQL ? LL_MYSQL_SCHEMA_VERSION : LL_POSTGRESQL_SCHEMA_VERSION)
 
 /* A URI like URI with extra options appended. */
 static const char *uri_with (const char *opts)
@@ -447,6 +452,155 @@ static void rsv_run (const char *uri, void (*body) (const ll_backend_t *, void *
    b->close (conn);
 }
 
+/* ---- reentrant hold counts --------------------------------------------- */
+
+typedef struct
+{
+   int64_t holds;
+   int n;
+} holds_seen_t;
+
+static bool see_holds (const leaselock_record_t *rec, void *data)
+{
+   holds_seen_t *s = data;
+   s->holds = rec->holds;
+   s->n++;
+   return true;
+}
+
+/* The holds list reports for the one record under prefix k (-1: not one). */
+static int64_t list_count_holds (const ll_backend_t *b, void *conn, const char *k, size_t n)
+{
+   leaselock_error_t err;
+   holds_seen_t s = { -1, 0 };
+   if (!b->list (conn, k, n, see_holds, &s, &err) || s.n != 1)
+      return -1;
+   return s.holds;
+}
+
+/* hold (delta) of k for owner: the count after, 0 for NOT_HELD, -1 for
+ * another error (on stderr). */
+static int64_t hold_of (const ll_backend_t *b,
+                        void *conn,
+                        const char *k,
+                        size_t n,
+                        const char *owner,
+                        int delta)
+{
+   leaselock_error_t err;
+   int64_t holds = -5;
+   if (b->hold (conn, k, n, owner, delta, &holds, &err))
+      return holds;
+   if (err.code == LEASELOCK_NOT_HELD)
+      return 0;
+   fprintf (stderr, "    hold: %s %s\n", leaselock_code_name (err.code), err.message);
+   return -1;
+}
+
+/* The holds inspect reports for k (-1: no record or an error). */
+static int64_t holds_shown (const ll_backend_t *b, void *conn, const char *k, size_t n)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   if (!b->inspect (conn, k, n, &rec, &found, &err) || !found)
+      return -1;
+   return rec.holds;
+}
+
+/* The holds column of k in table, as stored (-1 on error). k is spelled
+ * into the query: plain keys only. */
+static long long raw_holds (const char *table, const char *k)
+{
+   char sql[512], out[64] = "";
+   snprintf (sql, sizeof sql, "SELECT holds FROM %s WHERE lock_key = '%s'", table, k);
+   return raw_query (sql, out, sizeof out) && out[0] ? atoll (out) : -1;
+}
+
+/* The count moves by one each way and never below 1; the lease, its
+ * fence and expiry stay; another owner, an expired or released lease, a
+ * missing key: NOT_HELD, the count untouched; a take sets 1 again. */
+static void hold_counts (const ll_backend_t *b, void *c)
+{
+   const char *k = key ("hold-counts");
+   size_t n = strlen (k);
+   int64_t f1 = 0, f2 = 0;
+   leaselock_error_t err;
+   leaselock_record_t r1, r2;
+   bool found = false;
+   CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
+   CHECK_EQ (holds_shown (b, c, k, n), 1);
+   CHECK_OK (b->inspect (c, k, n, &r1, &found, &err), err);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 2);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 3);
+   CHECK_EQ (holds_shown (b, c, k, n), 3);
+   CHECK_OK (b->inspect (c, k, n, &r2, &found, &err), err);
+   CHECK (!strcmp (r2.owner, RSV_H) && r2.fence == f1 && r2.expires_in_ms <= r1.expires_in_ms);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_W, +1), 0);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_W, -1), 0);
+   CHECK_EQ (holds_shown (b, c, k, n), 3);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, -1), 2);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, -1), 1);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, -1), 1); /* never below 1 */
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 2);
+   CHECK_EQ (list_count_holds (b, c, k, n), 2);
+   CHECK (rsv_release (b, c, k, RSV_H));
+   CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 0);
+   CHECK_EQ (holds_shown (b, c, k, n), 0); /* released: no holds */
+   /* The next take starts at 1 again. */
+   CHECK_EQ (rsv_take (b, c, k, RSV_W, 10000, &f2), 'T');
+   CHECK_EQ (f2, f1 + 1);
+   CHECK_EQ (holds_shown (b, c, k, n), 1);
+   CHECK_EQ (hold_of (b, c, k, n, RSV_W, +1), 2);
+   CHECK (rsv_release (b, c, k, RSV_W));
+   /* Expired: its owner cannot enter again, and a take-over starts at 1. */
+   const char *e = key ("hold-expired");
+   CHECK_EQ (rsv_take (b, c, e, RSV_H, 200, NULL), 'T');
+   CHECK_EQ (hold_of (b, c, e, strlen (e), RSV_H, +1), 2);
+   sleep_ms (300);
+   CHECK_EQ (hold_of (b, c, e, strlen (e), RSV_H, +1), 0);
+   CHECK_EQ (hold_of (b, c, e, strlen (e), RSV_H, -1), 0);
+   CHECK_EQ (rsv_take (b, c, e, RSV_W, 10000, NULL), 'T');
+   CHECK_EQ (holds_shown (b, c, e, strlen (e)), 1);
+   CHECK (rsv_release (b, c, e, RSV_W));
+   /* No record at all. */
+   const char *m = key ("hold-missing");
+   CHECK_EQ (hold_of (b, c, m, strlen (m), RSV_H, +1), 0);
+   CHECK_EQ (holds_shown (b, c, m, strlen (m)), -1);
+}
+
+/* Keys with quotes, backslashes, multibyte characters and 255 bytes: the
+ * count of the right record moves (bound parameters only). */
+static void hold_odd_keys (const ll_backend_t *b, void *c)
+{
+   char big[256] = "";
+   for (int i = 0; i < 85; i++)
+      strcat (big, "€");
+   const char *names[] = { key ("hold/it's a \"quoted\" key` \\ \\' %_"), key ("hold/ключ/鍵/🔒/é"),
+                           big };
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      const char *k = names[i];
+      size_t n = strlen (k);
+      CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'T');
+      CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 2);
+      CHECK_EQ (hold_of (b, c, k, n, RSV_W, +1), 0);
+      CHECK_EQ (holds_shown (b, c, k, n), 2);
+      CHECK_EQ (hold_of (b, c, k, n, RSV_H, -1), 1);
+      CHECK (rsv_release (b, c, k, RSV_H));
+   }
+   CHECK_EQ (strlen (big), 255);
+}
+
+static void test_hold_counts (void)
+{
+   rsv_run (URI, hold_counts);
+}
+
+static void test_hold_odd_keys (void)
+{
+   rsv_run (URI, hold_odd_keys);
+}
+
 /* A live reservation of waiter W blocks every other owner's acquire of the
  * released record, the old holder's too; W takes it (fence + 1), which
  * clears the reservation: X can then be next, and takes it after W. */
@@ -595,6 +749,8 @@ static void test_retry_beats_reservation (void)
 /* A version-1 table (the old DDL: raw_create_v1) is migrated in place on
  * open: version 2 recorded, its record kept and unreserved (the new
  * columns read NULL), and reservations work on it. */
+static const char *MIGRATING; /* the table a migration test opens */
+
 static void rsv_on_migrated (const ll_backend_t *b, void *c)
 {
    leaselock_error_t err;
@@ -603,6 +759,7 @@ static void rsv_on_migrated (const ll_backend_t *b, void *c)
    int64_t f = 0;
    CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
+   CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column, 1 for what was there */
    CHECK_EQ (rsv_wait (b, c, "old", RSV_W, 2000, 0, &f), 'T');
    CHECK_EQ (f, 8);
    CHECK_EQ (rsv_wait (b, c, "old", RSV_X, 2000, 0, NULL), 'R');
@@ -610,6 +767,8 @@ static void rsv_on_migrated (const ll_backend_t *b, void *c)
    CHECK_EQ (rsv_take (b, c, "old", RSV_H, 10000, NULL), 'B');
    CHECK_EQ (rsv_take (b, c, "old", RSV_X, 10000, &f), 'T');
    CHECK_EQ (f, 9);
+   CHECK_EQ (hold_of (b, c, "old", 3, RSV_X, +1), 2);
+   CHECK_EQ (holds_shown (b, c, "old", 3), 2);
 }
 
 static void test_migrate_v1 (void)
@@ -619,6 +778,7 @@ static void test_migrate_v1 (void)
    snprintf (opt, sizeof opt, "table=%s", table);
    snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
    bool made = raw_create_v1 (table);
+   MIGRATING = table;
    if (made) {
       rsv_run (uri_with (opt), rsv_on_migrated);
       raw_query (sql, out, sizeof out);
@@ -626,7 +786,7 @@ static void test_migrate_v1 (void)
    snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
    raw_query (sql, NULL, 0);
    CHECK (made);
-   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
 }
 
 /* An expired record reserved by a younger waiter: an older waiter's
@@ -701,11 +861,13 @@ static void test_concurrent_migration (void)
    }
    snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
    raw_query (sql, out, sizeof out);
+   long long holds = raw_holds (table, "old");
    snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
    raw_query (sql, NULL, 0);
    CHECK (made);
    CHECK_EQ (failed, 0);
-   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
+   CHECK_EQ (holds, 1);
 }
 
 /* ---- the fair mode's queue -------------------------------------------- */
@@ -852,10 +1014,12 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    static const ll_holder_t h = { "h", 1, "l" };
    CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
+   CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column */
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
    CHECK_OK (b->acquire (c, "old", 3, QC_B, 10000, &h, &f, &err), err);
    CHECK_EQ (f, 8);
+   CHECK_EQ (hold_of (b, c, "old", 3, QC_B, +1), 2);
 }
 
 /* A version-2 table is migrated in place on open: version 3 recorded, the
@@ -866,6 +1030,7 @@ static void test_migrate_v2 (void)
    snprintf (table, sizeof table, "ll_v2_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
    snprintf (opt, sizeof opt, "table=%s", table);
    bool made = raw_create_v2 (table);
+   MIGRATING = table;
    if (made) {
       qc_run (uri_with (opt), q_on_migrated, q_rows);
       snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
@@ -876,7 +1041,7 @@ static void test_migrate_v2 (void)
    snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
    raw_query (sql, NULL, 0);
    CHECK (made);
-   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
    CHECK_EQ (atoi (rows_out), 2);
 }
 
@@ -919,12 +1084,117 @@ static void test_concurrent_migration_v2 (void)
    raw_query (sql, out, sizeof out);
    snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue", table);
    raw_query (sql, rows_out, sizeof rows_out);
+   long long holds = raw_holds (table, "old");
    snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
    raw_query (sql, NULL, 0);
    CHECK (made);
    CHECK_EQ (failed, 0);
-   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
    CHECK_EQ (atoi (rows_out), 6);
+   CHECK_EQ (holds, 1);
+}
+
+/* Makes table a version-3 table: version 2's (raw_create_v2) with the
+ * queue table, version 3 recorded, and its record "old" a live lease of
+ * RSV_H (60 s left) as version 3 stored it: no hold count. */
+static bool raw_create_v3 (const char *table)
+{
+   char sql[1024];
+   if (!raw_create_v2 (table))
+      return false;
+   snprintf (sql, sizeof sql, IS_MYSQL ? LL_MYSQL_CREATE_QUEUE : LL_POSTGRESQL_CREATE_QUEUE, table);
+   if (!raw_query (sql, NULL, 0))
+      return false;
+   snprintf (sql, sizeof sql,
+             IS_MYSQL ? "UPDATE %s SET owner = '" RSV_H "', expires_at = UTC_TIMESTAMP(6) + "
+                        "INTERVAL 60 SECOND WHERE lock_key = 'old'"
+                      : "UPDATE %s SET owner = '" RSV_H "', expires_at = clock_timestamp() + "
+                        "interval '60 s' WHERE lock_key = 'old'",
+             table);
+   if (!raw_query (sql, NULL, 0))
+      return false;
+   snprintf (sql, sizeof sql, "UPDATE %s_meta SET schema_version = 3", table);
+   return raw_query (sql, NULL, 0);
+}
+
+/* On a migrated version-3 table: the live lease there was holds once; its
+ * owner enters again and leaves; another owner cannot. */
+static void v3_on_migrated (const ll_backend_t *b, void *c)
+{
+   CHECK_EQ (raw_holds (MIGRATING, "old"), 1);
+   CHECK_EQ (holds_shown (b, c, "old", 3), 1);
+   CHECK_EQ (hold_of (b, c, "old", 3, RSV_H, +1), 2);
+   CHECK_EQ (hold_of (b, c, "old", 3, RSV_W, +1), 0);
+   CHECK_EQ (hold_of (b, c, "old", 3, RSV_H, -1), 1);
+   CHECK_EQ (hold_of (b, c, "old", 3, RSV_H, -1), 1);
+   CHECK_EQ (rsv_take (b, c, "old", RSV_W, 10000, NULL), 'B');
+}
+
+/* A version-3 table is migrated in place on open: version 4 recorded, the
+ * holds column added, 1 for its live lease. */
+static void test_migrate_v3 (void)
+{
+   char table[64], opt[80], sql[256], out[64] = "";
+   snprintf (table, sizeof table, "ll_v3_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s", table);
+   bool made = raw_create_v3 (table);
+   MIGRATING = table;
+   if (made) {
+      CHECK_EQ (raw_holds (table, "old"), -1); /* no such column yet */
+      rsv_run (uri_with (opt), v3_on_migrated);
+      snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
+      raw_query (sql, out, sizeof out);
+   }
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
+   raw_query (sql, NULL, 0);
+   CHECK (made);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
+}
+
+/* Several processes opening one version-3 table at once all succeed, each
+ * entering the live lease once more: it ends at version 4 with every
+ * hold counted (1 + 6). */
+static void test_concurrent_migration_v3 (void)
+{
+   char table[64], opt[80], sql[256], out[64] = "";
+   snprintf (table, sizeof table, "ll_v3race_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s", table);
+   const char *u = uri_with (opt);
+   bool made = raw_create_v3 (table);
+   int fds[2], failed = 0;
+   CHECK (pipe (fds) == 0);
+   pid_t pids[6];
+   for (int i = 0; made && i < 6; i++) {
+      if ((pids[i] = fork ()) == 0) {
+         char ch;
+         close (fds[1]);
+         if (read (fds[0], &ch, 1) < 0) /* all start together */
+            _exit (4);
+         const ll_backend_t *b = NULL;
+         void *c = backend_open (u, &b);
+         bool ok = c && hold_of (b, c, "old", 3, RSV_H, +1) >= 2;
+         if (c)
+            b->close (c);
+         _exit (ok ? 0 : 1);
+      }
+   }
+   close (fds[0]);
+   sleep_ms (200);
+   close (fds[1]);
+   for (int i = 0; made && i < 6; i++) {
+      int st;
+      waitpid (pids[i], &st, 0);
+      failed += !WIFEXITED (st) || WEXITSTATUS (st) != 0;
+   }
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
+   raw_query (sql, out, sizeof out);
+   long long holds = raw_holds (table, "old");
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
+   raw_query (sql, NULL, 0);
+   CHECK (made);
+   CHECK_EQ (failed, 0);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
+   CHECK_EQ (holds, 7);
 }
 
 /* ---- connections ------------------------------------------------------ */
@@ -1227,9 +1497,9 @@ static void test_table_option_and_schema (void)
    CHECK_EQ (atoi (out), 1);
    snprintf (sql, sizeof sql, "SELECT schema_version FROM ll_custom_%d_meta", (int)getpid ());
    CHECK (raw_query (sql, out, sizeof out));
-   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
    CHECK (raw_query ("SELECT schema_version FROM leaselock_meta", out, sizeof out));
-   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (out), SCHEMA_VERSION);
    snprintf (sql, sizeof sql, "DROP TABLE ll_custom_%d, ll_custom_%d_meta, ll_custom_%d_queue",
              (int)getpid (), (int)getpid (), (int)getpid ());
    CHECK (raw_query (sql, NULL, 0));
@@ -1784,6 +2054,10 @@ int main (int argc, char **argv)
    RUN (test_queue_clock_skew);
    RUN (test_migrate_v2);
    RUN (test_concurrent_migration_v2);
+   RUN (test_migrate_v3);
+   RUN (test_concurrent_migration_v3);
+   RUN (test_hold_counts);
+   RUN (test_hold_odd_keys);
    RUN (test_clock_skew);
    RUN (test_reconnect_after_kill);
    RUN (test_failed_in_flight);

@@ -8,6 +8,7 @@
  * Run: test_sqlite [TMPDIR] (default: a new directory under /tmp).
  */
 #include "ll_internal.h"
+#include "sql_sqlite.h"
 #include "testlib.h"
 #include "queue_cases.h"
 
@@ -131,7 +132,7 @@ static void test_schema_created_once (void)
    leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), LL_SQLITE_SCHEMA_VERSION);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    int64_t fence = 0;
@@ -154,7 +155,7 @@ static void test_schema_created_once (void)
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), LL_SQLITE_SCHEMA_VERSION);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), 1);
@@ -736,10 +737,10 @@ static void test_migrate_v1 (void)
    CHECK_EQ (rc, SQLITE_OK);
    CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
    CHECK_CALL (rsv_run (uri, rsv_on_migrated));
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), LL_SQLITE_SCHEMA_VERSION);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM pragma_table_info('leaselock_locks') "
-                            "WHERE name IN ('next_owner', 'next_until', 'next_since')"),
-             3);
+                            "WHERE name IN ('next_owner', 'next_until', 'next_since', 'holds')"),
+             4);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name IN "
                             "('leaselock_queue', 'leaselock_queue_order')"),
              2);
@@ -833,19 +834,21 @@ static bool q_make_v2 (const char *path)
    return ok;
 }
 
-/* A version-2 file is migrated in place on open: version 3, the queue
- * table and its index, the records kept. */
+/* A version-2 file is migrated in place on open: the queue table and its
+ * index (version 3), the hold count (version 4), the records kept. */
 static void test_migrate_v2 (void)
 {
    q_new ();
    CHECK (q_make_v2 (qpath));
    CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), 2);
    CHECK_CALL (qc_run (quri, q_on_migrated, q_rows));
-   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), LL_SQLITE_SCHEMA_VERSION);
    CHECK_EQ (raw_int (qpath, "SELECT count(*) FROM sqlite_schema WHERE name IN "
                              "('leaselock_queue', 'leaselock_queue_order')"),
              2);
    CHECK_EQ (raw_int (qpath, "SELECT count(*) FROM leaselock_locks"), 1);
+   /* Version 4: the hold count, 1 for the records there were. */
+   CHECK_EQ (raw_int (qpath, "SELECT holds FROM leaselock_locks"), 1);
    /* Opened again: nothing more to do, the queue kept. */
    leaselock_error_t err;
    void *c = B->open (quri, &err);
@@ -890,7 +893,7 @@ static void test_concurrent_migration_v2 (void)
       failed += !WIFEXITED (st) || WEXITSTATUS (st) != 0;
    }
    CHECK_EQ (failed, 0);
-   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), LL_SQLITE_SCHEMA_VERSION);
    CHECK_EQ (raw_int (qpath, "SELECT count(*) FROM leaselock_locks"), 1);
    CHECK_EQ (q_rows ("old"), 6);
 }
@@ -1006,7 +1009,7 @@ static void test_concurrent_first_open (void)
       CHECK_OK (o[i].ok, o[i].err);
    CHECK_EQ (children_ok, OPEN_PROCS);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), OPEN_THREADS + OPEN_PROCS);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), LL_SQLITE_SCHEMA_VERSION);
 }
 
 /* ---- fork -------------------------------------------------------------- */

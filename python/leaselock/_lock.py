@@ -67,6 +67,8 @@ class Record(TypedDict):
     #: Seconds left by the database's clock; <= 0 when expired.
     expires_in: float
     holder: Holder
+    #: Reentrant holds of its owner: 1 or more while owned, 0 once released.
+    holds: int
 
 
 _check_key = _leaselock._check_key
@@ -138,14 +140,15 @@ _renew.__doc__ = f"{_c_renew.__doc__ or ''} Durations may also be datetime.timed
 setattr(Lease, "renew", _renew)
 
 
-def _record(t: tuple[str, Optional[str], int, int, str, int, Optional[str]]) -> Record:
-    key, owner, fence, expires_ms, host, pid, label = t
+def _record(t: tuple[str, Optional[str], int, int, str, int, Optional[str], int]) -> Record:
+    key, owner, fence, expires_ms, host, pid, label, holds = t
     return {
         "key": key,
         "owner": owner,
         "fence": fence,
         "expires_in": expires_ms / 1000.0,
         "holder": Holder(host, pid, label),
+        "holds": holds,
     }
 
 
@@ -198,6 +201,7 @@ class Client(_leaselock.Client):
         on_lost: Optional[Callable[[Lease], object]] = None,
         on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
         fair: bool = False,
+        reentrant: bool = False,
     ) -> "Lock":
         """A Lock on key. Nothing is acquired yet. Durations are seconds or
         datetime.timedelta. on_lost(lease) is called from the renewal
@@ -205,9 +209,10 @@ class Client(_leaselock.Client):
         otherwise). on_renew_failed(lease, error, seconds_left) is called
         from the renewal thread when an automatic renewal failed but the
         lease is not lost yet (it is retried). fair=True grants the key to
-        waiters in order of arrival (a queue in the database)."""
+        waiters in order of arrival (a queue in the database). reentrant=True
+        lets the holder (thread or asyncio task) enter it again."""
         return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
-                    on_renew_failed=on_renew_failed, fair=fair)
+                    on_renew_failed=on_renew_failed, fair=fair, reentrant=reentrant)
 
     @overload
     def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
@@ -436,9 +441,12 @@ class Lock:
     machines: `with lock:`, `lock.acquire(timeout=...)` (returns the Lease),
     `lock.release()`, `async with lock:`.
 
-    Not reentrant: a thread (or asyncio task) that holds it through this
-    Lock object and asks again gets RuntimeError instead of waiting for
-    itself. Several threads may share one Lock object; each waits its turn.
+    Not reentrant unless reentrant=True: a thread (or asyncio task) that
+    holds it through this Lock object and asks again gets RuntimeError
+    instead of waiting for itself. With reentrant=True it enters again: the
+    same Lease (and fence), one more hold counted in the record, and each
+    release (or with-block exit) lets one hold go, the last the key.
+    Several threads may share one Lock object; each waits its turn.
 
     on_lost(lease) is called from the renewal thread when a lease taken
     through this Lock is lost; it needs auto_renew=True, so passing it with
@@ -446,13 +454,14 @@ class Lock:
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_on_renew_failed", "_fair", "_threads", "_tasks", "__weakref__")
+                 "_on_renew_failed", "_fair", "_reentrant", "_threads", "_tasks",
+                 "__weakref__")
 
     def __init__(self, client: _leaselock.Client, key: str, *, ttl: Duration = 30.0,
                  min_hold: Duration = 0.0, auto_renew: bool = True,
                  on_lost: Optional[Callable[[Lease], object]] = None,
                  on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
-                 fair: bool = False) -> None:
+                 fair: bool = False, reentrant: bool = False) -> None:
         if not isinstance(client, _leaselock.Client):
             raise _error(TypeError,
                          f"client must be a leaselock.Client, not {type(client).__name__}")
@@ -463,6 +472,8 @@ class Lock:
             raise _error(TypeError, f"auto_renew must be a bool, not {type(auto_renew).__name__}")
         if not isinstance(fair, bool):
             raise _error(TypeError, f"fair must be a bool, not {type(fair).__name__}")
+        if not isinstance(reentrant, bool):
+            raise _error(TypeError, f"reentrant must be a bool, not {type(reentrant).__name__}")
         if on_lost is not None and not callable(on_lost):
             raise _error(TypeError,
                          f"on_lost must be callable or None, not {type(on_lost).__name__}")
@@ -476,6 +487,7 @@ class Lock:
         self._client = client
         self._auto_renew = auto_renew
         self._fair = fair
+        self._reentrant = reentrant
         self._on_lost = on_lost
         self._on_renew_failed = on_renew_failed
         # What each thread, and each asyncio task, took through this Lock:
@@ -504,6 +516,10 @@ class Lock:
     @property
     def fair(self) -> bool:
         return self._fair
+
+    @property
+    def reentrant(self) -> bool:
+        return self._reentrant
 
     @property
     def client(self) -> _leaselock.Client:
@@ -548,7 +564,18 @@ class Lock:
             who = "task" if _current_task() is not None else "thread"
             raise _error(RuntimeError,
                          f'"{self._key}" is already held by this {who} through this Lock; '
-                         "leaselock locks are not reentrant")
+                         "pass reentrant=True to enter it again")
+
+    def _held_by_me(self) -> Optional[Lease]:
+        """With reentrant=True, the lease the caller holds through this Lock
+        (the innermost); None when it holds none (or may not re-enter)."""
+        if not self._reentrant:
+            self._check_not_mine()
+            return None
+        for lease, _ in reversed(self._stack() or ()):
+            if lease.held:
+                return lease
+        return None
 
     def _push(self, lease: Lease, block: bool) -> None:
         """Records a lease the caller took; block: by entering a with-block
@@ -562,7 +589,11 @@ class Lock:
         stack.append((lease, block))
 
     def _take(self, timeout_ms: int, block: bool) -> Lease:
-        self._check_not_mine()
+        mine = self._held_by_me()
+        if mine is not None:
+            mine._reenter()
+            self._push(mine, block)
+            return mine
         lease = self._acquire_ms(timeout_ms, None)
         if lease is None:
             raise self._busy_error()
@@ -587,7 +618,11 @@ class Lock:
 
     def try_acquire(self) -> Optional[Lease]:
         """One try: the Lease, or None when another owner holds the key."""
-        self._check_not_mine()
+        mine = self._held_by_me()
+        if mine is not None:
+            mine._reenter()
+            self._push(mine, False)
+            return mine
         lease = self._acquire_ms(0, None)
         if lease is not None:
             self._push(lease, False)
@@ -750,12 +785,21 @@ class Lock:
         without a thread of its own. Cancelling the task stops the wait; an
         acquire that completes after the cancellation is released at once."""
         timeout_ms = _ms(timeout, "timeout", "timeout")
-        self._check_not_mine()
-        return await self._acquire_async_ms(timeout_ms, True)
+        return await self._reenter_async(False) or \
+            await self._acquire_async_ms(timeout_ms, True)
 
     async def __aenter__(self) -> Lease:
-        self._check_not_mine()
-        return await self._acquire_async_ms(-1, True, True)
+        return await self._reenter_async(True) or await self._acquire_async_ms(-1, True, True)
+
+    async def _reenter_async(self, block: bool) -> Optional[Lease]:
+        """With reentrant=True and a lease the task holds through this Lock:
+        enters it again (the round trip off the loop) and returns it."""
+        mine = self._held_by_me()
+        if mine is None:
+            return None
+        await asyncio.get_running_loop().run_in_executor(_executor(), mine._reenter)
+        self._push(mine, block)
+        return mine
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         lease = self._pop_block()

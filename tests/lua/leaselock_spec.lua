@@ -80,6 +80,52 @@ for _, backend in ipairs(H.backends()) do
       next_lease:release()
     end)
 
+    it("refuses at once a second acquire by the coroutine that holds it", function()
+      local key = H.key("again")
+      local lock = client:lock(key, { ttl = 5 })
+      local lease = assert(lock:try_acquire())
+      local ok, err = pcall(lock.acquire, lock, { timeout = 30 })
+      assert.is_false(ok)
+      assert.matches('acquire: "[^"]*again[^"]*" is already held by this coroutine through this '
+        .. 'lock %(pass reentrant = true to enter it again%)', err)
+      ok, err = pcall(lock.try_acquire, lock)
+      assert.is_false(ok)
+      assert.matches("try_acquire: .* is already held by this coroutine", err)
+      -- another coroutine is another holder: it finds the key busy
+      local co = coroutine.wrap(function() return lock:try_acquire() end)
+      local none, _, code = co()
+      assert.is_nil(none)
+      assert.equals("BUSY", code)
+      assert.equals(1, lease:holds())
+      assert.is_true(lease:release())
+      assert.equals(0, lease:holds())
+      local again = assert(lock:try_acquire()) -- released: a new lease
+      assert.are_not.equal(lease.owner, again.owner)
+      again:release()
+    end)
+
+    it("enters again with reentrant = true: the same lease, counted holds", function()
+      local key = H.key("reenter")
+      local lock = client:lock(key, { ttl = 5, reentrant = true })
+      local lease = assert(lock:acquire({ timeout = 1 }))
+      local again = assert(lock:try_acquire())
+      assert.equals(lease, again)
+      assert.equals(2, lease:holds())
+      assert.equals(2, assert(admin:info(key)).holds)
+      local inside = assert(lock:with(function(l)
+        assert.equals(lease, l)
+        return lease:holds()
+      end))
+      assert.equals(3, inside)
+      assert.equals(2, lease:holds())
+      assert.is_true(lease:release())
+      assert.is_true(lease:held())
+      assert.is_nil(admin:lock(key):try_acquire()) -- one hold is left
+      assert.is_true(lease:release())
+      assert.is_false(lease:held())
+      assert.equals(0, assert(admin:info(key)).holds)
+    end)
+
     it("renews and refuses to renew what it no longer holds", function()
       local key = H.key("renew")
       local lease = assert(client:lock(key, { ttl = 5, auto_renew = false }):try_acquire())
@@ -686,6 +732,8 @@ describe("bad input", function()
       "bad argument #2 to 'lock' (auto_renew must be a boolean, got string)" },
     { function() client:lock("k", { fair = 1 }) end,
       "bad argument #2 to 'lock' (fair must be a boolean, got number)" },
+    { function() client:lock("k", { reentrant = "yes" }) end,
+      "bad argument #2 to 'lock' (reentrant must be a boolean, got string)" },
     { function() client:lock("k", { on_lost = 42 }) end,
       "bad argument #2 to 'lock' (on_lost must be a function, got number)" },
     { function() lock:acquire(5) end,

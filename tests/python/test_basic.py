@@ -99,10 +99,10 @@ def test_threading_style_acquire_release(client, other, key):
     lock = client.lock(key)
     lock.acquire()
     assert lock.locked()
-    with pytest.raises(RuntimeError, match="not reentrant") as e:
+    with pytest.raises(RuntimeError, match="pass reentrant=True") as e:
         lock.acquire(timeout=0)
     assert e.value.code == "INVALID"
-    with pytest.raises(RuntimeError, match="not reentrant"):
+    with pytest.raises(RuntimeError, match="pass reentrant=True"):
         with lock:
             pass
     lock.release()
