@@ -39,11 +39,12 @@ def test_public_classes_show_as_leaselock():
 def test_records_are_typed_dicts(client, key):
     assert typing.is_typeddict(leaselock.Record)
     assert set(typing.get_type_hints(leaselock.Record)) == {
-        "key", "owner", "fence", "expires_in", "holder"}
+        "key", "owner", "fence", "expires_in", "holder", "holds"}
     with client.lock(key) as lease:
         rec = client.info(key)
         assert type(rec) is dict  # dict-style access as before
         assert rec["key"] == key and rec["owner"] == lease.owner and rec["fence"] == lease.fence
+        assert rec["holds"] == 1
         assert 0 < rec["expires_in"] <= 30
         holder = rec["holder"]
         assert isinstance(holder, leaselock.Holder) and isinstance(holder, tuple)
