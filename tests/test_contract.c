@@ -2389,6 +2389,7 @@ typedef struct
    char tag;
    int ready, order; /* pipe ends */
    int64_t timeout_ms;
+   int64_t limit; /* > 0: a semaphore of this limit, else a plain lock */
    bool ok;
    pthread_t th;
    pid_t pid;
@@ -2412,7 +2413,10 @@ static void *fair_waiter_main (void *arg)
    leaselock_lease_t *l = NULL;
    if (c)
       leaselock_client_set_log (c, LEASELOCK_LOG_DEBUG, fair_ready, f);
-   f->ok = c && leaselock_acquire (c, f->key, strlen (f->key), &o, &l, &err);
+   if (f->limit > 0)
+      f->ok = c && leaselock_semaphore_acquire (c, f->key, strlen (f->key), f->limit, &o, &l, &err);
+   else
+      f->ok = c && leaselock_acquire (c, f->key, strlen (f->key), &o, &l, &err);
    if (f->ok) {
       (void)!write (f->order, &f->tag, 1);
       sleep_ms (20);
@@ -3165,6 +3169,48 @@ static void test_modes_round_trips (void)
    leaselock_client_destroy (c);
 }
 
+/* Fair semaphore waiters get slots in the order they arrived (through the
+ * gate, the engine's fair queue), in other processes on the real
+ * backends; a one-try fair acquire does not cut in. */
+static void test_semaphore_fair_order (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *again = NULL;
+   const char *k = key ("sem-fair");
+   CHECK_OK (sem (a, k, 1, opts (60000, false), &la, &err), err);
+   int ready[2], order[2];
+   CHECK (pipe (ready) == 0 && pipe (order) == 0);
+   fair_waiter_t f[N_FAIR];
+   for (int i = 0; i < N_FAIR; i++) {
+      f[i] = (fair_waiter_t){ .key = k,
+                              .tag = (char)('A' + i),
+                              .ready = ready[1],
+                              .order = order[1],
+                              .timeout_ms = 60000,
+                              .limit = 1 };
+      CHECK (fair_start (&f[i], ready[0]));
+      t_sleep (3);
+   }
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   bool ok = sem (a, k, 1, o, &again, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   char got[N_FAIR + 1] = { 0 };
+   bool all = true;
+   for (int i = 0; i < N_FAIR; i++)
+      all = fair_join (&f[i]) && read (order[0], &got[i], 1) == 1 && all;
+   CHECK (all);
+   if (strcmp (got, "ABCD"))
+      fprintf (stderr, "    granted in the order %s\n", got);
+   CHECK (!strcmp (got, "ABCD"));
+   close (ready[0]), close (ready[1]), close (order[0]), close (order[1]);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
 int main (int argc, char **argv)
 {
    if (argc != 2) {
@@ -3212,6 +3258,7 @@ int main (int argc, char **argv)
       RUN (test_fair_give_up_leaves);
       RUN (test_fair_dead_waiter);
       RUN (test_wait_steps_fair);
+      RUN (test_semaphore_fair_order);
    }
    if (FAKE)
       RUN (test_fair_unsupported);
