@@ -216,6 +216,21 @@ static void drop (leaselock_lease_t *l)
    leaselock_lease_destroy (l);
 }
 
+/* The tries take their records without the caller's min_hold, so that a
+ * record let go after a try that failed (a verify, a writer found) is
+ * free at once instead of blocking others for min_hold; the min_hold is
+ * applied to the record the caller keeps, by an extend (one more
+ * statement, only with a min_hold: it then counts from this extend,
+ * leaselock_lease_extend). On failure the record is let go. */
+static bool keep_min_hold (leaselock_lease_t **lease, int64_t min_hold_ms, leaselock_error_t *err)
+{
+   if (min_hold_ms == 0 || leaselock_lease_extend (*lease, 0, min_hold_ms, err))
+      return true;
+   drop (*lease);
+   *lease = NULL;
+   return false;
+}
+
 /* ---- semaphores ---------------------------------------------------------- */
 
 /*
@@ -435,7 +450,8 @@ bool leaselock_semaphore_acquire (leaselock_client_t *c,
    bool ok = !opts->fair || sem_gate (s, &gate, err);
    s->one.timeout_ms = 0;
    s->one.fair = false;
-   ok = ok && sem_loop (s, &w, lease, err);
+   s->one.min_hold_ms = 0;
+   ok = ok && sem_loop (s, &w, lease, err) && keep_min_hold (lease, opts->min_hold_ms, err);
    leaselock_lease_destroy (gate); /* releases it */
    free (s);
    return mode_done (&w, ok, err);
@@ -534,7 +550,9 @@ static bool rw_writer (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
    mode_wait_init (&w, r->c, r->key, r->key_len, r->o);
    /* Blocking, fair if asked, auto-renewed like any lease: it is the
     * lease the caller gets. */
-   if (!leaselock_acquire (r->c, r->wk, r->wk_len, r->o, lease, err))
+   leaselock_acquire_opts_t o = *r->o;
+   o.min_hold_ms = 0;
+   if (!leaselock_acquire (r->c, r->wk, r->wk_len, &o, lease, err))
       return false;
    bool ok = rw_drain (r, &w, err);
    if (ok && leaselock_lease_state (*lease) != LEASELOCK_STATE_HELD)
@@ -545,6 +563,7 @@ static bool rw_writer (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
       drop (*lease); /* a reader can get in again */
       *lease = NULL;
    }
+   ok = ok && keep_min_hold (lease, r->o->min_hold_ms, err);
    return mode_done (&w, ok, err);
 }
 
@@ -615,6 +634,7 @@ static bool rw_reader (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
    leaselock_acquire_opts_t one = *r->o;
    one.timeout_ms = 0;
    one.fair = false; /* its own record: nobody queues for it */
+   one.min_hold_ms = 0;
    for (;;) {
       bool in = false, again = false;
       if (!leaselock_acquire (r->c, rk, rk_len, &one, lease, err))
@@ -666,5 +686,7 @@ bool leaselock_rwlock_acquire (leaselock_client_t *c,
    rw_call_t r = { .c = c, .key = key, .key_len = key_len, .o = opts };
    r.wk_len = record_key (r.wk, key, key_len, W_SFX);
    r.rp_len = record_key (r.rp, key, key_len, R_SFX);
-   return mode == LEASELOCK_EXCLUSIVE ? rw_writer (&r, lease, err) : rw_reader (&r, lease, err);
+   if (mode == LEASELOCK_EXCLUSIVE)
+      return rw_writer (&r, lease, err);
+   return rw_reader (&r, lease, err) && keep_min_hold (lease, opts->min_hold_ms, err);
 }

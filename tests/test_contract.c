@@ -3211,6 +3211,71 @@ static void test_semaphore_fair_order (void)
    leaselock_client_destroy (a);
 }
 
+/* min_hold: a holder's released record keeps its place until the minimum
+ * hold ends; a try that failed (a verify, a writer found) leaves nothing
+ * behind, whatever the caller's min_hold. */
+static void test_modes_min_hold (void)
+{
+   leaselock_client_t *c = client ("modes-hold");
+   CHECK (c);
+   const char *k = key ("modes-hold");
+   leaselock_error_t err;
+   leaselock_lease_t *l, *h[3], *n = NULL;
+   leaselock_acquire_opts_t held = opts (5000, false);
+   held.min_hold_ms = 400;
+   CHECK_OK (sem (c, k, 1, held, &l, &err), err);
+   leaselock_lease_destroy (l); /* released: slot 0 is held 400 ms more */
+   bool ok = sem (c, k, 1, opts (5000, false), &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "1 live holder(s)");
+   t_sleep (600);
+   CHECK_OK (sem (c, k, 1, opts (5000, false), &n, &err), err);
+   leaselock_lease_destroy (n);
+   /* Limit 3 fills slots 0-2; keep 1 and 2; a limit-1 try with a long
+    * min_hold takes slot 0, fails its verify and leaves it free. */
+   for (int i = 0; i < 3; i++)
+      CHECK_OK (sem (c, k, 3, opts (5000, false), &h[i], &err), err);
+   char slot0[300];
+   snprintf (slot0, sizeof slot0, "%s/.slot/0", k);
+   for (int i = 0; i < 3; i++)
+      if (!strcmp (leaselock_lease_key (h[i]), slot0)) {
+         leaselock_lease_destroy (h[i]);
+         h[i] = NULL;
+      }
+   held.min_hold_ms = 60000;
+   ok = sem (c, k, 1, held, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "the limit is 1");
+   for (int i = 0; i < 3; i++)
+      leaselock_lease_destroy (h[i]);
+   CHECK_OK (sem (c, k, 1, opts (5000, false), &n, &err), err);
+   leaselock_lease_destroy (n);
+   /* A reader with a min_hold that found a writer leaves no record that
+    * would hold the next writer back; a writer that timed out leaves the
+    * exclusive record free for readers. */
+   const char *q = key ("modes-hold-rw");
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, opts (5000, false), &l, &err), err);
+   ok = rw (c, q, LEASELOCK_SHARED, held, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "a writer is in or next");
+   leaselock_lease_destroy (l);
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, opts (5000, false), &l, &err), err);
+   leaselock_lease_destroy (l);
+   CHECK_OK (rw (c, q, LEASELOCK_SHARED, opts (5000, false), &l, &err), err);
+   leaselock_acquire_opts_t w = held;
+   w.timeout_ms = 200;
+   ok = rw (c, q, LEASELOCK_EXCLUSIVE, w, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "waiting for the readers");
+   leaselock_lease_destroy (l);
+   CHECK_OK (rw (c, q, LEASELOCK_SHARED, opts (5000, false), &l, &err), err);
+   leaselock_lease_destroy (l);
+   /* A writer's own min_hold keeps readers out after its release. */
+   w.timeout_ms = 0;
+   w.min_hold_ms = 400;
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, w, &l, &err), err);
+   leaselock_lease_destroy (l);
+   ok = rw (c, q, LEASELOCK_SHARED, opts (5000, false), &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "a writer is in or next");
+   leaselock_client_destroy (c);
+}
+
 int main (int argc, char **argv)
 {
    if (argc != 2) {
@@ -3308,6 +3373,7 @@ int main (int argc, char **argv)
    RUN (test_rwlock_writer_not_starved);
    RUN (test_rwlock_writer_timeout);
    RUN (test_modes_round_trips);
+   RUN (test_modes_min_hold);
 
    if (FAKE) {
       atomic_store (&ticker_stop, true);
