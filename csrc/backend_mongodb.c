@@ -62,7 +62,15 @@
  * the upsert. Without pipeline updates one statement cannot choose between
  * the take's update and the claim's: hence the second (and third) round
  * trip, on the busy path only. prune's filter adds "no live reservation"
- * to "expired". force_release reads the record, then frees it with an
+ * to "expired", and a second deleteMany removes the queue entries that ran
+ * out.
+ *
+ * The fair mode's queue is the collection "<collection>.queue" (its
+ * documents in cmd_mongodb.h), beside the records and never read by the
+ * lease operations; queue_join (2 or 3 round trips) says how it is
+ * written. Like the records' collection it gets no index of leaselock's:
+ * it holds only the entries of waiters (each deletes its own when done)
+ * and those that ran out until a prune. force_release reads the record, then frees it with an
  * update conditional on what it read (see ll_mongo_force_release).
  *
  * Threads and fork: a connection is one single-threaded mongoc_client_t,
@@ -83,6 +91,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define LL_MONGO_COLL_OPTION "leaselockCollection"
 #define LL_MONGO_SOCKET_TIMEOUT_MS 10000
@@ -91,10 +100,11 @@
 
 typedef struct ll_mongo_conn
 {
-   mongoc_client_t *client;   /* single-threaded, owned */
-   mongoc_collection_t *coll; /* owned; carries the write concern */
-   ll_secrets_t secrets;      /* the URI's passwords, scrubbed from messages */
-   bool tls;                  /* the URI asks for TLS (see ll_mongo_abandon) */
+   mongoc_client_t *client;    /* single-threaded, owned */
+   mongoc_collection_t *coll;  /* owned; carries the write concern */
+   mongoc_collection_t *queue; /* "<coll>.queue", the fair mode's; the same */
+   ll_secrets_t secrets;       /* the URI's passwords, scrubbed from messages */
+   bool tls;                   /* the URI asks for TLS (see ll_mongo_abandon) */
 } ll_mongo_conn_t;
 
 /* Options libmongoc 1.x knows (MONGOC_URI_* in mongoc-uri.h), lower case. */
@@ -190,8 +200,9 @@ static bool ll_mongo_option_known (const char *name, size_t len)
 }
 
 /* Collection names MongoDB refuses: empty, a '$', a leading '.', the
- * reserved "system." prefix, not UTF-8, or a namespace over 255 bytes
- * (a NUL cannot get here: the decoder refuses %00).
+ * reserved "system." prefix, not UTF-8, or a namespace whose queue's
+ * ("db.collection.queue") is over 255 bytes (a NUL cannot get here: the
+ * decoder refuses %00).
  * 255 is the limit from MongoDB 4.4 on. MongoDB 4.2 allows only 120 bytes
  * for "db.collection"; the server version is not known here (and may differ
  * between the hosts of a URI), so on 4.2 a namespace of 121 to 255 bytes is
@@ -215,11 +226,14 @@ static bool ll_mongo_check_collection (const char *db, const char *coll, leaselo
                            coll);
    if (!bson_utf8_validate (coll, len, false))
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB collection name is not valid UTF-8");
-   if (strlen (db) + 1 + len > 255)
+   /* The queue's collection, "<coll>.queue", must fit too. */
+   size_t qlen = strlen (LL_MONGO_QUEUE_SUFFIX);
+   if (strlen (db) + 1 + len + qlen > 255)
       return ll_error_set (err, LEASELOCK_INVALID,
-                           "MongoDB namespace is longer than 255 bytes (%zu; MongoDB 4.2 allows "
-                           "120): \"%.32s.%.32s...\"",
-                           strlen (db) + 1 + len, db, coll);
+                           "MongoDB namespace is longer than %zu bytes (%zu; MongoDB 4.2 allows "
+                           "%zu): \"%.32s.%.32s...\" (its queue's, with \"%s\", must fit 255)",
+                           255 - qlen, strlen (db) + 1 + len, 120 - qlen, db, coll,
+                           LL_MONGO_QUEUE_SUFFIX);
    return true;
 }
 
@@ -390,6 +404,7 @@ static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
    if (!conn)
       return;
    mongoc_collection_destroy (conn->coll);
+   mongoc_collection_destroy (conn->queue);
    mongoc_client_destroy (conn->client);
    ll_secrets_clear (&conn->secrets);
    free (conn);
@@ -450,6 +465,7 @@ static bool ll_mongo_set_write_concern (ll_mongo_conn_t *conn,
               ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
               : LL_MONGO_WTIMEOUT_MS);
    mongoc_collection_set_write_concern (conn->coll, wc);
+   mongoc_collection_set_write_concern (conn->queue, wc);
    mongoc_write_concern_destroy (wc);
    return true;
 }
@@ -486,6 +502,9 @@ static bool ll_mongo_connect (ll_mongo_conn_t *conn,
    conn->tls = mongoc_uri_get_tls (uri);
    mongoc_client_set_error_api (conn->client, MONGOC_ERROR_API_VERSION_2);
    conn->coll = mongoc_client_get_collection (conn->client, ll_mongo_db (uri), collname);
+   char *qname = bson_strdup_printf ("%s%s", collname, LL_MONGO_QUEUE_SUFFIX);
+   conn->queue = mongoc_client_get_collection (conn->client, ll_mongo_db (uri), qname);
+   bson_free (qname);
    return ll_mongo_set_write_concern (conn, uri, err) && ll_mongo_ping (conn, err);
 }
 
@@ -539,7 +558,9 @@ static void ll_mongo_abandon (void *c)
       return;
    if (conn->tls) {
       mongoc_collection_destroy (conn->coll); /* memory only, no I/O */
+      mongoc_collection_destroy (conn->queue);
       conn->coll = NULL;
+      conn->queue = NULL;
       conn->client = NULL; /* leaked on purpose */
    } else {
       mongoc_client_reset (conn->client);
@@ -963,7 +984,146 @@ static bool ll_mongo_prune (void *c,
    if (bson_iter_init_find (&it, &reply, "deletedCount"))
       *count = bson_iter_as_int64 (&it);
    bson_destroy (&reply);
+   /* The queue entries that ran out go too (not counted: not records). */
+   q = (bson_t)BSON_INITIALIZER;
+   if (!ll_mongo_queue_prune_filter (&q, prefix, prefix_len, older_than_ms)) {
+      bson_destroy (&q);
+      return ll_mongo_nomem (err);
+   }
+   ok = mongoc_collection_delete_many (conn->queue, &q, NULL, NULL, &e);
+   bson_destroy (&q);
+   return ok || ll_mongo_fail (conn, err, "deleteMany", &e);
+}
+
+/* ---- the fair mode's queue ----------------------------------------------- */
+
+/* findAndModify(q, u) on the queue, returning the new entry's arrival
+ * (ms since the epoch, the server's date); *matched: whether an entry was
+ * modified or inserted. */
+static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
+                                const bson_t *q,
+                                const bson_t *u,
+                                bool upsert,
+                                bool *matched,
+                                int64_t *arrived,
+                                leaselock_error_t *err)
+{
+   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
+   bson_t fields = BSON_INITIALIZER, reply;
+   bson_error_t e;
+   bson_iter_t it, v;
+
+   *matched = false;
+   if (!opts || !BSON_APPEND_INT32 (&fields, "arrived", 1)) {
+      mongoc_find_and_modify_opts_destroy (opts);
+      bson_destroy (&fields);
+      return ll_mongo_nomem (err);
+   }
+   mongoc_find_and_modify_opts_set_update (opts, u);
+   mongoc_find_and_modify_opts_set_fields (opts, &fields);
+   mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_RETURN_NEW |
+                                                  (upsert ? MONGOC_FIND_AND_MODIFY_UPSERT : 0));
+   bool ok = mongoc_collection_find_and_modify_with_opts (conn->queue, q, opts, &reply, &e);
+   mongoc_find_and_modify_opts_destroy (opts);
+   bson_destroy (&fields);
+   if (!ok) {
+      bson_destroy (&reply);
+      return ll_mongo_fail (conn, err, "findAndModify", &e);
+   }
+   if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
+       bson_iter_recurse (&it, &v) && bson_iter_find (&v, "arrived") &&
+       BSON_ITER_HOLDS_DATE_TIME (&v)) {
+      *matched = true;
+      *arrived = bson_iter_date_time (&v);
+   }
+   bson_destroy (&reply);
    return true;
+}
+
+/*
+ * queue_join: 2 round trips when owner's entry is live, 3 when it is new
+ * or ran out.
+ *  1. a findAndModify without upsert that refreshes a live entry (seenAt =
+ *     now), keeping its arrival: {_id: {k, o}, $expr: live};
+ *  2. when that matches nothing, an upsert on {_id: {k, o}} alone (no
+ *     $expr in an upsert's query) that arrives now: nothing can make the
+ *     entry live in between but owner itself;
+ *  3. countDocuments of the live entries ordered before (arrived, owner),
+ *     arrived being the date the server wrote.
+ * No pipeline update, no $expr in an upsert's query: valid on MongoDB
+ * 4.2+ and mongo-java-server alike. Order: (arrived, owner), the same
+ * for every reader. MongoDB has no lock to serialise the joins of a key
+ * by, and it writes documents side by side: a join stamped just before
+ * ours, or in the same millisecond and ordered first by owner, may become
+ * visible just after our write. So the count waits LL_MONGO_QUEUE_SETTLE_MS
+ * after the write (the wait only delays the count: liveness and order
+ * stay the server's). Should an earlier join land later still, both read
+ * the same place for a moment; their next joins read the order right, and
+ * the key's reservation settles who goes first meanwhile.
+ * mongo-java-server applies writes one at a time and needs no wait.
+ */
+#define LL_MONGO_QUEUE_SETTLE_MS 3
+static bool ll_mongo_queue_join (void *c,
+                                 const char *key,
+                                 size_t key_len,
+                                 const char *owner,
+                                 int64_t keep_ms,
+                                 int64_t *ahead,
+                                 leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+   bson_t aq = BSON_INITIALIZER, au = BSON_INITIALIZER, cq = BSON_INITIALIZER;
+   bool matched = false;
+   int64_t arrived = 0;
+   bson_error_t e;
+
+   bool ok = (ll_mongo_queue_refresh (&q, &u, key, key_len, owner, keep_ms) &&
+              ll_mongo_queue_arrive (&aq, &au, key, key_len, owner, keep_ms)) ||
+             ll_mongo_nomem (err);
+   ok = ok && ll_mongo_queue_fam (conn, &q, &u, false, &matched, &arrived, err);
+   if (ok && !matched) {
+      ok = ll_mongo_queue_fam (conn, &aq, &au, true, &matched, &arrived, err);
+      if (ok && !matched)
+         ok = ll_backend_fail (err, "mongodb", "queue_join", "no entry returned by the upsert",
+                               NULL, NULL);
+   }
+   ok = ok &&
+        (ll_mongo_queue_ahead_filter (&cq, key, key_len, owner, arrived) || ll_mongo_nomem (err));
+   if (ok) {
+      struct timespec ts = { 0, LL_MONGO_QUEUE_SETTLE_MS * 1000000L };
+      while (nanosleep (&ts, &ts) != 0) {
+      }
+      int64_t n = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
+      if (n < 0)
+         ok = ll_mongo_fail (conn, err, "countDocuments", &e);
+      else
+         *ahead = n;
+   }
+   bson_destroy (&q);
+   bson_destroy (&u);
+   bson_destroy (&aq);
+   bson_destroy (&au);
+   bson_destroy (&cq);
+   return ok;
+}
+
+static bool ll_mongo_queue_leave (void *c,
+                                  const char *key,
+                                  size_t key_len,
+                                  const char *owner,
+                                  leaselock_error_t *err)
+{
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER;
+   bson_error_t e;
+   if (!ll_mongo_queue_id (&q, key, key_len, owner)) {
+      bson_destroy (&q);
+      return ll_mongo_nomem (err);
+   }
+   bool ok = mongoc_collection_delete_one (conn->queue, &q, NULL, NULL, &e);
+   bson_destroy (&q);
+   return ok || ll_mongo_fail (conn, err, "deleteOne", &e);
 }
 
 /* For tests in tests/test_mongo.c: the connection's client (to install APM
@@ -972,6 +1132,7 @@ static bool ll_mongo_prune (void *c,
  * messages must hide (the test server has no authentication). */
 mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+mongoc_collection_t *ll_mongodb_test_queue (void *conn);
 bool ll_mongodb_test_set_password (void *conn, const char *password);
 
 mongoc_client_t *ll_mongodb_test_client (void *conn)
@@ -982,6 +1143,11 @@ mongoc_client_t *ll_mongodb_test_client (void *conn)
 mongoc_collection_t *ll_mongodb_test_collection (void *conn)
 {
    return ((ll_mongo_conn_t *)conn)->coll;
+}
+
+mongoc_collection_t *ll_mongodb_test_queue (void *conn)
+{
+   return ((ll_mongo_conn_t *)conn)->queue;
 }
 
 bool ll_mongodb_test_set_password (void *conn, const char *password)
@@ -1000,6 +1166,8 @@ const ll_backend_t ll_backend_mongodb = {
    .abandon = ll_mongo_abandon,
    .acquire = ll_mongo_acquire,
    .acquire_wait = ll_mongo_acquire_wait,
+   .queue_join = ll_mongo_queue_join,
+   .queue_leave = ll_mongo_queue_leave,
    .renew = ll_mongo_renew,
    .release = ll_mongo_release,
    .inspect = ll_mongo_inspect,

@@ -17,7 +17,7 @@
  *   ssl=true|false      require TLS (default false: the server decides)
  * Unknown options are refused, so a typo does not go unnoticed.
  *
- * Table (created on first use, schema version 2):
+ * Table (created on first use, schema version 3):
  *   lock_key VARBINARY(255) PRIMARY KEY   byte-exact keys, byte order
  *   owner CHAR(32) ascii_bin NULL          NULL once released
  *   fence BIGINT, expires_at / acquired_at DATETIME(6) in UTC,
@@ -25,8 +25,12 @@
  *   next_owner CHAR(32) ascii_bin NULL, next_until / next_since
  *   DATETIME(6) NULL                       the reservation for the next
  *                                          owner (a waiter), NULL: none
- * A table of version 1 (no reservation columns) is brought to version 2
- * in place by the first connection that sees it (my_create_schema).
+ * and beside it <table>_queue, the fair mode's queue of waiters
+ * (lock_key, owner, arrived, alive_until DATETIME(6); live while
+ * alive_until > now), which the lease operations never read. A table of
+ * version 1 (no reservation columns) or 2 (no queue) is brought to
+ * version 3 in place by the first connection that sees it
+ * (my_create_schema).
  *
  * Every operation is one prepared statement (bound parameters only) and
  * judges time with the server's clock: UTC_TIMESTAMP(6), which is NOW(6)
@@ -57,6 +61,8 @@
  * a plain BUSY changes no column (0 affected rows). Renew and
  * force_release use the LAST_INSERT_ID device to tell whether their row
  * matched. One round trip per call: taken or BUSY, reserving or not.
+ * queue_join takes three (my_queue_join says why), queue_leave one, prune
+ * two (the records, then the queue entries that ran out).
  *
  * Bounded calls: libmariadb waits for the socket with poll() and these
  * timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT),
@@ -66,8 +72,8 @@
  * stalled server therefore ends a call at most one timeout after it
  * stopped answering. A call that must reconnect waits on: TCP connect,
  * the handshake and authentication (connect_timeout each), the init
- * command, the schema check (1 round trip; 7 on first use or on a
- * version-1 table), the prepare, the execute and its rows (io_timeout
+ * command, the schema check (1 round trip; 8 on first use or on a
+ * version-1 or -2 table), the prepare, the execute and its rows (io_timeout
  * each). A stalled server ends a call one timeout after its last answer
  * (5 s on an open connection, 5 s + 5 s when the call reconnects, by
  * default), but the bound is per wait: a server that answers every packet
@@ -350,9 +356,11 @@ static bool exec_schema (my_conn_t *c, const char *fmt, const char *what, leasel
    return exec_plain (c, sql, what, err);
 }
 
-/* Creates what is missing and brings a version-1 table to this version
- * (ensure_schema's hook for both). Safe when several processes do it at
- * once, as each statement is: IF NOT EXISTS, an ALTER that finds the
+/* Creates what is missing and brings a version-1 or -2 table to this
+ * version (ensure_schema's hook for both): the queue table is created
+ * before the version is raised, so a version-3 table always has it. Safe
+ * when several processes do it at once, as each statement is: IF NOT
+ * EXISTS, an ALTER that finds the
  * columns there already (error 1060) does nothing, INSERT IGNORE, and an
  * UPDATE that only raises an older version. The columns are added whatever
  * the version read, so a table that an older leaselock created while we
@@ -367,7 +375,8 @@ static bool my_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return fail_db (c, "adding the reservation columns", err);
-   return exec_schema (c, LL_MYSQL_CREATE_META, "creating the schema table", err) &&
+   return exec_schema (c, LL_MYSQL_CREATE_QUEUE, "creating the queue table", err) &&
+          exec_schema (c, LL_MYSQL_CREATE_META, "creating the schema table", err) &&
           exec_schema (c, LL_MYSQL_RECORD_VERSION, "recording the schema version", err) &&
           exec_schema (c, LL_MYSQL_RAISE_VERSION, "raising the schema version", err);
 }
@@ -878,7 +887,109 @@ static bool my_prune (void *conn,
    if (!execute (c, id, p, "prune", err))
       return false;
    *count = (int64_t)mysql_stmt_affected_rows (c->st[id]);
+   /* The queue entries that ran out go too (not counted: not records). */
+   return execute (c, ulen ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p, "prune", err);
+}
+
+/* ---- the fair mode's queue --------------------------------------------- */
+
+/* Reads the one row of statement id's result: n BIGINT columns (NULL reads
+ * as -1). */
+static bool fetch_row_i64 (my_conn_t *c, int id, int64_t *v, int n, leaselock_error_t *err)
+{
+   MYSQL_STMT *st = c->st[id];
+   MYSQL_BIND r[2];
+   my_bool is_null[2] = { 0, 0 };
+   for (int i = 0; i < n; i++) {
+      bind_i64 (&r[i], &v[i]);
+      r[i].is_null = &is_null[i];
+   }
+   int rc = 1;
+   if (!mysql_stmt_bind_result (st, r) && !mysql_stmt_store_result (st))
+      rc = mysql_stmt_fetch (st);
+   bool ok = rc == 0;
+   if (!ok && rc == MYSQL_NO_DATA)
+      ll_backend_fail (err, "mysql", "queue_join", "no row returned", NULL, NULL);
+   else if (!ok)
+      fail_stmt (c, st, "queue_join", err);
+   if (c->db && c->st[id])
+      mysql_stmt_free_result (c->st[id]);
+   for (int i = 0; i < n; i++)
+      if (is_null[i])
+         v[i] = -1;
+   return ok;
+}
+
+/* The named lock is the session's until released: a join that fails after
+ * taking it drops the connection, which lets it go. Returns false. */
+static bool queue_drop (my_conn_t *c)
+{
+   my_disconnect (&c->b);
+   return false;
+}
+
+/*
+ * queue_join: three statements, three round trips. The key's queue lock
+ * (GET_LOCK, waited for at most the read timeout less a second), then the
+ * upsert, autocommitted under it, then the count, which lets the lock go.
+ * Why the lock: the count reads what was committed when it starts, and an
+ * arrival is the upsert's start time. Without the lock a join that
+ * arrived earlier could commit after a later one counted (each would see
+ * none of the other: two waiters both first). With it, each arrival is
+ * read after the previous join of the key committed, so every earlier
+ * arrival is there for the count. A transaction would not do it: its
+ * plain reads do not wait for the other's uncommitted entry, and locking
+ * reads deadlock against each other's inserts.
+ */
+static bool my_queue_join (void *conn,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t keep_ms,
+                           int64_t *ahead,
+                           leaselock_error_t *err)
+{
+   my_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   int64_t wait_s = c->read_timeout > 1 ? c->read_timeout - 1 : 1, keep_us = keep_ms * 1000;
+   int64_t v[2] = { -1, -1 };
+   MYSQL_BIND p[4];
+   bind_blob (&p[0], key, &klen);
+   bind_i64 (&p[1], &wait_s);
+   if (!execute (c, LL_SQL_QUEUE_LOCK, p, "queue_join", err))
+      return false;
+   if (!fetch_row_i64 (c, LL_SQL_QUEUE_LOCK, v, 1, err))
+      return queue_drop (c);
+   if (v[0] != 1) {
+      char msg[96];
+      snprintf (msg, sizeof msg, "the key's queue lock stayed taken for %lld s", (long long)wait_s);
+      ll_backend_fail (err, "mysql", "queue_join", msg, NULL, NULL);
+      return queue_drop (c);
+   }
+   bind_str (&p[1], owner, &olen);
+   bind_i64 (&p[2], &keep_us);
+   bind_i64 (&p[3], &keep_us);
+   if (!execute (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err))
+      return queue_drop (c);
+   bind_blob (&p[2], key, &klen);
+   if (!execute (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err) ||
+       !fetch_row_i64 (c, LL_SQL_QUEUE_AHEAD, v, 2, err))
+      return queue_drop (c);
+   *ahead = v[0];
    return true;
+}
+
+static bool my_queue_leave (void *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            leaselock_error_t *err)
+{
+   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   MYSQL_BIND p[2];
+   bind_blob (&p[0], key, &klen);
+   bind_str (&p[1], owner, &olen);
+   return execute (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
 }
 
 const ll_backend_t ll_backend_mysql = {
@@ -891,6 +1002,8 @@ const ll_backend_t ll_backend_mysql = {
    .abandon = ll_sql_abandon,
    .acquire = my_acquire,
    .acquire_wait = my_acquire_wait,
+   .queue_join = my_queue_join,
+   .queue_leave = my_queue_leave,
    .renew = my_renew,
    .release = my_release,
    .inspect = my_inspect,

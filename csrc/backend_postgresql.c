@@ -28,7 +28,7 @@
  * ends with time left for retries), plus name resolution (getaddrinfo,
  * which libpq runs blocking and the system resolver bounds).
  *
- * Table (created on first use, schema version 2):
+ * Table (created on first use, schema version 3):
  *   lock_key text COLLATE "C" PRIMARY KEY   byte order, byte-exact UTF-8
  *   owner text NULL (NULL once released), fence bigint,
  *   expires_at / acquired_at timestamptz, holder_host, holder_pid,
@@ -36,9 +36,13 @@
  *   next_owner text NULL, next_until / next_since timestamptz NULL: the
  *   reservation of the next owner (a waiter), live while next_until is
  *   ahead of the server's clock; all NULL when there is none.
- * A version-1 table (without the next_* columns) is migrated in place on
- * open (pg_create_schema, under the creation's advisory lock and
- * transaction); a newer version is refused.
+ * and beside it <table>_queue, the fair mode's queue of waiters (lock_key,
+ * owner, arrived, alive_until timestamptz; an entry is live while
+ * alive_until is ahead of the server's clock), never read by the lease
+ * operations. A version-1 table (without the next_* columns) or -2 table
+ * (without the queue) is migrated in place on open (pg_create_schema,
+ * under the creation's advisory lock and transaction); a newer version is
+ * refused.
  *
  * Every operation is one prepared statement with bound parameters and
  * judges time with the server's clock_timestamp(). Acquire and
@@ -51,6 +55,11 @@
  * or ours; the reservation cleared) or, for acquire_wait only (its reserve
  * parameter not NULL), claims the reservation alone. No row back, or a row
  * that kept a reservation, means BUSY.
+ *
+ * queue_join is two statements: an upsert of the entry under an advisory
+ * lock on the key, then the count of live entries ahead
+ * (sql_postgresql.h says why not one); queue_leave one DELETE; prune a
+ * second DELETE for the queue entries that ran out.
  *
  * Connections: before each statement a zero-timeout poll() on the socket
  * tells whether the server closed an idle connection (restart,
@@ -330,9 +339,20 @@ static PGresult *exec_setup (pg_conn_t *c,
 
 /* Each statement's number of parameters, and its name on the server. */
 static const int n_params[LL_SQL_COUNT] = {
-   [LL_SQL_ACQUIRE] = 8, [LL_SQL_RENEW] = 3,      [LL_SQL_RELEASE] = 3,
-   [LL_SQL_INSPECT] = 1, [LL_SQL_LIST_FROM] = 1,  [LL_SQL_LIST_RANGE] = 2,
-   [LL_SQL_FORCE] = 1,   [LL_SQL_PRUNE_FROM] = 2, [LL_SQL_PRUNE_RANGE] = 3,
+   [LL_SQL_ACQUIRE] = 8,
+   [LL_SQL_RENEW] = 3,
+   [LL_SQL_RELEASE] = 3,
+   [LL_SQL_INSPECT] = 1,
+   [LL_SQL_LIST_FROM] = 1,
+   [LL_SQL_LIST_RANGE] = 2,
+   [LL_SQL_FORCE] = 1,
+   [LL_SQL_PRUNE_FROM] = 2,
+   [LL_SQL_PRUNE_RANGE] = 3,
+   [LL_SQL_QUEUE_JOIN] = 3,
+   [LL_SQL_QUEUE_AHEAD] = 2,
+   [LL_SQL_QUEUE_LEAVE] = 2,
+   [LL_SQL_QUEUE_PRUNE_FROM] = 2,
+   [LL_SQL_QUEUE_PRUNE_RANGE] = 3,
 };
 
 static const char *const st_names[LL_SQL_COUNT] = {
@@ -345,6 +365,11 @@ static const char *const st_names[LL_SQL_COUNT] = {
    "leaselock_force",
    [LL_SQL_PRUNE_FROM] = "leaselock_prune_from",
    [LL_SQL_PRUNE_RANGE] = "leaselock_prune_range",
+   [LL_SQL_QUEUE_JOIN] = "leaselock_queue_join",
+   [LL_SQL_QUEUE_AHEAD] = "leaselock_queue_ahead",
+   [LL_SQL_QUEUE_LEAVE] = "leaselock_queue_leave",
+   [LL_SQL_QUEUE_PRUNE_FROM] = "leaselock_queue_prune_from",
+   [LL_SQL_QUEUE_PRUNE_RANGE] = "leaselock_queue_prune_range",
 };
 
 static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
@@ -372,7 +397,7 @@ static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t 
 static bool pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    pg_conn_t *c = (pg_conn_t *)b;
-   char sql[2048];
+   char sql[4096];
    snprintf (sql, sizeof sql, LL_POSTGRESQL_CREATE_SCHEMA, b->table, LL_POSTGRESQL_SCHEMA_VERSION);
    PGresult *res = exec_setup (c, sql, "creating the lock table", err);
    if (!res)
@@ -839,7 +864,54 @@ static bool pg_prune (void *conn,
       return false;
    *count = strtoll (PQcmdTuples (res), NULL, 10);
    PQclear (res);
-   return true;
+   /* The queue entries that ran out go too (not counted: not records). */
+   res = run (c, bounded ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p, "prune", err);
+   PQclear (res);
+   return res != NULL;
+}
+
+/* ---- the fair mode's queue --------------------------------------------- */
+
+/* queue_join: two statements, two round trips (sql_postgresql.h says why
+ * the count cannot be in the first). */
+static bool pg_queue_join (void *conn,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t keep_ms,
+                           int64_t *ahead,
+                           leaselock_error_t *err)
+{
+   pg_conn_t *c = conn;
+   char kbuf[LEASELOCK_KEY_MAX + 1], us[32];
+   snprintf (us, sizeof us, "%" PRId64, keep_ms * 1000);
+   const char *p[3] = { key_z (key, key_len, kbuf), owner, us };
+   PGresult *res = run (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err);
+   if (!res)
+      return false;
+   PQclear (res);
+   if (!(res = run (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err)))
+      return false;
+   bool ok = PQntuples (res) == 1;
+   if (ok)
+      *ahead = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+   else
+      ll_backend_fail (err, "postgresql", "queue_join", "no count returned", NULL, NULL);
+   PQclear (res);
+   return ok;
+}
+
+static bool pg_queue_leave (void *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            leaselock_error_t *err)
+{
+   char kbuf[LEASELOCK_KEY_MAX + 1];
+   const char *p[2] = { key_z (key, key_len, kbuf), owner };
+   PGresult *res = run (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
+   PQclear (res);
+   return res != NULL;
 }
 
 const ll_backend_t ll_backend_postgresql = {
@@ -852,6 +924,8 @@ const ll_backend_t ll_backend_postgresql = {
    .abandon = ll_sql_abandon,
    .acquire = pg_acquire,
    .acquire_wait = pg_acquire_wait,
+   .queue_join = pg_queue_join,
+   .queue_leave = pg_queue_leave,
    .renew = pg_renew,
    .release = pg_release,
    .inspect = pg_inspect,

@@ -9,8 +9,9 @@
  * once while the machine runs) and a busy timeout, so concurrent writers
  * from other processes queue instead of failing.
  *
- * Every operation is one SQL statement (force_release: one short write
- * transaction), written in sql_sqlite.h. Time is SQLite's own clock, in
+ * Every operation is one SQL statement (force_release and queue_join: one
+ * short write transaction; prune: one statement for the records, one for
+ * the queue), written in sql_sqlite.h. Time is SQLite's own clock, in
  * integer milliseconds since the epoch (LL_SQLITE_NOW_MS); within one
  * statement julianday('now') is the same value everywhere, so "now" is
  * consistent in a statement.
@@ -26,7 +27,11 @@
  * <take> OR <claim> (the claim only for acquire_wait, whose reserve
  * parameter is not NULL), so no row back means BUSY and nothing written,
  * and a row that kept a reservation means BUSY with owner next. A file at
- * schema version 1 is migrated in place on open (migrate()).
+ * schema version 1 or 2 is migrated in place on open (migrate()).
+ *
+ * The fair mode's queue (queue_join, queue_leave) is the table
+ * leaselock_queue beside the records, never in them: plain acquires,
+ * renewals, releases, inspect and list never read it.
  *
  * Keys are TEXT with the default BINARY collation, which compares bytes
  * (memcmp): key order and prefix ranges are byte-wise, and LIKE is never
@@ -61,6 +66,10 @@ enum
    ST_COMMIT,
    ST_ROLLBACK,
    ST_PRUNE,
+   ST_QUEUE_JOIN,
+   ST_QUEUE_AHEAD,
+   ST_QUEUE_LEAVE,
+   ST_QUEUE_PRUNE,
    ST_COUNT
 };
 
@@ -76,6 +85,10 @@ static const char *const stmt_sql[ST_COUNT] = {
    [ST_COMMIT] = "COMMIT",
    [ST_ROLLBACK] = "ROLLBACK",
    [ST_PRUNE] = LL_SQLITE_PRUNE,
+   [ST_QUEUE_JOIN] = LL_SQLITE_QUEUE_JOIN,
+   [ST_QUEUE_AHEAD] = LL_SQLITE_QUEUE_AHEAD,
+   [ST_QUEUE_LEAVE] = LL_SQLITE_QUEUE_LEAVE,
+   [ST_QUEUE_PRUNE] = LL_SQLITE_QUEUE_PRUNE,
 };
 
 /* One connection: owned by the engine, used by one thread at a time. */
@@ -245,7 +258,8 @@ static bool in_migration (sqlite_conn_t *c, const char *sql, leaselock_error_t *
 /* Creates the table on a new file, brings an older one up to
  * LL_SQLITE_SCHEMA_VERSION, or checks the version of an existing one. Each
  * schema version adds its step here, inside the same transaction: version
- * 2 the reservation's columns (LL_SQLITE_MIGRATE_1_2). */
+ * 2 the reservation's columns (LL_SQLITE_MIGRATE_1_2), version 3 the queue
+ * table (LL_SQLITE_CREATE_QUEUE). */
 static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
 {
    int version = 0;
@@ -269,7 +283,10 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
       return false;
    }
    const char *step = version == 0 ? LL_SQLITE_CREATE : version == 1 ? LL_SQLITE_MIGRATE_1_2 : NULL;
-   if (step && (!in_migration (c, step, err) || !in_migration (c, LL_SQLITE_SET_VERSION, err)))
+   if (step && !in_migration (c, step, err))
+      return false;
+   if (version < LL_SQLITE_SCHEMA_VERSION && (!in_migration (c, LL_SQLITE_CREATE_QUEUE, err) ||
+                                              !in_migration (c, LL_SQLITE_SET_VERSION, err)))
       return false;
    if (!in_migration (c, "COMMIT", err))
       return false;
@@ -735,7 +752,74 @@ static bool sqlite_prune (void *conn,
    if (rc != SQLITE_OK)
       return db_error (c, rc, "prune", err);
    *count = sqlite3_changes (c->db);
+   /* The queue entries that ran out go too (not counted: they are not
+    * records). */
+   st = c->stmt[ST_QUEUE_PRUNE];
+   bind_prefix (st, prefix, prefix_len, upper);
+   sqlite3_bind_int64 (st, 3, older_than_ms);
+   rc = step_done (st);
+   if (rc != SQLITE_OK)
+      return db_error (c, rc, "prune", err);
    return true;
+}
+
+/* ---- the fair mode's queue --------------------------------------------- */
+
+/* Rolls back the transaction queue_join opened, after err was filled. */
+static bool queue_fail (sqlite_conn_t *c, int rc, leaselock_error_t *err)
+{
+   db_error (c, rc, "queue_join", err);
+   if (!sqlite3_get_autocommit (c->db))
+      step_done (c->stmt[ST_ROLLBACK]);
+   return false;
+}
+
+/* queue_join: the upsert then the count, in one write transaction, so no
+ * other join comes between them (the file is local: the two statements
+ * cost no round trip). */
+static bool sqlite_queue_join (void *conn,
+                               const char *key,
+                               size_t key_len,
+                               const char *owner,
+                               int64_t keep_ms,
+                               int64_t *ahead,
+                               leaselock_error_t *err)
+{
+   sqlite_conn_t *c = conn;
+   int rc = step_done (c->stmt[ST_BEGIN]);
+   if (rc != SQLITE_OK)
+      return queue_fail (c, rc, err);
+   sqlite3_stmt *st = c->stmt[ST_QUEUE_JOIN];
+   bind_key_owner (st, key, key_len, owner);
+   sqlite3_bind_int64 (st, 3, keep_ms);
+   rc = step_done (st);
+   if (rc != SQLITE_OK)
+      return queue_fail (c, rc, err);
+   st = c->stmt[ST_QUEUE_AHEAD];
+   bind_key_owner (st, key, key_len, owner);
+   rc = sqlite3_step (st);
+   int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64 (st, 0) : 0;
+   sqlite3_reset (st);
+   if (rc != SQLITE_ROW)
+      return queue_fail (c, rc, err);
+   rc = step_done (c->stmt[ST_COMMIT]);
+   if (rc != SQLITE_OK)
+      return queue_fail (c, rc, err);
+   *ahead = n;
+   return true;
+}
+
+static bool sqlite_queue_leave (void *conn,
+                                const char *key,
+                                size_t key_len,
+                                const char *owner,
+                                leaselock_error_t *err)
+{
+   sqlite_conn_t *c = conn;
+   sqlite3_stmt *st = c->stmt[ST_QUEUE_LEAVE];
+   bind_key_owner (st, key, key_len, owner);
+   int rc = step_done (st);
+   return rc == SQLITE_OK || db_error (c, rc, "queue_leave", err);
 }
 
 const ll_backend_t ll_backend_sqlite = {
@@ -749,6 +833,8 @@ const ll_backend_t ll_backend_sqlite = {
    .close_before_fork = true,
    .acquire = sqlite_acquire,
    .acquire_wait = sqlite_acquire_wait,
+   .queue_join = sqlite_queue_join,
+   .queue_leave = sqlite_queue_leave,
    .renew = sqlite_renew,
    .release = sqlite_release,
    .inspect = sqlite_inspect,

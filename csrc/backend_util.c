@@ -58,6 +58,10 @@ bool ll_sql_format_all (char **out,
                         leaselock_error_t *err)
 {
    for (int i = 0; i < count; i++) {
+      if (!templates[i]) {
+         out[i] = NULL;
+         continue;
+      }
       int n = snprintf (NULL, 0, templates[i], table);
       if (!(out[i] = malloc ((size_t)n + 1)))
          return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");

@@ -14,6 +14,16 @@
  *   the next owner's reservation (nextOwner null or missing: none):
  *     until = nextAt + nextMs, since = nextAt - nextWaitedMs
  *
+ * The fair mode's queue, in the collection "<collection>.queue" (one
+ * entry per key and waiter; never read by the lease operations):
+ *   { _id: { k: key, o: "<32 hex owner>" }, k: key, o: owner,
+ *     arrived: date, seenAt: date, keepMs: int64 }
+ *   (k and o again at the top: queries match them there, as
+ *   mongo-java-server does not compare "_id.o" with $lt)
+ *   live while seenAt + keepMs > $$NOW (seenAt: the last join, from
+ *   $currentDate; without pipeline updates a date cannot be written as
+ *   now + keep, so the sum is taken when it is read)
+ *
  * Each builder appends to a document the caller owns and returns false
  * when out of memory (the document is then to be destroyed).
  * Header only (static inline): no driver header reaches the engine.
@@ -30,6 +40,8 @@
 
 #define LL_MONGO_DEFAULT_DB "leaselock"
 #define LL_MONGO_DEFAULT_COLL "leaselock"
+/* The queue's collection: the records' name with this suffix. */
+#define LL_MONGO_QUEUE_SUFFIX ".queue"
 /* The write concern's timeout with the default w=majority. */
 #define LL_MONGO_WTIMEOUT_MS 5000
 /* The server's answer to an upsert whose _id exists. */
@@ -363,10 +375,24 @@ static inline bool ll_mongo_force_query (bson_t *q,
    return ok;
 }
 
+/* {field: /^prefix/}: ll_mongo_prefix_match on another field. */
+static inline bool ll_mongo_prefix_match_on (bson_t *match,
+                                             const char *field,
+                                             const char *prefix,
+                                             size_t prefix_len);
+
 /* list's match: {_id: /^prefix/}, an anchored regex with every
  * non-alphanumeric ASCII byte escaped (the prefix is text, never a
  * pattern); nothing for the empty prefix. */
 static inline bool ll_mongo_prefix_match (bson_t *match, const char *prefix, size_t prefix_len)
+{
+   return ll_mongo_prefix_match_on (match, "_id", prefix, prefix_len);
+}
+
+static inline bool ll_mongo_prefix_match_on (bson_t *match,
+                                             const char *field,
+                                             const char *prefix,
+                                             size_t prefix_len)
 {
    if (prefix_len == 0)
       return true;
@@ -382,7 +408,7 @@ static inline bool ll_mongo_prefix_match (bson_t *match, const char *prefix, siz
       re[o++] = (char)ch;
    }
    re[o] = '\0';
-   bool ok = BSON_APPEND_REGEX (match, "_id", re, "");
+   bool ok = BSON_APPEND_REGEX (match, field, re, "");
    free (re);
    return ok;
 }
@@ -467,6 +493,142 @@ static inline mongoc_find_and_modify_opts_t *ll_mongo_fam_opts (const bson_t *up
                                                   (upsert ? MONGOC_FIND_AND_MODIFY_UPSERT : 0));
    bson_destroy (&fields);
    return opts;
+}
+
+/* ---- the fair mode's queue ------------------------------------------------ */
+
+/* Appends {_id: {k: key, o: owner}}, an entry's _id (always k then o: an
+ * embedded document matches by equality only with its fields in order). */
+static inline bool ll_mongo_queue_id (bson_t *doc,
+                                      const char *key,
+                                      size_t key_len,
+                                      const char *owner)
+{
+   bson_t id;
+   bool ok = BSON_APPEND_DOCUMENT_BEGIN (doc, "_id", &id);
+   ok = ok && bson_append_utf8 (&id, "k", 1, key, (int)key_len);
+   ok = ok && bson_append_utf8 (&id, "o", 1, owner, LL_MONGO_OWNER_LEN);
+   ok = ok && bson_append_document_end (doc, &id);
+   return ok;
+}
+
+/* Appends {op: [{$add: [{$add: ["$seenAt", "$keepMs"]}, extra_ms]},
+ * "$$NOW"]} under name: an entry live ("$gt", extra 0) or run out at least
+ * extra_ms ago ("$lte"). */
+static inline bool ll_mongo_append_queue_cmp (bson_t *doc,
+                                              const char *name,
+                                              const char *op,
+                                              int64_t extra_ms)
+{
+   bson_t cmp, arr, add, terms, alive, aterms;
+   bool ok = BSON_APPEND_DOCUMENT_BEGIN (doc, name, &cmp);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&cmp, op, &arr);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &add);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&add, "$add", &terms);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&terms, "0", &alive);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (&alive, "$add", &aterms);
+   ok = ok && BSON_APPEND_UTF8 (&aterms, "0", "$seenAt");
+   ok = ok && BSON_APPEND_UTF8 (&aterms, "1", "$keepMs");
+   ok = ok && bson_append_array_end (&alive, &aterms);
+   ok = ok && bson_append_document_end (&terms, &alive);
+   ok = ok && BSON_APPEND_INT64 (&terms, "1", extra_ms);
+   ok = ok && bson_append_array_end (&add, &terms);
+   ok = ok && bson_append_document_end (&arr, &add);
+   ok = ok && BSON_APPEND_UTF8 (&arr, "1", "$$NOW");
+   ok = ok && bson_append_array_end (&cmp, &arr);
+   ok = ok && bson_append_document_end (doc, &cmp);
+   return ok;
+}
+
+/* queue_join's first try, a findAndModify without upsert: owner's entry
+ * while it is live, {_id: {k, o}, $expr: live} -> seenAt = now, keepMs =
+ * keep_ms; its arrival is kept. */
+static inline bool ll_mongo_queue_refresh (bson_t *q,
+                                           bson_t *u,
+                                           const char *key,
+                                           size_t key_len,
+                                           const char *owner,
+                                           int64_t keep_ms)
+{
+   bson_t d;
+   bool ok = ll_mongo_queue_id (q, key, key_len, owner);
+   ok = ok && ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$currentDate", &d);
+   ok = ok && BSON_APPEND_BOOL (&d, "seenAt", true);
+   ok = ok && bson_append_document_end (u, &d);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$set", &d);
+   ok = ok && BSON_APPEND_INT64 (&d, "keepMs", keep_ms);
+   ok = ok && bson_append_document_end (u, &d);
+   return ok;
+}
+
+/* queue_join's second try, when the first matched nothing (no entry, or
+ * one that ran out): an upsert on {_id: {k, o}} alone (no $expr) that
+ * arrives now: arrived = seenAt = now, k, o, keepMs. */
+static inline bool ll_mongo_queue_arrive (bson_t *q,
+                                          bson_t *u,
+                                          const char *key,
+                                          size_t key_len,
+                                          const char *owner,
+                                          int64_t keep_ms)
+{
+   bson_t d;
+   bool ok = ll_mongo_queue_id (q, key, key_len, owner);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$currentDate", &d);
+   ok = ok && BSON_APPEND_BOOL (&d, "arrived", true);
+   ok = ok && BSON_APPEND_BOOL (&d, "seenAt", true);
+   ok = ok && bson_append_document_end (u, &d);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (u, "$set", &d);
+   ok = ok && bson_append_utf8 (&d, "k", 1, key, (int)key_len);
+   ok = ok && bson_append_utf8 (&d, "o", 1, owner, LL_MONGO_OWNER_LEN);
+   ok = ok && BSON_APPEND_INT64 (&d, "keepMs", keep_ms);
+   ok = ok && bson_append_document_end (u, &d);
+   return ok;
+}
+
+/* queue_join's count: the live entries of key ordered before (arrived,
+ * owner): {k: key, $or: [{arrived: {$lt: arrived}}, {arrived: {$gte:
+ * arrived, $lt: arrived + 1 ms}, o: {$lt: owner}}], $expr: live}. arrived
+ * is the date the server wrote into owner's entry, in milliseconds; the
+ * same millisecond is a range, not an equality, since mongo-java-server
+ * keeps finer dates than it returns. */
+static inline bool ll_mongo_queue_ahead_filter (bson_t *q,
+                                                const char *key,
+                                                size_t key_len,
+                                                const char *owner,
+                                                int64_t arrived)
+{
+   bson_t any, d, lt;
+   bool ok = bson_append_utf8 (q, "k", 1, key, (int)key_len);
+   ok = ok && BSON_APPEND_ARRAY_BEGIN (q, "$or", &any);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&any, "0", &d);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&d, "arrived", &lt);
+   ok = ok && BSON_APPEND_DATE_TIME (&lt, "$lt", arrived);
+   ok = ok && bson_append_document_end (&d, &lt);
+   ok = ok && bson_append_document_end (&any, &d);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&any, "1", &d);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&d, "arrived", &lt);
+   ok = ok && BSON_APPEND_DATE_TIME (&lt, "$gte", arrived);
+   ok = ok && BSON_APPEND_DATE_TIME (&lt, "$lt", arrived + 1);
+   ok = ok && bson_append_document_end (&d, &lt);
+   ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&d, "o", &lt);
+   ok = ok && bson_append_utf8 (&lt, "$lt", 3, owner, LL_MONGO_OWNER_LEN);
+   ok = ok && bson_append_document_end (&d, &lt);
+   ok = ok && bson_append_document_end (&any, &d);
+   ok = ok && bson_append_array_end (q, &any);
+   ok = ok && ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0);
+   return ok;
+}
+
+/* prune's deleteMany of the queue: {k: /^prefix/ (none for the empty
+ * prefix), $expr: run out at least older_than_ms ago}. */
+static inline bool ll_mongo_queue_prune_filter (bson_t *q,
+                                                const char *prefix,
+                                                size_t prefix_len,
+                                                int64_t older_than_ms)
+{
+   return ll_mongo_prefix_match_on (q, "k", prefix, prefix_len) &&
+          ll_mongo_append_queue_cmp (q, "$expr", "$lte", older_than_ms);
 }
 
 #endif /* LL_CMD_MONGODB_H */

@@ -480,7 +480,10 @@ typedef struct ll_backend
     * acquire's "expired" when it is 0), whatever their owner field: never a
     * live lease, never a record inside its min_hold, never a record whose
     * reservation is live. *count: the records
-    * deleted. A deleted key's next acquire starts its fence at 1 again. */
+    * deleted. A deleted key's next acquire starts its fence at 1 again.
+    * The queue entries under prefix that ran out older_than_ms or more ago
+    * are deleted too (a second statement; never a live entry; not
+    * counted). */
    bool (*prune) (void *conn,
                   const char *prefix,
                   size_t prefix_len,
@@ -520,7 +523,8 @@ bool ll_backend_fail (leaselock_error_t *err,
 /* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
 bool ll_valid_identifier (const char *s);
 /* out[i] = templates[i] formatted with table (new strings the caller frees,
- * also after a failure: NOMEM leaves the rest NULL). */
+ * also after a failure: NOMEM leaves the rest NULL); NULL for a NULL
+ * template (a statement the backend does not use). */
 bool ll_sql_format_all (char **out,
                         const char *const *templates,
                         int count,
@@ -570,6 +574,14 @@ typedef enum ll_sql_st
    LL_SQL_FORCE,
    LL_SQL_PRUNE_FROM,
    LL_SQL_PRUNE_RANGE,
+   /* The fair mode's queue (queue_join, queue_leave, prune's part); a
+    * backend that needs no QUEUE_LOCK statement leaves its text NULL. */
+   LL_SQL_QUEUE_LOCK,
+   LL_SQL_QUEUE_JOIN,
+   LL_SQL_QUEUE_AHEAD,
+   LL_SQL_QUEUE_LEAVE,
+   LL_SQL_QUEUE_PRUNE_FROM,
+   LL_SQL_QUEUE_PRUNE_RANGE,
    LL_SQL_COUNT
 } ll_sql_st_t;
 

@@ -11,8 +11,10 @@
 
 /* The version the statements below create; <table>_meta records it.
  * Version 2 added the reservation for the next owner (next_owner,
- * next_until, next_since); a version-1 table is migrated in place. */
-#define LL_MYSQL_SCHEMA_VERSION 2
+ * next_until, next_since); version 3 the fair mode's queue, the table
+ * <table>_queue (LL_MYSQL_CREATE_QUEUE). A version-1 or -2 table is
+ * migrated in place. */
+#define LL_MYSQL_SCHEMA_VERSION 3
 
 #define LL_MYSQL_READ_VERSION "SELECT schema_version FROM `%s_meta` WHERE id = 1"
 /* The reservation's columns, as CREATE TABLE and the migration's ALTER
@@ -37,6 +39,16 @@
 #define LL_MYSQL_ADD_NEXT_COLUMNS                                                                  \
    "ALTER TABLE `%s` ADD " LL_MYSQL_NEXT_OWNER ", ADD " LL_MYSQL_NEXT_UNTIL                        \
    ", ADD " LL_MYSQL_NEXT_SINCE
+/* The queue of waiters (version 3): an entry per (lock_key, owner), live
+ * while alive_until > now; the index orders a key's entries by arrival. */
+#define LL_MYSQL_CREATE_QUEUE                                                                      \
+   "CREATE TABLE IF NOT EXISTS `%s_queue` ("                                                       \
+   "lock_key VARBINARY(255) NOT NULL, "                                                            \
+   "owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "                               \
+   "arrived DATETIME(6) NOT NULL, "                                                                \
+   "alive_until DATETIME(6) NOT NULL, "                                                            \
+   "PRIMARY KEY (lock_key, owner), "                                                               \
+   "KEY queue_order (lock_key, arrived, owner)) ENGINE=InnoDB"
 #define LL_MYSQL_CREATE_META                                                                       \
    "CREATE TABLE IF NOT EXISTS `%s_meta` (id TINYINT NOT NULL PRIMARY KEY, "                       \
    "schema_version INT NOT NULL) ENGINE=InnoDB"
@@ -147,6 +159,42 @@
 #define LL_MYSQL_PRUNE_RANGE                                                                       \
    "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED " AND lock_key < ?"
 
+/* ---- the fair mode's queue ------------------------------------------------ */
+
+/* The name of the key's queue lock: a named lock (GET_LOCK) per table and
+ * key, hashed to fit the server's 64 characters. Parameter: key. */
+#define LL_MYSQL_QUEUE_LOCK_NAME "CONCAT('leaselock queue ', SHA1(CONCAT('%1$s', 0x00, ?)))"
+/* queue_join, three statements on one connection (backend_mysql.c's
+ * my_queue_join says why):
+ * 1. the key's queue lock. Parameters: key, timeout (s). 1 when taken. */
+#define LL_MYSQL_QUEUE_LOCK "SELECT GET_LOCK(" LL_MYSQL_QUEUE_LOCK_NAME ", ?)"
+/* 2. the upsert, autocommitted under the lock: a new entry, or one that ran
+ * out, arrives now; a live one keeps its arrival (arrived is assigned
+ * first, from the old alive_until); alive_until = now + keep. Parameters:
+ * key, owner, keep (us), keep (us). */
+#define LL_MYSQL_QUEUE_JOIN                                                                        \
+   "INSERT INTO `%s_queue` (lock_key, owner, arrived, alive_until) VALUES (?, ?, " LL_MYSQL_NOW    \
+   ", " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE "                         \
+   "arrived = IF(alive_until > " LL_MYSQL_NOW ", arrived, " LL_MYSQL_NOW "), "                     \
+   "alive_until = " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND"
+/* 3. the live entries of the key ordered before owner's (arrived, owner),
+ * then the lock let go (RELEASE_LOCK after the count, left to right).
+ * Parameters: key, owner, key. */
+#define LL_MYSQL_QUEUE_AHEAD                                                                       \
+   "SELECT (SELECT COUNT(*) FROM `%1$s_queue` q, `%1$s_queue` me "                                 \
+   "WHERE me.lock_key = ? AND me.owner = ? AND q.lock_key = me.lock_key "                          \
+   "AND q.alive_until > " LL_MYSQL_NOW " AND (q.arrived < me.arrived OR "                          \
+   "(q.arrived = me.arrived AND q.owner < me.owner))), RELEASE_LOCK(" LL_MYSQL_QUEUE_LOCK_NAME ")"
+/* Parameters: key, owner. */
+#define LL_MYSQL_QUEUE_LEAVE "DELETE FROM `%s_queue` WHERE lock_key = ? AND owner = ?"
+/* prune's second statement: the queue entries under a prefix that ran out
+ * at least older_than ago; never a live one. Parameters as for
+ * LL_MYSQL_PRUNE_FROM / _RANGE: prefix, older_than (us)[, upper bound]. */
+#define LL_MYSQL_QUEUE_PRUNE_FROM                                                                  \
+   "DELETE FROM `%s_queue` WHERE lock_key >= ? AND alive_until <= UTC_TIMESTAMP(6) - "             \
+   "INTERVAL ? MICROSECOND"
+#define LL_MYSQL_QUEUE_PRUNE_RANGE LL_MYSQL_QUEUE_PRUNE_FROM " AND lock_key < ?"
+
 /* The backend's statement table (ll_sql_st_t, ll_internal.h). */
 #define LL_MYSQL_STATEMENTS                                                                        \
    {                                                                                               \
@@ -154,7 +202,11 @@
       [LL_SQL_RELEASE] = LL_MYSQL_RELEASE, [LL_SQL_INSPECT] = LL_MYSQL_INSPECT,                    \
       [LL_SQL_LIST_FROM] = LL_MYSQL_LIST_FROM, [LL_SQL_LIST_RANGE] = LL_MYSQL_LIST_RANGE,          \
       [LL_SQL_FORCE] = LL_MYSQL_FORCE, [LL_SQL_PRUNE_FROM] = LL_MYSQL_PRUNE_FROM,                  \
-      [LL_SQL_PRUNE_RANGE] = LL_MYSQL_PRUNE_RANGE,                                                 \
+      [LL_SQL_PRUNE_RANGE] = LL_MYSQL_PRUNE_RANGE, [LL_SQL_QUEUE_LOCK] = LL_MYSQL_QUEUE_LOCK,      \
+      [LL_SQL_QUEUE_JOIN] = LL_MYSQL_QUEUE_JOIN, [LL_SQL_QUEUE_AHEAD] = LL_MYSQL_QUEUE_AHEAD,      \
+      [LL_SQL_QUEUE_LEAVE] = LL_MYSQL_QUEUE_LEAVE,                                                 \
+      [LL_SQL_QUEUE_PRUNE_FROM] = LL_MYSQL_QUEUE_PRUNE_FROM,                                       \
+      [LL_SQL_QUEUE_PRUNE_RANGE] = LL_MYSQL_QUEUE_PRUNE_RANGE,                                     \
    }
 
 #endif /* LL_SQL_MYSQL_H */

@@ -11,12 +11,26 @@
 
 /* The version the statements below create; <table>_meta records it.
  * Version 2 added the reservation for the next owner (next_owner,
- * next_until, next_since); a version-1 table is migrated in place. */
-#define LL_POSTGRESQL_SCHEMA_VERSION 2
+ * next_until, next_since); version 3 the fair mode's queue, the table
+ * <table>_queue (lock_key, owner, arrived, alive_until; primary key
+ * (lock_key, owner), index <table>_queue_order (lock_key, arrived,
+ * owner)). A version-1 or -2 table is migrated in place. */
+#define LL_POSTGRESQL_SCHEMA_VERSION 3
+
+/* The queue of waiters (version 3), inside LL_POSTGRESQL_CREATE_SCHEMA. */
+#define LL_POSTGRESQL_CREATE_QUEUE                                                                 \
+   "CREATE TABLE IF NOT EXISTS \"%1$s_queue\" ("                                                   \
+   "lock_key text COLLATE \"C\" NOT NULL, "                                                        \
+   "owner text COLLATE \"C\" NOT NULL, "                                                           \
+   "arrived timestamptz NOT NULL, "                                                                \
+   "alive_until timestamptz NOT NULL, "                                                            \
+   "PRIMARY KEY (lock_key, owner)); "                                                              \
+   "CREATE INDEX IF NOT EXISTS \"%1$s_queue_order\" ON \"%1$s_queue\" (lock_key, arrived, "        \
+   "owner); "
 
 /* A missing table fails with SQLSTATE 42P01 (undefined_table). */
 #define LL_POSTGRESQL_READ_VERSION "SELECT schema_version FROM \"%1$s_meta\" WHERE id = 1"
-/* Creates the tables, or brings a version-1 table to this version: one
+/* Creates the tables, or brings a version-1 or -2 table to this version: one
  * transaction under an advisory lock, since PostgreSQL's CREATE TABLE IF
  * NOT EXISTS can fail when two sessions race. The ALTER adds only the
  * columns that are missing (none on a table this text just created), and
@@ -38,7 +52,7 @@
    "next_since timestamptz NULL); "                                                                \
    "ALTER TABLE \"%1$s\" ADD COLUMN IF NOT EXISTS next_owner text NULL, "                          \
    "ADD COLUMN IF NOT EXISTS next_until timestamptz NULL, "                                        \
-   "ADD COLUMN IF NOT EXISTS next_since timestamptz NULL; "                                        \
+   "ADD COLUMN IF NOT EXISTS next_since timestamptz NULL; " LL_POSTGRESQL_CREATE_QUEUE             \
    "CREATE TABLE IF NOT EXISTS \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "                       \
    "schema_version int NOT NULL); "                                                                \
    "INSERT INTO \"%1$s_meta\" AS m VALUES (1, %2$d) ON CONFLICT (id) DO UPDATE "                   \
@@ -144,6 +158,44 @@
    "next_until <= clock_timestamp())"
 #define LL_POSTGRESQL_PRUNE_RANGE LL_POSTGRESQL_PRUNE_FROM " AND lock_key < $3"
 
+/* ---- the fair mode's queue ------------------------------------------------ */
+
+/* queue_join's first statement: $1 key, $2 owner, $3 keep (us). Under a
+ * transaction-level advisory lock on (table, key), held until it commits,
+ * it reads the clock and upserts owner's entry: a new entry, or one that
+ * ran out, arrives now; a live one keeps its arrival; alive_until = now +
+ * keep. The lock orders the joins of a key: each reads its "now" after
+ * the one before it committed, so arrivals follow commits. */
+#define LL_POSTGRESQL_QUEUE_JOIN                                                                   \
+   "WITH l AS (SELECT pg_advisory_xact_lock(hashtext('leaselock queue %1$s'), "                    \
+   "hashtext($1::text))), "                                                                        \
+   "n AS (SELECT clock_timestamp() AS t FROM l) "                                                  \
+   "INSERT INTO \"%1$s_queue\" AS q (lock_key, owner, arrived, alive_until) "                      \
+   "SELECT $1::text, $2::text, n.t, n.t + $3::bigint * interval '1 microsecond' FROM n "           \
+   "ON CONFLICT (lock_key, owner) DO UPDATE SET "                                                  \
+   "arrived = CASE WHEN q.alive_until > excluded.arrived THEN q.arrived ELSE excluded.arrived "    \
+   "END, "                                                                                         \
+   "alive_until = excluded.alive_until"
+/* queue_join's second statement: $1 key, $2 owner. The live entries of the
+ * key ordered before owner's (arrived, owner). Not in the first statement:
+ * its snapshot is taken when it starts, before it waits for the lock, so
+ * it could miss a join that arrived earlier and committed while it waited;
+ * this statement starts after ours committed, when every earlier arrival
+ * has. */
+#define LL_POSTGRESQL_QUEUE_AHEAD                                                                  \
+   "SELECT count(*) FROM \"%1$s_queue\" q, \"%1$s_queue\" me, "                                    \
+   "(SELECT clock_timestamp() AS t) n WHERE me.lock_key = $1 AND me.owner = $2 "                   \
+   "AND q.lock_key = $1 AND q.alive_until > n.t AND (q.arrived, q.owner) < (me.arrived, me.owner)"
+/* $1 key, $2 owner. */
+#define LL_POSTGRESQL_QUEUE_LEAVE "DELETE FROM \"%1$s_queue\" WHERE lock_key = $1 AND owner = $2"
+/* prune's second statement: the queue entries under a prefix that ran out
+ * at least older_than ago; never a live one. $1 prefix, $2 older_than
+ * (us); the range form $3 the upper bound. */
+#define LL_POSTGRESQL_QUEUE_PRUNE_FROM                                                             \
+   "DELETE FROM \"%1$s_queue\" WHERE lock_key >= $1 AND alive_until <= clock_timestamp() - "       \
+   "$2::bigint * interval '1 microsecond'"
+#define LL_POSTGRESQL_QUEUE_PRUNE_RANGE LL_POSTGRESQL_QUEUE_PRUNE_FROM " AND lock_key < $3"
+
 /* The backend's statement table (ll_sql_st_t, ll_internal.h). */
 #define LL_POSTGRESQL_STATEMENTS                                                                   \
    {                                                                                               \
@@ -153,6 +205,11 @@
       [LL_SQL_LIST_RANGE] = LL_POSTGRESQL_LIST_RANGE, [LL_SQL_FORCE] = LL_POSTGRESQL_FORCE,        \
       [LL_SQL_PRUNE_FROM] = LL_POSTGRESQL_PRUNE_FROM,                                              \
       [LL_SQL_PRUNE_RANGE] = LL_POSTGRESQL_PRUNE_RANGE,                                            \
+      [LL_SQL_QUEUE_JOIN] = LL_POSTGRESQL_QUEUE_JOIN,                                              \
+      [LL_SQL_QUEUE_AHEAD] = LL_POSTGRESQL_QUEUE_AHEAD,                                            \
+      [LL_SQL_QUEUE_LEAVE] = LL_POSTGRESQL_QUEUE_LEAVE,                                            \
+      [LL_SQL_QUEUE_PRUNE_FROM] = LL_POSTGRESQL_QUEUE_PRUNE_FROM,                                  \
+      [LL_SQL_QUEUE_PRUNE_RANGE] = LL_POSTGRESQL_QUEUE_PRUNE_RANGE,                                \
    }
 
 #endif /* LL_SQL_POSTGRESQL_H */

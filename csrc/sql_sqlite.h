@@ -12,18 +12,23 @@
  *                   next_owner TEXT, next_until INTEGER, next_since INTEGER
  *                   -- the next owner's reservation, NULL when none
  *                   ) WITHOUT ROWID
+ *   leaselock_queue(key TEXT, owner TEXT, arrived INTEGER,
+ *                   alive_until INTEGER, PRIMARY KEY (key, owner))
+ *                   WITHOUT ROWID -- the fair mode's waiters, with the
+ *                   index leaselock_queue_order (key, arrived, owner)
  *
  * Times are milliseconds since the epoch by the SQLite clock. Version 2
  * added the next_* columns; backend_sqlite.c's migrate() adds them to a
- * version-1 file (LL_SQLITE_MIGRATE_1_2).
+ * version-1 file (LL_SQLITE_MIGRATE_1_2). Version 3 added the queue table
+ * (LL_SQLITE_CREATE_QUEUE, run on every file older than 3).
  */
 #ifndef LL_SQL_SQLITE_H
 #define LL_SQL_SQLITE_H
 
 /* The schema version this code writes and understands. A later version
  * adds a step in backend_sqlite.c's migrate() and bumps this. */
-#define LL_SQLITE_SCHEMA_VERSION 2
-#define LL_SQLITE_SET_VERSION "PRAGMA user_version = 2"
+#define LL_SQLITE_SCHEMA_VERSION 3
+#define LL_SQLITE_SET_VERSION "PRAGMA user_version = 3"
 
 #define LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS 10000
 
@@ -141,5 +146,56 @@
    "DELETE FROM leaselock_locks WHERE key >= ?1 AND key < ?2"                                      \
    " AND expires_at <= " LL_SQLITE_NOW_MS " - ?3"                                                  \
    " AND (next_owner IS NULL OR next_until <= " LL_SQLITE_NOW_MS ")"
+
+/* ---- the fair mode's queue (schema version 3) --------------------------- */
+
+/* The queue of waiters, beside the records: one entry per (key, owner),
+ * live while alive_until > now. Created on a new file and on every file
+ * older than version 3. */
+#define LL_SQLITE_CREATE_QUEUE                                                                     \
+   "CREATE TABLE IF NOT EXISTS leaselock_queue ("                                                  \
+   " key TEXT NOT NULL,"                                                                           \
+   " owner TEXT NOT NULL,"                                                                         \
+   " arrived INTEGER NOT NULL,"                                                                    \
+   " alive_until INTEGER NOT NULL,"                                                                \
+   " PRIMARY KEY (key, owner)"                                                                     \
+   ") WITHOUT ROWID; "                                                                             \
+   "CREATE INDEX IF NOT EXISTS leaselock_queue_order ON leaselock_queue (key, arrived, owner)"
+
+/* queue_join's first statement, inside BEGIN IMMEDIATE: ?1 key, ?2 owner,
+ * ?3 keep_ms. A new entry arrives now, or 1 ms after the key's latest live
+ * arrival when the clock reads no later (two joins in one millisecond, or
+ * a clock stepped back): arrivals then follow the order in which the
+ * write lock admitted the joins, so every count below is exact. A live
+ * entry keeps its arrival (in the update arm, excluded.alive_until - ?3 is
+ * now); one that ran out arrives again. */
+#define LL_SQLITE_QUEUE_JOIN                                                                       \
+   "INSERT INTO leaselock_queue (key, owner, arrived, alive_until)"                                \
+   " VALUES (?1, ?2, MAX(" LL_SQLITE_NOW_MS ", IFNULL((SELECT MAX(arrived) + 1"                    \
+   " FROM leaselock_queue WHERE key = ?1 AND alive_until > " LL_SQLITE_NOW_MS "), 0)),"            \
+   " " LL_SQLITE_NOW_MS " + ?3)"                                                                   \
+   " ON CONFLICT (key, owner) DO UPDATE SET"                                                       \
+   " arrived = CASE WHEN alive_until > excluded.alive_until - ?3 THEN arrived"                     \
+   " ELSE excluded.arrived END,"                                                                   \
+   " alive_until = excluded.alive_until"
+
+/* queue_join's second statement, in the same transaction: ?1 key, ?2
+ * owner. The live entries of the key ordered before owner's (arrived,
+ * owner). */
+#define LL_SQLITE_QUEUE_AHEAD                                                                      \
+   "SELECT count(*) FROM leaselock_queue q, leaselock_queue me"                                    \
+   " WHERE me.key = ?1 AND me.owner = ?2 AND q.key = ?1"                                           \
+   " AND q.alive_until > " LL_SQLITE_NOW_MS                                                        \
+   " AND (q.arrived < me.arrived OR (q.arrived = me.arrived AND q.owner < ?2))"
+
+/* queue_leave: ?1 key, ?2 owner. */
+#define LL_SQLITE_QUEUE_LEAVE "DELETE FROM leaselock_queue WHERE key = ?1 AND owner = ?2"
+
+/* prune's second statement: the queue entries under the prefix that ran
+ * out at least older_than ago (the same test as the records' expiry);
+ * never a live one. ?1 prefix, ?2 its upper bound, ?3 older_than (ms). */
+#define LL_SQLITE_QUEUE_PRUNE                                                                      \
+   "DELETE FROM leaselock_queue WHERE key >= ?1 AND key < ?2"                                      \
+   " AND alive_until <= " LL_SQLITE_NOW_MS " - ?3"
 
 #endif /* LL_SQL_SQLITE_H */

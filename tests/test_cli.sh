@@ -189,6 +189,27 @@ test_busy() {
   ll status busy/key; expect_rc 1
 }
 
+# run --fair waits in order of arrival: a one-try fair run behind a queued
+# waiter is busy even once the holder is gone.
+test_fair() {
+  ll_bg run fair/key -- sleep 2
+  local holder=$BGPID
+  wait_state fair/key 0 || return
+  "$BIN" --uri "$URI" run --fair --wait 30s fair/key -- sh -c 'echo first > "$0/first"; sleep 1' \
+    "$T" 2>"$T/w.err" &
+  local waiter=$!
+  BG+=("$waiter")
+  wait_blocked "$waiter" || return
+  reap "$holder"
+  # The holder is gone; the queued waiter goes first, not this run.
+  ll run --fair fair/key -- touch "$T/cut-in"
+  expect_rc 75 || return
+  [ ! -e "$T/cut-in" ] || { fail "a one-try fair run cut in front of the queued waiter"; return; }
+  reap "$waiter"
+  [ "$BGRC" = 0 ] || { fail "waiter exit $BGRC: $(cat "$T/w.err")"; return; }
+  [ -e "$T/first" ] || fail "the queued waiter never ran"
+}
+
 test_wait_then_acquire() {
   ll_bg run wait/key -- sh -c 'sleep 1; echo "$LEASELOCK_FENCE" > "$0/first-done"' "$T"
   local holder=$BGPID

@@ -3317,14 +3317,11 @@ int main (int argc, char **argv)
    RUN (test_wait_interrupted);
    RUN (test_wait_steps);
    RUN (test_fair_sleep_policy);
-   const ll_backend_t *backend = ll_backend_for_uri (URI, &(leaselock_error_t){ 0 });
-   if (backend && backend->queue_join) {
-      RUN (test_fair_order);
-      RUN (test_fair_give_up_leaves);
-      RUN (test_fair_dead_waiter);
-      RUN (test_wait_steps_fair);
-      RUN (test_semaphore_fair_order);
-   }
+   RUN (test_fair_order);
+   RUN (test_fair_give_up_leaves);
+   RUN (test_fair_dead_waiter);
+   RUN (test_wait_steps_fair);
+   RUN (test_semaphore_fair_order);
    if (FAKE)
       RUN (test_fair_unsupported);
    RUN (test_auto_renew);

@@ -37,6 +37,7 @@
 #include "ll_internal.h"
 #include "tcp_proxy.h"
 #include "testlib.h"
+#include "queue_cases.h"
 #include "tls_proxy.h"
 
 #include <mongoc/mongoc.h>
@@ -55,6 +56,7 @@
 /* Test hooks exported by csrc/backend_mongodb.c (borrowed pointers). */
 mongoc_client_t *ll_mongodb_test_client (void *conn);
 mongoc_collection_t *ll_mongodb_test_collection (void *conn);
+mongoc_collection_t *ll_mongodb_test_queue (void *conn);
 bool ll_mongodb_test_set_password (void *conn, const char *password);
 
 static char SELF[4096];
@@ -435,7 +437,7 @@ static void test_command_shape_wait (void)
    CHECK_EQ (n_cmds, 8);
    ok = B->prune (c, k2, strlen (k2), 3600000, &count, &err);
    CHECK_OK (ok, err);
-   CHECK_EQ (n_cmds, 9);
+   CHECK_EQ (n_cmds, 10); /* the records' deleteMany, then the queue's */
    int writes = check_cmds (true, why, sizeof why);
    if (writes < 0)
       fprintf (stderr, "    %s\n", why);
@@ -684,6 +686,8 @@ static int child_main (int argc, char **argv)
          ok = B->acquire (c, k, strlen (k), owner, ttl, &HOLDER, &fence, &err);
       } else if (!strcmp (op, "renew")) {
          ok = B->renew (c, k, strlen (k), owner, ttl, &err);
+      } else if (!strcmp (op, "join")) {
+         ok = B->queue_join (c, k, strlen (k), owner, ttl, &fence, &err);
       } else if (!strcmp (op, "inspect")) {
          leaselock_record_t rec;
          bool found = false;
@@ -789,6 +793,115 @@ static void test_server_clock_only (void)
    sleep_ms (3300);
    ok = acquire (c, k3, a, 60000, NULL, &err);
    CHECK_OK (ok, err);
+   B->close (c);
+}
+
+/* ---- the fair mode's queue ---------------------------------------------- */
+
+/* The entries stored for k in the queue collection, run-out ones too. */
+static long long q_rows (const char *k)
+{
+   void *c = open_conn (URI);
+   if (!c)
+      return -1;
+   bson_t q = BSON_INITIALIZER;
+   bson_error_t e;
+   BSON_APPEND_UTF8 (&q, "k", k);
+   long long n =
+     mongoc_collection_count_documents (ll_mongodb_test_queue (c), &q, NULL, NULL, NULL, &e);
+   if (n < 0)
+      fprintf (stderr, "    count: %s\n", e.message);
+   bson_destroy (&q);
+   B->close (c);
+   return n;
+}
+
+#define Q_TEST(name)                                                                               \
+   static void test_queue_##name (void)                                                            \
+   {                                                                                               \
+      qc_run (URI, qc_##name, q_rows);                                                             \
+   }
+Q_TEST (join_order)
+Q_TEST (rejoin_keeps_place)
+Q_TEST (runs_out)
+Q_TEST (leave_missing)
+Q_TEST (keys_isolated)
+Q_TEST (records_unaffected)
+Q_TEST (prune)
+Q_TEST (odd_keys)
+
+static void test_queue_concurrent_joins (void)
+{
+   qc_concurrent_joins (URI);
+}
+
+/* The database clock decides: a process an hour ahead or behind joins
+ * behind the entries before it and ahead of those after, and its entry
+ * (1 s) runs out by the server's clock. */
+static void q_skew (const ll_backend_t *b, void *c, qc_rows_fn rows)
+{
+   (void)rows;
+   const char *offsets[] = { "+1h", "-1h" };
+   for (int i = 0; i < 2; i++) {
+      char name[32];
+      child_out_t o;
+      snprintf (name, sizeof name, "q/skew%d", i);
+      const char *k = key (name);
+      CHECK_EQ (QJ (b, c, k, QC_A, 10000), 0);
+      CHECK (run_skewed (offsets[i], "join", k, QC_B, 1000, &o));
+      CHECK (llabs (o.time - (long long)time (NULL)) > 3000); /* really skewed */
+      CHECK_EQ (o.ok, 1);
+      CHECK_EQ (o.fence, 1); /* ahead */
+      CHECK_EQ (QJ (b, c, k, QC_C, 10000), 2);
+      sleep_ms (600);
+      CHECK_EQ (QJ (b, c, k, QC_C, 10000), 2);
+      sleep_ms (700);
+      CHECK_EQ (QJ (b, c, k, QC_C, 10000), 1);
+      CHECK (qc_leave (b, c, k, QC_A) && qc_leave (b, c, k, QC_B) && qc_leave (b, c, k, QC_C));
+   }
+}
+
+static void test_queue_server_clock_only (void)
+{
+   qc_run (URI, q_skew, q_rows);
+}
+
+/* The queue's commands keep the rules (no $expr in an upsert's query, no
+ * pipeline update, w=majority) and their round trips: a new entry 3
+ * (refresh, upsert, count), a live one 2 (refresh, count), a leave 1; the
+ * one date sent, in the count, is the arrival the server wrote. */
+static void test_queue_command_shape (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   mongoc_apm_callbacks_destroy (cbs);
+   const char *k = key ("q/shape");
+   char why[512];
+   clear_cmds ();
+   CHECK_EQ (QJ (B, c, k, QC_A, 10000), 0);
+   CHECK_EQ (n_cmds, 3);
+   CHECK (is_cmd (0, "findAndModify", false) && is_cmd (1, "findAndModify", true));
+   CHECK_EQ (QJ (B, c, k, QC_A, 10000), 0);
+   CHECK_EQ (n_cmds, 5);
+   CHECK (is_cmd (3, "findAndModify", false));
+   bson_iter_t it;
+   CHECK (bson_iter_init_find (&it, cmds[2], "aggregate") && bson_iter_init (&it, cmds[2]) &&
+          has_date (&it));
+   CHECK (qc_leave (B, c, k, QC_A));
+   CHECK_EQ (n_cmds, 6);
+   /* The counts' dates aside (checked above), every write keeps the rules. */
+   bson_destroy (cmds[2]);
+   bson_destroy (cmds[4]);
+   cmds[2] = bson_new ();
+   cmds[4] = bson_new ();
+   int writes = check_cmds (true, why, sizeof why);
+   if (writes < 0)
+      fprintf (stderr, "    %s\n", why);
+   CHECK_EQ (writes, 3);
+   clear_cmds ();
    B->close (c);
 }
 
@@ -1201,14 +1314,14 @@ static void test_collection_option (void)
    B->close (c);
    CHECK_EQ (n, 1);
 
-   /* The namespace "db.collection" may have 255 bytes (MongoDB 4.4+), not
-    * one more. */
+   /* The namespace "db.collection" may have 249 bytes, not one more: the
+    * queue's "db.collection.queue" must fit MongoDB 4.4's 255. */
    {
       bson_error_t ue;
       mongoc_uri_t *given = mongoc_uri_new_with_error (URI, &ue);
       CHECK (given);
       const char *db = mongoc_uri_get_database (given);
-      size_t room = 255 - 1 - strlen (db && *db ? db : "leaselock");
+      size_t room = 255 - strlen (".queue") - 1 - strlen (db && *db ? db : "leaselock");
       mongoc_uri_destroy (given);
       char name[300], nu[1600];
       memset (name, 'n', room + 1);
@@ -1226,7 +1339,7 @@ static void test_collection_option (void)
       c = B->open (nu, &oe);
       B->close (c);
       CHECK (!c);
-      CHECK_ERR (false, oe, LEASELOCK_INVALID, "longer than 255 bytes (256");
+      CHECK_ERR (false, oe, LEASELOCK_INVALID, "longer than 249 bytes (250");
    }
 
    /* The default collection is "leaselock". */
@@ -1887,6 +2000,17 @@ int main (int argc, char **argv)
    RUN (test_prune_keeps_reserved);
    RUN (test_own_retry_beats_reservation);
    RUN (test_old_record_unreserved);
+   RUN (test_queue_join_order);
+   RUN (test_queue_rejoin_keeps_place);
+   RUN (test_queue_runs_out);
+   RUN (test_queue_leave_missing);
+   RUN (test_queue_keys_isolated);
+   RUN (test_queue_records_unaffected);
+   RUN (test_queue_prune);
+   RUN (test_queue_odd_keys);
+   RUN (test_queue_concurrent_joins);
+   RUN (test_queue_server_clock_only);
+   RUN (test_queue_command_shape);
 
    clear_cmds ();
    mongoc_cleanup ();

@@ -25,6 +25,7 @@
 #include "ll_internal.h"
 #include "sql_driver.h"
 #include "testlib.h"
+#include "queue_cases.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -622,10 +623,10 @@ static void test_migrate_v1 (void)
       rsv_run (uri_with (opt), rsv_on_migrated);
       raw_query (sql, out, sizeof out);
    }
-   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta", table, table);
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
    raw_query (sql, NULL, 0);
    CHECK (made);
-   CHECK_EQ (atoi (out), 2);
+   CHECK_EQ (atoi (out), 3);
 }
 
 /* An expired record reserved by a younger waiter: an older waiter's
@@ -700,11 +701,230 @@ static void test_concurrent_migration (void)
    }
    snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
    raw_query (sql, out, sizeof out);
-   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta", table, table);
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
    raw_query (sql, NULL, 0);
    CHECK (made);
    CHECK_EQ (failed, 0);
-   CHECK_EQ (atoi (out), 2);
+   CHECK_EQ (atoi (out), 3);
+}
+
+/* ---- the fair mode's queue -------------------------------------------- */
+
+/* The entries stored for k in the default table's queue, run-out ones
+ * too. k is one of the suite's plain keys (letters, digits, '-', '/'), so
+ * it is spelled into the text of this raw query. */
+static long long q_rows (const char *k)
+{
+   char sql[512], out[64] = "";
+   snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM leaselock_queue WHERE lock_key = '%s'", k);
+   return raw_query (sql, out, sizeof out) ? atoll (out) : -1;
+}
+
+#define Q_TEST(name)                                                                               \
+   static void test_queue_##name (void)                                                            \
+   {                                                                                               \
+      qc_run (URI, qc_##name, q_rows);                                                             \
+   }
+Q_TEST (join_order)
+Q_TEST (rejoin_keeps_place)
+Q_TEST (runs_out)
+Q_TEST (leave_missing)
+Q_TEST (keys_isolated)
+Q_TEST (records_unaffected)
+Q_TEST (prune)
+Q_TEST (odd_keys)
+
+static void test_queue_concurrent_joins (void)
+{
+   qc_concurrent_joins (URI);
+}
+
+/* The database clock decides: a client whose clock is an hour ahead or
+ * behind joins behind those who arrived before it and ahead of those who
+ * come after, and its entry runs out keep_ms after its join by the
+ * server's clock, not an hour early or late. */
+static int queue_helper (int argc, char **argv)
+{
+   if (argc < 6)
+      return 2;
+   printf ("time %lld\n", (long long)time (NULL));
+   const ll_backend_t *b = NULL;
+   void *c = backend_open (argv[2], &b);
+   if (!c)
+      _exit (3);
+   int64_t ahead = qc_join (b, c, argv[3], strlen (argv[3]), argv[4], atoll (argv[5]));
+   b->close (c);
+   printf ("ahead %lld\n", (long long)ahead);
+   fflush (stdout);
+   _exit (ahead >= 0 ? 0 : 1);
+}
+
+static bool run_skewed_join (const char *offset,
+                             const char *k,
+                             const char *owner,
+                             int64_t keep,
+                             long long *ahead,
+                             long long *skew)
+{
+   char cmd[2048], out[512];
+   const char *asan = getenv ("ASAN_OPTIONS");
+   snprintf (cmd, sizeof cmd,
+             "ASAN_OPTIONS='%s%sverify_asan_link_order=0' faketime -f '%s' '%s' --queue-helper "
+             "'%s' '%s' %s %lld",
+             asan ? asan : "", asan && *asan ? ":" : "", offset, SELF, URI, k, owner,
+             (long long)keep);
+   FILE *f = popen (cmd, "r");
+   if (!f)
+      return false;
+   size_t n = fread (out, 1, sizeof out - 1, f);
+   out[n] = '\0';
+   long long t = 0;
+   bool ok = pclose (f) == 0 && sscanf (out, "time %lld\nahead %lld", &t, ahead) == 2;
+   *skew = t - (long long)time (NULL);
+   if (!ok)
+      fprintf (stderr, "    queue helper (%s): %s\n", offset, out);
+   return ok;
+}
+
+static void q_skew (const ll_backend_t *b, void *c, qc_rows_fn rows)
+{
+   (void)rows;
+   if (system ("command -v faketime >/dev/null 2>&1") != 0) {
+      fprintf (stderr, "    faketime is not installed (apt-get install faketime)\n");
+      CHECK (!"faketime available");
+   }
+   const char *offsets[] = { "+1h", "-1h" };
+   for (int i = 0; i < 2; i++) {
+      char name[32];
+      snprintf (name, sizeof name, "q/skew%d", i);
+      const char *k = key (name);
+      long long ahead = -1, skew = 0;
+      CHECK_EQ (QJ (b, c, k, QC_A, 10000), 0);
+      CHECK (run_skewed_join (offsets[i], k, QC_B, 1000, &ahead, &skew));
+      CHECK (llabs (skew) > 3000 && llabs (skew) < 4200); /* the helper really was skewed */
+      CHECK_EQ (ahead, 1);
+      CHECK_EQ (QJ (b, c, k, QC_C, 10000), 2);
+      /* The skewed entry lives 1 s by the server's clock. */
+      sleep_ms (600);
+      CHECK_EQ (QJ (b, c, k, QC_C, 10000), 2);
+      sleep_ms (700);
+      CHECK_EQ (QJ (b, c, k, QC_C, 10000), 1);
+      CHECK (qc_leave (b, c, k, QC_A) && qc_leave (b, c, k, QC_B) && qc_leave (b, c, k, QC_C));
+   }
+}
+
+static void test_queue_clock_skew (void)
+{
+   qc_run (URI, q_skew, q_rows);
+}
+
+/* Makes table a version-2 table: version 1's (raw_create_v1) with the
+ * reservation's columns, version 2 recorded. */
+static bool raw_create_v2 (const char *table)
+{
+   char sql[512];
+   if (!raw_create_v1 (table))
+      return false;
+   if (IS_MYSQL)
+      snprintf (sql, sizeof sql,
+                "ALTER TABLE %s ADD next_owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin "
+                "NULL, ADD next_until DATETIME(6) NULL, ADD next_since DATETIME(6) NULL",
+                table);
+   else
+      snprintf (sql, sizeof sql,
+                "ALTER TABLE %s ADD COLUMN next_owner text NULL, ADD COLUMN next_until "
+                "timestamptz NULL, ADD COLUMN next_since timestamptz NULL",
+                table);
+   if (!raw_query (sql, NULL, 0))
+      return false;
+   snprintf (sql, sizeof sql, "UPDATE %s_meta SET schema_version = 2", table);
+   return raw_query (sql, NULL, 0);
+}
+
+/* On a migrated version-2 table: its record kept, and the queue works. */
+static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
+{
+   (void)rows;
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   int64_t f = 0;
+   static const ll_holder_t h = { "h", 1, "l" };
+   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
+   CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
+   CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
+   CHECK_OK (b->acquire (c, "old", 3, QC_B, 10000, &h, &f, &err), err);
+   CHECK_EQ (f, 8);
+}
+
+/* A version-2 table is migrated in place on open: version 3 recorded, the
+ * queue table made, the records kept. */
+static void test_migrate_v2 (void)
+{
+   char table[64], opt[80], sql[256], out[64] = "", rows_out[64] = "";
+   snprintf (table, sizeof table, "ll_v2_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s", table);
+   bool made = raw_create_v2 (table);
+   if (made) {
+      qc_run (uri_with (opt), q_on_migrated, q_rows);
+      snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
+      raw_query (sql, out, sizeof out);
+      snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE lock_key = 'old'", table);
+      raw_query (sql, rows_out, sizeof rows_out);
+   }
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
+   raw_query (sql, NULL, 0);
+   CHECK (made);
+   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (rows_out), 2);
+}
+
+/* Several processes opening one version-2 table at once all succeed (each
+ * joins the queue of "old"), and it ends at version 3. */
+static void test_concurrent_migration_v2 (void)
+{
+   char table[64], opt[80], sql[256], out[64] = "", rows_out[64] = "";
+   snprintf (table, sizeof table, "ll_v2race_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s", table);
+   const char *u = uri_with (opt);
+   bool made = raw_create_v2 (table);
+   int fds[2], failed = 0;
+   CHECK (pipe (fds) == 0);
+   pid_t pids[6];
+   for (int i = 0; made && i < 6; i++) {
+      if ((pids[i] = fork ()) == 0) {
+         char ch, owner[LEASELOCK_OWNER_LEN + 1];
+         close (fds[1]);
+         if (read (fds[0], &ch, 1) < 0) /* all start together */
+            _exit (4);
+         snprintf (owner, sizeof owner, "%032d", i);
+         const ll_backend_t *b = NULL;
+         void *c = backend_open (u, &b);
+         bool ok = c && qc_join (b, c, "old", 3, owner, 10000) >= 0;
+         if (c)
+            b->close (c);
+         _exit (ok ? 0 : 1);
+      }
+   }
+   close (fds[0]);
+   sleep_ms (200);
+   close (fds[1]);
+   for (int i = 0; made && i < 6; i++) {
+      int st;
+      waitpid (pids[i], &st, 0);
+      failed += !WIFEXITED (st) || WEXITSTATUS (st) != 0;
+   }
+   snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
+   raw_query (sql, out, sizeof out);
+   snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue", table);
+   raw_query (sql, rows_out, sizeof rows_out);
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
+   raw_query (sql, NULL, 0);
+   CHECK (made);
+   CHECK_EQ (failed, 0);
+   CHECK_EQ (atoi (out), 3);
+   CHECK_EQ (atoi (rows_out), 6);
 }
 
 /* ---- connections ------------------------------------------------------ */
@@ -1007,11 +1227,11 @@ static void test_table_option_and_schema (void)
    CHECK_EQ (atoi (out), 1);
    snprintf (sql, sizeof sql, "SELECT schema_version FROM ll_custom_%d_meta", (int)getpid ());
    CHECK (raw_query (sql, out, sizeof out));
-   CHECK_EQ (atoi (out), 2);
+   CHECK_EQ (atoi (out), 3);
    CHECK (raw_query ("SELECT schema_version FROM leaselock_meta", out, sizeof out));
-   CHECK_EQ (atoi (out), 2);
-   snprintf (sql, sizeof sql, "DROP TABLE ll_custom_%d, ll_custom_%d_meta", (int)getpid (),
-             (int)getpid ());
+   CHECK_EQ (atoi (out), 3);
+   snprintf (sql, sizeof sql, "DROP TABLE ll_custom_%d, ll_custom_%d_meta, ll_custom_%d_queue",
+             (int)getpid (), (int)getpid (), (int)getpid ());
    CHECK (raw_query (sql, NULL, 0));
 
    /* A table of a newer schema version is refused with a clear message. */
@@ -1025,8 +1245,8 @@ static void test_table_option_and_schema (void)
    bool refused = !c && err.code == LEASELOCK_BACKEND && strstr (err.message, "schema version 99");
    if (c)
       leaselock_client_destroy (c);
-   snprintf (sql, sizeof sql, "DROP TABLE ll_future_%d, ll_future_%d_meta", (int)getpid (),
-             (int)getpid ());
+   snprintf (sql, sizeof sql, "DROP TABLE ll_future_%d, ll_future_%d_meta, ll_future_%d_queue",
+             (int)getpid (), (int)getpid (), (int)getpid ());
    raw_query (sql, NULL, 0);
    CHECK (refused);
 }
@@ -1079,8 +1299,8 @@ static void test_concurrent_first_use (void)
    char out[64];
    snprintf (sql, sizeof sql, "SELECT fence FROM ll_race_%d", (int)getpid ());
    bool read_ok = raw_query (sql, out, sizeof out);
-   snprintf (sql, sizeof sql, "DROP TABLE ll_race_%d, ll_race_%d_meta", (int)getpid (),
-             (int)getpid ());
+   snprintf (sql, sizeof sql, "DROP TABLE ll_race_%d, ll_race_%d_meta, ll_race_%d_queue",
+             (int)getpid (), (int)getpid (), (int)getpid ());
    raw_query (sql, NULL, 0);
    CHECK_EQ (failed, 0);
    CHECK (read_ok);
@@ -1491,6 +1711,8 @@ int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--helper"))
       return helper (argc, argv);
+   if (argc >= 2 && !strcmp (argv[1], "--queue-helper"))
+      return queue_helper (argc, argv);
    if (argc < 2) {
       fprintf (stderr, "usage: %s %s://...\n", argv[0], raw_scheme);
       return 2;
@@ -1525,6 +1747,18 @@ int main (int argc, char **argv)
    RUN (test_migrate_v1);
    RUN (test_reservation_claim_on_expired);
    RUN (test_concurrent_migration);
+   RUN (test_queue_join_order);
+   RUN (test_queue_rejoin_keeps_place);
+   RUN (test_queue_runs_out);
+   RUN (test_queue_leave_missing);
+   RUN (test_queue_keys_isolated);
+   RUN (test_queue_records_unaffected);
+   RUN (test_queue_prune);
+   RUN (test_queue_odd_keys);
+   RUN (test_queue_concurrent_joins);
+   RUN (test_queue_clock_skew);
+   RUN (test_migrate_v2);
+   RUN (test_concurrent_migration_v2);
    RUN (test_clock_skew);
    RUN (test_reconnect_after_kill);
    RUN (test_failed_in_flight);

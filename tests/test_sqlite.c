@@ -9,6 +9,7 @@
  */
 #include "ll_internal.h"
 #include "testlib.h"
+#include "queue_cases.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -129,7 +130,7 @@ static void test_schema_created_once (void)
    leaselock_error_t err = { 0 };
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    int64_t fence = 0;
@@ -152,7 +153,7 @@ static void test_schema_created_once (void)
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), 1);
@@ -734,12 +735,163 @@ static void test_migrate_v1 (void)
    CHECK_EQ (rc, SQLITE_OK);
    CHECK_EQ (raw_int (path, "PRAGMA user_version"), 1);
    CHECK_CALL (rsv_run (uri, rsv_on_migrated));
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM pragma_table_info('leaselock_locks') "
                             "WHERE name IN ('next_owner', 'next_until', 'next_since')"),
              3);
+   CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name IN "
+                            "('leaselock_queue', 'leaselock_queue_order')"),
+             2);
    /* Opened again: nothing more to do. */
    CHECK_CALL (rsv_run (uri, rsv_plain_never_reserves));
+}
+
+/* ---- the fair mode's queue ---------------------------------------------- */
+
+/* The file the queue cases run on (q_new). */
+static char qpath[256], quri[320];
+
+static void q_new (void)
+{
+   new_db (qpath, sizeof qpath, quri, sizeof quri);
+}
+
+/* The entries stored for k in qpath, run-out ones too. */
+static long long q_rows (const char *k)
+{
+   sqlite3 *db = NULL;
+   sqlite3_stmt *st = NULL;
+   long long v = -1;
+   if (sqlite3_open_v2 (qpath, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+       sqlite3_prepare_v2 (db, "SELECT count(*) FROM leaselock_queue WHERE key = ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+      sqlite3_bind_text (st, 1, k, -1, SQLITE_STATIC);
+      if (sqlite3_step (st) == SQLITE_ROW)
+         v = sqlite3_column_int64 (st, 0);
+   }
+   sqlite3_finalize (st);
+   sqlite3_close (db);
+   return v;
+}
+
+#define Q_TEST(name)                                                                               \
+   static void test_queue_##name (void)                                                            \
+   {                                                                                               \
+      q_new ();                                                                                    \
+      qc_run (quri, qc_##name, q_rows);                                                            \
+   }
+Q_TEST (join_order)
+Q_TEST (rejoin_keeps_place)
+Q_TEST (runs_out)
+Q_TEST (leave_missing)
+Q_TEST (keys_isolated)
+Q_TEST (records_unaffected)
+Q_TEST (prune)
+Q_TEST (odd_keys)
+
+static void test_queue_concurrent_joins (void)
+{
+   q_new ();
+   qc_concurrent_joins (quri);
+}
+
+/* Schema version 2 as it was created (sql_sqlite.h before the queue), with
+ * one released record "old" at fence 7. */
+static const char V2_FILE[] =
+  "CREATE TABLE leaselock_locks (key TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL DEFAULT '', "
+  "fence INTEGER NOT NULL, acquired_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, "
+  "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, "
+  "label TEXT NOT NULL DEFAULT '', next_owner TEXT NULL, next_until INTEGER NULL, "
+  "next_since INTEGER NULL) WITHOUT ROWID; "
+  "INSERT INTO leaselock_locks VALUES ('old', '', 7, 1000, 2000, 'old-host', 1, 'old-label', "
+  "NULL, NULL, NULL); "
+  "PRAGMA user_version = 2";
+
+/* On a migrated version-2 file: the record kept, and the queue works. */
+static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   int64_t f = 0;
+   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
+   CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
+   CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
+   CHECK_EQ (rows ("old"), 2);
+   CHECK_OK (b->acquire (c, "old", 3, QC_B, 10000, &holder, &f, &err), err);
+   CHECK_EQ (f, 8);
+}
+
+static bool q_make_v2 (const char *path)
+{
+   sqlite3 *db = NULL;
+   bool ok = sqlite3_open (path, &db) == SQLITE_OK &&
+             sqlite3_exec (db, V2_FILE, NULL, NULL, NULL) == SQLITE_OK;
+   sqlite3_close (db);
+   return ok;
+}
+
+/* A version-2 file is migrated in place on open: version 3, the queue
+ * table and its index, the records kept. */
+static void test_migrate_v2 (void)
+{
+   q_new ();
+   CHECK (q_make_v2 (qpath));
+   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), 2);
+   CHECK_CALL (qc_run (quri, q_on_migrated, q_rows));
+   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (qpath, "SELECT count(*) FROM sqlite_schema WHERE name IN "
+                             "('leaselock_queue', 'leaselock_queue_order')"),
+             2);
+   CHECK_EQ (raw_int (qpath, "SELECT count(*) FROM leaselock_locks"), 1);
+   /* Opened again: nothing more to do, the queue kept. */
+   leaselock_error_t err;
+   void *c = B->open (quri, &err);
+   CHECK_OK (c != NULL, err);
+   int64_t ahead = qc_join (B, c, "old", 3, QC_C, 10000);
+   B->close (c);
+   CHECK_EQ (ahead, 2);
+}
+
+/* Several processes opening one version-2 file at once all succeed, and
+ * it ends at version 3 with its record and one queue table. */
+static void test_concurrent_migration_v2 (void)
+{
+   q_new ();
+   CHECK (q_make_v2 (qpath));
+   int fds[2], failed = 0;
+   CHECK (pipe (fds) == 0);
+   pid_t pids[6];
+   for (int i = 0; i < 6; i++) {
+      if ((pids[i] = fork ()) == 0) {
+         char ch, owner[LEASELOCK_OWNER_LEN + 1];
+         close (fds[1]);
+         if (read (fds[0], &ch, 1) < 0) /* all start together */
+            _exit (4);
+         snprintf (owner, sizeof owner, "%032d", i);
+         leaselock_error_t err;
+         void *c = B->open (quri, &err);
+         bool ok = c && B->queue_join (c, "old", 3, owner, 10000, &(int64_t){ 0 }, &err);
+         if (!ok)
+            fprintf (stderr, "    child: %s %s\n", leaselock_code_name (err.code), err.message);
+         if (c)
+            B->close (c);
+         _exit (ok ? 0 : 1);
+      }
+   }
+   close (fds[0]);
+   sleep_ms (200);
+   close (fds[1]);
+   for (int i = 0; i < 6; i++) {
+      int st;
+      waitpid (pids[i], &st, 0);
+      failed += !WIFEXITED (st) || WEXITSTATUS (st) != 0;
+   }
+   CHECK_EQ (failed, 0);
+   CHECK_EQ (raw_int (qpath, "PRAGMA user_version"), 3);
+   CHECK_EQ (raw_int (qpath, "SELECT count(*) FROM leaselock_locks"), 1);
+   CHECK_EQ (q_rows ("old"), 6);
 }
 
 /* ---- the default file -------------------------------------------------- */
@@ -853,7 +1005,7 @@ static void test_concurrent_first_open (void)
       CHECK_OK (o[i].ok, o[i].err);
    CHECK_EQ (children_ok, OPEN_PROCS);
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM leaselock_locks"), OPEN_THREADS + OPEN_PROCS);
-   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 2);
+   CHECK_EQ (raw_int (path, "PRAGMA user_version"), 3);
 }
 
 /* ---- fork -------------------------------------------------------------- */
@@ -1121,6 +1273,17 @@ int main (int argc, char **argv)
    RUN (test_prune_keeps_reserved);
    RUN (test_retry_beats_reservation);
    RUN (test_migrate_v1);
+   RUN (test_queue_join_order);
+   RUN (test_queue_rejoin_keeps_place);
+   RUN (test_queue_runs_out);
+   RUN (test_queue_leave_missing);
+   RUN (test_queue_keys_isolated);
+   RUN (test_queue_records_unaffected);
+   RUN (test_queue_prune);
+   RUN (test_queue_odd_keys);
+   RUN (test_queue_concurrent_joins);
+   RUN (test_migrate_v2);
+   RUN (test_concurrent_migration_v2);
    RUN (test_default_uri_creates_directories);
    RUN (test_concurrent_first_open);
    RUN (test_fork_abandon);
