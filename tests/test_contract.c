@@ -3120,6 +3120,15 @@ static void test_rwlock_writer_timeout (void)
    CHECK_EQ (records_under (c, k, "/.rw/w").live, 0);
    CHECK_OK (rw (c, k, LEASELOCK_SHARED, opts (5000, false), &r2, &err), err);
    leaselock_lease_destroy (r2);
+   /* should_stop ends the drain the same way. */
+   static atomic_bool stop;
+   atomic_store (&stop, true);
+   o.timeout_ms = -1;
+   o.should_stop = stop_now;
+   o.should_stop_data = &stop;
+   ok = rw (c, k, LEASELOCK_EXCLUSIVE, o, &w, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INTERRUPTED, "interrupted");
+   CHECK_EQ (records_under (c, k, "/.rw/w").live, 0);
    leaselock_lease_destroy (r);
    /* A reader prunes now and then too: go on until 16 dead records wait. */
    for (int i = 0; i < 200 && records_under (c, k, "/.rw/r/").all < 16; i++) {
