@@ -1,7 +1,7 @@
 /*
  * modes.c - counting semaphores and read-write locks, built on ordinary
  * leases through the engine's public calls only (acquire, inspect, list,
- * release, prune): no backend knows of them, so they behave alike on every
+ * release, extend, prune): no backend knows of them, so they behave alike on every
  * backend, and each holder's lease is a full lease of its own record.
  *
  * Records (the suffixes are reserved: no other lock should be named so):
@@ -20,7 +20,9 @@
  * (ll_wait_sleep_ms) and ask should_stop at least every STOP_POLL_MS. Only
  * waits on one record (a reader or writer waiting for the exclusive
  * record) go through a blocking leaselock_acquire, and get its local
- * wake-ups, reservation and fair queue.
+ * wake-ups, reservation and fair queue. The others wait for any of
+ * several records (a semaphore's slots, the readers' records), and the
+ * engine wakes local waiters per key: they poll.
  */
 #include "ll_internal.h"
 
