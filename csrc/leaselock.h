@@ -231,21 +231,32 @@ extern "C"
     * renew, destroy and the getters are the lease's as usual, and
     * leaselock_lease_key names that record (key + "/.slot/<i>" for a
     * semaphore's slot i, key + "/.rw/w" for the exclusive holder, key +
-    * "/.rw/r/<owner>" for a shared one). key + its longest suffix must fit
-    * in LEASELOCK_KEY_MAX bytes (INVALID otherwise).
+    * "/.rw/r/<token>" for a shared one, token being 32 hex digits new for
+    * each acquisition; key + "/.sem/fair" orders fair semaphore waiters).
+    * These suffixes are reserved. key + its longest suffix must fit in
+    * LEASELOCK_KEY_MAX bytes: a semaphore's key may have 245 bytes, a
+    * read-write lock's 216 (INVALID otherwise). Arguments are checked as
+    * leaselock_acquire checks them, before any I/O. An uncontended
+    * acquire costs two statements (take the record, then read the
+    * others'; one more to apply a min_hold), a release one. docs/contract.md, "Semaphores and
+    * read-write locks", gives the algorithms and why they are safe.
     *
     * leaselock_semaphore_acquire: at most limit (1 ..
     * LEASELOCK_SEMAPHORE_MAX) live leases on key at once; a holder started
     * under a higher limit is counted against a lowered one, and no new
     * holder starts while the live ones number limit or more. opts as for
     * leaselock_acquire (timeout, ttl, min_hold, auto_renew, callbacks); BUSY
-    * on one try with all slots taken, TIMEOUT after waiting.
+    * on one try with all slots taken, TIMEOUT after waiting. opts->fair:
+    * fair waiters get slots in order of arrival among themselves (an
+    * acquirer that is not fair may still take a slot that frees first).
     *
     * leaselock_rwlock_acquire: any number of SHARED holders or one
     * EXCLUSIVE holder. A writer that is waiting is not starved by a stream
     * of readers: once it holds the exclusive record, new readers wait, and
     * it waits (within opts->timeout_ms) for the readers already in to
-    * leave.
+    * leave; when its time runs out it lets the exclusive record go (TIMEOUT).
+    * opts->fair applies to the exclusive record: writers, and readers
+    * waiting for a writer, are served in order of arrival.
     */
 #define LEASELOCK_SEMAPHORE_MAX 1000
    LEASELOCK_API bool leaselock_semaphore_acquire (leaselock_client_t *client,

@@ -983,6 +983,20 @@ static int client_tostring (lua_State *L)
 
 /* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn,
  *                     on_renew_failed=fn, fair=false}]) */
+/* client:lock's boolean option name of the table at 3 into *out, when
+ * given; anything but a boolean raises. */
+static void opt_bool (lua_State *L, const char *name, bool *out)
+{
+   lua_getfield (L, 3, name);
+   if (!lua_isnil (L, -1)) {
+      if (lua_type (L, -1) != LUA_TBOOLEAN) {
+         arg_error (L, 1, "lock", 2, "%s must be a boolean, got %s", name, luaL_typename (L, -1));
+      }
+      *out = lua_toboolean (L, -1);
+   }
+   lua_pop (L, 1);
+}
+
 static int client_lock (lua_State *L)
 {
    static const char *const allowed[] = {
@@ -1017,29 +1031,9 @@ static int client_lock (lua_State *L)
       if (!lua_isnil (L, -1)) {
          k->min_hold_ms = check_seconds (L, -1, 1, "lock", 2, "min_hold", SECONDS_NONNEGATIVE);
       }
-      lua_getfield (L, 3, "auto_renew");
-      if (!lua_isnil (L, -1)) {
-         if (lua_type (L, -1) != LUA_TBOOLEAN) {
-            arg_error (L, 1, "lock", 2, "auto_renew must be a boolean, got %s",
-                       luaL_typename (L, -1));
-         }
-         k->auto_renew = lua_toboolean (L, -1);
-      }
-      lua_getfield (L, 3, "fair");
-      if (!lua_isnil (L, -1)) {
-         if (lua_type (L, -1) != LUA_TBOOLEAN) {
-            arg_error (L, 1, "lock", 2, "fair must be a boolean, got %s", luaL_typename (L, -1));
-         }
-         k->fair = lua_toboolean (L, -1);
-      }
-      lua_getfield (L, 3, "reentrant");
-      if (!lua_isnil (L, -1)) {
-         if (lua_type (L, -1) != LUA_TBOOLEAN) {
-            arg_error (L, 1, "lock", 2, "reentrant must be a boolean, got %s",
-                       luaL_typename (L, -1));
-         }
-         k->reentrant = lua_toboolean (L, -1);
-      }
+      opt_bool (L, "auto_renew", &k->auto_renew);
+      opt_bool (L, "fair", &k->fair);
+      opt_bool (L, "reentrant", &k->reentrant);
       lua_getfield (L, 3, "on_lost");
       if (!lua_isnil (L, -1)) {
          if (lua_type (L, -1) != LUA_TFUNCTION) {

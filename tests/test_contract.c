@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2391,6 +2392,7 @@ typedef struct
    char tag;
    int ready, order; /* pipe ends */
    int64_t timeout_ms;
+   int64_t limit; /* > 0: a semaphore of this limit, else a plain lock */
    bool ok;
    pthread_t th;
    pid_t pid;
@@ -2414,7 +2416,10 @@ static void *fair_waiter_main (void *arg)
    leaselock_lease_t *l = NULL;
    if (c)
       leaselock_client_set_log (c, LEASELOCK_LOG_DEBUG, fair_ready, f);
-   f->ok = c && leaselock_acquire (c, f->key, strlen (f->key), &o, &l, &err);
+   if (f->limit > 0)
+      f->ok = c && leaselock_semaphore_acquire (c, f->key, strlen (f->key), f->limit, &o, &l, &err);
+   else
+      f->ok = c && leaselock_acquire (c, f->key, strlen (f->key), &o, &l, &err);
    if (f->ok) {
       (void)!write (f->order, &f->tag, 1);
       sleep_ms (20);
@@ -2696,6 +2701,600 @@ static void test_fair_sleep_policy (void)
    }
 }
 
+/* ---- semaphores and read-write locks (modes.c) ------------------------- */
+
+static bool sem (leaselock_client_t *c,
+                 const char *k,
+                 int64_t limit,
+                 leaselock_acquire_opts_t o,
+                 leaselock_lease_t **l,
+                 leaselock_error_t *err)
+{
+   return leaselock_semaphore_acquire (c, k, strlen (k), limit, &o, l, err);
+}
+
+static bool rw (leaselock_client_t *c,
+                const char *k,
+                leaselock_rw_mode_t mode,
+                leaselock_acquire_opts_t o,
+                leaselock_lease_t **l,
+                leaselock_error_t *err)
+{
+   return leaselock_rwlock_acquire (c, k, strlen (k), mode, &o, l, err);
+}
+
+typedef struct
+{
+   int live, all;
+} n_live_t;
+
+static bool count_live (const leaselock_record_t *rec, void *ud)
+{
+   n_live_t *n = ud;
+   n->all++;
+   n->live += rec->expires_in_ms > 0;
+   return true;
+}
+
+/* The records under k + sfx: how many there are, how many live. */
+static n_live_t records_under (leaselock_client_t *c, const char *k, const char *sfx)
+{
+   char p[LEASELOCK_KEY_MAX + 1];
+   snprintf (p, sizeof p, "%s%s", k, sfx);
+   n_live_t n = { 0, 0 };
+   leaselock_error_t err;
+   if (!leaselock_list (c, p, strlen (p), count_live, &n, &err))
+      n.all = n.live = -1;
+   return n;
+}
+
+/* Limit 3: three holders on three slots, the fourth BUSY; a release frees
+ * a slot; a slot's fence grows with each holder. */
+static void test_semaphore_basics (void)
+{
+   leaselock_client_t *c = client ("sem");
+   CHECK (c);
+   const char *k = key ("sem");
+   leaselock_error_t err;
+   leaselock_lease_t *l[4] = { 0 };
+   for (int i = 0; i < 3; i++) {
+      CHECK_OK (sem (c, k, 3, opts (5000, false), &l[i], &err), err);
+      char want[300];
+      snprintf (want, sizeof want, "%s/.slot/", k);
+      CHECK (!strncmp (leaselock_lease_key (l[i]), want, strlen (want)));
+      for (int j = 0; j < i; j++)
+         CHECK (strcmp (leaselock_lease_key (l[i]), leaselock_lease_key (l[j])) != 0);
+   }
+   bool ok = sem (c, k, 3, opts (5000, false), &l[3], &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "3 live holder(s), the limit is 3");
+   CHECK (l[3] == NULL);
+   CHECK_EQ (records_under (c, k, "/.slot/").live, 3);
+   for (int round = 0; round < 3; round++) {
+      char freed[300];
+      snprintf (freed, sizeof freed, "%s", leaselock_lease_key (l[1]));
+      int64_t fence = leaselock_lease_fence (l[1]);
+      CHECK_OK (leaselock_lease_release (l[1], &err), err);
+      leaselock_lease_destroy (l[1]);
+      CHECK_OK (sem (c, k, 3, opts (5000, false), &l[1], &err), err);
+      CHECK (!strcmp (leaselock_lease_key (l[1]), freed)); /* the one free slot */
+      CHECK (leaselock_lease_fence (l[1]) > fence);
+   }
+   for (int i = 0; i < 3; i++)
+      leaselock_lease_destroy (l[i]);
+   CHECK_EQ (records_under (c, k, "/.slot/").live, 0);
+   leaselock_client_destroy (c);
+}
+
+/* A limit lowered from 3 to 1 while 2 are held: no new holder until the
+ * live ones number fewer than 1, then one. */
+static void test_semaphore_lowered_limit (void)
+{
+   leaselock_client_t *a = client ("sem-a"), *b = client ("sem-b");
+   CHECK (a && b);
+   const char *k = key ("sem-lower");
+   leaselock_error_t err;
+   leaselock_lease_t *h[3], *h1 = NULL, *h2 = NULL, *n = NULL;
+   for (int i = 0; i < 3; i++)
+      CHECK_OK (sem (a, k, 3, opts (10000, true), &h[i], &err), err);
+   /* Slot 0, the only one under limit 1, is let go: the holders of slots
+    * 1 and 2 must keep a new holder out all the same. */
+   char slot0[300];
+   snprintf (slot0, sizeof slot0, "%s/.slot/0", k);
+   for (int i = 0; i < 3; i++) {
+      if (!strcmp (leaselock_lease_key (h[i]), slot0))
+         leaselock_lease_destroy (h[i]);
+      else if (!h1)
+         h1 = h[i];
+      else
+         h2 = h[i];
+   }
+   CHECK (h1 && h2);
+   for (int i = 0; i < 3; i++) {
+      bool ok = sem (b, k, 1, opts (5000, false), &n, &err);
+      CHECK_ERR (ok, err, LEASELOCK_BUSY, "2 live holder(s), the limit is 1");
+   }
+   CHECK_OK (leaselock_lease_release (h1, &err), err);
+   bool ok = sem (b, k, 1, opts (5000, false), &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "1 live holder(s), the limit is 1");
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 200;
+   ok = sem (b, k, 1, o, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "waiting for a slot of the semaphore");
+   CHECK_OK (leaselock_lease_release (h2, &err), err);
+   CHECK_OK (sem (b, k, 1, opts (5000, false), &n, &err), err);
+   leaselock_lease_destroy (h1);
+   leaselock_lease_destroy (h2);
+   ok = sem (a, k, 3, opts (5000, false), &h1, &err);
+   CHECK_OK (ok, err); /* under limit 3 there is room beside it */
+   CHECK_EQ (records_under (a, k, "/.slot/").live, 2);
+   leaselock_lease_destroy (h1);
+   leaselock_lease_destroy (n);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A holder whose lease expires (no renewal) frees its slot; a waiter
+ * gets in then, within its timeout. */
+static void test_semaphore_expiry (void)
+{
+   leaselock_client_t *a = client ("sem-a"), *b = client ("sem-b");
+   CHECK (a && b);
+   const char *k = key ("sem-expiry");
+   leaselock_error_t err;
+   leaselock_lease_t *la, *lb = NULL;
+   CHECK_OK (sem (a, k, 1, opts (300, false), &la, &err), err);
+   bool ok = sem (b, k, 1, opts (5000, false), &lb, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "1 live holder(s)");
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 10000;
+   CHECK_OK (sem (b, k, 1, o, &lb, &err), err);
+   CHECK_EQ (leaselock_lease_state (la), LEASELOCK_STATE_LOST);
+   CHECK (!strcmp (leaselock_lease_key (lb), leaselock_lease_key (la))); /* slot 0 */
+   CHECK (leaselock_lease_fence (lb) > leaselock_lease_fence (la));
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A full semaphore: a one-try is BUSY, a wait times out (counted and
+ * logged once), should_stop interrupts it; fair waiters queue at the gate. */
+static void test_semaphore_timeout (void)
+{
+   leaselock_client_t *c = client ("sem-timeout");
+   CHECK (c);
+   const char *k = key ("sem-timeout");
+   leaselock_error_t err;
+   leaselock_lease_t *h, *l = NULL;
+   CHECK_OK (sem (c, k, 1, opts (10000, true), &h, &err), err);
+   leaselock_stats_t before, after;
+   CHECK_OK (leaselock_client_stats (c, &before, &err), err);
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 300;
+   bool ok = sem (c, k, 1, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "timed out after");
+   CHECK (strstr (err.message, k));
+   CHECK_OK (leaselock_client_stats (c, &after, &err), err);
+   CHECK_EQ (after.timeouts - before.timeouts, 1);
+   CHECK_EQ (after.waits - before.waits, 1);
+   static atomic_bool stop;
+   atomic_store (&stop, true);
+   o.timeout_ms = -1;
+   o.should_stop = stop_now;
+   o.should_stop_data = &stop;
+   ok = sem (c, k, 1, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INTERRUPTED, "interrupted");
+   const ll_backend_t *b = ll_backend_for_uri (URI, &(leaselock_error_t){ 0 });
+   if (b && b->queue_join) {
+      o = opts (5000, false);
+      o.fair = true;
+      o.timeout_ms = 200;
+      ok = sem (c, k, 1, o, &l, &err);
+      CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "timed out");
+      CHECK_OK (leaselock_lease_release (h, &err), err);
+      CHECK_OK (sem (c, k, 1, o, &l, &err), err);
+      CHECK_EQ (records_under (c, k, "/.sem/fair").live, 0); /* the gate was let go */
+   }
+   leaselock_lease_destroy (h);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+/* Bad arguments: INVALID before any I/O, the message naming the argument. */
+static void test_modes_bad_arguments (void)
+{
+   leaselock_client_t *c = client ("modes-bad");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l = (leaselock_lease_t *)&err;
+   leaselock_acquire_opts_t o = opts (1000, false);
+   bool ok = leaselock_semaphore_acquire (NULL, "k", 1, 3, &o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is NULL");
+   CHECK (l == NULL);
+   ok = leaselock_semaphore_acquire (c, "k", 1, 3, &o, NULL, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
+   ok = sem (c, "k", 0, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "limit must be 1 to 1000 (got 0)");
+   ok = sem (c, "k", LEASELOCK_SEMAPHORE_MAX + 1, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "limit must be 1 to 1000 (got 1001)");
+   ok = sem (c, "", 3, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key");
+   char long_key[LEASELOCK_KEY_MAX + 1];
+   memset (long_key, 'k', sizeof long_key - 1);
+   long_key[246] = '\0';
+   ok = sem (c, long_key, 3, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is 246 bytes: a semaphore adds up to 10 bytes");
+   long_key[245] = '\0';
+   ok = sem (c, long_key, 3, opts (0, false), &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "ttl");
+   long_key[217] = '\0';
+   ok = rw (c, long_key, LEASELOCK_SHARED, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "key is 217 bytes: a read-write lock adds up to 39");
+   ok = rw (c, "k", (leaselock_rw_mode_t)3, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "mode must be LEASELOCK_SHARED or LEASELOCK_EXCLUSIVE");
+   ok = leaselock_rwlock_acquire (NULL, "k", 1, LEASELOCK_SHARED, &o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "client is NULL");
+   leaselock_acquire_opts_t bad = o;
+   bad.min_hold_ms = -1;
+   ok = rw (c, "k", LEASELOCK_EXCLUSIVE, bad, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "min_hold");
+   bad = o;
+   bad.timeout_ms = LEASELOCK_TTL_MAX_MS + 1;
+   ok = sem (c, "k", 2, bad, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "timeout must be at most 30 days");
+   leaselock_stats_t st;
+   CHECK_OK (leaselock_client_stats (c, &st, &err), err);
+   CHECK_EQ (st.requests, 0); /* nothing reached the database */
+   leaselock_client_close (c, false, NULL);
+   ok = sem (c, "k", 2, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INVALID, "the client is closed");
+   leaselock_client_destroy (c);
+}
+
+/* Readers share; a writer is kept out while they hold (its one try
+ * leaves the exclusive record free again), gets in once they left, and
+ * keeps readers out while it holds; writers' fences grow. */
+static void test_rwlock_basics (void)
+{
+   leaselock_client_t *a = client ("rw-a"), *b = client ("rw-b");
+   CHECK (a && b);
+   const char *k = key ("rw");
+   leaselock_error_t err;
+   leaselock_lease_t *r1, *r2, *w = NULL, *w2 = NULL, *r3 = NULL;
+   CHECK_OK (rw (a, k, LEASELOCK_SHARED, opts (5000, false), &r1, &err), err);
+   CHECK_OK (rw (b, k, LEASELOCK_SHARED, opts (5000, false), &r2, &err), err);
+   char want[300];
+   snprintf (want, sizeof want, "%s/.rw/r/", k);
+   CHECK (!strncmp (leaselock_lease_key (r1), want, strlen (want)));
+   CHECK_EQ (strlen (leaselock_lease_key (r1)), strlen (want) + 32);
+   CHECK (strcmp (leaselock_lease_key (r1), leaselock_lease_key (r2)) != 0);
+   bool ok = rw (b, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &w, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "2 reader(s) inside");
+   CHECK (w == NULL);
+   CHECK_EQ (records_under (a, k, "/.rw/w").live, 0);
+   CHECK_OK (rw (b, k, LEASELOCK_SHARED, opts (5000, false), &r3, &err), err);
+   leaselock_lease_destroy (r1);
+   leaselock_lease_destroy (r2);
+   leaselock_lease_destroy (r3);
+   CHECK_OK (rw (b, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &w, &err), err);
+   snprintf (want, sizeof want, "%s/.rw/w", k);
+   CHECK (!strcmp (leaselock_lease_key (w), want));
+   ok = rw (a, k, LEASELOCK_SHARED, opts (5000, false), &r1, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "a writer is in or next");
+   ok = rw (a, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &w2, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK_EQ (records_under (a, k, "/.rw/r/").live, 0); /* the refused reader left */
+   int64_t fence = leaselock_lease_fence (w);
+   leaselock_lease_destroy (w);
+   CHECK_OK (rw (a, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &w2, &err), err);
+   CHECK (leaselock_lease_fence (w2) > fence);
+   leaselock_lease_destroy (w2);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+/* A reader that waits for a writer gets in once the writer releases. */
+typedef struct
+{
+   const char *key;
+   leaselock_rw_mode_t mode;
+   int64_t timeout_ms;
+   atomic_bool stop;
+   atomic_int grants, failures;
+   atomic_int inside; /* readers between their acquire and release */
+   leaselock_lease_t *lease;
+   leaselock_error_t err;
+} rw_job_t;
+
+static void *rw_one (void *arg)
+{
+   rw_job_t *j = arg;
+   leaselock_client_t *c = client ("rw-one");
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = j->timeout_ms;
+   if (c && rw (c, j->key, j->mode, o, &j->lease, &j->err))
+      atomic_fetch_add (&j->grants, 1);
+   leaselock_lease_destroy (j->lease);
+   leaselock_client_destroy (c);
+   return NULL;
+}
+
+static void test_rwlock_reader_waits (void)
+{
+   leaselock_client_t *c = client ("rw-w");
+   CHECK (c);
+   rw_job_t j = { .key = key ("rw-wait"), .mode = LEASELOCK_SHARED, .timeout_ms = 20000 };
+   leaselock_error_t err;
+   leaselock_lease_t *w;
+   CHECK_OK (rw (c, j.key, LEASELOCK_EXCLUSIVE, opts (10000, true), &w, &err), err);
+   pthread_t th;
+   pthread_create (&th, NULL, rw_one, &j);
+   t_sleep (200);
+   CHECK_EQ (atomic_load (&j.grants), 0);
+   CHECK_OK (leaselock_lease_release (w, &err), err);
+   pthread_join (th, NULL);
+   CHECK_OK (atomic_load (&j.grants) == 1, j.err);
+   leaselock_lease_destroy (w);
+   leaselock_client_destroy (c);
+}
+
+/* Readers that keep taking and releasing (threads, and processes on the
+ * real backends) never starve a writer: it gets in within its timeout. */
+static void *reader_stream (void *arg)
+{
+   rw_job_t *j = arg;
+   leaselock_client_t *c = client ("rw-stream");
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 30000;
+   while (c && !atomic_load (&j->stop)) {
+      leaselock_lease_t *l;
+      leaselock_error_t err;
+      if (!rw (c, j->key, LEASELOCK_SHARED, o, &l, &err)) {
+         atomic_fetch_add (&j->failures, 1);
+         fprintf (stderr, "    reader: %s\n", err.message);
+         break;
+      }
+      atomic_fetch_add (&j->grants, 1);
+      atomic_fetch_add (&j->inside, 1);
+      t_sleep (20);
+      atomic_fetch_sub (&j->inside, 1);
+      leaselock_lease_destroy (l);
+   }
+   leaselock_client_destroy (c);
+   return NULL;
+}
+
+static void test_rwlock_writer_not_starved (void)
+{
+   enum
+   {
+      N = 3,
+      KIDS = 2
+   };
+   rw_job_t *j = mmap (NULL, sizeof *j, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+   CHECK (j != MAP_FAILED);
+   memset (j, 0, sizeof *j);
+   j->key = key ("rw-starve");
+   pthread_t th[N];
+   for (int i = 0; i < N; i++)
+      pthread_create (&th[i], NULL, reader_stream, j);
+   pid_t kids[KIDS] = { 0 };
+   fflush (NULL);
+   for (int i = 0; !FAKE && i < KIDS; i++) /* the fake database lives in one process */
+      if ((kids[i] = fork ()) == 0) {
+         reader_stream (j);
+         _exit (0);
+      }
+   while (atomic_load (&j->grants) < 10 && !atomic_load (&j->failures))
+      t_sleep (5);
+   leaselock_client_t *c = client ("rw-writer");
+   leaselock_acquire_opts_t o = opts (10000, true);
+   o.timeout_ms = 20000;
+   leaselock_lease_t *w = NULL;
+   leaselock_error_t err;
+   bool ok = c && rw (c, j->key, LEASELOCK_EXCLUSIVE, o, &w, &err);
+   /* Not the readers' records: a reader that is backing off has one live
+    * for a moment. */
+   int during = ok ? atomic_load (&j->inside) : -1;
+   t_sleep (20);
+   during = ok && during == 0 ? atomic_load (&j->inside) : during;
+   leaselock_lease_destroy (w);
+   atomic_store (&j->stop, true);
+   for (int i = 0; i < N; i++)
+      pthread_join (th[i], NULL);
+   for (int i = 0; i < KIDS; i++)
+      if (kids[i] > 0)
+         waitpid (kids[i], NULL, 0);
+   CHECK_OK (ok, err);
+   CHECK_EQ (during, 0); /* no reader inside with the writer */
+   CHECK_EQ (atomic_load (&j->failures), 0);
+   leaselock_client_destroy (c);
+   munmap (j, sizeof *j);
+}
+
+/* A writer that times out waiting for readers lets the exclusive record go
+ * (a reader gets in at once); released readers' records get pruned. */
+static void test_rwlock_writer_timeout (void)
+{
+   leaselock_client_t *c = client ("rw-to");
+   CHECK (c);
+   const char *k = key ("rw-timeout");
+   leaselock_error_t err;
+   leaselock_lease_t *r, *w = NULL, *r2;
+   CHECK_OK (rw (c, k, LEASELOCK_SHARED, opts (10000, true), &r, &err), err);
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 300;
+   bool ok = rw (c, k, LEASELOCK_EXCLUSIVE, o, &w, &err);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "waiting for the readers to leave");
+   CHECK (w == NULL);
+   CHECK_EQ (records_under (c, k, "/.rw/w").live, 0);
+   CHECK_OK (rw (c, k, LEASELOCK_SHARED, opts (5000, false), &r2, &err), err);
+   leaselock_lease_destroy (r2);
+   /* should_stop ends the drain the same way. */
+   static atomic_bool stop;
+   atomic_store (&stop, true);
+   o.timeout_ms = -1;
+   o.should_stop = stop_now;
+   o.should_stop_data = &stop;
+   ok = rw (c, k, LEASELOCK_EXCLUSIVE, o, &w, &err);
+   CHECK_ERR (ok, err, LEASELOCK_INTERRUPTED, "interrupted");
+   CHECK_EQ (records_under (c, k, "/.rw/w").live, 0);
+   leaselock_lease_destroy (r);
+   /* A reader prunes now and then too: go on until 16 dead records wait. */
+   for (int i = 0; i < 200 && records_under (c, k, "/.rw/r/").all < 16; i++) {
+      CHECK_OK (rw (c, k, LEASELOCK_SHARED, opts (5000, false), &r, &err), err);
+      leaselock_lease_destroy (r);
+   }
+   CHECK (records_under (c, k, "/.rw/r/").all >= 16);
+   CHECK_OK (rw (c, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &w, &err), err);
+   n_live_t n = records_under (c, k, "/.rw/r/");
+   CHECK_EQ (n.all, 0); /* 16 or more dead records: the writer pruned them */
+   leaselock_lease_destroy (w);
+   leaselock_client_destroy (c);
+}
+
+/* Statements the client has sent so far. */
+static uint64_t requests (leaselock_client_t *c)
+{
+   leaselock_stats_t st;
+   return leaselock_client_stats (c, &st, NULL) ? st.requests : 0;
+}
+
+/* Uncontended, each mode costs one statement more than a plain lock: the
+ * take, the read of the others' records, the release. */
+static void test_modes_round_trips (void)
+{
+   leaselock_client_t *c = client ("modes-rt");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   const char *k = key ("modes-rt");
+   uint64_t n = requests (c);
+   CHECK_OK (sem (c, k, 5, opts (5000, false), &l, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   CHECK_EQ (requests (c) - n, 3);
+   n = requests (c);
+   CHECK_OK (rw (c, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &l, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   CHECK_EQ (requests (c) - n, 3);
+   n = requests (c);
+   CHECK_OK (rw (c, k, LEASELOCK_SHARED, opts (5000, false), &l, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   uint64_t d = requests (c) - n;
+   CHECK (d == 3 || d == 4); /* one reader in 64 prunes the dead readers' records */
+   leaselock_client_destroy (c);
+}
+
+/* Fair semaphore waiters get slots in the order they arrived (through the
+ * gate, the engine's fair queue), in other processes on the real
+ * backends; a one-try fair acquire does not cut in. */
+static void test_semaphore_fair_order (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la, *again = NULL;
+   const char *k = key ("sem-fair");
+   CHECK_OK (sem (a, k, 1, opts (60000, false), &la, &err), err);
+   int ready[2], order[2];
+   CHECK (pipe (ready) == 0 && pipe (order) == 0);
+   fair_waiter_t f[N_FAIR];
+   for (int i = 0; i < N_FAIR; i++) {
+      f[i] = (fair_waiter_t){ .key = k,
+                              .tag = (char)('A' + i),
+                              .ready = ready[1],
+                              .order = order[1],
+                              .timeout_ms = 60000,
+                              .limit = 1 };
+      CHECK (fair_start (&f[i], ready[0]));
+      t_sleep (3);
+   }
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   bool ok = sem (a, k, 1, o, &again, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   char got[N_FAIR + 1] = { 0 };
+   bool all = true;
+   for (int i = 0; i < N_FAIR; i++)
+      all = fair_join (&f[i]) && read (order[0], &got[i], 1) == 1 && all;
+   CHECK (all);
+   if (strcmp (got, "ABCD"))
+      fprintf (stderr, "    granted in the order %s\n", got);
+   CHECK (!strcmp (got, "ABCD"));
+   close (ready[0]), close (ready[1]), close (order[0]), close (order[1]);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+}
+
+/* min_hold: a holder's released record keeps its place until the minimum
+ * hold ends; a try that failed (a verify, a writer found) leaves nothing
+ * behind, whatever the caller's min_hold. */
+static void test_modes_min_hold (void)
+{
+   leaselock_client_t *c = client ("modes-hold");
+   CHECK (c);
+   const char *k = key ("modes-hold");
+   leaselock_error_t err;
+   leaselock_lease_t *l, *h[3], *n = NULL;
+   leaselock_acquire_opts_t held = opts (5000, false);
+   held.min_hold_ms = 400;
+   CHECK_OK (sem (c, k, 1, held, &l, &err), err);
+   leaselock_lease_destroy (l); /* released: slot 0 is held 400 ms more */
+   bool ok = sem (c, k, 1, opts (5000, false), &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "1 live holder(s)");
+   t_sleep (600);
+   CHECK_OK (sem (c, k, 1, opts (5000, false), &n, &err), err);
+   leaselock_lease_destroy (n);
+   /* Limit 3 fills slots 0-2; keep 1 and 2; a limit-1 try with a long
+    * min_hold takes slot 0, fails its verify and leaves it free. */
+   for (int i = 0; i < 3; i++)
+      CHECK_OK (sem (c, k, 3, opts (5000, false), &h[i], &err), err);
+   char slot0[300];
+   snprintf (slot0, sizeof slot0, "%s/.slot/0", k);
+   for (int i = 0; i < 3; i++)
+      if (!strcmp (leaselock_lease_key (h[i]), slot0)) {
+         leaselock_lease_destroy (h[i]);
+         h[i] = NULL;
+      }
+   held.min_hold_ms = 60000;
+   ok = sem (c, k, 1, held, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "the limit is 1");
+   for (int i = 0; i < 3; i++)
+      leaselock_lease_destroy (h[i]);
+   CHECK_OK (sem (c, k, 1, opts (5000, false), &n, &err), err);
+   leaselock_lease_destroy (n);
+   /* A reader with a min_hold that found a writer leaves no record that
+    * would hold the next writer back; a writer that timed out leaves the
+    * exclusive record free for readers. */
+   const char *q = key ("modes-hold-rw");
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, opts (5000, false), &l, &err), err);
+   ok = rw (c, q, LEASELOCK_SHARED, held, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "a writer is in or next");
+   leaselock_lease_destroy (l);
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, opts (5000, false), &l, &err), err);
+   leaselock_lease_destroy (l);
+   CHECK_OK (rw (c, q, LEASELOCK_SHARED, opts (5000, false), &l, &err), err);
+   leaselock_acquire_opts_t w = held;
+   w.timeout_ms = 200;
+   ok = rw (c, q, LEASELOCK_EXCLUSIVE, w, &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_TIMEOUT, "waiting for the readers");
+   leaselock_lease_destroy (l);
+   CHECK_OK (rw (c, q, LEASELOCK_SHARED, opts (5000, false), &l, &err), err);
+   leaselock_lease_destroy (l);
+   /* A writer's own min_hold keeps readers out after its release. */
+   w.timeout_ms = 0;
+   w.min_hold_ms = 400;
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, w, &l, &err), err);
+   leaselock_lease_destroy (l);
+   ok = rw (c, q, LEASELOCK_SHARED, opts (5000, false), &n, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "a writer is in or next");
+   leaselock_client_destroy (c);
+}
+
 /* ---- reentrant holds ----------------------------------------------------- */
 
 /* The holder enters again: the record counts the holds, the lease and
@@ -2866,6 +3465,7 @@ int main (int argc, char **argv)
    RUN (test_fair_give_up_leaves);
    RUN (test_fair_dead_waiter);
    RUN (test_wait_steps_fair);
+   RUN (test_semaphore_fair_order);
    if (FAKE)
       RUN (test_fair_unsupported);
    RUN (test_auto_renew);
@@ -2904,6 +3504,17 @@ int main (int argc, char **argv)
    RUN (test_log_loss);
    if (FAKE)
       RUN (test_renew_failed_hook);
+   RUN (test_semaphore_basics);
+   RUN (test_semaphore_lowered_limit);
+   RUN (test_semaphore_expiry);
+   RUN (test_semaphore_timeout);
+   RUN (test_modes_bad_arguments);
+   RUN (test_rwlock_basics);
+   RUN (test_rwlock_reader_waits);
+   RUN (test_rwlock_writer_not_starved);
+   RUN (test_rwlock_writer_timeout);
+   RUN (test_modes_round_trips);
+   RUN (test_modes_min_hold);
 
    if (FAKE) {
       atomic_store (&ticker_stop, true);

@@ -6,7 +6,11 @@
  * the order the critical sections ran. Then 4 processes loop on one key
  * (hold 1 ms, release, ask again at once) until 160 grants: each must get
  * its share (no starvation: a holder that releases cannot take the key
- * back before the waiters).
+ * back before the waiters). Then the modes: a semaphore of limit 3 and a
+ * read-write lock, by the same threads and processes, counted at every
+ * instant in shared memory: never more than 3 in the semaphore (beside a
+ * holder of a slot outside the limit, in the processes' round), never a
+ * writer with anyone else, and readers that do share.
  *
  *   test_exclusion URI [iterations]
  */
@@ -311,6 +315,186 @@ static void test_no_starvation (void)
    munmap (sh, sizeof *sh);
 }
 
+/* ---- the modes: a semaphore and a read-write lock ------------------------ */
+
+#define SEM_LIMIT 3
+
+/* In shared memory: what is inside the semaphore and the read-write lock
+ * at every instant, across the threads and processes. */
+typedef struct modes
+{
+   atomic_int inside, most; /* semaphore holders now, and the peak */
+   atomic_int readers, writers, most_readers;
+   atomic_int violations, failures;
+} modes_t;
+
+static modes_t *M;
+static char SEM_KEY[300], RW_KEY[300];
+
+static void note_peak (atomic_int *peak, int v)
+{
+   int m = atomic_load (peak);
+   while (v > m && !atomic_compare_exchange_weak (peak, &m, v)) {
+   }
+}
+
+static leaselock_acquire_opts_t wait_opts (void)
+{
+   leaselock_acquire_opts_t o = opts (10000, false);
+   o.timeout_ms = 120000;
+   return o;
+}
+
+static void sem_section (leaselock_client_t *c, const char *who, long id)
+{
+   leaselock_acquire_opts_t o = wait_opts ();
+   leaselock_lease_t *l;
+   leaselock_error_t err;
+   if (!leaselock_semaphore_acquire (c, SEM_KEY, strlen (SEM_KEY), SEM_LIMIT, &o, &l, &err)) {
+      fprintf (stderr, "%s %ld: semaphore: %s %s\n", who, id, leaselock_code_name (err.code),
+               err.message);
+      atomic_fetch_add (&M->failures, 1);
+      return;
+   }
+   int n = atomic_fetch_add (&M->inside, 1) + 1;
+   note_peak (&M->most, n);
+   if (n > SEM_LIMIT)
+      atomic_fetch_add (&M->violations, 1);
+   for (int i = 0; i < 5; i++)
+      pause_a_little ();
+   atomic_fetch_sub (&M->inside, 1);
+   if (!give_back (l, who, id))
+      atomic_fetch_add (&M->failures, 1);
+}
+
+/* A writer must find nobody else inside, a reader no writer; each
+ * increments its own count before it reads the other's (sequentially
+ * consistent), so two holders at once cannot both miss each other. */
+static void rw_section (leaselock_client_t *c, const char *who, long id, bool writer)
+{
+   leaselock_acquire_opts_t o = wait_opts ();
+   leaselock_lease_t *l;
+   leaselock_error_t err;
+   if (!leaselock_rwlock_acquire (c, RW_KEY, strlen (RW_KEY),
+                                  writer ? LEASELOCK_EXCLUSIVE : LEASELOCK_SHARED, &o, &l, &err)) {
+      fprintf (stderr, "%s %ld: rwlock: %s %s\n", who, id, leaselock_code_name (err.code),
+               err.message);
+      atomic_fetch_add (&M->failures, 1);
+      return;
+   }
+   atomic_int *mine = writer ? &M->writers : &M->readers;
+   int n = atomic_fetch_add (mine, 1) + 1;
+   bool bad = writer ? n != 1 || atomic_load (&M->readers) != 0 : atomic_load (&M->writers) != 0;
+   if (!writer)
+      note_peak (&M->most_readers, n);
+   for (int i = 0; i < 10; i++)
+      pause_a_little ();
+   bad = bad || (writer ? atomic_load (&M->writers) != 1 || atomic_load (&M->readers) != 0
+                        : atomic_load (&M->writers) != 0);
+   atomic_fetch_sub (mine, 1);
+   if (bad)
+      atomic_fetch_add (&M->violations, 1);
+   if (!give_back (l, who, id))
+      atomic_fetch_add (&M->failures, 1);
+}
+
+/* ITER semaphore sections, then ITER read-write sections, one in four a
+ * writer. */
+static void modes_work (leaselock_client_t *c, const char *who, long id)
+{
+   for (int i = 0; i < ITER; i++)
+      sem_section (c, who, id);
+   for (int i = 0; i < ITER; i++)
+      rw_section (c, who, id, (i + id) % 4 == 0);
+}
+
+static void *modes_thread (void *arg)
+{
+   long id = (long)arg;
+   leaselock_error_t err;
+   leaselock_client_t *own = id % 2 ? leaselock_client_new (URI, "modes", &err) : NULL;
+   if (id % 2 && !own) {
+      fprintf (stderr, "modes thread %ld: %s\n", id, err.message);
+      atomic_fetch_add (&M->failures, 1);
+      return NULL;
+   }
+   modes_work (own ? own : shared_client, "modes thread", id);
+   leaselock_client_destroy (own);
+   return NULL;
+}
+
+static void test_modes_threads (void)
+{
+   leaselock_error_t err;
+   shared_client = leaselock_client_new (URI, "modes", &err);
+   CHECK_OK (shared_client != NULL, err);
+   snprintf (SEM_KEY, sizeof SEM_KEY, "%s", key ("sem-threads"));
+   snprintf (RW_KEY, sizeof RW_KEY, "%s", key ("rw-threads"));
+   pthread_t th[THREADS];
+   for (long i = 0; i < THREADS; i++)
+      pthread_create (&th[i], NULL, modes_thread, (void *)i);
+   for (int i = 0; i < THREADS; i++)
+      pthread_join (th[i], NULL);
+   leaselock_client_destroy (shared_client);
+   printf ("modes, threads: at most %d in the semaphore (limit %d), %d readers at once\n",
+           atomic_load (&M->most), SEM_LIMIT, atomic_load (&M->most_readers));
+   CHECK_EQ (atomic_load (&M->failures), 0);
+   CHECK_EQ (atomic_load (&M->violations), 0);
+   CHECK (atomic_load (&M->most) <= SEM_LIMIT);
+   CHECK (atomic_load (&M->most_readers) >= 2); /* the readers did share */
+}
+
+/* The processes share the semaphore with a holder of slot SEM_LIMIT, as
+ * one started under a higher limit would: it counts, so at most
+ * SEM_LIMIT - 1 of them are inside beside it. */
+static void test_modes_processes (void)
+{
+   snprintf (SEM_KEY, sizeof SEM_KEY, "%s", key ("sem-procs"));
+   snprintf (RW_KEY, sizeof RW_KEY, "%s", key ("rw-procs"));
+   char old_key[320];
+   snprintf (old_key, sizeof old_key, "%s/.slot/%d", SEM_KEY, SEM_LIMIT);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (URI, "modes-old", &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_acquire_opts_t o = opts (10000, true);
+   leaselock_lease_t *old;
+   CHECK_OK (leaselock_acquire (c, old_key, strlen (old_key), &o, &old, &err), err);
+   atomic_store (&M->most, 1);
+   atomic_store (&M->inside, 1);
+   atomic_store (&M->most_readers, 0);
+   fflush (NULL);
+   pid_t kids[PROCS];
+   for (int i = 0; i < PROCS; i++) {
+      kids[i] = fork ();
+      if (kids[i] == 0) {
+         leaselock_client_t *own = leaselock_client_new (URI, "modes-proc", &err);
+         if (!own)
+            _exit (1);
+         modes_work (own, "modes process", i);
+         leaselock_client_destroy (own);
+         _exit (0);
+      }
+   }
+   int bad = 0;
+   for (int i = 0; i < PROCS; i++) {
+      int status;
+      waitpid (kids[i], &status, 0);
+      bad += !WIFEXITED (status) || WEXITSTATUS (status) != 0;
+   }
+   atomic_fetch_sub (&M->inside, 1);
+   CHECK_OK (leaselock_lease_release (old, &err), err);
+   leaselock_lease_destroy (old);
+   leaselock_client_destroy (c);
+   printf ("modes, processes: at most %d in the semaphore with the old holder, %d readers at "
+           "once\n",
+           atomic_load (&M->most), atomic_load (&M->most_readers));
+   CHECK_EQ (bad, 0);
+   CHECK_EQ (atomic_load (&M->failures), 0);
+   CHECK_EQ (atomic_load (&M->violations), 0);
+   CHECK (atomic_load (&M->most) <= SEM_LIMIT);
+   CHECK (atomic_load (&M->most_readers) >= 2);
+}
+
 int main (int argc, char **argv)
 {
    if (argc < 2) {
@@ -324,5 +508,11 @@ int main (int argc, char **argv)
    RUN (test_threads);
    RUN (test_processes);
    RUN (test_no_starvation);
+   M = mmap (NULL, sizeof *M, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+   if (M == MAP_FAILED)
+      return 1;
+   memset (M, 0, sizeof *M);
+   RUN (test_modes_threads);
+   RUN (test_modes_processes);
    return tl_summary ("exclusion");
 }
