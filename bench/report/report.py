@@ -236,7 +236,8 @@ def contention_metrics(res):
     have = {r["metric"] for r in res.get("contention")}
     ms = [m for m in CONTENTION_METRICS if m[0] in have]
     for m in sorted(have):  # requests per grant, under whatever name it gets
-        if "req" in m.lower() and m not in [x[0] for x in ms]:
+        if (("req" in m.lower() or "per_grant" in m.lower() or "tries" in m.lower())
+                and m not in [x[0] for x in ms]):
             ms.append((m, m.replace("_", " ")))
     return ms
 
@@ -255,8 +256,11 @@ def plot_contention(res, out):
             modes = {}
             for r in rows:
                 if r["backend"] == b and r["metric"] == m:
-                    mode, _, n = r["variant"].partition(" n=")
-                    modes.setdefault(mode, []).append((int(n), r["value"]))
+                    mode, _, n = r["variant"].rpartition(" n=")
+                    try:
+                        modes.setdefault(mode, []).append((int(n), r["value"]))
+                    except ValueError:
+                        pass
             for mode, pts in modes.items():
                 pts.sort()
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
