@@ -501,8 +501,10 @@ def write(res, out_dir, path):
     cr = res.get("alternatives-cron", metric="ms_per_run")
     if cr:
         L.append("**Cron style**: `flock FILE true` vs `leaselock --uri sqlite://… run KEY -- "
-                 "true`, process start included (and `true` alone, the floor), runs started "
-                 "one after another from Python:\n")
+                 "true`, process start included, runs started one after another from Python; "
+                 "`true` alone is the floor, and `leaselock --help` the CLI's own start (a "
+                 "process that loads every backend's client library: libmongoc, libmariadb, "
+                 "libpq and what they pull in):\n")
         L.append(table(["command", "ms per run", "runs/s"],
                        [[r["variant"], fmt(r["value"]),
                          fmt(res.value("alternatives-cron", "local", r["variant"], "runs_per_s"))]

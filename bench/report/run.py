@@ -511,11 +511,14 @@ def alternatives_fairness(res, tmp, redis_srv):
             log(f"{c}: {label}: grants per process {grants}")
             waits = [w for o in out for w in o["waits"]]
             d = per[label]
+            d["errors"] += sum(o["errors"] for o in out)
+            if not max(grants):
+                res.note(c, f"{label}: no grant at all in round {r + 1}")
+                continue
             d["fairness"].append(min(grants) / max(grants) if max(grants) else 0.0)
             d["grants_per_s"].append(sum(grants) / secs)
             d["wait_p50"].append(pct(waits, 50) * 1e3)
             d["wait_p99"].append(pct(waits, 99) * 1e3)
-            d["errors"] += sum(o["errors"] for o in out)
     for label, d in per.items():
         if not d["fairness"]:
             continue
@@ -550,6 +553,7 @@ def alternatives_cron(res, tmp):
 
     sides = {"flock(1)": lambda: runs([flock, path, "true"]),
              "leaselock run": lambda: runs([cli, "--uri", uri, "run", "bench/cron", "--", "true"]),
+             "leaselock --help": lambda: runs([cli, "--help"]),
              "true alone": lambda: runs(["true"])}
     s = interleave(sides, q(3, 9))
     for side, v in s.items():
