@@ -30,6 +30,23 @@ def where(p):
 
 # ---- goals -------------------------------------------------------------------
 
+def scale_why(res, misses):
+    out = []
+    if any(r["backend"] == "mongodb" for r in misses):
+        a = res.value("scale", "mongodb", "find {_id}", "probe_ms")
+        b = res.value("scale", "mongodb", "find {_id, $expr}", "probe_ms")
+        probe = (f" (measured in this run on the 100,000-record collection: find by _id alone "
+                 f"{a:.1f} ms, find by _id with $expr {b:.1f} ms)" if a and b else "")
+        out.append("MongoDB: the test server, mongo-java-server, uses its _id index only for a "
+                   "query on _id alone; the acquire's {_id, $expr} and the release's {_id, owner} "
+                   f"make it scan the collection{probe}. MongoDB itself answers those queries "
+                   "through the _id index; a real MongoDB server is not part of this run.")
+    if any(r["backend"] != "mongodb" for r in misses):
+        out.append("SQL/SQLite: the primary-key lookup deepens with the index and the pages "
+                   "stop fitting the caches.")
+    return " ".join(out)
+
+
 def goals(res):
     """[(goal, status, figure, why)]"""
     out = []
@@ -47,7 +64,7 @@ def goals(res):
             out.append((title, "met", fig, ""))
         else:
             out.append((title, "NOT met", fig,
-                        "Below the goal: " + ", ".join(fmt_row(r) for r in misses) + ". " +
+                        "Misses: " + ", ".join(fmt_row(r) for r in misses) + ". " +
                         why_miss(misses) + noisy))
 
     def lbl(r):
@@ -107,8 +124,7 @@ def goals(res):
     ratio_goal("100,000 live keys within 1.1x of the 100-key latency, every backend",
                res.get("scale", metric="ratio_median"), lambda v: v <= 1.1,
                lambda r: f"{r['backend']} {r['value']:.3f}",
-               lambda m: "The acquire's lookup by primary key grows with the store's index "
-                         "depth and, on servers that keep it in memory, cache misses.",
+               lambda m: scale_why(res, m),
                "the scale comparison did not run")
     mem = res.get("memory", metric="growth_after_warmup")
     cyc = res.value("memory", metric="cycles")

@@ -432,13 +432,13 @@ def alternatives_uncontended(res, tmp, redis_srv):
     n = 200
     for f in sides.values():
         f()
-    n = q(200, 1000)
+    n = q(200, 500)
     runs = [("other-cpu", {1} if NCPU > 1 else {0}), ("client-cpu", {0})] if redis_srv else [("", None)]
     for label, cpus in runs:
         if redis_srv:
             redis_srv.place(cpus)
         log(f"{c}: {label}")
-        s = interleave(sides, q(5, 21))
+        s = interleave(sides, q(5, 15))
         for side, v in s.items():
             res.add(c, "local", side, "pairs_per_s", statistics.median(v), "pairs/s", label)
         if redis_srv:
@@ -454,21 +454,34 @@ def alternatives_uncontended(res, tmp, redis_srv):
 
 
 def run_contenders(kind, target, key, nproc, seconds, hold_ms):
-    """NPROC worker processes of KIND on KEY for SECONDS; their JSON results."""
-    start = time.time() + 1.0 + 0.15 * nproc
-    end = start + seconds
-    env = dict(os.environ)
+    """NPROC worker processes of KIND on KEY for SECONDS, all started in the
+    same window once every one is ready; their JSON results."""
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "workers.py"), "contend", kind,
-                               target, key, repr(start), repr(end), str(hold_ms)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                               target, key, str(seconds), str(hold_ms)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
              for _ in range(nproc)]
-    out = []
-    for p in procs:
-        o, e = p.communicate(timeout=seconds + 120)
-        if p.returncode != 0 or not o.strip():
-            raise RuntimeError(f"{kind} worker failed: {e.strip()[-300:]}")
-        out.append(json.loads(o.strip().splitlines()[-1]))
-    return out, seconds
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                p.wait(30)
+                raise RuntimeError(f"{kind} worker failed: {p.stderr.read().strip()[-300:]}")
+        start = time.time() + 0.2
+        for p in procs:
+            p.stdin.write(f"{start!r} {start + seconds!r}\n")
+            p.stdin.flush()
+        out = []
+        for p in procs:
+            o, e = p.communicate(timeout=seconds + 120)
+            if p.returncode != 0 or not o.strip():
+                raise RuntimeError(f"{kind} worker failed: {e.strip()[-300:]}")
+            out.append(json.loads(o.strip().splitlines()[-1]))
+        return out, seconds
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def pct(v, p):
@@ -543,7 +556,7 @@ def alternatives_cron(res, tmp):
         return
     uri = f"sqlite://{tmp}/cron.db"
     path = os.path.join(tmp, "cron.flock")
-    n = q(20, 100)
+    n = q(20, 50)
 
     def runs(cmd):
         t = time.perf_counter()
@@ -703,6 +716,25 @@ def fill(name, uri, table, n):
         cl.close()
 
 
+def mongo_index_probe(res, uri, table, label):
+    """How the server finds one record among many: a query on _id alone, and
+    the acquire's shape {_id, $expr} (what tells an index lookup from a
+    scan of the collection)."""
+    from pymongo import MongoClient
+    cl = MongoClient(uri.split("?")[0], serverSelectionTimeoutMS=5000)
+    coll = cl.get_default_database("leaselock")[table]
+    for variant, query in [("find {_id}", {"_id": "scale/probe"}),
+                           ("find {_id, $expr}", {"_id": "scale/probe",
+                                                  "$expr": {"$eq": ["$owner", "nobody"]}})]:
+        coll.find_one(query)
+        n, t = 5, time.perf_counter()
+        for _ in range(n):
+            coll.find_one(query)
+        res.add("scale", "mongodb", variant, "probe_ms", (time.perf_counter() - t) / n * 1e3,
+                "ms", label)
+    cl.close()
+
+
 def scale(res, tmp, targets):
     c = "scale"
     pin_client()
@@ -743,6 +775,8 @@ def scale(res, tmp, targets):
             res.add(c, name, f"{n} keys", "latency_us", 1e6 / statistics.median(v), "us", label)
         res.add(c, name, f"{big}/{small} keys", "ratio_median",
                 paired_ratio(s[small], s[big]), "latency ratio", label)
+        if name == "mongodb":
+            mongo_index_probe(res, stores[big], f"bench_scale_{big}", label)
     spread_servers()
 
 

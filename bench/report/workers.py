@@ -1,7 +1,8 @@
 """Child processes of bench/report/run.py.
 
-  workers.py contend KIND TARGET KEY START END HOLD_MS
-      One of N processes on one key: from START until END (time.time()),
+  workers.py contend KIND TARGET KEY SECONDS HOLD_MS
+      One of N processes on one key. Prints "ready" once its lock is made,
+      then reads "START END" (time.time()) from stdin and, in that window:
       blocking acquire, hold HOLD_MS, release. Prints one JSON line: grants,
       waits (seconds from asking to getting, each grant), errors.
       KIND: leaselock (TARGET a URI), leaselock-fair, redis-py,
@@ -44,8 +45,12 @@ def make_lock(kind, target, key):
     raise SystemExit(f"unknown kind {kind}")
 
 
-def contend(kind, target, key, start, end, hold_ms):
+def contend(kind, target, key, seconds, hold_ms):
     lock = make_lock(kind, target, key)
+    # Ready (imports done, lock made): the driver then sends every worker
+    # the same window, once all are ready.
+    print("ready", flush=True)
+    start, end = (float(x) for x in sys.stdin.readline().split())
     hold = hold_ms / 1000.0
     waits, errors = [], 0
     while time.time() < start:
@@ -87,8 +92,8 @@ def memory(uri, cycles, samples):
 def main():
     cmd = sys.argv[1]
     if cmd == "contend":
-        kind, target, key, start, end, hold = sys.argv[2:8]
-        contend(kind, target, key, float(start), float(end), float(hold))
+        kind, target, key, seconds, hold = sys.argv[2:7]
+        contend(kind, target, key, float(seconds), float(hold))
     elif cmd == "memory":
         memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
