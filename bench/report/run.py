@@ -181,6 +181,17 @@ def paired_ratio(a, b):
     return statistics.median(x / y for x, y in zip(a, b))
 
 
+def add_ratio(res, comparison, backend, variant, a, b, unit="ratio", placement="", invert=False):
+    """Adds the median of the paired ratios a[i] / b[i] (b[i] / a[i] with
+    INVERT) and their quartiles (ratio_p25, ratio_p75: the rounds' spread)."""
+    r = sorted((y / x if invert else x / y) for x, y in zip(a, b))
+    res.add(comparison, backend, variant, "ratio_median", statistics.median(r), unit, placement)
+    if len(r) >= 4:
+        qs = statistics.quantiles(r, n=4)
+        res.add(comparison, backend, variant, "ratio_p25", qs[0], unit, placement)
+        res.add(comparison, backend, variant, "ratio_p75", qs[2], unit, placement)
+
+
 # ---- the C core's loop (bench/python/core_loop.c, through ctypes) -------------
 
 _core = None
@@ -227,7 +238,8 @@ def rate_peer(peer, key, n):
 # ---- 1. overhead ----------------------------------------------------------------
 
 CORE_LINE = re.compile(r"^(engine|bare)[^:]*:\s+(\d+) pairs/s")
-CORE_RATIO = re.compile(r"ratio engine/bare: median of (\d+) rounds ([\d.]+)")
+CORE_RATIO = re.compile(r"ratio engine/bare: median of (\d+) rounds ([\d.]+), best rounds ([\d.]+), "
+                        r"all rounds together ([\d.]+)")
 
 
 def overhead_engine(res, targets):
@@ -259,6 +271,10 @@ def overhead_engine(res, targets):
                 m = CORE_RATIO.search(line)
                 if m:
                     res.add(c, name, "engine/bare", "ratio_median", float(m.group(2)), "ratio", label)
+                    res.add(c, name, "engine/bare", "ratio_best_rounds", float(m.group(3)), "ratio",
+                            label)
+                    res.add(c, name, "engine/bare", "ratio_all_rounds", float(m.group(4)), "ratio",
+                            label)
     spread_servers()
 
 
@@ -296,11 +312,10 @@ def overhead_python(res, targets):
             s = interleave(sides, rounds)
             for side, v in s.items():
                 res.add(c, name, side, "pairs_per_s", statistics.median(v), "pairs/s", label)
-            res.add(c, name, "python/engine", "ratio_median", paired_ratio(s["python"], s["engine"]),
-                    "ratio", label)
+            add_ratio(res, c, name, "python/engine", s["python"], s["engine"], placement=label)
             if peer:
-                res.add(c, name, "python/peer", "ratio_median",
-                        paired_ratio(s["python"], s["peer"]), "ratio", label)
+                add_ratio(res, c, name, "python/peer", s["python"], s["peer"], placement=label)
+                add_ratio(res, c, name, "engine/peer", s["engine"], s["peer"], placement=label)
         if peer:
             res.meta[f"peer-{name}"] = driver_version(name)
             peer.close()
@@ -334,7 +349,7 @@ def overhead_lua(res, targets):
                                capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 res.note(c, f"{interp} {label}: failed: {p.stderr.strip()[:300]}")
-            cur, vals = None, {}
+            cur, vals, best = None, {}, {}
             for line in p.stdout.splitlines() + ["lua end sqlite 0 pairs x 0 rounds"]:
                 m = LUA_HEAD.match(line)
                 if m:
@@ -348,12 +363,15 @@ def overhead_lua(res, targets):
                                     "pairs/s", where)
                             res.add(c, bname, f"{interp} lock:with/engine", "ratio_median",
                                     vals["lock:with"] / vals["C core"], "ratio", where)
-                    cur, vals = m.group(2), {}
+                            res.add(c, bname, f"{interp} lock:with/engine", "ratio_best_rounds",
+                                    best["lock:with"] / best["C core"], "ratio", where)
+                    cur, vals, best = m.group(2), {}, {}
                     res.meta[f"lua-{interp}"] = m.group(1).strip()
                     continue
                 m = LUA_ROW.match(line)
                 if m:
                     vals[m.group(1)] = float(m.group(2))
+                    best[m.group(1)] = float(m.group(3))
     shutil.rmtree(tmp, ignore_errors=True)
     spread_servers()
 
@@ -442,10 +460,10 @@ def alternatives_uncontended(res, tmp, redis_srv):
         for side, v in s.items():
             res.add(c, "local", side, "pairs_per_s", statistics.median(v), "pairs/s", label)
         if redis_srv:
-            res.add(c, "local", "leaselock sqlite/redis-py Lock", "ratio_median",
-                    paired_ratio(s["leaselock sqlite"], s["redis-py Lock"]), "ratio", label)
-        res.add(c, "local", "leaselock sqlite/filelock", "ratio_median",
-                paired_ratio(s["leaselock sqlite"], s["filelock"]), "ratio", label)
+            add_ratio(res, c, "local", "leaselock sqlite/redis-py Lock", s["leaselock sqlite"],
+                      s["redis-py Lock"], placement=label)
+        add_ratio(res, c, "local", "leaselock sqlite/filelock", s["leaselock sqlite"],
+                  s["filelock"], placement=label)
     if redis_srv:
         redis_srv.place(ALL_CPUS)
     for r in conns:
@@ -773,8 +791,7 @@ def scale(res, tmp, targets):
                         for n in (small, big)}, q(5, 15))
         for n, v in s.items():
             res.add(c, name, f"{n} keys", "latency_us", 1e6 / statistics.median(v), "us", label)
-        res.add(c, name, f"{big}/{small} keys", "ratio_median",
-                paired_ratio(s[small], s[big]), "latency ratio", label)
+        add_ratio(res, c, name, f"{big}/{small} keys", s[small], s[big], "latency ratio", label)
         if name == "mongodb":
             mongo_index_probe(res, stores[big], f"bench_scale_{big}", label)
     spread_servers()
@@ -864,11 +881,11 @@ def safety(res, targets):
                        q(5, 15))
         for k, v in s.items():
             res.add(c, name, k, "pairs_per_s", statistics.median(v), "pairs/s", label)
-        res.add(c, name, "auto_renew off/on", "ratio_median",
-                paired_ratio(s["auto_renew off"], s["auto_renew on"]), "ratio", label)
+        add_ratio(res, c, name, "auto_renew off/on", s["auto_renew off"], s["auto_renew on"],
+                  placement=label)
         if fair:
-            res.add(c, name, "fair on/off", "ratio_median",
-                    paired_ratio(s["fair on"], s["auto_renew on"]), "ratio", label)
+            add_ratio(res, c, name, "fair on/off", s["fair on"], s["auto_renew on"],
+                      placement=label)
         client.close()
     spread_servers()
 
