@@ -4,7 +4,7 @@
              {_id: key, $expr: {$or: [{$eq: ["$owner", owner]},
                                       {$and: [expired by $$NOW, no live reservation]}]}}
            -> $currentDate acquiredAt/renewedAt, $set owner, ttlMs, holdMs 0,
-              holder, nextOwner null, $inc fence 1;
+              holder, nextOwner null, holds 1, $inc fence 1;
            when it matches nothing, the same update as an upsert whose query
            ({_id: key, fence: {$exists: false}}) matches no existing record:
            duplicate key (11000) means busy.
@@ -43,8 +43,11 @@ class MongoLeases:
         owner = secrets.token_hex(16)
         update = {
             "$currentDate": {"acquiredAt": True, "renewedAt": True},
+            # holds: the owner's reentrant hold count, 1 from an acquire (as the
+            # engine writes it since reentrant holds; an engine before them
+            # ignores the field).
             "$set": {"owner": owner, "ttlMs": ttl_ms, "holdMs": 0, "holder": self.holder,
-                     "nextOwner": None},
+                     "nextOwner": None, "holds": 1},
             "$inc": {"fence": 1},
         }
         query = {"_id": key, "$expr": {"$or": [

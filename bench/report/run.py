@@ -725,7 +725,8 @@ def fill(name, uri, table, n):
         for i in range(0, n, 10000):
             docs = [{"_id": k, "owner": uuid.uuid4().hex, "fence": 1, "acquiredAt": now,
                      "renewedAt": now, "ttlMs": 86400000, "holdMs": 0,
-                     "holder": {"host": host, "pid": 1, "label": "bench"}, "nextOwner": None}
+                     "holder": {"host": host, "pid": 1, "label": "bench"}, "nextOwner": None,
+                     "holds": 1}
                     for k in keys[i:i + 10000]]
             try:
                 coll.insert_many(docs, ordered=False)
