@@ -4,7 +4,8 @@
  *
  * Usage: contention URI WORKERS MODE [SECONDS [HOLD_MS]]
  *   MODE: "procs" (one process and one client each, like cron jobs or
- *   web workers) or "threads" (threads of one process sharing a client).
+ *   web workers) or "threads" (threads of one process sharing a client);
+ *   "fair-procs" and "fair-threads" the same in fair mode.
  *
  * Each worker loops: blocking acquire (timeout 10 s), hold HOLD_MS (default
  * 1 ms), release; for SECONDS (default 5). Every grant is written to a
@@ -60,6 +61,7 @@ typedef struct run
    const char *key;
    int workers;
    bool threads;
+   bool fair; /* the workers' acquires in fair mode */
    double seconds;
    double hold_s;
    double start, end; /* the window every worker loops in */
@@ -87,6 +89,7 @@ static void worker_loop (run_t *r, leaselock_client_t *c, int worker)
    leaselock_acquire_opts_init (&o);
    o.ttl_ms = 10000;
    o.auto_renew = false;
+   o.fair = r->fair;
    while (bench_now () < r->start)
       sleep_s (0.0005);
    while (bench_now () < r->end) {
@@ -275,17 +278,18 @@ static void report (const run_t *r, double pair)
       hi = per[i] > hi ? per[i] : hi;
    }
    double ideal = r->seconds / (r->hold_s + pair);
-   printf ("workers=%d mode=%s grants=%ld fewest=%ld most=%ld fairness=%.3f "
-           "cut_waits=%ld timeouts=%ld errors=%ld useful=%.3f pair_ms=%.3f wait_p50_ms=%.2f "
-           "wait_p99_ms=%.2f "
-           "wait_max_ms=%.2f "
-           "handoffs=%ld handoff_p50_ms=%.3f handoff_p99_ms=%.3f requests_per_grant=%.2f\n",
-           r->workers, r->threads ? "threads" : "procs", grants, lo, hi,
-           hi ? (double)lo / (double)hi : 0.0, cut, atomic_load (&log->timeouts),
-           atomic_load (&log->errors), (double)grants / ideal, pair * 1e3, pct (waits, n, 0.50),
-           pct (waits, n, 0.99), pct (waits, n, 1.0), nh, pct (hand, nh, 0.50),
-           pct (hand, nh, 0.99),
-           grants ? (double)atomic_load (&log->requests) / (double)grants : 0.0);
+   printf (
+     "workers=%d mode=%s grants=%ld fewest=%ld most=%ld fairness=%.3f "
+     "cut_waits=%ld timeouts=%ld errors=%ld useful=%.3f pair_ms=%.3f wait_p50_ms=%.2f "
+     "wait_p99_ms=%.2f "
+     "wait_max_ms=%.2f "
+     "handoffs=%ld handoff_p50_ms=%.3f handoff_p99_ms=%.3f requests_per_grant=%.2f\n",
+     r->workers,
+     r->fair ? (r->threads ? "fair-threads" : "fair-procs") : (r->threads ? "threads" : "procs"),
+     grants, lo, hi, hi ? (double)lo / (double)hi : 0.0, cut, atomic_load (&log->timeouts),
+     atomic_load (&log->errors), (double)grants / ideal, pair * 1e3, pct (waits, n, 0.50),
+     pct (waits, n, 0.99), pct (waits, n, 1.0), nh, pct (hand, nh, 0.50), pct (hand, nh, 0.99),
+     grants ? (double)atomic_load (&log->requests) / (double)grants : 0.0);
    free (waits);
    free (hand);
 }
@@ -293,15 +297,22 @@ static void report (const run_t *r, double pair)
 int main (int argc, char **argv)
 {
    if (argc < 4) {
-      fprintf (stderr, "usage: contention URI WORKERS procs|threads [SECONDS [HOLD_MS]]\n");
+      fprintf (stderr, "usage: contention URI WORKERS [fair-]procs|threads [SECONDS [HOLD_MS]]\n");
       return 2;
    }
-   run_t r = { .uri = argv[1], .workers = atoi (argv[2]), .threads = !strcmp (argv[3], "threads") };
+   const char *mode = argv[3];
+   bool fair = !strncmp (mode, "fair-", 5);
+   if (fair)
+      mode += 5;
+   run_t r = {
+      .uri = argv[1], .workers = atoi (argv[2]), .threads = !strcmp (mode, "threads"), .fair = fair
+   };
    r.seconds = argc > 4 ? atof (argv[4]) : 5.0;
    r.hold_s = (argc > 5 ? atof (argv[5]) : 1.0) / 1e3;
    if (r.workers < 1 || r.workers > MAX_WORKERS || r.seconds <= 0 || r.hold_s < 0 ||
-       (!r.threads && strcmp (argv[3], "procs")))
-      bench_die ("arguments", "WORKERS 1..64, MODE procs|threads, SECONDS > 0, HOLD_MS >= 0");
+       (!r.threads && strcmp (mode, "procs")))
+      bench_die ("arguments",
+                 "WORKERS 1..64, MODE [fair-]procs|threads, SECONDS > 0, HOLD_MS >= 0");
    char key[64];
    snprintf (key, sizeof key, "bench/contention/%d", (int)getpid ());
    r.key = key;
