@@ -1766,7 +1766,10 @@ static PyMethodDef Lease_methods[] = {
 };
 
 static PyGetSetDef Lease_getset[] = {
-   { "key", (getter)Lease_get_key, NULL, "The lock's name.", NULL },
+   { "key", (getter)Lease_get_key, NULL,
+     "The lock's name; for a holder of a semaphore or read-write lock, its record's "
+     "(key/.slot/<i>, key/.rw/w, key/.rw/r/<token>).",
+     NULL },
    { "owner", (getter)Lease_get_owner, NULL, "This acquisition's owner token (32 hex).", NULL },
    { "fence", (getter)Lease_get_fence, NULL, "The fencing token: grows on every acquire.", NULL },
    { "ttl", (getter)Lease_get_ttl, NULL, "The lease duration in seconds.", NULL },

@@ -1119,6 +1119,8 @@ class RWLock:
     it holds the exclusive record new readers wait, and it waits only for
     the readers already in (within its timeout; then it lets go). fair=True
     serves writers, and readers waiting for a writer, in order of arrival.
+    Both are the blocking acquire's: an asyncio wait (acquire_async,
+    async with) polls one-try acquires and holds nothing between them.
     Not reentrant: see RWLockSide.
     """
 

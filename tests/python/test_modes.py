@@ -2,6 +2,7 @@
 (client.rwlock): the core's modes (csrc/modes.c) through the package's lock
 objects, on every backend whose server is up."""
 import asyncio
+import logging
 import multiprocessing
 import signal
 import subprocess
@@ -238,6 +239,43 @@ def test_semaphore_min_hold_keeps_the_slot(client, other, key):
     assert other.semaphore(key, 1).try_acquire() is None
     other.force_release(lease.key)
     assert other.semaphore(key, 1).try_acquire() is not None
+
+
+def _fair_sem_waiter(uri, key, tag, ready, order):
+    # A fair semaphore waiter in a process of its own: says when it waits
+    # (the core logs "wait"), then appends its tag once it holds a slot.
+    class Ready(logging.Handler):
+        def emit(self, record):
+            if "waiting" in record.getMessage():
+                ready.put(tag)
+
+    log = logging.getLogger("leaselock")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(Ready())
+    with leaselock.connect(uri, label=f"fair-{tag}") as client:
+        with client.semaphore(key, 1, ttl=30, fair=True).acquire(timeout=60):
+            order.put(tag)
+            time.sleep(0.02)
+
+
+def test_fair_semaphore_waiters_in_order_of_arrival(uri, key):
+    ctx = multiprocessing.get_context("spawn")
+    ready, order = ctx.Queue(), ctx.Queue()
+    with leaselock.connect(uri) as holder:
+        lease = holder.semaphore(key, 1, fair=True).acquire(timeout=0)
+        procs = []
+        for tag in "ABCD":
+            p = ctx.Process(target=_fair_sem_waiter, args=(uri, key, tag, ready, order))
+            p.start()
+            procs.append(p)
+            assert ready.get(timeout=60) == tag  # waiting before the next starts
+            time.sleep(0.005)  # arrivals in one database millisecond go by owner token
+        lease.release()
+        got = "".join(order.get(timeout=120) for _ in range(4))
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0] * 4
+        assert got == "ABCD"
 
 
 def test_a_semaphore_held_twice_by_one_thread(client, key):
