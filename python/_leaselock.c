@@ -750,6 +750,8 @@ typedef struct
    PyObject *on_lost;         /* callable or None */
    PyObject *cancel;          /* None or an object with is_set() */
    PyObject *on_renew_failed; /* callable or None */
+   PyObject *mode;            /* _acquire_mode only: "semaphore", "shared", "exclusive" */
+   int64_t limit;             /* _acquire_mode only: the semaphore's limit */
 } acquire_args_t;
 
 /* The value of keyword argument kw, one of names[n] (values[i] gets it). */
@@ -757,7 +759,8 @@ static int keyword_arg (PyObject *kw,
                         PyObject *value,
                         const char *const *names,
                         PyObject **values,
-                        int n)
+                        int n,
+                        const char *fn)
 {
    for (int i = 0; i < n; i++)
       if (PyUnicode_Check (kw) && PyUnicode_CompareWithASCIIString (kw, names[i]) == 0) {
@@ -765,32 +768,54 @@ static int keyword_arg (PyObject *kw,
          return 0;
       }
    const char *name = PyUnicode_Check (kw) ? PyUnicode_AsUTF8 (kw) : NULL;
-   raise_type ("_acquire() got an unexpected keyword argument '%.100s'", name ? name : "?");
+   raise_type ("%s() got an unexpected keyword argument '%.100s'", fn, name ? name : "?");
    return -1;
 }
 
 /* _acquire(key, *, ttl_ms, timeout_ms, min_hold_ms=0, auto_renew=True,
  *          on_lost=None, cancel=None, on_renew_failed=None, fair=False): the key
- * positional, the rest by keyword only (METH_FASTCALL | METH_KEYWORDS). */
+ * positional, the rest by keyword only (METH_FASTCALL | METH_KEYWORDS).
+ * fn names the method for its messages; _acquire_mode (modes) also takes
+ * mode (required) and limit (0 unless given). */
 static int parse_acquire (PyObject *const *args,
                           Py_ssize_t nargs,
                           PyObject *kwnames,
+                          const char *fn,
+                          bool modes,
                           acquire_args_t *a)
 {
    static const char *const names[] = { "ttl_ms",  "timeout_ms", "min_hold_ms",     "auto_renew",
-                                        "on_lost", "cancel",     "on_renew_failed", "fair" };
-   PyObject *v[8] = { NULL, NULL, NULL, Py_True, Py_None, Py_None, Py_None, Py_False };
+                                        "on_lost", "cancel",     "on_renew_failed", "fair",
+                                        "mode",    "limit" };
+   PyObject *v[10] = { NULL, NULL, NULL, Py_True, Py_None, Py_None, Py_None, Py_False, NULL, NULL };
    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE (kwnames) : 0;
    if (nargs != 1) {
-      raise_type ("_acquire() takes the key as its one positional argument (%zd given)", nargs);
+      raise_type ("%s() takes the key as its one positional argument (%zd given)", fn, nargs);
       return -1;
    }
    for (Py_ssize_t i = 0; i < nkw; i++)
-      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, 8) < 0)
+      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, modes ? 10 : 8,
+                       fn) < 0)
          return -1;
-   if (!v[0] || !v[1]) {
-      raise_type ("_acquire() needs the keyword arguments ttl_ms and timeout_ms");
+   if (!v[0] || !v[1] || (modes && !v[8])) {
+      raise_type (modes ? "%s() needs the keyword arguments ttl_ms, timeout_ms and mode"
+                        : "%s() needs the keyword arguments ttl_ms and timeout_ms",
+                  fn);
       return -1;
+   }
+   a->mode = v[8];
+   a->limit = 0;
+   if (v[9]) {
+      if (!PyLong_Check (v[9]) || PyBool_Check (v[9])) {
+         raise_type ("limit must be an int, not %.100s", Py_TYPE (v[9])->tp_name);
+         return -1;
+      }
+      int overflow = 0;
+      long long limit = PyLong_AsLongLongAndOverflow (v[9], &overflow);
+      if (limit == -1 && PyErr_Occurred ())
+         return -1;
+      /* Out of range either way: the core says so with its own message. */
+      a->limit = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : (int64_t)limit;
    }
    a->key = args[0];
    leaselock_acquire_opts_init (&a->o);
@@ -839,18 +864,56 @@ static PyObject *acquire_failed (ll_state *st,
    return raise_error (st, err);
 }
 
-/* _acquire(...) -> Lease | None (see parse_acquire). None when one try
- * (timeout_ms == 0) found the key busy. The public layer checks the
- * arguments first (leaselock.Lock); the core checks them again. */
-static PyObject *Client_acquire (ClientObject *self,
-                                 PyObject *const *args,
-                                 Py_ssize_t nargs,
-                                 PyObject *kwnames)
+/* What an acquire asks the core for: a plain lease, or a mode's. */
+typedef enum
+{
+   ACQ_LOCK,
+   ACQ_SEMAPHORE,
+   ACQ_SHARED,
+   ACQ_EXCLUSIVE
+} acquire_kind_t;
+
+/* The mode argument of _acquire_mode. */
+static int mode_arg (PyObject *mode, acquire_kind_t *kind)
+{
+   static const struct
+   {
+      const char *name;
+      acquire_kind_t kind;
+   } modes[] = { { "semaphore", ACQ_SEMAPHORE },
+                 { "shared", ACQ_SHARED },
+                 { "exclusive", ACQ_EXCLUSIVE } };
+   if (PyUnicode_Check (mode))
+      for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+         if (PyUnicode_CompareWithASCIIString (mode, modes[i].name) == 0) {
+            *kind = modes[i].kind;
+            return 0;
+         }
+   const char *m = PyUnicode_Check (mode) ? PyUnicode_AsUTF8 (mode) : NULL;
+   if (m)
+      raise_invalid ("mode must be 'semaphore', 'shared' or 'exclusive', not '%.100s'", m);
+   else if (!PyErr_Occurred ())
+      raise_type ("mode must be a str, not %.100s", Py_TYPE (mode)->tp_name);
+   return -1;
+}
+
+/* The body of _acquire and _acquire_mode: the core's blocking call runs
+ * without the GIL, asking should_stop (Ctrl-C, the cancel flag) between
+ * its waits. A mode's lease is named by its record (the core's
+ * leaselock_lease_key: key/.slot/<i>, key/.rw/w, key/.rw/r/<token>),
+ * whose fence it carries. */
+static PyObject *acquire_impl (ClientObject *self,
+                               PyObject *const *args,
+                               Py_ssize_t nargs,
+                               PyObject *kwnames,
+                               bool modes)
 {
    acquire_args_t a;
    const char *key;
    Py_ssize_t key_len;
-   if (parse_acquire (args, nargs, kwnames, &a) < 0 ||
+   acquire_kind_t kind = ACQ_LOCK;
+   if (parse_acquire (args, nargs, kwnames, modes ? "_acquire_mode" : "_acquire", modes, &a) < 0 ||
+       (modes && mode_arg (a.mode, &kind) < 0) ||
        key_arg (a.key, "key", false, &key, &key_len) < 0 || client_check (self) < 0)
       return NULL;
    LeaseObject *lease = lease_alloc (self, a.key, a.on_lost, a.on_renew_failed);
@@ -872,15 +935,64 @@ static PyObject *Client_acquire (ClientObject *self,
    }
    leaselock_error_t err;
    leaselock_lease_t *core = NULL;
+   bool ok = false;
    stop.ts = PyEval_SaveThread ();
-   bool ok = leaselock_acquire (self->c, key, (size_t)key_len, &a.o, &core, &err);
-   PyEval_RestoreThread (stop.ts);
-   if (ok) {
-      lease->lease = core;
-      return (PyObject *)lease;
+   switch (kind) {
+      case ACQ_LOCK:
+         ok = leaselock_acquire (self->c, key, (size_t)key_len, &a.o, &core, &err);
+         break;
+      case ACQ_SEMAPHORE:
+         ok =
+           leaselock_semaphore_acquire (self->c, key, (size_t)key_len, a.limit, &a.o, &core, &err);
+         break;
+      case ACQ_SHARED:
+      case ACQ_EXCLUSIVE:
+         ok = leaselock_rwlock_acquire (self->c, key, (size_t)key_len,
+                                        kind == ACQ_SHARED ? LEASELOCK_SHARED : LEASELOCK_EXCLUSIVE,
+                                        &a.o, &core, &err);
+         break;
    }
-   Py_DECREF (lease);
-   return acquire_failed (get_state (self->module), &a, &stop, &err);
+   PyEval_RestoreThread (stop.ts);
+   if (!ok) {
+      Py_DECREF (lease);
+      return acquire_failed (get_state (self->module), &a, &stop, &err);
+   }
+   lease->lease = core; /* from here its dealloc releases it */
+   if (kind != ACQ_LOCK) {
+      PyObject *rk = PyUnicode_DecodeUTF8 (leaselock_lease_key (core),
+                                           (Py_ssize_t)leaselock_lease_key_len (core), NULL);
+      if (!rk) {
+         Py_DECREF (lease);
+         return NULL;
+      }
+      Py_SETREF (lease->key, rk);
+   }
+   return (PyObject *)lease;
+}
+
+/* _acquire(...) -> Lease | None (see parse_acquire). None when one try
+ * (timeout_ms == 0) found the key busy. The public layer checks the
+ * arguments first (leaselock.Lock); the core checks them again. */
+static PyObject *Client_acquire (ClientObject *self,
+                                 PyObject *const *args,
+                                 Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+   return acquire_impl (self, args, nargs, kwnames, false);
+}
+
+/* _acquire_mode(key, *, mode, limit=0, and _acquire's keywords) -> Lease |
+ * None: a semaphore slot (mode "semaphore", limit 1 .. 1000) or a side of
+ * a read-write lock ("shared", "exclusive"), by the core's
+ * leaselock_semaphore_acquire and leaselock_rwlock_acquire. None when one
+ * try found no room. The package checks the arguments first (its
+ * Semaphore and RWLock); the core checks them again. */
+static PyObject *Client_acquire_mode (ClientObject *self,
+                                      PyObject *const *args,
+                                      Py_ssize_t nargs,
+                                      PyObject *kwnames)
+{
+   return acquire_impl (self, args, nargs, kwnames, true);
 }
 
 /* ---- _Wait: a waiting acquire driven one try at a time ------------------ */
@@ -917,7 +1029,7 @@ static PyObject *Client_wait (ClientObject *self,
    acquire_args_t a;
    const char *key;
    Py_ssize_t key_len;
-   if (parse_acquire (args, nargs, kwnames, &a) < 0 ||
+   if (parse_acquire (args, nargs, kwnames, "_wait", false, &a) < 0 ||
        key_arg (a.key, "key", false, &key, &key_len) < 0 || client_check (self) < 0)
       return NULL;
    ll_state *st = get_state (self->module);
@@ -1303,6 +1415,8 @@ static PyMethodDef Client_methods[] = {
      "connections. Idempotent; any later use raises ValueError." },
    { "_acquire", (PyCFunction)(void (*) (void))Client_acquire, METH_FASTCALL | METH_KEYWORDS,
      NULL },
+   { "_acquire_mode", (PyCFunction)(void (*) (void))Client_acquire_mode,
+     METH_FASTCALL | METH_KEYWORDS, NULL },
    { "_wait", (PyCFunction)(void (*) (void))Client_wait, METH_FASTCALL | METH_KEYWORDS, NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
@@ -1652,7 +1766,10 @@ static PyMethodDef Lease_methods[] = {
 };
 
 static PyGetSetDef Lease_getset[] = {
-   { "key", (getter)Lease_get_key, NULL, "The lock's name.", NULL },
+   { "key", (getter)Lease_get_key, NULL,
+     "The lock's name; for a holder of a semaphore or read-write lock, its record's "
+     "(key/.slot/<i>, key/.rw/w, key/.rw/r/<token>).",
+     NULL },
    { "owner", (getter)Lease_get_owner, NULL, "This acquisition's owner token (32 hex).", NULL },
    { "fence", (getter)Lease_get_fence, NULL, "The fencing token: grows on every acquire.", NULL },
    { "ttl", (getter)Lease_get_ttl, NULL, "The lease duration in seconds.", NULL },

@@ -28,12 +28,15 @@ from ._leaselock import (
     __version__,
     default_uri,
 )
-from ._lock import Client, Holder, Lock, Record, connect
+from ._lock import Client, Holder, Lock, Record, RWLock, RWLockSide, Semaphore, connect
 
 __all__ = [
     "connect",
     "Client",
     "Lock",
+    "Semaphore",
+    "RWLock",
+    "RWLockSide",
     "Lease",
     "Holder",
     "Record",
@@ -46,6 +49,6 @@ __all__ = [
 ]
 
 # The public classes of the pure-Python layer show as leaselock's own.
-for _cls in (Client, Holder, Lock, Record):
+for _cls in (Client, Holder, Lock, Record, RWLock, RWLockSide, Semaphore):
     _cls.__module__ = __name__
 del _cls

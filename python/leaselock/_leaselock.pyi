@@ -61,6 +61,24 @@ class Client:
         on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
         fair: bool = False,
     ) -> Optional["Lease"]: ...
+    # mode "semaphore" (with limit 1 .. 1000), "shared" or "exclusive"; the
+    # Lease returned is named by its record (key/.slot/<i>, key/.rw/...).
+    def _acquire_mode(
+        self,
+        key: str,
+        /,
+        *,
+        mode: Literal["semaphore", "shared", "exclusive"],
+        limit: int = 0,
+        ttl_ms: int,
+        timeout_ms: int,
+        min_hold_ms: int = 0,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[["Lease"], Any]] = None,
+        cancel: Any = None,
+        on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
+        fair: bool = False,
+    ) -> Optional["Lease"]: ...
     def _wait(
         self,
         key: str,

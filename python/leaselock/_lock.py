@@ -9,6 +9,7 @@ import atexit
 import functools
 import inspect
 import os
+import random
 import threading
 import weakref
 from collections import deque
@@ -213,6 +214,42 @@ class Client(_leaselock.Client):
         lets the holder (thread or asyncio task) enter it again."""
         return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
                     on_renew_failed=on_renew_failed, fair=fair, reentrant=reentrant)
+
+    def semaphore(
+        self,
+        key: str,
+        limit: int,
+        *,
+        ttl: Duration = 30.0,
+        min_hold: Duration = 0.0,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[[Lease], object]] = None,
+        on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+        fair: bool = False,
+    ) -> "Semaphore":
+        """A counting Semaphore on key: at most limit (1 to 1000) holders at
+        once, used like a Lock. Nothing is acquired yet. The options are
+        client.lock()'s (not reentrant: each acquire is a holder of its
+        own)."""
+        return Semaphore(self, key, limit, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew,
+                         on_lost=on_lost, on_renew_failed=on_renew_failed, fair=fair)
+
+    def rwlock(
+        self,
+        key: str,
+        *,
+        ttl: Duration = 30.0,
+        min_hold: Duration = 0.0,
+        auto_renew: bool = True,
+        on_lost: Optional[Callable[[Lease], object]] = None,
+        on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+        fair: bool = False,
+    ) -> "RWLock":
+        """A read-write lock on key: .shared and .exclusive, each used like
+        a Lock. Nothing is acquired yet. The options are client.lock()'s
+        (not reentrant)."""
+        return RWLock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew,
+                      on_lost=on_lost, on_renew_failed=on_renew_failed, fair=fair)
 
     @overload
     def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
@@ -422,13 +459,13 @@ def _gate_done(where: tuple[asyncio.AbstractEventLoop, Any, str], gate: _Gate) -
             del _gates[where]
 
 
-async def _release_off_loop(lease: Lease) -> None:
+async def _release_off_loop(lease: Lease, wake: Optional[str] = None) -> None:
     """Releases lease in the pool, and waits for it even if cancelled."""
     loop = asyncio.get_running_loop()
     try:
-        done = loop.run_in_executor(_executor(), _release_quietly, lease)
+        done = loop.run_in_executor(_executor(), _release_quietly, lease, wake)
     except RuntimeError:  # the pool is shut down
-        _release_quietly(lease)
+        _release_quietly(lease, wake)
         return
     try:
         await asyncio.shield(done)
@@ -454,8 +491,11 @@ class Lock:
     """
 
     __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_on_renew_failed", "_fair", "_reentrant", "_threads", "_tasks",
+                 "_on_renew_failed", "_fair", "_reentrant", "_threads", "_tasks", "_wake",
                  "__weakref__")
+
+    #: What the messages call this object.
+    _NOUN = "Lock"
 
     def __init__(self, client: _leaselock.Client, key: str, *, ttl: Duration = 30.0,
                  min_hold: Duration = 0.0, auto_renew: bool = True,
@@ -466,6 +506,9 @@ class Lock:
             raise _error(TypeError,
                          f"client must be a leaselock.Client, not {type(client).__name__}")
         self._key = _check_key(key, "key")
+        # The name under which this process's releases wake its asyncio
+        # waiters (_notify) and they queue (_Gate): the key, for a lock.
+        self._wake = self._key
         self._ttl_ms = _ms(ttl, "ttl", "ttl")
         self._min_hold_ms = _ms(min_hold, "min_hold", "duration")
         if not isinstance(auto_renew, bool):
@@ -633,12 +676,12 @@ class Lock:
         Lock. Raises NotHeld when it holds none, or no longer holds it."""
         stack = self._stack()
         if not stack:
-            raise _error(NotHeld, f'"{self._key}" is not held by this thread through this Lock',
-                         "NOT_HELD")
+            raise _error(NotHeld, f'"{self._key}" is not held by this thread through this '
+                         f'{self._NOUN}', "NOT_HELD")
         try:
             stack.pop()[0].release()
         finally:
-            _notify(self._key)
+            _notify(self._wake)
 
     def locked(self) -> bool:
         """True when some owner holds the key now (by the database's clock),
@@ -655,7 +698,7 @@ class Lock:
             try:
                 lease.__exit__(et, ev, tb)
             finally:
-                _notify(self._key)
+                _notify(self._wake)
 
     # -- asyncio -------------------------------------------------------------
     async def _try_async(self, loop: asyncio.AbstractEventLoop) -> Optional[Lease]:
@@ -676,7 +719,7 @@ class Lock:
             if fut.cancelled():
                 # The task gave up while the try went on: never leak it.
                 if lease is not None:
-                    _executor().submit(_release_quietly, lease)
+                    _executor().submit(_release_quietly, lease, self._wake)
                 return
             if exc is not None:
                 fut.set_exception(exc)
@@ -693,7 +736,7 @@ class Lock:
                 loop.call_soon_threadsafe(deliver, lease, sleep, exc)
             except RuntimeError:  # the loop is closed
                 if lease is not None:
-                    _release_quietly(lease)
+                    _release_quietly(lease, self._wake)
 
         _executor().submit(work)
         try:
@@ -705,7 +748,7 @@ class Lock:
                 # the cancellation goes on, whatever else cancels us.
                 lease = fut.result()[0]
                 if lease is not None:
-                    await _release_off_loop(lease)
+                    await _release_off_loop(lease, self._wake)
             raise
 
     async def _poll(self, loop: asyncio.AbstractEventLoop, start: float,
@@ -714,19 +757,31 @@ class Lock:
         on the loop between tries. The tries are one waiter of the core's
         (Client._wait): its claim to be next, its place in a fair queue,
         and the sleep it asks for between tries."""
-        event = asyncio.Event()
-        me = (loop, event)
         left_ms = -1 if deadline is None else max(1, round((deadline - loop.time()) * 1000))
         wait = self._client._wait(self._key, ttl_ms=self._ttl_ms, timeout_ms=left_ms,
                                   min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
                                   on_lost=self._on_lost, on_renew_failed=self._on_renew_failed,
                                   fair=self._fair)
+        try:
+            return await self._poll_tries(loop, start, deadline, wait.try_)
+        finally:
+            # Giving the wait up may be a round trip (fair mode): off the loop.
+            _executor().submit(wait.close)
+
+    async def _poll_tries(self, loop: asyncio.AbstractEventLoop, start: float,
+                          deadline: Optional[float],
+                          try_: Callable[[], tuple[Optional[Lease], float]]) -> Lease:
+        """Runs try_ (in the pool) until it returns a Lease or the deadline
+        passed, sleeping on the loop for the delay each try asks for, or
+        until a release in this process wakes the waiters of self._wake."""
+        event = asyncio.Event()
+        me = (loop, event)
         with _wakers_mu:
-            _wakers.setdefault(self._key, set()).add(me)
+            _wakers.setdefault(self._wake, set()).add(me)
         try:
             while True:
                 event.clear()  # before the try: a release during it wakes us
-                lease, delay = await self._in_pool(loop, wait.try_)
+                lease, delay = await self._in_pool(loop, try_)
                 if lease is not None:
                     return lease
                 now = loop.time()
@@ -740,14 +795,12 @@ class Lock:
                 finally:
                     timer.cancel()
         finally:
-            # Giving the wait up may be a round trip (fair mode): off the loop.
-            _executor().submit(wait.close)
             with _wakers_mu:
-                waiters = _wakers.get(self._key)
+                waiters = _wakers.get(self._wake)
                 if waiters is not None:
                     waiters.discard(me)
                     if not waiters:
-                        del _wakers[self._key]
+                        del _wakers[self._wake]
 
     async def _acquire_async_ms(self, timeout_ms: int, register: bool,
                                 block: bool = False) -> Lease:
@@ -759,7 +812,7 @@ class Lock:
         else:
             start = loop.time()
             deadline = None if timeout_ms < 0 else start + timeout_ms / 1000.0
-            where = (loop, self._client, self._key)
+            where = (loop, self._client, self._wake)
             gate = _gate_use(where)
             try:
                 if await gate.enter(loop, deadline):
@@ -804,7 +857,7 @@ class Lock:
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         lease = self._pop_block()
         if lease is not None:
-            await _AsyncLease(lease).__aexit__(et, ev, tb)
+            await _AsyncLease(lease, self._wake).__aexit__(et, ev, tb)
 
     def __repr__(self) -> str:
         state = "not held here"
@@ -816,14 +869,313 @@ class Lock:
                 f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} {state}>")
 
 
+# ---- semaphores and read-write locks -----------------------------------------
+#
+# The core does the work (csrc/modes.c, docs/contract.md "Semaphores and
+# read-write locks"): each holder holds an ordinary lease on a record of its
+# own beside the key (key/.slot/<i>, key/.rw/w, key/.rw/r/<token>), which
+# is what its Lease names. Here: the objects, their checks, and the asyncio
+# wait, which polls with one-try acquires (the core has no wait driven one
+# try at a time for several records).
+
+_Mode = Literal["semaphore", "shared", "exclusive"]
+_SEMAPHORE_MAX = 1000
+# The longest suffix each adds to the key for its records (leaselock.h).
+_SEMAPHORE_SUFFIX = len("/.slot/999")
+_RWLOCK_SUFFIX = len("/.rw/r/") + 32
+_KEY_MAX = 255
+
+
+def _mode_key(key: str, suffix: int, what: str) -> None:
+    n = len(key.encode())
+    if n + suffix > _KEY_MAX:
+        raise _error(ValueError, f"key is {n} bytes: a {what} adds up to {suffix} bytes to it "
+                     f"for its records, so it may have at most {_KEY_MAX - suffix}")
+
+
+def _live(client: _leaselock.Client, prefix: str, name_ok: Callable[[str], bool]) -> int:
+    """The live records (by the database's clock) under prefix whose rest
+    name_ok accepts."""
+    return sum(1 for t in client._list(prefix) if t[3] > 0 and name_ok(t[0][len(prefix):]))
+
+
+def _slot_name(rest: str) -> bool:
+    # As the core counts them: a plain decimal below the maximum, so that
+    # another lock's records under the prefix are not counted.
+    return rest.isascii() and rest.isdigit() and len(rest) <= 3 and (
+        rest == "0" or rest[0] != "0")
+
+
+def _reader_name(rest: str) -> bool:
+    return len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
+
+
+def _backoff(attempt: int) -> float:
+    """The core's waiter backoff (seconds): full jitter, uniform in 1 ms ..
+    min(1 s, 5 ms * 2^attempt)."""
+    return random.uniform(0.001, min(1.0, 0.005 * 2 ** min(attempt, 10)))
+
+
+class _ModeLock(Lock):
+    """What a semaphore and the sides of a read-write lock share: Lock's
+    API over the core's mode acquires. Not reentrant (no reentrant
+    argument): each acquire is a holder of its own."""
+
+    __slots__ = ("_mode", "_limit")
+
+    def __init__(self, client: _leaselock.Client, key: str, mode: _Mode, limit: int,
+                 suffix: int, what: str, *, ttl: Duration, min_hold: Duration,
+                 auto_renew: bool, on_lost: Optional[Callable[[Lease], object]],
+                 on_renew_failed: Optional[Callable[[Lease, LockError, float], object]],
+                 fair: bool) -> None:
+        super().__init__(client, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew,
+                         on_lost=on_lost, on_renew_failed=on_renew_failed, fair=fair)
+        _mode_key(self._key, suffix, what)
+        self._mode = mode
+        self._limit = limit
+        # NUL is in no key: a lock named so is not woken nor queued with it.
+        self._wake = f"{self._key}\0{what}"
+
+    def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
+        return self._client._acquire_mode(
+            self._key, mode=self._mode, limit=self._limit, ttl_ms=self._ttl_ms,
+            timeout_ms=timeout_ms, min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
+            on_lost=self._on_lost, cancel=cancel, on_renew_failed=self._on_renew_failed,
+            fair=self._fair)
+
+    def _check_not_mine(self) -> None:
+        pass  # several holds of one thread are several holders
+
+    async def _poll(self, loop: asyncio.AbstractEventLoop, start: float,
+                    deadline: Optional[float]) -> Lease:
+        """One-try acquires in the pool, with the core's backoff between
+        them, or woken by a release of this process."""
+        attempt = 0
+
+        def try_() -> tuple[Optional[Lease], float]:
+            nonlocal attempt
+            lease = self._acquire_ms(0, None)
+            attempt += 1
+            return lease, _backoff(attempt - 1)
+
+        return await self._poll_tries(loop, start, deadline, try_)
+
+    def _held_here(self) -> int:
+        return sum(1 for lease, _ in self._stack() or () if lease.held)
+
+    def _repr_state(self) -> str:
+        if self._client.closed:
+            return "client closed"
+        n = self._held_here()
+        if n == 0:
+            return "not held here"
+        who = "task" if _current_task() is not None else "thread"
+        return f"held by this {who}" + (f" ({n} holds)" if n > 1 else "")
+
+
+class Semaphore(_ModeLock):
+    """A counting semaphore across processes and machines: at most limit
+    holders at once, each with a lease of its own (owner, fence, renewal,
+    loss detection, min_hold) on a slot beside the key; lease.key names
+    that slot's record (key + "/.slot/<i>") and lease.fence grows per slot.
+    Used like a Lock: `with sem:`, `sem.acquire(timeout=...)`,
+    `sem.try_acquire()`, `sem.release()`, `async with sem:`.
+
+    Each acquire is a new holder, also from a thread that holds already
+    (as threading.Semaphore counts): there is no reentrant option.
+    release() releases what the calling thread (or task) took last
+    through this object; release a Lease itself to let it go from
+    elsewhere. A limit lowered while holders started under a higher one
+    are live (a Semaphore with a lower limit on the same key) lets no new
+    holder in until fewer than the new limit are live. fair=True: fair
+    waiters get slots in order of arrival among themselves (a waiter that
+    is not fair may still take a slot that frees first).
+    """
+
+    __slots__ = ()
+    _NOUN = "Semaphore"
+
+    def __init__(self, client: _leaselock.Client, key: str, limit: int, *,
+                 ttl: Duration = 30.0, min_hold: Duration = 0.0, auto_renew: bool = True,
+                 on_lost: Optional[Callable[[Lease], object]] = None,
+                 on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+                 fair: bool = False) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise _error(TypeError, f"limit must be an int, not {type(limit).__name__}")
+        if not 1 <= limit <= _SEMAPHORE_MAX:
+            raise _error(ValueError, f"limit must be 1 to {_SEMAPHORE_MAX} (got {limit})")
+        super().__init__(client, key, "semaphore", limit, _SEMAPHORE_SUFFIX, "semaphore",
+                         ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
+                         on_renew_failed=on_renew_failed, fair=fair)
+
+    @property
+    def limit(self) -> int:
+        """At most this many holders at once."""
+        return self._limit
+
+    def available(self) -> int:
+        """How many more holders could start now (by the database's clock;
+        0 when full): limit minus the live slots, a released one still
+        inside its min_hold counted. A snapshot: others may take or free
+        slots at any time."""
+        return max(0, self._limit - _live(self._client, f"{self._key}/.slot/", _slot_name))
+
+    def locked(self) -> bool:
+        """True when no slot is free now (an acquire would wait)."""
+        return self.available() == 0
+
+    def _busy_error(self) -> LockTimeout:
+        return _error(LockTimeout, f'semaphore "{self._key}": no free slot (the limit is '
+                      f'{self._limit})', "BUSY")
+
+    def _timeout_error(self, waited: float) -> LockTimeout:
+        return _error(LockTimeout, f"timed out after {round(waited * 1000)} ms waiting for a "
+                      f'slot of the semaphore "{self._key}"', "TIMEOUT")
+
+    def __repr__(self) -> str:
+        return (f"<leaselock.Semaphore {self._key!r} limit={self._limit} ttl={self.ttl:g}s"
+                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} "
+                f"{self._repr_state()}>")
+
+
+class RWLockSide(_ModeLock):
+    """One side of a RWLock (rwlock.shared or rwlock.exclusive), used like a
+    Lock: `with side:`, `side.acquire(timeout=...)`, `side.try_acquire()`,
+    `side.release()`, `async with side:`. Any number of shared holders or
+    one exclusive holder; each holder has a lease of its own (lease.key:
+    key + "/.rw/r/<token>" for a shared one, key + "/.rw/w" for the
+    exclusive one, whose fence grows with each writer).
+
+    Not reentrant (no reentrant argument). The shared side may be held
+    several times by one thread, each a holder of its own (but a writer
+    waiting in between makes the later ones wait for it). A thread (or
+    task) that holds the exclusive side through this RWLock and asks for
+    either side again, or holds the shared side and asks for the exclusive
+    one, gets RuntimeError instead of waiting for itself: there is no
+    upgrade or downgrade; release first.
+    """
+
+    __slots__ = ("_rwlock",)
+    _NOUN = "read-write lock"
+
+    def __init__(self, rwlock: "RWLock", mode: Literal["shared", "exclusive"]) -> None:
+        super().__init__(rwlock._client, rwlock._key, mode, 0, _RWLOCK_SUFFIX,
+                         "read-write lock", ttl=rwlock._ttl, min_hold=rwlock._min_hold,
+                         auto_renew=rwlock._auto_renew, on_lost=rwlock._on_lost,
+                         on_renew_failed=rwlock._on_renew_failed, fair=rwlock._fair)
+        self._rwlock = rwlock  # a cycle, for the collector: each side checks the other
+
+    @property
+    def mode(self) -> Literal["shared", "exclusive"]:
+        return "shared" if self._mode == "shared" else "exclusive"
+
+    @property
+    def limit(self) -> Optional[int]:
+        """How many may hold this side at once: 1 for the exclusive side,
+        None (any number) for the shared one."""
+        return None if self._mode == "shared" else 1
+
+    def _check_not_mine(self) -> None:
+        rw = self._rwlock
+        who = "task" if _current_task() is not None else "thread"
+        if rw._exclusive._mine():
+            raise _error(RuntimeError, f'"{self._key}" is held exclusively by this {who} '
+                         "through this read-write lock: it would wait for itself "
+                         "(read-write locks are not reentrant)")
+        if self._mode == "exclusive" and rw._shared._mine():
+            raise _error(RuntimeError, f'"{self._key}" is held shared by this {who} through '
+                         "this read-write lock: an exclusive acquire would wait for itself "
+                         "(release the shared hold first)")
+
+    def locked(self) -> bool:
+        """True when an acquire of this side would wait now (by the
+        database's clock): the exclusive record is live (a writer holds it
+        or waits for readers), or, for the exclusive side, a reader is in."""
+        t = self._client._inspect(f"{self._key}/.rw/w")
+        if t is not None and t[3] > 0:
+            return True
+        return self._mode == "exclusive" and \
+            _live(self._client, f"{self._key}/.rw/r/", _reader_name) > 0
+
+    def _busy_error(self) -> LockTimeout:
+        why = "a writer is in or next" if self._mode == "shared" else "held by another owner"
+        return _error(LockTimeout, f'read-write lock "{self._key}" ({self._mode}): {why}',
+                      "BUSY")
+
+    def _timeout_error(self, waited: float) -> LockTimeout:
+        return _error(LockTimeout, f"timed out after {round(waited * 1000)} ms waiting for the "
+                      f'{self._mode} side of the read-write lock "{self._key}"', "TIMEOUT")
+
+    def __repr__(self) -> str:
+        return (f"<leaselock.RWLockSide {self._key!r} {self._mode} ttl={self.ttl:g}s"
+                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} "
+                f"{self._repr_state()}>")
+
+
+class RWLock:
+    """A read-write lock across processes and machines: any number of
+    holders of .shared or one holder of .exclusive, each a lease of its
+    own. A writer that waits is not starved by a stream of readers: once
+    it holds the exclusive record new readers wait, and it waits only for
+    the readers already in (within its timeout; then it lets go). fair=True
+    serves writers, and readers waiting for a writer, in order of arrival.
+    Both are the blocking acquire's: an asyncio wait (acquire_async,
+    async with) polls one-try acquires and holds nothing between them.
+    Not reentrant: see RWLockSide.
+    """
+
+    __slots__ = ("_client", "_key", "_ttl", "_min_hold", "_auto_renew", "_on_lost",
+                 "_on_renew_failed", "_fair", "_shared", "_exclusive", "__weakref__")
+
+    def __init__(self, client: _leaselock.Client, key: str, *, ttl: Duration = 30.0,
+                 min_hold: Duration = 0.0, auto_renew: bool = True,
+                 on_lost: Optional[Callable[[Lease], object]] = None,
+                 on_renew_failed: Optional[Callable[[Lease, LockError, float], object]] = None,
+                 fair: bool = False) -> None:
+        self._client = client
+        self._key = key
+        self._ttl, self._min_hold, self._auto_renew = ttl, min_hold, auto_renew
+        self._on_lost, self._on_renew_failed, self._fair = on_lost, on_renew_failed, fair
+        # The sides check the arguments (as Lock does).
+        self._shared = RWLockSide(self, "shared")
+        self._exclusive = RWLockSide(self, "exclusive")
+        self._key = self._shared.key
+
+    @property
+    def shared(self) -> RWLockSide:
+        """The readers' side."""
+        return self._shared
+
+    @property
+    def exclusive(self) -> RWLockSide:
+        """The writer's side."""
+        return self._exclusive
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def client(self) -> _leaselock.Client:
+        return self._client
+
+    def __repr__(self) -> str:
+        held = [s._mode for s in (self._shared, self._exclusive) if s._mine()]
+        state = f"held {held[0]} here" if held else "not held here"
+        if self._client.closed:
+            state = "client closed"
+        return f"<leaselock.RWLock {self._key!r} ttl={self._shared.ttl:g}s {state}>"
+
+
 class _AsyncLease:
     """Releases a lease from the pool, so the event loop never waits on the
     database."""
 
-    __slots__ = ("lease",)
+    __slots__ = ("lease", "wake")
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, wake: Optional[str] = None) -> None:
         self.lease = lease
+        self.wake = lease.key if wake is None else wake
 
     async def __aenter__(self) -> Lease:
         return self.lease
@@ -833,17 +1185,17 @@ class _AsyncLease:
         try:
             await loop.run_in_executor(_executor(), self.lease.__exit__, et, ev, tb)
         finally:
-            _notify(self.lease.key)
+            _notify(self.wake)
 
 
-def _release_quietly(lease: Lease) -> None:
+def _release_quietly(lease: Lease, wake: Optional[str] = None) -> None:
     try:
         if lease.held:
             lease.release()
     except (LockError, ValueError):
         pass
     finally:
-        _notify(lease.key)
+        _notify(lease.key if wake is None else wake)
 
 
 def _after_fork_child() -> None:

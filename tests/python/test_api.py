@@ -8,7 +8,7 @@ import leaselock
 
 PUBLIC = {
     "connect", "Client", "Lock", "Lease", "Holder", "Record", "LockError", "LockTimeout",
-    "NotHeld", "LockLost", "BackendError", "default_uri",
+    "NotHeld", "LockLost", "BackendError", "default_uri", "Semaphore", "RWLock", "RWLockSide",
 }
 
 
@@ -30,7 +30,8 @@ def test_star_import_gives_the_public_names():
 
 
 def test_public_classes_show_as_leaselock():
-    for cls in (leaselock.Client, leaselock.Lock, leaselock.Holder, leaselock.Record):
+    for cls in (leaselock.Client, leaselock.Lock, leaselock.Holder, leaselock.Record,
+                leaselock.Semaphore, leaselock.RWLock, leaselock.RWLockSide):
         assert cls.__module__ == "leaselock", cls
     assert leaselock.Lease.__module__ == "leaselock"
     assert leaselock.LockTimeout.__module__ == "leaselock"

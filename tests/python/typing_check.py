@@ -1,7 +1,7 @@
 """Checked by mypy --strict (make test-python-typing), never run: the types
 the package's API gives its users."""
 from datetime import timedelta
-from typing import Optional, assert_type
+from typing import Literal, Optional, assert_type
 
 import leaselock
 
@@ -63,3 +63,30 @@ async def use() -> None:
         assert_type(held, leaselock.Lease)
     with lock as held2:
         assert_type(held2, leaselock.Lease)
+
+
+sem = client.semaphore("k", 3, ttl=timedelta(seconds=5), fair=True)
+assert_type(sem, leaselock.Semaphore)
+assert_type(sem.limit, int)
+assert_type(sem.available(), int)
+assert_type(sem.acquire(timeout=1), leaselock.Lease)
+assert_type(sem.try_acquire(), Optional[leaselock.Lease])
+with sem as slot:
+    assert_type(slot, leaselock.Lease)
+rw = client.rwlock("k", min_hold=timedelta(seconds=1))
+assert_type(rw, leaselock.RWLock)
+assert_type(rw.shared, leaselock.RWLockSide)
+assert_type(rw.exclusive.limit, Optional[int])
+assert_type(rw.exclusive.mode, Literal["shared", "exclusive"])
+side: leaselock.Lock = rw.exclusive  # the sides and semaphores are Locks
+with rw.exclusive as w:
+    assert_type(w, leaselock.Lease)
+assert_type(rw.shared.try_acquire(), Optional[leaselock.Lease])
+
+
+async def use_modes() -> None:
+    async with sem as s:
+        assert_type(s, leaselock.Lease)
+    async with rw.shared as r:
+        assert_type(r, leaselock.Lease)
+    assert_type(await rw.exclusive.acquire_async(timeout=2), leaselock.Lease)
