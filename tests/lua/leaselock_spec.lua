@@ -1194,6 +1194,51 @@ for _, backend in ipairs(H.backends()) do
       assert.is_true(got)
     end)
 
+    it("does not starve a waiting writer: new readers wait behind it", function()
+      local key = H.key("rw-starve")
+      local r1 = assert(client:rwlock(key).shared:try_acquire())
+      -- the writer waits in another process (an acquire blocks its thread)
+      local child = H.spawn(([[
+        local c = assert(require("leaselock").connect(%q))
+        local w = assert(c:rwlock(%q).exclusive:acquire { timeout = 20 })
+        io.write(w.key, "\n"); io.flush()
+        assert(w:release())
+      ]]):format(backend.uri, key))
+      local waiting = false
+      for _ = 1, 400 do
+        local rec = client:info(key .. "/.rw/w")
+        if rec and rec.owner and rec.expires_in > 0 then
+          waiting = true
+          break
+        end
+        H.sleep(0.05)
+      end
+      assert.is_true(waiting)
+      local r2, _, code = client:rwlock(key).shared:try_acquire()
+      assert.is_nil(r2)
+      assert.equals("BUSY", code)
+      r1:release()
+      assert.equals(key .. "/.rw/w", child:read("*l"))
+      child:close()
+      local r3 = assert(client:rwlock(key).shared:acquire { timeout = 10 })
+      r3:release()
+    end)
+
+    it("takes slots and sides in fair mode, with min_hold", function()
+      local key = H.key("sem-fair")
+      local sem = client:semaphore(key, { limit = 1, fair = true, min_hold = 0.3 })
+      local a = assert(sem:acquire { timeout = 5 })
+      assert.is_true(a:release())
+      -- min_hold keeps the slot after the release
+      local _, _, code = sem:try_acquire()
+      assert.equals("BUSY", code)
+      local b = assert(sem:acquire { timeout = 5 })
+      assert.is_true(b.fence > a.fence)
+      b:release()
+      local w = assert(client:rwlock(H.key("rw-fair"), { fair = true }).exclusive:acquire { timeout = 5 })
+      w:release()
+    end)
+
     it("refuses acquire_nb on a mode lock with a clear error", function()
       local sem = client:semaphore(H.key("sem-nb"), { limit = 1 })
       local ok, err = pcall(sem.acquire_nb, sem, {
