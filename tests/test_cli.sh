@@ -323,6 +323,9 @@ test_modes_bad() {
   bad 64 '--slots "1001"' "${U[@]}" run --slots 1001 k -- touch "$T/ran"
   bad 64 '--slots "2x"' "${U[@]}" run --slots 2x k -- touch "$T/ran"
   bad 64 '--slots needs a value' "${U[@]}" run k --slots
+  # The records' suffixes must fit in the 255 bytes of a key.
+  bad 64 'so it may have at most 245' "${U[@]}" run --slots 2 "$(printf 'x%.0s' {1..246})" -- touch "$T/ran"
+  bad 64 'so it may have at most 216' "${U[@]}" run --exclusive "$(printf 'x%.0s' {1..217})" -- touch "$T/ran"
   ll run --shared --shared k -- true
   expect_rc 0
 }
