@@ -993,10 +993,8 @@ static int client_tostring (lua_State *L)
    return 1;
 }
 
-/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn,
- *                     on_renew_failed=fn, fair=false}]) */
-/* client:lock's boolean option name of the table at 3 into *out, when
- * given; anything but a boolean raises. */
+/* A boolean option name of the table at 3 (client:lock's, :semaphore's,
+ * :rwlock's) into *out, when given; anything but a boolean raises. */
 static void opt_bool (lua_State *L, const char *fname, const char *name, bool *out)
 {
    lua_getfield (L, 3, name);
