@@ -99,6 +99,8 @@ typedef struct run_opts
    bool quiet;                        /* -q: a busy run prints nothing */
    bool fair;                         /* --fair: wait in order of arrival */
    bool reentrant;                    /* --reentrant: enter a lease held around us */
+   int64_t slots;                     /* --slots N: a semaphore of N slots on KEY (0: not) */
+   int rw;                            /* --shared, --exclusive: LEASELOCK_SHARED/EXCLUSIVE */
    int conflict_exit;                 /* -E: the exit status when busy (default EXIT_BUSY) */
    char label_buf[LEASELOCK_KEY_MAX + 1];
 } run_opts_t;

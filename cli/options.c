@@ -162,6 +162,10 @@ static int cron_option (int argc, char **argv, int *i, run_opts_t *o)
       o->reentrant = true;
       return 1;
    }
+   if (!strcmp (argv[*i], "--shared") || !strcmp (argv[*i], "--exclusive")) {
+      o->rw = argv[*i][2] == 's' ? LEASELOCK_SHARED : LEASELOCK_EXCLUSIVE;
+      return 1;
+   }
    const char *names[] = { "--conflict-exit-code", "-E" };
    for (size_t n = 0; n < 2; n++)
       if ((r = opt_value (argc, argv, i, names[n], &v)) != 0)
@@ -238,6 +242,17 @@ static int run_option (int argc, char **argv, int *i, run_opts_t *o)
    if ((r = opt_value (argc, argv, i, "--min-hold", &v)) != 0)
       return r < 0 || !parse_ms ("--min-hold", v, 0, LEASELOCK_TTL_MAX_MS, &o->min_hold_ms) ? -1
                                                                                             : 1;
+   if ((r = opt_value (argc, argv, i, "--slots", &v)) != 0) {
+      size_t n = r > 0 ? strspn (v, "0123456789") : 0;
+      long s = n && n <= 4 && !v[n] ? strtol (v, NULL, 10) : 0;
+      if (r > 0 && (s < 1 || s > LEASELOCK_SEMAPHORE_MAX)) {
+         usage_error ("--slots \"%s\": expected a whole number from 1 to %d", v,
+                      LEASELOCK_SEMAPHORE_MAX);
+         return -1;
+      }
+      o->slots = s;
+      return r < 0 ? -1 : 1;
+   }
    if ((r = opt_value (argc, argv, i, "--grace", &v)) != 0) {
       o->grace_text = r > 0 ? v : NULL;
       return r < 0 || !parse_ms ("--grace", v, 0, LEASELOCK_TTL_MAX_MS, &o->grace_ms) ? -1 : 1;
@@ -275,6 +290,25 @@ static bool fit_grace (run_opts_t *o)
    return false;
 }
 
+/* --slots, --shared and --exclusive pick one kind of holder; --reentrant
+ * enters a lease held around us, which a slot or a side of a read-write
+ * lock is not (each run holds a record of its own). */
+static bool modes_fit (const run_opts_t *o, bool shared_and_exclusive)
+{
+   if (shared_and_exclusive || (o->slots && o->rw)) {
+      usage_error ("--slots, --shared and --exclusive do not go together (pick one)");
+      return false;
+   }
+   if (o->reentrant && (o->slots || o->rw)) {
+      usage_error ("--reentrant does not go with %s (each run is a holder of its own)",
+                   o->slots                    ? "--slots"
+                   : o->rw == LEASELOCK_SHARED ? "--shared"
+                                               : "--exclusive");
+      return false;
+   }
+   return true;
+}
+
 /* Parses run's arguments into o. Returns PARSED, or the exit status. */
 int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
 {
@@ -285,9 +319,9 @@ int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
       .ttl_text = "30s",
       .conflict_exit = EXIT_BUSY,
    };
-   bool saw_dashes = false;
+   bool saw_dashes = false, both_sides = false;
    for (int i = 0; i < argc; i++) {
-      int r;
+      int r, rw = o->rw;
       if (!strcmp (argv[i], "--")) {
          saw_dashes = true;
          if (i + 1 < argc)
@@ -298,6 +332,7 @@ int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
          return print_help ();
       if ((r = run_option (argc, argv, &i, o)) < 0)
          return EXIT_USAGE;
+      both_sides |= rw && o->rw != rw;
       if (r > 0)
          continue;
       if (argv[i][0] == '-' && argv[i][1] != '\0')
@@ -312,7 +347,7 @@ int parse_run (const char *uri, int argc, char **argv, run_opts_t *o)
       return usage_error ("missing \"--\" before the command (leaselock run KEY -- CMD ...)");
    if (!o->cmd)
       return usage_error ("missing command after \"--\"");
-   if (!fit_grace (o))
+   if (!fit_grace (o) || !modes_fit (o, both_sides))
       return EXIT_USAGE;
    if (!o->label) {
       /* CMD's file name, which need not be UTF-8: shown, not refused. */

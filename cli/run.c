@@ -129,6 +129,40 @@ static void report_busy (leaselock_client_t *client, const char *key, const char
    fputc ('\n', stderr);
 }
 
+/* The core's acquire for run's kind of holder (--slots, --shared,
+ * --exclusive, or none: the key itself). */
+static bool acquire_as (leaselock_client_t *client,
+                        const run_opts_t *o,
+                        const leaselock_acquire_opts_t *opts,
+                        leaselock_lease_t **lease,
+                        leaselock_error_t *err)
+{
+   size_t len = strlen (o->key);
+   if (o->slots)
+      return leaselock_semaphore_acquire (client, o->key, len, o->slots, opts, lease, err);
+   if (o->rw)
+      return leaselock_rwlock_acquire (client, o->key, len, (leaselock_rw_mode_t)o->rw, opts, lease,
+                                       err);
+   return leaselock_acquire (client, o->key, len, opts, lease, err);
+}
+
+/* After BUSY with --slots, --shared or --exclusive: KEY itself has no
+ * record to show; the holders' are KEY/.slot/<i>, KEY/.rw/... */
+static void report_mode_busy (const run_opts_t *o, const char *why)
+{
+   fprintf (stderr, "%s: ", cmd_name);
+   put_text (stderr, o->key, strlen (o->key));
+   if (o->slots)
+      fprintf (stderr, " is busy%s: all %" PRId64 " slots are held", why, o->slots);
+   else if (o->rw == LEASELOCK_SHARED)
+      fprintf (stderr, " is busy%s: an exclusive holder has it or is waiting", why);
+   else
+      fprintf (stderr, " is busy%s: held by shared or exclusive holders", why);
+   fprintf (stderr, " (leaselock list ");
+   put_text (stderr, o->key, strlen (o->key));
+   fprintf (stderr, "/ shows them)\n");
+}
+
 /* Acquires o->key, waiting as --wait says. Sets *status when it fails. */
 static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
                                          const run_opts_t *o,
@@ -148,14 +182,16 @@ static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
    opts.should_stop_data = &wctx;
    leaselock_lease_t *lease = NULL;
    leaselock_error_t err;
-   if (leaselock_acquire (client, o->key, strlen (o->key), &opts, &lease, &err))
+   if (acquire_as (client, o, &opts, &lease, &err))
       return lease;
    if (err.code == LEASELOCK_BUSY || err.code == LEASELOCK_TIMEOUT) {
       char w[32], why[64] = "";
       fmt_ms (o->wait_ms, w, sizeof w);
       if (err.code == LEASELOCK_TIMEOUT)
          snprintf (why, sizeof why, " (gave up after --wait %s)", w);
-      if (!o->quiet)
+      if (!o->quiet && (o->slots || o->rw))
+         report_mode_busy (o, why);
+      else if (!o->quiet)
          report_busy (client, o->key, why);
       *status = o->conflict_exit;
    } else if (err.code == LEASELOCK_INTERRUPTED && wctx.signo) {

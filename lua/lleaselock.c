@@ -117,6 +117,16 @@ typedef struct
    char message[LEASELOCK_ERROR_MAX];
 } ll_lua_renew_failed_t;
 
+/* What a lock object takes: the key itself, a slot of a counting
+ * semaphore, or one side of a read-write lock (modes.c). */
+typedef enum
+{
+   LL_PLAIN,
+   LL_SEMAPHORE,
+   LL_SHARED,
+   LL_EXCLUSIVE
+} ll_lock_mode_t;
+
 typedef struct
 {
    int64_t ttl_ms;
@@ -124,6 +134,8 @@ typedef struct
    bool auto_renew;
    bool fair;      /* waiters get the key in order of arrival */
    bool reentrant; /* its holder (a coroutine) may take it again */
+   ll_lock_mode_t mode;
+   int64_t limit; /* LL_SEMAPHORE: the number of slots */
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
@@ -981,22 +993,82 @@ static int client_tostring (lua_State *L)
    return 1;
 }
 
-/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn,
- *                     on_renew_failed=fn, fair=false}]) */
-/* client:lock's boolean option name of the table at 3 into *out, when
- * given; anything but a boolean raises. */
-static void opt_bool (lua_State *L, const char *name, bool *out)
+/* A boolean option name of the table at 3 (client:lock's, :semaphore's,
+ * :rwlock's) into *out, when given; anything but a boolean raises. */
+static void opt_bool (lua_State *L, const char *fname, const char *name, bool *out)
 {
    lua_getfield (L, 3, name);
    if (!lua_isnil (L, -1)) {
       if (lua_type (L, -1) != LUA_TBOOLEAN) {
-         arg_error (L, 1, "lock", 2, "%s must be a boolean, got %s", name, luaL_typename (L, -1));
+         arg_error (L, 1, fname, 2, "%s must be a boolean, got %s", name, luaL_typename (L, -1));
       }
       *out = lua_toboolean (L, -1);
    }
    lua_pop (L, 1);
 }
 
+/* A callback option of the table at 3 into the user value at uv. */
+static void opt_callback (lua_State *L, const char *fname, const char *name, int uv, int slot)
+{
+   lua_getfield (L, 3, name);
+   if (!lua_isnil (L, -1)) {
+      if (lua_type (L, -1) != LUA_TFUNCTION) {
+         arg_error (L, 1, fname, 2, "%s must be a function, got %s", name, luaL_typename (L, -1));
+      }
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, uv, slot);
+   }
+   lua_pop (L, 1);
+}
+
+/*
+ * Pushes a new lock object of the client at 1 on key (len bytes, checked)
+ * taken as mode says, with the options of the table at 3 (names checked)
+ * or the defaults.
+ */
+static ll_lua_lock_t *new_lock (lua_State *L,
+                                const char *fname,
+                                const char *key,
+                                size_t len,
+                                ll_lock_mode_t mode,
+                                int64_t limit)
+{
+   ll_lua_lock_t *k = lua_newuserdata (L, sizeof *k);
+   int ud = lua_gettop (L);
+   memset (k, 0, sizeof *k);
+   memcpy (k->key, key, len);
+   k->key_len = len;
+   k->ttl_ms = 30000;
+   k->min_hold_ms = 0;
+   k->auto_renew = true;
+   k->mode = mode;
+   k->limit = limit;
+   lua_createtable (L, 2, 0); /* ud + 1: user value */
+   lua_pushvalue (L, 1);
+   lua_rawseti (L, ud + 1, UV_CLIENT);
+   if (lua_istable (L, 3)) {
+      lua_getfield (L, 3, "ttl");
+      if (!lua_isnil (L, -1)) {
+         k->ttl_ms = check_seconds (L, -1, 1, fname, 2, "ttl", SECONDS_POSITIVE);
+      }
+      lua_getfield (L, 3, "min_hold");
+      if (!lua_isnil (L, -1)) {
+         k->min_hold_ms = check_seconds (L, -1, 1, fname, 2, "min_hold", SECONDS_NONNEGATIVE);
+      }
+      lua_settop (L, ud + 1);
+      opt_bool (L, fname, "auto_renew", &k->auto_renew);
+      opt_bool (L, fname, "fair", &k->fair);
+      opt_bool (L, fname, "reentrant", &k->reentrant);
+      opt_callback (L, fname, "on_lost", ud + 1, UV_ON_LOST);
+      opt_callback (L, fname, "on_renew_failed", ud + 1, UV_ON_RENEW_FAILED);
+   }
+   lua_setuservalue (L, ud);
+   luaL_setmetatable (L, LOCK_MT);
+   return k;
+}
+
+/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn,
+ *                     on_renew_failed=fn, fair=false, reentrant=false}]) */
 static int client_lock (lua_State *L)
 {
    static const char *const allowed[] = {
@@ -1004,58 +1076,95 @@ static int client_lock (lua_State *L)
    };
    size_t len;
    const char *key;
-   ll_lua_lock_t *k;
 
    check_open_client (L, 1, 1, "lock");
    key = check_key (L, 2, 1, "lock", 1, "key", false, &len);
    check_opts (L, 3, 1, "lock", 2, allowed);
    lua_settop (L, 3);
+   new_lock (L, "lock", key, len, LL_PLAIN, 0);
+   return 1;
+}
 
-   k = lua_newuserdata (L, sizeof *k); /* 4 */
-   memset (k, 0, sizeof *k);
-   memcpy (k->key, key, len);
-   k->key_len = len;
-   k->ttl_ms = 30000;
-   k->min_hold_ms = 0;
-   k->auto_renew = true;
-   lua_createtable (L, 2, 0); /* 5: user value */
-   lua_pushvalue (L, 1);
-   lua_rawseti (L, 5, UV_CLIENT);
+/* The options of client:semaphore and client:rwlock besides limit. */
+#define MODE_OPTS "ttl", "min_hold", "auto_renew", "on_lost", "on_renew_failed", "fair"
 
-   if (lua_istable (L, 3)) {
-      lua_getfield (L, 3, "ttl");
-      if (!lua_isnil (L, -1)) {
-         k->ttl_ms = check_seconds (L, -1, 1, "lock", 2, "ttl", SECONDS_POSITIVE);
-      }
-      lua_getfield (L, 3, "min_hold");
-      if (!lua_isnil (L, -1)) {
-         k->min_hold_ms = check_seconds (L, -1, 1, "lock", 2, "min_hold", SECONDS_NONNEGATIVE);
-      }
-      opt_bool (L, "auto_renew", &k->auto_renew);
-      opt_bool (L, "fair", &k->fair);
-      opt_bool (L, "reentrant", &k->reentrant);
-      lua_getfield (L, 3, "on_lost");
-      if (!lua_isnil (L, -1)) {
-         if (lua_type (L, -1) != LUA_TFUNCTION) {
-            arg_error (L, 1, "lock", 2, "on_lost must be a function, got %s",
-                       luaL_typename (L, -1));
-         }
-         lua_pushvalue (L, -1);
-         lua_rawseti (L, 5, UV_ON_LOST);
-      }
-      lua_getfield (L, 3, "on_renew_failed");
-      if (!lua_isnil (L, -1)) {
-         if (lua_type (L, -1) != LUA_TFUNCTION) {
-            arg_error (L, 1, "lock", 2, "on_renew_failed must be a function, got %s",
-                       luaL_typename (L, -1));
-         }
-         lua_pushvalue (L, -1);
-         lua_rawseti (L, 5, UV_ON_RENEW_FAILED);
-      }
-      lua_settop (L, 5);
+/*
+ * client:semaphore's and client:rwlock's key (at 2) and options (at 3):
+ * the key must leave room for its records' longest suffix (max bytes in
+ * all, modes.c), and reentrant is refused by name: each acquire is a
+ * holder of its own, there is no hold to enter again.
+ */
+static const char *check_mode_args (lua_State *L,
+                                    const char *fname,
+                                    const char *what,
+                                    size_t max,
+                                    const char *const *allowed,
+                                    size_t *len)
+{
+   const char *key;
+   check_open_client (L, 1, 1, fname);
+   key = check_key (L, 2, 1, fname, 1, "key", false, len);
+   if (*len > max) {
+      arg_error (L, 1, fname, 1,
+                 "key must be at most %d bytes for a %s (its records add a suffix), got %d",
+                 (int)max, what, (int)*len);
    }
-   lua_setuservalue (L, 4);
-   luaL_setmetatable (L, LOCK_MT);
+   if (lua_istable (L, 3)) {
+      lua_getfield (L, 3, "reentrant");
+      if (!lua_isnil (L, -1)) {
+         arg_error (L, 1, fname, 2,
+                    "reentrant is not offered for a %s: each acquire is a holder of its own", what);
+      }
+      lua_pop (L, 1);
+   }
+   check_opts (L, 3, 1, fname, 2, allowed);
+   lua_settop (L, 3);
+   return key;
+}
+
+/* client:semaphore(key, {limit=N [, lock options but reentrant]}) -> a lock
+ * object whose acquires each take one of N slots. */
+static int client_semaphore (lua_State *L)
+{
+   static const char *const allowed[] = { "limit", MODE_OPTS, NULL };
+   size_t len;
+   const char *key =
+     check_mode_args (L, "semaphore", "semaphore", LEASELOCK_KEY_MAX - 10, allowed, &len);
+   lua_Number v;
+   if (!lua_istable (L, 3)) {
+      arg_error (L, 1, "semaphore", 2, "limit is required (an integer from 1 to %d)",
+                 LEASELOCK_SEMAPHORE_MAX);
+   }
+   lua_getfield (L, 3, "limit");
+   if (lua_type (L, -1) != LUA_TNUMBER) {
+      arg_error (L, 1, "semaphore", 2, "limit must be an integer from 1 to %d, got %s",
+                 LEASELOCK_SEMAPHORE_MAX, luaL_typename (L, -1));
+   }
+   v = lua_tonumber (L, -1);
+   if (!(v >= 1 && v <= LEASELOCK_SEMAPHORE_MAX) || v != floor (v)) {
+      arg_error (L, 1, "semaphore", 2, "limit must be an integer from 1 to %d, got %s",
+                 LEASELOCK_SEMAPHORE_MAX, lua_tostring (L, -1));
+   }
+   lua_pop (L, 1);
+   new_lock (L, "semaphore", key, len, LL_SEMAPHORE, (int64_t)v);
+   return 1;
+}
+
+/* client:rwlock(key [, lock options but reentrant]) -> {key=, shared=lock,
+ * exclusive=lock}: each side a lock object of its own. */
+static int client_rwlock (lua_State *L)
+{
+   static const char *const allowed[] = { MODE_OPTS, NULL };
+   size_t len;
+   const char *key =
+     check_mode_args (L, "rwlock", "read-write lock", LEASELOCK_KEY_MAX - 39, allowed, &len);
+   lua_createtable (L, 0, 3); /* 4 */
+   lua_pushlstring (L, key, len);
+   lua_setfield (L, 4, "key");
+   new_lock (L, "rwlock", key, len, LL_SHARED, 0);
+   lua_setfield (L, 4, "shared");
+   new_lock (L, "rwlock", key, len, LL_EXCLUSIVE, 0);
+   lua_setfield (L, 4, "exclusive");
    return 1;
 }
 
@@ -1251,10 +1360,17 @@ static int client_index (lua_State *L)
 static int lock_tostring (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 1, "__tostring");
-   lua_pushliteral (L, LOCK_MT " (key=");
+   static const char *const kinds[] = { "", "semaphore, ", "shared, ", "exclusive, " };
+   lua_pushliteral (L, LOCK_MT " (");
+   lua_pushstring (L, kinds[k->mode]);
+   lua_pushliteral (L, "key=");
    lua_pushlstring (L, k->key, k->key_len);
+   if (k->mode == LL_SEMAPHORE)
+      lua_pushfstring (L, ", limit=%d", (int)k->limit);
+   else
+      lua_pushliteral (L, "");
    lua_pushfstring (L, ", ttl=%f s): %p", (lua_Number)k->ttl_ms / 1000.0, (void *)k);
-   lua_concat (L, 3);
+   lua_concat (L, 6);
    return 1;
 }
 
@@ -1263,9 +1379,16 @@ static int lock_index (lua_State *L)
    ll_lua_lock_t *k = check_lock (L, 1, 1, "__index");
    lua_pushvalue (L, 2);
    lua_rawget (L, lua_upvalueindex (1));
-   if (lua_isnil (L, -1) && lua_type (L, 2) == LUA_TSTRING &&
-       strcmp (lua_tostring (L, 2), "key") == 0) {
-      lua_pushlstring (L, k->key, k->key_len);
+   if (lua_isnil (L, -1) && lua_type (L, 2) == LUA_TSTRING) {
+      static const char *const modes[] = { "lock", "semaphore", "shared", "exclusive" };
+      const char *name = lua_tostring (L, 2);
+      if (strcmp (name, "key") == 0) {
+         lua_pushlstring (L, k->key, k->key_len);
+      } else if (strcmp (name, "mode") == 0) {
+         lua_pushstring (L, modes[k->mode]);
+      } else if (strcmp (name, "limit") == 0 && k->mode == LL_SEMAPHORE) {
+         lua_pushinteger (L, (lua_Integer)k->limit);
+      }
    }
    return 1;
 }
@@ -1303,14 +1426,15 @@ static ll_lua_lease_t *push_lease_handle (lua_State *L,
    return ls;
 }
 
-/* The lease handle ls takes lease (owned from now on) of the lock k. */
-static void lease_handle_set (ll_lua_lease_t *ls, const ll_lua_lock_t *k, leaselock_lease_t *lease)
+/* The lease handle ls takes lease (owned from now on). */
+static void lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease)
 {
    ls->lease = lease;
    ls->fence = leaselock_lease_fence (lease);
    strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
-   ls->key_len = k->key_len;
-   memcpy (ls->key, k->key, k->key_len);
+   /* The record's key: a mode's holder holds key/.slot/<i> and the like. */
+   ls->key_len = leaselock_lease_key_len (lease);
+   memcpy (ls->key, leaselock_lease_key (lease), ls->key_len);
 }
 
 /* Whether leases of the lock at 1 report renewal failures to Lua. */
@@ -1382,10 +1506,11 @@ static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char 
       return 0;
    if (!k->reentrant) {
       luaL_where (L, level);
-      lua_pushfstring (L,
-                       "%s: \"%s\" is already held by this coroutine through this lock (pass "
-                       "reentrant = true to enter it again)",
-                       fname, k->key);
+      lua_pushfstring (L, "%s: \"%s\" is already held by this coroutine through this lock (%s)",
+                       fname, k->key,
+                       k->mode == LL_PLAIN ? "pass reentrant = true to enter it again"
+                                           : "the exclusive side of a read-write lock is not "
+                                             "reentrant");
       lua_concat (L, 2);
       return lua_error (L);
    }
@@ -1398,6 +1523,27 @@ static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char 
       return push_failure (L, &err);
    }
    return 1;
+}
+
+/* The core's acquire for the lock's mode. */
+static bool mode_acquire (leaselock_client_t *client,
+                          const ll_lua_lock_t *k,
+                          const leaselock_acquire_opts_t *o,
+                          leaselock_lease_t **lease,
+                          leaselock_error_t *err)
+{
+   switch (k->mode) {
+      case LL_SEMAPHORE:
+         return leaselock_semaphore_acquire (client, k->key, k->key_len, k->limit, o, lease, err);
+      case LL_SHARED:
+         return leaselock_rwlock_acquire (client, k->key, k->key_len, LEASELOCK_SHARED, o, lease,
+                                          err);
+      case LL_EXCLUSIVE:
+         return leaselock_rwlock_acquire (client, k->key, k->key_len, LEASELOCK_EXCLUSIVE, o, lease,
+                                          err);
+      default:
+         return leaselock_acquire (client, k->key, k->key_len, o, lease, err);
+   }
 }
 
 static int do_acquire (lua_State *L,
@@ -1414,7 +1560,11 @@ static int do_acquire (lua_State *L,
    int client_idx;
    bool ok;
 
-   int again = acquire_again (L, k, level, fname);
+   /* A semaphore's slot and a shared hold are holders of their own: the
+    * coroutine may take another, so only a plain or exclusive lock it
+    * holds is asked again. */
+   bool one_holder = k->mode == LL_PLAIN || k->mode == LL_EXCLUSIVE;
+   int again = one_holder ? acquire_again (L, k, level, fname) : 0;
    if (again > 0)
       return again;
    ls = push_lease_handle (L, level, fname, &client_idx, &client);
@@ -1434,7 +1584,7 @@ static int do_acquire (lua_State *L,
       o.on_renew_failed = renew_failed_hook;
       o.on_renew_failed_data = ls->rf;
    }
-   ok = leaselock_acquire (client, k->key, k->key_len, &o, &lease, &err);
+   ok = mode_acquire (client, k, &o, &lease, &err);
    drain_log (L, client_idx);
    if (!ok) {
       renew_failed_free (ls);
@@ -1443,9 +1593,10 @@ static int do_acquire (lua_State *L,
       }
       return push_failure (L, &err);
    }
-   lease_handle_set (ls, k, lease);
+   lease_handle_set (ls, lease);
    lua_settop (L, client_idx + 1);
-   set_my_lease (L);
+   if (one_holder)
+      set_my_lease (L);
    return 1;
 }
 
@@ -1896,9 +2047,25 @@ static const char with_source[] = "local begin, finish = ...\n"
  * loop's `try`, two Lua frames below acquire_nb's caller: their errors
  * point three levels up.
  */
-static int lock_try_nb (lua_State *L)
+/* acquire_nb takes plain locks only: a mode's acquire is several
+ * statements (and, for a writer, a wait for the readers) that one try in
+ * a pool thread would not cover. */
+static ll_lua_lock_t *check_plain_nb (lua_State *L)
 {
    ll_lua_lock_t *k = check_lock (L, 1, 3, "acquire_nb");
+   if (k->mode != LL_PLAIN) {
+      luaL_where (L, 3);
+      lua_pushstring (L, "acquire_nb: not offered for semaphores and read-write locks (use "
+                         "acquire or try_acquire)");
+      lua_concat (L, 2);
+      lua_error (L);
+   }
+   return k;
+}
+
+static int lock_try_nb (lua_State *L)
+{
+   ll_lua_lock_t *k = check_plain_nb (L);
    lua_settop (L, 1);
    return do_acquire (L, k, 3, "acquire_nb", 0);
 }
@@ -1959,7 +2126,7 @@ static bool check_bool (lua_State *L, int idx, int arg, const char *what)
  */
 static int lock_plan_nb (lua_State *L)
 {
-   ll_lua_lock_t *k = check_lock (L, 1, 3, "acquire_nb");
+   ll_lua_lock_t *k = check_plain_nb (L);
    ll_lua_client_t *c;
    ll_shared_client_t *sc;
    lua_settop (L, 1);
@@ -2063,7 +2230,7 @@ static int l_pool_reap (lua_State *L)
  */
 static int lock_adopt_nb (lua_State *L)
 {
-   ll_lua_lock_t *k = check_lock (L, 1, 3, "acquire_nb");
+   check_lock (L, 1, 3, "acquire_nb");
    uint64_t id = check_id (L, 2, 3, "acquire_nb", 1, "parked lease id");
    ll_lua_client_t *c;
    ll_lua_lease_t *ls;
@@ -2082,7 +2249,7 @@ static int lock_adopt_nb (lua_State *L)
       return 3;
    }
    ls->rf = rf;
-   lease_handle_set (ls, k, lease);
+   lease_handle_set (ls, lease);
    drain_log (L, client_idx);
    lua_settop (L, client_idx + 1);
    set_my_lease (L);
@@ -2230,6 +2397,8 @@ static const char acquire_nb_source[] =
 /* ---- registration --------------------------------------------------- */
 
 static const luaL_Reg client_methods[] = { { "lock", client_lock },
+                                           { "semaphore", client_semaphore },
+                                           { "rwlock", client_rwlock },
                                            { "info", client_info },
                                            { "locks", client_locks },
                                            { "force_release", client_force_release },

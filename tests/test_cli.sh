@@ -239,6 +239,97 @@ test_reentrant() {
   expect_rc 0
 }
 
+# run --slots 2: two runs hold a slot each (KEY/.slot/<i>, the lease's key
+# in LEASELOCK_KEY), a third is busy (75) and comes in once one has left.
+test_slots() {
+  local a b
+  "$BIN" --uri "$URI" run --slots 2 sem/key -- sh -c 'echo "$LEASELOCK_KEY" >"$0/a"; sleep 60' \
+    "$T" 2>"$T/a.err" &
+  a=$!; BG+=("$a")
+  "$BIN" --uri "$URI" run --slots 2 sem/key -- sh -c 'echo "$LEASELOCK_KEY" >"$0/b"; sleep 60' \
+    "$T" 2>"$T/b.err" &
+  b=$!; BG+=("$b")
+  wait_file "$T/a" || return
+  wait_file "$T/b" || return
+  grep -qx 'sem/key/\.slot/[01]' "$T/a" || { fail "first run's key: $(cat "$T/a")"; return; }
+  grep -qx 'sem/key/\.slot/[01]' "$T/b" || { fail "second run's key: $(cat "$T/b")"; return; }
+  [ "$(cat "$T/a")" != "$(cat "$T/b")" ] || { fail "both runs hold $(cat "$T/a")"; return; }
+  ll run --slots 2 sem/key -- touch "$T/ran3"
+  expect_rc 75 || return
+  expect_err 'sem/key is busy: all 2 slots are held' || return
+  [ ! -e "$T/ran3" ] || { fail "a third run got in"; return; }
+  ll list sem/key/
+  expect_out 'sem/key/.slot/0' || return
+  expect_out 'sem/key/.slot/1' || return
+  "$BIN" --uri "$URI" run --slots 2 --wait 30s sem/key -- touch "$T/ran4" 2>"$T/w.err" &
+  local waiter=$!
+  BG+=("$waiter")
+  wait_blocked "$waiter" || return
+  kill -TERM "$a"
+  reap "$a"
+  reap "$waiter"
+  [ "$BGRC" = 0 ] && [ -e "$T/ran4" ] || { fail "waiter exit $BGRC: $(cat "$T/w.err")"; return; }
+  kill -TERM "$b"
+  reap "$b"
+}
+
+# run --shared runs go together; --exclusive is busy while they hold,
+# waits for them to leave, and keeps new shared runs out while it waits
+# and while it holds.
+test_shared_exclusive() {
+  local r1 w
+  "$BIN" --uri "$URI" run --shared rw/key -- sh -c 'echo in >"$0/r1"; sleep 60' "$T" 2>"$T/r1.err" &
+  r1=$!; BG+=("$r1")
+  wait_file "$T/r1" || return
+  ll run --shared rw/key -- sh -c 'echo "$LEASELOCK_KEY"'
+  expect_rc 0 || return
+  grep -qx 'rw/key/\.rw/r/[0-9a-f]\{32\}' "$OUT" || { fail "shared key: $(cat "$OUT")"; return; }
+  ll run --exclusive rw/key -- touch "$T/x1"
+  expect_rc 75 || return
+  [ ! -e "$T/x1" ] || { fail "--exclusive ran beside a --shared run"; return; }
+  "$BIN" --uri "$URI" run --exclusive --wait 30s rw/key -- sh -c 'echo in >"$0/x2"; sleep 3' "$T" \
+    2>"$T/w.err" &
+  w=$!; BG+=("$w")
+  # The waiting writer holds rw/key/.rw/w: new readers wait behind it.
+  wait_state rw/key/.rw/w 0 || return
+  ll run --shared rw/key -- touch "$T/r2"
+  expect_rc 75 || return
+  [ ! -e "$T/r2" ] || { fail "a --shared run passed a waiting --exclusive one"; return; }
+  [ ! -e "$T/x2" ] || { fail "--exclusive ran while a --shared run held"; return; }
+  kill -TERM "$r1"
+  reap "$r1"
+  wait_file "$T/x2" || return
+  ll run --shared rw/key -- touch "$T/r3"
+  expect_rc 75 || return
+  ll run --exclusive rw/key -- touch "$T/r3"
+  expect_rc 75 || return
+  reap "$w"
+  [ "$BGRC" = 0 ] || { fail "--exclusive exit $BGRC: $(cat "$T/w.err")"; return; }
+  ll run --shared rw/key -- true
+  expect_rc 0
+}
+
+# --slots, --shared and --exclusive: one at most, none with --reentrant,
+# --slots a whole number from 1 to 1000.
+test_modes_bad() {
+  local U=(--uri "$URI")
+  bad 64 '--slots, --shared and --exclusive do not go together' "${U[@]}" run --slots 2 --shared k -- touch "$T/ran"
+  bad 64 '--slots, --shared and --exclusive do not go together' "${U[@]}" run --exclusive --slots 2 k -- touch "$T/ran"
+  bad 64 '--slots, --shared and --exclusive do not go together' "${U[@]}" run --shared --exclusive k -- touch "$T/ran"
+  bad 64 '--reentrant does not go with --slots' "${U[@]}" run --reentrant --slots 3 k -- touch "$T/ran"
+  bad 64 '--reentrant does not go with --shared' "${U[@]}" run --shared --reentrant k -- touch "$T/ran"
+  bad 64 '--reentrant does not go with --exclusive' "${U[@]}" run --exclusive --reentrant k -- touch "$T/ran"
+  bad 64 '--slots "0": expected a whole number from 1 to 1000' "${U[@]}" run --slots 0 k -- touch "$T/ran"
+  bad 64 '--slots "1001"' "${U[@]}" run --slots 1001 k -- touch "$T/ran"
+  bad 64 '--slots "2x"' "${U[@]}" run --slots 2x k -- touch "$T/ran"
+  bad 64 '--slots needs a value' "${U[@]}" run k --slots
+  # The records' suffixes must fit in the 255 bytes of a key.
+  bad 64 'so it may have at most 245' "${U[@]}" run --slots 2 "$(printf 'x%.0s' {1..246})" -- touch "$T/ran"
+  bad 64 'so it may have at most 216' "${U[@]}" run --exclusive "$(printf 'x%.0s' {1..217})" -- touch "$T/ran"
+  ll run --shared --shared k -- true
+  expect_rc 0
+}
+
 test_wait_then_acquire() {
   ll_bg run wait/key -- sh -c 'sleep 1; echo "$LEASELOCK_FENCE" > "$0/first-done"' "$T"
   local holder=$BGPID

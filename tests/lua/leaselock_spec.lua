@@ -1053,3 +1053,273 @@ for _, backend in ipairs(H.backends()) do
     end)
   end)
 end
+
+-- Counting semaphores and read-write locks: lock objects whose acquires
+-- each take a lease on a record of their own beside the key.
+for _, backend in ipairs(H.backends()) do
+  describe("semaphores and read-write locks on " .. backend.name, function()
+    local client
+
+    setup(function()
+      client = assert(leaselock.connect(backend.uri, { label = "busted-modes" }))
+    end)
+
+    teardown(function()
+      client:close()
+    end)
+
+    it("lets limit holders in, answers BUSY, then TIMEOUT, and frees a slot on release", function()
+      local key = H.key("sem")
+      local sem = client:semaphore(key, { limit = 2, ttl = 10 })
+      assert.equals("semaphore", sem.mode)
+      assert.equals(2, sem.limit)
+      assert.equals(key, sem.key)
+      local a = assert(sem:try_acquire())
+      -- the same coroutine may take another slot: that is what it counts
+      local b = assert(sem:acquire { timeout = 5 })
+      assert.are_not.equal(a.owner, b.owner)
+      assert.matches("^" .. key:gsub("%p", "%%%0") .. "/%.slot/%d+$", a.key)
+      assert.are_not.equal(a.key, b.key)
+      local none, msg, code = client:semaphore(key, { limit = 2 }):try_acquire()
+      assert.is_nil(none)
+      assert.equals("busy", msg)
+      assert.equals("BUSY", code)
+      local t0 = os.time()
+      local late, tmsg, tcode = sem:acquire { timeout = 0.3 }
+      assert.is_nil(late)
+      assert.is_string(tmsg)
+      assert.equals("TIMEOUT", tcode)
+      assert.is_true(os.time() - t0 < 5)
+      assert.is_true(a:release())
+      local c = assert(sem:try_acquire())
+      assert.is_true(c:held())
+      b:release()
+      c:release()
+    end)
+
+    it("counts a holder of a larger limit against a smaller one", function()
+      local key = H.key("sem-lower")
+      local a = assert(client:semaphore(key, { limit = 3 }):try_acquire())
+      local b = assert(client:semaphore(key, { limit = 3 }):try_acquire())
+      local none, _, code = client:semaphore(key, { limit = 2 }):try_acquire()
+      assert.is_nil(none)
+      assert.equals("BUSY", code)
+      a:release()
+      b:release()
+    end)
+
+    it("runs with inside a slot and releases it after, also on error", function()
+      local key = H.key("sem-with")
+      local sem = client:semaphore(key, { limit = 1 })
+      local seen
+      local r1, r2 = sem:with(function(lease)
+        seen = lease
+        assert.is_true(lease:held())
+        local _, _, code = sem:try_acquire()
+        assert.equals("BUSY", code)
+        return "x", 7
+      end, { timeout = 5 })
+      assert.equals("x", r1)
+      assert.equals(7, r2)
+      assert.is_false(seen:held())
+      assert.has_error(function()
+        sem:with(function()
+          error("boom", 0)
+        end)
+      end, "boom")
+      local again = assert(sem:try_acquire())
+      again:release()
+    end)
+
+    if is54 then
+      it("releases a slot's lease by <close>", function()
+        local key = H.key("sem-close")
+        local sem = client:semaphore(key, { limit = 1 })
+        local chunk = assert(load([[
+          local sem = ...
+          do
+            local lease <close> = assert(sem:try_acquire())
+            assert(lease:held())
+          end
+        ]]))
+        chunk(sem)
+        local l = assert(sem:try_acquire())
+        l:release()
+      end)
+    end
+
+    it("lets readers share and keeps a writer out while they hold", function()
+      local key = H.key("rw")
+      local rw = client:rwlock(key, { ttl = 10 })
+      assert.equals(key, rw.key)
+      assert.equals("shared", rw.shared.mode)
+      assert.equals("exclusive", rw.exclusive.mode)
+      local r1 = assert(rw.shared:try_acquire())
+      local r2 = assert(client:rwlock(key).shared:acquire { timeout = 5 })
+      assert.are_not.equal(r1.key, r2.key)
+      assert.matches("/%.rw/r/%x+$", r1.key)
+      local w, _, code = client:rwlock(key).exclusive:try_acquire()
+      assert.is_nil(w)
+      assert.equals("BUSY", code)
+      local w2, _, tcode = client:rwlock(key).exclusive:acquire { timeout = 0.3 }
+      assert.is_nil(w2)
+      assert.equals("TIMEOUT", tcode)
+      r1:release()
+      r2:release()
+      local w3 = assert(rw.exclusive:acquire { timeout = 5 })
+      assert.matches("/%.rw/w$", w3.key)
+      w3:release()
+    end)
+
+    it("keeps readers and other writers out while a writer holds", function()
+      local key = H.key("rw-w")
+      local rw = client:rwlock(key)
+      local w = assert(rw.exclusive:try_acquire())
+      local _, _, code = client:rwlock(key).shared:try_acquire()
+      assert.equals("BUSY", code)
+      local _, _, tcode = client:rwlock(key).shared:acquire { timeout = 0.3 }
+      assert.equals("TIMEOUT", tcode)
+      local _, _, wcode = client:rwlock(key).exclusive:try_acquire()
+      assert.equals("BUSY", wcode)
+      -- asked again by its holder: it would wait for itself
+      local ok, err = pcall(rw.exclusive.try_acquire, rw.exclusive)
+      assert.is_false(ok)
+      assert.matches("already held by this coroutine through this lock %(the exclusive side", err)
+      local r = client:rwlock(key).exclusive:with(function() end, { timeout = 0 })
+      assert.is_nil(r)
+      w:release()
+      local got = rw.shared:with(function(lease)
+        return lease:held()
+      end)
+      assert.is_true(got)
+    end)
+
+    it("does not starve a waiting writer: new readers wait behind it", function()
+      local key = H.key("rw-starve")
+      local r1 = assert(client:rwlock(key).shared:try_acquire())
+      -- the writer waits in another process (an acquire blocks its thread)
+      local child = H.spawn(([[
+        local c = assert(require("leaselock").connect(%q))
+        local w = assert(c:rwlock(%q).exclusive:acquire { timeout = 20 })
+        io.write(w.key, "\n"); io.flush()
+        assert(w:release())
+      ]]):format(backend.uri, key))
+      local waiting = false
+      for _ = 1, 400 do
+        local rec = client:info(key .. "/.rw/w")
+        if rec and rec.owner and rec.expires_in > 0 then
+          waiting = true
+          break
+        end
+        H.sleep(0.05)
+      end
+      assert.is_true(waiting)
+      local r2, _, code = client:rwlock(key).shared:try_acquire()
+      assert.is_nil(r2)
+      assert.equals("BUSY", code)
+      r1:release()
+      assert.equals(key .. "/.rw/w", child:read("*l"))
+      child:close()
+      local r3 = assert(client:rwlock(key).shared:acquire { timeout = 10 })
+      r3:release()
+    end)
+
+    it("takes slots and sides in fair mode, with min_hold", function()
+      local key = H.key("sem-fair")
+      local sem = client:semaphore(key, { limit = 1, fair = true, min_hold = 0.3 })
+      local a = assert(sem:acquire { timeout = 5 })
+      assert.is_true(a:release())
+      -- min_hold keeps the slot after the release
+      local _, _, code = sem:try_acquire()
+      assert.equals("BUSY", code)
+      local b = assert(sem:acquire { timeout = 5 })
+      assert.is_true(b.fence > a.fence)
+      b:release()
+      local w = assert(client:rwlock(H.key("rw-fair"), { fair = true }).exclusive:acquire { timeout = 5 })
+      w:release()
+    end)
+
+    it("refuses acquire_nb on a mode lock with a clear error", function()
+      local sem = client:semaphore(H.key("sem-nb"), { limit = 1 })
+      local ok, err = pcall(sem.acquire_nb, sem, {
+        timeout = 0,
+        sleep = function() end,
+      })
+      assert.is_false(ok)
+      assert.matches("acquire_nb: not offered for semaphores and read%-write locks", err)
+    end)
+  end)
+end
+
+describe("semaphore and rwlock arguments", function()
+  local client
+
+  setup(function()
+    client = assert(leaselock.connect(H.backends()[1].uri))
+  end)
+
+  teardown(function()
+    client:close()
+  end)
+
+  local function bad(pattern, f)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.matches(pattern, err)
+  end
+
+  it("checks limit", function()
+    bad("bad argument #2 to 'semaphore' %(limit is required", function()
+      client:semaphore("k")
+    end)
+    bad("bad argument #2 to 'semaphore' %(limit must be an integer from 1 to 1000, got nil", function()
+      client:semaphore("k", { ttl = 1 })
+    end)
+    bad("limit must be an integer from 1 to 1000, got string", function()
+      client:semaphore("k", { limit = "2" })
+    end)
+    for _, v in ipairs({ 0, -1, 1001, 1.5, math.huge }) do
+      bad("bad argument #2 to 'semaphore' %(limit must be an integer from 1 to 1000", function()
+        client:semaphore("k", { limit = v })
+      end)
+    end
+    assert.equals(1000, client:semaphore("k", { limit = 1000 }).limit)
+  end)
+
+  it("refuses reentrant, unknown options and bad option values", function()
+    bad("bad argument #2 to 'semaphore' %(reentrant is not offered for a semaphore", function()
+      client:semaphore("k", { limit = 2, reentrant = true })
+    end)
+    bad("bad argument #2 to 'rwlock' %(reentrant is not offered for a read%-write lock", function()
+      client:rwlock("k", { reentrant = false })
+    end)
+    bad("bad argument #2 to 'rwlock' %(unknown option 'limit'", function()
+      client:rwlock("k", { limit = 2 })
+    end)
+    bad("bad argument #2 to 'semaphore' %(ttl", function()
+      client:semaphore("k", { limit = 2, ttl = -1 })
+    end)
+    bad("bad argument #2 to 'rwlock' %(fair must be a boolean", function()
+      client:rwlock("k", { fair = 1 })
+    end)
+    bad("bad argument #2 to 'rwlock' %(on_lost must be a function", function()
+      client:rwlock("k", { on_lost = 1 })
+    end)
+  end)
+
+  it("checks the key, with room for the records' suffixes", function()
+    bad("bad argument #1 to 'semaphore' %(key: string expected", function()
+      client:semaphore(nil, { limit = 1 })
+    end)
+    bad("bad argument #1 to 'semaphore' %(key must be at most 245 bytes", function()
+      client:semaphore(("x"):rep(246), { limit = 1 })
+    end)
+    bad("bad argument #1 to 'rwlock' %(key must be at most 216 bytes", function()
+      client:rwlock(("x"):rep(217))
+    end)
+    assert.is_table(client:rwlock(("x"):rep(216)))
+    bad("bad argument #1 to 'acquire' %(options", function()
+      client:semaphore("k", { limit = 1 }):acquire(5)
+    end)
+  end)
+end)
