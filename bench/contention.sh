@@ -11,7 +11,8 @@
 # (8 workers): procs: fairness >= 0.3, every worker granted, useful >= 0.8,
 # hand-off p50 <= 2 ms (PostgreSQL, SQLite: notification) or 10 ms, at
 # most 3 requests per grant; fair-procs: fairness >= 0.8 and wait p99 <=
-# (workers + 1) x (hold + hand-off p99). "+" met, "-" not, per goal.
+# (workers + 1) x (hold + hand-off p99). "+" met, "-" not, per goal;
+# "." on the other rows.
 set -uo pipefail
 bin=${1:?usage: contention.sh BINARY}
 workers=${CONTENTION_WORKERS:-2 8 32}
@@ -41,11 +42,11 @@ goals() {
     procs)
       local hmax=10; [ "$name" = sqlite ] || [ "$name" = postgresql ] && hmax=2
       awk -v f="$f" -v lo="$lo" -v u="$u" -v h="$h50" -v hm="$hmax" -v rq="$rq" 'BEGIN {
-        printf "fair%s useful%s handoff%s req%s\n", (f >= 0.3 && lo > 0) ? "+" : "-",
+        printf "fair%s,useful%s,handoff%s,req%s\n", (f >= 0.3 && lo > 0) ? "+" : "-",
           (u >= 0.8) ? "+" : "-", (h <= hm) ? "+" : "-", (rq <= 3) ? "+" : "-" }' ;;
     fair-procs)
       awk -v f="$f" -v p="$p99" -v n="$n" -v hold="$hold" -v h99="$h99" 'BEGIN {
-        printf "fair%s p99%s\n", (f >= 0.8) ? "+" : "-", (p <= (n + 1) * (hold + h99)) ? "+" : "-" }' ;;
+        printf "fair%s,p99%s\n", (f >= 0.8) ? "+" : "-", (p <= (n + 1) * (hold + h99)) ? "+" : "-" }' ;;
     *) echo "." ;;
   esac
 }
