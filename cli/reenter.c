@@ -45,14 +45,43 @@ static int run_plain (char **cmd)
    return WIFSIGNALED (ws) ? 128 + WTERMSIG (ws) : EXIT_INTERNAL;
 }
 
+/* Without --reentrant, a run of the key the run around it holds would
+ * wait for itself (until --wait runs out, or for ever): it is refused at
+ * once instead, as busy. True when it was (*status set). */
+static bool refuse_self_wait (leaselock_client_t *client,
+                              const run_opts_t *o,
+                              const char *owner,
+                              int *status)
+{
+   leaselock_record_t rec;
+   bool found = false;
+   leaselock_error_t err;
+   if (!leaselock_inspect (client, o->key, strlen (o->key), &rec, &found, &err) || !found ||
+       strcmp (rec.owner, owner) != 0 || rec.expires_in_ms <= 0)
+      return false;
+   if (!o->quiet) {
+      fprintf (stderr, "%s: ", cmd_name);
+      put_text (stderr, o->key, strlen (o->key));
+      fprintf (stderr, " is held by the leaselock run around this one (its LEASELOCK_OWNER): "
+                       "this run would wait for itself; pass --reentrant to enter it again\n");
+   }
+   *status = o->conflict_exit;
+   return true;
+}
+
 bool run_reentered (const run_opts_t *o, int *status)
 {
    const char *key = getenv ("LEASELOCK_KEY"), *owner = getenv ("LEASELOCK_OWNER");
-   if (!o->reentrant || !key || !owner || strcmp (key, o->key) != 0)
+   if (!key || !owner || strcmp (key, o->key) != 0)
       return false;
    leaselock_client_t *client = open_client (o->uri, o->label, status);
    if (!client)
       return true;
+   if (!o->reentrant) {
+      bool refused = refuse_self_wait (client, o, owner, status);
+      leaselock_client_destroy (client);
+      return refused;
+   }
    leaselock_error_t err;
    int64_t holds;
    if (!leaselock_hold (client, o->key, strlen (o->key), owner, +1, &holds, &err)) {

@@ -227,9 +227,12 @@ test_reentrant() {
   # The inner command's exit status comes back through both runs.
   ll run re/key -- sh -c "$inner run --reentrant re/key -- sh -c 'exit 7'"
   expect_rc 7 || return
-  # Without --reentrant the inner run finds the key busy (one try).
-  ll run re/key -- sh -c "$inner run re/key -- true"
+  # Without --reentrant the inner run is refused at once, even with a
+  # --wait that would have made it wait for itself.
+  ll run re/key -- sh -c "$inner run --wait 1h re/key -- true"
   expect_rc 75 || return
+  expect_err "is held by the leaselock run around this one" || return
+  expect_err "pass --reentrant to enter it again" || return
   # Another key: an ordinary run of its own.
   ll run re/key -- sh -c "$inner run --reentrant re/other -- $inner status re/other"
   expect_rc 0 || return
