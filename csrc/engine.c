@@ -40,6 +40,15 @@
  * lasts RESERVE_MS past each poll: a waiter that died or gave up blocks a
  * free key for at most that long. */
 #define WAIT_POLL_MS 50
+/* A waiter that found another live waiter next cannot take the key before
+ * that one has, and claims the reservation only after it: it polls in
+ * [1/2, 1] x max(BEHIND_POLL_MS, waited / 8), never in the backoff's
+ * first few milliseconds. Meanwhile the holder of the moment may take the
+ * key again at once while nobody is next, so under contention a key
+ * changes hands about once per such poll, not on every release: fewer
+ * requests per grant and no hand-off gap between most grants, while each
+ * waiter still becomes next within a bounded wait (the oldest first). */
+#define BEHIND_POLL_MS 50
 #define NEXT_POLL_MAX_MS 50
 #define RESERVE_MS 200
 /* Fair mode: a waiter's queue entry lasts QUEUE_KEEP_MS past each try (so
@@ -146,11 +155,25 @@ struct leaselock_lease
 
 /* ---- process-wide state: clients (for fork) and wait buckets ---------- */
 
+/* A blocking acquire of this process, from its first try to its end, as
+ * its bucket sees it: a local release of its key wakes one such waiter
+ * (bucket_wake), not all. Owned by the acquire call (on its stack);
+ * guarded by the bucket's mu. */
+typedef struct local_waiter
+{
+   const char *key; /* borrowed from the call */
+   size_t key_len;
+   int64_t since; /* its call's start: the oldest goes first */
+   bool reserved; /* its last try left it the key's next owner */
+   bool woken;    /* a local release chose it: try now (it clears it) */
+   struct local_waiter *prev, *next;
+} local_waiter_t;
+
 typedef struct bucket
 {
    pthread_mutex_t mu;
    pthread_cond_t cond;
-   uint64_t gen; /* bumped by every local release of a key in the bucket */
+   local_waiter_t *waiters; /* this process's blocking acquires of its keys */
 } bucket_t;
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -205,6 +228,7 @@ static void fork_child (void)
 {
    for (int i = N_BUCKETS - 1; i >= 0; i--) {
       ll_cond_init (&buckets[i].cond);
+      buckets[i].waiters = NULL; /* the parent's waiters: no such threads here */
       pthread_mutex_unlock (&buckets[i].mu);
    }
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
@@ -235,20 +259,52 @@ static bucket_t *bucket_for (const char *key, size_t len)
    return &buckets[h % N_BUCKETS];
 }
 
-static uint64_t bucket_gen (bucket_t *b)
+static void bucket_join (bucket_t *b, local_waiter_t *e)
 {
    pthread_mutex_lock (&b->mu);
-   uint64_t g = b->gen;
+   e->prev = NULL;
+   e->next = b->waiters;
+   if (b->waiters)
+      b->waiters->prev = e;
+   b->waiters = e;
    pthread_mutex_unlock (&b->mu);
-   return g;
 }
 
+static void bucket_leave (bucket_t *b, local_waiter_t *e)
+{
+   pthread_mutex_lock (&b->mu);
+   if (e->prev)
+      e->prev->next = e->next;
+   else if (b->waiters == e)
+      b->waiters = e->next;
+   if (e->next)
+      e->next->prev = e->prev;
+   e->prev = e->next = NULL;
+   pthread_mutex_unlock (&b->mu);
+}
+
+/* A local release of key: wakes the one local waiter that can take it
+ * (the one holding the reservation, else the oldest), which tries at
+ * once; the others keep to their polls. Waking them all would cost a
+ * request each per release, for one grant. A waiter chosen while it is
+ * trying finds woken set and tries again at once, so no release is
+ * missed. */
 static void bucket_wake (const char *key, size_t len)
 {
    bucket_t *b = bucket_for (key, len);
    pthread_mutex_lock (&b->mu);
-   b->gen++;
-   pthread_cond_broadcast (&b->cond);
+   local_waiter_t *pick = NULL;
+   for (local_waiter_t *e = b->waiters; e; e = e->next) {
+      if (e->key_len != len || memcmp (e->key, key, len) != 0)
+         continue;
+      if (!pick || (e->reserved && !pick->reserved) ||
+          (e->reserved == pick->reserved && e->since < pick->since))
+         pick = e;
+   }
+   if (pick) {
+      pick->woken = true;
+      pthread_cond_broadcast (&b->cond);
+   }
    pthread_mutex_unlock (&b->mu);
 }
 
@@ -1195,6 +1251,7 @@ typedef struct waiter
    bool waits;             /* a blocking acquire (else it never claims) */
    int64_t until;          /* its call's deadline (local ms), -1 for none */
    bool reserved;          /* the last try left it the key's next owner */
+   bool behind;            /* the last try found another live waiter next */
    int64_t reserved_since; /* local ms when it became next */
    bool fair;              /* it keeps a place in the key's queue (fair mode) */
    bool queued;            /* its queue entry may be live */
@@ -1229,6 +1286,8 @@ static bool take_or_claim (leaselock_client_t *c,
    const ll_backend_t *b = c->backend;
    int64_t now = ll_now_ms ();
    int64_t reserve_ms = w && w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
+   if (w)
+      w->behind = false;
    if (reserve_ms <= 0 || !b->acquire_wait)
       return b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
    int64_t waited = w->since < 0 ? 0 : now - w->since;
@@ -1236,6 +1295,7 @@ static bool take_or_claim (leaselock_client_t *c,
    ok = b->acquire_wait (conn, l->key, l->key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
                          &l->fence, &w->reserved, err);
    w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
+   w->behind = !ok && err->code == LEASELOCK_BUSY && !w->reserved;
    if (w->reserved && !was)
       w->reserved_since = now;
    return ok;
@@ -1496,19 +1556,29 @@ int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t
    return jitter_ms (cap < poll ? cap : poll);
 }
 
-/* A blocking acquire's sleep: until until, or until a holder in this
- * process releases a key in b (its generation moves on from gen), or a
- * notification sets *woken (then cleared), or c is being closed. Returns
- * false when should_stop asks to stop, polled every STOP_POLL_MS. */
+/* The sleep of a waiter that another live waiter is next before
+ * (BEHIND_POLL_MS's comment). */
+int64_t ll_behind_sleep_ms (int64_t waited_ms)
+{
+   int64_t poll = waited_ms / 8 > BEHIND_POLL_MS ? waited_ms / 8 : BEHIND_POLL_MS;
+   if (poll > BACKOFF_CAP_MS)
+      poll = BACKOFF_CAP_MS;
+   return poll / 2 + jitter_ms (poll - poll / 2);
+}
+
+/* A blocking acquire's sleep: until until, or until a release in this
+ * process chooses it (lw->woken) or a notification does (*woken), both
+ * then cleared, or c is being closed. Returns false when should_stop asks
+ * to stop, polled every STOP_POLL_MS. */
 static bool wait_turn (leaselock_client_t *c,
                        bucket_t *b,
-                       uint64_t gen,
+                       local_waiter_t *lw,
                        bool *woken,
                        int64_t until,
                        const leaselock_acquire_opts_t *opts)
 {
    pthread_mutex_lock (&b->mu);
-   while (b->gen == gen && !*woken && !atomic_load (&c->closing)) {
+   while (!lw->woken && !*woken && !atomic_load (&c->closing)) {
       int64_t t = ll_now_ms ();
       if (t >= until)
          break;
@@ -1524,6 +1594,7 @@ static bool wait_turn (leaselock_client_t *c,
       }
    }
    *woken = false;
+   lw->woken = false;
    pthread_mutex_unlock (&b->mu);
    return !(opts->should_stop && opts->should_stop (opts->should_stop_data));
 }
@@ -1549,6 +1620,8 @@ typedef struct acquire_call
    waiter_t w;
    ll_watch_waiter_t watch; /* a blocking acquire's entry with the client's watcher */
    bool watched;
+   local_waiter_t local; /* its entry in its bucket (a blocking acquire) */
+   bool local_in;
 } acquire_call_t;
 
 typedef enum
@@ -1592,6 +1665,9 @@ static void watch_begin (acquire_call_t *a, int64_t now)
                                    .cond = &a->b->cond };
    ll_watch_begin (&a->c->watch, &a->watch, a->me);
    a->watched = true;
+   a->local = (local_waiter_t){ .key = a->key, .key_len = a->key_len, .since = now };
+   bucket_join (a->b, &a->local);
+   a->local_in = true;
 }
 
 /* Before the wait that follows a busy try: TIMEOUT in err once the
@@ -1621,10 +1697,18 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
       w->since = now;
    bool released = false, heard = false;
    if (a->watched)
-      heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved, &released);
+      heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved, w->behind, &released);
+   if (a->local_in) {
+      pthread_mutex_lock (&a->b->mu);
+      a->local.reserved = w->reserved;
+      pthread_mutex_unlock (&a->b->mu);
+   }
    int64_t sleep;
    if (w->fair && w->ahead > 0) {
       sleep = ll_fair_sleep_ms (w->ahead);
+      a->attempt++;
+   } else if (w->behind) {
+      sleep = ll_behind_sleep_ms (now - w->since);
       a->attempt++;
    } else {
       sleep = ll_wait_sleep_ms (a->attempt++, now - w->since, w->reserved, now - w->reserved_since);
@@ -1649,7 +1733,7 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
 
 /* The wait between two tries of a blocking acquire: false with TIMEOUT,
  * INTERRUPTED or INVALID (the client was closed) in err. */
-static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
+static bool wait_next (acquire_call_t *a, leaselock_error_t *err)
 {
    int64_t until;
    if (!wait_plan (a, &until, err))
@@ -1657,7 +1741,8 @@ static bool wait_next (acquire_call_t *a, uint64_t gen, leaselock_error_t *err)
    /* Sleep, but wake at once if a holder in this process releases a key
     * in this bucket, or a notification wakes this waiter. */
    bool unwatched = false;
-   if (!wait_turn (a->c, a->b, gen, a->watched ? &a->watch.woken : &unwatched, until, a->opts))
+   if (!wait_turn (a->c, a->b, &a->local, a->watched ? &a->watch.woken : &unwatched, until,
+                   a->opts))
       return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
                            LL_KEY_SHOWN (a->key, a->key_len));
    if (atomic_load (&a->c->closing))
@@ -1703,6 +1788,8 @@ static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const lea
    ll_obs_t *o = &a->c->obs;
    if (a->watched)
       ll_watch_end (&a->c->watch, &a->watch);
+   if (a->local_in)
+      bucket_leave (a->b, &a->local);
    int64_t waited = a->attempt > 0 ? ll_now_ms () - a->waited_from : 0;
    if (waited > 0)
       ll_count (o, LL_ST_WAIT_MS, (uint64_t)waited);
@@ -1749,6 +1836,23 @@ static bool call_init (acquire_call_t *a,
    return ll_owner_new (a->owner, err);
 }
 
+leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
+                                        leaselock_error_t *local,
+                                        const leaselock_acquire_opts_t **opts,
+                                        leaselock_acquire_opts_t *dflt,
+                                        leaselock_lease_t **lease)
+{
+   leaselock_error_t *err = error ? error : local;
+   ll_error_clear (err);
+   if (!*opts) {
+      leaselock_acquire_opts_init (dflt);
+      *opts = dflt;
+   }
+   if (lease)
+      *lease = NULL;
+   return err;
+}
+
 bool leaselock_acquire (leaselock_client_t *c,
                         const char *key,
                         size_t key_len,
@@ -1757,15 +1861,8 @@ bool leaselock_acquire (leaselock_client_t *c,
                         leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
    leaselock_acquire_opts_t dflt;
-   if (!opts) {
-      leaselock_acquire_opts_init (&dflt);
-      opts = &dflt;
-   }
-   if (lease)
-      *lease = NULL;
+   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, lease);
    if (!acquire_args_ok (c, key, key_len, opts, lease, err))
       return false;
    acquire_call_t a;
@@ -1774,11 +1871,10 @@ bool leaselock_acquire (leaselock_client_t *c,
    if (opts->timeout_ms != 0)
       watch_begin (&a, a.start);
    for (;;) {
-      uint64_t gen = opts->timeout_ms != 0 ? bucket_gen (a.b) : 0; /* only waiters need it */
       acquire_next_t next = call_try (&a, lease, err);
       if (next == NEXT_DONE)
          return acquire_done (&a, *lease, err);
-      if (next == NEXT_FAIL || !wait_next (&a, gen, err)) {
+      if (next == NEXT_FAIL || !wait_next (&a, err)) {
          call_quit (&a);
          return acquire_done (&a, NULL, err);
       }

@@ -50,6 +50,16 @@ bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
 /* min_hold and other durations that may be 0. */
 bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
 
+/* The start of every acquire entry point (engine.c, modes.c): returns the
+ * error to fill (error, or local when it is NULL), cleared; *opts becomes
+ * dflt, filled with the defaults, when it is NULL; *lease NULL when lease
+ * is given. */
+leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
+                                        leaselock_error_t *local,
+                                        const leaselock_acquire_opts_t **opts,
+                                        leaselock_acquire_opts_t *dflt,
+                                        leaselock_lease_t **lease);
+
 /* Fills out with 32 hex chars + NUL from getrandom(2). */
 bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
 
@@ -61,6 +71,10 @@ int64_t ll_backoff_ms (int attempt);
  * the key's next owner; a quarter of next_for_ms (how long it has been
  * next), within [1, 50] ms, while it is. */
 int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t next_for_ms);
+/* The sleep of a waiter whose last try found another live waiter next:
+ * uniform in [poll / 2, poll], poll = max(50, waited_ms / 8) capped at
+ * 1000 ms. */
+int64_t ll_behind_sleep_ms (int64_t waited_ms);
 /* A fair waiter's sleep while ahead (>= 1) live waiters are queued before
  * it: short, growing with ahead, within FAIR_POLL_MAX_MS (engine.c). */
 int64_t ll_fair_sleep_ms (int64_t ahead);
@@ -718,6 +732,7 @@ typedef struct ll_watch_waiter
    const char *owner;
    int64_t since;        /* when it began waiting (ll_now_ms): oldest first */
    bool reserved;        /* it held the reservation after its last try (watch mu) */
+   bool behind;          /* its last try found another waiter next (watch mu) */
    pthread_mutex_t *mu;  /* guards woken */
    pthread_cond_t *cond; /* broadcast when woken is set */
    bool woken;           /* a notification says: try now (the waiter clears it) */
@@ -765,7 +780,11 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
  * nothing); returns whether a listener is open now (a reserved waiter may
  * then poll less often), and in *released whether a release of e's key
  * was heard since the last update (the key may be free). */
-bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool *released);
+bool ll_watch_update (ll_watch_t *w,
+                      ll_watch_waiter_t *e,
+                      bool reserved,
+                      bool behind,
+                      bool *released);
 void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
 /* Stops the thread (joined: bounded by one listener open) and closes the
  * listener; later begins start nothing. */

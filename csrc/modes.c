@@ -427,15 +427,8 @@ bool leaselock_semaphore_acquire (leaselock_client_t *c,
                                   leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
    leaselock_acquire_opts_t dflt;
-   if (!opts) {
-      leaselock_acquire_opts_init (&dflt);
-      opts = &dflt;
-   }
-   if (lease)
-      *lease = NULL;
+   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, lease);
    if (c && lease && (limit < 1 || limit > LEASELOCK_SEMAPHORE_MAX))
       return ll_error_set (err, LEASELOCK_INVALID, "limit must be 1 to %d (got %lld)",
                            LEASELOCK_SEMAPHORE_MAX, (long long)limit);
@@ -670,15 +663,8 @@ bool leaselock_rwlock_acquire (leaselock_client_t *c,
                                leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
    leaselock_acquire_opts_t dflt;
-   if (!opts) {
-      leaselock_acquire_opts_init (&dflt);
-      opts = &dflt;
-   }
-   if (lease)
-      *lease = NULL;
+   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, lease);
    if (c && lease && mode != LEASELOCK_SHARED && mode != LEASELOCK_EXCLUSIVE)
       return ll_error_set (err, LEASELOCK_INVALID,
                            "mode must be LEASELOCK_SHARED or LEASELOCK_EXCLUSIVE (got %d)",

@@ -80,12 +80,16 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
          wake (e);
          woke = true;
       }
-      if (!oldest || e->since < oldest->since)
+      if (!e->behind && (!oldest || e->since < oldest->since))
          oldest = e;
    }
    /* No live reservation (or none known here): the oldest waiter of the
     * key tries, and claims the reservation if another process's waiter
-    * takes the key first. */
+    * takes the key first. Not a waiter that saw another next at its last
+    * try: the one that was next has taken the key since, and may take it
+    * again after its release; the waiters behind it claim the
+    * reservation at their next poll (engine.c's BEHIND_POLL_MS), rather
+    * than every process's waiter on every such release. */
    if (key && !woke && oldest && !(next_owner && *next_owner))
       wake (oldest);
 }
@@ -210,7 +214,11 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
    pthread_mutex_unlock (&w->mu);
 }
 
-bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool *released)
+bool ll_watch_update (ll_watch_t *w,
+                      ll_watch_waiter_t *e,
+                      bool reserved,
+                      bool behind,
+                      bool *released)
 {
    *released = false;
    if (!w->backend->watch_open)
@@ -222,6 +230,7 @@ bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool *
       w->running = pthread_create (&w->thread, NULL, watch_main, w) == 0;
    }
    e->reserved = reserved;
+   e->behind = behind;
    *released = e->released;
    e->released = false;
    bool open = w->listener != NULL;

@@ -1571,16 +1571,18 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
    Py_RETURN_NONE;
 }
 
-static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
+/* One call of the core on the lease that makes a round trip of its own
+ * (release, reenter), without the GIL. */
+static PyObject *lease_call (LeaseObject *self,
+                             bool (*fn) (leaselock_lease_t *, leaselock_error_t *))
 {
-   (void)unused;
    if (lease_check (self) < 0)
       return NULL;
    log_refresh (self->client);
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
-   LL_NOGIL (ok = leaselock_lease_release (core, &err));
+   LL_NOGIL (ok = fn (core, &err));
    if (!ok && client_closed (self->client))
       return raise_invalid ("I/O operation on a lease of a closed client");
    if (!ok)
@@ -1588,22 +1590,17 @@ static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
    Py_RETURN_NONE;
 }
 
+static PyObject *Lease_release (LeaseObject *self, PyObject *unused)
+{
+   (void)unused;
+   return lease_call (self, leaselock_lease_release);
+}
+
 /* _reenter(): the holder enters once more (leaselock_lease_reenter). */
 static PyObject *Lease_reenter (LeaseObject *self, PyObject *unused)
 {
    (void)unused;
-   if (lease_check (self) < 0)
-      return NULL;
-   log_refresh (self->client);
-   leaselock_error_t err;
-   bool ok;
-   leaselock_lease_t *core = self->lease;
-   LL_NOGIL (ok = leaselock_lease_reenter (core, &err));
-   if (!ok && client_closed (self->client))
-      return raise_invalid ("I/O operation on a lease of a closed client");
-   if (!ok)
-      return raise_error (get_state (self->module), &err);
-   Py_RETURN_NONE;
+   return lease_call (self, leaselock_lease_reenter);
 }
 
 static PyObject *Lease_enter (LeaseObject *self, PyObject *unused)

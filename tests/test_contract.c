@@ -771,6 +771,19 @@ static void test_wait_sleep_policy (void)
    CHECK_EQ (ll_wait_sleep_ms (0, 0, true, 0), 1);
    CHECK_EQ (ll_wait_sleep_ms (0, 0, true, 40), 10);
    CHECK_EQ (ll_wait_sleep_ms (0, 0, true, 100000), 50);
+   /* Behind another waiter: no quick polls (it cannot take the key before
+    * that one has), yet bounded, growing with the wait. */
+   int64_t lo = INT64_MAX, hi = 0;
+   for (int i = 0; i < 2000; i++) {
+      int64_t t = ll_behind_sleep_ms (0);
+      lo = t < lo ? t : lo;
+      hi = t > hi ? t : hi;
+      t = ll_behind_sleep_ms (4000);
+      CHECK (t >= 250 && t <= 500);
+      t = ll_behind_sleep_ms (100000);
+      CHECK (t >= 500 && t <= 1000);
+   }
+   CHECK (lo >= 25 && hi <= 50 && hi > lo);
 }
 
 typedef struct
@@ -824,6 +837,91 @@ static void test_local_handoff (void)
    else
       CHECK (w.done_at - released_at < 900); /* well below the 1 s backoff cap */
    leaselock_lease_destroy (w.lease);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
+static uint64_t requests_of (leaselock_client_t *c)
+{
+   leaselock_stats_t st;
+   return leaselock_client_stats (c, &st, NULL) ? st.requests : 0;
+}
+
+static int count_done (waiter_t *w, int n)
+{
+   int k = 0;
+   for (int i = 0; i < n; i++)
+      k += atomic_load (&w[i].done);
+   return k;
+}
+
+/* A local release wakes one waiter of the key, not all: with their polls
+ * put off (ll_test_wait_poll_ms), each release costs the waiters one
+ * request, the take of the one woken, and hands the key on in turn. */
+static void test_local_wake_one (void)
+{
+   enum
+   {
+      N = 4
+   };
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   const char *k = key ("wake-one");
+   CHECK_OK (acq (a, k, opts (60000, false), &la, &err), err);
+   atomic_store (&ll_test_wait_poll_ms, 20000);
+   waiter_t w[N];
+   pthread_t th[N];
+   for (int i = 0; i < N; i++) {
+      w[i] = (waiter_t){ .c = b, .key = k, .timeout = 30000 };
+      pthread_create (&th[i], NULL, waiter_main, &w[i]);
+   }
+   leaselock_stats_t st = { 0 };
+   for (int i = 0; i < 5000 && st.waits < N; i++) {
+      sleep_ms (1);
+      leaselock_client_stats (b, &st, NULL);
+   }
+   sleep_ms (50); /* the last waiter is past its first try, asleep */
+   bool all_waiting = st.waits == N && count_done (w, N) == 0;
+   uint64_t before = requests_of (b);
+   bool ok = leaselock_lease_release (la, &err);
+   bool one_each = all_waiting && ok;
+   leaselock_lease_t *holder = NULL;
+   for (int round = 0; round < N && one_each; round++) {
+      for (int i = 0; i < 5000 && count_done (w, N) <= round; i++)
+         sleep_ms (1);
+      sleep_ms (100); /* time for any other waiter woken to try */
+      one_each = count_done (w, N) == round + 1;
+      /* round 0: the take alone; later: the holder's release and the take */
+      one_each = one_each && requests_of (b) - before == (round ? 2u : 1u);
+      for (int i = 0; i < N && one_each; i++)
+         if (atomic_load (&w[i].done) && w[i].lease && w[i].lease != holder &&
+             leaselock_lease_state (w[i].lease) == LEASELOCK_STATE_HELD)
+            holder = w[i].lease;
+      before = requests_of (b);
+      if (one_each && round < N - 1)
+         one_each = holder && leaselock_lease_release (holder, &err);
+   }
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   /* Whatever happened, every waiter ends: each holder releases in turn
+    * (their timeouts bound this too). */
+   for (int t = 0; t < 40000 && count_done (w, N) < N; t++) {
+      for (int i = 0; i < N; i++)
+         if (atomic_load (&w[i].done) && w[i].lease &&
+             leaselock_lease_state (w[i].lease) == LEASELOCK_STATE_HELD)
+            leaselock_lease_release (w[i].lease, NULL);
+      sleep_ms (1);
+   }
+   for (int i = 0; i < N; i++)
+      pthread_join (th[i], NULL);
+   CHECK (all_waiting);
+   CHECK (one_each);
+   for (int i = 0; i < N; i++) {
+      CHECK_OK (w[i].ok, w[i].err);
+      leaselock_lease_destroy (w[i].lease);
+   }
    leaselock_lease_destroy (la);
    leaselock_client_destroy (a);
    leaselock_client_destroy (b);
@@ -3438,7 +3536,7 @@ int main (int argc, char **argv)
    RUN (test_expiry_takeover);
    RUN (test_renew);
    RUN (test_renew_after_force_release);
-   RUN (test_min_hold);
+   RUN_SLOW (test_min_hold);
    RUN (test_extend_min_hold);
    RUN (test_inspect);
    RUN (test_list_prefix);
@@ -3451,9 +3549,10 @@ int main (int argc, char **argv)
    RUN (test_hostile_keys_verbatim);
    RUN (test_backoff_jitter);
    RUN (test_wait_sleep_policy);
-   RUN (test_local_handoff);
+   RUN_SLOW (test_local_handoff);
+   RUN (test_local_wake_one);
    if (!FAKE)
-      RUN (test_waiter_goes_first);
+      RUN_SLOW (test_waiter_goes_first);
    RUN (test_wait_interrupted);
    RUN (test_wait_steps);
    RUN (test_fair_sleep_policy);
@@ -3463,12 +3562,12 @@ int main (int argc, char **argv)
    RUN (test_reenter_expired);
    RUN (test_fair_order);
    RUN (test_fair_give_up_leaves);
-   RUN (test_fair_dead_waiter);
+   RUN_SLOW (test_fair_dead_waiter);
    RUN (test_wait_steps_fair);
    RUN (test_semaphore_fair_order);
    if (FAKE)
       RUN (test_fair_unsupported);
-   RUN (test_auto_renew);
+   RUN_SLOW (test_auto_renew);
    RUN (test_loss_on_takeover);
    if (FAKE) {
       RUN (test_loss_when_database_down);
@@ -3477,12 +3576,12 @@ int main (int argc, char **argv)
       RUN (test_renew_race);
       RUN (test_release_lost_reply);
       RUN (test_loss_while_renewal_hangs);
-      RUN (test_fork_while_call_hangs);
+      RUN_SLOW (test_fork_while_call_hangs);
       RUN (test_stuck_renewal_alone);
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
-   RUN (test_close_keeps_leases_closed);
+   RUN_SLOW (test_close_keeps_leases_closed);
    RUN (test_close_releases_held);
    if (FAKE)
       RUN (test_close_release_fails);
@@ -3490,14 +3589,14 @@ int main (int argc, char **argv)
       RUN (test_destroy_during_close);
    if (FAKE)
       RUN (test_release_during_release);
-   RUN (test_close_stops_waiter);
+   RUN_SLOW (test_close_stops_waiter);
    RUN (test_close_from_on_lost);
    RUN (test_bad_keys);
    RUN (test_bad_ttls);
    RUN (test_bad_labels_and_renew_ttls);
    RUN (test_null_arguments);
    RUN (test_prune_keeps_live);
-   RUN (test_prune_older_than);
+   RUN_SLOW (test_prune_older_than);
    RUN (test_prune_bad_arguments);
    RUN (test_log_and_stats);
    RUN (test_log_below_level);

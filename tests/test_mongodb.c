@@ -2263,15 +2263,15 @@ int main (int argc, char **argv)
    RUN (test_hold_concurrent);
    RUN (test_fork_abandon);
    RUN (test_fork_abandon_tls);
-   RUN (test_server_clock_only);
+   RUN_SLOW (test_server_clock_only);
    RUN (test_lost_reply_retry);
    RUN (test_server_down_and_back);
    RUN (test_no_password_in_operation_errors);
    RUN (test_reservation_blocks_others);
-   RUN (test_reservation_runs_out);
+   RUN_SLOW (test_reservation_runs_out);
    RUN (test_reservation_oldest_waiter);
    RUN (test_plain_acquire_never_reserves);
-   RUN (test_prune_keeps_reserved);
+   RUN_SLOW (test_prune_keeps_reserved);
    RUN (test_own_retry_beats_reservation);
    RUN (test_old_record_unreserved);
    RUN (test_queue_join_order);
@@ -2282,8 +2282,8 @@ int main (int argc, char **argv)
    RUN (test_queue_records_unaffected);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
-   RUN (test_queue_concurrent_joins);
-   RUN (test_queue_server_clock_only);
+   RUN_SLOW (test_queue_concurrent_joins);
+   RUN_SLOW (test_queue_server_clock_only);
    RUN (test_queue_command_shape);
 
    clear_cmds ();

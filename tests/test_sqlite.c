@@ -1293,10 +1293,10 @@ int main (int argc, char **argv)
    RUN (test_prefix_no_wildcards);
    RUN (test_ops_by_sqlite_clock);
    RUN (test_reservation_blocks_others);
-   RUN (test_reservation_runs_out);
+   RUN_SLOW (test_reservation_runs_out);
    RUN (test_reservation_older_waiter_wins);
    RUN (test_plain_acquire_never_reserves);
-   RUN (test_prune_keeps_reserved);
+   RUN_SLOW (test_prune_keeps_reserved);
    RUN (test_retry_beats_reservation);
    RUN (test_migrate_v1);
    RUN (test_queue_join_order);
@@ -1307,7 +1307,7 @@ int main (int argc, char **argv)
    RUN (test_queue_records_unaffected);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
-   RUN (test_queue_concurrent_joins);
+   RUN_SLOW (test_queue_concurrent_joins);
    RUN (test_migrate_v2);
    RUN (test_concurrent_migration_v2);
    RUN (test_default_uri_creates_directories);
@@ -1315,7 +1315,7 @@ int main (int argc, char **argv)
    RUN (test_fork_abandon);
    RUN (test_fork_client);
    RUN (test_fork_parent_closes);
-   RUN (test_fork_while_busy);
+   RUN_SLOW (test_fork_while_busy);
    char notify_path[PATH_MAX];
    new_db (notify_path, sizeof notify_path, notify_uri, sizeof notify_uri);
    tl_start ("sqlite", notify_uri);

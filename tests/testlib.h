@@ -90,15 +90,47 @@ static inline void tl_fail (const char *file, int line, const char *what)
       if (_f && *_f && !strstr (#fn, _f))                                                          \
          break;                                                                                    \
       tl_cur_failed = 0;                                                                           \
+      double _t0 = tl_seconds ();                                                                  \
       fn ();                                                                                       \
-      if (tl_cur_failed) {                                                                         \
-         tl_failed++;                                                                              \
-         fprintf (stderr, "  not ok %s\n", #fn);                                                   \
-      } else {                                                                                     \
-         tl_passed++;                                                                              \
-         fprintf (stderr, "  ok %s\n", #fn);                                                       \
-      }                                                                                            \
+      tl_report (#fn, tl_seconds () - _t0);                                                        \
    } while (0)
+
+/* A test that mostly waits (TTLs running out, stalls, skewed clocks):
+ * the plain suites run it; the sanitizer and valgrind runs, which set
+ * TEST_SKIP_SLOW, skip it, since its code paths are the quick tests' own
+ * and its time is sleep. */
+#define RUN_SLOW(fn)                                                                               \
+   do {                                                                                            \
+      const char *_s = getenv ("TEST_SKIP_SLOW");                                                  \
+      if (_s && *_s && strcmp (_s, "0") != 0) {                                                    \
+         fprintf (stderr, "  skip %s (waits: the plain suite runs it)\n", #fn);                    \
+         break;                                                                                    \
+      }                                                                                            \
+      RUN (fn);                                                                                    \
+   } while (0)
+
+static inline double tl_seconds (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One test's line; its time when it took a second or more (what makes a
+ * suite long). */
+static inline void tl_report (const char *name, double secs)
+{
+   char took[32] = "";
+   if (secs >= 1.0)
+      snprintf (took, sizeof took, " (%.1f s)", secs);
+   if (tl_cur_failed) {
+      tl_failed++;
+      fprintf (stderr, "  not ok %s%s\n", name, took);
+   } else {
+      tl_passed++;
+      fprintf (stderr, "  ok %s%s\n", name, took);
+   }
+}
 
 static inline int tl_summary (const char *suite)
 {

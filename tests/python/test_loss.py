@@ -113,7 +113,7 @@ def test_min_hold_keeps_key_after_release(client, other, key):
 
 
 def test_min_hold_passes(client, other, key):
-    with client.lock(key, min_hold=2.0):
+    with client.lock(key, min_hold=1.0):
         pass
     assert other.lock(key).try_acquire() is None
     lease = other.lock(key).acquire(timeout=10)
