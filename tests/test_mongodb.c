@@ -2265,7 +2265,7 @@ int main (int argc, char **argv)
    RUN (test_fork_abandon_tls);
    RUN_SLOW (test_server_clock_only);
    RUN (test_lost_reply_retry);
-   RUN (test_server_down_and_back);
+   RUN_SLOW (test_server_down_and_back);
    RUN (test_no_password_in_operation_errors);
    RUN (test_reservation_blocks_others);
    RUN_SLOW (test_reservation_runs_out);

@@ -2069,6 +2069,6 @@ int main (int argc, char **argv)
    RUN (test_bad_uris);
    RUN (test_table_option_and_schema);
    RUN (test_concurrent_first_use);
-   RUN (test_server_restart_mid_hold);
+   RUN_SLOW (test_server_restart_mid_hold);
    return tl_summary (raw_scheme);
 }

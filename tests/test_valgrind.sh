@@ -75,6 +75,11 @@ vg "cli status --json" 0 "$CLI" --uri "$DB" status --json jobs/busy
 vg "cli list --json" 0 "$CLI" --uri "$DB" list --json
 vg "cli release --force" 0 "$CLI" --uri "$DB" release --force jobs/busy
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+vg "cli run --fair" 0 "$CLI" --uri "$DB" run --fair --wait 5s jobs/fair -- true
+vg "cli run --slots" 0 "$CLI" --uri "$DB" run --slots 2 jobs/sem -- true
+vg "cli run --shared" 0 "$CLI" --uri "$DB" run --shared jobs/rw -- true
+vg "cli run --exclusive" 0 "$CLI" --uri "$DB" run --exclusive jobs/rw -- true
+vg "cli run --reentrant" 0 "$CLI" --uri "$DB" run --reentrant jobs/re -- true
 vg "cli bad option" 64 "$CLI" --uri "$DB" run --bogus jobs/a -- true
 vg "cli bad URI" 64 "$CLI" --uri "nosuch://x:secret@h/db" status jobs/a
 : >"$TOP/plain-file"

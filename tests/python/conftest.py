@@ -8,6 +8,13 @@ import pytest
 
 import leaselock
 
+def pytest_configure(config):
+    # run_versions.sh leaves these out on the other CPython versions: they
+    # mostly wait (leases running out, renewals, process hand-offs), and the
+    # python suite runs them with the default interpreter on every backend.
+    config.addinivalue_line("markers", "slow: mostly waits; skipped by the version matrix")
+
+
 BACKENDS = [("sqlite", None), ("mongodb", "MONGODB_URI"), ("mysql", "MYSQL_URI"),
             ("postgresql", "POSTGRESQL_URI")]
 

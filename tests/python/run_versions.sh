@@ -5,7 +5,8 @@
 # BUILD/python-versions/<version>, the test packages (pytest, Hypothesis,
 # setuptools) are installed from PyPI into a directory beside it, and
 # tests/python runs on embedded SQLite (the python suite covers the server
-# backends with the default interpreter). A version the machine lacks is
+# backends with the default interpreter), less the tests marked slow (they
+# mostly wait; the python suite runs them). A version the machine lacks is
 # reported as skipped, never passed over silently.
 #
 #   tests/python/run_versions.sh BUILD VERSION...
@@ -60,7 +61,7 @@ for v in "$@"; do
   # shellcheck disable=SC2086  # PYTEST_ARGS: several arguments
   if (cd "$top/tests/python" && env -u MONGODB_URI -u MYSQL_URI -u POSTGRESQL_URI \
         PYTHONPATH="$out/lib:$deps" PYTHONDONTWRITEBYTECODE=1 \
-        "$py" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} .); then
+        "$py" -m pytest -q -p no:cacheprovider -m "not slow" ${PYTEST_ARGS:-} .); then
     ran+=("$full")
   else
     echo "python$v: FAILED: tests/python"

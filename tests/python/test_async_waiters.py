@@ -143,6 +143,7 @@ def test_a_waiter_times_out_behind_others(client, other, key):
     assert other.info(key)["owner"] is None
 
 
+@pytest.mark.slow
 def test_a_waiter_is_woken_by_a_release_in_another_thread(client, key):
     # A thread of this process releasing through its Lock wakes the task
     # at once, not after its backoff.

@@ -66,10 +66,12 @@ def _run_in_order(uri, key, use_async):
     return got
 
 
+@pytest.mark.slow
 def test_fair_order_processes(uri, key):
     assert _run_in_order(uri, key, use_async=False) == "ABCD"
 
 
+@pytest.mark.slow
 def test_fair_order_asyncio_processes(uri, key):
     assert _run_in_order(uri, key, use_async=True) == "ABCD"
 

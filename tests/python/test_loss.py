@@ -65,6 +65,7 @@ def test_local_deadline_marks_lost(client, key):
         lease.__exit__(None, None, None)
 
 
+@pytest.mark.slow
 def test_auto_renew_keeps_a_short_lease(client, other, key):
     with client.lock(key, ttl=1.0) as lease:
         time.sleep(2.5)  # renewed every ~0.33 s
@@ -112,6 +113,7 @@ def test_min_hold_keeps_key_after_release(client, other, key):
     got.release()
 
 
+@pytest.mark.slow
 def test_min_hold_passes(client, other, key):
     with client.lock(key, min_hold=1.0):
         pass

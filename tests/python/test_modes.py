@@ -258,6 +258,7 @@ def _fair_sem_waiter(uri, key, tag, ready, order):
             time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_fair_semaphore_waiters_in_order_of_arrival(uri, key):
     ctx = multiprocessing.get_context("spawn")
     ready, order = ctx.Queue(), ctx.Queue()

@@ -93,6 +93,7 @@ def test_stats_count_and_time(client, other, key):
     assert client.stats()["acquires"] == 1  # still readable once closed
 
 
+@pytest.mark.slow
 def test_renew_failed_hook_and_log(tmp_path, key, caplog):
     """The database stays locked by another connection for a while: the
     renewals fail (SQLite busy), on_renew_failed runs with the error and

@@ -32,6 +32,7 @@ def test_prune_keeps_live_and_min_hold(client, other, key):
         assert lease.fence == 1
 
 
+@pytest.mark.slow
 def test_prune_older_than(client, key):
     _release(client, f"{key}/a")
     time.sleep(1.5)
