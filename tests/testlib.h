@@ -95,10 +95,11 @@ static inline void tl_fail (const char *file, int line, const char *what)
       tl_report (#fn, tl_seconds () - _t0);                                                        \
    } while (0)
 
-/* A test that mostly waits (TTLs running out, stalls, skewed clocks):
- * the plain suites run it; the sanitizer and valgrind runs, which set
- * TEST_SKIP_SLOW, skip it, since its code paths are the quick tests' own
- * and its time is sleep. */
+/* A test that mostly waits (TTLs running out, stalls, skewed clocks,
+ * server restarts): the plain suites run it; the sanitizer and valgrind
+ * runs, which set TEST_SKIP_SLOW, skip it, so that make test stays short.
+ * Their quick tests and the in-process fault suite cover the same calls
+ * and error paths under the sanitizers. */
 #define RUN_SLOW(fn)                                                                               \
    do {                                                                                            \
       const char *_s = getenv ("TEST_SKIP_SLOW");                                                  \
