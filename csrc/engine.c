@@ -165,7 +165,7 @@ typedef struct local_waiter
    size_t key_len;
    int64_t since; /* its call's start: the oldest goes first */
    bool reserved; /* its last try left it the key's next owner */
-   bool woken;    /* a local release chose it: try now (it clears it) */
+   bool *woken;   /* the call's wake flag, its watch entry's: a release chose it */
    struct local_waiter *prev, *next;
 } local_waiter_t;
 
@@ -302,7 +302,7 @@ static void bucket_wake (const char *key, size_t len)
          pick = e;
    }
    if (pick) {
-      pick->woken = true;
+      *pick->woken = true;
       pthread_cond_broadcast (&b->cond);
    }
    pthread_mutex_unlock (&b->mu);
@@ -1567,18 +1567,17 @@ int64_t ll_behind_sleep_ms (int64_t waited_ms)
 }
 
 /* A blocking acquire's sleep: until until, or until a release in this
- * process chooses it (lw->woken) or a notification does (*woken), both
- * then cleared, or c is being closed. Returns false when should_stop asks
+ * process or a notification chooses it (*woken, then cleared), or c is
+ * being closed. Returns false when should_stop asks
  * to stop, polled every STOP_POLL_MS. */
 static bool wait_turn (leaselock_client_t *c,
                        bucket_t *b,
-                       local_waiter_t *lw,
                        bool *woken,
                        int64_t until,
                        const leaselock_acquire_opts_t *opts)
 {
    pthread_mutex_lock (&b->mu);
-   while (!lw->woken && !*woken && !atomic_load (&c->closing)) {
+   while (!*woken && !atomic_load (&c->closing)) {
       int64_t t = ll_now_ms ();
       if (t >= until)
          break;
@@ -1594,7 +1593,6 @@ static bool wait_turn (leaselock_client_t *c,
       }
    }
    *woken = false;
-   lw->woken = false;
    pthread_mutex_unlock (&b->mu);
    return !(opts->should_stop && opts->should_stop (opts->should_stop_data));
 }
@@ -1620,8 +1618,7 @@ typedef struct acquire_call
    waiter_t w;
    ll_watch_waiter_t watch; /* a blocking acquire's entry with the client's watcher */
    bool watched;
-   local_waiter_t local; /* its entry in its bucket (a blocking acquire) */
-   bool local_in;
+   local_waiter_t local; /* its entry in its bucket, while watched */
 } acquire_call_t;
 
 typedef enum
@@ -1665,9 +1662,10 @@ static void watch_begin (acquire_call_t *a, int64_t now)
                                    .cond = &a->b->cond };
    ll_watch_begin (&a->c->watch, &a->watch, a->me);
    a->watched = true;
-   a->local = (local_waiter_t){ .key = a->key, .key_len = a->key_len, .since = now };
+   a->local = (local_waiter_t){
+      .key = a->key, .key_len = a->key_len, .since = now, .woken = &a->watch.woken
+   };
    bucket_join (a->b, &a->local);
-   a->local_in = true;
 }
 
 /* Before the wait that follows a busy try: TIMEOUT in err once the
@@ -1696,9 +1694,8 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
    if (w->since < 0)
       w->since = now;
    bool released = false, heard = false;
-   if (a->watched)
+   if (a->watched) {
       heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved, w->behind, &released);
-   if (a->local_in) {
       pthread_mutex_lock (&a->b->mu);
       a->local.reserved = w->reserved;
       pthread_mutex_unlock (&a->b->mu);
@@ -1741,8 +1738,7 @@ static bool wait_next (acquire_call_t *a, leaselock_error_t *err)
    /* Sleep, but wake at once if a holder in this process releases a key
     * in this bucket, or a notification wakes this waiter. */
    bool unwatched = false;
-   if (!wait_turn (a->c, a->b, &a->local, a->watched ? &a->watch.woken : &unwatched, until,
-                   a->opts))
+   if (!wait_turn (a->c, a->b, a->watched ? &a->watch.woken : &unwatched, until, a->opts))
       return ll_error_set (err, LEASELOCK_INTERRUPTED, "the wait for \"%s\" was interrupted",
                            LL_KEY_SHOWN (a->key, a->key_len));
    if (atomic_load (&a->c->closing))
@@ -1786,10 +1782,10 @@ static void call_quit (acquire_call_t *a)
 static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const leaselock_error_t *err)
 {
    ll_obs_t *o = &a->c->obs;
-   if (a->watched)
+   if (a->watched) {
       ll_watch_end (&a->c->watch, &a->watch);
-   if (a->local_in)
       bucket_leave (a->b, &a->local);
+   }
    int64_t waited = a->attempt > 0 ? ll_now_ms () - a->waited_from : 0;
    if (waited > 0)
       ll_count (o, LL_ST_WAIT_MS, (uint64_t)waited);

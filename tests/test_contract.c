@@ -3175,16 +3175,19 @@ static void test_rwlock_writer_not_starved (void)
    CHECK (j != MAP_FAILED);
    memset (j, 0, sizeof *j);
    j->key = key ("rw-starve");
-   pthread_t th[N];
-   for (int i = 0; i < N; i++)
-      pthread_create (&th[i], NULL, reader_stream, j);
    pid_t kids[KIDS] = { 0 };
    fflush (NULL);
+   /* The processes first: a fork while this process's reader threads
+    * allocate can leave the child a locked allocator (AddressSanitizer's
+    * is not fork-safe). */
    for (int i = 0; !FAKE && i < KIDS; i++) /* the fake database lives in one process */
       if ((kids[i] = fork ()) == 0) {
          reader_stream (j);
          _exit (0);
       }
+   pthread_t th[N];
+   for (int i = 0; i < N; i++)
+      pthread_create (&th[i], NULL, reader_stream, j);
    while (atomic_load (&j->grants) < 10 && !atomic_load (&j->failures))
       t_sleep (5);
    leaselock_client_t *c = client ("rw-writer");
