@@ -256,6 +256,7 @@ static void report (const run_t *r, double pair)
       bench_die ("report", "out of memory");
    qsort (log->g, (size_t)n, sizeof log->g[0], cmp_granted);
    long nh = 0, grants = 0, cut = 0;
+   double held = 0; /* the holds' own time, sleep overshoot included */
    for (long i = 0; i < n; i++) {
       const grant_t *g = &log->g[i], *next = NULL;
       waits[i] = (g->granted - g->wait_start) * 1e3;
@@ -265,6 +266,7 @@ static void report (const run_t *r, double pair)
       }
       grants++;
       per[g->worker]++;
+      held += g->release_start - g->granted;
       for (long j = i + 1; j < n && !next; j++)
          next = log->g[j].got ? &log->g[j] : NULL;
       /* A hand-off: the next grant went to another worker that was already
@@ -283,13 +285,15 @@ static void report (const run_t *r, double pair)
      "cut_waits=%ld timeouts=%ld errors=%ld useful=%.3f pair_ms=%.3f wait_p50_ms=%.2f "
      "wait_p99_ms=%.2f "
      "wait_max_ms=%.2f "
-     "handoffs=%ld handoff_p50_ms=%.3f handoff_p99_ms=%.3f requests_per_grant=%.2f\n",
+     "handoffs=%ld handoff_p50_ms=%.3f handoff_p99_ms=%.3f requests_per_grant=%.2f "
+     "hold_mean_ms=%.3f\n",
      r->workers,
      r->fair ? (r->threads ? "fair-threads" : "fair-procs") : (r->threads ? "threads" : "procs"),
      grants, lo, hi, hi ? (double)lo / (double)hi : 0.0, cut, atomic_load (&log->timeouts),
      atomic_load (&log->errors), (double)grants / ideal, pair * 1e3, pct (waits, n, 0.50),
      pct (waits, n, 0.99), pct (waits, n, 1.0), nh, pct (hand, nh, 0.50), pct (hand, nh, 0.99),
-     grants ? (double)atomic_load (&log->requests) / (double)grants : 0.0);
+     grants ? (double)atomic_load (&log->requests) / (double)grants : 0.0,
+     grants ? held / (double)grants * 1e3 : 0.0);
    free (waits);
    free (hand);
 }

@@ -652,13 +652,28 @@ static bool sqlite_release (void *conn,
                             int64_t min_hold_ms,
                             leaselock_error_t *err)
 {
-   bool changed = false;
-   if (!run_update (conn, ST_RELEASE, "release", key, key_len, owner, min_hold_ms, &changed, err))
+   sqlite_conn_t *c = conn;
+   sqlite3_stmt *st = c->stmt[ST_RELEASE];
+   bind_key_owner (st, key, key_len, owner);
+   sqlite3_bind_int64 (st, 3, min_hold_ms);
+   int rc = sqlite3_step (st);
+   bool ours = rc == SQLITE_ROW;
+   /* Only a release that leaves a live reservation wakes anybody: the
+    * watchers wake the waiter that holds it, and waking every process on
+    * every release would cost each a wake-up for nothing. */
+   bool reserved =
+     ours && sqlite3_column_type (st, 0) != SQLITE_NULL && sqlite3_column_int64 (st, 0) > 0;
+   if (ours)
+      rc = sqlite3_step (st);
+   bool ok = rc == SQLITE_DONE || db_error (c, rc, "release", err);
+   sqlite3_reset (st);
+   if (!ok)
       return false;
-   if (!changed)
+   if (!ours)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease is not held by this owner (released already or taken)");
-   wake_watchers (conn);
+   if (reserved)
+      wake_watchers (c);
    return true;
 }
 

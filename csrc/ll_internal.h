@@ -764,10 +764,12 @@ typedef struct ll_watch
    int stop_fd;    /* eventfd that interrupts the thread's poll (0: none yet) */
    pid_t pid;      /* the process the thread and listener belong to */
    uint64_t opens; /* listeners opened (tests read it) */
+   uint64_t heard; /* releases its listeners reported (tests read it) */
 } ll_watch_t;
 
 /* Tests only: a waiter sleeps this long between its tries when > 0 (so a
- * wake-up can only come from a notification). */
+ * wake-up can only come from a notification), and its claims last that
+ * much longer. */
 extern _Atomic int64_t ll_test_wait_poll_ms;
 
 void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri);
@@ -793,8 +795,10 @@ void ll_watch_destroy (ll_watch_t *w);
 void ll_watch_fork_prepare (ll_watch_t *w);
 void ll_watch_fork_parent (ll_watch_t *w);
 void ll_watch_fork_child (ll_watch_t *w);
-/* How many listeners the watcher opened so far (tests). */
+/* How many listeners the watcher opened so far, and how many releases
+ * they reported (tests). */
 uint64_t ll_watch_opens (ll_watch_t *w);
+uint64_t ll_watch_heard (ll_watch_t *w);
 ll_watch_t *ll_client_watch (leaselock_client_t *c);
 
 #endif /* LL_INTERNAL_H */

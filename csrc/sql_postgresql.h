@@ -137,7 +137,7 @@
    "WITH r AS (UPDATE \"%1$s\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "        \
    "acquired_at + $3::bigint * interval '1 microsecond') "                                         \
    "WHERE lock_key = $1 AND owner = $2 RETURNING lock_key, next_owner, next_until) "               \
-   "SELECT " LL_POSTGRESQL_NOTIFY " FROM r"
+   "SELECT CASE WHEN r.next_until > clock_timestamp() THEN " LL_POSTGRESQL_NOTIFY " END FROM r"
 
 /* Parameters: $1 key, $2 owner, $3 delta (+1 or -1). The owner's hold
  * count moves by delta, never below 1, while the lease is live; no row

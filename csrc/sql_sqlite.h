@@ -120,11 +120,12 @@
    "UPDATE leaselock_locks SET expires_at = " LL_SQLITE_NOW_MS " + ?3"                             \
    " WHERE key = ?1 AND owner = ?2 AND expires_at > " LL_SQLITE_NOW_MS
 
-/* ?1 key, ?2 owner, ?3 min_hold_ms */
+/* ?1 key, ?2 owner, ?3 min_hold_ms. A row when it was ours: the time its
+ * reservation has left (NULL or <= 0: none live, no waiter to wake). */
 #define LL_SQLITE_RELEASE                                                                          \
    "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" LL_SQLITE_NOW_MS                     \
    ", acquired_at + ?3)"                                                                           \
-   " WHERE key = ?1 AND owner = ?2"
+   " WHERE key = ?1 AND owner = ?2 RETURNING next_until - " LL_SQLITE_NOW_MS
 
 /* ?1 key, ?2 owner, ?3 delta: the owner's hold count moves by delta,
  * never below 1, while the lease is live. */

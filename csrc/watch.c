@@ -52,6 +52,18 @@ static bool same_key (const ll_watch_waiter_t *e, const char *key, size_t len)
    return e->key_len == len && !memcmp (e->key, key, len);
 }
 
+/* Whether e is the oldest of this process's waiters of its key that
+ * believe they hold the reservation. A waiter that an older one took the
+ * reservation over from still believes so until its next try; the older
+ * one is the one that holds it. Called with w->mu held. */
+static bool oldest_reserved (const ll_watch_t *w, const ll_watch_waiter_t *e)
+{
+   for (const ll_watch_waiter_t *o = w->waiters; o; o = o->next)
+      if (o != e && o->reserved && o->since < e->since && same_key (o, e->key, e->key_len))
+         return false;
+   return true;
+}
+
 /* The wake policy (ll_watch_t's comment): one waiter per release, the one
  * that can take the key, so a release costs one request, not one per
  * waiter. Called with w->mu held. */
@@ -65,7 +77,7 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
          continue;
       e->released = true;
       if (!key) {
-         if (e->reserved)
+         if (e->reserved && oldest_reserved (w, e))
             wake (e);
          continue;
       }
@@ -76,7 +88,7 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
          }
          continue;
       }
-      if (!next_owner && e->reserved) {
+      if (!next_owner && e->reserved && oldest_reserved (w, e)) {
          wake (e);
          woke = true;
       }
@@ -86,10 +98,11 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
    /* No live reservation (or none known here): the oldest waiter of the
     * key tries, and claims the reservation if another process's waiter
     * takes the key first. Not a waiter that saw another next at its last
-    * try: the one that was next has taken the key since, and may take it
-    * again after its release; the waiters behind it claim the
-    * reservation at their next poll (engine.c's BEHIND_POLL_MS), rather
-    * than every process's waiter on every such release. */
+    * try, nor one that has made only its first try (engine.c's
+    * CLAIM_AFTER_MS): the one that was next has taken the key since, and
+    * may take it again after its release; the others claim the
+    * reservation at their next poll, rather than every process's waiter
+    * on every such release. */
    if (key && !woke && oldest && !(next_owner && *next_owner))
       wake (oldest);
 }
@@ -98,6 +111,7 @@ static void on_release_locked (void *data, const char *key, size_t len, const ch
 {
    ll_watch_t *w = data;
    pthread_mutex_lock (&w->mu);
+   w->heard++;
    on_release (w, key, len, next_owner);
    pthread_mutex_unlock (&w->mu);
 }
@@ -191,6 +205,7 @@ static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
    w->running = false;
    w->waiters = NULL;
    w->opens = 0;
+   w->heard = 0;
    if (w->stop_fd > 0)
       close (w->stop_fd); /* the parent's: shared with its thread */
    w->stop_fd = 0;
@@ -299,6 +314,14 @@ uint64_t ll_watch_opens (ll_watch_t *w)
 {
    pthread_mutex_lock (&w->mu);
    uint64_t n = w->pid == getpid () ? w->opens : 0;
+   pthread_mutex_unlock (&w->mu);
+   return n;
+}
+
+uint64_t ll_watch_heard (ll_watch_t *w)
+{
+   pthread_mutex_lock (&w->mu);
+   uint64_t n = w->pid == getpid () ? w->heard : 0;
    pthread_mutex_unlock (&w->mu);
    return n;
 }

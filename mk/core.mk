@@ -10,7 +10,7 @@ TEST_LIBS =
 $(BUILD)/tests/%.o: tests/%.c tests/%.h csrc/ll_internal.h | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/test_%: tests/test_%.c tests/testlib.h tests/queue_cases.h $(LIB_A) | $(BUILD)/tests
+$(BUILD)/tests/test_%: tests/test_%.c tests/testlib.h tests/queue_cases.h tests/notify_tests.h $(LIB_A) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< $(filter %.o,$^) $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) $(TEST_LIBS) -o $@
 
 $(BUILD)/tests/test_contract: $(BUILD)/tests/fake_backend.o

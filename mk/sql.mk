@@ -15,7 +15,7 @@ BENCH_CORE += mysql postgresql
 
 .PHONY: test-mysql test-postgresql bench-core-mysql bench-core-postgresql
 
-$(BUILD)/tests/test_sql_%: tests/test_sql.c tests/sql_%.c tests/sql_driver.h tests/testlib.h tests/queue_cases.h $(LIB_A) | $(BUILD)/tests
+$(BUILD)/tests/test_sql_%: tests/test_sql.c tests/sql_%.c tests/sql_driver.h tests/testlib.h tests/queue_cases.h tests/notify_tests.h $(LIB_A) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) tests/test_sql.c tests/sql_$*.c $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 
 SERVER_SUITE_DEPS = $(BUILD)/tests/test_contract $(BUILD)/tests/test_exclusion

@@ -221,12 +221,84 @@ static void test_notify_idle_costs_nothing (void)
    CHECK (after <= before);
 }
 
+/* A blocking acquire of k on c in a thread of its own. */
+typedef struct nt_waiter
+{
+   leaselock_client_t *c;
+   char k[300];
+   pthread_t th;
+   bool ok;
+   leaselock_lease_t *l;
+   leaselock_error_t err;
+} nt_waiter_t;
+
+static void *nt_waiter_main (void *arg)
+{
+   nt_waiter_t *w = arg;
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.timeout_ms = 20000;
+   w->ok = leaselock_acquire (w->c, w->k, strlen (w->k), &o, &w->l, &w->err);
+   return NULL;
+}
+
+/* A release notifies only when it leaves a waiter next (a live
+ * reservation): releases nobody waits for wake no process's watcher, and
+ * the one a waiter is next for wakes it. */
+static void test_notify_only_when_reserved (void)
+{
+   if (!nt_supported (URI))
+      return;
+   leaselock_client_t *h = client ("holder"), *x = client ("other");
+   nt_waiter_t w = { .c = client ("waiter") };
+   CHECK (h && x && w.c);
+   snprintf (w.k, sizeof w.k, "%s", key ("notify-reserved"));
+   const char *free_key = key ("notify-unwatched");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *lh = NULL;
+   leaselock_error_t err;
+   CHECK_OK (leaselock_acquire (h, w.k, strlen (w.k), &o, &lh, &err), err);
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   pthread_create (&w.th, NULL, nt_waiter_main, &w);
+   ll_watch_t *watch = ll_client_watch (w.c);
+   for (int i = 0; i < 10000 && ll_watch_opens (watch) < 1; i++)
+      sleep_ms (1);
+   sleep_ms (100); /* the listener is in place */
+   uint64_t before = ll_watch_heard (watch);
+   bool others_ok = true;
+   for (int i = 0; i < 5 && others_ok; i++) {
+      leaselock_lease_t *l = NULL;
+      others_ok = leaselock_acquire (x, free_key, strlen (free_key), &o, &l, &err) &&
+                  leaselock_lease_release (l, &err);
+      leaselock_lease_destroy (l);
+   }
+   sleep_ms (300); /* a notification would have arrived by now */
+   uint64_t after_others = ll_watch_heard (watch);
+   bool released = leaselock_lease_release (lh, &err);
+   pthread_join (w.th, NULL);
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   uint64_t after_handoff = ll_watch_heard (watch);
+   CHECK_OK (others_ok, err);
+   CHECK_OK (released, err);
+   CHECK_OK (w.ok, w.err);
+   if (after_others != before)
+      fprintf (stderr, "    %llu releases nobody waited for were heard\n",
+               (unsigned long long)(after_others - before));
+   CHECK_EQ (after_others, before);
+   CHECK (after_handoff > after_others);
+   leaselock_lease_destroy (w.l);
+   leaselock_lease_destroy (lh);
+   leaselock_client_destroy (w.c);
+   leaselock_client_destroy (x);
+   leaselock_client_destroy (h);
+}
+
 #define NOTIFY_TESTS()                                                                             \
    do {                                                                                            \
       RUN (test_notify_wakes_other_process);                                                       \
       RUN (test_notify_lost_then_poll);                                                            \
       RUN (test_notify_fork_child);                                                                \
       RUN (test_notify_idle_costs_nothing);                                                        \
+      RUN (test_notify_only_when_reserved);                                                        \
    } while (0)
 
 #endif

@@ -783,7 +783,7 @@ static void test_wait_sleep_policy (void)
       t = ll_behind_sleep_ms (100000);
       CHECK (t >= 500 && t <= 1000);
    }
-   CHECK (lo >= 25 && hi <= 50 && hi > lo);
+   CHECK (lo >= 75 && hi <= 150 && hi > lo);
 }
 
 typedef struct
@@ -896,6 +896,9 @@ static void test_local_wake_one (void)
       one_each = count_done (w, N) == round + 1;
       /* round 0: the take alone; later: the holder's release and the take */
       one_each = one_each && requests_of (b) - before == (round ? 2u : 1u);
+      if (!one_each)
+         fprintf (stderr, "    round %d: %d done, %llu requests\n", round, count_done (w, N),
+                  (unsigned long long)(requests_of (b) - before));
       for (int i = 0; i < N && one_each; i++)
          if (atomic_load (&w[i].done) && w[i].lease && w[i].lease != holder &&
              leaselock_lease_state (w[i].lease) == LEASELOCK_STATE_HELD)
