@@ -71,5 +71,5 @@ for b in "${backends[@]}"; do
     done
   done
 done
-echo "(times in ms; fairness = fewest / most grants per worker; useful = grants / (seconds / (hold + uncontended pair)); req/grant = database requests of the workers per grant)"
+echo "(times in ms; fairness = fewest / most grants per worker; useful = grants / (seconds / (hold + pair)), hold and acquire+release pair each measured alone, uncontended; req/grant = database requests of the workers per grant)"
 exit $rc

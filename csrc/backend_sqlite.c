@@ -658,11 +658,13 @@ static bool sqlite_release (void *conn,
    sqlite3_bind_int64 (st, 3, min_hold_ms);
    int rc = sqlite3_step (st);
    bool ours = rc == SQLITE_ROW;
-   /* Only a release that leaves a live reservation wakes anybody: the
-    * watchers wake the waiter that holds it, and waking every process on
-    * every release would cost each a wake-up for nothing. */
-   bool reserved =
-     ours && sqlite3_column_type (st, 0) != SQLITE_NULL && sqlite3_column_int64 (st, 0) > 0;
+   /* Only a release that leaves a waiter next (a live reservation, or a
+    * fair queue's first) wakes anybody: the watchers wake that waiter, and
+    * waking every process on every release would cost each a wake-up for
+    * nothing. */
+   bool next =
+     ours && ((sqlite3_column_type (st, 0) != SQLITE_NULL && sqlite3_column_int64 (st, 0) > 0) ||
+              sqlite3_column_type (st, 1) != SQLITE_NULL);
    if (ours)
       rc = sqlite3_step (st);
    bool ok = rc == SQLITE_DONE || db_error (c, rc, "release", err);
@@ -672,7 +674,7 @@ static bool sqlite_release (void *conn,
    if (!ours)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease is not held by this owner (released already or taken)");
-   if (reserved)
+   if (next)
       wake_watchers (c);
    return true;
 }

@@ -1702,7 +1702,11 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
       w->since = now;
    bool released = false, heard = false;
    if (a->watched) {
-      heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved, w->behind, &released);
+      /* A fair waiter first in the queue is next as much as a reserved
+       * one, and so is the second once the first has taken the key: a
+       * notification that names no waiter (SQLite's) wakes them too. */
+      heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved || (w->fair && w->ahead <= 1),
+                               w->behind, &released);
       pthread_mutex_lock (&a->b->mu);
       a->local.reserved = w->reserved;
       pthread_mutex_unlock (&a->b->mu);

@@ -131,13 +131,24 @@
    "pg_notify('" LL_POSTGRESQL_CHANNEL "', coalesce(CASE WHEN r.next_until > clock_timestamp() "   \
    "THEN r.next_owner END, '') || '/' || r.lock_key)"
 
+/* The waiter a release hands the key to, if any: the record's live
+ * reservation's owner, else the first live entry of the key's fair queue
+ * (the one that may take it). r is the updated row. */
+#define LL_POSTGRESQL_NEXT_WAITER                                                                  \
+   "coalesce(CASE WHEN r.next_until > clock_timestamp() THEN r.next_owner END, "                   \
+   "(SELECT q.owner FROM \"%1$s_queue\" q WHERE q.lock_key = r.lock_key AND "                      \
+   "q.alive_until > clock_timestamp() ORDER BY q.arrived, q.owner LIMIT 1))"
+
 /* Parameters: $1 key, $2 owner, $3 min_hold (us). One row when it was
- * ours, which notifies. */
+ * ours. It notifies only when a waiter is next, naming it: a release
+ * nobody waits for wakes no watcher. */
 #define LL_POSTGRESQL_RELEASE                                                                      \
    "WITH r AS (UPDATE \"%1$s\" SET owner = NULL, expires_at = GREATEST(clock_timestamp(), "        \
    "acquired_at + $3::bigint * interval '1 microsecond') "                                         \
-   "WHERE lock_key = $1 AND owner = $2 RETURNING lock_key, next_owner, next_until) "               \
-   "SELECT CASE WHEN r.next_until > clock_timestamp() THEN " LL_POSTGRESQL_NOTIFY " END FROM r"
+   "WHERE lock_key = $1 AND owner = $2 RETURNING lock_key, next_owner, next_until), "              \
+   "n AS (SELECT r.lock_key, " LL_POSTGRESQL_NEXT_WAITER " AS next FROM r) "                       \
+   "SELECT CASE WHEN n.next IS NOT NULL THEN pg_notify('" LL_POSTGRESQL_CHANNEL "', n.next || "    \
+   "'/' || n.lock_key) END FROM n"
 
 /* Parameters: $1 key, $2 owner, $3 delta (+1 or -1). The owner's hold
  * count moves by delta, never below 1, while the lease is live; no row

@@ -121,11 +121,14 @@
    " WHERE key = ?1 AND owner = ?2 AND expires_at > " LL_SQLITE_NOW_MS
 
 /* ?1 key, ?2 owner, ?3 min_hold_ms. A row when it was ours: the time its
- * reservation has left (NULL or <= 0: none live, no waiter to wake). */
+ * reservation has left (NULL or <= 0: none live), and 1 when the key's
+ * fair queue has a live entry (else NULL): a waiter to wake, or none. */
 #define LL_SQLITE_RELEASE                                                                          \
    "UPDATE leaselock_locks SET owner = '', expires_at = MAX(" LL_SQLITE_NOW_MS                     \
    ", acquired_at + ?3)"                                                                           \
-   " WHERE key = ?1 AND owner = ?2 RETURNING next_until - " LL_SQLITE_NOW_MS
+   " WHERE key = ?1 AND owner = ?2 RETURNING next_until - " LL_SQLITE_NOW_MS                       \
+   ", (SELECT 1 FROM leaselock_queue q WHERE q.key = ?1 AND q.alive_until > " LL_SQLITE_NOW_MS     \
+   " LIMIT 1)"
 
 /* ?1 key, ?2 owner, ?3 delta: the owner's hold count moves by delta,
  * never below 1, while the lease is live. */
