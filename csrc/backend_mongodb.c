@@ -55,7 +55,8 @@
  * Real MongoDB refuses $expr in an upsert's query and mongo-java-server has
  * no pipeline updates; this shape is valid on both. Both set nextOwner to
  * null. acquire_wait sends the same conditional findAndModify and, when it
- * matches nothing, the claim: an updateOne without upsert, { _id: key, $expr:
+ * matches nothing, the claim: a findAndModify without upsert (its new
+ * record tells the waiter the record's time left), { _id: key, $expr:
  * { $or: [ no nextOwner, until <= $$NOW, { $eq: ["$nextOwner", owner] },
  * since > $$NOW - waited_ms ] } }, that writes the reservation; only when
  * that matches nothing too (no record, or an older waiter's reservation)
@@ -647,6 +648,54 @@ static bool ll_mongo_update (ll_mongo_conn_t *conn,
    return true;
 }
 
+/* findAndModify(q, u) without upsert, returning the fields named in
+ * fields (NULL-terminated) of the new document: *matched whether a
+ * document matched, and then *doc a copy of them (the caller destroys
+ * it). */
+static bool ll_mongo_fam_new (ll_mongo_conn_t *conn,
+                              const bson_t *q,
+                              const bson_t *u,
+                              const char *const *fields,
+                              bool *matched,
+                              bson_t **doc,
+                              leaselock_error_t *err)
+{
+   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
+   bson_t proj = BSON_INITIALIZER, reply;
+   bson_error_t e;
+   bson_iter_t it;
+   const uint8_t *data;
+   uint32_t len;
+
+   *matched = false;
+   *doc = NULL;
+   bool ok = opts != NULL;
+   for (int i = 0; ok && fields[i]; i++)
+      ok = bson_append_int32 (&proj, fields[i], -1, 1);
+   ok = ok && mongoc_find_and_modify_opts_set_update (opts, u) &&
+        mongoc_find_and_modify_opts_set_fields (opts, &proj) &&
+        mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+   bson_destroy (&proj);
+   if (!ok) {
+      mongoc_find_and_modify_opts_destroy (opts);
+      return ll_mongo_nomem (err);
+   }
+   ok = mongoc_collection_find_and_modify_with_opts (conn->coll, q, opts, &reply, &e);
+   mongoc_find_and_modify_opts_destroy (opts);
+   if (!ok) {
+      bson_destroy (&reply);
+      return ll_mongo_fail (conn, err, "findAndModify", &e);
+   }
+   if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      bson_iter_document (&it, &len, &data);
+      *doc = bson_new_from_data (data, len);
+      *matched = true;
+      ok = *doc != NULL || ll_mongo_nomem (err);
+   }
+   bson_destroy (&reply);
+   return ok;
+}
+
 /* ll_mongo_update for an owner's record, built (ok) into q and u, which
  * it destroys: NOT_HELD when nothing matched. */
 static bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
@@ -731,8 +780,45 @@ static bool ll_mongo_acquire (void *c,
    return ok;
 }
 
+/* The claim (ll_mongo_claim_command), a findAndModify without upsert:
+ * *reserved when it matched, and then *left_ms, the record's time left at
+ * the claim by the server's clock: max(renewedAt + ttlMs, acquiredAt +
+ * holdMs) - nextAt, nextAt being the claim's own $currentDate (-1 when a
+ * field is missing). */
+static bool ll_mongo_claim (ll_mongo_conn_t *conn,
+                            const bson_t *q,
+                            const bson_t *u,
+                            bool *reserved,
+                            int64_t *left_ms,
+                            leaselock_error_t *err)
+{
+   static const char *const fields[] = { "renewedAt", "ttlMs",  "acquiredAt",
+                                         "holdMs",    "nextAt", NULL };
+   bson_t *doc;
+   bson_iter_t v;
+   int64_t t[5];
+   *left_ms = -1;
+   if (!ll_mongo_fam_new (conn, q, u, fields, reserved, &doc, err))
+      return false;
+   bool all = doc != NULL;
+   for (int i = 0; all && i < 5; i++) {
+      all = bson_iter_init_find (&v, doc, fields[i]);
+      if (all && (i == 1 || i == 3))
+         t[i] = bson_iter_as_int64 (&v);
+      else if (all)
+         all = BSON_ITER_HOLDS_DATE_TIME (&v) && ((t[i] = bson_iter_date_time (&v)), true);
+   }
+   if (all) {
+      int64_t end = t[0] + t[1] > t[2] + t[3] ? t[0] + t[1] : t[2] + t[3];
+      *left_ms = end > t[4] ? end - t[4] : -1;
+   }
+   if (doc)
+      bson_destroy (doc);
+   return true;
+}
+
 /* acquire_wait: acquire's conditional findAndModify; when it matches
- * nothing, the claim (an updateOne, ll_mongo_claim_command): when that
+ * nothing, the claim (ll_mongo_claim, also a findAndModify): when that
  * matches, the record exists and owner is its next owner: BUSY with
  * *reserved (should the key have come free in between, the reservation
  * keeps it for owner's next try). When it matches nothing too, the record
@@ -750,6 +836,7 @@ static bool ll_mongo_acquire_wait (void *c,
                                    int64_t waited_ms,
                                    int64_t *fence,
                                    bool *reserved,
+                                   int64_t *left_ms,
                                    leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
@@ -758,12 +845,13 @@ static bool ll_mongo_acquire_wait (void *c,
    bool matched = false;
 
    *reserved = false;
+   *left_ms = -1;
    bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
              ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
    if (ok && !matched) {
       ok = ll_mongo_claim_command (&cq, &cu, key, key_len, owner, reserve_ms, waited_ms) ||
            ll_mongo_nomem (err);
-      ok = ok && ll_mongo_update (conn, &cq, &cu, reserved, err);
+      ok = ok && ll_mongo_claim (conn, &cq, &cu, reserved, left_ms, err);
       if (ok && *reserved)
          ok = ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
       else if (ok)
@@ -810,33 +898,15 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
                                 int64_t *holds,
                                 leaselock_error_t *err)
 {
-   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
-   bson_t fields = BSON_INITIALIZER, reply;
-   bson_error_t e;
-   bson_iter_t it, v;
-
-   *matched = false;
-   bool ok = opts && BSON_APPEND_INT32 (&fields, "holds", 1) &&
-             mongoc_find_and_modify_opts_set_update (opts, u) &&
-             mongoc_find_and_modify_opts_set_fields (opts, &fields) &&
-             mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-   bson_destroy (&fields);
-   if (!ok) {
-      mongoc_find_and_modify_opts_destroy (opts);
-      return ll_mongo_nomem (err);
-   }
-   ok = mongoc_collection_find_and_modify_with_opts (conn->coll, q, opts, &reply, &e);
-   mongoc_find_and_modify_opts_destroy (opts);
-   if (!ok) {
-      bson_destroy (&reply);
-      return ll_mongo_fail (conn, err, "findAndModify", &e);
-   }
-   if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
-       bson_iter_recurse (&it, &v)) {
-      *matched = true;
-      *holds = bson_iter_find (&v, "holds") ? bson_iter_as_int64 (&v) : 1;
-   }
-   bson_destroy (&reply);
+   static const char *const fields[] = { "holds", NULL };
+   bson_t *doc;
+   bson_iter_t v;
+   if (!ll_mongo_fam_new (conn, q, u, fields, matched, &doc, err))
+      return false;
+   if (*matched)
+      *holds = bson_iter_init_find (&v, doc, "holds") ? bson_iter_as_int64 (&v) : 1;
+   if (doc)
+      bson_destroy (doc);
    return true;
 }
 

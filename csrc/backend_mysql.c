@@ -612,8 +612,10 @@ static bool acquire_stmt (my_conn_t *c,
                           int64_t waited_ms,
                           int64_t *fence,
                           bool *reserved,
+                          int64_t *left_ms,
                           leaselock_error_t *err)
 {
+   *left_ms = -1;
    my_acquire_t a = {
       .key = key,
       .owner = owner,
@@ -636,7 +638,9 @@ static bool acquire_stmt (my_conn_t *c,
       return false;
    MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
    my_ulonglong id = mysql_stmt_insert_id (st);
-   *reserved = id == LL_MYSQL_RESERVED_ID;
+   *reserved = id >= LL_MYSQL_RESERVED_MIN;
+   if (*reserved && id != ~(my_ulonglong)0)
+      *left_ms = (int64_t)((~(my_ulonglong)0 - id) / 1000);
    if (id == 0 || *reserved || mysql_stmt_affected_rows (st) == 0)
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    *fence = (int64_t)id;
@@ -653,7 +657,9 @@ static bool my_acquire (void *conn,
                         leaselock_error_t *err)
 {
    bool reserved;
-   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, err);
+   int64_t left;
+   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
+                        err);
 }
 
 static bool my_acquire_wait (void *conn,
@@ -666,10 +672,11 @@ static bool my_acquire_wait (void *conn,
                              int64_t waited_ms,
                              int64_t *fence,
                              bool *reserved,
+                             int64_t *left_ms,
                              leaselock_error_t *err)
 {
    return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                        reserved, err);
+                        reserved, left_ms, err);
 }
 
 /* Renew and release: (microseconds, key, owner) bound, then executed. */

@@ -607,8 +607,10 @@ static bool take_or_claim (pg_conn_t *c,
                            int64_t waited_ms,
                            int64_t *fence,
                            bool *reserved,
+                           int64_t *left_ms,
                            leaselock_error_t *err)
 {
+   *left_ms = -1;
    char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256], res_us[32],
      wait_us[32];
    snprintf (ttl, sizeof ttl, "%" PRId64, ttl_ms * 1000);
@@ -628,6 +630,10 @@ static bool take_or_claim (pg_conn_t *c,
       return false;
    *reserved = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 1), "t");
    bool ok = PQntuples (res) == 1 && !*reserved;
+   if (*reserved) {
+      int64_t us = strtoll (PQgetvalue (res, 0, 2), NULL, 10);
+      *left_ms = us > 0 ? us / 1000 : -1;
+   }
    if (ok)
       *fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
    else
@@ -646,7 +652,9 @@ static bool pg_acquire (void *conn,
                         leaselock_error_t *err)
 {
    bool reserved;
-   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, err);
+   int64_t left;
+   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
+                         err);
 }
 
 static bool pg_acquire_wait (void *conn,
@@ -659,11 +667,12 @@ static bool pg_acquire_wait (void *conn,
                              int64_t waited_ms,
                              int64_t *fence,
                              bool *reserved,
+                             int64_t *left_ms,
                              leaselock_error_t *err)
 {
    *reserved = false;
    return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                         reserved, err);
+                         reserved, left_ms, err);
 }
 
 static bool update_one (pg_conn_t *c,

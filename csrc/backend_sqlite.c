@@ -532,6 +532,7 @@ static bool take_or_claim (sqlite_conn_t *c,
                            int64_t waited_ms,
                            int64_t *fence,
                            bool *reserved,
+                           int64_t *left_ms,
                            leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[ST_ACQUIRE];
@@ -550,12 +551,14 @@ static bool take_or_claim (sqlite_conn_t *c,
       sqlite3_bind_int64 (st, 8, waited_ms);
    }
    bool row = false, claimed = false;
-   int64_t f = 0;
+   int64_t f = 0, left = -1;
+   *left_ms = -1;
    int rc = sqlite3_step (st);
    if (rc == SQLITE_ROW) {
       row = true;
       f = sqlite3_column_int64 (st, 0);
       claimed = sqlite3_column_type (st, 1) != SQLITE_NULL;
+      left = sqlite3_column_int64 (st, 2);
       /* RETURNING rows are computed in the first step; the second ends
        * the statement (and commits). */
       rc = sqlite3_step (st);
@@ -569,6 +572,7 @@ static bool take_or_claim (sqlite_conn_t *c,
       ok = true;
    } else {
       *reserved = claimed;
+      *left_ms = claimed && left > 0 ? left : -1;
       ll_error_set (err, LEASELOCK_BUSY, "the lock is held by another owner");
    }
    sqlite3_reset (st);
@@ -585,7 +589,9 @@ static bool sqlite_acquire (void *conn,
                             leaselock_error_t *err)
 {
    bool reserved;
-   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, err);
+   int64_t left;
+   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
+                         err);
 }
 
 static bool sqlite_acquire_wait (void *conn,
@@ -598,10 +604,11 @@ static bool sqlite_acquire_wait (void *conn,
                                  int64_t waited_ms,
                                  int64_t *fence,
                                  bool *reserved,
+                                 int64_t *left_ms,
                                  leaselock_error_t *err)
 {
    return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                         reserved, err);
+                         reserved, left_ms, err);
 }
 
 /* Runs an UPDATE bound with key, owner and a duration; *changed tells

@@ -1257,6 +1257,7 @@ typedef struct waiter
    bool reserved;          /* the last try left it the key's next owner */
    bool behind;            /* the last try found another live waiter next */
    int64_t reserved_since; /* local ms when it became next */
+   int64_t runs_out;       /* while next: local ms by which the record runs out, -1 unknown */
    bool fair;              /* it keeps a place in the key's queue (fair mode) */
    bool queued;            /* its queue entry may be live */
    int64_t ahead;          /* live entries queued before its own at the last try */
@@ -1299,9 +1300,13 @@ static bool take_or_claim (leaselock_client_t *c,
       return b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
    int64_t waited = w->since < 0 ? 0 : now - w->since;
    bool was = w->reserved, ok;
+   int64_t left = -1;
    ok = b->acquire_wait (conn, l->key, l->key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
-                         &l->fence, &w->reserved, err);
+                         &l->fence, &w->reserved, &left, err);
    w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
+   /* now was read before the statement, which read the database clock
+    * after it: now + left is at or before the record's end. */
+   w->runs_out = w->reserved && left > 0 ? now + left + 1 : -1;
    w->behind = !ok && err->code == LEASELOCK_BUSY && !w->reserved;
    if (w->reserved && !was)
       w->reserved_since = now;
@@ -1732,6 +1737,11 @@ static bool wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t 
       sleep = QUEUE_KEEP_MS / 4; /* tries often enough to keep its place */
    if (atomic_load (&ll_test_wait_poll_ms) > 0)
       sleep = atomic_load (&ll_test_wait_poll_ms);
+   /* The next owner never sleeps past the record's known end: nothing
+    * tells it when a dead holder's lease, or a released lease's min_hold,
+    * runs out. */
+   if (w->reserved && w->runs_out > 0 && now + sleep > w->runs_out)
+      sleep = w->runs_out > now ? w->runs_out - now : 1;
    int64_t until = now + sleep;
    if (!forever && until > a->until)
       until = a->until;
@@ -1834,6 +1844,7 @@ static bool call_init (acquire_call_t *a,
    a->start = ll_now_ms ();
    a->until = a->start + opts->timeout_ms;
    a->w.since = -1;
+   a->w.runs_out = -1;
    /* A blocking acquire is a waiter from its first try: it claims to be
     * next as soon as it finds the key busy. */
    a->w.waits = opts->timeout_ms != 0;

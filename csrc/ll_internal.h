@@ -420,8 +420,12 @@ typedef struct ll_backend
     * waiter polling gets it. A reserved record can be taken by its next
     * owner alone, so a holder that releases cannot take it back before
     * the waiter. *reserved: whether owner holds the reservation after the
-    * call (false on success). As few round trips as the database allows
-    * (one where it can update conditionally from the old row). */
+    * call (false on success). *left_ms: when BUSY and reserved, the
+    * record's time left by the database clock (the waiter need not sleep
+    * past it: nobody renews a dead holder's record, and a release with
+    * min_hold notifies nobody when that hold ends), -1 when the backend
+    * cannot tell. As few round trips as the database allows (one where it
+    * can update conditionally from the old row). */
    bool (*acquire_wait) (void *conn,
                          const char *key,
                          size_t key_len,
@@ -432,6 +436,7 @@ typedef struct ll_backend
                          int64_t waited_ms,
                          int64_t *fence,
                          bool *reserved,
+                         int64_t *left_ms,
                          leaselock_error_t *err);
    /* Fair mode (contract invariant 9): each key has a queue of waiters,
     * judged by the database clock, kept beside the records (never in

@@ -95,8 +95,9 @@
  * (holds back to 1);
  * next_owner, which then tells whether a waiter holds the reservation,
  * next_until, next_since; fence, which reports the outcome as the insert
- * id: the new fence when taken, ~0 when the reservation is ours (fence &
- * ~0 keeps the fence), 0 (LAST_INSERT_ID(expr) not run) when neither.
+ * id: the new fence when taken, ~0 less the record's time left (us) when
+ * the reservation is ours (fence & (... | ~0) keeps the fence), 0
+ * (LAST_INSERT_ID(expr) not run) when neither.
  * Parameters: LL_MYSQL_ACQUIRE_PARAMS; reserve and waited are NULL for
  * acquire, which never reserves. */
 #define LL_MYSQL_ACQUIRE                                                                           \
@@ -116,14 +117,17 @@
    "next_since = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMED ", " LL_MYSQL_NOW                   \
    " - INTERVAL ? MICROSECOND, next_since)), "                                                     \
    "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(fence + 1), IF(" LL_MYSQL_CLAIMED                     \
-   ", fence & LAST_INSERT_ID(~0), fence))"
+   ", fence & (LAST_INSERT_ID(~0 - GREATEST(0, TIMESTAMPDIFF(MICROSECOND, " LL_MYSQL_NOW           \
+   ", expires_at))) | ~0), fence))"
 /* LL_MYSQL_ACQUIRE's parameters, one letter each, for the backend and the
  * benchmark to bind alike: k key, o owner, t ttl (us), h holder host, p
  * pid, l label, r reserve (us), w waited (us); a space between the
  * insert and each assignment. */
 #define LL_MYSQL_ACQUIRE_PARAMS "kothpl ooo ot o oh op ol o orowo oror orow oro"
-/* The insert id of an acquire that left the reservation ours. */
-#define LL_MYSQL_RESERVED_ID (~(unsigned long long)0)
+/* The insert ids of an acquire that left the reservation ours: ~0 less
+ * the record's time left in microseconds (at most 30 days, far below
+ * 2^45), which fences (one per take) never reach. */
+#define LL_MYSQL_RESERVED_MIN (~(unsigned long long)0 - (1ULL << 45))
 
 /* Parameters: ttl (us), key, owner. LAST_INSERT_ID(fence) (>= 1) runs only
  * when the row matched. */

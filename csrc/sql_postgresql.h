@@ -91,9 +91,9 @@
  * $8 waited (us; NULL for acquire). A new key is inserted; an existing
  * record is updated either as a take (owner, fence + 1, times, holder;
  * reservation cleared) or, when the take is refused and $7 is given, as a
- * claim of the reservation alone; neither: no row. Returns the fence and
- * whether a reservation is left (only a claim leaves one): no row, or a
- * reservation, means BUSY. */
+ * claim of the reservation alone; neither: no row. Returns the fence,
+ * whether a reservation is left (only a claim leaves one: no row, or a
+ * reservation, means BUSY), and the record's time left (us). */
 #define LL_POSTGRESQL_ACQUIRE                                                                      \
    "INSERT INTO \"%1$s\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "     \
    "holder_pid, holder_label) SELECT $1::text, $2::text, 1, n.t + $3::bigint * "                   \
@@ -113,7 +113,8 @@
    "next_since = " LL_POSTGRESQL_IF_TAKE "NULL ELSE " LL_POSTGRESQL_NOW " - $8::bigint * "         \
    "interval '1 microsecond' END "                                                                 \
    "WHERE " LL_POSTGRESQL_TAKE " OR " LL_POSTGRESQL_CLAIM                                          \
-   " RETURNING fence, next_owner IS NOT NULL"
+   " RETURNING fence, next_owner IS NOT NULL, "                                                    \
+   "(EXTRACT(EPOCH FROM l.expires_at - clock_timestamp()) * 1000000)::bigint"
 
 /* Parameters: $1 key, $2 owner, $3 ttl (us). One row when it was ours. */
 #define LL_POSTGRESQL_RENEW                                                                        \

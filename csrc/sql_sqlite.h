@@ -94,8 +94,9 @@
  * A new key is inserted; an existing record is updated either as a take
  * (owner, fence + 1, times, holder; reservation cleared) or, when the take
  * is refused and ?7 is given, as a claim of the reservation alone;
- * neither: no row. Returns the fence and the reservation's owner, NULL
- * unless a claim left one: no row, or a reservation, means BUSY. (Not
+ * neither: no row. Returns the fence, the reservation's owner, NULL
+ * unless a claim left one (no row, or a reservation, means BUSY), and the
+ * record's time left (ms). (Not
  * "next_owner IS NOT NULL": SQLite 3.40 answers 1 for a NULL column of a
  * WITHOUT ROWID table in RETURNING.) */
 #define LL_SQLITE_ACQUIRE                                                                          \
@@ -113,7 +114,8 @@
    " next_owner = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.owner END,"                              \
    " next_until = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at + ?7 END,"                   \
    " next_since = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at - ?8 END"                    \
-   " WHERE " LL_SQLITE_TAKE " OR " LL_SQLITE_CLAIM " RETURNING fence, next_owner"
+   " WHERE " LL_SQLITE_TAKE " OR " LL_SQLITE_CLAIM                                                 \
+   " RETURNING fence, next_owner, expires_at - " LL_SQLITE_NOW_MS
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 #define LL_SQLITE_RENEW                                                                            \

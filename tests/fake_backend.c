@@ -233,9 +233,11 @@ static bool take (const char *key,
                   int64_t waited_ms,
                   int64_t *fence,
                   bool *reserved,
+                  int64_t *left_ms,
                   leaselock_error_t *err)
 {
    *reserved = false;
+   *left_ms = -1;
    if (!enter (FAKE_ACQUIRE, key, err))
       return false;
    int64_t now = db_now ();
@@ -243,6 +245,8 @@ static bool take (const char *key,
    bool mine = r && !strcmp (r->owner, owner);
    if (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now))) {
       *reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, waited_ms, now);
+      if (*reserved && r->expires_at > now)
+         *left_ms = r->expires_at - now;
       pthread_mutex_unlock (&mu);
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    }
@@ -280,7 +284,8 @@ static bool fake_acquire (void *conn,
 {
    (void)conn;
    bool reserved;
-   return take (key, key_len, owner, ttl_ms, holder, 0, 0, fence, &reserved, err);
+   int64_t left;
+   return take (key, key_len, owner, ttl_ms, holder, 0, 0, fence, &reserved, &left, err);
 }
 
 static bool fake_acquire_wait (void *conn,
@@ -293,10 +298,12 @@ static bool fake_acquire_wait (void *conn,
                                int64_t waited_ms,
                                int64_t *fence,
                                bool *reserved,
+                               int64_t *left_ms,
                                leaselock_error_t *err)
 {
    (void)conn;
-   return take (key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence, reserved, err);
+   return take (key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence, reserved,
+                left_ms, err);
 }
 
 static bool fake_renew (void *conn,

@@ -162,11 +162,13 @@ static bool fault_acquire_wait (void *conn,
                                 int64_t waited_ms,
                                 int64_t *fence,
                                 bool *reserved,
+                                int64_t *left_ms,
                                 leaselock_error_t *err)
 {
    *reserved = false;
+   *left_ms = -1;
    FORWARD ("acquire", acquire_wait (fc->conn, key, key_len, owner, ttl_ms, holder, reserve_ms,
-                                     waited_ms, fence, reserved, err));
+                                     waited_ms, fence, reserved, left_ms, err));
 }
 
 static bool fault_renew (void *conn,

@@ -930,6 +930,47 @@ static void test_local_wake_one (void)
    leaselock_client_destroy (b);
 }
 
+/* The next owner never sleeps past the record's known end (invariant 9):
+ * with its polls put off, a waiter takes a key when the lease a holder
+ * stopped renewing runs out, and when a released lease's min_hold ends,
+ * long before its own timeout (which its sleeps would otherwise reach). */
+static void test_wait_until_known_end (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   const char *k = key ("known-end");
+   leaselock_error_t err;
+   leaselock_lease_t *la = NULL, *lb = NULL, *la2 = NULL, *lb2 = NULL;
+   CHECK_OK (acq (a, k, opts (1000, false), &la, &err), err); /* left to run out */
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.timeout_ms = 30000;
+   int64_t t0 = ll_now_ms ();
+   bool ok = acq (b, k, o, &lb, &err);
+   int64_t first = ll_now_ms () - t0;
+   leaselock_error_t first_err = err;
+   leaselock_acquire_opts_t held = opts (60000, false);
+   held.min_hold_ms = 1000;
+   bool ok2 = ok && leaselock_lease_release (lb, &err) && acq (a, k, held, &la2, &err) &&
+              leaselock_lease_release (la2, &err);
+   t0 = ll_now_ms ();
+   ok2 = ok2 && acq (b, k, o, &lb2, &err);
+   int64_t second = ll_now_ms () - t0;
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   CHECK_OK (ok, first_err);
+   CHECK_OK (ok2, err);
+   if (first >= 15000 || second >= 15000)
+      fprintf (stderr, "    waited %lld and %lld ms\n", (long long)first, (long long)second);
+   CHECK (first < 15000);
+   CHECK (second < 15000);
+   leaselock_lease_destroy (lb2);
+   leaselock_lease_destroy (la2);
+   leaselock_lease_destroy (lb);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
 /* A waiter in another process goes first (invariant 9): a holder that
  * releases and asks again at once finds the key reserved for the waiter
  * (before, its own next try always won, and waiters starved). Real
@@ -3559,6 +3600,7 @@ int main (int argc, char **argv)
    RUN (test_wait_sleep_policy);
    RUN_SLOW (test_local_handoff);
    RUN (test_local_wake_one);
+   RUN (test_wait_until_known_end);
    if (!FAKE)
       RUN_SLOW (test_waiter_goes_first);
    RUN (test_wait_interrupted);

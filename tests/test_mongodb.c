@@ -110,6 +110,10 @@ static bool acquire (void *c,
    return ok;
 }
 
+/* The record's time left the last claim reported (acquire_wait's
+ * *left_ms). */
+static int64_t last_left;
+
 static bool acquire_wait (void *c,
                           const char *k,
                           const char *owner,
@@ -121,9 +125,10 @@ static bool acquire_wait (void *c,
 {
    int64_t f = 0;
    bool r = true; /* the backend must set it */
+   last_left = -2;
    ll_error_clear (err);
-   bool ok =
-     B->acquire_wait (c, k, strlen (k), owner, 30000, &HOLDER, reserve_ms, waited_ms, &f, &r, err);
+   bool ok = B->acquire_wait (c, k, strlen (k), owner, 30000, &HOLDER, reserve_ms, waited_ms, &f,
+                              &r, &last_left, err);
    if (fence)
       *fence = f;
    *reserved = r;
@@ -446,12 +451,12 @@ static void test_command_shape_wait (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
    CHECK_EQ (n_cmds, 2);
-   CHECK (is_cmd (0, "findAndModify", false) && is_cmd (1, "update", false));
+   CHECK (is_cmd (0, "findAndModify", false) && is_cmd (1, "findAndModify", false));
    ok = acquire_wait (c, k, y, 2000, 0, NULL, &reserved, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (!reserved);
    CHECK_EQ (n_cmds, 5);
-   CHECK (is_cmd (2, "findAndModify", false) && is_cmd (3, "update", false) &&
+   CHECK (is_cmd (2, "findAndModify", false) && is_cmd (3, "findAndModify", false) &&
           is_cmd (4, "findAndModify", true));
    ok = acquire_wait (c, k2, y, 2000, 0, &fence, &reserved, &err);
    CHECK_OK (ok, err);
@@ -1750,6 +1755,34 @@ static void test_reservation_blocks_others (void)
    B->close (c);
 }
 
+/* A claim reports the record's time left by the server's clock: while the
+ * key is held (ttl 10 s), and after a release with min_hold, whose end
+ * nothing notifies. */
+static void test_reservation_reports_left (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33], w[33];
+   bool ok, reserved;
+   new_owner (a);
+   new_owner (w);
+   const char *k = key ("resv-left");
+   ok = acquire (c, k, a, 10000, NULL, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, w, 2000, 0, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK (last_left > 8000 && last_left <= 10000);
+   ok = B->release (c, k, strlen (k), a, 3000, &err);
+   CHECK_OK (ok, err);
+   ok = acquire_wait (c, k, w, 2000, 10, NULL, &reserved, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
+   CHECK (reserved);
+   CHECK (last_left > 1000 && last_left <= 3000);
+   B->close (c);
+}
+
 /* (2) A reservation past its until (by the server clock) no longer blocks;
  * acquire_wait of a free or missing key takes it in one call. */
 static void test_reservation_runs_out (void)
@@ -2268,6 +2301,7 @@ int main (int argc, char **argv)
    RUN_SLOW (test_server_down_and_back);
    RUN (test_no_password_in_operation_errors);
    RUN (test_reservation_blocks_others);
+   RUN (test_reservation_reports_left);
    RUN_SLOW (test_reservation_runs_out);
    RUN (test_reservation_oldest_waiter);
    RUN (test_plain_acquire_never_reserves);

@@ -506,6 +506,10 @@ static char rsv_take (void *conn, const char *k, const char *owner, int64_t ttl_
    return 'E';
 }
 
+/* The record's time left the last claim reported (acquire_wait's
+ * *left_ms). */
+static int64_t rsv_left;
+
 /* acquire_wait (ttl 10 s): 'T' took, 'R' busy and owner is next, 'B' busy
  * and not next, '?' took but says reserved, 'E' another error. */
 static char rsv_wait (void *conn,
@@ -518,8 +522,9 @@ static char rsv_wait (void *conn,
    leaselock_error_t err;
    int64_t f = 0;
    bool reserved = true;
+   rsv_left = -2;
    bool ok = B->acquire_wait (conn, k, strlen (k), owner, 10000, &holder, reserve_ms, waited_ms, &f,
-                              &reserved, &err);
+                              &reserved, &rsv_left, &err);
    if (ok && fence)
       *fence = f;
    if (ok)
@@ -579,9 +584,29 @@ static void rsv_blocks_others (void *c)
    CHECK (rsv_release (c, "k", RSV_X));
 }
 
+/* A claim reports the record's time left by the database clock, so the
+ * next owner sleeps no longer than that: while the key is held (ttl 10 s),
+ * and after a release with min_hold, whose end nothing notifies. */
+static void rsv_reports_left (void *c)
+{
+   leaselock_error_t err;
+   CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'T');
+   CHECK_EQ (rsv_wait (c, "k", RSV_W, 2000, 0, NULL), 'R');
+   CHECK (rsv_left > 8000 && rsv_left <= 10000);
+   CHECK (B->release (c, "k", 1, RSV_H, 3000, &err));
+   CHECK_EQ (rsv_wait (c, "k", RSV_W, 2000, 0, NULL), 'R');
+   CHECK (rsv_left > 1000 && rsv_left <= 3000);
+   CHECK_EQ (rsv_wait (c, "k", RSV_X, 2000, 0, NULL), 'B');
+}
+
 static void test_reservation_blocks_others (void)
 {
    rsv_run_new (rsv_blocks_others);
+}
+
+static void test_reservation_reports_left (void)
+{
+   rsv_run_new (rsv_reports_left);
 }
 
 /* A reservation past its until (by the database clock) blocks no more:
@@ -1293,6 +1318,7 @@ int main (int argc, char **argv)
    RUN (test_prefix_no_wildcards);
    RUN (test_ops_by_sqlite_clock);
    RUN (test_reservation_blocks_others);
+   RUN (test_reservation_reports_left);
    RUN_SLOW (test_reservation_runs_out);
    RUN (test_reservation_older_waiter_wins);
    RUN (test_plain_acquire_never_reserves);
