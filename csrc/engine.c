@@ -53,6 +53,13 @@
  * key for 1 ms each above 0.8 of the ideal throughput (make
  * bench-contention), with waits of about that long at worst. */
 #define BEHIND_POLL_MS 150
+/* A blocking acquire that this process begins within REJOIN_MS of its own
+ * release of the key (a worker's loop) goes to the back: its first try
+ * only takes the key, and when it is busy the call waits as one behind
+ * another, claiming at its next poll. Else it would claim the reservation
+ * the moment the waiter it handed the key to took it, and the two would
+ * pass the key back and forth while the others wait. */
+#define REJOIN_MS 10
 #define NEXT_POLL_MAX_MS 50
 #define RESERVE_MS 200
 /* Fair mode: a waiter's queue entry lasts QUEUE_KEEP_MS past each try (so
@@ -178,6 +185,8 @@ typedef struct bucket
    pthread_mutex_t mu;
    pthread_cond_t cond;
    local_waiter_t *waiters; /* this process's blocking acquires of its keys */
+   uint32_t released_hash;  /* the key this process released last here (key_hash) */
+   int64_t released_at;     /* and when (local ms; 0: none) */
 } bucket_t;
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -255,12 +264,17 @@ static void init_once (void)
    pthread_atfork (fork_prepare, fork_parent, fork_child);
 }
 
-static bucket_t *bucket_for (const char *key, size_t len)
+static uint32_t key_hash (const char *key, size_t len)
 {
    uint32_t h = 2166136261u; /* FNV-1a */
    for (size_t i = 0; i < len; i++)
       h = (h ^ (unsigned char)key[i]) * 16777619u;
-   return &buckets[h % N_BUCKETS];
+   return h;
+}
+
+static bucket_t *bucket_for (const char *key, size_t len)
+{
+   return &buckets[key_hash (key, len) % N_BUCKETS];
 }
 
 static void bucket_join (bucket_t *b, local_waiter_t *e)
@@ -297,6 +311,8 @@ static void bucket_wake (const char *key, size_t len)
 {
    bucket_t *b = bucket_for (key, len);
    pthread_mutex_lock (&b->mu);
+   b->released_hash = key_hash (key, len);
+   b->released_at = ll_now_ms ();
    local_waiter_t *pick = NULL;
    for (local_waiter_t *e = b->waiters; e; e = e->next) {
       if (e->key_len != len || memcmp (e->key, key, len) != 0)
@@ -1258,6 +1274,7 @@ typedef struct waiter
    bool behind;            /* the last try found another live waiter next */
    int64_t reserved_since; /* local ms when it became next */
    int64_t runs_out;       /* while next: local ms by which the record runs out, -1 unknown */
+   bool rejoins;           /* begun just after this process released the key (REJOIN_MS) */
    bool fair;              /* it keeps a place in the key's queue (fair mode) */
    bool queued;            /* its queue entry may be live */
    int64_t ahead;          /* live entries queued before its own at the last try */
@@ -1294,10 +1311,15 @@ static bool take_or_claim (leaselock_client_t *c,
    const ll_backend_t *b = c->backend;
    int64_t now = ll_now_ms ();
    int64_t reserve_ms = w && w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
+   bool rejoin = w && w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
    if (w)
       w->behind = false;
-   if (reserve_ms <= 0 || !b->acquire_wait)
-      return b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
+   if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
+      bool ok = b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
+      if (rejoin && !ok && err->code == LEASELOCK_BUSY)
+         w->behind = true;
+      return ok;
+   }
    int64_t waited = w->since < 0 ? 0 : now - w->since;
    bool was = w->reserved, ok;
    int64_t left = -1;
@@ -1851,6 +1873,11 @@ static bool call_init (acquire_call_t *a,
    a->w.until = opts->timeout_ms < 0 ? -1 : a->until;
    a->w.fair = opts->fair;
    a->b = bucket_for (key, key_len);
+   pthread_mutex_lock (&a->b->mu);
+   a->w.rejoins = !opts->fair && a->b->released_at > 0 &&
+                  a->b->released_hash == key_hash (key, key_len) &&
+                  a->start - a->b->released_at <= REJOIN_MS;
+   pthread_mutex_unlock (&a->b->mu);
    return ll_owner_new (a->owner, err);
 }
 

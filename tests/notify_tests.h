@@ -80,6 +80,7 @@ static bool nt_handoff (leaselock_client_t *c, const char *uri, const char *k, u
    close (from[0]);
    char b;
    bool held = read (to[0], &b, 1) == 1;
+   sleep_ms (30); /* past REJOIN_MS since c's last release of k: it claims at once */
    leaselock_stats_t before, after;
    leaselock_client_stats (c, &before, NULL);
    nt_signal_t sig = { from[1], false };

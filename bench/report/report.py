@@ -612,8 +612,9 @@ def write(res, out_dir, path):
                  f"(CONTENTION_SECONDS={m.get('contention-seconds')}), its printed table read by "
                  f"column name (columns seen: {m.get('contention-columns', '?')}). Each worker: "
                  "blocking acquire, hold 1 ms, release; processes (one client each) and threads "
-                 "(one shared client). Useful = throughput / ideal (1 / (hold + uncontended "
-                 "pair)).\n")
+                 "(one shared client). Useful = throughput / ideal (1 / (hold + pair), the "
+                 "hold and the acquire+release pair each measured alone, uncontended, in the "
+                 "same run).\n")
         L.append(img(pics.get("contention")))
         ms = contention_metrics(res)
         rows = {}
