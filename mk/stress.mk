@@ -45,7 +45,7 @@ TEST_SUITES += history
 history-deps: $(HIST_DEPS)
 
 # Bounded: about HISTORY_SECONDS + start-up per backend.
-HISTORY_SECONDS ?= 8
+HISTORY_SECONDS ?= 6
 
 # The Makefile's format check covers tests/*.c: this suite checks its own C.
 test-history: $(HIST_DEPS)
