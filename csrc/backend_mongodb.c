@@ -810,7 +810,7 @@ static bool ll_mongo_claim (ll_mongo_conn_t *conn,
    }
    if (all) {
       int64_t end = t[0] + t[1] > t[2] + t[3] ? t[0] + t[1] : t[2] + t[3];
-      *left_ms = end > t[4] ? end - t[4] : -1;
+      *left_ms = end > t[4] ? end - t[4] : 0;
    }
    if (doc)
       bson_destroy (doc);

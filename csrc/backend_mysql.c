@@ -639,8 +639,8 @@ static bool acquire_stmt (my_conn_t *c,
    MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
    my_ulonglong id = mysql_stmt_insert_id (st);
    *reserved = id >= LL_MYSQL_RESERVED_MIN;
-   if (*reserved && id != ~(my_ulonglong)0)
-      *left_ms = (int64_t)((~(my_ulonglong)0 - id) / 1000);
+   if (*reserved) /* rounded up: a part of a millisecond is still left */
+      *left_ms = (int64_t)((~(my_ulonglong)0 - id + 999) / 1000);
    if (id == 0 || *reserved || mysql_stmt_affected_rows (st) == 0)
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    *fence = (int64_t)id;

@@ -632,7 +632,7 @@ static bool take_or_claim (pg_conn_t *c,
    bool ok = PQntuples (res) == 1 && !*reserved;
    if (*reserved) {
       int64_t us = strtoll (PQgetvalue (res, 0, 2), NULL, 10);
-      *left_ms = us > 0 ? us / 1000 : -1;
+      *left_ms = us > 0 ? (us + 999) / 1000 : 0; /* rounded up */
    }
    if (ok)
       *fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);

@@ -572,7 +572,7 @@ static bool take_or_claim (sqlite_conn_t *c,
       ok = true;
    } else {
       *reserved = claimed;
-      *left_ms = claimed && left > 0 ? left : -1;
+      *left_ms = claimed ? (left > 0 ? left : 0) : -1;
       ll_error_set (err, LEASELOCK_BUSY, "the lock is held by another owner");
    }
    sqlite3_reset (st);

@@ -1328,7 +1328,7 @@ static bool take_or_claim (leaselock_client_t *c,
    w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
    /* now was read before the statement, which read the database clock
     * after it: now + left is at or before the record's end. */
-   w->runs_out = w->reserved && left > 0 ? now + left + 1 : -1;
+   w->runs_out = w->reserved && left >= 0 ? now + left + 1 : -1;
    w->behind = !ok && err->code == LEASELOCK_BUSY && !w->reserved;
    if (w->reserved && !was)
       w->reserved_since = now;

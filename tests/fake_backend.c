@@ -245,8 +245,8 @@ static bool take (const char *key,
    bool mine = r && !strcmp (r->owner, owner);
    if (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now))) {
       *reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, waited_ms, now);
-      if (*reserved && r->expires_at > now)
-         *left_ms = r->expires_at - now;
+      if (*reserved)
+         *left_ms = r->expires_at > now ? r->expires_at - now : 0;
       pthread_mutex_unlock (&mu);
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    }
