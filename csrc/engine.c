@@ -1872,12 +1872,14 @@ static bool call_init (acquire_call_t *a,
    a->w.waits = opts->timeout_ms != 0;
    a->w.until = opts->timeout_ms < 0 ? -1 : a->until;
    a->w.fair = opts->fair;
-   a->b = bucket_for (key, key_len);
-   pthread_mutex_lock (&a->b->mu);
-   a->w.rejoins = !opts->fair && a->b->released_at > 0 &&
-                  a->b->released_hash == key_hash (key, key_len) &&
-                  a->start - a->b->released_at <= REJOIN_MS;
-   pthread_mutex_unlock (&a->b->mu);
+   uint32_t h = key_hash (key, key_len);
+   a->b = &buckets[h % N_BUCKETS];
+   if (a->w.waits && !opts->fair) { /* only a blocking acquire claims: REJOIN_MS */
+      pthread_mutex_lock (&a->b->mu);
+      a->w.rejoins = a->b->released_at > 0 && a->b->released_hash == h &&
+                     a->start - a->b->released_at <= REJOIN_MS;
+      pthread_mutex_unlock (&a->b->mu);
+   }
    return ll_owner_new (a->owner, err);
 }
 
