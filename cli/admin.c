@@ -7,17 +7,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-leaselock_client_t *open_client (const char *uri, const char *label, int *status)
-{
-   leaselock_error_t err;
-   leaselock_client_t *client = leaselock_client_new (uri, label, &err);
-   if (!client)
-      *status = fail ("cannot open the lock database", &err);
-   else if (verbose)
-      leaselock_client_set_log (client, LEASELOCK_LOG_DEBUG, print_log_event, NULL);
-   return client;
-}
-
 /* ---- status ----------------------------------------------------------- */
 
 /* One field a line, for a record that was found. */

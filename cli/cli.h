@@ -2,11 +2,14 @@
  * cli.h - what the files of the leaselock command line tool share. The tool
  * uses the public API (leaselock.h) only.
  *
- *   main.c       usage, help, dispatch to the commands
- *   options.c    options, durations, the arguments of each command
+ *   main.c       the options before the command, dispatch to the commands
+ *   help.c       the usage and help text (--help)
  *   output.c     messages, exit statuses of failed calls, durations, text, JSON
+ *   options.c    options, durations, the arguments of each command
+ *   client.c     opening a client (every command)
  *   admin.c      status, list, release --force, prune
  *   run.c        run: signals, acquire, exit status (and its design note)
+ *   reenter.c    run --reentrant inside a run of the same KEY
  *   spawn.c      run: starting the command
  *   watchdog.c   run: the watchdog process and its CLOCK_BOOTTIME timer
  *   supervise.c  run: while the command runs
@@ -53,7 +56,7 @@ enum
 #define PRINTF_LIKE
 #endif
 
-/* ---- main.c ----------------------------------------------------------- */
+/* ---- help.c ----------------------------------------------------------- */
 
 /* Prints the usage and the help on stdout; returns 0. */
 int print_help (void);
@@ -133,10 +136,14 @@ int parse_prune_args (int argc, char **argv, prune_args_t *a);
 int parse_run (const char *uri, int argc, char **argv, run_opts_t *o);
 int64_t kill_margin_ms (int64_t ttl_ms);
 
+/* ---- client.c --------------------------------------------------------- */
+
+/* A new client for the caller to destroy (its log on stderr under
+ * --verbose), or NULL with the message printed and *status set. */
+leaselock_client_t *open_client (const char *uri, const char *label, int *status);
+
 /* ---- admin.c ---------------------------------------------------------- */
 
-/* A new client for the caller to destroy, or NULL with *status set. */
-leaselock_client_t *open_client (const char *uri, const char *label, int *status);
 int cmd_status (const char *uri, int argc, char **argv);
 int cmd_list (const char *uri, int argc, char **argv);
 int cmd_release (const char *uri, int argc, char **argv);
@@ -145,12 +152,6 @@ int cmd_prune (const char *uri, int argc, char **argv);
 /* ---- run.c ------------------------------------------------------------ */
 
 int cmd_run (const char *uri, int argc, char **argv);
-/* run --reentrant inside a command that a run of the same KEY supervises
- * (reenter.c): true when it ran CMD under one more hold of that lease
- * (*status: run's exit status); false when this is no such run (none
- * around, another key, or that lease is not held on this database), and a
- * run of its own follows. */
-bool run_reentered (const run_opts_t *o, int *status);
 
 /* The signals run waits for, and the loss pipe: descriptors that
  * signals_close (run.c) closes. */
@@ -179,6 +180,15 @@ static inline void close_fd (int *fd)
       close (*fd);
    *fd = -1;
 }
+
+/* ---- reenter.c -------------------------------------------------------- */
+
+/* run --reentrant inside a command that a run of the same KEY supervises:
+ * true when it ran CMD under one more hold of that lease (*status: run's
+ * exit status); false when this is no such run (none around, another key,
+ * or that lease is not held on this database), and a run of its own
+ * follows. */
+bool run_reentered (const run_opts_t *o, int *status);
 
 /* ---- spawn.c ---------------------------------------------------------- */
 

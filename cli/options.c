@@ -75,59 +75,76 @@ bool is_help (const char *a)
    return !strcmp (a, "--help") || !strcmp (a, "-h");
 }
 
-/* Parses the arguments of status, list and release into a (a->uri holds the
- * default): --help, --uri, one boolean option FLAG (sets a->flag) and at most
- * one positional argument (a->arg; TAKES ends the error for a second one,
- * e.g. "status takes one KEY"). Returns PARSED when all were read, else the
- * exit status the subcommand returns at once (0 after --help, EXIT_USAGE on
- * an error). */
-int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a)
+/* The one option status, list, release and prune each take besides --help
+ * and --uri: a boolean FLAG (sets *flag) or a duration (--name VALUE, 0 to
+ * 30d, into *ms). Points to the caller's result. */
+typedef struct admin_opt
+{
+   const char *name;
+   bool *flag;  /* a boolean option, or NULL */
+   int64_t *ms; /* else a duration option */
+} admin_opt_t;
+
+/* Reads opt at argv[*i]: 1 read, 0 another argument, -1 error (message
+ * printed). */
+static int admin_option (int argc, char **argv, int *i, const admin_opt_t *opt)
+{
+   const char *v;
+   int r;
+   if (opt->flag) {
+      r = !strcmp (argv[*i], opt->name);
+      *opt->flag |= r;
+      return r;
+   }
+   if ((r = opt_value (argc, argv, i, opt->name, &v)) == 0)
+      return 0;
+   return r < 0 || !parse_ms (opt->name, v, 0, LEASELOCK_TTL_MAX_MS, opt->ms) ? -1 : 1;
+}
+
+/* The loop of status, list, release and prune: --help, --uri (into *uri,
+ * which holds the default), opt and at most one positional argument (into
+ * *arg; TAKES ends the error for a second one, e.g. "status takes one
+ * KEY"). Returns PARSED when all were read, else the exit status the
+ * subcommand returns at once (0 after --help, EXIT_USAGE on an error). */
+static int parse_admin_loop (int argc,
+                             char **argv,
+                             const admin_opt_t *opt,
+                             const char *takes,
+                             const char **uri,
+                             const char **arg)
 {
    for (int i = 0; i < argc; i++) {
-      int r;
       if (is_help (argv[i]))
          return print_help ();
-      if ((r = opt_uri (argc, argv, &i, &a->uri)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-      } else if (!strcmp (argv[i], flag)) {
-         a->flag = true;
-      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      int r = opt_uri (argc, argv, &i, uri);
+      if (r == 0)
+         r = admin_option (argc, argv, &i, opt);
+      if (r < 0)
+         return EXIT_USAGE;
+      if (r > 0)
+         continue;
+      if (argv[i][0] == '-' && argv[i][1] != '\0')
          return usage_error ("unknown option %s", argv[i]);
-      } else if (!a->arg) {
-         a->arg = argv[i];
-      } else {
+      if (*arg)
          return usage_error ("unexpected argument \"%s\" (%s)", argv[i], takes);
-      }
+      *arg = argv[i];
    }
    return PARSED;
 }
 
-/* Parses prune's arguments into a (a->uri holds the default): --help, --uri,
- * --older-than DURATION and at most one PREFIX. Returns PARSED, or the exit
- * status prune returns at once. */
+/* status, list and release: one boolean option FLAG (sets a->flag), at
+ * most one KEY or PREFIX (see parse_admin_loop). */
+int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a)
+{
+   admin_opt_t opt = { .name = flag, .flag = &a->flag };
+   return parse_admin_loop (argc, argv, &opt, takes, &a->uri, &a->arg);
+}
+
+/* prune: --older-than DURATION and at most one PREFIX. */
 int parse_prune_args (int argc, char **argv, prune_args_t *a)
 {
-   for (int i = 0; i < argc; i++) {
-      const char *v;
-      int r;
-      if (is_help (argv[i]))
-         return print_help ();
-      if ((r = opt_uri (argc, argv, &i, &a->uri)) != 0) {
-         if (r < 0)
-            return EXIT_USAGE;
-      } else if ((r = opt_value (argc, argv, &i, "--older-than", &v)) != 0) {
-         if (r < 0 || !parse_ms ("--older-than", v, 0, LEASELOCK_TTL_MAX_MS, &a->older_than_ms))
-            return EXIT_USAGE;
-      } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-         return usage_error ("unknown option %s", argv[i]);
-      } else if (!a->prefix) {
-         a->prefix = argv[i];
-      } else {
-         return usage_error ("unexpected argument \"%s\" (prune takes one PREFIX)", argv[i]);
-      }
-   }
-   return PARSED;
+   admin_opt_t opt = { .name = "--older-than", .ms = &a->older_than_ms };
+   return parse_admin_loop (argc, argv, &opt, "prune takes one PREFIX", &a->uri, &a->prefix);
 }
 
 /* An exit status for -E / --conflict-exit-code: 0 to 255, digits only.
