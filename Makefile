@@ -7,8 +7,23 @@
 #   make stress     the long torture runs (not part of make test), servers
 #                   started around them, then one table per backend
 #
-# Component rules live in mk/*.mk; each adds its suites to TEST_SUITES and
-# defines test-<suite>.
+# Component rules live in mk/*.mk. The rules of the layout:
+#
+# - Suite test-<name> is defined in mk/<name>.mk, or, for a family of
+#   suites, in mk/<family>.mk where <name> starts with <family>
+#   (python-typing in python.mk, contract-sqlite in contract.mk); a file
+#   adds its suites to TEST_SUITES (and ASAN_SUITES, STRESS_TOOLS, DEMOS,
+#   BENCH_CORE when they belong there). Files with no suite (c-tests.mk,
+#   sql.mk, bench.mk, ...) say what they hold at their top.
+# - The files are read in any order: a file may use another file's
+#   variable only where make reads it late, in a recipe, in a recursive
+#   (=) variable, or in a prerequisite written $$(VAR) (.SECONDEXPANSION,
+#   below). Targets and prerequisites may use the variables of this
+#   Makefile, set before the include, freely. `make check-mk-order`
+#   compares every rule's prerequisites read in sorted and reversed order.
+# - A new source file is listed once: the core's in csrc/SOURCES (the
+#   Makefile, setup.py and the rock read it); the CLI's, the tests' helper
+#   objects and the C that `make format` checks are found by wildcard.
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -42,12 +57,19 @@ LL_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LL_SOURCES))
 LIB_SO := $(BUILD)/libleaselock.so
 LIB_A := $(BUILD)/libleaselock.a
 
+# The lists the mk files add to (see above).
 TEST_SUITES :=
 ASAN_SUITES :=
+STRESS_TOOLS :=
 BENCH_CORE :=
 DEMOS :=
 
-.PHONY: all deps test test-suites test-asan asan-suites demo bench-core stress format format-check test-format clean
+# Benchmarks pin their client to CPU 0; bench/run.sh places the test
+# servers explicitly (other CPUs, then the client's), since whether a
+# server process shares the client's core would otherwise decide a round.
+BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
+
+.PHONY: all deps test test-suites demo bench-core stress check-mk-order clean
 all: $(LIB_SO) $(LIB_A)
 
 $(BUILD)/obj/%.o: csrc/%.c $(wildcard csrc/*.h) | $(BUILD)/obj
@@ -68,7 +90,12 @@ $(LIB_A): $(LL_OBJS)
 deps:
 	@bash tools/deps.sh
 
-include $(sort $(wildcard mk/*.mk))
+# Prerequisites written $$(VAR) are expanded again once every file is read.
+.SECONDEXPANSION:
+
+# MK_FILES is a variable so that check-mk-order can read them reversed.
+MK_FILES ?= $(sort $(wildcard mk/*.mk))
+include $(MK_FILES)
 
 # Every suite, with the test servers started once around them.
 test: deps
@@ -78,28 +105,10 @@ test: deps
 test-suites:
 	@bash tests/run-suites.sh $(TEST_SUITES)
 
-# The C suites again (ASAN_SUITES), built with AddressSanitizer and UBSan
-# into build/asan, less the tests that mostly wait (RUN_SLOW in
-# tests/testlib.h: TEST_SKIP_SLOW). It is itself one of the suites that
-# "make test" runs.
-TEST_SUITES += asan
-test-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
-	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all" asan-suites
-
-asan-suites:
-	@TEST_SKIP_SLOW=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  bash tests/run-suites.sh $(ASAN_SUITES)
-
 # Each component adds demo-<name> to DEMOS.
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@for d in $(DEMOS); do $(MAKE) --no-print-directory demo-$$d || exit 1; done
-
-# Benchmarks pin their client to CPU 0; bench/run.sh places the test
-# servers explicitly (other CPUs, then the client's), since whether a
-# server process shares the client's core would otherwise decide a round.
-BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
 
 # bench/core_<backend>.c: one program each.
 $(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(wildcard csrc/*.h) $(LIB_A) | $(BUILD)/bench
@@ -116,15 +125,10 @@ stress: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/with-servers.sh $(MAKE) --no-print-directory stress-tools
 
-# All C in the tree follows .clang-format; "make test" checks it.
-C_FILES = $(wildcard csrc/*.c csrc/*.h cli/*.c cli/*.h tests/*.c tests/*.h bench/*.c bench/*.h bench/python/*.c bench/lua/*.c python/*.c lua/*.c lua/*.h)
-TEST_SUITES += format
-
-format:
-	clang-format -i $(C_FILES)
-
-format-check test-format:
-	@clang-format --dry-run --Werror $(C_FILES) && echo "format: $(words $(C_FILES)) files follow .clang-format"
+# The mk files read in sorted, then in reversed order: every rule must have
+# the same prerequisites (tools/check_mk_order.py).
+check-mk-order:
+	@$(PYTHON) tools/check_mk_order.py "$(MAKE)"
 
 clean:
 	rm -rf build python/build

@@ -27,8 +27,8 @@ $(BENCH_VENV)/.ready: mk/bench.mk mk/python.mk
 	  $(foreach p,$(BENCH_PY_DEPS) $(PYMONGO_SPEC),'$(p)')
 	@touch $@
 
-# What the run uses, built (the names come from the other mk files, which
-# are read after this one: hence a recipe, expanded when it runs).
+# What the run uses, built (the names come from the other mk files: a
+# recipe, expanded when it runs, once every file is read).
 bench-build:
 	@$(MAKE) --no-print-directory all $(PY_BUILD)/.built $(BENCH_VENV)/.ready $(PY_BENCH_LIB) \
 	  $(CONTENTION_BENCH) $(addprefix $(BUILD)/bench/core_,$(BENCH_CORE)) \

@@ -24,8 +24,8 @@ TEST_SUITES += faults
 FAULTS_TIMEOUT ?= $$((300 + 240 * $${LEASELOCK_FAULTS_ROUNDS:-1}))
 FAULTS_PYTEST_ARGS ?=
 
-# mk/python.mk comes after this file: its variables are read when the
-# recipe runs, and python-ext builds the extension.
+# PY_LIB (mk/python.mk) is read when the recipe runs; python-ext builds
+# the extension.
 
 .PHONY: test-faults toxiproxy
 

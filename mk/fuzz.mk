@@ -20,8 +20,6 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS = $(CSTD) $(WARN) -O1 -g -fno-omit-frame-pointer -Icsrc -Itests -Itests/fuzz \
 	-Wno-unused-function $(PKG_CFLAGS)
 
-C_FILES += $(wildcard tests/fuzz/*.c tests/fuzz/*.h)
-
 .PHONY: fuzz fuzz-build test-fuzz-smoke
 
 # The core again, instrumented for coverage (fuzzer-no-link), by a make of

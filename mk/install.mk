@@ -31,7 +31,8 @@ $(LL_PC): FORCE | $(BUILD)/obj
 	  'Libs: -L$${libdir} -lleaselock' 'Libs.private: -pthread -lm' \
 	  'Cflags: -I$${includedir}' >$@
 
-install: $(LIB_SO) $(LIB_A) $(LEASELOCK_CLI) $(LL_PC)
+# The CLI's path comes from mk/cli.mk: $$ reads it once every file is read.
+install: $(LIB_SO) $(LIB_A) $$(LEASELOCK_CLI) $(LL_PC)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(PKGCONFIGDIR)
 	$(INSTALL) -m 755 $(LEASELOCK_CLI) $(DESTDIR)$(BINDIR)/leaselock
@@ -47,5 +48,5 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/leaselock.1 $(DESTDIR)$(PKGCONFIGDIR)/leaselock.pc
 
 TEST_SUITES += install
-test-install: $(LIB_SO) $(LIB_A) $(LEASELOCK_CLI)
+test-install: $(LIB_SO) $(LIB_A) $$(LEASELOCK_CLI)
 	@bash tests/test_install.sh "$(MAKE)" "$(BUILD)"

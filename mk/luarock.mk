@@ -36,7 +36,7 @@ $(LUA_ROCK_FLAGS): lua-rock-flags
 $(LL_OBJS) $(BUILD)/lua/luarocks/lleaselock.o: $(LUA_ROCK_FLAGS)
 endif
 
-$(BUILD)/lua/luarocks/lleaselock.o: $(LUA_MOD_DEPS)
+$(BUILD)/lua/luarocks/lleaselock.o: $$(LUA_MOD_DEPS)
 	@[ -n "$(LUA_INCDIR)" ] || { echo "lua-rock: LUA_INCDIR is not set (luarocks sets it)"; exit 1; }
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -I$(LUA_INCDIR) -c $< -o $@

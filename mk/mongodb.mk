@@ -10,7 +10,7 @@
 MONGODB_TEST := $(BUILD)/tests/test_mongodb
 
 # OpenSSL (a dependency of libmongoc-dev): the suite's own TLS front.
-$(MONGODB_TEST): $(BUILD)/tests/tcp_proxy.o $(BUILD)/tests/tls_proxy.o
+$(MONGODB_TEST): $(BUILD)/tests/tcp_proxy.o $(BUILD)/tests/tls_proxy.o $(BUILD)/tests/queue_cases.o
 $(MONGODB_TEST): TEST_LIBS = $(shell $(PKG_CONFIG) --libs openssl)
 
 .PHONY: test-mongodb bench-core-mongodb mongodb-server
@@ -19,9 +19,9 @@ TEST_SUITES += mongodb
 ASAN_SUITES += mongodb
 BENCH_CORE += mongodb
 
-# LeakSanitizer: libmongoc's process-wide state (mongoc_init) stays
+# SERVER_SUITE_DEPS: mk/c-tests.mk. LeakSanitizer: libmongoc's process-wide state (mongoc_init) stays
 # reachable until exit by design; nothing of ours is suppressed.
-test-mongodb: $(SERVER_SUITE_DEPS) $(if $(filter mongodb,$(LL_BACKENDS)),$(MONGODB_TEST))
+test-mongodb: $$(SERVER_SUITE_DEPS) $(if $(filter mongodb,$(LL_BACKENDS)),$(MONGODB_TEST))
 	@bash tests/server-suite.sh mongodb MONGODB_URI $(BUILD)/tests test_mongodb
 
 # MONGODB_BENCH_PAIRS acquire+release pairs per round, MONGODB_BENCH_ROUNDS

@@ -4,7 +4,7 @@
  *
  * The test links a copy of libleaselock.a whose calls to malloc, calloc,
  * realloc, strdup, strndup and free were renamed to llt_* (objcopy
- * --redefine-syms, see mk/faults_inproc.mk): only the core's own
+ * --redefine-syms, see mk/faults-inproc.mk): only the core's own
  * allocations pass here, not the test's, nor those of SQLite or libc.
  */
 #ifndef LL_ALLOC_HOOK_H

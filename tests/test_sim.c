@@ -42,7 +42,7 @@
 #include <string.h>
 #include <time.h>
 
-/* deadline.c built a second time without its margin (see mk/core.mk). */
+/* deadline.c built a second time without its margin (see mk/sim.mk). */
 void nomargin_deadline_start (ll_deadline_t *d, int64_t sent_ms, int64_t ttl_ms);
 void nomargin_deadline_renew_sent (ll_deadline_t *d, int64_t sent_ms, int64_t ttl_ms);
 void nomargin_deadline_renew_done (ll_deadline_t *d, ll_outcome_t outcome, int64_t ttl_ms);

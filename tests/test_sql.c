@@ -27,6 +27,7 @@
 #include "sql_mysql.h"
 #include "sql_postgresql.h"
 #include "testlib.h"
+#include "notify_cases.h"
 #include "queue_cases.h"
 
 #include <arpa/inet.h>
@@ -2003,10 +2004,10 @@ static void test_holder_info (void)
    leaselock_client_destroy (c);
 }
 
-/* ---- hand-off by notification (notify_tests.h) -------------------------- */
+/* ---- hand-off by notification (notify_cases.c) -------------------------- */
 
 /* The listeners' connections killed, as an admin or a failover would. */
-static void nt_break_listener (const char *uri)
+void nt_break_listener (const char *uri)
 {
    (void)uri;
    char out[32];
@@ -2017,7 +2018,7 @@ static void nt_break_listener (const char *uri)
 }
 
 /* The server's connections that listen (their last statement). */
-static int nt_listeners (void)
+int nt_listeners (void)
 {
    char out[32];
    if (IS_MYSQL || !raw_query ("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'",
@@ -2025,8 +2026,6 @@ static int nt_listeners (void)
       return -1;
    return atoi (out);
 }
-
-#include "notify_tests.h"
 
 int main (int argc, char **argv)
 {
@@ -2090,7 +2089,7 @@ int main (int argc, char **argv)
    RUN (test_failed_in_flight);
    RUN (test_stalled_server);
    RUN_SLOW (test_stalled_server_default_bound);
-   NOTIFY_TESTS ();
+   notify_cases_run ();
    RUN (test_scheme_aliases_and_socket);
    RUN (test_abandon_after_fork);
    RUN (test_bad_uris);

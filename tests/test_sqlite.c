@@ -10,6 +10,7 @@
 #include "ll_internal.h"
 #include "sql_sqlite.h"
 #include "testlib.h"
+#include "notify_cases.h"
 #include "queue_cases.h"
 
 #include <errno.h>
@@ -1272,10 +1273,10 @@ static int try_mode (const char *uri, const char *k)
    return ok ? 0 : err.code == LEASELOCK_BUSY ? 10 : 1;
 }
 
-/* ---- hand-off by notification (notify_tests.h) -------------------------- */
+/* ---- hand-off by notification (notify_cases.c) -------------------------- */
 
 /* The channel file removed: the listener breaks and makes a new one. */
-static void nt_break_listener (const char *uri)
+void nt_break_listener (const char *uri)
 {
    char wake[PATH_MAX];
    snprintf (wake, sizeof wake, "%s-wake", uri + strlen ("sqlite://"));
@@ -1285,12 +1286,10 @@ static void nt_break_listener (const char *uri)
 
 /* A listener here is an inotify watch in the client's process: the test
  * reads the client's watcher instead. */
-static int nt_listeners (void)
+int nt_listeners (void)
 {
    return -1;
 }
-
-#include "notify_tests.h"
 
 static char notify_uri[PATH_MAX + 16];
 
@@ -1345,7 +1344,7 @@ int main (int argc, char **argv)
    char notify_path[PATH_MAX];
    new_db (notify_path, sizeof notify_path, notify_uri, sizeof notify_uri);
    tl_start ("sqlite", notify_uri);
-   NOTIFY_TESTS ();
+   notify_cases_run ();
    int rc = tl_summary ("sqlite");
    if (argc <= 1 && rc == 0) {
       char cmd[600];

@@ -22,13 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static int tl_passed, tl_failed, tl_cur_failed;
+/* The counts tl_summary prints, and whether the running test failed. */
+extern int tl_passed, tl_failed, tl_cur_failed;
 
-static inline void tl_fail (const char *file, int line, const char *what)
-{
-   fprintf (stderr, "    FAIL %s:%d: %s\n", file, line, what);
-   tl_cur_failed = 1;
-}
+void tl_fail (const char *file, int line, const char *what);
 
 #define CHECK(cond)                                                                                \
    do {                                                                                            \
@@ -110,114 +107,40 @@ static inline void tl_fail (const char *file, int line, const char *what)
       RUN (fn);                                                                                    \
    } while (0)
 
-static inline double tl_seconds (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+double tl_seconds (void);
 
 /* One test's line; its time when it took a second or more (what makes a
  * suite long). */
-static inline void tl_report (const char *name, double secs)
-{
-   char took[32] = "";
-   if (secs >= 1.0)
-      snprintf (took, sizeof took, " (%.1f s)", secs);
-   if (tl_cur_failed) {
-      tl_failed++;
-      fprintf (stderr, "  not ok %s%s\n", name, took);
-   } else {
-      tl_passed++;
-      fprintf (stderr, "  ok %s%s\n", name, took);
-   }
-}
+void tl_report (const char *name, double secs);
 
-static inline int tl_summary (const char *suite)
-{
-   printf ("%s: %d passed, %d failed\n", suite, tl_passed, tl_failed);
-   return tl_failed ? 1 : 0;
-}
+int tl_summary (const char *suite);
 
 /* ---- helpers ----------------------------------------------------------- */
 
 /* The backend under test and this run's key prefix (tl_start). */
-static const char *URI __attribute__ ((unused));
-static char PFX[64] __attribute__ ((unused));
+extern const char *URI;
+extern char PFX[64];
 
 /* Sleeps ms of real time. */
-static inline void sleep_ms (int64_t ms)
-{
-   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
-   while (nanosleep (&ts, &ts) != 0) {
-   }
-}
+void sleep_ms (int64_t ms);
 
-static inline int64_t mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t mono_ms (void);
 
 /* Sets URI and PFX ("<suite>-<8 random hex digits>"), makes stdout line
  * buffered and says what runs where (the URI without its password). */
-static inline void tl_start (const char *suite, const char *uri)
-{
-   setvbuf (stdout, NULL, _IOLBF, 0);
-   URI = uri;
-   unsigned r = 0;
-   FILE *f = fopen ("/dev/urandom", "rb");
-   if (!f || fread (&r, sizeof r, 1, f) != 1)
-      r = (unsigned)getpid ();
-   if (f)
-      fclose (f);
-   snprintf (PFX, sizeof PFX, "%s-%08x", suite, r);
-   char shown[512];
-   ll_uri_redact (uri, shown, sizeof shown);
-   printf ("%s suite on %s (keys under %s/)\n", suite, shown, PFX);
-}
+void tl_start (const char *suite, const char *uri);
 
 /* PFX/name, in a ring of 8 buffers per thread. */
-static inline const char *key (const char *name)
-{
-   static _Thread_local char buf[8][300];
-   static _Thread_local int i;
-   char *b = buf[i++ % 8];
-   snprintf (b, 300, "%s/%s", PFX, name);
-   return b;
-}
+const char *key (const char *name);
 
 /* A client on URI; NULL (and why, on stderr) when it cannot be created. */
-static inline leaselock_client_t *client (const char *label)
-{
-   leaselock_error_t err;
-   leaselock_client_t *c = leaselock_client_new (URI, label, &err);
-   if (!c)
-      fprintf (stderr, "    client_new: %s %s\n", leaselock_code_name (err.code), err.message);
-   return c;
-}
+leaselock_client_t *client (const char *label);
 
 /* A connection straight to uri's backend (its table in *b), below the
  * engine; NULL (and why, on stderr) when it cannot be opened. */
-static inline void *backend_open (const char *uri, const ll_backend_t **b)
-{
-   leaselock_error_t err;
-   *b = ll_backend_for_uri (uri, &err);
-   void *conn = *b ? (*b)->open (uri, &err) : NULL;
-   if (!conn)
-      fprintf (stderr, "    open: %s %s\n", leaselock_code_name (err.code), err.message);
-   return conn;
-}
+void *backend_open (const char *uri, const ll_backend_t **b);
 
-static inline leaselock_acquire_opts_t opts (int64_t ttl_ms, bool auto_renew)
-{
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = ttl_ms;
-   o.auto_renew = auto_renew;
-   return o;
-}
+leaselock_acquire_opts_t opts (int64_t ttl_ms, bool auto_renew);
 
 /* What a list call returned: every record counts in n, the first
  * TL_LIST_MAX are kept (key NUL-terminated, its length, its fence). */
@@ -231,19 +154,6 @@ typedef struct
 } listing_t;
 
 /* A leaselock_record_cb filling the listing_t ud (NULL: counts nothing). */
-static inline bool collect (const leaselock_record_t *rec, void *ud)
-{
-   listing_t *L = ud;
-   if (!L)
-      return true;
-   if (L->n < TL_LIST_MAX) {
-      memcpy (L->keys[L->n], rec->key, rec->key_len);
-      L->keys[L->n][rec->key_len] = '\0';
-      L->lens[L->n] = rec->key_len;
-      L->fences[L->n] = rec->fence;
-   }
-   L->n++;
-   return true;
-}
+bool collect (const leaselock_record_t *rec, void *ud);
 
 #endif

@@ -70,8 +70,8 @@ static void fz_driver_passwords (const char *uri, fz_list_t *l)
       mongoc_uri_t *u = mongoc_uri_new_with_error (uri, &e);
       if (u) {
          fz_add (l, mongoc_uri_get_password (u));
-         fz_add (l, mongoc_uri_get_option_as_utf8 (u, MONGOC_URI_TLSCERTIFICATEKEYFILEPASSWORD,
-                                                   NULL));
+         fz_add (l,
+                 mongoc_uri_get_option_as_utf8 (u, MONGOC_URI_TLSCERTIFICATEKEYFILEPASSWORD, NULL));
          mongoc_uri_destroy (u);
       }
    }

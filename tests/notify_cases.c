@@ -1,23 +1,11 @@
 /*
- * notify_tests.h - hand-off by notification (watch.c), for the suites of
- * the backends that can notify (test_sqlite.c, test_sql.c on PostgreSQL).
- * Real processes: one holds a key and releases it when the other is
- * waiting; the waiter's polls are made longer than its timeout
- * (ll_test_wait_poll_ms), so only a notification can wake it in time.
- * No timing is asserted: a missing wake-up shows as a TIMEOUT.
- *
- * The including suite defines, before including it:
- *   nt_break_listener (uri)  cuts the waiting client's listener as a
- *                            failure would (the channel gone, the listener's
- *                            connection killed)
- *   nt_listeners ()          how many listeners the server sees (-1: cannot
- *                            tell), for the idle test
+ * notify_cases.c - the hand-off by notification cases (see
+ * notify_cases.h).
  */
-#ifndef LL_NOTIFY_TESTS_H
-#define LL_NOTIFY_TESTS_H
+#include "notify_cases.h"
 
-#include "testlib.h"
-
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 
 static bool nt_supported (const char *uri)
@@ -109,7 +97,7 @@ static bool nt_handoff (leaselock_client_t *c, const char *uri, const char *k, u
 
 /* A release in another process wakes the waiter at once: its polls are
  * longer than its timeout, and it sends a few statements, not dozens. */
-static void test_notify_wakes_other_process (void)
+void test_notify_wakes_other_process (void)
 {
    if (!nt_supported (URI))
       return;
@@ -130,7 +118,7 @@ static void test_notify_wakes_other_process (void)
 
 /* A lost notification only delays the waiter to its next poll, and the
  * listener comes back. */
-static void test_notify_lost_then_poll (void)
+void test_notify_lost_then_poll (void)
 {
    if (!nt_supported (URI))
       return;
@@ -162,7 +150,7 @@ static void test_notify_lost_then_poll (void)
 
 /* A forked child's waits are woken through a listener of its own (the
  * parent's is not used in the child). */
-static void test_notify_fork_child (void)
+void test_notify_fork_child (void)
 {
    if (!nt_supported (URI))
       return;
@@ -192,7 +180,7 @@ static void test_notify_fork_child (void)
 }
 
 /* A client that never waits opens no listener and starts no thread. */
-static void test_notify_idle_costs_nothing (void)
+void test_notify_idle_costs_nothing (void)
 {
    if (!nt_supported (URI))
       return;
@@ -245,7 +233,7 @@ static void *nt_waiter_main (void *arg)
 /* A release notifies only when it leaves a waiter next (a live
  * reservation): releases nobody waits for wake no process's watcher, and
  * the one a waiter is next for wakes it. */
-static void test_notify_only_when_reserved (void)
+void test_notify_only_when_reserved (void)
 {
    if (!nt_supported (URI))
       return;
@@ -293,13 +281,11 @@ static void test_notify_only_when_reserved (void)
    leaselock_client_destroy (h);
 }
 
-#define NOTIFY_TESTS()                                                                             \
-   do {                                                                                            \
-      RUN (test_notify_wakes_other_process);                                                       \
-      RUN (test_notify_lost_then_poll);                                                            \
-      RUN (test_notify_fork_child);                                                                \
-      RUN (test_notify_idle_costs_nothing);                                                        \
-      RUN (test_notify_only_when_reserved);                                                        \
-   } while (0)
-
-#endif
+void notify_cases_run (void)
+{
+   RUN (test_notify_wakes_other_process);
+   RUN (test_notify_lost_then_poll);
+   RUN (test_notify_fork_child);
+   RUN (test_notify_idle_costs_nothing);
+   RUN (test_notify_only_when_reserved);
+}

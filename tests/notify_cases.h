@@ -1,0 +1,54 @@
+/*
+ * notify_cases.h - hand-off by notification (watch.c), for the suites of
+ * the backends that can notify (test_sqlite.c, test_sql.c on PostgreSQL),
+ * which link notify_cases.c.
+ *
+ * Real processes: one holds a key and releases it when the other is
+ * waiting; the waiter's polls are made longer than its timeout
+ * (ll_test_wait_poll_ms), so only a notification can wake it in time.
+ * No timing is asserted: a missing wake-up shows as a TIMEOUT.
+ *
+ * The suite that links it defines:
+ *   nt_break_listener (uri)  cuts the waiting client's listener as a
+ *                            failure would (the channel gone, the listener's
+ *                            connection killed)
+ *   nt_listeners ()          how many listeners the server sees (-1: cannot
+ *                            tell), for the idle test
+ *
+ * Every case opens and destroys its own clients; nothing is kept between
+ * calls.
+ */
+#ifndef LL_NOTIFY_CASES_H
+#define LL_NOTIFY_CASES_H
+
+#include "testlib.h"
+
+/* Defined by the suite (see above). */
+void nt_break_listener (const char *uri);
+int nt_listeners (void);
+
+/* A release in another process wakes the waiter at once: its polls are
+ * longer than its timeout, and it sends a few statements, not dozens. */
+void test_notify_wakes_other_process (void);
+
+/* A lost notification only delays the waiter to its next poll, and the
+ * listener comes back. */
+void test_notify_lost_then_poll (void);
+
+/* A forked child's waits are woken through a listener of its own (the
+ * parent's is not used in the child). */
+void test_notify_fork_child (void);
+
+/* A client that never waits opens no listener and starts no thread. */
+void test_notify_idle_costs_nothing (void);
+
+/* A release notifies only when it leaves a waiter next (a live
+ * reservation): releases nobody waits for wake no process's watcher, and
+ * the one a waiter is next for wakes it. */
+void test_notify_only_when_reserved (void);
+
+/* RUNs the five cases above on URI (each returns at once where the backend
+ * cannot notify). */
+void notify_cases_run (void);
+
+#endif /* LL_NOTIFY_CASES_H */
