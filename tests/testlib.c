@@ -7,6 +7,7 @@
 #include "testlib.h"
 
 int tl_passed, tl_failed, tl_cur_failed;
+
 void tl_fail (const char *file, int line, const char *what)
 {
    fprintf (stderr, "    FAIL %s:%d: %s\n", file, line, what);
@@ -42,6 +43,7 @@ int tl_summary (const char *suite)
 
 const char *URI;
 char PFX[64];
+
 void sleep_ms (int64_t ms)
 {
    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };

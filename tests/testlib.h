@@ -8,6 +8,15 @@
  * A suite against a backend starts with tl_start(suite, uri): URI is then
  * the backend under test and PFX a prefix of this run's own, under which
  * key() names every key (a persistent server can be reused).
+ *
+ * testlib.c holds the shared counts and the helpers' bodies: every suite
+ * and its case files (queue_cases.c, notify_cases.c) link it, so a CHECK
+ * that fails in any of them counts for the test that runs it.
+ *
+ * Ownership: key() returns a buffer of its own (a ring of 8 per thread);
+ * client() returns a client the caller destroys, backend_open() a
+ * connection the caller closes with (*b)->close; the rest borrow what they
+ * are given for the call.
  */
 #ifndef LL_TESTLIB_H
 #define LL_TESTLIB_H
