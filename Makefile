@@ -19,8 +19,10 @@
 #   variable only where make reads it late, in a recipe, in a recursive
 #   (=) variable, or in a prerequisite written $$(VAR) (.SECONDEXPANSION,
 #   below). Targets and prerequisites may use the variables of this
-#   Makefile, set before the include, freely. `make check-mk-order`
-#   compares every rule's prerequisites read in sorted and reversed order.
+#   Makefile, set before the include, freely.
+# `make check-mk-order` checks both rules (tools/check_mk_order.py): every
+# rule's prerequisites and every variable read in sorted and in reversed
+# order, and where each suite's recipe is.
 # - A new source file is listed once: the core's in csrc/SOURCES (the
 #   Makefile, setup.py and the rock read it); the CLI's, the tests' helper
 #   objects and the C that `make format` checks are found by wildcard.
@@ -125,8 +127,7 @@ stress: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/with-servers.sh $(MAKE) --no-print-directory stress-tools
 
-# The mk files read in sorted, then in reversed order: every rule must have
-# the same prerequisites (tools/check_mk_order.py).
+# The two rules above, checked (tools/check_mk_order.py).
 check-mk-order:
 	@$(PYTHON) tools/check_mk_order.py "$(MAKE)"
 
