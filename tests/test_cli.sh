@@ -4,7 +4,7 @@
 # command is gone before the database could grant the key again, also when
 # leaselock is killed or stopped), status/list/release output, the cron
 # options (-q, -E), prune, durations that parse back, bad input, and --help
-# against the README's exit statuses and the man page (docs/leaselock.1).
+# against the exit statuses of docs/cli.md and the man page (docs/leaselock.1).
 #
 #   bash tests/test_cli.sh path/to/leaselock      (TEST_FILTER=substr runs some;
 #                                                  KEEP=1 keeps the files)
@@ -650,10 +650,10 @@ test_durations_parse_back() {
   done <"$T/printed"
 }
 
-# The exit statuses of the README's CLI table, one a line ("0", "126",
+# The exit statuses of docs/cli.md's table, one a line ("0", "126",
 # "128+N", ...).
 readme_statuses() {
-  sed -n '/^## Command line/,/^## /p' "$SRC/README.md" |
+  sed -n '/^## Exit statuses/,/^## /p' "$SRC/docs/cli.md" |
     sed -n 's/^| \([0-9][^|]*\) |.*/\1/p' |
     tr '/' '\n' | sed 's/[^0-9+N-]//g' | grep -E '^[0-9]+(\+N)?$'
 }
@@ -665,12 +665,12 @@ test_help_lists_readme_statuses() {
     n=$((n + 1))
     grep -qF -- "  $st " "$T/h" || fail "--help does not list exit status $st"
   done
-  [ "$n" -ge 10 ] || fail "read only $n statuses from the README's table"
+  [ "$n" -ge 10 ] || fail "read only $n statuses from docs/cli.md's table"
   # 70 means the same in both: what EXIT_INTERNAL covers in cli/.
   grep -A1 '^  70 ' "$T/h" | grep -q 'signal handling' || fail "--help: 70 lacks signals"
   grep -A1 '^  70 ' "$T/h" | grep -q 'cannot start CMD' || fail "--help: 70 lacks CMD"
-  grep '^| 70 ' "$SRC/README.md" | grep -q 'signal handling' || fail "README: 70 lacks signals"
-  grep '^| 70 ' "$SRC/README.md" | grep -q 'cannot start CMD' || fail "README: 70 lacks CMD"
+  grep '^| 70 ' "$SRC/docs/cli.md" | grep -q 'signal handling' || fail "docs/cli.md: 70 lacks signals"
+  grep '^| 70 ' "$SRC/docs/cli.md" | grep -q 'cannot start CMD' || fail "docs/cli.md: 70 lacks CMD"
 }
 
 # The man page (docs/leaselock.1) names every option and exit status that

@@ -155,7 +155,7 @@ def upstream_of(uri: str) -> str:
 # ---- the fenced store ----------------------------------------------------------
 
 class FencedStore:
-    """The downstream store of the README's fencing example: a file that
+    """The downstream store of the fencing example (docs/concepts.md): a file that
     keeps the largest fence it has accepted and refuses a write carrying a
     smaller one. flock makes the compare-and-write atomic across processes."""
 
