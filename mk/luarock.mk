@@ -12,6 +12,7 @@
 # the rock stops at once and says so.
 
 LUA_ROCK_MOD := $(BUILD)/lua/luarocks/leaselock.so
+$(LUA_ROCK_MOD): $(call lua_mod_objs,luarocks)
 
 .PHONY: lua-rock lua-rock-install
 
@@ -33,13 +34,15 @@ LUA_ROCK_FLAGS_TEXT := $(CFLAGS_ALL) -- $(LDLIBS_ALL)
 $(LUA_ROCK_FLAGS): lua-rock-flags
 	@mkdir -p $(@D)
 	@echo '$(LUA_ROCK_FLAGS_TEXT)' | cmp -s - $@ || echo '$(LUA_ROCK_FLAGS_TEXT)' >$@
-$(LL_OBJS) $(BUILD)/lua/luarocks/lleaselock.o: $(LUA_ROCK_FLAGS)
+$(LL_OBJS) $(call lua_mod_objs,luarocks): $(LUA_ROCK_FLAGS)
 endif
 
-$(BUILD)/lua/luarocks/lleaselock.o: $(LUA_MOD_DEPS)
+# The module's objects as mk/lua.mk builds them (every lua/*.c, the
+# chunks of lua/*.lua), with the headers of the Lua luarocks names.
+$(BUILD)/lua/luarocks/%.o: lua/%.c $(LUA_MOD_DEPS)
 	@[ -n "$(LUA_INCDIR)" ] || { echo "lua-rock: LUA_INCDIR is not set (luarocks sets it)"; exit 1; }
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -I$(LUA_INCDIR) -c $< -o $@
+	$(CC) $(LUA_MOD_CFLAGS) -I$(LUA_INCDIR) -c $< -o $@
 
 lua-rock: $(LUA_ROCK_MOD)
 	@echo "lua-rock: backends compiled in: $(LL_BACKENDS)"
