@@ -43,8 +43,10 @@ lua_mod_objs = $(addprefix $(BUILD)/lua/$(1)/,$(notdir $(LUA_MOD_SRCS:.c=.o)))
 # chunk is the file byte for byte and its line numbers are the file's.
 LUA_CHUNKS := $(sort $(wildcard lua/*.lua))
 LUA_CHUNKS_H := $(BUILD)/lua/gen/ll_lua_chunks.h
-LUA_MOD_DEPS := $(wildcard lua/*.h) csrc/leaselock.h $(LUA_CHUNKS_H)
+LUA_MOD_DEPS := $(wildcard lua/*.h) csrc/leaselock.h
 LUA_MOD_CFLAGS = $(CFLAGS_ALL) -I$(BUILD)/lua/gen
+# lleaselock.c is the one object that includes the chunks.
+$(foreach b,5.4 jit luarocks,$(BUILD)/lua/$(b)/lleaselock.o): $(LUA_CHUNKS_H)
 
 $(LUA_CHUNKS_H): $(LUA_CHUNKS) mk/lua.mk
 	@mkdir -p $(@D)
