@@ -73,7 +73,7 @@ typedef struct
 
 /* The last renewal failure of a lease, written by ll_lua_rf_hook on the
  * renewal thread, read on the Lua thread through ll_lua_rf_take. mu
- * guards the rest. */
+ * guards the rest and stays first (logq.c allocates it so). */
 typedef struct
 {
    pthread_mutex_t mu;

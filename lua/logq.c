@@ -14,6 +14,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Both records below start with their mutex, which guards the rest: one
+ * allocation (zeroed, the mutex ready) and one free for the two. */
+static void *guarded_new (size_t size)
+{
+   pthread_mutex_t *mu = calloc (1, size);
+   if (mu) {
+      pthread_mutex_init (mu, NULL);
+   }
+   return mu;
+}
+
+/* mu: the first member of a record from guarded_new, or NULL. */
+static void guarded_free (pthread_mutex_t *mu)
+{
+   if (mu) {
+      pthread_mutex_destroy (mu);
+      free (mu);
+   }
+}
+
+/* ---- the log queue (client:set_log) -------------------------------- */
+
 /* One log event, copied by the core's hook. event and code are static. */
 typedef struct
 {
@@ -38,21 +60,16 @@ struct ll_lua_log
    ll_lua_event_t ev[LOG_QUEUE_MAX];
 };
 
+_Static_assert(offsetof (ll_lua_log_t, mu) == 0, "guarded_new: the mutex comes first");
+
 ll_lua_log_t *ll_lua_log_new (void)
 {
-   ll_lua_log_t *q = calloc (1, sizeof *q);
-   if (q) {
-      pthread_mutex_init (&q->mu, NULL);
-   }
-   return q;
+   return guarded_new (sizeof (ll_lua_log_t));
 }
 
 void ll_lua_log_free (ll_lua_log_t *q)
 {
-   if (q) {
-      pthread_mutex_destroy (&q->mu);
-      free (q);
-   }
+   guarded_free (q ? &q->mu : NULL);
 }
 
 /* The core's log hook (any thread): queues a copy of the event. */
@@ -144,6 +161,22 @@ void ll_lua_drain_from (lua_State *L, int idx)
    lua_pop (L, 2);
 }
 
+/* ---- a lease's last renewal failure (on_renew_failed) -------------- */
+
+/* A new record of renewal failures (owned by the caller), or NULL when out
+ * of memory. */
+_Static_assert(offsetof (ll_lua_renew_failed_t, mu) == 0, "guarded_new: the mutex comes first");
+
+ll_lua_renew_failed_t *ll_lua_rf_new (void)
+{
+   return guarded_new (sizeof (ll_lua_renew_failed_t));
+}
+
+void ll_lua_rf_free (ll_lua_renew_failed_t *rf)
+{
+   guarded_free (rf ? &rf->mu : NULL);
+}
+
 /* on_renew_failed's C half (renewal thread): records the failure. */
 void ll_lua_rf_hook (leaselock_lease_t *lease,
                      const leaselock_error_t *err,
@@ -158,25 +191,6 @@ void ll_lua_rf_hook (leaselock_lease_t *lease,
    rf->remaining_ms = remaining_ms;
    snprintf (rf->message, sizeof rf->message, "%s", err->message);
    pthread_mutex_unlock (&rf->mu);
-}
-
-void ll_lua_rf_free (ll_lua_renew_failed_t *rf)
-{
-   if (rf) {
-      pthread_mutex_destroy (&rf->mu);
-      free (rf);
-   }
-}
-
-/* A new record of renewal failures (owned by the caller), or NULL when out
- * of memory. */
-ll_lua_renew_failed_t *ll_lua_rf_new (void)
-{
-   ll_lua_renew_failed_t *rf = calloc (1, sizeof *rf);
-   if (rf) {
-      pthread_mutex_init (&rf->mu, NULL);
-   }
-   return rf;
 }
 
 void ll_lua_rf_take (ll_lua_renew_failed_t *rf, ll_lua_renew_failed_t *got)
