@@ -4,6 +4,8 @@
 #
 #   make lua-rock LUA_INCDIR=DIR              luarocks' build step
 #   make lua-rock-install INST_LIBDIR=DIR     its install step
+#   make test-luarock    `luarocks make` into a local tree, then a smoke run,
+#                        for Lua 5.4 and for LuaJIT
 #
 # Backends as everywhere (tools/backends.sh): SQLite always, MongoDB,
 # MySQL/MariaDB and PostgreSQL when pkg-config finds their client library;
@@ -12,6 +14,10 @@
 # the rock stops at once and says so.
 
 LUA_ROCK_MOD := $(BUILD)/lua/luarocks/leaselock.so
+# Every lua/*.c, as mk/lua.mk builds the module (a name of this file's own:
+# targets expand at once, whatever order the mk files are read in).
+LUA_ROCK_OBJS := $(patsubst lua/%.c,$(BUILD)/lua/luarocks/%.o,$(wildcard lua/*.c))
+$(LUA_ROCK_MOD): $(LUA_ROCK_OBJS)
 
 .PHONY: lua-rock lua-rock-install
 
@@ -33,13 +39,15 @@ LUA_ROCK_FLAGS_TEXT := $(CFLAGS_ALL) -- $(LDLIBS_ALL)
 $(LUA_ROCK_FLAGS): lua-rock-flags
 	@mkdir -p $(@D)
 	@echo '$(LUA_ROCK_FLAGS_TEXT)' | cmp -s - $@ || echo '$(LUA_ROCK_FLAGS_TEXT)' >$@
-$(LL_OBJS) $(BUILD)/lua/luarocks/lleaselock.o: $(LUA_ROCK_FLAGS)
+$(LL_OBJS) $(LUA_ROCK_OBJS): $(LUA_ROCK_FLAGS)
 endif
 
-$(BUILD)/lua/luarocks/lleaselock.o: $$(LUA_MOD_DEPS)
+# The module's objects as mk/lua.mk builds them (every lua/*.c, the
+# chunks of lua/*.lua), with the headers of the Lua luarocks names.
+$(BUILD)/lua/luarocks/%.o: lua/%.c $$(LUA_MOD_DEPS)
 	@[ -n "$(LUA_INCDIR)" ] || { echo "lua-rock: LUA_INCDIR is not set (luarocks sets it)"; exit 1; }
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ALL) -I$(LUA_INCDIR) -c $< -o $@
+	$(CC) $(LUA_MOD_CFLAGS) -I$(LUA_INCDIR) -c $< -o $@
 
 lua-rock: $(LUA_ROCK_MOD)
 	@echo "lua-rock: backends compiled in: $(LL_BACKENDS)"
@@ -48,3 +56,31 @@ lua-rock-install: $(LUA_ROCK_MOD)
 	@[ -n "$(INST_LIBDIR)" ] || { echo "lua-rock-install: INST_LIBDIR is not set (luarocks sets it)"; exit 1; }
 	install -d '$(INST_LIBDIR)'
 	install -m 755 $< '$(INST_LIBDIR)/leaselock.so'
+
+TEST_SUITES += luarock
+.PHONY: test-luarock
+
+# The rock builds through the Makefile (mk/luarock.mk) into build/ of the
+# tree it is given, so each rock is built from a copy of the tree it needs,
+# into a local tree: once
+# for Lua 5.4, once for LuaJIT. luarocks has no LuaJIT configuration of its
+# own here: the 5.1 one (Debian's /etc/luarocks/config-5.1.lua) builds it,
+# with LUA_INCDIR pointed at luajit2's headers instead of PUC Lua 5.1's.
+LUAROCKS ?= luarocks
+LUA_ROCK_DIR := $(abspath $(BUILD))/lua/rock
+LUAJIT_INCDIR ?= $(patsubst -I%,%,$(filter -I%,$(LUAJIT_INC)))
+test-luarock:
+	@rm -rf $(LUA_ROCK_DIR) && mkdir -p $(LUA_ROCK_DIR)/src-5.4 $(LUA_ROCK_DIR)/src-jit
+	@cp -r Makefile mk tools lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-5.4/
+	@cp -r Makefile mk tools lua csrc leaselock-*.rockspec $(LUA_ROCK_DIR)/src-jit/
+	@cd $(LUA_ROCK_DIR)/src-5.4 && $(LUAROCKS) --lua-version 5.4 make \
+	  --tree $(LUA_ROCK_DIR)/tree-5.4 leaselock-scm-1.rockspec >build.log 2>&1 \
+	  || { cat build.log; exit 1; }
+	@cd $(LUA_ROCK_DIR)/src-jit && $(LUAROCKS) --lua-version 5.1 make \
+	  --tree $(LUA_ROCK_DIR)/tree-jit leaselock-scm-1.rockspec \
+	  LUA_INCDIR='$(LUAJIT_INCDIR)' >build.log 2>&1 || { cat build.log; exit 1; }
+	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-5.4/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
+	  'sqlite://$(LUA_ROCK_DIR)/rock-5.4.db'
+	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-jit/lib/lua/5.1/?.so' $(LUAJIT) tests/lua/rock_smoke.lua \
+	  'sqlite://$(LUA_ROCK_DIR)/rock-jit.db'
+	@echo "2 passed, 0 failed"

@@ -23,9 +23,6 @@ IGNORED = {"MK_FILES", "MAKEFILE_LIST", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES",
 VAR = re.compile(r"^([^\s:=#]+) (:=|=|::=|\?=|\+=) ?(.*)$")
 RULE = re.compile(r"^([^#\s=][^=]*?)::? ?(.*)$")
 FROM = re.compile(r"^#  recipe to execute \(from '([^']+)', line \d+\):")
-# Suites waiting to move to a file of their name (issue 27: mk/lua.mk's
-# owner moves them); none may be added.
-PENDING = {"openresty", "luarock"}
 
 
 def database(make, mk_files):
@@ -62,7 +59,7 @@ def misplaced_suites(suites, recipe_file, files):
         prefixes = [x for x in names if suite.startswith(x)]
         want = "mk/%s.mk" % max(prefixes, key=len) if prefixes else "mk/%s.mk" % suite
         got = recipe_file.get("test-" + suite, "(none)")
-        if got != want and suite not in PENDING:
+        if got != want:
             n += 1
             print(f"suite {suite}: its recipe is in {got}, not in {want}")
     return n
@@ -89,8 +86,7 @@ def main():
           f"compared, {bad} differ")
     suites = vars_a.get("TEST_SUITES", frozenset())
     misplaced = misplaced_suites(suites, recipe_file, files)
-    print(f"mk names: {len(suites)} suites, {misplaced} not in their file"
-          f" ({len(PENDING)} waiting to move: {' '.join(sorted(PENDING))})")
+    print(f"mk names: {len(suites)} suites, {misplaced} not in their file")
     return 1 if bad or misplaced or not rules_a or not suites else 0
 
 

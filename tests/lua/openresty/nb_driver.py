@@ -20,7 +20,7 @@ trying, the pings would starve. Then also:
 - bad arguments raise under nginx with the expected messages;
 - a request that ends while its try runs in a pool thread leaves a parked
   lease that nobody adopts: the key is held, still held when the lease
-  is nearly PARKED_AGE old (lleaselock.c's PARKED_MAX_MS), then released
+  is nearly PARKED_AGE old (lua/lleaselock.h's PARKED_MAX_MS), then released
   by acquire_nb's reaping timer in a pool thread with no other request
   to the worker, well before its 30 s TTL (on PostgreSQL only: the timer
   and its pool are the binding's, the same on every backend, and the

@@ -1,0 +1,424 @@
+/*
+ * lease.c - leaselock.lease, the handle of a leaselock_lease_t: its
+ * making (for lock.c and acquire_nb.c), its methods, its close paths
+ * (__gc, __close, the end of lock:with), and the Lua callbacks on_lost and
+ * on_renew_failed.
+ *
+ * The core may declare a lease lost from its renewal thread, which never
+ * touches a lua_State: the state is read (leaselock_lease_state) when Lua
+ * next looks at the lease, and on_lost runs then, once, on the Lua
+ * thread, protected (observe).
+ */
+#include "lleaselock.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- making a lease handle ------------------------------------------ */
+
+/*
+ * Pushes the lock's user value, its client handle (at *client_idx; its
+ * client in *client) and a new lease handle, closed (it exists before the
+ * lease does, so a memory error leaks nothing), whose user value holds the
+ * client and the lock's callbacks. The lock is at 1; raises if its client
+ * is closed.
+ */
+ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L,
+                                          int level,
+                                          const char *fname,
+                                          int *client_idx,
+                                          leaselock_client_t **client)
+{
+   ll_lua_lease_t *ls;
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   *client_idx = lua_gettop (L);
+   *client = ll_lua_check_open_client (L, *client_idx, level, fname);
+
+   ls = lua_newuserdata (L, sizeof *ls);
+   memset (ls, 0, sizeof *ls);
+   luaL_setmetatable (L, LEASE_MT);
+   lua_createtable (L, 2, 0);
+   lua_pushvalue (L, -3); /* the client */
+   lua_rawseti (L, -2, UV_CLIENT);
+   lua_rawgeti (L, -4, UV_ON_LOST);
+   lua_rawseti (L, -2, UV_ON_LOST);
+   lua_rawgeti (L, -4, UV_ON_RENEW_FAILED);
+   lua_rawseti (L, -2, UV_ON_RENEW_FAILED);
+   lua_setuservalue (L, -2);
+   return ls;
+}
+
+/* The lease handle ls takes lease (owned from now on). */
+void ll_lua_lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease)
+{
+   ls->lease = lease;
+   ls->fence = leaselock_lease_fence (lease);
+   strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
+   /* The record's key: a mode's holder holds key/.slot/<i> and the like. */
+   ls->key_len = leaselock_lease_key_len (lease);
+   memcpy (ls->key, leaselock_lease_key (lease), ls->key_len);
+}
+
+/* ---- the state as Lua sees it, and the callbacks -------------------- */
+
+static ll_lua_lease_t *check_lease (lua_State *L,
+                                    int idx,
+                                    int level,
+                                    const char *fname,
+                                    bool need_open)
+{
+   ll_lua_lease_t *ls = ll_lua_check_udata (L, idx, level, fname, LEASE_MT);
+   if (need_open && !ls->lease) {
+      ll_lua_raise_at (L, level, "attempt to use a closed " LEASE_MT " (in '%s')", fname);
+   }
+   return ls;
+}
+
+/* The state without side effects on the Lua side (no on_lost). */
+static leaselock_state_t lease_state (ll_lua_lease_t *ls)
+{
+   if (!ls->lease) {
+      return ls->closed_lost ? LEASELOCK_STATE_LOST : LEASELOCK_STATE_RELEASED;
+   }
+   return leaselock_lease_state (ls->lease);
+}
+
+/* Calls the lease's on_lost(lease), protected. */
+static void call_on_lost (lua_State *L, int idx)
+{
+   idx = lua_absindex (L, idx);
+   if (!ll_lua_push_uv_function (L, idx, UV_ON_LOST)) {
+      return;
+   }
+   lua_pushvalue (L, idx);
+   if (lua_pcall (L, 1, 0, 0) != 0) {
+      ll_lua_report_callback_error (L, "on_lost");
+   }
+}
+
+/* on_renew_failed's Lua half: on_renew_failed(lease, message, code,
+ * seconds_left) for the last failure recorded since the last call,
+ * protected. */
+static void call_on_renew_failed (lua_State *L, int idx, ll_lua_lease_t *ls)
+{
+   ll_lua_renew_failed_t got;
+   if (!ls->rf) {
+      return;
+   }
+   ll_lua_rf_take (ls->rf, &got);
+   idx = lua_absindex (L, idx);
+   if (!got.pending || !ll_lua_push_uv_function (L, idx, UV_ON_RENEW_FAILED)) {
+      return;
+   }
+   lua_pushvalue (L, idx);
+   lua_pushstring (L, got.message);
+   lua_pushstring (L, leaselock_code_name (got.code));
+   lua_pushnumber (L, (lua_Number)got.remaining_ms / 1000.0);
+   if (lua_pcall (L, 4, 0, 0) != 0) {
+      ll_lua_report_callback_error (L, "on_renew_failed");
+   }
+}
+
+/*
+ * The lease state as Lua sees it. The first time LOST is seen, on_lost
+ * runs here (when notify) on the Lua thread, once.
+ */
+static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, bool notify)
+{
+   leaselock_state_t st = lease_state (ls);
+   if (notify && st == LEASELOCK_STATE_HELD) {
+      call_on_renew_failed (L, idx, ls);
+   }
+   if (ls->lease && st == LEASELOCK_STATE_LOST && !ls->lost_seen) {
+      ls->lost_seen = true;
+      if (notify) {
+         call_on_lost (L, idx);
+      }
+   }
+   if (notify) {
+      ll_lua_drain_from (L, idx);
+   }
+   return st;
+}
+
+/* The one close path of __gc, __close and lock:with: releases if still
+ * held (errors ignored), stops renewal, frees. Idempotent. */
+static void lease_close (ll_lua_lease_t *ls)
+{
+   if (ls->lease) {
+      ls->closed_lost = lease_state (ls) == LEASELOCK_STATE_LOST;
+      leaselock_lease_destroy (ls->lease); /* no callback runs after it */
+      ls->lease = NULL;
+   }
+   ll_lua_rf_free (ls->rf);
+   ls->rf = NULL;
+}
+
+/* A reentered lease (more than one hold) at the end of an inner with or
+ * <close>: lets that one hold go and keeps the lease open for the outer
+ * ones. False (nothing done) for a lease with one hold or none. */
+static bool let_inner_hold_go (ll_lua_lease_t *ls, bool *ok, leaselock_error_t *err)
+{
+   if (!ls->lease || leaselock_lease_holds (ls->lease) < 2)
+      return false;
+   *ok = leaselock_lease_release (ls->lease, err);
+   return true;
+}
+
+static int lease_gc (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__gc", false);
+   lease_close (ls);
+   return 0;
+}
+
+/* __close: like __gc, but a loss first seen here still calls on_lost. */
+static int lease_tbc_close (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__close", false);
+   bool seen = ls->lost_seen, newly_lost;
+   if (!ls->lease) {
+      return 0;
+   }
+   newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
+   bool ok;
+   leaselock_error_t err;
+   if (!newly_lost && let_inner_hold_go (ls, &ok, &err)) {
+      return 0; /* errors ignored, as lease_close's */
+   }
+   lease_close (ls);
+   if (newly_lost) {
+      call_on_lost (L, 1);
+   }
+   return 0;
+}
+
+/*
+ * The second half of lock:with: finish(lease) -> true | nil, msg, code.
+ * Closes the lease in every case.
+ *  - fn released the lease itself (state RELEASED, whatever its release
+ *    returned to it): nothing left to do; true, so with returns fn's results.
+ *  - the lease was lost while fn ran: nil, msg, "LOST".
+ *  - otherwise with releases it, and a failed release is with's failure:
+ *    NOT_HELD (taken over, or fn closed the client) or BACKEND. After a
+ *    BACKEND error the lock's state is unknown (the release may or may not
+ *    have landed; the lease expires by its TTL anyway), so with returns
+ *    nil, msg, "BACKEND" rather than fn's results: a caller that needs
+ *    them keeps them in an upvalue.
+ */
+int ll_lua_lease_with_finish (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 2, "with", false);
+   leaselock_error_t err;
+   bool seen = ls->lost_seen, newly_lost = false, released = true;
+
+   if (let_inner_hold_go (ls, &released, &err)) {
+      if (!released) {
+         return ll_lua_push_failure (L, &err);
+      }
+      lua_pushboolean (L, 1);
+      return 1;
+   }
+   if (ls->lease) {
+      leaselock_state_t st = observe (L, 1, ls, false);
+      if (st == LEASELOCK_STATE_LOST) {
+         newly_lost = !seen;
+      } else if (st != LEASELOCK_STATE_RELEASED) {
+         released = leaselock_lease_release (ls->lease, &err);
+      }
+      lease_close (ls);
+   }
+   if (newly_lost) {
+      call_on_lost (L, 1);
+   }
+   if (ls->closed_lost) {
+      lua_pushnil (L);
+      lua_pushliteral (L, "lease lost while held: ");
+      lua_pushlstring (L, ls->key, ls->key_len);
+      lua_concat (L, 2);
+      lua_pushstring (L, leaselock_code_name (LEASELOCK_LOST));
+      return 3;
+   }
+   if (!released) {
+      return ll_lua_push_failure (L, &err);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+/* The core's state names: lease:state(). */
+static const char *core_state_name (leaselock_state_t st)
+{
+   switch (st) {
+      case LEASELOCK_STATE_HELD:
+         return "held";
+      case LEASELOCK_STATE_LOST:
+         return "lost";
+      case LEASELOCK_STATE_CLOSED:
+         return "closed";
+      case LEASELOCK_STATE_RELEASED:
+      default:
+         return "released";
+   }
+}
+
+/* __tostring's: a handle still open says "client closed" for the core's
+ * CLOSED; a closed handle (its state LOST or RELEASED) says it is closed. */
+static const char *state_name (leaselock_state_t st, bool open)
+{
+   if (st == LEASELOCK_STATE_CLOSED) {
+      return "client closed";
+   }
+   if (open) {
+      return core_state_name (st);
+   }
+   return st == LEASELOCK_STATE_LOST ? "lost, closed" : "closed";
+}
+
+static int lease_tostring (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__tostring", false);
+   /* No on_lost here: printing must not run user code. */
+   leaselock_state_t st = observe (L, 1, ls, false);
+   /* The fence as an integer without relying on %I (absent in 5.1). */
+   {
+      char buf[32];
+      snprintf (buf, sizeof buf, "%lld", (long long)ls->fence);
+      lua_pushliteral (L, LEASE_MT " (key=");
+      lua_pushlstring (L, ls->key, ls->key_len);
+      lua_pushfstring (L, ", fence=%s, %s): %p", buf, state_name (st, ls->lease != NULL),
+                       (void *)ls);
+      lua_concat (L, 3);
+   }
+   return 1;
+}
+
+/* The state of the lease handle at 1 (also in *out when out is not NULL)
+ * as the method fname sees it: on_lost and the other callbacks may run. */
+static leaselock_state_t observed (lua_State *L, const char *fname, ll_lua_lease_t **out)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, fname, false);
+   if (out) {
+      *out = ls;
+   }
+   return observe (L, 1, ls, true);
+}
+
+/* lease:held() -> boolean (false once released, lost, or its client closed) */
+static int lease_held (lua_State *L)
+{
+   lua_pushboolean (L, observed (L, "held", NULL) == LEASELOCK_STATE_HELD);
+   return 1;
+}
+
+/* lease:lost() -> boolean */
+static int lease_lost (lua_State *L)
+{
+   lua_pushboolean (L, observed (L, "lost", NULL) == LEASELOCK_STATE_LOST);
+   return 1;
+}
+
+/* lease:state() -> "held" | "released" | "lost" | "closed" (held when its
+ * client was closed without releasing it) */
+static int lease_state_method (lua_State *L)
+{
+   lua_pushstring (L, core_state_name (observed (L, "state", NULL)));
+   return 1;
+}
+
+/* lease:holds() -> reentrant holds: 1 once acquired, one more per re-entry,
+ * 0 once released or lost */
+static int lease_holds (lua_State *L)
+{
+   ll_lua_lease_t *ls;
+   observed (L, "holds", &ls);
+   lua_pushinteger (L, ls->lease ? (lua_Integer)leaselock_lease_holds (ls->lease) : 0);
+   return 1;
+}
+
+/* lease:renew([ttl [, min_hold]]) -> true | nil, msg, code. With
+ * min_hold, a release keeps the key taken until at least min_hold seconds
+ * after this renew. */
+static int lease_renew (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "renew", true);
+   int64_t ttl_ms = 0, hold_ms = -1;
+   leaselock_error_t err;
+   bool ok;
+
+   if (!lua_isnoneornil (L, 2)) {
+      ttl_ms = ll_lua_check_seconds (L, 2, 1, "renew", 1, "ttl", SECONDS_POSITIVE);
+   }
+   if (!lua_isnoneornil (L, 3)) {
+      hold_ms = ll_lua_check_seconds (L, 3, 1, "renew", 2, "min_hold", SECONDS_NONNEGATIVE);
+   }
+   ok = leaselock_lease_extend (ls->lease, ttl_ms, hold_ms, &err);
+   observe (L, 1, ls, true);
+   if (!ok) {
+      return ll_lua_fail (L, 1, "renew", &err);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+/* lease:release() -> true | nil, msg, code (the handle stays usable for
+ * its fields; closing it is left to __close/__gc). */
+static int lease_release (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "release", true);
+   leaselock_error_t err;
+   bool ok;
+
+   observe (L, 1, ls, true);
+   ok = leaselock_lease_release (ls->lease, &err);
+   if (!ok) {
+      return ll_lua_push_failure (L, &err);
+   }
+   lua_pushboolean (L, 1);
+   return 1;
+}
+
+/* lease.key, lease.owner, lease.fence, then the methods. */
+static int lease_index (lua_State *L)
+{
+   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__index", false);
+   const char *name;
+   lua_pushvalue (L, 2);
+   lua_rawget (L, lua_upvalueindex (1));
+   if (!lua_isnil (L, -1) || lua_type (L, 2) != LUA_TSTRING) {
+      return 1;
+   }
+   name = lua_tostring (L, 2);
+   if (strcmp (name, "key") == 0) {
+      lua_pushlstring (L, ls->key, ls->key_len);
+   } else if (strcmp (name, "owner") == 0) {
+      lua_pushstring (L, ls->owner);
+   } else if (strcmp (name, "fence") == 0) {
+      lua_pushinteger (L, (lua_Integer)ls->fence);
+   } else {
+      lua_pushnil (L);
+   }
+   return 1;
+}
+
+/* ---- registration --------------------------------------------------- */
+
+static const luaL_Reg lease_methods[] = { { "held", lease_held },
+                                          { "lost", lease_lost },
+                                          { "state", lease_state_method },
+                                          { "renew", lease_renew },
+                                          { "release", lease_release },
+                                          { "holds", lease_holds },
+                                          { NULL, NULL } };
+
+static const luaL_Reg lease_meta[] = { { "__tostring", lease_tostring },
+                                       { "__gc", lease_gc },
+                                       { "__close", lease_tbc_close },
+                                       { NULL, NULL } };
+
+void ll_lua_lease_setup (lua_State *L)
+{
+   ll_lua_new_type (L, LEASE_MT, lease_methods, lease_meta, lease_index);
+   lua_pop (L, 1);
+}

@@ -1,0 +1,391 @@
+/*
+ * lleaselock.h - private to the Lua module `leaselock`: its handle
+ * structs, user value slots, and the functions its files share.
+ *
+ *   lleaselock.c  luaopen_leaselock, the module table, argument checks,
+ *                 errors and warnings, the embedded Lua chunks
+ *   client.c      leaselock.client (connect, admin calls, stats, set_log)
+ *   lock.c        leaselock.lock (client:lock, :semaphore, :rwlock;
+ *                 acquire, try_acquire, with)
+ *   lease.c       leaselock.lease (held, renew, release, close paths)
+ *   logq.c        what the core's threads leave for the Lua thread: the
+ *                 log queue and a lease's last renewal failure
+ *   pool.c        the registry of clients and parked leases shared with
+ *                 OpenResty's pool threads
+ *   acquire_nb.c  lock:acquire_nb's C halves and leaselock._pool_try/_reap
+ *   *.lua         Lua code embedded at build time (ll_lua_load_chunk)
+ *
+ * Nothing here is exported from the module (lua/leaselock.map keeps only
+ * luaopen_leaselock). Conventions of the functions below:
+ *  - idx: a stack index; functions that keep it across pushes make it
+ *    absolute first. "at 1": the method's receiver.
+ *  - level, fname, arg: where a misuse error points (luaL_where(level),
+ *    1 = the caller of the running C function), the function it names, and
+ *    the argument number (0: the receiver). Functions taking them may
+ *    raise; they never return on a raise.
+ *  - Pointers returned into a userdata are borrowed: valid while the
+ *    userdata is reachable from the stack.
+ */
+#ifndef LLEASELOCK_H
+#define LLEASELOCK_H
+
+#include "ll_lua_compat.h"
+
+#include "leaselock.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLIENT_MT "leaselock.client"
+#define LOCK_MT "leaselock.lock"
+#define LEASE_MT "leaselock.lease"
+
+/* The longest label the core stores (holder info, leaselock_record_t). */
+#define LL_LABEL_MAX (sizeof ((leaselock_record_t *)0)->label - 1)
+
+/* User value slots of a lock or lease handle (a table, as the 5.1 API
+ * requires). */
+#define UV_CLIENT 1          /* the client handle */
+#define UV_ON_LOST 2         /* on_lost function or nil */
+#define UV_ON_RENEW_FAILED 3 /* on_renew_failed function or nil */
+#define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
+/* The client handle's user value: its log function. */
+#define UV_LOG_FN 1
+
+/* The log queue of a client handle (logq.c); opaque. */
+typedef struct ll_lua_log ll_lua_log_t;
+
+/* A client's entry in the registry shared with pool threads (pool.c). */
+typedef struct ll_shared_client ll_shared_client_t;
+
+/* A client handle (CLIENT_MT userdata). */
+typedef struct
+{
+   /* owned; NULL once collected. Once shared is set, the registry entry
+    * owns the client and this is a borrowed copy, valid while the handle
+    * holds its reference. */
+   leaselock_client_t *client;
+   ll_lua_log_t *log;          /* owned; NULL until set_log */
+   ll_shared_client_t *shared; /* one reference; NULL until acquire_nb needs it */
+} ll_lua_client_t;
+
+/* The last renewal failure of a lease, written by ll_lua_rf_hook on the
+ * renewal thread, read on the Lua thread through ll_lua_rf_take. mu
+ * guards the rest and stays first (logq.c allocates it so). */
+typedef struct
+{
+   pthread_mutex_t mu;
+   int pending; /* failures not yet reported to Lua */
+   leaselock_code_t code;
+   int64_t remaining_ms;
+   char message[LEASELOCK_ERROR_MAX];
+} ll_lua_renew_failed_t;
+
+/* What a lock object takes: the key itself, a slot of a counting
+ * semaphore, or one side of a read-write lock (modes.c). */
+typedef enum
+{
+   LL_PLAIN,
+   LL_SEMAPHORE,
+   LL_SHARED,
+   LL_EXCLUSIVE
+} ll_lock_mode_t;
+
+/* A lock object (LOCK_MT userdata): owns no C resource. Its user value
+ * holds UV_CLIENT, UV_ON_LOST, UV_ON_RENEW_FAILED and UV_HELD. */
+typedef struct
+{
+   /* ttl, min_hold, auto_renew, fair; the callbacks stay NULL (they are
+    * Lua's: see lease.c) and timeout is each call's. */
+   leaselock_acquire_opts_t opts;
+   bool reentrant; /* its holder (a coroutine) may take it again */
+   ll_lock_mode_t mode;
+   int64_t limit; /* LL_SEMAPHORE: the number of slots */
+   size_t key_len;
+   char key[LEASELOCK_KEY_MAX + 1];
+} ll_lua_lock_t;
+
+/* A lease handle (LEASE_MT userdata). Its user value holds UV_CLIENT (which
+ * keeps the client handle alive), UV_ON_LOST and UV_ON_RENEW_FAILED.
+ * lease stays the first member: tests/history/histlua.c reads it. */
+typedef struct
+{
+   leaselock_lease_t *lease;  /* owned; NULL once closed */
+   ll_lua_renew_failed_t *rf; /* owned; NULL without on_renew_failed */
+   bool lost_seen;            /* on_lost already called (or due) */
+   bool closed_lost;          /* the state was LOST when it was closed */
+   int64_t fence;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   size_t key_len;
+   char key[LEASELOCK_KEY_MAX + 1];
+} ll_lua_lease_t;
+
+/* A registry entry (pool.c); its fields other than id and client are
+ * pool.c's, under its mutex. */
+struct ll_shared_client
+{
+   uint64_t id;                /* immutable once registered */
+   leaselock_client_t *client; /* owned: destroyed with the last reference */
+   unsigned refs;              /* the Lua handle's, pool tries', parked leases' */
+   bool handle_gone;           /* the Lua handle was collected: park no more */
+   ll_shared_client_t *next;
+};
+
+/* ---- lleaselock.c: checks, errors, chunks, types -------------------- */
+
+/* Kinds of ll_lua_check_seconds. */
+enum
+{
+   SECONDS_POSITIVE,    /* a TTL: > 0, at most 30 days */
+   SECONDS_NONNEGATIVE, /* min_hold: 0 .. 30 days */
+   SECONDS_TIMEOUT      /* 0 .. 30 days, or math.huge: -1, wait forever */
+};
+
+/* Raises "bad argument #arg to 'fname' (fmt...)" (arg 0: "calling 'fname'
+ * on bad self (...)"), placed `level` frames up. lua_pushfstring's
+ * formats. Never returns. */
+int ll_lua_arg_error (lua_State *L, int level, const char *fname, int arg, const char *fmt, ...);
+
+/* Pushes nil, message, code name (BUSY: nil, "busy", "BUSY"); returns 3. */
+int ll_lua_push_failure (lua_State *L, const leaselock_error_t *err);
+
+/* Raises the message fmt... (lua_pushfstring's formats) placed `level`
+ * frames up, as luaL_error does for level 1. Never returns. */
+int ll_lua_raise_at (lua_State *L, int level, const char *fmt, ...);
+
+/* The failure err of the core's call fname: INVALID (a misuse the module's
+ * checks let through) raises "fname: message" placed `level` frames up;
+ * any other code is a result, pushed as ll_lua_push_failure does
+ * (returns 3). */
+int ll_lua_fail (lua_State *L, int level, const char *fname, const leaselock_error_t *err);
+
+/* Pushes the function in slot of the user value of the userdata at idx
+ * and returns true; pushes nothing and returns false when that slot holds
+ * no function. */
+bool ll_lua_push_uv_function (lua_State *L, int idx, int slot);
+
+/* Strict UTF-8 (the core's validator) of n bytes at s. */
+bool ll_lua_utf8_valid (const char *s, size_t n);
+
+/* The key (or, with allow_empty, the prefix) at idx, 1..255 (0..255) bytes
+ * of UTF-8 without NUL; its length in *len. The string stays owned by the
+ * Lua value at idx. */
+const char *ll_lua_check_key (lua_State *L,
+                              int idx,
+                              int level,
+                              const char *fname,
+                              int arg,
+                              const char *what,
+                              bool allow_empty,
+                              size_t *len);
+
+/* opts at idx must be nil or a table whose keys are all in allowed (a
+ * NULL-terminated list). */
+void ll_lua_check_opts (lua_State *L,
+                        int idx,
+                        int level,
+                        const char *fname,
+                        int arg,
+                        const char *const *allowed);
+
+/* Seconds at idx as milliseconds, rounded up; kind: SECONDS_*. */
+int64_t ll_lua_check_seconds (lua_State *L,
+                              int idx,
+                              int level,
+                              const char *fname,
+                              int arg,
+                              const char *what,
+                              int kind);
+
+/* Reports the error on top (popped) raised by the Lua callback `what`
+ * (on_lost, the log function, ...) as a warning: to leaselock.on_warning's
+ * function, else Lua 5.4's warn, else stderr; not raised: a callback's
+ * error must not replace what the call that ran it returns. */
+void ll_lua_report_callback_error (lua_State *L, const char *what);
+
+/* Pushes the function of the embedded chunk lua/<name>.lua, named
+ * "=leaselock.<name>" in errors and tracebacks; raises if it is missing. */
+void ll_lua_load_chunk (lua_State *L, const char *name);
+
+/* Creates metatable tname: __name, the metamethods meta, __index =
+ * index_fn closed over a new table of methods, __metatable. Leaves the
+ * methods table on the stack (for more methods), not the metatable. */
+void ll_lua_new_type (lua_State *L,
+                      const char *tname,
+                      const luaL_Reg *methods,
+                      const luaL_Reg *meta,
+                      lua_CFunction index_fn);
+
+/* The userdata of type tname at idx (borrowed); raises "tname expected"
+ * for anything else. */
+void *ll_lua_check_udata (lua_State *L, int idx, int level, const char *fname, const char *tname);
+
+/* ---- client.c ------------------------------------------------------- */
+
+/* leaselock.connect([uri [, {label=}]]) -> client | nil, msg, code */
+int ll_lua_connect (lua_State *L);
+
+/* The client handle at idx (borrowed), open or not. */
+ll_lua_client_t *ll_lua_check_client (lua_State *L, int idx, int level, const char *fname);
+
+/* The client of the handle at idx (borrowed); raises if it is closed. */
+leaselock_client_t *ll_lua_check_open_client (lua_State *L, int idx, int level, const char *fname);
+
+/* Registers CLIENT_MT; leaves the stack as it was. */
+void ll_lua_client_setup (lua_State *L);
+
+/* ---- lock.c --------------------------------------------------------- */
+
+/* client:lock(key [, opts]), client:semaphore(key, opts),
+ * client:rwlock(key [, opts]): new lock objects of the client at 1. */
+int ll_lua_client_lock (lua_State *L);
+int ll_lua_client_semaphore (lua_State *L);
+int ll_lua_client_rwlock (lua_State *L);
+
+/* The lock handle at idx (borrowed). */
+ll_lua_lock_t *ll_lua_check_lock (lua_State *L, int idx, int level, const char *fname);
+
+/* The acquire of acquire, try_acquire, with and acquire_nb's tries for
+ * the lock k at 1: leaves the new lease handle on top and returns 1, or
+ * pushes nil, msg, code and returns 3. timeout_ms as the core takes it. */
+int ll_lua_do_acquire (lua_State *L,
+                       ll_lua_lock_t *k,
+                       int level,
+                       const char *fname,
+                       int64_t timeout_ms);
+
+/* Pushes the lease the running coroutine took through the lock at 1 and
+ * still holds and returns 1; pushes nothing and returns 0 when none. */
+int ll_lua_push_my_lease (lua_State *L);
+
+/* Remembers the lease handle on top as the running coroutine's through
+ * the lock at 1 (UV_HELD, weak keys). Leaves the stack as it was. */
+void ll_lua_set_my_lease (lua_State *L);
+
+/* Whether leases of the lock k at 1 report renewal failures to Lua. */
+bool ll_lua_wants_renew_failed (lua_State *L, const ll_lua_lock_t *k);
+
+/* Registers LOCK_MT (with lock:with and lock:acquire_nb); leaves the
+ * stack as it was. */
+void ll_lua_lock_setup (lua_State *L);
+
+/* ---- lease.c -------------------------------------------------------- */
+
+/* For the lock at 1: pushes its user value, its client handle (at
+ * *client_idx; its client, borrowed, in *client) and a new lease handle,
+ * closed, whose user value holds the client and the lock's callbacks.
+ * Raises if the client is closed. */
+ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L,
+                                          int level,
+                                          const char *fname,
+                                          int *client_idx,
+                                          leaselock_client_t **client);
+
+/* The lease handle ls takes lease (owned by ls from now on). */
+void ll_lua_lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease);
+
+/* The second half of lock:with: finish(lease) -> true | nil, msg, code. */
+int ll_lua_lease_with_finish (lua_State *L);
+
+/* Registers LEASE_MT; leaves the stack as it was. */
+void ll_lua_lease_setup (lua_State *L);
+
+/* ---- logq.c --------------------------------------------------------- */
+
+/* A new, empty log queue (owned by the caller; ll_lua_log_free), or NULL
+ * when out of memory. */
+ll_lua_log_t *ll_lua_log_new (void);
+
+/* Frees q (NULL is fine) once no hook call can run on it. */
+void ll_lua_log_free (ll_lua_log_t *q);
+
+/* The core's log hook (any thread): queues a copy of ev in data, a
+ * ll_lua_log_t. */
+void ll_lua_log_hook (const leaselock_log_event_t *ev, void *data);
+
+/* Calls the log function of the client handle at idx (UV_LOG_FN) for each
+ * queued event, protected, on this thread. Leaves the stack as it was. */
+void ll_lua_drain_log (lua_State *L, int idx);
+
+/* ll_lua_drain_log for the client (UV_CLIENT) of the lock or lease handle
+ * at idx. */
+void ll_lua_drain_from (lua_State *L, int idx);
+
+/* A new record of renewal failures (owned by the caller; ll_lua_rf_free),
+ * or NULL when out of memory. */
+ll_lua_renew_failed_t *ll_lua_rf_new (void);
+
+/* Frees rf (NULL is fine) once no hook call can run on it. */
+void ll_lua_rf_free (ll_lua_renew_failed_t *rf);
+
+/* on_renew_failed's C half (the core's renewal thread): records the
+ * failure in data, a ll_lua_renew_failed_t. */
+void ll_lua_rf_hook (leaselock_lease_t *lease,
+                     const leaselock_error_t *err,
+                     int64_t remaining_ms,
+                     void *data);
+
+/* Copies the last failure recorded in rf into *got and marks it reported;
+ * got->pending: how many there were since the last take (0: none). */
+void ll_lua_rf_take (ll_lua_renew_failed_t *rf, ll_lua_renew_failed_t *got);
+
+/* ---- pool.c --------------------------------------------------------- */
+
+/* Adoption normally follows parking within a turn of the event loop: 5 s
+ * leaves room for a loaded worker while a dead request's key is not kept
+ * long. */
+#define PARKED_MAX_MS 5000
+
+/* The registry entry of the client handle c, made on first use (it then
+ * owns the client; c keeps one reference). NULL when out of memory. */
+ll_shared_client_t *ll_lua_pool_share (ll_lua_client_t *c);
+
+/* A new reference to the client registered as id whose handle is still
+ * alive; NULL if there is none. */
+ll_shared_client_t *ll_lua_pool_get (uint64_t id);
+
+/* Drops a reference; the last one destroys the client. */
+void ll_lua_pool_put (ll_shared_client_t *sc);
+
+/* Parks lease and rf (both owned by the registry from now on) for sc and
+ * returns their new id; or releases the lease, fills *err and returns 0
+ * when nobody could adopt it (client gone or closed) or out of memory. */
+uint64_t ll_lua_pool_park (ll_shared_client_t *sc,
+                           leaselock_lease_t *lease,
+                           ll_lua_renew_failed_t *rf,
+                           leaselock_error_t *err);
+
+/* Takes the lease parked as id for sc and its rf (owned by the caller
+ * from now on); false if there is none: it was reaped. The caller holds a
+ * reference to sc. */
+bool ll_lua_pool_unpark (uint64_t id,
+                         ll_shared_client_t *sc,
+                         leaselock_lease_t **lease,
+                         ll_lua_renew_failed_t **rf);
+
+/* Destroys (releasing) the leases parked for sc (for every client when
+ * sc is NULL) at least max_age_ms ago. One round trip each: never on an
+ * nginx worker's event loop. */
+void ll_lua_pool_reap (ll_shared_client_t *sc, int64_t max_age_ms);
+
+/* How many leases are parked. */
+size_t ll_lua_pool_parked (void);
+
+/* The client handle c has been collected: no more parking for it, its
+ * parked leases released, its reference dropped (c->shared NULL after). */
+void ll_lua_pool_drop_handle (ll_lua_client_t *c);
+
+/* ---- acquire_nb.c --------------------------------------------------- */
+
+/* Pushes lock:acquire_nb: the Lua wait loop (acquire_nb.lua) closed over
+ * its C halves. */
+void ll_lua_push_acquire_nb (lua_State *L);
+
+/* leaselock._pool_try(...) and leaselock._pool_reap(): a pool thread's
+ * side of acquire_nb. */
+int ll_lua_pool_try (lua_State *L);
+int ll_lua_pool_reap_old (lua_State *L);
+
+#endif /* LLEASELOCK_H */

@@ -1,0 +1,455 @@
+/*
+ * lock.c - leaselock.lock, a key plus acquire options (it owns no C
+ * resource): its constructors client:lock, :semaphore and :rwlock, and
+ * its acquires (acquire, try_acquire, the C half of with that takes the
+ * lease). A lock remembers, per coroutine, the lease taken through it,
+ * for reentrant locks and for refusing a coroutine's wait on itself.
+ */
+#include "lleaselock.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- client:lock, :semaphore, :rwlock ------------------------------- */
+
+/* A boolean option name of the table at 3 (client:lock's, :semaphore's,
+ * :rwlock's) into *out, when given; anything but a boolean raises. */
+static void opt_bool (lua_State *L, const char *fname, const char *name, bool *out)
+{
+   lua_getfield (L, 3, name);
+   if (!lua_isnil (L, -1)) {
+      if (lua_type (L, -1) != LUA_TBOOLEAN) {
+         ll_lua_arg_error (L, 1, fname, 2, "%s must be a boolean, got %s", name,
+                           luaL_typename (L, -1));
+      }
+      *out = lua_toboolean (L, -1);
+   }
+   lua_pop (L, 1);
+}
+
+/* A callback option of the table at 3 into the user value at uv. */
+static void opt_callback (lua_State *L, const char *fname, const char *name, int uv, int slot)
+{
+   lua_getfield (L, 3, name);
+   if (!lua_isnil (L, -1)) {
+      if (lua_type (L, -1) != LUA_TFUNCTION) {
+         ll_lua_arg_error (L, 1, fname, 2, "%s must be a function, got %s", name,
+                           luaL_typename (L, -1));
+      }
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, uv, slot);
+   }
+   lua_pop (L, 1);
+}
+
+/*
+ * Pushes a new lock object of the client at 1 on key (len bytes, checked)
+ * taken as mode says, with the options of the table at 3 (names checked)
+ * or the defaults.
+ */
+static ll_lua_lock_t *new_lock (lua_State *L,
+                                const char *fname,
+                                const char *key,
+                                size_t len,
+                                ll_lock_mode_t mode,
+                                int64_t limit)
+{
+   ll_lua_lock_t *k = lua_newuserdata (L, sizeof *k);
+   int ud = lua_gettop (L);
+   memset (k, 0, sizeof *k);
+   memcpy (k->key, key, len);
+   k->key_len = len;
+   /* The core's defaults are the lock's: ttl 30 s, min_hold 0, auto_renew,
+    * not fair. */
+   leaselock_acquire_opts_init (&k->opts);
+   k->mode = mode;
+   k->limit = limit;
+   lua_createtable (L, 2, 0); /* ud + 1: user value */
+   lua_pushvalue (L, 1);
+   lua_rawseti (L, ud + 1, UV_CLIENT);
+   if (lua_istable (L, 3)) {
+      lua_getfield (L, 3, "ttl");
+      if (!lua_isnil (L, -1)) {
+         k->opts.ttl_ms = ll_lua_check_seconds (L, -1, 1, fname, 2, "ttl", SECONDS_POSITIVE);
+      }
+      lua_getfield (L, 3, "min_hold");
+      if (!lua_isnil (L, -1)) {
+         k->opts.min_hold_ms =
+           ll_lua_check_seconds (L, -1, 1, fname, 2, "min_hold", SECONDS_NONNEGATIVE);
+      }
+      lua_settop (L, ud + 1);
+      opt_bool (L, fname, "auto_renew", &k->opts.auto_renew);
+      opt_bool (L, fname, "fair", &k->opts.fair);
+      opt_bool (L, fname, "reentrant", &k->reentrant);
+      opt_callback (L, fname, "on_lost", ud + 1, UV_ON_LOST);
+      opt_callback (L, fname, "on_renew_failed", ud + 1, UV_ON_RENEW_FAILED);
+   }
+   lua_setuservalue (L, ud);
+   luaL_setmetatable (L, LOCK_MT);
+   return k;
+}
+
+/* client:lock(key [, {ttl=30, min_hold=0, auto_renew=true, on_lost=fn,
+ *                     on_renew_failed=fn, fair=false, reentrant=false}]) */
+int ll_lua_client_lock (lua_State *L)
+{
+   static const char *const allowed[] = {
+      "ttl", "min_hold", "auto_renew", "on_lost", "on_renew_failed", "fair", "reentrant", NULL
+   };
+   size_t len;
+   const char *key;
+
+   ll_lua_check_open_client (L, 1, 1, "lock");
+   key = ll_lua_check_key (L, 2, 1, "lock", 1, "key", false, &len);
+   ll_lua_check_opts (L, 3, 1, "lock", 2, allowed);
+   lua_settop (L, 3);
+   new_lock (L, "lock", key, len, LL_PLAIN, 0);
+   return 1;
+}
+
+/* The options of client:semaphore and client:rwlock besides limit. */
+#define MODE_OPTS "ttl", "min_hold", "auto_renew", "on_lost", "on_renew_failed", "fair"
+
+/*
+ * client:semaphore's and client:rwlock's key (at 2) and options (at 3):
+ * the key must leave room for its records' longest suffix (max bytes in
+ * all, modes.c), and reentrant is refused by name: each acquire is a
+ * holder of its own, there is no hold to enter again.
+ */
+static const char *check_mode_args (lua_State *L,
+                                    const char *fname,
+                                    const char *what,
+                                    size_t max,
+                                    const char *const *allowed,
+                                    size_t *len)
+{
+   const char *key;
+   ll_lua_check_open_client (L, 1, 1, fname);
+   key = ll_lua_check_key (L, 2, 1, fname, 1, "key", false, len);
+   if (*len > max) {
+      ll_lua_arg_error (L, 1, fname, 1,
+                        "key must be at most %d bytes for a %s (its records add a suffix), got %d",
+                        (int)max, what, (int)*len);
+   }
+   if (lua_istable (L, 3)) {
+      lua_getfield (L, 3, "reentrant");
+      if (!lua_isnil (L, -1)) {
+         ll_lua_arg_error (L, 1, fname, 2,
+                           "reentrant is not offered for a %s: each acquire is a holder of its own",
+                           what);
+      }
+      lua_pop (L, 1);
+   }
+   ll_lua_check_opts (L, 3, 1, fname, 2, allowed);
+   lua_settop (L, 3);
+   return key;
+}
+
+/* client:semaphore(key, {limit=N [, lock options but reentrant]}) -> a lock
+ * object whose acquires each take one of N slots. */
+int ll_lua_client_semaphore (lua_State *L)
+{
+   static const char *const allowed[] = { "limit", MODE_OPTS, NULL };
+   size_t len;
+   const char *key =
+     check_mode_args (L, "semaphore", "semaphore", LEASELOCK_KEY_MAX - 10, allowed, &len);
+   lua_Number v;
+   if (!lua_istable (L, 3)) {
+      ll_lua_arg_error (L, 1, "semaphore", 2, "limit is required (an integer from 1 to %d)",
+                        LEASELOCK_SEMAPHORE_MAX);
+   }
+   lua_getfield (L, 3, "limit");
+   if (lua_type (L, -1) != LUA_TNUMBER) {
+      ll_lua_arg_error (L, 1, "semaphore", 2, "limit must be an integer from 1 to %d, got %s",
+                        LEASELOCK_SEMAPHORE_MAX, luaL_typename (L, -1));
+   }
+   v = lua_tonumber (L, -1);
+   if (!(v >= 1 && v <= LEASELOCK_SEMAPHORE_MAX) || v != floor (v)) {
+      ll_lua_arg_error (L, 1, "semaphore", 2, "limit must be an integer from 1 to %d, got %s",
+                        LEASELOCK_SEMAPHORE_MAX, lua_tostring (L, -1));
+   }
+   lua_pop (L, 1);
+   new_lock (L, "semaphore", key, len, LL_SEMAPHORE, (int64_t)v);
+   return 1;
+}
+
+/* client:rwlock(key [, lock options but reentrant]) -> {key=, shared=lock,
+ * exclusive=lock}: each side a lock object of its own. */
+int ll_lua_client_rwlock (lua_State *L)
+{
+   static const char *const allowed[] = { MODE_OPTS, NULL };
+   size_t len;
+   const char *key =
+     check_mode_args (L, "rwlock", "read-write lock", LEASELOCK_KEY_MAX - 39, allowed, &len);
+   lua_createtable (L, 0, 3); /* 4 */
+   lua_pushlstring (L, key, len);
+   lua_setfield (L, 4, "key");
+   new_lock (L, "rwlock", key, len, LL_SHARED, 0);
+   lua_setfield (L, 4, "shared");
+   new_lock (L, "rwlock", key, len, LL_EXCLUSIVE, 0);
+   lua_setfield (L, 4, "exclusive");
+   return 1;
+}
+
+/* ---- lock ----------------------------------------------------------- */
+
+ll_lua_lock_t *ll_lua_check_lock (lua_State *L, int idx, int level, const char *fname)
+{
+   return ll_lua_check_udata (L, idx, level, fname, LOCK_MT);
+}
+
+static int lock_tostring (lua_State *L)
+{
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "__tostring");
+   static const char *const kinds[] = { "", "semaphore, ", "shared, ", "exclusive, " };
+   lua_pushliteral (L, LOCK_MT " (");
+   lua_pushstring (L, kinds[k->mode]);
+   lua_pushliteral (L, "key=");
+   lua_pushlstring (L, k->key, k->key_len);
+   if (k->mode == LL_SEMAPHORE)
+      lua_pushfstring (L, ", limit=%d", (int)k->limit);
+   else
+      lua_pushliteral (L, "");
+   lua_pushfstring (L, ", ttl=%f s): %p", (lua_Number)k->opts.ttl_ms / 1000.0, (void *)k);
+   lua_concat (L, 6);
+   return 1;
+}
+
+static int lock_index (lua_State *L)
+{
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "__index");
+   lua_pushvalue (L, 2);
+   lua_rawget (L, lua_upvalueindex (1));
+   if (lua_isnil (L, -1) && lua_type (L, 2) == LUA_TSTRING) {
+      static const char *const modes[] = { "lock", "semaphore", "shared", "exclusive" };
+      const char *name = lua_tostring (L, 2);
+      if (strcmp (name, "key") == 0) {
+         lua_pushlstring (L, k->key, k->key_len);
+      } else if (strcmp (name, "mode") == 0) {
+         lua_pushstring (L, modes[k->mode]);
+      } else if (strcmp (name, "limit") == 0 && k->mode == LL_SEMAPHORE) {
+         lua_pushinteger (L, (lua_Integer)k->limit);
+      }
+   }
+   return 1;
+}
+
+/* Whether leases of the lock at 1 report renewal failures to Lua. */
+bool ll_lua_wants_renew_failed (lua_State *L, const ll_lua_lock_t *k)
+{
+   bool yes;
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_ON_RENEW_FAILED);
+   yes = lua_isfunction (L, -1) && k->opts.auto_renew;
+   lua_pop (L, 2);
+   return yes;
+}
+
+/* The lease the running coroutine took through the lock at index 1 and
+ * still holds, pushed; nothing pushed (0) when there is none. */
+int ll_lua_push_my_lease (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HELD);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 2);
+      return 0;
+   }
+   lua_pushthread (L);
+   lua_rawget (L, -2);
+   ll_lua_lease_t *ls = luaL_testudata (L, -1, LEASE_MT);
+   if (!ls || !ls->lease || leaselock_lease_state (ls->lease) != LEASELOCK_STATE_HELD) {
+      lua_pop (L, 3);
+      return 0;
+   }
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+   return 1;
+}
+
+/* Remembers the lease at the top as the running coroutine's through the
+ * lock at index 1 (a table with weak keys: a finished coroutine goes). */
+void ll_lua_set_my_lease (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HELD);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 1);
+      lua_createtable (L, 0, 1);
+      lua_createtable (L, 0, 1);
+      lua_pushliteral (L, "k");
+      lua_setfield (L, -2, "__mode");
+      lua_setmetatable (L, -2);
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, -3, UV_HELD);
+   }
+   lua_pushthread (L);
+   lua_pushvalue (L, -4);
+   lua_rawset (L, -3);
+   lua_pop (L, 2);
+}
+
+/* The running coroutine asks again for a lock it holds: with reentrant,
+ * one more hold of the same lease (pushed: 1 result, or 3 on failure);
+ * without, an error (it would wait for itself). 0 when it holds none. */
+static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
+{
+   if (!ll_lua_push_my_lease (L))
+      return 0;
+   if (!k->reentrant) {
+      return ll_lua_raise_at (L, level,
+                              "%s: \"%s\" is already held by this coroutine through this lock (%s)",
+                              fname, k->key,
+                              k->mode == LL_PLAIN ? "pass reentrant = true to enter it again"
+                                                  : "the exclusive side of a read-write lock is "
+                                                    "not reentrant");
+   }
+   ll_lua_lease_t *ls = lua_touserdata (L, -1);
+   leaselock_error_t err;
+   if (!leaselock_lease_reenter (ls->lease, &err)) {
+      if (err.code == LEASELOCK_UNSUPPORTED)
+         return luaL_error (L, "%s: %s", fname, err.message);
+      lua_pop (L, 1);
+      return ll_lua_push_failure (L, &err);
+   }
+   return 1;
+}
+
+/* The core's acquire for the lock's mode. */
+static bool mode_acquire (leaselock_client_t *client,
+                          const ll_lua_lock_t *k,
+                          const leaselock_acquire_opts_t *o,
+                          leaselock_lease_t **lease,
+                          leaselock_error_t *err)
+{
+   switch (k->mode) {
+      case LL_SEMAPHORE:
+         return leaselock_semaphore_acquire (client, k->key, k->key_len, k->limit, o, lease, err);
+      case LL_SHARED:
+         return leaselock_rwlock_acquire (client, k->key, k->key_len, LEASELOCK_SHARED, o, lease,
+                                          err);
+      case LL_EXCLUSIVE:
+         return leaselock_rwlock_acquire (client, k->key, k->key_len, LEASELOCK_EXCLUSIVE, o, lease,
+                                          err);
+      default:
+         return leaselock_acquire (client, k->key, k->key_len, o, lease, err);
+   }
+}
+
+/* The acquire shared by acquire, try_acquire, with and acquire_nb's tries
+ * made here. timeout_ms: the wait. */
+int ll_lua_do_acquire (lua_State *L,
+                       ll_lua_lock_t *k,
+                       int level,
+                       const char *fname,
+                       int64_t timeout_ms)
+{
+   ll_lua_lease_t *ls;
+   leaselock_client_t *client;
+   leaselock_acquire_opts_t o;
+   leaselock_error_t err;
+   leaselock_lease_t *lease = NULL;
+   int client_idx;
+   bool ok;
+
+   /* A semaphore's slot and a shared hold are holders of their own: the
+    * coroutine may take another, so only a plain or exclusive lock it
+    * holds is asked again. */
+   bool one_holder = k->mode == LL_PLAIN || k->mode == LL_EXCLUSIVE;
+   int again = one_holder ? acquire_again (L, k, level, fname) : 0;
+   if (again > 0)
+      return again;
+   ls = ll_lua_push_lease_handle (L, level, fname, &client_idx, &client);
+   o = k->opts;
+   o.timeout_ms = timeout_ms;
+   /* No on_lost callback: the state is read on the Lua side (lease.c);
+    * on_renew_failed only records (ll_lua_rf_hook). */
+   if (ll_lua_wants_renew_failed (L, k)) {
+      ls->rf = ll_lua_rf_new ();
+      if (!ls->rf) {
+         return luaL_error (L, "%s: out of memory", fname);
+      }
+      o.on_renew_failed = ll_lua_rf_hook;
+      o.on_renew_failed_data = ls->rf;
+   }
+   ok = mode_acquire (client, k, &o, &lease, &err);
+   ll_lua_drain_log (L, client_idx);
+   if (!ok) {
+      ll_lua_rf_free (ls->rf);
+      ls->rf = NULL;
+      return ll_lua_fail (L, level, fname, &err);
+   }
+   ll_lua_lease_handle_set (ls, lease);
+   lua_settop (L, client_idx + 1);
+   if (one_holder)
+      ll_lua_set_my_lease (L);
+   return 1;
+}
+
+static int64_t acquire_timeout (lua_State *L, int idx, int level, const char *fname, int arg)
+{
+   static const char *const allowed[] = { "timeout", NULL };
+   int64_t timeout_ms = -1;
+   ll_lua_check_opts (L, idx, level, fname, arg, allowed);
+   if (lua_istable (L, idx)) {
+      lua_getfield (L, idx, "timeout");
+      if (!lua_isnil (L, -1)) {
+         timeout_ms = ll_lua_check_seconds (L, -1, level, fname, arg, "timeout", SECONDS_TIMEOUT);
+      }
+      lua_pop (L, 1);
+   }
+   return timeout_ms;
+}
+
+/* lock:acquire([{timeout=nil}]) -> lease | nil, msg, code */
+static int lock_acquire (lua_State *L)
+{
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "acquire");
+   int64_t timeout_ms = acquire_timeout (L, 2, 1, "acquire", 1);
+   lua_settop (L, 1);
+   return ll_lua_do_acquire (L, k, 1, "acquire", timeout_ms);
+}
+
+/* lock:try_acquire() -> lease | nil, "busy", "BUSY" */
+static int lock_try_acquire (lua_State *L)
+{
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "try_acquire");
+   lua_settop (L, 1);
+   return ll_lua_do_acquire (L, k, 1, "try_acquire", 0);
+}
+
+/* The first half of lock:with, called by with.lua's function (so errors
+ * point two levels up): with_begin(lock, fn, opts) -> lease | nil, msg, code */
+static int lock_with_begin (lua_State *L)
+{
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 2, "with");
+   int64_t timeout_ms;
+   if (lua_type (L, 2) != LUA_TFUNCTION) {
+      ll_lua_arg_error (L, 2, "with", 1, "function expected, got %s", luaL_typename (L, 2));
+   }
+   timeout_ms = acquire_timeout (L, 3, 2, "with", 2);
+   lua_settop (L, 1);
+   return ll_lua_do_acquire (L, k, 2, "with", timeout_ms);
+}
+
+/* ---- registration --------------------------------------------------- */
+
+static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
+                                         { "try_acquire", lock_try_acquire },
+                                         { NULL, NULL } };
+
+static const luaL_Reg lock_meta[] = { { "__tostring", lock_tostring }, { NULL, NULL } };
+
+void ll_lua_lock_setup (lua_State *L)
+{
+   ll_lua_new_type (L, LOCK_MT, lock_methods, lock_meta, lock_index);
+   /* methods.with = the Lua part (with.lua), closed over the C halves */
+   ll_lua_load_chunk (L, "with");
+   lua_pushcfunction (L, lock_with_begin);
+   lua_pushcfunction (L, ll_lua_lease_with_finish);
+   lua_call (L, 2, 1);
+   lua_setfield (L, -2, "with");
+   ll_lua_push_acquire_nb (L);
+   lua_setfield (L, -2, "acquire_nb");
+   lua_pop (L, 1);
+}
