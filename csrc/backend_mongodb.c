@@ -80,21 +80,19 @@
 
 /* Runs findAndModify(query, update) on the records returning the new
  * document's fence (acquire's tries: ll_mongo_fam_opts, as the benchmark
- * sends them). *matched: whether a document was modified or inserted.
- * *dup: the server answered duplicate key (only looked at when upsert). */
+ * sends them). *matched: whether a document was modified or inserted; an
+ * upsert that finds the key there is BUSY. */
 static bool ll_mongo_fam (ll_mongo_conn_t *conn,
                           const bson_t *query,
                           const bson_t *update,
                           bool upsert,
                           bool *matched,
                           int64_t *fence,
-                          bool *dup,
                           leaselock_error_t *err)
 {
    bson_t *doc;
    bson_iter_t v;
-   if (!ll_mongo_fam_run (conn, conn->coll, query, ll_mongo_fam_opts (update, upsert),
-                          upsert ? dup : NULL, matched, &doc, err))
+   if (!ll_mongo_fam_run (conn, conn->coll, query, ll_mongo_fam_opts (update, upsert), &doc, err))
       return false;
    *matched = doc && bson_iter_init_find (&v, doc, "fence");
    if (*matched && fence)
@@ -105,19 +103,17 @@ static bool ll_mongo_fam (ll_mongo_conn_t *conn,
 }
 
 /* findAndModify(q, u) on the records without upsert, returning the fields
- * named in fields (NULL-terminated) of the new document: *matched whether
- * a document matched, and then *doc a copy of them (the caller destroys
- * it). */
+ * named in fields (NULL-terminated) of the new document: *doc a copy of
+ * them (the caller destroys it), NULL when nothing matched. */
 static bool ll_mongo_fam_new (ll_mongo_conn_t *conn,
                               const bson_t *q,
                               const bson_t *u,
                               const char *const *fields,
-                              bool *matched,
                               bson_t **doc,
                               leaselock_error_t *err)
 {
-   return ll_mongo_fam_run (conn, conn->coll, q, ll_mongo_fam_opts_fields (u, fields, false), NULL,
-                            matched, doc, err);
+   return ll_mongo_fam_run (conn, conn->coll, q, ll_mongo_fam_opts_fields (u, fields, false), doc,
+                            err);
 }
 
 /* ---- operations -------------------------------------------------------- */
@@ -150,10 +146,10 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn,
                                leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER;
-   bool ok, matched = false, dup = false;
+   bool ok, matched = false;
 
    if (ll_mongo_upsert_query (&q, key, key_len))
-      ok = ll_mongo_fam (conn, &q, u, true, &matched, fence, &dup, err);
+      ok = ll_mongo_fam (conn, &q, u, true, &matched, fence, err);
    else
       ok = ll_mongo_nomem (err);
    bson_destroy (&q);
@@ -176,7 +172,7 @@ static bool ll_mongo_acquire (void *c,
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
    bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
-             ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
+             ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
    /* No such record, or a live one of another owner (or reserved for
     * another waiter): the upsert. */
    if (ok && !matched)
@@ -186,7 +182,7 @@ static bool ll_mongo_acquire (void *c,
    return ok;
 }
 
-/* The claim (ll_mongo_claim_command), a findAndModify without upsert:
+/* The claim (ll_mongo_claim_query), a findAndModify without upsert:
  * *reserved when it matched, and then *left_ms, the record's time left at
  * the claim by the server's clock: max(renewedAt + ttlMs, acquiredAt +
  * holdMs) - nextAt, nextAt being the claim's own $currentDate (-1 when a
@@ -204,8 +200,9 @@ static bool ll_mongo_claim (ll_mongo_conn_t *conn,
    bson_iter_t v;
    int64_t t[5];
    *left_ms = -1;
-   if (!ll_mongo_fam_new (conn, q, u, fields, reserved, &doc, err))
+   if (!ll_mongo_fam_new (conn, q, u, fields, &doc, err))
       return false;
+   *reserved = doc != NULL;
    bool all = doc != NULL;
    for (int i = 0; all && i < 5; i++) {
       all = bson_iter_init_find (&v, doc, fields[i]);
@@ -253,9 +250,10 @@ static bool ll_mongo_acquire_wait (void *c,
    *reserved = false;
    *left_ms = -1;
    bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
-             ll_mongo_fam (conn, &q, &u, false, &matched, fence, NULL, err);
+             ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
    if (ok && !matched) {
-      ok = ll_mongo_claim_command (&cq, &cu, key, key_len, owner, reserve_ms, waited_ms) ||
+      ok = (ll_mongo_claim_query (&cq, key, key_len, owner, waited_ms) &&
+            ll_mongo_claim_update (&cu, owner, reserve_ms, waited_ms)) ||
            ll_mongo_nomem (err);
       ok = ok && ll_mongo_claim (conn, &cq, &cu, reserved, left_ms, err);
       if (ok && *reserved)
@@ -278,7 +276,8 @@ static bool ll_mongo_renew (void *c,
                             leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok = ll_mongo_renew_command (&q, &u, key, key_len, owner, ttl_ms);
+   bool ok =
+     ll_mongo_live_owned_query (&q, key, key_len, owner) && ll_mongo_renew_update (&u, ttl_ms);
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
@@ -307,8 +306,9 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
    static const char *const fields[] = { "holds", NULL };
    bson_t *doc;
    bson_iter_t v;
-   if (!ll_mongo_fam_new (conn, q, u, fields, matched, &doc, err))
+   if (!ll_mongo_fam_new (conn, q, u, fields, &doc, err))
       return false;
+   *matched = doc != NULL;
    if (*matched)
       *holds = bson_iter_init_find (&v, doc, "holds") ? bson_iter_as_int64 (&v) : 1;
    if (doc)
@@ -335,7 +335,9 @@ static bool ll_mongo_hold (void *c,
       bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool matched = false;
       int64_t n = 0;
-      bool ok = ll_mongo_hold_command (&q, &u, key, key_len, owner, delta) || ll_mongo_nomem (err);
+      bool ok = (ll_mongo_hold_query (&q, key, key_len, owner, delta) &&
+                 ll_mongo_hold_update (&u, delta)) ||
+                ll_mongo_nomem (err);
       ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
       bson_destroy (&q);
       bson_destroy (&u);
@@ -347,7 +349,9 @@ static bool ll_mongo_hold (void *c,
       }
       q = (bson_t)BSON_INITIALIZER;
       u = (bson_t)BSON_INITIALIZER;
-      ok = ll_mongo_hold_floor_command (&q, &u, key, key_len, owner) || ll_mongo_nomem (err);
+      ok =
+        (ll_mongo_live_owned_query (&q, key, key_len, owner) && ll_mongo_hold_floor_update (&u)) ||
+        ll_mongo_nomem (err);
       ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
       bson_destroy (&q);
       bson_destroy (&u);
@@ -558,6 +562,32 @@ static bool ll_mongo_prune (void *c,
    ok = ok && ll_mongo_delete_many (conn, conn->coll, &q, count, err);
    bson_destroy (&q);
    return ok && ll_mongo_queue_prune (conn, prefix, prefix_len, older_than_ms, err);
+}
+
+/* ---- the fair mode's queue (backend_mongodb_queue.c) --------------------- */
+
+static bool ll_mongo_queue_join (void *c,
+                                 const char *key,
+                                 size_t key_len,
+                                 const char *owner,
+                                 int64_t keep_ms,
+                                 int64_t *ahead,
+                                 leaselock_error_t *err)
+{
+   int64_t n = ll_mongo_queue_enter (c, key, key_len, owner, keep_ms, err);
+   if (n < 0)
+      return false;
+   *ahead = n;
+   return true;
+}
+
+static bool ll_mongo_queue_leave (void *c,
+                                  const char *key,
+                                  size_t key_len,
+                                  const char *owner,
+                                  leaselock_error_t *err)
+{
+   return ll_mongo_queue_remove (c, key, key_len, owner, err);
 }
 
 const ll_backend_t ll_backend_mongodb = {

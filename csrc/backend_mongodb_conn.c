@@ -199,8 +199,6 @@ bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
                        mongoc_collection_t *coll,
                        const bson_t *q,
                        mongoc_find_and_modify_opts_t *opts,
-                       bool *dup,
-                       bool *matched,
                        bson_t **doc,
                        leaselock_error_t *err)
 {
@@ -210,26 +208,21 @@ bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
    const uint8_t *data;
    uint32_t len;
 
-   *matched = false;
    *doc = NULL;
-   if (dup)
-      *dup = false;
    if (!opts)
       return ll_mongo_nomem (err);
    bool ok = mongoc_collection_find_and_modify_with_opts (coll, q, opts, &reply, &e);
    mongoc_find_and_modify_opts_destroy (opts);
    if (!ok) {
       bson_destroy (&reply);
-      if (dup && e.domain == MONGOC_ERROR_SERVER && e.code == LL_MONGO_DUPLICATE_KEY) {
-         *dup = true;
+      /* Only acquire's upsert inserts into the records: a key that exists. */
+      if (coll == conn->coll && e.domain == MONGOC_ERROR_SERVER && e.code == LL_MONGO_DUPLICATE_KEY)
          return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
-      }
       return ll_mongo_fail (conn, err, "findAndModify", &e);
    }
    if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       bson_iter_document (&it, &len, &data);
       *doc = bson_new_from_data (data, len);
-      *matched = true;
       ok = *doc != NULL || ll_mongo_nomem (err);
    }
    bson_destroy (&reply);

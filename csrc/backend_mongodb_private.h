@@ -76,16 +76,14 @@ void ll_mongo_abandon (void *conn);
 
 /* Runs a findAndModify of q (borrowed) on coll (conn's coll or queue,
  * borrowed) with opts (from ll_mongo_fam_opts*; owned: destroyed here,
- * NULL reads as out of memory). *matched: whether a document came back,
- * and then *doc is a copy of it, which the caller destroys (bson_destroy);
- * *doc is NULL otherwise. dup non-NULL: a duplicate key answer (an
- * upsert's _id exists) sets *dup and fails with BUSY. */
+ * NULL reads as out of memory). *doc: a copy of the document that came
+ * back, which the caller destroys (bson_destroy), or NULL when none did
+ * (nothing matched). On the records, a duplicate key answer (acquire's
+ * upsert found the key there) fails with BUSY. */
 bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
                        mongoc_collection_t *coll,
                        const bson_t *q,
                        mongoc_find_and_modify_opts_t *opts,
-                       bool *dup,
-                       bool *matched,
                        bson_t **doc,
                        leaselock_error_t *err);
 
@@ -125,20 +123,22 @@ bool ll_mongo_test_set_password (void *conn, const char *password);
 
 /* ---- backend_mongodb_queue.c ---------------------------------------------- */
 
-/* The vtable's queue_join and queue_leave (conn an ll_mongo_conn_t; the
- * strings borrowed). */
-bool ll_mongo_queue_join (void *conn,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t keep_ms,
-                          int64_t *ahead,
-                          leaselock_error_t *err);
-bool ll_mongo_queue_leave (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           leaselock_error_t *err);
+/* The vtable's queue_join: makes owner's entry of key's queue live for
+ * keep_ms (a new one arrives now); returns the live entries ahead of it,
+ * or -1 on failure. The strings are borrowed. */
+int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t keep_ms,
+                              leaselock_error_t *err);
+
+/* The vtable's queue_leave: deletes owner's entry of key's queue, if any. */
+bool ll_mongo_queue_remove (ll_mongo_conn_t *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            leaselock_error_t *err);
 
 /* prune's second half: deletes the queue entries under prefix (borrowed)
  * that ran out at least older_than_ms ago (not counted: not records). */

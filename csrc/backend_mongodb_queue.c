@@ -29,8 +29,8 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
    static const char *const fields[] = { "arrived", NULL };
    bson_t *doc;
    bson_iter_t v;
-   if (!ll_mongo_fam_run (conn, conn->queue, q, ll_mongo_fam_opts_fields (u, fields, upsert), NULL,
-                          matched, &doc, err))
+   if (!ll_mongo_fam_run (conn, conn->queue, q, ll_mongo_fam_opts_fields (u, fields, upsert), &doc,
+                          err))
       return false;
    *matched = doc && bson_iter_init_find (&v, doc, "arrived") && BSON_ITER_HOLDS_DATE_TIME (&v);
    if (*matched)
@@ -63,24 +63,25 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
  * mongo-java-server applies writes one at a time and needs no wait.
  */
 #define LL_MONGO_QUEUE_SETTLE_MS 3
-bool ll_mongo_queue_join (void *c,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t keep_ms,
-                          int64_t *ahead,
-                          leaselock_error_t *err)
+int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t keep_ms,
+                              leaselock_error_t *err)
 {
-   ll_mongo_conn_t *conn = c;
+   int64_t ahead = -1;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bson_t aq = BSON_INITIALIZER, au = BSON_INITIALIZER, cq = BSON_INITIALIZER;
    bool matched = false;
    int64_t arrived = 0;
    bson_error_t e;
 
-   bool ok = (ll_mongo_queue_refresh (&q, &u, key, key_len, owner, keep_ms) &&
-              ll_mongo_queue_arrive (&aq, &au, key, key_len, owner, keep_ms)) ||
-             ll_mongo_nomem (err);
+   bool ok =
+     (ll_mongo_queue_live_query (&q, key, key_len, owner) &&
+      ll_mongo_queue_refresh_update (&u, keep_ms) && ll_mongo_queue_id (&aq, key, key_len, owner) &&
+      ll_mongo_queue_arrive_update (&au, key, key_len, owner, keep_ms)) ||
+     ll_mongo_nomem (err);
    ok = ok && ll_mongo_queue_fam (conn, &q, &u, false, &matched, &arrived, err);
    if (ok && !matched) {
       ok = ll_mongo_queue_fam (conn, &aq, &au, true, &matched, &arrived, err);
@@ -94,27 +95,24 @@ bool ll_mongo_queue_join (void *c,
       struct timespec ts = { 0, LL_MONGO_QUEUE_SETTLE_MS * 1000000L };
       while (nanosleep (&ts, &ts) != 0) {
       }
-      int64_t n = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
-      if (n < 0)
-         ok = ll_mongo_fail (conn, err, "countDocuments", &e);
-      else
-         *ahead = n;
+      ahead = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
+      if (ahead < 0)
+         ahead = (ll_mongo_fail (conn, err, "countDocuments", &e), -1);
    }
    bson_destroy (&q);
    bson_destroy (&u);
    bson_destroy (&aq);
    bson_destroy (&au);
    bson_destroy (&cq);
-   return ok;
+   return ahead;
 }
 
-bool ll_mongo_queue_leave (void *c,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           leaselock_error_t *err)
+bool ll_mongo_queue_remove (ll_mongo_conn_t *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            leaselock_error_t *err)
 {
-   ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER;
    bson_error_t e;
    if (!ll_mongo_queue_id (&q, key, key_len, owner)) {

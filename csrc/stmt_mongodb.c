@@ -130,11 +130,7 @@ bool ll_mongo_owned_query (bson_t *q, const char *key, size_t key_len, const cha
           bson_append_utf8 (q, "owner", 5, owner, LL_MONGO_OWNER_LEN);
 }
 
-/* {_id, owner, $expr: live}: the owner's live record. */
-static bool ll_mongo_live_owned_query (bson_t *q,
-                                       const char *key,
-                                       size_t key_len,
-                                       const char *owner)
+bool ll_mongo_live_owned_query (bson_t *q, const char *key, size_t key_len, const char *owner)
 {
    return ll_mongo_owned_query (q, key, key_len, owner) &&
           ll_mongo_append_cmp_now (q, "$expr", "$gt");
@@ -219,18 +215,20 @@ bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const c
           ll_mongo_op_end (q, &expr, &any);
 }
 
-bool ll_mongo_claim_command (bson_t *q,
-                             bson_t *u,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t reserve_ms,
-                             int64_t waited_ms)
+bool ll_mongo_claim_query (bson_t *q,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t waited_ms)
+{
+   return ll_mongo_append_key (q, key, key_len) &&
+          ll_mongo_append_next_free (q, "$expr", owner, waited_ms);
+}
+
+bool ll_mongo_claim_update (bson_t *u, const char *owner, int64_t reserve_ms, int64_t waited_ms)
 {
    bson_t d;
-   return ll_mongo_append_key (q, key, key_len) &&
-          ll_mongo_append_next_free (q, "$expr", owner, waited_ms) &&
-          ll_mongo_dated_set_begin (u, "nextAt", NULL, &d) &&
+   return ll_mongo_dated_set_begin (u, "nextAt", NULL, &d) &&
           bson_append_utf8 (&d, "nextOwner", 9, owner, LL_MONGO_OWNER_LEN) &&
           BSON_APPEND_INT64 (&d, "nextMs", reserve_ms) &&
           BSON_APPEND_INT64 (&d, "nextWaitedMs", waited_ms) && bson_append_document_end (u, &d);
@@ -262,38 +260,26 @@ bool ll_mongo_acquire_update (bson_t *u,
           ll_mongo_append_one_int64 (u, "$inc", "fence", 1);
 }
 
-bool ll_mongo_renew_command (bson_t *q,
-                             bson_t *u,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms)
+bool ll_mongo_renew_update (bson_t *u, int64_t ttl_ms)
 {
-   return ll_mongo_live_owned_query (q, key, key_len, owner) &&
-          ll_mongo_dated_int64_update (u, "renewedAt", "ttlMs", ttl_ms);
+   return ll_mongo_dated_int64_update (u, "renewedAt", "ttlMs", ttl_ms);
 }
 
-bool ll_mongo_hold_command (bson_t *q,
-                            bson_t *u,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int delta)
+bool ll_mongo_hold_query (bson_t *q, const char *key, size_t key_len, const char *owner, int delta)
 {
    return ll_mongo_owned_query (q, key, key_len, owner) &&
           ll_mongo_append_one_int64 (q, "holds", delta > 0 ? "$gte" : "$gt", 1) &&
-          ll_mongo_append_cmp_now (q, "$expr", "$gt") &&
-          ll_mongo_append_one_int64 (u, "$inc", "holds", delta);
+          ll_mongo_append_cmp_now (q, "$expr", "$gt");
 }
 
-bool ll_mongo_hold_floor_command (bson_t *q,
-                                  bson_t *u,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner)
+bool ll_mongo_hold_update (bson_t *u, int delta)
 {
-   return ll_mongo_live_owned_query (q, key, key_len, owner) &&
-          ll_mongo_append_one_int64 (u, "$max", "holds", 1);
+   return ll_mongo_append_one_int64 (u, "$inc", "holds", delta);
+}
+
+bool ll_mongo_hold_floor_update (bson_t *u)
+{
+   return ll_mongo_append_one_int64 (u, "$max", "holds", 1);
 }
 
 bool ll_mongo_free_update (bson_t *u, int64_t hold_ms)
@@ -432,28 +418,25 @@ static bool ll_mongo_append_queue_cmp (bson_t *doc,
    return ll_mongo_append_cmp_now_plus (doc, name, op, ll_mongo_append_queue_end, extra_ms);
 }
 
-bool ll_mongo_queue_refresh (bson_t *q,
-                             bson_t *u,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t keep_ms)
+bool ll_mongo_queue_live_query (bson_t *q, const char *key, size_t key_len, const char *owner)
 {
    return ll_mongo_queue_id (q, key, key_len, owner) &&
-          ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0) &&
-          ll_mongo_dated_int64_update (u, "seenAt", "keepMs", keep_ms);
+          ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0);
 }
 
-bool ll_mongo_queue_arrive (bson_t *q,
-                            bson_t *u,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int64_t keep_ms)
+bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms)
+{
+   return ll_mongo_dated_int64_update (u, "seenAt", "keepMs", keep_ms);
+}
+
+bool ll_mongo_queue_arrive_update (bson_t *u,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *owner,
+                                   int64_t keep_ms)
 {
    bson_t d;
-   return ll_mongo_queue_id (q, key, key_len, owner) &&
-          ll_mongo_dated_set_begin (u, "arrived", "seenAt", &d) &&
+   return ll_mongo_dated_set_begin (u, "arrived", "seenAt", &d) &&
           bson_append_utf8 (&d, "k", 1, key, (int)key_len) &&
           bson_append_utf8 (&d, "o", 1, owner, LL_MONGO_OWNER_LEN) &&
           BSON_APPEND_INT64 (&d, "keepMs", keep_ms) && bson_append_document_end (u, &d);

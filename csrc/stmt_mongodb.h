@@ -64,6 +64,10 @@ bool ll_mongo_append_key (bson_t *doc, const char *key, size_t key_len);
  * query). */
 bool ll_mongo_owned_query (bson_t *q, const char *key, size_t key_len, const char *owner);
 
+/* {_id: key, owner: owner, $expr: live}: the owner's live record (renew's
+ * query, and hold's second try's). */
+bool ll_mongo_live_owned_query (bson_t *q, const char *key, size_t key_len, const char *owner);
+
 /* acquire's first try, a findAndModify without upsert: the record when it
  * is owner's, or expired and not reserved for another waiter:
  * {_id: key, $expr: {$or: [{$eq: ["$owner", owner]},
@@ -86,46 +90,35 @@ bool ll_mongo_acquire_update (bson_t *u,
                               const char *label);
 
 /* acquire_wait's claim, a findAndModify without upsert, when the take found
- * the key busy: {_id: key, $expr: next_free (owner, waited_ms)} ->
- * nextOwner = owner, nextAt = now, nextMs = reserve_ms, nextWaitedMs =
- * waited_ms (until = now + reserve_ms, since = now - waited_ms). */
-bool ll_mongo_claim_command (bson_t *q,
-                             bson_t *u,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t reserve_ms,
-                             int64_t waited_ms);
+ * the key busy: {_id: key, $expr: next_free (owner, waited_ms)} (the
+ * query) -> nextOwner = owner, nextAt = now, nextMs = reserve_ms,
+ * nextWaitedMs = waited_ms (the update; until = now + reserve_ms, since =
+ * now - waited_ms). */
+bool ll_mongo_claim_query (bson_t *q,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t waited_ms);
+bool ll_mongo_claim_update (bson_t *u, const char *owner, int64_t reserve_ms, int64_t waited_ms);
 
-/* renew: {_id, owner, $expr: live} -> renewedAt = now, ttlMs = ttl. */
-bool ll_mongo_renew_command (bson_t *q,
-                             bson_t *u,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms);
+/* renew's update (its query: ll_mongo_live_owned_query): renewedAt = now,
+ * ttlMs = ttl. */
+bool ll_mongo_renew_update (bson_t *u, int64_t ttl_ms);
 
 /* hold's first try, a findAndModify without upsert: the owner's live
  * record whose count can move by delta without going below 1,
  * {_id, owner, holds: {$gte: 1} (delta +1) or {$gt: 1} (-1), $expr: live}
- * -> $inc {holds: delta}. A record without holds (written before hold
- * counts) does not match: $inc would start it at delta, not 1 + delta. */
-bool ll_mongo_hold_command (bson_t *q,
-                            bson_t *u,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int delta);
+ * -> $inc {holds: delta} (ll_mongo_hold_update). A record without holds
+ * (written before hold counts) does not match: $inc would start it at
+ * delta, not 1 + delta. */
+bool ll_mongo_hold_query (bson_t *q, const char *key, size_t key_len, const char *owner, int delta);
+bool ll_mongo_hold_update (bson_t *u, int delta);
 
 /* hold's second try, when the first matched nothing: the owner's live
- * record whatever its count, {_id, owner, $expr: live} -> $max {holds:
+ * record whatever its count (ll_mongo_live_owned_query) -> $max {holds:
  * 1}: a record without holds gets 1, any other keeps its count. No
  * document back: not held; else the count says whether it was at 1. */
-bool ll_mongo_hold_floor_command (bson_t *q,
-                                  bson_t *u,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner);
+bool ll_mongo_hold_floor_update (bson_t *u);
 
 /* The update that frees a record (release, force_release): owner null,
  * renewedAt = now, ttlMs = 0, holdMs = hold_ms, so the expiry becomes
@@ -184,23 +177,18 @@ bool ll_mongo_queue_id (bson_t *doc, const char *key, size_t key_len, const char
 
 /* queue_join's first try, a findAndModify without upsert: owner's entry
  * while it is live, {_id: {k, o}, $expr: live} -> seenAt = now, keepMs =
- * keep_ms; its arrival is kept. */
-bool ll_mongo_queue_refresh (bson_t *q,
-                             bson_t *u,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t keep_ms);
+ * keep_ms (ll_mongo_queue_refresh_update); its arrival is kept. */
+bool ll_mongo_queue_live_query (bson_t *q, const char *key, size_t key_len, const char *owner);
+bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms);
 
 /* queue_join's second try, when the first matched nothing (no entry, or
- * one that ran out): an upsert on {_id: {k, o}} alone (no $expr) that
- * arrives now: arrived = seenAt = now, k, o, keepMs. */
-bool ll_mongo_queue_arrive (bson_t *q,
-                            bson_t *u,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int64_t keep_ms);
+ * one that ran out): an upsert on {_id: {k, o}} alone (ll_mongo_queue_id,
+ * no $expr) that arrives now: arrived = seenAt = now, k, o, keepMs. */
+bool ll_mongo_queue_arrive_update (bson_t *u,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *owner,
+                                   int64_t keep_ms);
 
 /* queue_join's count: the live entries of key ordered before (arrived,
  * owner): {k: key, $or: [{arrived: {$lt: arrived}}, {arrived: {$gte:
