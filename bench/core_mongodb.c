@@ -3,7 +3,7 @@
  * through the leaselock engine (leaselock_acquire, one try, no
  * auto-renewal, then leaselock_lease_release) beside a bare libmongoc
  * program sending the same commands, built by the same code
- * (csrc/cmd_mongodb.h: the conditional findAndModify, the upsert only when
+ * (csrc/stmt_mongodb.c: the conditional findAndModify, the upsert only when
  * that matched nothing, the updateOne of the release), with the same write
  * concern (w=majority, wtimeout 5 s). After a warm-up,
  * many short rounds alternate (engine, bare, bare, engine, ...), so a
@@ -16,9 +16,9 @@
 #define BENCH_NAME "core_mongodb"
 #include "bench.h"
 
-/* The backend's command shapes (csrc/cmd_mongodb.h): the bare program
- * sends exactly what the engine sends. */
-#include "cmd_mongodb.h"
+/* The backend's command builders (csrc/stmt_mongodb.c, linked from
+ * libleaselock.a): the bare program sends exactly what the engine sends. */
+#include "stmt_mongodb.h"
 
 #include <inttypes.h>
 #include <unistd.h>

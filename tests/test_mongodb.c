@@ -59,11 +59,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Test hooks exported by csrc/backend_mongodb.c (borrowed pointers). */
-mongoc_client_t *ll_mongodb_test_client (void *conn);
-mongoc_collection_t *ll_mongodb_test_collection (void *conn);
-mongoc_collection_t *ll_mongodb_test_queue (void *conn);
-bool ll_mongodb_test_set_password (void *conn, const char *password);
+/* Test hooks exported by csrc/backend_mongodb_conn.c (borrowed pointers;
+ * declared in backend_mongodb_private.h). */
+mongoc_client_t *ll_mongo_test_client (void *conn);
+mongoc_collection_t *ll_mongo_test_collection (void *conn);
+mongoc_collection_t *ll_mongo_test_queue (void *conn);
+bool ll_mongo_test_set_password (void *conn, const char *password);
 
 static char SELF[4096];
 static const ll_backend_t *B = &ll_backend_mongodb;
@@ -329,7 +330,7 @@ static void test_command_shape (void)
    CHECK (c);
    mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
    mongoc_apm_callbacks_destroy (cbs);
    clear_cmds ();
 
@@ -434,7 +435,7 @@ static void test_command_shape_wait (void)
    CHECK (c);
    mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
    mongoc_apm_callbacks_destroy (cbs);
    leaselock_error_t err;
    char a[33], w[33], y[33], why[512];
@@ -510,7 +511,7 @@ static void expect_write_concern (const char *opts, const char *want_w, int want
    }
    mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started);
-   mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL);
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
    mongoc_apm_callbacks_destroy (cbs);
    clear_cmds ();
    const char *k = key ("write-concern");
@@ -673,7 +674,7 @@ static void test_force_release (void)
    RACE.countdown = 2;
    mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started_race);
-   mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL);
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
    mongoc_apm_callbacks_destroy (cbs);
    took = false;
    ok = B->force_release (c, k2, strlen (k2), &took, &err);
@@ -836,7 +837,7 @@ static long long q_rows (const char *k)
    bson_error_t e;
    BSON_APPEND_UTF8 (&q, "k", k);
    long long n =
-     mongoc_collection_count_documents (ll_mongodb_test_queue (c), &q, NULL, NULL, NULL, &e);
+     mongoc_collection_count_documents (ll_mongo_test_queue (c), &q, NULL, NULL, NULL, &e);
    if (n < 0)
       fprintf (stderr, "    count: %s\n", e.message);
    bson_destroy (&q);
@@ -904,7 +905,7 @@ static void test_queue_command_shape (void)
    CHECK (c);
    mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
    mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongodb_test_client (c), cbs, NULL));
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
    mongoc_apm_callbacks_destroy (cbs);
    const char *k = key ("q/shape");
    char why[512];
@@ -1107,7 +1108,7 @@ static void test_no_password_in_operation_errors (void)
    mongoc_uri_destroy (given);
 
    void *c = open_conn (u);
-   bool set = c && (own || ll_mongodb_test_set_password (c, pw));
+   bool set = c && (own || ll_mongo_test_set_password (c, pw));
    leaselock_error_t errs[7];
    bool oks[7] = { false };
    bool found = false, took = false;
@@ -1331,13 +1332,12 @@ static void test_collection_option (void)
    const char *k = key ("custom-coll");
    bool ok = acquire (c, k, a, 30000, NULL, &err);
    CHECK_OK (ok, err);
-   CHECK (
-     !strcmp (mongoc_collection_get_name (ll_mongodb_test_collection (c)), "leaselock_custom"));
+   CHECK (!strcmp (mongoc_collection_get_name (ll_mongo_test_collection (c)), "leaselock_custom"));
    /* The record is really in that collection: count it there. */
    bson_error_t e;
    bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (k), "owner", BCON_UTF8 (a));
-   int64_t n = mongoc_collection_count_documents (ll_mongodb_test_collection (c), filter, NULL,
-                                                  NULL, NULL, &e);
+   int64_t n =
+     mongoc_collection_count_documents (ll_mongo_test_collection (c), filter, NULL, NULL, NULL, &e);
    bson_destroy (filter);
    B->close (c);
    CHECK_EQ (n, 1);
@@ -1373,7 +1373,7 @@ static void test_collection_option (void)
    /* The default collection is "leaselock". */
    c = open_conn (URI);
    CHECK (c);
-   CHECK (!strcmp (mongoc_collection_get_name (ll_mongodb_test_collection (c)), "leaselock"));
+   CHECK (!strcmp (mongoc_collection_get_name (ll_mongo_test_collection (c)), "leaselock"));
    B->close (c);
 }
 
@@ -1396,8 +1396,8 @@ static void test_driver_defaults (void)
    if (!sets_own) {
       c = open_conn (URI);
       CHECK (c);
-      u = mongoc_client_get_uri (ll_mongodb_test_client (c));
-      wc = mongoc_collection_get_write_concern (ll_mongodb_test_collection (c));
+      u = mongoc_client_get_uri (ll_mongo_test_client (c));
+      wc = mongoc_collection_get_write_concern (ll_mongo_test_collection (c));
       int32_t st = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SOCKETTIMEOUTMS, -1);
       int32_t sst = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, -1);
       int32_t ct = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_CONNECTTIMEOUTMS, -1);
@@ -1421,8 +1421,8 @@ static void test_driver_defaults (void)
              "wtimeoutMS=1098&appname=mine");
    c = open_conn (o);
    CHECK (c);
-   u = mongoc_client_get_uri (ll_mongodb_test_client (c));
-   wc = mongoc_collection_get_write_concern (ll_mongodb_test_collection (c));
+   u = mongoc_client_get_uri (ll_mongo_test_client (c));
+   wc = mongoc_collection_get_write_concern (ll_mongo_test_collection (c));
    int32_t st = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SOCKETTIMEOUTMS, -1);
    int32_t sst = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, -1);
    int32_t ct = mongoc_uri_get_option_as_int32 (u, MONGOC_URI_CONNECTTIMEOUTMS, -1);
@@ -1657,7 +1657,7 @@ static void next_owner_of (void *c, const char *k, char out[40])
 {
    bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (k));
    mongoc_cursor_t *cur =
-     mongoc_collection_find_with_opts (ll_mongodb_test_collection (c), filter, NULL, NULL);
+     mongoc_collection_find_with_opts (ll_mongo_test_collection (c), filter, NULL, NULL);
    const bson_t *doc;
    bson_iter_t it;
    snprintf (out, 40, "?");
@@ -1693,7 +1693,7 @@ static bool strip_next_fields (void *c, const char *k)
    bson_t reply;
    bson_iter_t it;
    bool ok =
-     mongoc_collection_update_one (ll_mongodb_test_collection (c), q, u, NULL, &reply, NULL) &&
+     mongoc_collection_update_one (ll_mongo_test_collection (c), q, u, NULL, &reply, NULL) &&
      bson_iter_init_find (&it, &reply, "matchedCount") && bson_iter_as_int64 (&it) == 1;
    bson_destroy (&reply);
    bson_destroy (q);
@@ -2049,7 +2049,7 @@ static int64_t raw_holds (void *c, const char *k, size_t n)
    bson_t filter = BSON_INITIALIZER;
    bson_append_utf8 (&filter, "_id", 3, k, (int)n);
    mongoc_cursor_t *cur =
-     mongoc_collection_find_with_opts (ll_mongodb_test_collection (c), &filter, NULL, NULL);
+     mongoc_collection_find_with_opts (ll_mongo_test_collection (c), &filter, NULL, NULL);
    const bson_t *doc;
    bson_iter_t it;
    int64_t v = -1;
@@ -2069,7 +2069,7 @@ static bool strip_holds (void *c, const char *k, size_t n)
    bson_t reply;
    bson_iter_t it;
    bool ok =
-     mongoc_collection_update_one (ll_mongodb_test_collection (c), &q, u, NULL, &reply, NULL) &&
+     mongoc_collection_update_one (ll_mongo_test_collection (c), &q, u, NULL, &reply, NULL) &&
      bson_iter_init_find (&it, &reply, "matchedCount") && bson_iter_as_int64 (&it) == 1;
    bson_destroy (&reply);
    bson_destroy (&q);

@@ -1,4 +1,4 @@
-"""The MongoDB lease protocol of csrc/cmd_mongodb.h on pymongo.
+"""The MongoDB lease protocol of csrc/stmt_mongodb.c on pymongo.
 
   acquire: findAndModify without upsert on
              {_id: key, $expr: {$or: [{$eq: ["$owner", owner]},

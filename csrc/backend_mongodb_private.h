@@ -1,0 +1,151 @@
+/*
+ * backend_mongodb_private.h - what the MongoDB backend's files share: the
+ * connection struct and the functions one file gives the others. Included
+ * only by backend_mongodb*.c, and only with LEASELOCK_WITH_MONGODB (it
+ * brings in libmongoc's headers).
+ *
+ *   backend_mongodb.c        the vtable and the lease operations
+ *   backend_mongodb_uri.c    the URI: leaselock's options, checks, defaults
+ *   backend_mongodb_conn.c   open, close, abandon, errors, the round trips
+ *   backend_mongodb_queue.c  the fair mode's queue
+ *   stmt_mongodb.c           the commands' shapes (stmt_mongodb.h)
+ *
+ * Every function taking err fills it on failure (it is the caller's).
+ */
+#ifndef LL_BACKEND_MONGODB_PRIVATE_H
+#define LL_BACKEND_MONGODB_PRIVATE_H
+
+#include "ll_internal.h"
+#include "stmt_mongodb.h"
+
+/* One connection: used by one thread at a time (the engine pools them).
+ * Owns everything it points to; ll_mongo_close frees it all,
+ * ll_mongo_abandon frees what it can without I/O. */
+typedef struct ll_mongo_conn
+{
+   mongoc_client_t *client;    /* single-threaded, owned */
+   mongoc_collection_t *coll;  /* owned; carries the write concern */
+   mongoc_collection_t *queue; /* "<coll>.queue", the fair mode's; the same */
+   ll_secrets_t secrets;       /* the URI's passwords, scrubbed from messages */
+   bool tls;                   /* the URI asks for TLS (see ll_mongo_abandon) */
+} ll_mongo_conn_t;
+
+/* ---- backend_mongodb_uri.c ------------------------------------------------ */
+
+/* Splits text (borrowed) into the URI for the driver (without
+ * leaselockCollection) and the collection name (NULL when the URI names
+ * none). Refuses options the driver does not know. *drv and *coll are new
+ * strings the caller frees (free()) on success; both NULL on failure. */
+bool ll_mongo_split_uri (const char *text, char **drv, char **coll, leaselock_error_t *err);
+
+/* The driver's reading of drv (text without leaselock's options; both
+ * borrowed), or NULL with INVALID; the password as libmongoc read it joins
+ * conn's secrets. A new URI the caller destroys (mongoc_uri_destroy). */
+mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn,
+                                 const char *text,
+                                 const char *drv,
+                                 leaselock_error_t *err);
+
+/* Checks what uri asks for (the collection, acknowledged writes, bounded
+ * timeouts) and sets leaselock's defaults where it has none. *collname:
+ * the caller's malloc()ed name or NULL, replaced by a strdup() of the
+ * default when NULL (the caller frees it either way). */
+bool ll_mongo_settle_uri (mongoc_uri_t *uri, char **collname, leaselock_error_t *err);
+
+/* The database: uri's path, or the default. Borrowed from uri (or static). */
+const char *ll_mongo_db (const mongoc_uri_t *uri);
+
+/* ---- backend_mongodb_conn.c ----------------------------------------------- */
+
+/* BACKEND "mongodb: <what>: <driver message> (error <domain>.<code>)", the
+ * one format of a driver failure, without conn's secrets (conn NULL: none
+ * known). Returns false. */
+bool ll_mongo_fail (const ll_mongo_conn_t *conn,
+                    leaselock_error_t *err,
+                    const char *what,
+                    const bson_error_t *e);
+
+/* NOMEM "out of memory building a MongoDB command". Returns false. */
+bool ll_mongo_nomem (leaselock_error_t *err);
+
+/* The vtable's open, close and abandon: open returns a new
+ * ll_mongo_conn_t (text borrowed) or NULL; close and abandon free it. */
+void *ll_mongo_open (const char *text, leaselock_error_t *err);
+void ll_mongo_close (void *conn);
+void ll_mongo_abandon (void *conn);
+
+/* Runs a findAndModify of q (borrowed) on coll (conn's coll or queue,
+ * borrowed) with opts (from ll_mongo_fam_opts*; owned: destroyed here,
+ * NULL reads as out of memory). *doc: a copy of the document that came
+ * back, which the caller destroys (bson_destroy), or NULL when none did
+ * (nothing matched). On the records, a duplicate key answer (acquire's
+ * upsert found the key there) fails with BUSY. */
+bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
+                       mongoc_collection_t *coll,
+                       const bson_t *q,
+                       mongoc_find_and_modify_opts_t *opts,
+                       bson_t **doc,
+                       leaselock_error_t *err);
+
+/* updateOne(q, u) on conn's records (q, u borrowed); *matched from the
+ * reply's matchedCount. */
+bool ll_mongo_update (ll_mongo_conn_t *conn,
+                      const bson_t *q,
+                      const bson_t *u,
+                      bool *matched,
+                      leaselock_error_t *err);
+
+/* ll_mongo_update for an owner's record, built (ok) into q and u, which it
+ * destroys (owned): NOT_HELD when nothing matched. */
+bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
+                            bson_t *q,
+                            bson_t *u,
+                            bool ok,
+                            leaselock_error_t *err);
+
+/* deleteMany(q) on coll (conn's coll or queue; q borrowed); count non-NULL
+ * gets the reply's deletedCount. */
+bool ll_mongo_delete_many (ll_mongo_conn_t *conn,
+                           mongoc_collection_t *coll,
+                           const bson_t *q,
+                           int64_t *count,
+                           leaselock_error_t *err);
+
+/* For tests/test_mongodb.c: the connection's client (to install APM
+ * callbacks) and collections, borrowed from conn.
+ * ll_mongo_test_set_password gives a connection opened without credentials
+ * the password (borrowed; copied) that its error messages must hide (the
+ * test server has no authentication). */
+mongoc_client_t *ll_mongo_test_client (void *conn);
+mongoc_collection_t *ll_mongo_test_collection (void *conn);
+mongoc_collection_t *ll_mongo_test_queue (void *conn);
+bool ll_mongo_test_set_password (void *conn, const char *password);
+
+/* ---- backend_mongodb_queue.c ---------------------------------------------- */
+
+/* The vtable's queue_join: makes owner's entry of key's queue live for
+ * keep_ms (a new one arrives now); returns the live entries ahead of it,
+ * or -1 on failure. The strings are borrowed. */
+int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t keep_ms,
+                              leaselock_error_t *err);
+
+/* The vtable's queue_leave: deletes owner's entry of key's queue, if any. */
+bool ll_mongo_queue_remove (ll_mongo_conn_t *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            leaselock_error_t *err);
+
+/* prune's second half: deletes the queue entries under prefix (borrowed)
+ * that ran out at least older_than_ms ago (not counted: not records). */
+bool ll_mongo_queue_prune (ll_mongo_conn_t *conn,
+                           const char *prefix,
+                           size_t prefix_len,
+                           int64_t older_than_ms,
+                           leaselock_error_t *err);
+
+#endif /* LL_BACKEND_MONGODB_PRIVATE_H */

@@ -1,0 +1,141 @@
+/*
+ * backend_mongodb_queue.c - the MongoDB backend's fair-mode queue: the
+ * collection "<collection>.queue" (its documents in stmt_mongodb.h),
+ * beside the records and never read by the lease operations. queue_join
+ * (2 or 3 round trips) says how it is written. Like the records'
+ * collection it gets no index of leaselock's: it holds only the entries of
+ * waiters (each deletes its own when done) and those that ran out until a
+ * prune.
+ */
+#include <stdbool.h>
+
+#ifdef LEASELOCK_WITH_MONGODB
+
+#include "backend_mongodb_private.h"
+
+#include <time.h>
+
+/* findAndModify(q, u) on the queue, returning the new entry's arrival
+ * (ms since the epoch, the server's date); *matched: whether an entry was
+ * modified or inserted. */
+static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
+                                const bson_t *q,
+                                const bson_t *u,
+                                bool upsert,
+                                bool *matched,
+                                int64_t *arrived,
+                                leaselock_error_t *err)
+{
+   static const char *const fields[] = { "arrived", NULL };
+   bson_t *doc;
+   bson_iter_t v;
+   if (!ll_mongo_fam_run (conn, conn->queue, q, ll_mongo_fam_opts_fields (u, fields, upsert), &doc,
+                          err))
+      return false;
+   *matched = doc && bson_iter_init_find (&v, doc, "arrived") && BSON_ITER_HOLDS_DATE_TIME (&v);
+   if (*matched)
+      *arrived = bson_iter_date_time (&v);
+   if (doc)
+      bson_destroy (doc);
+   return true;
+}
+
+/*
+ * queue_join: 2 round trips when owner's entry is live, 3 when it is new
+ * or ran out.
+ *  1. a findAndModify without upsert that refreshes a live entry (seenAt =
+ *     now), keeping its arrival: {_id: {k, o}, $expr: live};
+ *  2. when that matches nothing, an upsert on {_id: {k, o}} alone (no
+ *     $expr in an upsert's query) that arrives now: nothing can make the
+ *     entry live in between but owner itself;
+ *  3. countDocuments of the live entries ordered before (arrived, owner),
+ *     arrived being the date the server wrote.
+ * No pipeline update, no $expr in an upsert's query: valid on MongoDB
+ * 4.2+ and mongo-java-server alike. Order: (arrived, owner), the same
+ * for every reader. MongoDB has no lock to serialise the joins of a key
+ * by, and it writes documents side by side: a join stamped just before
+ * ours, or in the same millisecond and ordered first by owner, may become
+ * visible just after our write. So the count waits LL_MONGO_QUEUE_SETTLE_MS
+ * after the write (the wait only delays the count: liveness and order
+ * stay the server's). Should an earlier join land later still, both read
+ * the same place for a moment; their next joins read the order right, and
+ * the key's reservation settles who goes first meanwhile.
+ * mongo-java-server applies writes one at a time and needs no wait.
+ */
+#define LL_MONGO_QUEUE_SETTLE_MS 3
+int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t keep_ms,
+                              leaselock_error_t *err)
+{
+   int64_t ahead = -1;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+   bson_t aq = BSON_INITIALIZER, au = BSON_INITIALIZER, cq = BSON_INITIALIZER;
+   bool matched = false;
+   int64_t arrived = 0;
+   bson_error_t e;
+
+   bool ok =
+     (ll_mongo_queue_live_query (&q, key, key_len, owner) &&
+      ll_mongo_queue_refresh_update (&u, keep_ms) && ll_mongo_queue_id (&aq, key, key_len, owner) &&
+      ll_mongo_queue_arrive_update (&au, key, key_len, owner, keep_ms)) ||
+     ll_mongo_nomem (err);
+   ok = ok && ll_mongo_queue_fam (conn, &q, &u, false, &matched, &arrived, err);
+   if (ok && !matched) {
+      ok = ll_mongo_queue_fam (conn, &aq, &au, true, &matched, &arrived, err);
+      if (ok && !matched)
+         ok = ll_backend_fail (err, "mongodb", "queue_join", "no entry returned by the upsert",
+                               NULL, NULL);
+   }
+   ok = ok &&
+        (ll_mongo_queue_ahead_filter (&cq, key, key_len, owner, arrived) || ll_mongo_nomem (err));
+   if (ok) {
+      struct timespec ts = { 0, LL_MONGO_QUEUE_SETTLE_MS * 1000000L };
+      while (nanosleep (&ts, &ts) != 0) {
+      }
+      ahead = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
+      if (ahead < 0)
+         ahead = (ll_mongo_fail (conn, err, "countDocuments", &e), -1);
+   }
+   bson_destroy (&q);
+   bson_destroy (&u);
+   bson_destroy (&aq);
+   bson_destroy (&au);
+   bson_destroy (&cq);
+   return ahead;
+}
+
+bool ll_mongo_queue_remove (ll_mongo_conn_t *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            leaselock_error_t *err)
+{
+   bson_t q = BSON_INITIALIZER;
+   bson_error_t e;
+   if (!ll_mongo_queue_id (&q, key, key_len, owner)) {
+      bson_destroy (&q);
+      return ll_mongo_nomem (err);
+   }
+   bool ok = mongoc_collection_delete_one (conn->queue, &q, NULL, NULL, &e);
+   bson_destroy (&q);
+   return ok || ll_mongo_fail (conn, err, "deleteOne", &e);
+}
+
+bool ll_mongo_queue_prune (ll_mongo_conn_t *conn,
+                           const char *prefix,
+                           size_t prefix_len,
+                           int64_t older_than_ms,
+                           leaselock_error_t *err)
+{
+   bson_t q = BSON_INITIALIZER;
+   bool ok =
+     ll_mongo_queue_prune_filter (&q, prefix, prefix_len, older_than_ms) || ll_mongo_nomem (err);
+   ok = ok && ll_mongo_delete_many (conn, conn->queue, &q, NULL, err);
+   bson_destroy (&q);
+   return ok;
+}
+
+#endif /* LEASELOCK_WITH_MONGODB */
