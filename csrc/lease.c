@@ -1,0 +1,288 @@
+/*
+ * lease.c - a lease's bookkeeping (its client's lists, the local deadline
+ * rule, HELD -> LOST), the statements sent for its owner (renew, release),
+ * manual renew and extend, and its getters.
+ */
+#include "engine_private.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+void ll_lease_unref (leaselock_lease_t *l)
+{
+   if (atomic_fetch_sub (&l->refs, 1) != 1)
+      return;
+   leaselock_client_t *c = l->client;
+   free (l);
+   ll_client_unref (c);
+}
+
+void ll_list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   if (!l->in_list)
+      return;
+   for (leaselock_lease_t **p = &c->renewing; *p; p = &(*p)->next)
+      if (*p == l) {
+         *p = l->next;
+         break;
+      }
+   l->next = NULL;
+   l->in_list = false;
+}
+
+/* Every lease of a client, from its acquire to its destroy (close goes
+ * through them). Called with c->mu held. */
+void ll_all_add_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   l->prev_all = NULL;
+   l->next_all = c->leases;
+   if (c->leases)
+      c->leases->prev_all = l;
+   c->leases = l;
+}
+
+void ll_all_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   if (l->prev_all)
+      l->prev_all->next_all = l->next_all;
+   else if (c->leases == l)
+      c->leases = l->next_all;
+   if (l->next_all)
+      l->next_all->prev_all = l->prev_all;
+   l->prev_all = l->next_all = NULL;
+}
+
+/* A HELD lease ends (released, lost or closed): counts the time it was
+ * held. Called with c->mu held, before its state changes. */
+void ll_lease_ended_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
+{
+   if (l->state == LEASELOCK_STATE_HELD && now > l->acquired_ms)
+      ll_count (&c->obs, LL_ST_HELD_MS, (uint64_t)(now - l->acquired_ms));
+}
+
+/* HELD -> LOST, once. The renewal thread calls on_lost for leases it
+ * renews; a lease that is not auto-renewed has no callback. The "lost"
+ * event is delivered once c->mu is let go (ll_log_flush). */
+void ll_mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   if (l->state != LEASELOCK_STATE_HELD)
+      return;
+   int64_t now = ll_now_ms ();
+   ll_lease_ended_locked (c, l, now);
+   ll_count (&c->obs, LL_ST_LOSSES, 1);
+   if (ll_log_on (&c->obs, LEASELOCK_LOG_ERROR))
+      ll_log_defer (&c->obs, LEASELOCK_LOG_ERROR, "lost", l->key, l->key_len, l->fence,
+                    LEASELOCK_LOST, "lease lost: %s",
+                    now >= l->dl.at_ms ? "its local deadline passed before a renewal succeeded"
+                                       : "the database says it is no longer this owner's");
+   l->state = LEASELOCK_STATE_LOST;
+   if (l->on_lost && l->auto_renew && l->in_list) {
+      l->lost_notify = true;
+      pthread_cond_broadcast (&c->cond);
+   } else {
+      ll_list_remove_locked (c, l);
+   }
+}
+
+/* The local deadline rule (contract invariant 3). */
+void ll_check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now)
+{
+   if (l->state == LEASELOCK_STATE_HELD && now >= l->dl.at_ms)
+      ll_mark_lost_locked (c, l);
+}
+
+/* One renew (renew true: ms is the TTL) or release (ms is min_hold)
+ * statement for key and owner. *was_sent says whether it reached a
+ * connection (so, on failure, it may have been applied). */
+bool ll_owner_call (leaselock_client_t *c,
+                    const char *key,
+                    size_t key_len,
+                    const char *owner,
+                    bool renew,
+                    int64_t ms,
+                    pid_t me,
+                    bool *was_sent,
+                    leaselock_error_t *err)
+{
+   ll_error_clear (err);
+   *was_sent = false;
+   void *conn = ll_pool_get (c, me, err);
+   if (!conn)
+      return false;
+   *was_sent = true;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = renew ? c->backend->renew (conn, key, key_len, owner, ms, err)
+                   : c->backend->release (conn, key, key_len, owner, ms, err);
+   ll_obs_request (&c->obs, t0, ok, err);
+   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   return ok;
+}
+
+bool ll_renew_call (leaselock_client_t *c,
+                    leaselock_lease_t *l,
+                    int64_t ttl_ms,
+                    pid_t me,
+                    bool *was_sent,
+                    leaselock_error_t *err)
+{
+   return ll_owner_call (c, l->key, l->key_len, l->owner, true, ttl_ms, me, was_sent, err);
+}
+
+bool ll_release_call (leaselock_client_t *c,
+                      leaselock_lease_t *l,
+                      pid_t me,
+                      bool *was_sent,
+                      leaselock_error_t *err)
+{
+   return ll_owner_call (c, l->key, l->key_len, l->owner, false, l->min_hold_ms, me, was_sent, err);
+}
+
+/* The lease can be acted on by this process: not a parent's lease, client
+ * open. Fills err otherwise. */
+bool ll_lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err)
+{
+   if (l->pid != me)
+      return ll_error_set (err, LEASELOCK_NOT_HELD,
+                           "the lease on \"%s\" belongs to process %d; this process (%d) is a "
+                           "fork of it and does not hold it",
+                           LL_KEY_SHOWN (l->key, l->key_len), (int)l->pid, (int)me);
+   ll_check_fork (l->client, me);
+   return true;
+}
+
+/* The minimum hold that keeps l's record taken until at least min_hold_ms
+ * after a renew whose reply came at done_ms (local). The database adds the
+ * release's minimum hold to the record's acquired_at, which the acquire
+ * set after it was sent (l->acquired_ms), and the renew ran before its
+ * reply came: so the database's clock moved by at most done_ms -
+ * acquired_ms between the two, plus its rate error (deadline.c's 1000
+ * ppm) and 1 ms of rounding. Only ever raised. */
+static int64_t hold_after_renew (const leaselock_lease_t *l, int64_t done_ms, int64_t min_hold_ms)
+{
+   int64_t since = done_ms - l->acquired_ms;
+   int64_t hold = since + since / LL_DEADLINE_RATE_DIV + 1 + min_hold_ms;
+   return hold > l->min_hold_ms ? hold : l->min_hold_ms;
+}
+
+bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
+{
+   return leaselock_lease_extend (l, ttl_ms, -1, error);
+}
+
+bool leaselock_lease_extend (leaselock_lease_t *l,
+                             int64_t ttl_ms,
+                             int64_t min_hold_ms,
+                             leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = error ? error : &local;
+   ll_error_clear (err);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   pid_t me = getpid ();
+   if (!ll_lease_usable (l, me, err))
+      return false;
+   if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))
+      return false;
+   if (min_hold_ms != -1 && !ll_check_duration (min_hold_ms, "min_hold", err))
+      return false;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   if (ttl_ms == 0)
+      ttl_ms = l->ttl_ms;
+   int64_t sent = ll_now_ms ();
+   ll_check_deadline_locked (c, l, sent);
+   leaselock_state_t st = l->state;
+   bool closed = atomic_load (&c->closing);
+   if (!closed && st == LEASELOCK_STATE_HELD)
+      ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
+   pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs); /* a loss the deadline check above found */
+   if (closed)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
+   if (st == LEASELOCK_STATE_RELEASED)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was released",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+   if (st == LEASELOCK_STATE_LOST)
+      return ll_error_set (err, LEASELOCK_LOST,
+                           "the lease on \"%s\" was lost (its local deadline passed)",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+
+   bool was_sent;
+   bool ok = ll_renew_call (c, l, ttl_ms, me, &was_sent, err);
+
+   pthread_mutex_lock (&c->mu);
+   bool renewed = ll_renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
+   if (renewed) {
+      l->ttl_ms = ttl_ms;
+      if (min_hold_ms >= 0)
+         l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
+      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+   } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
+      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
+   } else if (ok) {
+      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
+                         LL_KEY_SHOWN (l->key, l->key_len));
+   }
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
+   pthread_mutex_unlock (&c->mu);
+   if (renewed || left >= 0)
+      ll_log_renew (c, l, ttl_ms, renewed, left, 0, err);
+   ll_log_flush (&c->obs);
+   return ok;
+}
+
+const char *leaselock_lease_key (const leaselock_lease_t *l)
+{
+   return l ? l->key : "";
+}
+
+size_t leaselock_lease_key_len (const leaselock_lease_t *l)
+{
+   return l ? l->key_len : 0;
+}
+
+const char *leaselock_lease_owner (const leaselock_lease_t *l)
+{
+   return l ? l->owner : "";
+}
+
+int64_t leaselock_lease_fence (const leaselock_lease_t *l)
+{
+   return l ? l->fence : 0;
+}
+
+int64_t leaselock_lease_ttl_ms (const leaselock_lease_t *l)
+{
+   if (!l)
+      return 0;
+   pthread_mutex_lock (&l->client->mu);
+   int64_t t = l->ttl_ms;
+   pthread_mutex_unlock (&l->client->mu);
+   return t;
+}
+
+leaselock_state_t leaselock_lease_state (leaselock_lease_t *l)
+{
+   if (!l)
+      return LEASELOCK_STATE_RELEASED;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   if (l->pid == getpid ())
+      ll_check_deadline_locked (c, l, ll_now_ms ());
+   leaselock_state_t st = l->state;
+   pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs);
+   return st;
+}
+
+int64_t leaselock_lease_remaining_ms (leaselock_lease_t *l)
+{
+   if (!l)
+      return 0;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : 0;
+   pthread_mutex_unlock (&c->mu);
+   return left > 0 ? left : 0;
+}
