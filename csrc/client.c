@@ -266,6 +266,21 @@ const char *leaselock_client_backend (const leaselock_client_t *c)
    return c ? c->backend->name : "";
 }
 
+void leaselock_client_set_log (leaselock_client_t *client,
+                               int min_level,
+                               leaselock_log_cb fn,
+                               void *user_data)
+{
+   if (client)
+      ll_obs_set_hook (&client->obs, min_level, fn, user_data);
+}
+
+void leaselock_client_set_log_level (leaselock_client_t *client, int min_level)
+{
+   if (client)
+      ll_obs_set_level (&client->obs, min_level);
+}
+
 ll_obs_t *ll_client_obs (leaselock_client_t *c)
 {
    return &c->obs;

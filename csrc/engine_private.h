@@ -38,21 +38,26 @@
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
 
+/* One of a client's I/O threads (renew.c), inside the client; guarded by
+ * the client's mu. */
 typedef struct io_slot
 {
-   leaselock_client_t *client;
+   leaselock_client_t *client; /* borrowed: the client it is inside */
    pthread_t tid;
    bool running;
    bool failed;            /* its thread could not start: not tried again */
    leaselock_lease_t *job; /* lease it renews now (a counted reference) */
 } io_slot_t;
 
+/* A client (client.c). Owned by its user, and referenced by each of its
+ * leases, waits and forget threads (refs): ll_client_unref frees it and
+ * its strings. */
 struct leaselock_client
 {
-   const ll_backend_t *backend;
-   char *uri;       /* as given (may hold a password); never shown */
-   char *uri_shown; /* password replaced */
-   char *label;
+   const ll_backend_t *backend; /* a static table: not owned */
+   char *uri;                   /* owned; as given (may hold a password); never shown */
+   char *uri_shown;             /* owned; password replaced */
+   char *label;                 /* owned */
    char host[256];
    atomic_int refs; /* the user's + one per lease */
    /* Set once, under mu, when leaselock_client_close starts: from then on
@@ -64,13 +69,13 @@ struct leaselock_client
    pid_t pid;                 /* process that owns the pool and the thread */
    bool closed;               /* leaselock_client_close has finished */
    bool close_releases;       /* the close under way releases held leases */
-   leaselock_lease_t *leases; /* every lease not yet destroyed */
-   void *idle[POOL_MAX];
+   leaselock_lease_t *leases; /* every lease not yet destroyed (borrowed) */
+   void *idle[POOL_MAX];      /* owned idle connections (pool.c) */
    int n_idle;
    int in_use;                  /* connections handed out by ll_pool_get */
    bool fork_busy;              /* one was still in use when fork() ran */
    pthread_cond_t drained;      /* signalled when in_use drops to 0 */
-   leaselock_lease_t *renewing; /* auto-renewed leases of this process */
+   leaselock_lease_t *renewing; /* auto-renewed leases of this process (borrowed) */
    pthread_cond_t cond;         /* wakes the renewal thread */
    pthread_t thread;
    bool thread_running;
@@ -84,11 +89,16 @@ struct leaselock_client
    bool stopping;
    bool sleeping;                   /* the renewal thread waits on cond ... */
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
-   leaselock_client_t *next_client; /* the global list, for fork */
+   leaselock_client_t *next_client; /* fork.c's list (its mutex, not mu) */
    ll_obs_t obs;                    /* log hook and counters (observe.c) */
    ll_watch_t watch;                /* release notifications (watch.c) */
 };
 
+/* A lease (lease.c). Owned by its user (leaselock_lease_destroy) and
+ * referenced while the renewal thread, an I/O thread or a callback uses
+ * it (refs): ll_lease_unref frees it. The fields down to refs are set
+ * before the lease is handed out and read-only after, but min_hold_ms
+ * (written under client->mu by extend). */
 struct leaselock_lease
 {
    leaselock_client_t *client; /* counted reference */
@@ -100,7 +110,7 @@ struct leaselock_lease
    pid_t pid; /* the process that acquired it */
    bool auto_renew;
    leaselock_lost_cb on_lost;
-   void *on_lost_data;
+   void *on_lost_data; /* the user's, borrowed (as on_renew_failed_data) */
    leaselock_renew_failed_cb on_renew_failed;
    void *on_renew_failed_data;
    atomic_int refs; /* the user's + the renewal thread's while it works */
@@ -111,16 +121,16 @@ struct leaselock_lease
    ll_deadline_t dl;      /* local deadline (deadline.c) */
    int64_t next_renew_ms; /* when the renewal thread next acts */
    bool in_list;
-   bool lost_notify;            /* on_lost still to be called */
-   bool in_callback;            /* on_lost or on_renew_failed is running now */
-   bool renew_failed_notify;    /* on_renew_failed still to be called ... */
-   leaselock_error_t renew_err; /* ... with this error */
-   int64_t acquired_ms;         /* local time the acquire was sent (stats) */
-   int releasing;               /* releases of it in flight */
-   int64_t holds;               /* reentrant holds (1 once acquired) */
-   bool close_tried;            /* leaselock_client_close tried to release it */
-   bool released_by_close;      /* and that release ended it */
-   leaselock_lease_t *next;
+   bool lost_notify;                       /* on_lost still to be called */
+   bool in_callback;                       /* on_lost or on_renew_failed is running now */
+   bool renew_failed_notify;               /* on_renew_failed still to be called ... */
+   leaselock_error_t renew_err;            /* ... with this error */
+   int64_t acquired_ms;                    /* local time the acquire was sent (stats) */
+   int releasing;                          /* releases of it in flight */
+   int64_t holds;                          /* reentrant holds (1 once acquired) */
+   bool close_tried;                       /* leaselock_client_close tried to release it */
+   bool released_by_close;                 /* and that release ended it */
+   leaselock_lease_t *next;                /* in client->renewing */
    leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };
 
@@ -138,16 +148,19 @@ typedef struct local_waiter
    struct local_waiter *prev, *next;
 } local_waiter_t;
 
+/* One of the process's LL_N_BUCKETS wait buckets (wait.c), picked by the
+ * key's hash; it lives as long as the process. */
 typedef struct bucket
 {
-   pthread_mutex_t mu;
-   pthread_cond_t cond;
+   pthread_mutex_t mu;      /* guards the rest */
+   pthread_cond_t cond;     /* its blocking acquires sleep on it */
    local_waiter_t *waiters; /* this process's blocking acquires of its keys */
    uint32_t released_hash;  /* the key this process released last here (ll_key_hash) */
    int64_t released_at;     /* and when (local ms; 0: none) */
 } bucket_t;
 
-/* A blocking acquire's standing as a waiter (contract invariant 9). */
+/* A blocking acquire's standing as a waiter (contract invariant 9). Part
+ * of its acquire_call_t; only the thread running the call touches it. */
 typedef struct waiter
 {
    int64_t since;          /* local ms when it first found the key busy; -1 not yet */
@@ -163,13 +176,16 @@ typedef struct waiter
    int64_t ahead;          /* live entries queued before its own at the last try */
 } waiter_t;
 
-/* One call of leaselock_acquire: its tries share one owner. */
+/* One call of leaselock_acquire: its tries share one owner. On the
+ * caller's stack, or inside a leaselock_wait_t (acquire.c); only the
+ * thread running the call touches it, but for local and watch (their
+ * bucket's and watcher's mutexes). */
 typedef struct acquire_call
 {
-   leaselock_client_t *c;
-   const char *key;
+   leaselock_client_t *c; /* borrowed; a wait holds a reference */
+   const char *key;       /* borrowed from the caller, or the wait's copy */
    size_t key_len;
-   const leaselock_acquire_opts_t *opts;
+   const leaselock_acquire_opts_t *opts; /* borrowed, as key */
    pid_t me;
    /* One owner for every attempt of this call: an attempt whose reply was
     * lost may have taken the key, and the record then accepts this owner
@@ -180,13 +196,14 @@ typedef struct acquire_call
    int attempt;          /* waits so far: the backoff grows with it */
    int64_t start, until; /* the call's start and deadline */
    int64_t waited_from;  /* when it first found the key busy and waited */
-   bucket_t *b;
+   bucket_t *b;          /* one of ll_buckets: its key's */
    waiter_t w;
    ll_watch_waiter_t watch; /* a blocking acquire's entry with the client's watcher */
    bool watched;
    local_waiter_t local; /* its entry in its bucket, while watched */
 } acquire_call_t;
 
+/* What follows one try of an acquire call (acquire.c). */
 typedef enum
 {
    NEXT_DONE,   /* acquired */

@@ -50,7 +50,12 @@ bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
 /* min_hold and other durations that may be 0. */
 bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
 
-/* The start of every acquire entry point (engine.c, modes.c): returns the
+/* Fills out with 32 hex chars + NUL from getrandom(2). */
+bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
+
+/* ---- acquire entry points (acquire.c) ------------------------------- */
+
+/* The start of every acquire entry point (acquire.c, modes.c): returns the
  * error to fill (error, or local when it is NULL), cleared; *opts becomes
  * dflt, filled with the defaults, when it is NULL; *lease NULL when lease
  * is given. */
@@ -60,26 +65,25 @@ leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
                                         leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease);
 
-/* Fills out with 32 hex chars + NUL from getrandom(2). */
-bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
+/* ---- the waiters' sleeps (wait.c) ------------------------------------ */
 
 /* Blocking acquire's sleep before retry number attempt (0-based): full
  * jitter, uniform in [1, min(1000, 5 * 2^attempt)] ms. */
 int64_t ll_backoff_ms (int attempt);
-/* A waiter's sleep before its next try (engine.c's WAIT_POLL_MS says
+/* A waiter's sleep before its next try (wait.c's WAIT_POLL_MS says
  * why): the backoff capped to max(50 ms, waited_ms / 8) while it is not
  * the key's next owner; a quarter of next_for_ms (how long it has been
  * next), within [1, 50] ms, while it is. */
 int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t next_for_ms);
 /* The sleep of a waiter whose last try found another live waiter next:
- * uniform in [poll / 2, poll], poll = max(50, waited_ms / 8) capped at
+ * uniform in [poll / 2, poll], poll = max(150, waited_ms / 8) capped at
  * 1000 ms. */
 int64_t ll_behind_sleep_ms (int64_t waited_ms);
 /* A fair waiter's sleep while ahead (>= 1) live waiters are queued before
- * it: short, growing with ahead, within FAIR_POLL_MAX_MS (engine.c). */
+ * it: short, growing with ahead, within FAIR_POLL_MAX_MS. */
 int64_t ll_fair_sleep_ms (int64_t ahead);
 
-/* ---- clock ----------------------------------------------------------- */
+/* ---- clock (clock.c) -------------------------------------------------- */
 
 /* Monotonic milliseconds. Tests may switch the process to a fake clock
  * that only moves with ll_clock_advance(); condition waits then wake at
@@ -89,6 +93,8 @@ void ll_clock_use_fake (bool on);
 /* Monotonic milliseconds even while the fake clock is on (for bounds on
  * real waits, such as the fork handler's). */
 int64_t ll_real_now_ms (void);
+/* Microseconds of real monotonic time, for latencies. */
+int64_t ll_real_now_us (void);
 void ll_clock_advance (int64_t ms);
 /* Waits on cond until ll_now_ms() >= deadline_ms (or a signal). Spurious
  * wakeups are possible: callers loop. deadline_ms < 0 waits for a signal. */
@@ -178,9 +184,9 @@ typedef struct ll_log_pending
 /* A client's log hook and counters. */
 typedef struct ll_obs
 {
-   leaselock_client_t *client;
-   atomic_int level;   /* LEASELOCK_LOG_OFF when there is no hook */
-   pthread_mutex_t mu; /* guards the rest */
+   leaselock_client_t *client; /* borrowed: its owner, passed on in each event */
+   atomic_int level;           /* LEASELOCK_LOG_OFF when there is no hook */
+   pthread_mutex_t mu;         /* guards the rest */
    pthread_cond_t idle;
    leaselock_log_cb fn;
    void *data;
@@ -258,11 +264,13 @@ static inline void ll_log_flush (ll_obs_t *o)
       ll_log_flush_slow (o);
 }
 
-/* The client's (engine.c). */
+/* The hook of leaselock_client_set_log (fn and data are the caller's,
+ * borrowed until the next call), and its level alone. */
+void ll_obs_set_hook (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data);
+void ll_obs_set_level (ll_obs_t *o, int min_level);
+/* The client's (client.c; for the modes, which sit above the engine). */
 ll_obs_t *ll_client_obs (leaselock_client_t *c);
 
-/* Microseconds of real monotonic time, for latencies. */
-int64_t ll_real_now_us (void);
 /* Counts one statement that started at start_us (ll_real_now_us) and its
  * round trip; err (may be NULL: it succeeded) counts a backend error. */
 void ll_obs_request (ll_obs_t *o, int64_t start_us, bool ok, const leaselock_error_t *err);
@@ -729,7 +737,7 @@ void ll_sql_abandon (void *conn);
 /* One blocking acquire as its client's watcher sees it, registered from
  * its first try to its end. Owned by the acquire call (on its stack);
  * key and owner are borrowed from it. mu and cond are the wait bucket's
- * (engine.c), which outlive it. */
+ * (wait.c), which outlive it. */
 typedef struct ll_watch_waiter
 {
    const char *key;
@@ -804,6 +812,7 @@ void ll_watch_fork_child (ll_watch_t *w);
  * they reported (tests). */
 uint64_t ll_watch_opens (ll_watch_t *w);
 uint64_t ll_watch_heard (ll_watch_t *w);
+/* The client's watcher (client.c; tests read it). */
 ll_watch_t *ll_client_watch (leaselock_client_t *c);
 
 #endif /* LL_INTERNAL_H */

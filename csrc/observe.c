@@ -4,7 +4,9 @@
  * under the engine's lock and delivered once it is let go, the counters
  * and latency histogram, and their Prometheus rendering.
  *
- * The engine calls in here; nothing here calls the engine. A hook that is
+ * The engine calls in here; nothing here calls the engine (the client's
+ * leaselock_client_set_log* hand its ll_obs_t down, and the client pointer
+ * kept here is only passed on to the hook in each event). A hook that is
  * off costs one relaxed atomic load and a compare (ll_log_on); counters are
  * relaxed atomic additions.
  */
@@ -13,7 +15,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 /* The hooks this thread is running now: set_log called from within one
  * must not wait for itself. */
@@ -64,7 +65,7 @@ void ll_obs_fork_child (ll_obs_t *o)
 
 /* ---- the hook ------------------------------------------------------------ */
 
-static void install (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data)
+void ll_obs_set_hook (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data)
 {
    pthread_mutex_lock (&o->mu);
    o->fn = fn;
@@ -171,20 +172,8 @@ void ll_log_flush_slow (ll_obs_t *o)
    }
 }
 
-void leaselock_client_set_log (leaselock_client_t *client,
-                               int min_level,
-                               leaselock_log_cb fn,
-                               void *user_data)
+void ll_obs_set_level (ll_obs_t *o, int min_level)
 {
-   if (client)
-      install (ll_client_obs (client), min_level, fn, user_data);
-}
-
-void leaselock_client_set_log_level (leaselock_client_t *client, int min_level)
-{
-   if (!client)
-      return;
-   ll_obs_t *o = ll_client_obs (client);
    pthread_mutex_lock (&o->mu);
    if (o->fn)
       atomic_store (&o->level, min_level);
@@ -201,13 +190,6 @@ const char *leaselock_log_level_name (int level)
 }
 
 /* ---- counters -------------------------------------------------------------- */
-
-int64_t ll_real_now_us (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void ll_obs_request (ll_obs_t *o, int64_t start_us, bool ok, const leaselock_error_t *err)
 {
