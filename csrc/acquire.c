@@ -26,6 +26,19 @@ void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
    opts->auto_renew = true;
 }
 
+bool ll_acquire_target_ok (leaselock_client_t *c,
+                           const char *key,
+                           size_t key_len,
+                           leaselock_lease_t **lease,
+                           leaselock_error_t *err)
+{
+   if (!c)
+      return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
+   if (!lease)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
+   return ll_check_key (key, key_len, "key", false, err);
+}
+
 /* The checks of leaselock_acquire's arguments, before any I/O. */
 static bool acquire_args_ok (leaselock_client_t *c,
                              const char *key,
@@ -34,11 +47,7 @@ static bool acquire_args_ok (leaselock_client_t *c,
                              leaselock_lease_t **lease,
                              leaselock_error_t *err)
 {
-   if (!c)
-      return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
-   if (!lease)
-      return ll_error_set (err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
-   if (!ll_check_key (key, key_len, "key", false, err) ||
+   if (!ll_acquire_target_ok (c, key, key_len, lease, err) ||
        !ll_check_ttl (opts->ttl_ms, "ttl", err) ||
        !ll_check_duration (opts->min_hold_ms, "min_hold", err))
       return false;
@@ -51,56 +60,6 @@ static bool acquire_args_ok (leaselock_client_t *c,
       return ll_error_set (err, LEASELOCK_UNSUPPORTED,
                            "fair mode: the %s backend keeps no queue of waiters", c->backend->name);
    return true;
-}
-
-/* What follows an attempt that failed with err (sent: it reached a
- * connection). */
-static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_error_t *err)
-{
-   a->sent_any = a->sent_any || sent;
-   if (err->code == LEASELOCK_BACKEND && sent && !a->resent) {
-      /* Failed once sent (a dropped connection, a lost reply): send it
-       * once more, at once, on a fresh connection. */
-      a->resent = true;
-      return NEXT_RESEND;
-   }
-   if (err->code == LEASELOCK_BACKEND && a->sent_any) {
-      ll_forget_owner (a->c, a->key, a->key_len, a->owner, a->opts->ttl_ms, a->me);
-      return NEXT_FAIL;
-   }
-   if (err->code != LEASELOCK_BUSY || a->opts->timeout_ms == 0)
-      return NEXT_FAIL; /* BUSY is the answer of one try */
-   return NEXT_WAIT;
-}
-
-/* One try of call a, sent once more at once when it failed after being
- * sent (after_failure). */
-static acquire_next_t call_try (acquire_call_t *a,
-                                leaselock_lease_t **lease,
-                                leaselock_error_t *err)
-{
-   for (;;) {
-      bool sent;
-      if (ll_try_once (a->c, a->key, a->key_len, a->owner, a->opts, a->me, a->resent, &a->w, lease,
-                       &sent, err))
-         return NEXT_DONE;
-      acquire_next_t next = after_failure (a, sent, err);
-      if (next != NEXT_RESEND)
-         return next;
-   }
-}
-
-/* A call that ends without the key leaves the key's queue (fair mode). */
-static void call_quit (acquire_call_t *a)
-{
-   if (!a->w.queued)
-      return;
-   leaselock_error_t ignored;
-   void *conn = ll_pool_get (a->c, a->me, &ignored);
-   if (!conn)
-      return;
-   ll_queue_quit (a->c, conn, a->key, a->key_len, a->owner, &a->w);
-   ll_pool_put (a->c, conn, a->me, a->w.queued);
 }
 
 /* Counts and logs the end of an acquire call (lease: NULL when it
@@ -172,8 +131,7 @@ leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
                                         leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease)
 {
-   leaselock_error_t *err = error ? error : local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, local);
    if (!*opts) {
       leaselock_acquire_opts_init (dflt);
       *opts = dflt;
@@ -201,11 +159,11 @@ bool leaselock_acquire (leaselock_client_t *c,
    if (opts->timeout_ms != 0)
       ll_call_watch_begin (&a, a.start);
    for (;;) {
-      acquire_next_t next = call_try (&a, lease, err);
+      acquire_next_t next = ll_call_try (&a, lease, err);
       if (next == NEXT_DONE)
          return acquire_done (&a, *lease, err);
       if (next == NEXT_FAIL || !ll_wait_next (&a, err)) {
-         call_quit (&a);
+         ll_call_quit (&a);
          return acquire_done (&a, NULL, err);
       }
    }
@@ -226,8 +184,7 @@ leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
                                       leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    leaselock_acquire_opts_t dflt;
    if (!opts) {
       leaselock_acquire_opts_init (&dflt);
@@ -256,8 +213,7 @@ bool leaselock_wait_try (leaselock_wait_t *w,
                          leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    if (lease)
       *lease = NULL;
    if (sleep_ms)
@@ -279,7 +235,7 @@ bool leaselock_wait_try (leaselock_wait_t *w,
       return ll_error_set (err, LEASELOCK_INVALID, "the client was closed while waiting for \"%s\"",
                            LL_KEY_SHOWN (a->key, a->key_len));
    }
-   acquire_next_t next = call_try (a, lease, err);
+   acquire_next_t next = ll_call_try (a, lease, err);
    if (next == NEXT_DONE) {
       w->over = true;
       return acquire_done (a, *lease, err);
@@ -291,7 +247,7 @@ bool leaselock_wait_try (leaselock_wait_t *w,
       return false; /* BUSY, from the try */
    }
    w->over = true;
-   call_quit (a);
+   ll_call_quit (a);
    return acquire_done (a, NULL, err);
 }
 
@@ -302,7 +258,7 @@ void leaselock_wait_destroy (leaselock_wait_t *w)
    if (!w->over && getpid () == w->a.me) {
       leaselock_error_t timeout;
       ll_error_set (&timeout, LEASELOCK_INTERRUPTED, "the wait was given up");
-      call_quit (&w->a);
+      ll_call_quit (&w->a);
       acquire_done (&w->a, NULL, &timeout);
    }
    ll_client_unref (w->a.c);

@@ -59,8 +59,7 @@ bool leaselock_inspect (leaselock_client_t *c,
                         leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
       return false;
    if (!record || !found)
@@ -112,8 +111,7 @@ bool leaselock_list (leaselock_client_t *c,
                      leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    if (!ll_client_usable (c, err))
       return false;
    if (!prefix && prefix_len == 0)
@@ -148,8 +146,7 @@ bool leaselock_force_release (leaselock_client_t *c,
                               leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
       return false;
    bool took_local = false;
@@ -176,8 +173,7 @@ bool leaselock_prune (leaselock_client_t *c,
                       leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    if (count)
       *count = 0;
    if (!ll_client_usable (c, err))

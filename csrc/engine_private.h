@@ -4,10 +4,11 @@
  *
  * The engine, one file per concern: client.c (a client's life), pool.c
  * (its connections), fork.c (fork() handling), renew.c (the renewal and
- * I/O threads), take.c (one acquire statement), wait.c (waiting between
- * tries), acquire.c (an acquire call), lease.c (a lease's bookkeeping,
- * renew, getters), release.c (release and reentrant holds), admin.c
- * (stats, inspect, list, force_release, prune).
+ * I/O threads, manual renew and extend), take.c (one try of an acquire),
+ * wait.c (waiting between tries), acquire.c (an acquire call), lease.c (a
+ * lease's bookkeeping, its owner's statements, getters), release.c
+ * (release and reentrant holds), admin.c (stats, inspect, list,
+ * force_release, prune).
  *
  * Locking: fork.c's list mutex, then a client's mutex, then its watcher's
  * (watch.c), then a wait bucket's mutex, always in that order. No mutex is
@@ -256,58 +257,17 @@ bool ll_on_renewal_thread (leaselock_client_t *c);
 void ll_stop_renewal (leaselock_client_t *c);
 /* When the renewal thread first renews a lease acquired at sent. */
 int64_t ll_first_renewal (int64_t sent, const ll_deadline_t *dl);
-/* Records the outcome of a renew of l sent at sent; true when l is still
- * HELD and was renewed. Called with c->mu held. */
-bool ll_renew_done_locked (leaselock_client_t *c,
-                           leaselock_lease_t *l,
-                           int64_t sent,
-                           int64_t ttl,
-                           bool ok,
-                           bool was_sent,
-                           const leaselock_error_t *err);
-/* Logs a renewal's outcome (retry: 0 for a manual renew); no lock held. */
-void ll_log_renew (leaselock_client_t *c,
-                   leaselock_lease_t *l,
-                   int64_t ttl,
-                   bool ok,
-                   int64_t left,
-                   int64_t retry,
-                   const leaselock_error_t *err);
 /* Adds l to c's renewal list (borrowed: l stays the user's), starting the
  * threads if need be. Called with c->mu held. */
 bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err);
 
 /* ---- take.c ------------------------------------------------------------ */
 
-/* Leaves the key's fair queue (best effort) when w->queued. */
-void ll_queue_quit (leaselock_client_t *c,
-                    void *conn,
-                    const char *key,
-                    size_t key_len,
-                    const char *owner,
-                    waiter_t *w);
-/* One acquire statement; on success *out is a new lease owned by the
- * caller (the user's reference). *sent_out: the statement reached a
- * connection. */
-bool ll_try_once (leaselock_client_t *c,
-                  const char *key,
-                  size_t key_len,
-                  const char *owner,
-                  const leaselock_acquire_opts_t *o,
-                  pid_t me,
-                  bool resent,
-                  waiter_t *w,
-                  leaselock_lease_t **out,
-                  bool *sent_out,
-                  leaselock_error_t *err);
-/* Releases key for owner after an acquire failed twice once sent: at
- * once, then from a detached thread that holds a reference to c. */
-void ll_forget_owner (leaselock_client_t *c,
-                      const char *key,
-                      size_t key_len,
-                      const char *owner,
-                      int64_t ttl_ms,
-                      pid_t me);
+/* One try of call a, sent once more at once when it failed after being
+ * sent; on NEXT_DONE *lease is a new lease owned by the caller. */
+acquire_next_t ll_call_try (acquire_call_t *a, leaselock_lease_t **lease, leaselock_error_t *err);
+/* A call that ends without the key leaves the key's queue (fair mode). */
+void ll_call_quit (acquire_call_t *a);
 
 /* ---- wait.c (the sleeps' policy is in ll_internal.h) --------------------- */
 
@@ -353,18 +313,12 @@ bool ll_owner_call (leaselock_client_t *c,
                     pid_t me,
                     bool *was_sent,
                     leaselock_error_t *err);
-bool ll_renew_call (leaselock_client_t *c,
-                    leaselock_lease_t *l,
-                    int64_t ttl_ms,
-                    pid_t me,
-                    bool *was_sent,
-                    leaselock_error_t *err);
 bool ll_release_call (leaselock_client_t *c,
                       leaselock_lease_t *l,
                       pid_t me,
                       bool *was_sent,
                       leaselock_error_t *err);
-/* NOT_HELD for a lease of the parent process. */
+/* INVALID for a NULL lease, NOT_HELD for a lease of the parent process. */
 bool ll_lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err);
 
 /* ---- release.c --------------------------------------------------------- */

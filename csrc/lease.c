@@ -1,7 +1,7 @@
 /*
  * lease.c - a lease's bookkeeping (its client's lists, the local deadline
- * rule, HELD -> LOST), the statements sent for its owner (renew, release),
- * manual renew and extend, and its getters.
+ * rule, HELD -> LOST), the statements sent for its owner (renew,
+ * release), and its getters.
  */
 #include "engine_private.h"
 
@@ -71,10 +71,12 @@ void ll_mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
    ll_lease_ended_locked (c, l, now);
    ll_count (&c->obs, LL_ST_LOSSES, 1);
    if (ll_log_on (&c->obs, LEASELOCK_LOG_ERROR))
-      ll_log_defer (&c->obs, LEASELOCK_LOG_ERROR, "lost", l->key, l->key_len, l->fence,
-                    LEASELOCK_LOST, "lease lost: %s",
-                    now >= l->dl.at_ms ? "its local deadline passed before a renewal succeeded"
-                                       : "the database says it is no longer this owner's");
+      ll_log_emit (
+        &c->obs, true,
+        LL_LOG_EVENT (LEASELOCK_LOG_ERROR, "lost", l->key, l->key_len, l->fence, LEASELOCK_LOST),
+        "lease lost: %s",
+        now >= l->dl.at_ms ? "its local deadline passed before a renewal succeeded"
+                           : "the database says it is no longer this owner's");
    l->state = LEASELOCK_STATE_LOST;
    if (l->on_lost && l->auto_renew && l->in_list) {
       l->lost_notify = true;
@@ -118,16 +120,6 @@ bool ll_owner_call (leaselock_client_t *c,
    return ok;
 }
 
-bool ll_renew_call (leaselock_client_t *c,
-                    leaselock_lease_t *l,
-                    int64_t ttl_ms,
-                    pid_t me,
-                    bool *was_sent,
-                    leaselock_error_t *err)
-{
-   return ll_owner_call (c, l->key, l->key_len, l->owner, true, ttl_ms, me, was_sent, err);
-}
-
 bool ll_release_call (leaselock_client_t *c,
                       leaselock_lease_t *l,
                       pid_t me,
@@ -137,10 +129,12 @@ bool ll_release_call (leaselock_client_t *c,
    return ll_owner_call (c, l->key, l->key_len, l->owner, false, l->min_hold_ms, me, was_sent, err);
 }
 
-/* The lease can be acted on by this process: not a parent's lease, client
- * open. Fills err otherwise. */
+/* The lease can be acted on by this process: given, not a parent's
+ * lease. Fills err otherwise. */
 bool ll_lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err)
 {
+   if (!l)
+      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
    if (l->pid != me)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease on \"%s\" belongs to process %d; this process (%d) is a "
@@ -148,88 +142,6 @@ bool ll_lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err)
                            LL_KEY_SHOWN (l->key, l->key_len), (int)l->pid, (int)me);
    ll_check_fork (l->client, me);
    return true;
-}
-
-/* The minimum hold that keeps l's record taken until at least min_hold_ms
- * after a renew whose reply came at done_ms (local). The database adds the
- * release's minimum hold to the record's acquired_at, which the acquire
- * set after it was sent (l->acquired_ms), and the renew ran before its
- * reply came: so the database's clock moved by at most done_ms -
- * acquired_ms between the two, plus its rate error (deadline.c's 1000
- * ppm) and 1 ms of rounding. Only ever raised. */
-static int64_t hold_after_renew (const leaselock_lease_t *l, int64_t done_ms, int64_t min_hold_ms)
-{
-   int64_t since = done_ms - l->acquired_ms;
-   int64_t hold = since + since / LL_DEADLINE_RATE_DIV + 1 + min_hold_ms;
-   return hold > l->min_hold_ms ? hold : l->min_hold_ms;
-}
-
-bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
-{
-   return leaselock_lease_extend (l, ttl_ms, -1, error);
-}
-
-bool leaselock_lease_extend (leaselock_lease_t *l,
-                             int64_t ttl_ms,
-                             int64_t min_hold_ms,
-                             leaselock_error_t *error)
-{
-   leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
-   if (!l)
-      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
-   pid_t me = getpid ();
-   if (!ll_lease_usable (l, me, err))
-      return false;
-   if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))
-      return false;
-   if (min_hold_ms != -1 && !ll_check_duration (min_hold_ms, "min_hold", err))
-      return false;
-   leaselock_client_t *c = l->client;
-   pthread_mutex_lock (&c->mu);
-   if (ttl_ms == 0)
-      ttl_ms = l->ttl_ms;
-   int64_t sent = ll_now_ms ();
-   ll_check_deadline_locked (c, l, sent);
-   leaselock_state_t st = l->state;
-   bool closed = atomic_load (&c->closing);
-   if (!closed && st == LEASELOCK_STATE_HELD)
-      ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
-   pthread_mutex_unlock (&c->mu);
-   ll_log_flush (&c->obs); /* a loss the deadline check above found */
-   if (closed)
-      return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
-   if (st == LEASELOCK_STATE_RELEASED)
-      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was released",
-                           LL_KEY_SHOWN (l->key, l->key_len));
-   if (st == LEASELOCK_STATE_LOST)
-      return ll_error_set (err, LEASELOCK_LOST,
-                           "the lease on \"%s\" was lost (its local deadline passed)",
-                           LL_KEY_SHOWN (l->key, l->key_len));
-
-   bool was_sent;
-   bool ok = ll_renew_call (c, l, ttl_ms, me, &was_sent, err);
-
-   pthread_mutex_lock (&c->mu);
-   bool renewed = ll_renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
-   if (renewed) {
-      l->ttl_ms = ttl_ms;
-      if (min_hold_ms >= 0)
-         l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
-      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
-   } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
-      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
-   } else if (ok) {
-      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
-                         LL_KEY_SHOWN (l->key, l->key_len));
-   }
-   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
-   pthread_mutex_unlock (&c->mu);
-   if (renewed || left >= 0)
-      ll_log_renew (c, l, ttl_ms, renewed, left, 0, err);
-   ll_log_flush (&c->obs);
-   return ok;
 }
 
 const char *leaselock_lease_key (const leaselock_lease_t *l)

@@ -26,6 +26,9 @@ bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fm
 #endif
   ;
 void ll_error_clear (leaselock_error_t *err);
+/* The error a public call fills: error, or local (the caller's) when it
+ * is NULL; cleared. */
+leaselock_error_t *ll_error_start (leaselock_error_t *error, leaselock_error_t *local);
 
 /* A key for a message, from (pointer, length): keys need not be NUL-
  * terminated. At most LL_KEY_SHOWN_BYTES of it, cut at a UTF-8 character
@@ -64,6 +67,14 @@ leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
                                         const leaselock_acquire_opts_t **opts,
                                         leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease);
+
+/* The first checks of every acquire entry point, before any I/O: client
+ * and lease (the out parameter) given, key valid. */
+bool ll_acquire_target_ok (leaselock_client_t *c,
+                           const char *key,
+                           size_t key_len,
+                           leaselock_lease_t **lease,
+                           leaselock_error_t *err);
 
 /* ---- the waiters' sleeps (wait.c) ------------------------------------ */
 
@@ -219,43 +230,26 @@ static inline void ll_count (ll_obs_t *o, ll_stat_t s, uint64_t n)
    atomic_fetch_add_explicit (&o->n[s], n, memory_order_relaxed);
 }
 
-/* Formats and delivers one event to the hook. Called with no leaselock
- * lock held; callers test ll_log_on first (LL_LOG does), so that a hook
- * that is off costs no formatting. */
-void ll_log_emit (ll_obs_t *o,
-                  int level,
-                  const char *event,
-                  const char *key,
-                  size_t key_len,
-                  int64_t fence,
-                  leaselock_code_t code,
-                  const char *fmt,
-                  ...)
+/* Formats fmt as ev's message (ev's client and message are filled here;
+ * its key is borrowed, copied when kept) and delivers ev to the hook,
+ * with no leaselock lock held; or, for an event found with an engine lock
+ * held (defer), keeps it (at most LL_LOG_PENDING_MAX, later ones dropped)
+ * until ll_log_flush. Callers test ll_log_on first (LL_LOG does), so that
+ * a hook that is off costs no formatting. */
+void ll_log_emit (ll_obs_t *o, bool defer, leaselock_log_event_t ev, const char *fmt, ...)
 #if defined(__GNUC__)
-  __attribute__ ((format (printf, 8, 9)))
+  __attribute__ ((format (printf, 4, 5)))
 #endif
   ;
-#define LL_LOG(o, level, ...)                                                                      \
+/* An event's fields but its client and message. */
+#define LL_LOG_EVENT(level, event, key, key_len, fence, code)                                      \
+   ((leaselock_log_event_t){ NULL, (level), (event), (key), (key_len), (fence), (code), NULL })
+#define LL_LOG(o, level, event, key, key_len, fence, code, ...)                                    \
    do {                                                                                            \
       if (ll_log_on ((o), (level)))                                                                \
-         ll_log_emit ((o), (level), __VA_ARGS__);                                                  \
+         ll_log_emit ((o), false, LL_LOG_EVENT (level, event, key, key_len, fence, code),          \
+                      __VA_ARGS__);                                                                \
    } while (0)
-
-/* The same for an event found with an engine lock held: kept (at most
- * LL_LOG_PENDING_MAX, later ones dropped) until ll_log_flush. */
-void ll_log_defer (ll_obs_t *o,
-                   int level,
-                   const char *event,
-                   const char *key,
-                   size_t key_len,
-                   int64_t fence,
-                   leaselock_code_t code,
-                   const char *fmt,
-                   ...)
-#if defined(__GNUC__)
-  __attribute__ ((format (printf, 8, 9)))
-#endif
-  ;
 void ll_log_flush_slow (ll_obs_t *o);
 /* Delivers the deferred events; with no lock held. One load when none. */
 static inline void ll_log_flush (ll_obs_t *o)

@@ -99,61 +99,52 @@ static void deliver (ll_obs_t *o, leaselock_log_event_t *ev)
    pthread_mutex_unlock (&o->mu);
 }
 
-void ll_log_emit (ll_obs_t *o,
-                  int level,
-                  const char *event,
-                  const char *key,
-                  size_t key_len,
-                  int64_t fence,
-                  leaselock_code_t code,
-                  const char *fmt,
-                  ...)
+/* ev (its message set) to the hook now, its key copied NUL-terminated. */
+static void emit_now (ll_obs_t *o, leaselock_log_event_t *ev)
 {
-   char msg[LEASELOCK_ERROR_MAX];
    char k[LEASELOCK_KEY_MAX + 1];
-   va_list ap;
-   va_start (ap, fmt);
-   vsnprintf (msg, sizeof msg, fmt, ap);
-   va_end (ap);
-   if (key_len > LEASELOCK_KEY_MAX)
-      key_len = LEASELOCK_KEY_MAX;
-   if (key)
-      memcpy (k, key, key_len);
-   k[key ? key_len : 0] = '\0';
-   leaselock_log_event_t ev = { NULL,  level, event, key ? k : NULL, key ? key_len : 0,
-                                fence, code,  msg };
-   deliver (o, &ev);
+   size_t key_len = ev->key_len > LEASELOCK_KEY_MAX ? LEASELOCK_KEY_MAX : ev->key_len;
+   if (ev->key)
+      memcpy (k, ev->key, key_len);
+   k[ev->key ? key_len : 0] = '\0';
+   ev->key_len = ev->key ? key_len : 0;
+   ev->key = ev->key ? k : NULL;
+   deliver (o, ev);
 }
 
-void ll_log_defer (ll_obs_t *o,
-                   int level,
-                   const char *event,
-                   const char *key,
-                   size_t key_len,
-                   int64_t fence,
-                   leaselock_code_t code,
-                   const char *fmt,
-                   ...)
+/* ev (its message set) kept until ll_log_flush, when there is room. */
+static void emit_later (ll_obs_t *o, const leaselock_log_event_t *ev)
 {
    pthread_mutex_lock (&o->mu);
    int n = atomic_load (&o->n_pending);
    if (n < LL_LOG_PENDING_MAX) {
       ll_log_pending_t *p = &o->pending[n];
-      va_list ap;
-      va_start (ap, fmt);
-      vsnprintf (p->message, sizeof p->message, fmt, ap);
-      va_end (ap);
-      p->level = level;
-      p->event = event;
-      p->key_len = key && key_len <= LEASELOCK_KEY_MAX ? key_len : 0;
+      snprintf (p->message, sizeof p->message, "%s", ev->message);
+      p->level = ev->level;
+      p->event = ev->event;
+      p->key_len = ev->key && ev->key_len <= LEASELOCK_KEY_MAX ? ev->key_len : 0;
       if (p->key_len)
-         memcpy (p->key, key, p->key_len);
+         memcpy (p->key, ev->key, p->key_len);
       p->key[p->key_len] = '\0';
-      p->fence = fence;
-      p->code = code;
+      p->fence = ev->fence;
+      p->code = ev->code;
       atomic_store (&o->n_pending, n + 1);
    }
    pthread_mutex_unlock (&o->mu);
+}
+
+void ll_log_emit (ll_obs_t *o, bool defer, leaselock_log_event_t ev, const char *fmt, ...)
+{
+   char msg[LEASELOCK_ERROR_MAX];
+   va_list ap;
+   va_start (ap, fmt);
+   vsnprintf (msg, sizeof msg, fmt, ap);
+   va_end (ap);
+   ev.message = msg;
+   if (defer)
+      emit_later (o, &ev);
+   else
+      emit_now (o, &ev);
 }
 
 void ll_log_flush_slow (ll_obs_t *o)

@@ -177,10 +177,7 @@ static bool lease_holds (leaselock_lease_t *l, int64_t *holds, leaselock_error_t
 bool leaselock_lease_reenter (leaselock_lease_t *l, leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
-   if (!l)
-      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   leaselock_error_t *err = ll_error_start (error, &local);
    pid_t me = getpid ();
    int64_t holds;
    if (!ll_lease_usable (l, me, err) || !lease_holds (l, &holds, err))
@@ -216,8 +213,7 @@ bool leaselock_hold (leaselock_client_t *c,
                      leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
+   leaselock_error_t *err = ll_error_start (error, &local);
    if (holds)
       *holds = 0;
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
@@ -237,10 +233,7 @@ bool leaselock_hold (leaselock_client_t *c,
 bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = error ? error : &local;
-   ll_error_clear (err);
-   if (!l)
-      return ll_error_set (err, LEASELOCK_INVALID, "lease is NULL");
+   leaselock_error_t *err = ll_error_start (error, &local);
    pid_t me = getpid ();
    if (!ll_lease_usable (l, me, err))
       return false;

@@ -2,7 +2,8 @@
  * renew.c - automatic renewal: a client's renewal thread, which keeps
  * time, hands due renewals to up to IO_MAX I/O threads and runs the
  * on_lost and on_renew_failed callbacks; the I/O threads, which send the
- * renews; and the outcome of every renew, manual or automatic.
+ * renews; manual renew and extend; and the outcome of every renew, manual
+ * or automatic.
  */
 #include "engine_private.h"
 
@@ -53,17 +54,27 @@ int64_t ll_first_renewal (int64_t sent, const ll_deadline_t *dl)
    return sent + (dl->at_ms - sent) / 3;
 }
 
+static bool renew_call (leaselock_client_t *c,
+                        leaselock_lease_t *l,
+                        int64_t ttl_ms,
+                        pid_t me,
+                        bool *was_sent,
+                        leaselock_error_t *err)
+{
+   return ll_owner_call (c, l->key, l->key_len, l->owner, true, ttl_ms, me, was_sent, err);
+}
+
 /* Records the outcome of a renew sent at sent (every renew, manual or
  * automatic, goes through here, so that renews in flight together are
  * judged together: deadline.c). Returns true when the lease is still HELD
  * and was renewed. Called with c->mu held. */
-bool ll_renew_done_locked (leaselock_client_t *c,
-                           leaselock_lease_t *l,
-                           int64_t sent,
-                           int64_t ttl,
-                           bool ok,
-                           bool was_sent,
-                           const leaselock_error_t *err)
+static bool renew_done_locked (leaselock_client_t *c,
+                               leaselock_lease_t *l,
+                               int64_t sent,
+                               int64_t ttl,
+                               bool ok,
+                               bool was_sent,
+                               const leaselock_error_t *err)
 {
    ll_outcome_t outcome = ok                                            ? LL_OUTCOME_APPLIED
                           : was_sent && err->code != LEASELOCK_NOT_HELD ? LL_OUTCOME_UNKNOWN
@@ -221,8 +232,7 @@ static int64_t renew_outcome_locked (leaselock_client_t *c,
                                      bool was_sent,
                                      const leaselock_error_t *err)
 {
-   if (ll_renew_done_locked (c, l, sent, ttl, ok, was_sent, err) ||
-       l->state != LEASELOCK_STATE_HELD)
+   if (renew_done_locked (c, l, sent, ttl, ok, was_sent, err) || l->state != LEASELOCK_STATE_HELD)
       return l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
    int64_t now = ll_now_ms ();
    l->next_renew_ms = now + retry_interval (ttl);
@@ -237,13 +247,13 @@ static int64_t renew_outcome_locked (leaselock_client_t *c,
  * renew_outcome_locked returns it; retry: the automatic renewal's next
  * try, 0 for a manual renew), and the losses it found. With no lock
  * held. */
-void ll_log_renew (leaselock_client_t *c,
-                   leaselock_lease_t *l,
-                   int64_t ttl,
-                   bool ok,
-                   int64_t left,
-                   int64_t retry,
-                   const leaselock_error_t *err)
+static void log_renew (leaselock_client_t *c,
+                       leaselock_lease_t *l,
+                       int64_t ttl,
+                       bool ok,
+                       int64_t left,
+                       int64_t retry,
+                       const leaselock_error_t *err)
 {
    if (ok && left >= 0)
       LL_LOG (&c->obs, LEASELOCK_LOG_DEBUG, "renew", l->key, l->key_len, l->fence, LEASELOCK_OK,
@@ -288,14 +298,14 @@ static void *io_main (void *arg)
 
       leaselock_error_t err;
       bool was_sent;
-      bool ok = ll_renew_call (c, due, ttl, me, &was_sent, &err);
+      bool ok = renew_call (c, due, ttl, me, &was_sent, &err);
 
       pthread_mutex_lock (&c->mu);
       int64_t left = renew_outcome_locked (c, due, sent, ttl, ok, was_sent, &err);
       slot->job = NULL;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
       pthread_mutex_unlock (&c->mu);
-      ll_log_renew (c, due, ttl, ok, left, retry_interval (ttl), &err);
+      log_renew (c, due, ttl, ok, left, retry_interval (ttl), &err);
       ll_lease_unref (due);
       pthread_mutex_lock (&c->mu);
    }
@@ -332,4 +342,83 @@ bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_
    if (c->sleeping && (c->sleep_until < 0 || l->next_renew_ms < c->sleep_until))
       pthread_cond_broadcast (&c->cond);
    return true;
+}
+
+/* The minimum hold that keeps l's record taken until at least min_hold_ms
+ * after a renew whose reply came at done_ms (local). The database adds the
+ * release's minimum hold to the record's acquired_at, which the acquire
+ * set after it was sent (l->acquired_ms), and the renew ran before its
+ * reply came: so the database's clock moved by at most done_ms -
+ * acquired_ms between the two, plus its rate error (deadline.c's 1000
+ * ppm) and 1 ms of rounding. Only ever raised. */
+static int64_t hold_after_renew (const leaselock_lease_t *l, int64_t done_ms, int64_t min_hold_ms)
+{
+   int64_t since = done_ms - l->acquired_ms;
+   int64_t hold = since + since / LL_DEADLINE_RATE_DIV + 1 + min_hold_ms;
+   return hold > l->min_hold_ms ? hold : l->min_hold_ms;
+}
+
+bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
+{
+   return leaselock_lease_extend (l, ttl_ms, -1, error);
+}
+
+bool leaselock_lease_extend (leaselock_lease_t *l,
+                             int64_t ttl_ms,
+                             int64_t min_hold_ms,
+                             leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = ll_error_start (error, &local);
+   pid_t me = getpid ();
+   if (!ll_lease_usable (l, me, err))
+      return false;
+   if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))
+      return false;
+   if (min_hold_ms != -1 && !ll_check_duration (min_hold_ms, "min_hold", err))
+      return false;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   if (ttl_ms == 0)
+      ttl_ms = l->ttl_ms;
+   int64_t sent = ll_now_ms ();
+   ll_check_deadline_locked (c, l, sent);
+   leaselock_state_t st = l->state;
+   bool closed = atomic_load (&c->closing);
+   if (!closed && st == LEASELOCK_STATE_HELD)
+      ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
+   pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs); /* a loss the deadline check above found */
+   if (closed)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
+   if (st == LEASELOCK_STATE_RELEASED)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was released",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+   if (st == LEASELOCK_STATE_LOST)
+      return ll_error_set (err, LEASELOCK_LOST,
+                           "the lease on \"%s\" was lost (its local deadline passed)",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+
+   bool was_sent;
+   bool ok = renew_call (c, l, ttl_ms, me, &was_sent, err);
+
+   pthread_mutex_lock (&c->mu);
+   bool renewed = renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
+   if (renewed) {
+      l->ttl_ms = ttl_ms;
+      if (min_hold_ms >= 0)
+         l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
+      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+   } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
+      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
+   } else if (ok) {
+      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
+                         LL_KEY_SHOWN (l->key, l->key_len));
+   }
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
+   pthread_mutex_unlock (&c->mu);
+   if (renewed || left >= 0)
+      log_renew (c, l, ttl_ms, renewed, left, 0, err);
+   ll_log_flush (&c->obs);
+   return ok;
 }

@@ -1,7 +1,8 @@
 /*
- * take.c - one acquire statement: the take (or a waiter's claim on the
- * key's reservation), the fair mode's queue around it, the lease it makes,
- * and forgetting an owner whose acquire failed twice once sent.
+ * take.c - one try of an acquire call: the statement that takes the key
+ * (or a waiter's claim on the key's reservation), the fair mode's queue
+ * around it, the lease it makes, the resend of a statement that failed
+ * once sent, and forgetting an owner whose acquire failed twice.
  */
 #include "engine_private.h"
 
@@ -160,12 +161,12 @@ static bool queue_turn (leaselock_client_t *c,
 
 /* Fair mode: leaves the key's queue (the key was taken, or the call ends).
  * Best effort: an entry left behind runs out within QUEUE_KEEP_MS. */
-void ll_queue_quit (leaselock_client_t *c,
-                    void *conn,
-                    const char *key,
-                    size_t key_len,
-                    const char *owner,
-                    waiter_t *w)
+static void queue_quit (leaselock_client_t *c,
+                        void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        waiter_t *w)
 {
    if (!w->queued)
       return;
@@ -198,24 +199,24 @@ static bool backend_acquire (leaselock_client_t *c,
       ll_obs_request (&c->obs, t0, ok, err);
    }
    if (fair && (ok || !w->waits))
-      ll_queue_quit (c, conn, l->key, l->key_len, l->owner, w);
+      queue_quit (c, conn, l->key, l->key_len, l->owner, w);
    return ok;
 }
 
 /* One acquire statement for owner (w: the waiter's standing, NULL for a
  * one-try acquire). *sent says whether it was handed to the backend on a
  * connection (so, on failure, it may have been applied). */
-bool ll_try_once (leaselock_client_t *c,
-                  const char *key,
-                  size_t key_len,
-                  const char *owner,
-                  const leaselock_acquire_opts_t *o,
-                  pid_t me,
-                  bool resent,
-                  waiter_t *w,
-                  leaselock_lease_t **out,
-                  bool *sent_out,
-                  leaselock_error_t *err)
+static bool try_once (leaselock_client_t *c,
+                      const char *key,
+                      size_t key_len,
+                      const char *owner,
+                      const leaselock_acquire_opts_t *o,
+                      pid_t me,
+                      bool resent,
+                      waiter_t *w,
+                      leaselock_lease_t **out,
+                      bool *sent_out,
+                      leaselock_error_t *err)
 {
    *sent_out = false;
    leaselock_lease_t *l = lease_new (key, key_len, owner, o, me);
@@ -286,12 +287,12 @@ static void *forget_main (void *arg)
    return NULL;
 }
 
-void ll_forget_owner (leaselock_client_t *c,
-                      const char *key,
-                      size_t key_len,
-                      const char *owner,
-                      int64_t ttl_ms,
-                      pid_t me)
+static void forget_owner (leaselock_client_t *c,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t ttl_ms,
+                          pid_t me)
 {
    forget_t *f = calloc (1, sizeof *f);
    if (!f)
@@ -314,4 +315,52 @@ void ll_forget_owner (leaselock_client_t *c,
       free (f);
    }
    pthread_attr_destroy (&attr);
+}
+
+/* What follows an attempt that failed with err (sent: it reached a
+ * connection). */
+static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_error_t *err)
+{
+   a->sent_any = a->sent_any || sent;
+   if (err->code == LEASELOCK_BACKEND && sent && !a->resent) {
+      /* Failed once sent (a dropped connection, a lost reply): send it
+       * once more, at once, on a fresh connection. */
+      a->resent = true;
+      return NEXT_RESEND;
+   }
+   if (err->code == LEASELOCK_BACKEND && a->sent_any) {
+      forget_owner (a->c, a->key, a->key_len, a->owner, a->opts->ttl_ms, a->me);
+      return NEXT_FAIL;
+   }
+   if (err->code != LEASELOCK_BUSY || a->opts->timeout_ms == 0)
+      return NEXT_FAIL; /* BUSY is the answer of one try */
+   return NEXT_WAIT;
+}
+
+/* One try of call a, sent once more at once when it failed after being
+ * sent (after_failure). */
+acquire_next_t ll_call_try (acquire_call_t *a, leaselock_lease_t **lease, leaselock_error_t *err)
+{
+   for (;;) {
+      bool sent;
+      if (try_once (a->c, a->key, a->key_len, a->owner, a->opts, a->me, a->resent, &a->w, lease,
+                    &sent, err))
+         return NEXT_DONE;
+      acquire_next_t next = after_failure (a, sent, err);
+      if (next != NEXT_RESEND)
+         return next;
+   }
+}
+
+/* A call that ends without the key leaves the key's queue (fair mode). */
+void ll_call_quit (acquire_call_t *a)
+{
+   if (!a->w.queued)
+      return;
+   leaselock_error_t ignored;
+   void *conn = ll_pool_get (a->c, a->me, &ignored);
+   if (!conn)
+      return;
+   queue_quit (a->c, conn, a->key, a->key_len, a->owner, &a->w);
+   ll_pool_put (a->c, conn, a->me, a->w.queued);
 }
