@@ -103,6 +103,20 @@ static bool records_add (const leaselock_record_t *rec, void *all_)
    return true;
 }
 
+/* The checks of list's and prune's client and prefix; a NULL prefix of
+ * length 0 becomes "". */
+static bool prefix_ok (leaselock_client_t *c,
+                       const char **prefix,
+                       size_t prefix_len,
+                       leaselock_error_t *err)
+{
+   if (!ll_client_usable (c, err))
+      return false;
+   if (!*prefix && prefix_len == 0)
+      *prefix = "";
+   return ll_check_key (*prefix, prefix_len, "prefix", true, err);
+}
+
 bool leaselock_list (leaselock_client_t *c,
                      const char *prefix,
                      size_t prefix_len,
@@ -112,11 +126,7 @@ bool leaselock_list (leaselock_client_t *c,
 {
    leaselock_error_t local;
    leaselock_error_t *err = ll_error_start (error, &local);
-   if (!ll_client_usable (c, err))
-      return false;
-   if (!prefix && prefix_len == 0)
-      prefix = "";
-   if (!ll_check_key (prefix, prefix_len, "prefix", true, err))
+   if (!prefix_ok (c, &prefix, prefix_len, err))
       return false;
    if (!fn)
       return ll_error_set (err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
@@ -176,11 +186,7 @@ bool leaselock_prune (leaselock_client_t *c,
    leaselock_error_t *err = ll_error_start (error, &local);
    if (count)
       *count = 0;
-   if (!ll_client_usable (c, err))
-      return false;
-   if (!prefix && prefix_len == 0)
-      prefix = "";
-   if (!ll_check_key (prefix, prefix_len, "prefix", true, err) ||
+   if (!prefix_ok (c, &prefix, prefix_len, err) ||
        !ll_check_duration (older_than_ms, "older_than", err))
       return false;
    if (!c->backend->prune)

@@ -9,7 +9,9 @@
  * locked) at the moment of the fork; it waits at most FORK_WAIT_MS for the
  * calls in flight (contract invariant 8), and a client whose call was still
  * running is unusable in the child. Backends marked close_before_fork
- * have their idle connections closed there too.
+ * have their idle connections closed there too. The mutexes of each
+ * client's log hook (observe.c) and watcher (watch.c) are taken with the
+ * client's, in the lock order.
  */
 #include "engine_private.h"
 
@@ -37,8 +39,8 @@ static void fork_prepare (void)
             c->backend->close (c->idle[i]);
          c->n_idle = 0;
       }
-      ll_obs_fork_prepare (&c->obs);
-      ll_watch_fork_prepare (&c->watch);
+      pthread_mutex_lock (&c->obs.mu);
+      pthread_mutex_lock (&c->watch.mu);
    }
    for (int i = 0; i < LL_N_BUCKETS; i++)
       pthread_mutex_lock (&ll_buckets[i].mu);
@@ -50,8 +52,8 @@ static void fork_parent (void)
       pthread_mutex_unlock (&ll_buckets[i].mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       c->fork_busy = false;
-      ll_watch_fork_parent (&c->watch);
-      ll_obs_fork_parent (&c->obs);
+      pthread_mutex_unlock (&c->watch.mu);
+      pthread_mutex_unlock (&c->obs.mu);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);
@@ -73,8 +75,16 @@ static void fork_child (void)
       ll_cond_init (&c->cond);
       ll_cond_init (&c->drained);
       ll_cond_init (&c->io_cond);
-      ll_watch_fork_child (&c->watch);
-      ll_obs_fork_child (&c->obs);
+      /* The watcher's thread is gone; the rest of the watcher is reset on
+       * its next use (watch.c), which also covers forks without handlers. */
+      ll_cond_init (&c->watch.cond);
+      pthread_mutex_unlock (&c->watch.mu);
+      /* The log hook's calls in flight are other threads', and its queued
+       * events the parent's (delivered there). */
+      ll_cond_init (&c->obs.idle);
+      c->obs.calls = 0;
+      atomic_store (&c->obs.n_pending, 0);
+      pthread_mutex_unlock (&c->obs.mu);
       pthread_mutex_unlock (&c->mu);
    }
    pthread_mutex_unlock (&clients_mu);

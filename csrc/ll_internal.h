@@ -192,7 +192,8 @@ typedef struct ll_log_pending
 
 #define LL_LOG_PENDING_MAX 8
 
-/* A client's log hook and counters. */
+/* A client's log hook and counters. fork.c takes mu around a fork (after
+ * the client's) and resets calls, n_pending and idle in the child. */
 typedef struct ll_obs
 {
    leaselock_client_t *client; /* borrowed: its owner, passed on in each event */
@@ -211,13 +212,6 @@ typedef struct ll_obs
 
 void ll_obs_init (ll_obs_t *o, leaselock_client_t *client);
 void ll_obs_destroy (ll_obs_t *o);
-/* fork(): prepare takes o's mutex (after the client's), parent lets it go,
- * child renews its condition variable, forgets the hook calls of threads
- * that are not in the child and the parent's queued events, and lets it
- * go. */
-void ll_obs_fork_prepare (ll_obs_t *o);
-void ll_obs_fork_parent (ll_obs_t *o);
-void ll_obs_fork_child (ll_obs_t *o);
 
 /* Whether an event of level reaches the hook: one load and a compare. */
 static inline bool ll_log_on (ll_obs_t *o, int level)
@@ -754,7 +748,8 @@ typedef struct ll_watch_waiter
  * notification, or without one the oldest waiter of the key (without a
  * key: the waiters that hold a reservation). Waiters' own writes never
  * wake anybody: only releases notify. Lock order: the client's mutex, then
- * mu, then a bucket's mutex. */
+ * mu, then a bucket's mutex. fork.c takes mu around a fork and renews cond
+ * in the child; the rest is reset on its next use there. */
 typedef struct ll_watch
 {
    const ll_backend_t *backend;
@@ -799,9 +794,6 @@ void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
  * listener; later begins start nothing. */
 void ll_watch_stop (ll_watch_t *w);
 void ll_watch_destroy (ll_watch_t *w);
-void ll_watch_fork_prepare (ll_watch_t *w);
-void ll_watch_fork_parent (ll_watch_t *w);
-void ll_watch_fork_child (ll_watch_t *w);
 /* How many listeners the watcher opened so far, and how many releases
  * they reported (tests). */
 uint64_t ll_watch_opens (ll_watch_t *w);

@@ -45,24 +45,6 @@ void ll_obs_destroy (ll_obs_t *o)
    pthread_cond_destroy (&o->idle);
 }
 
-void ll_obs_fork_prepare (ll_obs_t *o)
-{
-   pthread_mutex_lock (&o->mu);
-}
-
-void ll_obs_fork_parent (ll_obs_t *o)
-{
-   pthread_mutex_unlock (&o->mu);
-}
-
-void ll_obs_fork_child (ll_obs_t *o)
-{
-   ll_cond_init (&o->idle);
-   o->calls = 0;
-   atomic_store (&o->n_pending, 0); /* the parent's, delivered there */
-   pthread_mutex_unlock (&o->mu);
-}
-
 /* ---- the hook ------------------------------------------------------------ */
 
 void ll_obs_set_hook (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data)

@@ -291,24 +291,6 @@ void ll_watch_destroy (ll_watch_t *w)
    pthread_cond_destroy (&w->cond);
 }
 
-void ll_watch_fork_prepare (ll_watch_t *w)
-{
-   pthread_mutex_lock (&w->mu);
-}
-
-void ll_watch_fork_parent (ll_watch_t *w)
-{
-   pthread_mutex_unlock (&w->mu);
-}
-
-/* The thread is gone in the child; the rest is reset on the next use
- * (reset_after_fork_locked), which also covers forks without handlers. */
-void ll_watch_fork_child (ll_watch_t *w)
-{
-   ll_cond_init (&w->cond);
-   pthread_mutex_unlock (&w->mu);
-}
-
 uint64_t ll_watch_opens (ll_watch_t *w)
 {
    pthread_mutex_lock (&w->mu);
