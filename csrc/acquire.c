@@ -184,12 +184,8 @@ leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
                                       leaselock_error_t *error)
 {
    leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
    leaselock_acquire_opts_t dflt;
-   if (!opts) {
-      leaselock_acquire_opts_init (&dflt);
-      opts = &dflt;
-   }
+   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, NULL);
    leaselock_lease_t *unused;
    if (!acquire_args_ok (c, key, key_len, opts, &unused, err))
       return NULL;
