@@ -98,7 +98,7 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
    /* No live reservation (or none known here): the oldest waiter of the
     * key tries, and claims the reservation if another process's waiter
     * takes the key first. Not a waiter that saw another next at its last
-    * try, nor one that went to the back (engine.c's REJOIN_MS): the one
+    * try, nor one that went to the back (acquire.c's REJOIN_MS): the one
     * that was next has taken the key since, and may take it again after
     * its release; the others claim the reservation at their next poll,
     * rather than every process's waiter on every such release. */
