@@ -1,4 +1,5 @@
-/* clock.c - the engine's monotonic clock, and a fake one for tests. */
+/* clock.c - the engine's monotonic clock, a fake one for tests, and real
+ * time for bounds on real waits and for latencies. */
 #include "ll_internal.h"
 
 #include <stdatomic.h>
@@ -21,6 +22,13 @@ int64_t ll_real_now_ms (void)
    struct timespec ts;
    clock_gettime (CLOCK_MONOTONIC, &ts);
    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t ll_real_now_us (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 void ll_clock_use_fake (bool on)

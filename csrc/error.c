@@ -58,6 +58,13 @@ void ll_error_clear (leaselock_error_t *err)
    }
 }
 
+leaselock_error_t *ll_error_start (leaselock_error_t *error, leaselock_error_t *local)
+{
+   leaselock_error_t *err = error ? error : local;
+   ll_error_clear (err);
+   return err;
+}
+
 const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZE])
 {
    if (!key)

@@ -26,6 +26,9 @@ bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fm
 #endif
   ;
 void ll_error_clear (leaselock_error_t *err);
+/* The error a public call fills: error, or local (the caller's) when it
+ * is NULL; cleared. */
+leaselock_error_t *ll_error_start (leaselock_error_t *error, leaselock_error_t *local);
 
 /* A key for a message, from (pointer, length): keys need not be NUL-
  * terminated. At most LL_KEY_SHOWN_BYTES of it, cut at a UTF-8 character
@@ -50,7 +53,12 @@ bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
 /* min_hold and other durations that may be 0. */
 bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
 
-/* The start of every acquire entry point (engine.c, modes.c): returns the
+/* Fills out with 32 hex chars + NUL from getrandom(2). */
+bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
+
+/* ---- acquire entry points (acquire.c) ------------------------------- */
+
+/* The start of every acquire entry point (acquire.c, modes.c): returns the
  * error to fill (error, or local when it is NULL), cleared; *opts becomes
  * dflt, filled with the defaults, when it is NULL; *lease NULL when lease
  * is given. */
@@ -60,26 +68,33 @@ leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
                                         leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease);
 
-/* Fills out with 32 hex chars + NUL from getrandom(2). */
-bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
+/* The first checks of every acquire entry point, before any I/O: client
+ * and lease (the out parameter) given, key valid. */
+bool ll_acquire_target_ok (leaselock_client_t *c,
+                           const char *key,
+                           size_t key_len,
+                           leaselock_lease_t **lease,
+                           leaselock_error_t *err);
+
+/* ---- the waiters' sleeps (wait.c) ------------------------------------ */
 
 /* Blocking acquire's sleep before retry number attempt (0-based): full
  * jitter, uniform in [1, min(1000, 5 * 2^attempt)] ms. */
 int64_t ll_backoff_ms (int attempt);
-/* A waiter's sleep before its next try (engine.c's WAIT_POLL_MS says
+/* A waiter's sleep before its next try (wait.c's WAIT_POLL_MS says
  * why): the backoff capped to max(50 ms, waited_ms / 8) while it is not
  * the key's next owner; a quarter of next_for_ms (how long it has been
  * next), within [1, 50] ms, while it is. */
 int64_t ll_wait_sleep_ms (int attempt, int64_t waited_ms, bool reserved, int64_t next_for_ms);
 /* The sleep of a waiter whose last try found another live waiter next:
- * uniform in [poll / 2, poll], poll = max(50, waited_ms / 8) capped at
+ * uniform in [poll / 2, poll], poll = max(150, waited_ms / 8) capped at
  * 1000 ms. */
 int64_t ll_behind_sleep_ms (int64_t waited_ms);
 /* A fair waiter's sleep while ahead (>= 1) live waiters are queued before
- * it: short, growing with ahead, within FAIR_POLL_MAX_MS (engine.c). */
+ * it: short, growing with ahead, within FAIR_POLL_MAX_MS. */
 int64_t ll_fair_sleep_ms (int64_t ahead);
 
-/* ---- clock ----------------------------------------------------------- */
+/* ---- clock (clock.c) -------------------------------------------------- */
 
 /* Monotonic milliseconds. Tests may switch the process to a fake clock
  * that only moves with ll_clock_advance(); condition waits then wake at
@@ -89,6 +104,8 @@ void ll_clock_use_fake (bool on);
 /* Monotonic milliseconds even while the fake clock is on (for bounds on
  * real waits, such as the fork handler's). */
 int64_t ll_real_now_ms (void);
+/* Microseconds of real monotonic time, for latencies. */
+int64_t ll_real_now_us (void);
 void ll_clock_advance (int64_t ms);
 /* Waits on cond until ll_now_ms() >= deadline_ms (or a signal). Spurious
  * wakeups are possible: callers loop. deadline_ms < 0 waits for a signal. */
@@ -175,12 +192,13 @@ typedef struct ll_log_pending
 
 #define LL_LOG_PENDING_MAX 8
 
-/* A client's log hook and counters. */
+/* A client's log hook and counters. fork.c takes mu around a fork (after
+ * the client's) and resets calls, n_pending and idle in the child. */
 typedef struct ll_obs
 {
-   leaselock_client_t *client;
-   atomic_int level;   /* LEASELOCK_LOG_OFF when there is no hook */
-   pthread_mutex_t mu; /* guards the rest */
+   leaselock_client_t *client; /* borrowed: its owner, passed on in each event */
+   atomic_int level;           /* LEASELOCK_LOG_OFF when there is no hook */
+   pthread_mutex_t mu;         /* guards the rest */
    pthread_cond_t idle;
    leaselock_log_cb fn;
    void *data;
@@ -194,13 +212,6 @@ typedef struct ll_obs
 
 void ll_obs_init (ll_obs_t *o, leaselock_client_t *client);
 void ll_obs_destroy (ll_obs_t *o);
-/* fork(): prepare takes o's mutex (after the client's), parent lets it go,
- * child renews its condition variable, forgets the hook calls of threads
- * that are not in the child and the parent's queued events, and lets it
- * go. */
-void ll_obs_fork_prepare (ll_obs_t *o);
-void ll_obs_fork_parent (ll_obs_t *o);
-void ll_obs_fork_child (ll_obs_t *o);
 
 /* Whether an event of level reaches the hook: one load and a compare. */
 static inline bool ll_log_on (ll_obs_t *o, int level)
@@ -213,43 +224,26 @@ static inline void ll_count (ll_obs_t *o, ll_stat_t s, uint64_t n)
    atomic_fetch_add_explicit (&o->n[s], n, memory_order_relaxed);
 }
 
-/* Formats and delivers one event to the hook. Called with no leaselock
- * lock held; callers test ll_log_on first (LL_LOG does), so that a hook
- * that is off costs no formatting. */
-void ll_log_emit (ll_obs_t *o,
-                  int level,
-                  const char *event,
-                  const char *key,
-                  size_t key_len,
-                  int64_t fence,
-                  leaselock_code_t code,
-                  const char *fmt,
-                  ...)
+/* Formats fmt as ev's message (ev's client and message are filled here;
+ * its key is borrowed, copied when kept) and delivers ev to the hook,
+ * with no leaselock lock held; or, for an event found with an engine lock
+ * held (defer), keeps it (at most LL_LOG_PENDING_MAX, later ones dropped)
+ * until ll_log_flush. Callers test ll_log_on first (LL_LOG does), so that
+ * a hook that is off costs no formatting. */
+void ll_log_emit (ll_obs_t *o, bool defer, leaselock_log_event_t ev, const char *fmt, ...)
 #if defined(__GNUC__)
-  __attribute__ ((format (printf, 8, 9)))
+  __attribute__ ((format (printf, 4, 5)))
 #endif
   ;
-#define LL_LOG(o, level, ...)                                                                      \
+/* An event's fields but its client and message. */
+#define LL_LOG_EVENT(level, event, key, key_len, fence, code)                                      \
+   ((leaselock_log_event_t){ NULL, (level), (event), (key), (key_len), (fence), (code), NULL })
+#define LL_LOG(o, level, event, key, key_len, fence, code, ...)                                    \
    do {                                                                                            \
       if (ll_log_on ((o), (level)))                                                                \
-         ll_log_emit ((o), (level), __VA_ARGS__);                                                  \
+         ll_log_emit ((o), false, LL_LOG_EVENT (level, event, key, key_len, fence, code),          \
+                      __VA_ARGS__);                                                                \
    } while (0)
-
-/* The same for an event found with an engine lock held: kept (at most
- * LL_LOG_PENDING_MAX, later ones dropped) until ll_log_flush. */
-void ll_log_defer (ll_obs_t *o,
-                   int level,
-                   const char *event,
-                   const char *key,
-                   size_t key_len,
-                   int64_t fence,
-                   leaselock_code_t code,
-                   const char *fmt,
-                   ...)
-#if defined(__GNUC__)
-  __attribute__ ((format (printf, 8, 9)))
-#endif
-  ;
 void ll_log_flush_slow (ll_obs_t *o);
 /* Delivers the deferred events; with no lock held. One load when none. */
 static inline void ll_log_flush (ll_obs_t *o)
@@ -258,11 +252,13 @@ static inline void ll_log_flush (ll_obs_t *o)
       ll_log_flush_slow (o);
 }
 
-/* The client's (engine.c). */
+/* The hook of leaselock_client_set_log (fn and data are the caller's,
+ * borrowed until the next call), and its level alone. */
+void ll_obs_set_hook (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data);
+void ll_obs_set_level (ll_obs_t *o, int min_level);
+/* The client's (client.c; for the modes, which sit above the engine). */
 ll_obs_t *ll_client_obs (leaselock_client_t *c);
 
-/* Microseconds of real monotonic time, for latencies. */
-int64_t ll_real_now_us (void);
 /* Counts one statement that started at start_us (ll_real_now_us) and its
  * round trip; err (may be NULL: it succeeded) counts a backend error. */
 void ll_obs_request (ll_obs_t *o, int64_t start_us, bool ok, const leaselock_error_t *err);
@@ -729,7 +725,7 @@ void ll_sql_abandon (void *conn);
 /* One blocking acquire as its client's watcher sees it, registered from
  * its first try to its end. Owned by the acquire call (on its stack);
  * key and owner are borrowed from it. mu and cond are the wait bucket's
- * (engine.c), which outlive it. */
+ * (wait.c), which outlive it. */
 typedef struct ll_watch_waiter
 {
    const char *key;
@@ -752,7 +748,8 @@ typedef struct ll_watch_waiter
  * notification, or without one the oldest waiter of the key (without a
  * key: the waiters that hold a reservation). Waiters' own writes never
  * wake anybody: only releases notify. Lock order: the client's mutex, then
- * mu, then a bucket's mutex. */
+ * mu, then a bucket's mutex. fork.c takes mu around a fork and renews cond
+ * in the child; the rest is reset on its next use there. */
 typedef struct ll_watch
 {
    const ll_backend_t *backend;
@@ -797,13 +794,11 @@ void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
  * listener; later begins start nothing. */
 void ll_watch_stop (ll_watch_t *w);
 void ll_watch_destroy (ll_watch_t *w);
-void ll_watch_fork_prepare (ll_watch_t *w);
-void ll_watch_fork_parent (ll_watch_t *w);
-void ll_watch_fork_child (ll_watch_t *w);
 /* How many listeners the watcher opened so far, and how many releases
  * they reported (tests). */
 uint64_t ll_watch_opens (ll_watch_t *w);
 uint64_t ll_watch_heard (ll_watch_t *w);
+/* The client's watcher (client.c; tests read it). */
 ll_watch_t *ll_client_watch (leaselock_client_t *c);
 
 #endif /* LL_INTERNAL_H */

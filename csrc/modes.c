@@ -84,11 +84,7 @@ static bool mode_args_ok (leaselock_client_t *c,
                           leaselock_lease_t **lease,
                           leaselock_error_t *err)
 {
-   if (!c)
-      return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
-   if (!lease)
-      return ll_error_set (err, LEASELOCK_INVALID, "lease (the out parameter) is NULL");
-   if (!ll_check_key (key, key_len, "key", false, err))
+   if (!ll_acquire_target_ok (c, key, key_len, lease, err))
       return false;
    if (key_len + sfx_max > LEASELOCK_KEY_MAX)
       return ll_error_set (err, LEASELOCK_INVALID,

@@ -4,7 +4,9 @@
  * under the engine's lock and delivered once it is let go, the counters
  * and latency histogram, and their Prometheus rendering.
  *
- * The engine calls in here; nothing here calls the engine. A hook that is
+ * The engine calls in here; nothing here calls the engine (the client's
+ * leaselock_client_set_log* hand its ll_obs_t down, and the client pointer
+ * kept here is only passed on to the hook in each event). A hook that is
  * off costs one relaxed atomic load and a compare (ll_log_on); counters are
  * relaxed atomic additions.
  */
@@ -13,7 +15,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 /* The hooks this thread is running now: set_log called from within one
  * must not wait for itself. */
@@ -44,27 +45,9 @@ void ll_obs_destroy (ll_obs_t *o)
    pthread_cond_destroy (&o->idle);
 }
 
-void ll_obs_fork_prepare (ll_obs_t *o)
-{
-   pthread_mutex_lock (&o->mu);
-}
-
-void ll_obs_fork_parent (ll_obs_t *o)
-{
-   pthread_mutex_unlock (&o->mu);
-}
-
-void ll_obs_fork_child (ll_obs_t *o)
-{
-   ll_cond_init (&o->idle);
-   o->calls = 0;
-   atomic_store (&o->n_pending, 0); /* the parent's, delivered there */
-   pthread_mutex_unlock (&o->mu);
-}
-
 /* ---- the hook ------------------------------------------------------------ */
 
-static void install (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data)
+void ll_obs_set_hook (ll_obs_t *o, int min_level, leaselock_log_cb fn, void *data)
 {
    pthread_mutex_lock (&o->mu);
    o->fn = fn;
@@ -98,61 +81,52 @@ static void deliver (ll_obs_t *o, leaselock_log_event_t *ev)
    pthread_mutex_unlock (&o->mu);
 }
 
-void ll_log_emit (ll_obs_t *o,
-                  int level,
-                  const char *event,
-                  const char *key,
-                  size_t key_len,
-                  int64_t fence,
-                  leaselock_code_t code,
-                  const char *fmt,
-                  ...)
+/* ev (its message set) to the hook now, its key copied NUL-terminated. */
+static void emit_now (ll_obs_t *o, leaselock_log_event_t *ev)
 {
-   char msg[LEASELOCK_ERROR_MAX];
    char k[LEASELOCK_KEY_MAX + 1];
-   va_list ap;
-   va_start (ap, fmt);
-   vsnprintf (msg, sizeof msg, fmt, ap);
-   va_end (ap);
-   if (key_len > LEASELOCK_KEY_MAX)
-      key_len = LEASELOCK_KEY_MAX;
-   if (key)
-      memcpy (k, key, key_len);
-   k[key ? key_len : 0] = '\0';
-   leaselock_log_event_t ev = { NULL,  level, event, key ? k : NULL, key ? key_len : 0,
-                                fence, code,  msg };
-   deliver (o, &ev);
+   size_t key_len = ev->key_len > LEASELOCK_KEY_MAX ? LEASELOCK_KEY_MAX : ev->key_len;
+   if (ev->key)
+      memcpy (k, ev->key, key_len);
+   k[ev->key ? key_len : 0] = '\0';
+   ev->key_len = ev->key ? key_len : 0;
+   ev->key = ev->key ? k : NULL;
+   deliver (o, ev);
 }
 
-void ll_log_defer (ll_obs_t *o,
-                   int level,
-                   const char *event,
-                   const char *key,
-                   size_t key_len,
-                   int64_t fence,
-                   leaselock_code_t code,
-                   const char *fmt,
-                   ...)
+/* ev (its message set) kept until ll_log_flush, when there is room. */
+static void emit_later (ll_obs_t *o, const leaselock_log_event_t *ev)
 {
    pthread_mutex_lock (&o->mu);
    int n = atomic_load (&o->n_pending);
    if (n < LL_LOG_PENDING_MAX) {
       ll_log_pending_t *p = &o->pending[n];
-      va_list ap;
-      va_start (ap, fmt);
-      vsnprintf (p->message, sizeof p->message, fmt, ap);
-      va_end (ap);
-      p->level = level;
-      p->event = event;
-      p->key_len = key && key_len <= LEASELOCK_KEY_MAX ? key_len : 0;
+      snprintf (p->message, sizeof p->message, "%s", ev->message);
+      p->level = ev->level;
+      p->event = ev->event;
+      p->key_len = ev->key && ev->key_len <= LEASELOCK_KEY_MAX ? ev->key_len : 0;
       if (p->key_len)
-         memcpy (p->key, key, p->key_len);
+         memcpy (p->key, ev->key, p->key_len);
       p->key[p->key_len] = '\0';
-      p->fence = fence;
-      p->code = code;
+      p->fence = ev->fence;
+      p->code = ev->code;
       atomic_store (&o->n_pending, n + 1);
    }
    pthread_mutex_unlock (&o->mu);
+}
+
+void ll_log_emit (ll_obs_t *o, bool defer, leaselock_log_event_t ev, const char *fmt, ...)
+{
+   char msg[LEASELOCK_ERROR_MAX];
+   va_list ap;
+   va_start (ap, fmt);
+   vsnprintf (msg, sizeof msg, fmt, ap);
+   va_end (ap);
+   ev.message = msg;
+   if (defer)
+      emit_later (o, &ev);
+   else
+      emit_now (o, &ev);
 }
 
 void ll_log_flush_slow (ll_obs_t *o)
@@ -171,20 +145,8 @@ void ll_log_flush_slow (ll_obs_t *o)
    }
 }
 
-void leaselock_client_set_log (leaselock_client_t *client,
-                               int min_level,
-                               leaselock_log_cb fn,
-                               void *user_data)
+void ll_obs_set_level (ll_obs_t *o, int min_level)
 {
-   if (client)
-      install (ll_client_obs (client), min_level, fn, user_data);
-}
-
-void leaselock_client_set_log_level (leaselock_client_t *client, int min_level)
-{
-   if (!client)
-      return;
-   ll_obs_t *o = ll_client_obs (client);
    pthread_mutex_lock (&o->mu);
    if (o->fn)
       atomic_store (&o->level, min_level);
@@ -201,13 +163,6 @@ const char *leaselock_log_level_name (int level)
 }
 
 /* ---- counters -------------------------------------------------------------- */
-
-int64_t ll_real_now_us (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void ll_obs_request (ll_obs_t *o, int64_t start_us, bool ok, const leaselock_error_t *err)
 {

@@ -98,7 +98,7 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
    /* No live reservation (or none known here): the oldest waiter of the
     * key tries, and claims the reservation if another process's waiter
     * takes the key first. Not a waiter that saw another next at its last
-    * try, nor one that went to the back (engine.c's REJOIN_MS): the one
+    * try, nor one that went to the back (acquire.c's REJOIN_MS): the one
     * that was next has taken the key since, and may take it again after
     * its release; the others claim the reservation at their next poll,
     * rather than every process's waiter on every such release. */
@@ -289,24 +289,6 @@ void ll_watch_destroy (ll_watch_t *w)
       close (w->stop_fd);
    pthread_mutex_destroy (&w->mu);
    pthread_cond_destroy (&w->cond);
-}
-
-void ll_watch_fork_prepare (ll_watch_t *w)
-{
-   pthread_mutex_lock (&w->mu);
-}
-
-void ll_watch_fork_parent (ll_watch_t *w)
-{
-   pthread_mutex_unlock (&w->mu);
-}
-
-/* The thread is gone in the child; the rest is reset on the next use
- * (reset_after_fork_locked), which also covers forks without handlers. */
-void ll_watch_fork_child (ll_watch_t *w)
-{
-   ll_cond_init (&w->cond);
-   pthread_mutex_unlock (&w->mu);
 }
 
 uint64_t ll_watch_opens (ll_watch_t *w)

@@ -1,0 +1,205 @@
+/*
+ * admin.c - the calls that read or change records without holding them:
+ * a client's stats, inspect, list, force_release and prune.
+ */
+#include "engine_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Counts an admin statement (what) sent at t0, and logs its backend
+ * error. */
+static void admin_done (leaselock_client_t *c,
+                        const char *what,
+                        const char *key,
+                        size_t key_len,
+                        int64_t t0,
+                        bool ok,
+                        const leaselock_error_t *err)
+{
+   ll_obs_request (&c->obs, t0, ok, err);
+   if (!ok && (err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM))
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "backend_error", key, key_len, 0, err->code,
+              "%s failed: %s", what, err->message);
+}
+
+bool leaselock_client_stats (leaselock_client_t *c,
+                             leaselock_stats_t *stats,
+                             leaselock_error_t *error)
+{
+   ll_error_clear (error);
+   if (!c || !stats)
+      return ll_error_set (error, LEASELOCK_INVALID, "%s is NULL", c ? "stats" : "client");
+   ll_obs_read (&c->obs, stats);
+   pid_t me = getpid ();
+   pthread_mutex_lock (&c->mu);
+   int64_t now = ll_now_ms ();
+   for (leaselock_lease_t *l = c->leases; l; l = l->next_all)
+      stats->leases_held += l->pid == me && l->state == LEASELOCK_STATE_HELD && now < l->dl.at_ms;
+   pthread_mutex_unlock (&c->mu);
+   return true;
+}
+
+/* A record's hold count as the contract has it: 0 without an owner, at
+ * least 1 with one (a backend that keeps no count reports none). */
+static void holds_fix (leaselock_record_t *r)
+{
+   if (!r->owner[0])
+      r->holds = 0;
+   else if (r->holds < 1)
+      r->holds = 1;
+}
+
+bool leaselock_inspect (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        leaselock_record_t *record,
+                        bool *found,
+                        leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = ll_error_start (error, &local);
+   if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
+      return false;
+   if (!record || !found)
+      return ll_error_set (err, LEASELOCK_INVALID, "%s is NULL", record ? "found" : "record");
+   memset (record, 0, sizeof *record);
+   *found = false;
+   pid_t me = getpid ();
+   void *conn = ll_pool_get (c, me, err);
+   if (!conn)
+      return false;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = c->backend->inspect (conn, key, key_len, record, found, err);
+   holds_fix (record);
+   admin_done (c, "inspect", key, key_len, t0, ok, err);
+   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   return ok;
+}
+
+typedef struct records
+{
+   leaselock_record_t *recs;
+   size_t n, cap;
+   bool failed;
+} records_t;
+
+static bool records_add (const leaselock_record_t *rec, void *all_)
+{
+   records_t *all = all_;
+   if (all->n == all->cap) {
+      size_t cap = all->cap ? 2 * all->cap : 16;
+      leaselock_record_t *grown = realloc (all->recs, cap * sizeof *grown);
+      if (!grown) {
+         all->failed = true;
+         return false;
+      }
+      all->recs = grown;
+      all->cap = cap;
+   }
+   all->recs[all->n] = *rec;
+   holds_fix (&all->recs[all->n++]);
+   return true;
+}
+
+/* The checks of list's and prune's client and prefix; a NULL prefix of
+ * length 0 becomes "". */
+static bool prefix_ok (leaselock_client_t *c,
+                       const char **prefix,
+                       size_t prefix_len,
+                       leaselock_error_t *err)
+{
+   if (!ll_client_usable (c, err))
+      return false;
+   if (!*prefix && prefix_len == 0)
+      *prefix = "";
+   return ll_check_key (*prefix, prefix_len, "prefix", true, err);
+}
+
+bool leaselock_list (leaselock_client_t *c,
+                     const char *prefix,
+                     size_t prefix_len,
+                     leaselock_record_cb fn,
+                     void *user_data,
+                     leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = ll_error_start (error, &local);
+   if (!prefix_ok (c, &prefix, prefix_len, err))
+      return false;
+   if (!fn)
+      return ll_error_set (err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
+   /* Read everything first and call fn with no connection held: fn may
+    * call leaselock itself, or fork. */
+   records_t all = { 0 };
+   pid_t me = getpid ();
+   void *conn = ll_pool_get (c, me, err);
+   if (!conn)
+      return false;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = c->backend->list (conn, prefix, prefix_len, records_add, &all, err);
+   admin_done (c, "list", prefix_len ? prefix : NULL, prefix_len, t0, ok, err);
+   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   if (ok && all.failed)
+      ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory reading %zu records", all.n);
+   for (size_t i = 0; ok && i < all.n && fn (&all.recs[i], user_data); i++) {
+   }
+   free (all.recs);
+   return ok;
+}
+
+bool leaselock_force_release (leaselock_client_t *c,
+                              const char *key,
+                              size_t key_len,
+                              bool *took,
+                              leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = ll_error_start (error, &local);
+   if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
+      return false;
+   bool took_local = false;
+   pid_t me = getpid ();
+   void *conn = ll_pool_get (c, me, err);
+   if (!conn)
+      return false;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = c->backend->force_release (conn, key, key_len, &took_local, err);
+   admin_done (c, "force_release", key, key_len, t0, ok, err);
+   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   if (ok)
+      ll_bucket_wake (key, key_len);
+   if (took)
+      *took = ok && took_local;
+   return ok;
+}
+
+bool leaselock_prune (leaselock_client_t *c,
+                      const char *prefix,
+                      size_t prefix_len,
+                      int64_t older_than_ms,
+                      int64_t *count,
+                      leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = ll_error_start (error, &local);
+   if (count)
+      *count = 0;
+   if (!prefix_ok (c, &prefix, prefix_len, err) ||
+       !ll_check_duration (older_than_ms, "older_than", err))
+      return false;
+   if (!c->backend->prune)
+      return ll_error_set (err, LEASELOCK_UNSUPPORTED, "the %s backend cannot prune",
+                           c->backend->name);
+   int64_t n = 0;
+   pid_t me = getpid ();
+   void *conn = ll_pool_get (c, me, err);
+   if (!conn)
+      return false;
+   bool ok = c->backend->prune (conn, prefix, prefix_len, older_than_ms, &n, err);
+   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   if (ok && count)
+      *count = n;
+   return ok;
+}

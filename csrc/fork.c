@@ -1,0 +1,164 @@
+/*
+ * fork.c - the core's fork() handling: the process's list of clients, the
+ * pthread_atfork handlers, and the reset of a client on its first use in
+ * a child.
+ *
+ * The prepare handler takes every mutex, and first waits until no
+ * connection of any client is in use by another thread, so that no thread
+ * is inside a database library (whose own mutexes the child would inherit
+ * locked) at the moment of the fork; it waits at most FORK_WAIT_MS for the
+ * calls in flight (contract invariant 8), and a client whose call was still
+ * running is unusable in the child. Backends marked close_before_fork
+ * have their idle connections closed there too. The mutexes of each
+ * client's log hook (observe.c) and watcher (watch.c) are taken with the
+ * client's, in the lock order.
+ */
+#include "engine_private.h"
+
+#include <unistd.h>
+
+static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
+static leaselock_client_t *clients; /* every client not yet destroyed (clients_mu) */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare (void)
+{
+   pid_t me = getpid ();
+   int64_t until = ll_real_now_ms () + FORK_WAIT_MS; /* one bound for all clients */
+   pthread_mutex_lock (&clients_mu);
+   for (leaselock_client_t *c = clients; c; c = c->next_client) {
+      pthread_mutex_lock (&c->mu);
+      /* Connections in use belong to other threads of this process (the
+       * forking thread holds none: no connection is kept across user
+       * code). In a client last used by a parent, the count is stale. */
+      while (c->pid == me && c->in_use > 0 && ll_real_now_ms () < until)
+         ll_cond_wait_until (&c->drained, &c->mu, until);
+      c->fork_busy = c->pid == me && c->in_use > 0;
+      if (c->pid == me && c->backend->close_before_fork) {
+         for (int i = 0; i < c->n_idle; i++)
+            c->backend->close (c->idle[i]);
+         c->n_idle = 0;
+      }
+      pthread_mutex_lock (&c->obs.mu);
+      pthread_mutex_lock (&c->watch.mu);
+   }
+   for (int i = 0; i < LL_N_BUCKETS; i++)
+      pthread_mutex_lock (&ll_buckets[i].mu);
+}
+
+static void fork_parent (void)
+{
+   for (int i = LL_N_BUCKETS - 1; i >= 0; i--)
+      pthread_mutex_unlock (&ll_buckets[i].mu);
+   for (leaselock_client_t *c = clients; c; c = c->next_client) {
+      c->fork_busy = false;
+      pthread_mutex_unlock (&c->watch.mu);
+      pthread_mutex_unlock (&c->obs.mu);
+      pthread_mutex_unlock (&c->mu);
+   }
+   pthread_mutex_unlock (&clients_mu);
+}
+
+/* The child has one thread: the one that forked, which holds every mutex.
+ * Condition variables may hold waiters that no longer exist: renew them.
+ * The rest of the reset (pool, thread, leases) happens lazily on the
+ * client's next use, by the getpid() check, which also covers fork paths
+ * that skip atfork handlers. */
+static void fork_child (void)
+{
+   for (int i = LL_N_BUCKETS - 1; i >= 0; i--) {
+      ll_cond_init (&ll_buckets[i].cond);
+      ll_buckets[i].waiters = NULL; /* the parent's waiters: no such threads here */
+      pthread_mutex_unlock (&ll_buckets[i].mu);
+   }
+   for (leaselock_client_t *c = clients; c; c = c->next_client) {
+      ll_cond_init (&c->cond);
+      ll_cond_init (&c->drained);
+      ll_cond_init (&c->io_cond);
+      /* The watcher's thread is gone; the rest of the watcher is reset on
+       * its next use (watch.c), which also covers forks without handlers. */
+      ll_cond_init (&c->watch.cond);
+      pthread_mutex_unlock (&c->watch.mu);
+      /* The log hook's calls in flight are other threads', and its queued
+       * events the parent's (delivered there). */
+      ll_cond_init (&c->obs.idle);
+      c->obs.calls = 0;
+      atomic_store (&c->obs.n_pending, 0);
+      pthread_mutex_unlock (&c->obs.mu);
+      pthread_mutex_unlock (&c->mu);
+   }
+   pthread_mutex_unlock (&clients_mu);
+}
+
+static void init_once (void)
+{
+   for (int i = 0; i < LL_N_BUCKETS; i++) {
+      pthread_mutex_init (&ll_buckets[i].mu, NULL);
+      ll_cond_init (&ll_buckets[i].cond);
+   }
+   pthread_atfork (fork_prepare, fork_parent, fork_child);
+}
+
+/* Leases of the parent are not ours: drop them from the renewal list. A
+ * connection made by the parent is abandoned without I/O. Called with
+ * c->mu held. */
+void ll_reset_after_fork_locked (leaselock_client_t *c, pid_t me)
+{
+   if (c->pid == me)
+      return;
+   for (int i = 0; i < c->n_idle; i++)
+      if (c->backend->abandon)
+         c->backend->abandon (c->idle[i]);
+   c->n_idle = 0;
+   c->in_use = 0; /* the threads using them are not in this process */
+   for (leaselock_lease_t *l = c->renewing, *next; l; l = next) {
+      next = l->next;
+      l->in_list = false;
+      l->next = NULL;
+   }
+   c->renewing = NULL;
+   c->thread_running = false; /* they exist only in the parent */
+   for (int i = 0; i < IO_MAX; i++) {
+      c->io[i].running = false;
+      c->io[i].failed = false;
+      if (c->io[i].job) { /* its reference is the parent thread's */
+         atomic_fetch_sub (&c->io[i].job->refs, 1);
+         c->io[i].job = NULL;
+      }
+   }
+   c->sleeping = false;
+   c->stopping = false;
+   c->pid = me;
+}
+
+void ll_check_fork (leaselock_client_t *c, pid_t me)
+{
+   pthread_mutex_lock (&c->mu);
+   ll_reset_after_fork_locked (c, me);
+   pthread_mutex_unlock (&c->mu);
+}
+
+/* Removes c from the global list of clients. */
+void ll_clients_remove (leaselock_client_t *c)
+{
+   pthread_mutex_lock (&clients_mu);
+   for (leaselock_client_t **p = &clients; *p; p = &(*p)->next_client)
+      if (*p == c) {
+         *p = c->next_client;
+         break;
+      }
+   pthread_mutex_unlock (&clients_mu);
+}
+
+void ll_process_init (void)
+{
+   pthread_once (&once, init_once);
+}
+
+void ll_clients_add (leaselock_client_t *c)
+{
+   pthread_mutex_lock (&clients_mu);
+   c->next_client = clients;
+   clients = c;
+   pthread_mutex_unlock (&clients_mu);
+}

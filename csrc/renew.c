@@ -1,0 +1,424 @@
+/*
+ * renew.c - automatic renewal: a client's renewal thread, which keeps
+ * time, hands due renewals to up to IO_MAX I/O threads and runs the
+ * on_lost and on_renew_failed callbacks; the I/O threads, which send the
+ * renews; manual renew and extend; and the outcome of every renew, manual
+ * or automatic.
+ */
+#include "engine_private.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static void *io_main (void *arg);
+
+bool ll_on_renewal_thread (leaselock_client_t *c)
+{
+   return c->thread_running && pthread_equal (c->thread, pthread_self ());
+}
+
+/* Stops the renewal thread and the I/O threads and empties the renewal
+ * list. Called from the renewal thread itself (an on_lost callback that
+ * closes the client), it leaves that thread to leaselock_client_destroy
+ * to join: it ends once the callback returns. */
+void ll_stop_renewal (leaselock_client_t *c)
+{
+   pthread_mutex_lock (&c->mu);
+   c->stopping = true;
+   bool join = c->thread_running && !ll_on_renewal_thread (c), join_io[IO_MAX];
+   for (int i = 0; i < IO_MAX; i++)
+      join_io[i] = c->io[i].running;
+   pthread_cond_broadcast (&c->cond);
+   pthread_cond_broadcast (&c->io_cond);
+   pthread_mutex_unlock (&c->mu);
+   if (join)
+      pthread_join (c->thread, NULL);
+   for (int i = 0; i < IO_MAX; i++)
+      if (join_io[i])
+         pthread_join (c->io[i].tid, NULL); /* after its call in flight, if any */
+
+   pthread_mutex_lock (&c->mu);
+   if (join)
+      c->thread_running = false;
+   for (int i = 0; i < IO_MAX; i++)
+      c->io[i].running = c->io[i].running && !join_io[i];
+   for (leaselock_lease_t *l = c->renewing; l; l = l->next)
+      l->in_list = false;
+   c->renewing = NULL;
+   pthread_mutex_unlock (&c->mu);
+}
+
+/* The renewal thread acts a third of the way to the deadline. */
+int64_t ll_first_renewal (int64_t sent, const ll_deadline_t *dl)
+{
+   return sent + (dl->at_ms - sent) / 3;
+}
+
+static bool renew_call (leaselock_client_t *c,
+                        leaselock_lease_t *l,
+                        int64_t ttl_ms,
+                        pid_t me,
+                        bool *was_sent,
+                        leaselock_error_t *err)
+{
+   return ll_owner_call (c, l->key, l->key_len, l->owner, true, ttl_ms, me, was_sent, err);
+}
+
+/* Records the outcome of a renew sent at sent (every renew, manual or
+ * automatic, goes through here, so that renews in flight together are
+ * judged together: deadline.c). Returns true when the lease is still HELD
+ * and was renewed. Called with c->mu held. */
+static bool renew_done_locked (leaselock_client_t *c,
+                               leaselock_lease_t *l,
+                               int64_t sent,
+                               int64_t ttl,
+                               bool ok,
+                               bool was_sent,
+                               const leaselock_error_t *err)
+{
+   ll_outcome_t outcome = ok                                            ? LL_OUTCOME_APPLIED
+                          : was_sent && err->code != LEASELOCK_NOT_HELD ? LL_OUTCOME_UNKNOWN
+                                                                        : LL_OUTCOME_NOT_APPLIED;
+   int64_t now = ll_now_ms ();
+   ll_count (&c->obs, ok ? LL_ST_RENEWALS : LL_ST_RENEWAL_FAILURES, 1);
+   /* A reply after the deadline cannot bring the lease back. */
+   ll_check_deadline_locked (c, l, now);
+   ll_deadline_renew_done (&l->dl, outcome, ttl);
+   if (l->state != LEASELOCK_STATE_HELD)
+      return false;
+   if (!ok && err->code == LEASELOCK_NOT_HELD) {
+      ll_mark_lost_locked (c, l); /* taken over or force-released */
+      return false;
+   }
+   /* A renew in flight beside this one, or one that may have been applied,
+    * may have pulled the deadline in, maybe into the past. */
+   ll_check_deadline_locked (c, l, now);
+   if (!ok || l->state != LEASELOCK_STATE_HELD)
+      return false;
+   l->next_renew_ms = ll_first_renewal (sent, &l->dl);
+   return true;
+}
+
+static int64_t retry_interval (int64_t ttl)
+{
+   int64_t r = ttl / 10;
+   return r < RETRY_MIN_MS ? RETRY_MIN_MS : r > RETRY_MAX_MS ? RETRY_MAX_MS : r;
+}
+
+/* Whether an I/O thread renews l now. Called with c->mu held. */
+static bool io_busy_with (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   for (int i = 0; i < IO_MAX; i++)
+      if (c->io[i].job == l)
+         return true;
+   return false;
+}
+
+/* An I/O thread free for a renewal, started if start and need be; NULL
+ * when all are busy (or none more can start). Called with c->mu held. */
+static io_slot_t *io_free_slot (leaselock_client_t *c, bool start)
+{
+   for (int i = 0; i < IO_MAX; i++)
+      if (c->io[i].running && !c->io[i].job)
+         return &c->io[i];
+   for (int i = 0; i < IO_MAX; i++) {
+      io_slot_t *s = &c->io[i];
+      if (!s->running && !s->failed) {
+         if (!start)
+            return s;
+         s->client = c;
+         s->failed = pthread_create (&s->tid, NULL, io_main, s) != 0;
+         s->running = !s->failed;
+         return s->running ? s : NULL;
+      }
+   }
+   return NULL;
+}
+
+/* Runs l's pending callback, with c->mu let go: on_lost once it is lost,
+ * else on_renew_failed. Called and returns with c->mu held. */
+static void notify_locked (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   bool lost = l->lost_notify;
+   leaselock_error_t err = l->renew_err;
+   int64_t left = l->dl.at_ms - ll_now_ms ();
+   l->lost_notify = false;
+   l->renew_failed_notify = false;
+   if (lost)
+      ll_list_remove_locked (c, l);
+   atomic_fetch_add (&l->refs, 1);
+   l->in_callback = true;
+   pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs);
+   if (lost)
+      l->on_lost (l, l->on_lost_data);
+   else
+      l->on_renew_failed (l, &err, left > 0 ? left : 0, l->on_renew_failed_data);
+   pthread_mutex_lock (&c->mu);
+   l->in_callback = false;
+   pthread_cond_broadcast (&c->cond);
+   pthread_mutex_unlock (&c->mu);
+   ll_lease_unref (l);
+   pthread_mutex_lock (&c->mu);
+}
+
+static void *renew_main (void *arg)
+{
+   leaselock_client_t *c = arg;
+   pthread_mutex_lock (&c->mu);
+   while (!c->stopping) {
+      int64_t now = ll_now_ms ();
+      int64_t wake = -1;
+      leaselock_lease_t *due = NULL, *notify = NULL;
+      bool can_renew = io_free_slot (c, false) != NULL;
+      for (leaselock_lease_t *l = c->renewing; l; l = l->next) {
+         ll_check_deadline_locked (c, l, now);
+         if (l->lost_notify || (l->renew_failed_notify && l->state == LEASELOCK_STATE_HELD)) {
+            notify = l;
+            break;
+         }
+         if (l->state != LEASELOCK_STATE_HELD)
+            continue;
+         /* While its renewal is in flight, or no I/O thread is free, only
+          * its deadline can come due. */
+         bool wait = !can_renew || io_busy_with (c, l) || l->next_renew_ms > l->dl.at_ms;
+         int64_t at = wait ? l->dl.at_ms : l->next_renew_ms;
+         if (at <= now) {
+            if (!due)
+               due = l;
+         } else if (wake < 0 || at < wake) {
+            wake = at;
+         }
+      }
+      if (notify) {
+         notify_locked (c, notify);
+         continue;
+      }
+      if (atomic_load_explicit (&c->obs.n_pending, memory_order_relaxed) > 0) {
+         pthread_mutex_unlock (&c->mu); /* deliver the losses found above */
+         ll_log_flush (&c->obs);
+         pthread_mutex_lock (&c->mu);
+         continue;
+      }
+      if (!due) {
+         c->sleeping = true;
+         c->sleep_until = wake;
+         ll_cond_wait_until (&c->cond, &c->mu, wake);
+         c->sleeping = false;
+         continue;
+      }
+
+      /* Hand it to a free I/O thread. */
+      io_slot_t *slot = io_free_slot (c, true);
+      if (!slot)
+         continue; /* could not start one: plan again without it */
+      atomic_fetch_add (&due->refs, 1);
+      slot->job = due;
+      pthread_cond_broadcast (&c->io_cond);
+   }
+   pthread_mutex_unlock (&c->mu);
+   return NULL;
+}
+
+/* Records the outcome of an automatic renewal: a failure that left the
+ * lease HELD is retried, and on_renew_failed is due. Returns the time left
+ * to the local deadline then (< 0 when the lease is no longer HELD).
+ * Called with c->mu held. */
+static int64_t renew_outcome_locked (leaselock_client_t *c,
+                                     leaselock_lease_t *l,
+                                     int64_t sent,
+                                     int64_t ttl,
+                                     bool ok,
+                                     bool was_sent,
+                                     const leaselock_error_t *err)
+{
+   if (renew_done_locked (c, l, sent, ttl, ok, was_sent, err) || l->state != LEASELOCK_STATE_HELD)
+      return l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
+   int64_t now = ll_now_ms ();
+   l->next_renew_ms = now + retry_interval (ttl);
+   if (l->on_renew_failed && l->in_list) {
+      l->renew_failed_notify = true;
+      l->renew_err = *err;
+   }
+   return l->dl.at_ms - now;
+}
+
+/* The "renew" or "renew_failed" event of a renewal of l (left: as
+ * renew_outcome_locked returns it; retry: the automatic renewal's next
+ * try, 0 for a manual renew), and the losses it found. With no lock
+ * held. */
+static void log_renew (leaselock_client_t *c,
+                       leaselock_lease_t *l,
+                       int64_t ttl,
+                       bool ok,
+                       int64_t left,
+                       int64_t retry,
+                       const leaselock_error_t *err)
+{
+   if (ok && left >= 0)
+      LL_LOG (&c->obs, LEASELOCK_LOG_DEBUG, "renew", l->key, l->key_len, l->fence, LEASELOCK_OK,
+              "renewed for %lld ms", (long long)ttl);
+   else if (!ok && left >= 0 && retry > 0)
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "renew_failed", l->key, l->key_len, l->fence,
+              err->code,
+              "renewal failed (retrying in %lld ms, %lld ms left before the local deadline): %s",
+              (long long)retry, (long long)left, err->message);
+   else if (!ok && left >= 0)
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "renew_failed", l->key, l->key_len, l->fence,
+              err->code, "renewal failed (%lld ms left before the local deadline): %s",
+              (long long)left, err->message);
+   ll_log_flush (&c->obs);
+}
+
+/* An I/O thread: renews the leases the renewal thread hands it, one at a
+ * time, and records the outcome. */
+static void *io_main (void *arg)
+{
+   io_slot_t *slot = arg;
+   leaselock_client_t *c = slot->client;
+   pid_t me = getpid (); /* the thread lives in one process only */
+   pthread_mutex_lock (&c->mu);
+   for (;;) {
+      while (!slot->job && !c->stopping)
+         ll_cond_wait_until (&c->io_cond, &c->mu, -1);
+      leaselock_lease_t *due = slot->job;
+      if (c->stopping) {
+         if (due) {
+            slot->job = NULL;
+            pthread_mutex_unlock (&c->mu);
+            ll_lease_unref (due);
+            pthread_mutex_lock (&c->mu);
+         }
+         break;
+      }
+      int64_t ttl = due->ttl_ms;
+      int64_t sent = ll_now_ms ();
+      ll_deadline_renew_sent (&due->dl, sent, ttl);
+      pthread_mutex_unlock (&c->mu);
+
+      leaselock_error_t err;
+      bool was_sent;
+      bool ok = renew_call (c, due, ttl, me, &was_sent, &err);
+
+      pthread_mutex_lock (&c->mu);
+      int64_t left = renew_outcome_locked (c, due, sent, ttl, ok, was_sent, &err);
+      slot->job = NULL;
+      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+      pthread_mutex_unlock (&c->mu);
+      log_renew (c, due, ttl, ok, left, retry_interval (ttl), &err);
+      ll_lease_unref (due);
+      pthread_mutex_lock (&c->mu);
+   }
+   pthread_mutex_unlock (&c->mu);
+   return NULL;
+}
+
+/* Adds l to the renewal list, starting the threads in this process if
+ * needed. Called with c->mu held. */
+bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
+{
+   if (!c->io[0].running) {
+      c->stopping = false;
+      c->io[0].client = c;
+      int rc = pthread_create (&c->io[0].tid, NULL, io_main, &c->io[0]);
+      if (rc != 0)
+         return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal I/O thread: %s",
+                              strerror (rc));
+      c->io[0].running = true;
+   }
+   if (!c->thread_running) {
+      int rc = pthread_create (&c->thread, NULL, renew_main, c);
+      if (rc != 0)
+         return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal thread: %s",
+                              strerror (rc));
+      c->thread_running = true;
+   }
+   l->next = c->renewing;
+   c->renewing = l;
+   l->in_list = true;
+   /* Wake the thread only if it sleeps past this lease's first renewal: an
+    * awake thread rescans the list anyway, and a wakeup per acquire costs
+    * a context switch on every lock. */
+   if (c->sleeping && (c->sleep_until < 0 || l->next_renew_ms < c->sleep_until))
+      pthread_cond_broadcast (&c->cond);
+   return true;
+}
+
+/* The minimum hold that keeps l's record taken until at least min_hold_ms
+ * after a renew whose reply came at done_ms (local). The database adds the
+ * release's minimum hold to the record's acquired_at, which the acquire
+ * set after it was sent (l->acquired_ms), and the renew ran before its
+ * reply came: so the database's clock moved by at most done_ms -
+ * acquired_ms between the two, plus its rate error (deadline.c's 1000
+ * ppm) and 1 ms of rounding. Only ever raised. */
+static int64_t hold_after_renew (const leaselock_lease_t *l, int64_t done_ms, int64_t min_hold_ms)
+{
+   int64_t since = done_ms - l->acquired_ms;
+   int64_t hold = since + since / LL_DEADLINE_RATE_DIV + 1 + min_hold_ms;
+   return hold > l->min_hold_ms ? hold : l->min_hold_ms;
+}
+
+bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_error_t *error)
+{
+   return leaselock_lease_extend (l, ttl_ms, -1, error);
+}
+
+bool leaselock_lease_extend (leaselock_lease_t *l,
+                             int64_t ttl_ms,
+                             int64_t min_hold_ms,
+                             leaselock_error_t *error)
+{
+   leaselock_error_t local;
+   leaselock_error_t *err = ll_error_start (error, &local);
+   pid_t me = getpid ();
+   if (!ll_lease_usable (l, me, err))
+      return false;
+   if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))
+      return false;
+   if (min_hold_ms != -1 && !ll_check_duration (min_hold_ms, "min_hold", err))
+      return false;
+   leaselock_client_t *c = l->client;
+   pthread_mutex_lock (&c->mu);
+   if (ttl_ms == 0)
+      ttl_ms = l->ttl_ms;
+   int64_t sent = ll_now_ms ();
+   ll_check_deadline_locked (c, l, sent);
+   leaselock_state_t st = l->state;
+   bool closed = atomic_load (&c->closing);
+   if (!closed && st == LEASELOCK_STATE_HELD)
+      ll_deadline_renew_sent (&l->dl, sent, ttl_ms);
+   pthread_mutex_unlock (&c->mu);
+   ll_log_flush (&c->obs); /* a loss the deadline check above found */
+   if (closed)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease is closed");
+   if (st == LEASELOCK_STATE_RELEASED)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" was released",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+   if (st == LEASELOCK_STATE_LOST)
+      return ll_error_set (err, LEASELOCK_LOST,
+                           "the lease on \"%s\" was lost (its local deadline passed)",
+                           LL_KEY_SHOWN (l->key, l->key_len));
+
+   bool was_sent;
+   bool ok = renew_call (c, l, ttl_ms, me, &was_sent, err);
+
+   pthread_mutex_lock (&c->mu);
+   bool renewed = renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
+   if (renewed) {
+      l->ttl_ms = ttl_ms;
+      if (min_hold_ms >= 0)
+         l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
+      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+   } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
+      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
+   } else if (ok) {
+      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
+                         LL_KEY_SHOWN (l->key, l->key_len));
+   }
+   int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
+   pthread_mutex_unlock (&c->mu);
+   if (renewed || left >= 0)
+      log_renew (c, l, ttl_ms, renewed, left, 0, err);
+   ll_log_flush (&c->obs);
+   return ok;
+}

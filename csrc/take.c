@@ -1,0 +1,366 @@
+/*
+ * take.c - one try of an acquire call: the statement that takes the key
+ * (or a waiter's claim on the key's reservation), the fair mode's queue
+ * around it, the lease it makes, the resend of a statement that failed
+ * once sent, and forgetting an owner whose acquire failed twice.
+ */
+#include "engine_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A waiter's claim lasts RESERVE_MS past each poll (wait.c's
+ * WAIT_POLL_MS says why). */
+#define RESERVE_MS 200
+
+/* A lease for key and owner, not yet acquired (no client). */
+static leaselock_lease_t *lease_new (const char *key,
+                                     size_t key_len,
+                                     const char *owner,
+                                     const leaselock_acquire_opts_t *o,
+                                     pid_t me)
+{
+   leaselock_lease_t *l = calloc (1, sizeof *l);
+   if (!l)
+      return NULL;
+   memcpy (l->owner, owner, sizeof l->owner);
+   memcpy (l->key, key, key_len);
+   l->key[key_len] = '\0';
+   l->key_len = key_len;
+   l->ttl_ms = o->ttl_ms;
+   l->min_hold_ms = o->min_hold_ms;
+   l->auto_renew = o->auto_renew;
+   l->on_lost = o->on_lost;
+   l->on_lost_data = o->on_lost_data;
+   l->on_renew_failed = o->on_renew_failed;
+   l->on_renew_failed_data = o->on_renew_failed_data;
+   l->pid = me;
+   atomic_init (&l->refs, 1);
+   return l;
+}
+
+/* Makes l, just acquired by a statement sent at sent, a lease of c: HELD,
+ * listed, and scheduled for renewal. A client closed meanwhile gets the
+ * key released again (the caller never sees the lease): INVALID. On
+ * failure l is freed. */
+static bool lease_start (leaselock_client_t *c,
+                         leaselock_lease_t *l,
+                         const leaselock_acquire_opts_t *o,
+                         int64_t sent,
+                         bool resent,
+                         leaselock_error_t *err)
+{
+   atomic_fetch_add (&c->refs, 1);
+   l->client = c;
+   l->state = LEASELOCK_STATE_HELD;
+   l->holds = 1;
+   l->acquired_ms = sent;
+   ll_deadline_start (&l->dl, sent, o->ttl_ms);
+   if (resent) /* the first send may still run, after any renew */
+      ll_deadline_may_rerun (&l->dl, o->ttl_ms);
+   l->next_renew_ms = ll_first_renewal (sent, &l->dl);
+   pthread_mutex_lock (&c->mu);
+   bool closing = atomic_load (&c->closing);
+   if (!closing)
+      ll_all_add_locked (c, l);
+   bool scheduled = closing || !o->auto_renew || ll_schedule_locked (c, l, err);
+   pthread_mutex_unlock (&c->mu);
+   if (closing) {
+      bool sent_release;
+      leaselock_error_t ignored;
+      ll_release_call (c, l, l->pid, &sent_release, &ignored);
+      ll_error_set (err, LEASELOCK_INVALID, "the client was closed while acquiring \"%s\"",
+                    LL_KEY_SHOWN (l->key, l->key_len));
+      ll_lease_unref (l);
+      return false;
+   }
+   if (!scheduled)
+      leaselock_lease_destroy (l); /* releases it */
+   return scheduled;
+}
+
+/* How long a waiter's next claim lasts, with left_ms of its call left: it
+ * outlasts the sleep, but never the call. The claim starts when the
+ * statement reaches the database, a trip after left_ms was read, so near
+ * the end it covers half of what is left (less 2 ms for the database's
+ * millisecond rounding): a waiter that timed out leaves no claim behind
+ * unless that trip took longer than the other half; 0 (no claim) when too
+ * little is left. */
+static int64_t reserve_for (bool forever, int64_t left_ms)
+{
+   /* Tests that put polls off (ll_test_wait_poll_ms) keep the claim
+    * outlasting the sleep all the same. */
+   int64_t keep = RESERVE_MS + atomic_load (&ll_test_wait_poll_ms);
+   int64_t half = (left_ms - 2) / 2;
+   if (forever || half > keep)
+      return keep;
+   return half > 0 ? half : 0;
+}
+
+/* The take itself: the backend's acquire, or for a waiter its
+ * acquire_wait, into l. */
+static bool take_or_claim (leaselock_client_t *c,
+                           void *conn,
+                           leaselock_lease_t *l,
+                           int64_t ttl_ms,
+                           const ll_holder_t *holder,
+                           waiter_t *w,
+                           leaselock_error_t *err)
+{
+   const ll_backend_t *b = c->backend;
+   int64_t now = ll_now_ms ();
+   int64_t reserve_ms = w && w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
+   bool rejoin = w && w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
+   if (w)
+      w->behind = false;
+   if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
+      bool ok = b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
+      if (rejoin && !ok && err->code == LEASELOCK_BUSY)
+         w->behind = true;
+      return ok;
+   }
+   int64_t waited = w->since < 0 ? 0 : now - w->since;
+   bool was = w->reserved, ok;
+   int64_t left = -1;
+   ok = b->acquire_wait (conn, l->key, l->key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
+                         &l->fence, &w->reserved, &left, err);
+   w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
+   /* now was read before the statement, which read the database clock
+    * after it: now + left is at or before the record's end. */
+   w->runs_out = w->reserved && left >= 0 ? now + left + 1 : -1;
+   w->behind = !ok && err->code == LEASELOCK_BUSY && !w->reserved;
+   if (w->reserved && !was)
+      w->reserved_since = now;
+   return ok;
+}
+
+/* Fair mode: joins the key's queue again (keeping its place) and learns
+ * how many live waiters arrived before it. BUSY while any did: only the
+ * first in the queue may take the key. */
+static bool queue_turn (leaselock_client_t *c,
+                        void *conn,
+                        const leaselock_lease_t *l,
+                        waiter_t *w,
+                        leaselock_error_t *err)
+{
+   int64_t t0 = ll_real_now_us ();
+   bool ok =
+     c->backend->queue_join (conn, l->key, l->key_len, l->owner, QUEUE_KEEP_MS, &w->ahead, err);
+   ll_obs_request (&c->obs, t0, ok, err);
+   if (!ok)
+      return false;
+   w->queued = true;
+   if (w->ahead > 0)
+      return ll_error_set (err, LEASELOCK_BUSY,
+                           "held by another owner (fair mode: %lld waiter(s) queued before this "
+                           "one)",
+                           (long long)w->ahead);
+   return true;
+}
+
+/* Fair mode: leaves the key's queue (the key was taken, or the call ends).
+ * Best effort: an entry left behind runs out within QUEUE_KEEP_MS. */
+static void queue_quit (leaselock_client_t *c,
+                        void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        waiter_t *w)
+{
+   if (!w->queued)
+      return;
+   leaselock_error_t e;
+   int64_t t0 = ll_real_now_us ();
+   bool ok = c->backend->queue_leave (conn, key, key_len, owner, &e);
+   ll_obs_request (&c->obs, t0, ok, &e);
+   w->queued = !ok;
+   if (!ok)
+      LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "queue_leave_failed", key, key_len, 0, e.code,
+              "leaving the fair queue failed (the entry runs out within %d ms): %s", QUEUE_KEEP_MS,
+              e.message);
+}
+
+/* One try on conn into l, each statement counted: in fair mode the queue
+ * first, then the take (w: the waiter's standing, NULL for none). */
+static bool backend_acquire (leaselock_client_t *c,
+                             void *conn,
+                             leaselock_lease_t *l,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             waiter_t *w,
+                             leaselock_error_t *err)
+{
+   bool fair = w && w->fair;
+   bool ok = !fair || queue_turn (c, conn, l, w, err);
+   if (ok) {
+      int64_t t0 = ll_real_now_us ();
+      ok = take_or_claim (c, conn, l, ttl_ms, holder, w, err);
+      ll_obs_request (&c->obs, t0, ok, err);
+   }
+   if (fair && (ok || !w->waits))
+      queue_quit (c, conn, l->key, l->key_len, l->owner, w);
+   return ok;
+}
+
+/* One acquire statement for owner (w: the waiter's standing, NULL for a
+ * one-try acquire). *sent says whether it was handed to the backend on a
+ * connection (so, on failure, it may have been applied). */
+static bool try_once (leaselock_client_t *c,
+                      const char *key,
+                      size_t key_len,
+                      const char *owner,
+                      const leaselock_acquire_opts_t *o,
+                      pid_t me,
+                      bool resent,
+                      waiter_t *w,
+                      leaselock_lease_t **out,
+                      bool *sent_out,
+                      leaselock_error_t *err)
+{
+   *sent_out = false;
+   leaselock_lease_t *l = lease_new (key, key_len, owner, o, me);
+   if (!l)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   ll_holder_t holder = { c->host, (int64_t)l->pid, c->label };
+   void *conn = ll_pool_get (c, me, err);
+   if (!conn) {
+      free (l);
+      return false;
+   }
+   int64_t sent = ll_now_ms ();
+   *sent_out = true;
+   bool ok = backend_acquire (c, conn, l, o->ttl_ms, &holder, w, err);
+   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   if (!ok) {
+      free (l);
+      return false;
+   }
+   if (!lease_start (c, l, o, sent, resent, err))
+      return false;
+   *out = l;
+   return true;
+}
+
+/* An acquire failed twice once sent: either attempt may have taken the
+ * key for owner, which nobody would then hold. It is released for that
+ * owner (no min_hold; only this owner's record can match), so that it is
+ * not left blocked until its TTL runs out: at once, and when that fails
+ * too (the path that lost the replies is often still broken), by a thread
+ * that retries with backoff until the record would have expired anyway or
+ * the client is closed. Best effort: errors are not reported. */
+typedef struct forget
+{
+   leaselock_client_t *client; /* counted reference */
+   char key[LEASELOCK_KEY_MAX + 1];
+   size_t key_len;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   int64_t until; /* local ms after which the record has expired */
+} forget_t;
+
+/* One release of f's record; true when done (released, or not ours). */
+static bool forget_once (forget_t *f, pid_t me)
+{
+   leaselock_error_t err;
+   bool sent;
+   return ll_owner_call (f->client, f->key, f->key_len, f->owner, false, 0, me, &sent, &err) ||
+          err.code == LEASELOCK_NOT_HELD;
+}
+
+static void *forget_main (void *arg)
+{
+   forget_t *f = arg;
+   leaselock_client_t *c = f->client;
+   pid_t me = getpid ();
+   for (int64_t wait = RETRY_MIN_MS;; wait = wait * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : wait * 2) {
+      pthread_mutex_lock (&c->mu);
+      int64_t at = ll_now_ms () + wait;
+      while (!atomic_load (&c->closing) && c->pid == me && ll_now_ms () < at)
+         ll_cond_wait_until (&c->cond, &c->mu, at); /* close broadcasts it */
+      bool stop = atomic_load (&c->closing) || c->pid != me || ll_now_ms () >= f->until;
+      pthread_mutex_unlock (&c->mu);
+      if (stop || forget_once (f, me))
+         break;
+   }
+   ll_client_unref (c);
+   free (f);
+   return NULL;
+}
+
+static void forget_owner (leaselock_client_t *c,
+                          const char *key,
+                          size_t key_len,
+                          const char *owner,
+                          int64_t ttl_ms,
+                          pid_t me)
+{
+   forget_t *f = calloc (1, sizeof *f);
+   if (!f)
+      return;
+   f->client = c;
+   memcpy (f->key, key, key_len);
+   f->key_len = key_len;
+   memcpy (f->owner, owner, sizeof f->owner);
+   f->until = ll_now_ms () + ttl_ms; /* both sends went out before now */
+   pthread_t tid;
+   pthread_attr_t attr;
+   if (forget_once (f, me) || pthread_attr_init (&attr) != 0) {
+      free (f);
+      return;
+   }
+   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+   atomic_fetch_add (&c->refs, 1);
+   if (pthread_create (&tid, &attr, forget_main, f) != 0) {
+      atomic_fetch_sub (&c->refs, 1); /* the caller's reference keeps it alive */
+      free (f);
+   }
+   pthread_attr_destroy (&attr);
+}
+
+/* What follows an attempt that failed with err (sent: it reached a
+ * connection). */
+static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_error_t *err)
+{
+   a->sent_any = a->sent_any || sent;
+   if (err->code == LEASELOCK_BACKEND && sent && !a->resent) {
+      /* Failed once sent (a dropped connection, a lost reply): send it
+       * once more, at once, on a fresh connection. */
+      a->resent = true;
+      return NEXT_RESEND;
+   }
+   if (err->code == LEASELOCK_BACKEND && a->sent_any) {
+      forget_owner (a->c, a->key, a->key_len, a->owner, a->opts->ttl_ms, a->me);
+      return NEXT_FAIL;
+   }
+   if (err->code != LEASELOCK_BUSY || a->opts->timeout_ms == 0)
+      return NEXT_FAIL; /* BUSY is the answer of one try */
+   return NEXT_WAIT;
+}
+
+/* One try of call a, sent once more at once when it failed after being
+ * sent (after_failure). */
+acquire_next_t ll_call_try (acquire_call_t *a, leaselock_lease_t **lease, leaselock_error_t *err)
+{
+   for (;;) {
+      bool sent;
+      if (try_once (a->c, a->key, a->key_len, a->owner, a->opts, a->me, a->resent, &a->w, lease,
+                    &sent, err))
+         return NEXT_DONE;
+      acquire_next_t next = after_failure (a, sent, err);
+      if (next != NEXT_RESEND)
+         return next;
+   }
+}
+
+/* A call that ends without the key leaves the key's queue (fair mode). */
+void ll_call_quit (acquire_call_t *a)
+{
+   if (!a->w.queued)
+      return;
+   leaselock_error_t ignored;
+   void *conn = ll_pool_get (a->c, a->me, &ignored);
+   if (!conn)
+      return;
+   queue_quit (a->c, conn, a->key, a->key_len, a->owner, &a->w);
+   ll_pool_put (a->c, conn, a->me, a->w.queued);
+}
