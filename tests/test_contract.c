@@ -883,9 +883,18 @@ static void test_local_wake_one (void)
       sleep_ms (1);
       leaselock_client_stats (b, &st, NULL);
    }
-   sleep_ms (50); /* the last waiter is past its first try, asleep */
-   bool all_waiting = st.waits == N && count_done (w, N) == 0;
+   /* Every waiter past its first try, asleep: b's requests stand still
+    * (on a loaded machine a waiter counted in st.waits may not have sent
+    * its first try yet, which would count against the first round). */
    uint64_t before = requests_of (b);
+   for (int i = 0; i < 50; i++) {
+      sleep_ms (100);
+      uint64_t now = requests_of (b);
+      if (now == before)
+         break;
+      before = now;
+   }
+   bool all_waiting = st.waits == N && count_done (w, N) == 0;
    bool ok = leaselock_lease_release (la, &err);
    bool one_each = all_waiting && ok;
    leaselock_lease_t *holder = NULL;

@@ -5,11 +5,11 @@
  * so any failure replays exactly from its seed.
  *
  * The holders decide with the engine's own code for the local deadline
- * (csrc/deadline.c, ll_deadline_*), and follow engine.c's rules around it:
- * one owner per acquire, a failed acquire sent once more and then released
- * for its owner, renewals at a third of the way to the deadline (one at a
- * time per client, like its I/O thread) beside manual renews with any TTL,
- * a release that may have been applied asked once more, min_hold.
+ * (csrc/deadline.c, ll_deadline_*), and follow the engine's rules around it (csrc/renew.c,
+ * lease.c): one owner per acquire, a failed acquire sent once more and then released for its owner,
+ * renewals at a third of the way to the deadline (one at a time per client, like its I/O thread)
+ * beside manual renews with any TTL, a release that may have been applied asked once more,
+ * min_hold.
  *
  * The model database keeps milliseconds like SQLite and MongoDB: it takes
  * its "now" from its own clock, truncated, with a rate and offset of its
