@@ -515,8 +515,5 @@ static PyType_Spec Client_spec = {
 
 int pyll_client_setup_types (PyObject *m, pyll_state_t *st)
 {
-   st->client_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Client_spec, NULL);
-   if (!st->client_type || PyModule_AddType (m, st->client_type) < 0)
-      return -1;
-   return 0;
+   return pyll_add_type (m, &Client_spec, &st->client_type, true);
 }

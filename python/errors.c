@@ -72,29 +72,12 @@ PyObject *pyll_raise_error (pyll_state_t *st, const leaselock_error_t *err)
 
 /* cls(message) with code INVALID like the core's: the errors of bad
  * arguments (ValueError, TypeError) and of use after close. */
-static PyObject *raise_invalid_as (PyObject *cls, const char *fmt, va_list ap)
+PyObject *pyll_raise_as (PyObject *cls, const char *fmt, ...)
 {
    char buf[LEASELOCK_ERROR_MAX];
+   va_list ap;
+   va_start (ap, fmt);
    vsnprintf (buf, sizeof buf, fmt, ap);
+   va_end (ap);
    return pyll_raise_code (cls, LEASELOCK_INVALID, buf);
-}
-
-/* ValueError naming the argument, with code INVALID. */
-__attribute__ ((format (printf, 1, 2))) PyObject *pyll_raise_invalid (const char *fmt, ...)
-{
-   va_list ap;
-   va_start (ap, fmt);
-   raise_invalid_as (PyExc_ValueError, fmt, ap);
-   va_end (ap);
-   return NULL;
-}
-
-/* TypeError naming the argument, with code INVALID. */
-__attribute__ ((format (printf, 1, 2))) PyObject *pyll_raise_type (const char *fmt, ...)
-{
-   va_list ap;
-   va_start (ap, fmt);
-   raise_invalid_as (PyExc_TypeError, fmt, ap);
-   va_end (ap);
-   return NULL;
 }

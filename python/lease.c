@@ -170,18 +170,20 @@ static void Lease_dealloc (LeaseObject *self)
    Py_DECREF (tp);
 }
 
-/* A core call on the lease: the lease exists and its client is open. */
-static int lease_check (LeaseObject *self)
+/* The core lease for a call on it (NULL with ValueError unless the lease
+ * exists and its client is open), the client's log level refreshed. */
+static leaselock_lease_t *lease_begin (LeaseObject *self)
 {
    if (!self->lease) {
       pyll_raise_invalid ("the lease was never acquired");
-      return -1;
+      return NULL;
    }
    if (pyll_client_closed (self->client)) {
       pyll_raise_invalid ("I/O operation on a lease of a closed client");
-      return -1;
+      return NULL;
    }
-   return 0;
+   pyll_log_refresh (self->client);
+   return self->lease;
 }
 
 static leaselock_state_t lease_state (LeaseObject *self)
@@ -206,12 +208,11 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
    if ((ttl_o != Py_None && pyll_seconds_arg (ttl_o, "ttl", SECS_TTL, &ttl_ms) < 0) ||
        (hold_o != Py_None && pyll_seconds_arg (hold_o, "min_hold", SECS_DURATION, &hold_ms) < 0))
       return NULL;
-   if (lease_check (self) < 0)
+   leaselock_lease_t *core = lease_begin (self);
+   if (!core)
       return NULL;
-   pyll_log_refresh (self->client);
    leaselock_error_t err;
    bool ok;
-   leaselock_lease_t *core = self->lease;
    LL_NOGIL (ok = leaselock_lease_extend (core, ttl_ms, hold_ms, &err));
    if (!ok)
       return pyll_raise_error (pyll_state (self->module), &err);
@@ -223,12 +224,11 @@ static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
 static PyObject *lease_call (LeaseObject *self,
                              bool (*fn) (leaselock_lease_t *, leaselock_error_t *))
 {
-   if (lease_check (self) < 0)
+   leaselock_lease_t *core = lease_begin (self);
+   if (!core)
       return NULL;
-   pyll_log_refresh (self->client);
    leaselock_error_t err;
    bool ok;
-   leaselock_lease_t *core = self->lease;
    LL_NOGIL (ok = fn (core, &err));
    if (!ok && pyll_client_closed (self->client))
       return pyll_raise_invalid ("I/O operation on a lease of a closed client");
@@ -464,8 +464,5 @@ static PyType_Spec Lease_spec = {
 
 int pyll_lease_setup_types (PyObject *m, pyll_state_t *st)
 {
-   st->lease_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Lease_spec, NULL);
-   if (!st->lease_type || PyModule_AddType (m, st->lease_type) < 0)
-      return -1;
-   return 0;
+   return pyll_add_type (m, &Lease_spec, &st->lease_type, true);
 }

@@ -30,6 +30,14 @@ bool pyll_exiting (void)
    return atomic_load (&finalizing) || ll_py_finalizing ();
 }
 
+int pyll_add_type (PyObject *m, PyType_Spec *spec, PyTypeObject **type, bool public)
+{
+   *type = (PyTypeObject *)PyType_FromModuleAndSpec (m, spec, NULL);
+   if (!*type || (public && PyModule_AddType (m, *type) < 0))
+      return -1;
+   return 0;
+}
+
 /* ---- module functions ------------------------------------------------------ */
 
 static PyObject *mod_check_key (PyObject *m, PyObject *const *args, Py_ssize_t nargs)
@@ -175,28 +183,18 @@ static int module_exec (PyObject *m)
 static int module_traverse (PyObject *m, visitproc visit, void *arg)
 {
    pyll_state_t *st = pyll_state (m);
-   Py_VISIT (st->client_type);
-   Py_VISIT (st->lease_type);
-   Py_VISIT (st->wait_type);
-   Py_VISIT (st->LockError);
-   Py_VISIT (st->LockTimeout);
-   Py_VISIT (st->NotHeld);
-   Py_VISIT (st->LockLost);
-   Py_VISIT (st->BackendError);
+#define VISIT(type, name) Py_VISIT (st->name);
+   PYLL_STATE_MEMBERS (VISIT)
+#undef VISIT
    return 0;
 }
 
 static int module_clear (PyObject *m)
 {
    pyll_state_t *st = pyll_state (m);
-   Py_CLEAR (st->client_type);
-   Py_CLEAR (st->lease_type);
-   Py_CLEAR (st->wait_type);
-   Py_CLEAR (st->LockError);
-   Py_CLEAR (st->LockTimeout);
-   Py_CLEAR (st->NotHeld);
-   Py_CLEAR (st->LockLost);
-   Py_CLEAR (st->BackendError);
+#define CLEAR(type, name) Py_CLEAR (st->name);
+   PYLL_STATE_MEMBERS (CLEAR)
+#undef CLEAR
    return 0;
 }
 

@@ -56,19 +56,24 @@
 
 /* ---- module.c ------------------------------------------------------------ */
 
-/* The module's state: every member a strong reference, cleared by the
- * module's m_clear. */
+/* The module's state: every member a strong reference, visited and
+ * cleared by the module (module.c), each named once here. */
+#define PYLL_STATE_MEMBERS(X)                                                                      \
+   X (PyTypeObject, client_type)                                                                   \
+   X (PyTypeObject, lease_type)                                                                    \
+   X (PyTypeObject, wait_type)                                                                     \
+   X (PyObject, LockError)                                                                         \
+   X (PyObject, LockTimeout)                                                                       \
+   X (PyObject, NotHeld)                                                                           \
+   X (PyObject, LockLost)                                                                          \
+   X (PyObject, BackendError)
+
+#define PYLL_STATE_MEMBER(type, name) type *name;
 typedef struct
 {
-   PyTypeObject *client_type;
-   PyTypeObject *lease_type;
-   PyTypeObject *wait_type;
-   PyObject *LockError;
-   PyObject *LockTimeout;
-   PyObject *NotHeld;
-   PyObject *LockLost;
-   PyObject *BackendError;
+   PYLL_STATE_MEMBERS (PYLL_STATE_MEMBER)
 } pyll_state_t;
+#undef PYLL_STATE_MEMBER
 
 /* The module's definition: PyType_GetModuleByDef finds the module (and
  * its state) from a type with it. */
@@ -84,6 +89,10 @@ static inline pyll_state_t *pyll_state (PyObject *module)
  * _shutdown(), or Python finalizes): a thread of the core must then call
  * no Python code. Any thread, GIL or not. */
 bool pyll_exiting (void);
+
+/* Creates a type of module m from spec into *type (a new reference, which
+ * the state keeps), and adds it to the module when public. 0 or -1. */
+int pyll_add_type (PyObject *m, PyType_Spec *spec, PyTypeObject **type, bool public);
 
 /* ---- the objects ------------------------------------------------------- */
 
@@ -124,13 +133,17 @@ PyObject *pyll_exc_class (pyll_state_t *st, leaselock_code_t code);
  * replacement). */
 PyObject *pyll_new_error (PyObject *cls, leaselock_code_t code, const char *message);
 
-/* Raise cls(message) with .code = the core's name for code, the error's
- * class and message, or ValueError / TypeError (code INVALID, as the core
- * names a bad argument) with a printf message. Each returns NULL. */
+/* Raise cls(message) with .code = the core's name for code; the error's
+ * class and message; or cls (pyll_raise_invalid: ValueError,
+ * pyll_raise_type: TypeError) with a printf message and code INVALID, as
+ * the core names a bad argument. Each returns NULL. */
 PyObject *pyll_raise_code (PyObject *cls, leaselock_code_t code, const char *message);
 PyObject *pyll_raise_error (pyll_state_t *st, const leaselock_error_t *err);
-__attribute__ ((format (printf, 1, 2))) PyObject *pyll_raise_invalid (const char *fmt, ...);
-__attribute__ ((format (printf, 1, 2))) PyObject *pyll_raise_type (const char *fmt, ...);
+__attribute__ ((format (printf, 2, 3))) PyObject *pyll_raise_as (PyObject *cls,
+                                                                 const char *fmt,
+                                                                 ...);
+#define pyll_raise_invalid(...) pyll_raise_as (PyExc_ValueError, __VA_ARGS__)
+#define pyll_raise_type(...) pyll_raise_as (PyExc_TypeError, __VA_ARGS__)
 
 /* ---- args.c -------------------------------------------------------------- */
 

@@ -157,6 +157,5 @@ static PyType_Spec Wait_spec = {
 
 int pyll_wait_setup_types (PyObject *m, pyll_state_t *st)
 {
-   st->wait_type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &Wait_spec, NULL);
-   return st->wait_type ? 0 : -1;
+   return pyll_add_type (m, &Wait_spec, &st->wait_type, false);
 }

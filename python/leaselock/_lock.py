@@ -148,8 +148,12 @@ class Lock(_Named):
         return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")
 
     def _timeout_error(self, waited: float) -> LockTimeout:
-        return _error(LockTimeout, f'timed out after {round(waited * 1000)} ms waiting for '
-                      f'"{self._key}" (held by another owner)', "TIMEOUT")
+        return _error(LockTimeout, f"timed out after {round(waited * 1000)} ms waiting for "
+                      f"{self._waited_for()}", "TIMEOUT")
+
+    def _waited_for(self) -> str:
+        """What the timeout's message says it waited for."""
+        return f'"{self._key}" (held by another owner)'
 
     def _stack(self, create: bool = False) -> Optional[list[tuple[Lease, bool]]]:
         """The leases of the calling task (else thread) through this Lock."""
@@ -359,10 +363,14 @@ class Lock(_Named):
             await _AsyncLease(lease, self._wake).__aexit__(et, ev, tb)
 
     def __repr__(self) -> str:
-        state = "not held here"
-        if self._mine():
-            state = f"held by this {_who()}"
+        return (f"<leaselock.{self._repr_name()} ttl={self.ttl:g}s"
+                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} "
+                f"{self._repr_state()}>")
+
+    def _repr_name(self) -> str:
+        return f"Lock {self._key!r}"
+
+    def _repr_state(self) -> str:
         if self._client.closed:
-            state = "client closed"
-        return (f"<leaselock.Lock {self._key!r} ttl={self.ttl:g}s"
-                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} {state}>")
+            return "client closed"
+        return f"held by this {_who()}" if self._mine() else "not held here"

@@ -83,14 +83,11 @@ class RWLockSide(_ModeLock):
         return _error(LockTimeout, f'read-write lock "{self._key}" ({self._mode}): {why}',
                       "BUSY")
 
-    def _timeout_error(self, waited: float) -> LockTimeout:
-        return _error(LockTimeout, f"timed out after {round(waited * 1000)} ms waiting for the "
-                      f'{self._mode} side of the read-write lock "{self._key}"', "TIMEOUT")
+    def _waited_for(self) -> str:
+        return f'the {self._mode} side of the read-write lock "{self._key}"'
 
-    def __repr__(self) -> str:
-        return (f"<leaselock.RWLockSide {self._key!r} {self._mode} ttl={self.ttl:g}s"
-                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} "
-                f"{self._repr_state()}>")
+    def _repr_name(self) -> str:
+        return f"RWLockSide {self._key!r} {self._mode}"
 
 
 class RWLock(_Named):

@@ -75,11 +75,8 @@ class Semaphore(_ModeLock):
         return _error(LockTimeout, f'semaphore "{self._key}": no free slot (the limit is '
                       f'{self._limit})', "BUSY")
 
-    def _timeout_error(self, waited: float) -> LockTimeout:
-        return _error(LockTimeout, f"timed out after {round(waited * 1000)} ms waiting for a "
-                      f'slot of the semaphore "{self._key}"', "TIMEOUT")
+    def _waited_for(self) -> str:
+        return f'a slot of the semaphore "{self._key}"'
 
-    def __repr__(self) -> str:
-        return (f"<leaselock.Semaphore {self._key!r} limit={self._limit} ttl={self.ttl:g}s"
-                f"{f' min_hold={self.min_hold:g}s' if self._min_hold_ms else ''} "
-                f"{self._repr_state()}>")
+    def _repr_name(self) -> str:
+        return f"Semaphore {self._key!r} limit={self._limit}"
