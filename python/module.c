@@ -180,21 +180,19 @@ static int module_exec (PyObject *m)
    return 0;
 }
 
+/* Each member of the state, visited or cleared (PYLL_STATE_MEMBERS). */
+#define VISIT_MEMBER(type, name) Py_VISIT (pyll_state (m)->name);
+#define CLEAR_MEMBER(type, name) Py_CLEAR (pyll_state (m)->name);
+
 static int module_traverse (PyObject *m, visitproc visit, void *arg)
 {
-   pyll_state_t *st = pyll_state (m);
-#define VISIT(type, name) Py_VISIT (st->name);
-   PYLL_STATE_MEMBERS (VISIT)
-#undef VISIT
+   PYLL_STATE_MEMBERS (VISIT_MEMBER)
    return 0;
 }
 
 static int module_clear (PyObject *m)
 {
-   pyll_state_t *st = pyll_state (m);
-#define CLEAR(type, name) Py_CLEAR (st->name);
-   PYLL_STATE_MEMBERS (CLEAR)
-#undef CLEAR
+   PYLL_STATE_MEMBERS (CLEAR_MEMBER)
    return 0;
 }
 
