@@ -7,11 +7,12 @@
  */
 #include "module.h"
 
+/* should_stop's state for one blocking acquire, on the caller's stack. */
 typedef struct
 {
-   PyThreadState *ts;
-   PyObject *cancel; /* object with is_set(), or NULL */
-   PyObject *exc_type, *exc_value, *exc_tb;
+   PyThreadState *ts;                       /* the waiting thread's, while without the GIL */
+   PyObject *cancel;                        /* borrowed: object with is_set(), or NULL */
+   PyObject *exc_type, *exc_value, *exc_tb; /* owned: the exception should_stop met */
    enum
    {
       STOP_NONE,
