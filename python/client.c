@@ -64,6 +64,36 @@ static PyObject *Client_new (PyTypeObject *type, PyObject *args, PyObject *kwds)
    return (PyObject *)self;
 }
 
+/* A text argument of Client(): None (*s NULL), or a str of valid UTF-8
+ * without NUL, at most max bytes, not empty when empty_hint says why. *s
+ * points into the str's UTF-8 cache. 0, or -1 naming the argument. */
+static int text_arg (PyObject *o,
+                     const char *name,
+                     const char *empty_hint,
+                     Py_ssize_t max,
+                     const char **s)
+{
+   Py_ssize_t n;
+   *s = NULL;
+   if (o == Py_None)
+      return 0;
+   if (!PyUnicode_Check (o)) {
+      pyll_raise_type ("%s must be a str or None, not %.100s", name, Py_TYPE (o)->tp_name);
+      return -1;
+   }
+   if (!(*s = pyll_utf8_arg (o, name, &n)))
+      return -1;
+   if (n == 0 && empty_hint)
+      pyll_raise_invalid ("%s must not be empty (%s)", name, empty_hint);
+   else if (n > max)
+      pyll_raise_invalid ("%s is %zd bytes long in UTF-8 (at most %zd)", name, n, max);
+   else if (memchr (*s, '\0', (size_t)n))
+      pyll_raise_invalid ("%s must not contain a NUL character", name);
+   else
+      return 0;
+   return -1;
+}
+
 static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
 {
    static char *kwlist[] = { "uri", "label", NULL };
@@ -77,40 +107,11 @@ static int Client_init (ClientObject *self, PyObject *args, PyObject *kwds)
    PyObject *module = PyType_GetModuleByDef (Py_TYPE (self), &pyll_module_def);
    if (!module)
       return -1;
-   const char *uri = NULL, *label = NULL;
-   Py_ssize_t n;
-   if (uri_o != Py_None) {
-      if (!PyUnicode_Check (uri_o)) {
-         pyll_raise_type ("uri must be a str or None, not %.100s", Py_TYPE (uri_o)->tp_name);
-         return -1;
-      }
-      if (!(uri = pyll_utf8_arg (uri_o, "uri", &n)))
-         return -1;
-      if (n == 0) {
-         pyll_raise_invalid ("uri must not be empty (pass None for $LEASELOCK_URI or the default)");
-         return -1;
-      }
-      if (memchr (uri, '\0', (size_t)n)) {
-         pyll_raise_invalid ("uri must not contain a NUL character");
-         return -1;
-      }
-   }
-   if (label_o != Py_None) {
-      if (!PyUnicode_Check (label_o)) {
-         pyll_raise_type ("label must be a str or None, not %.100s", Py_TYPE (label_o)->tp_name);
-         return -1;
-      }
-      if (!(label = pyll_utf8_arg (label_o, "label", &n)))
-         return -1;
-      if (n > 255) {
-         pyll_raise_invalid ("label is %zd bytes long in UTF-8 (at most 255)", n);
-         return -1;
-      }
-      if (memchr (label, '\0', (size_t)n)) {
-         pyll_raise_invalid ("label must not contain a NUL character");
-         return -1;
-      }
-   }
+   const char *uri, *label;
+   if (text_arg (uri_o, "uri", "pass None for $LEASELOCK_URI or the default", PY_SSIZE_T_MAX,
+                 &uri) < 0 ||
+       text_arg (label_o, "label", NULL, 255, &label) < 0)
+      return -1;
    leaselock_error_t err;
    leaselock_client_t *c;
    LL_NOGIL (c = leaselock_client_new (uri, label, &err));
@@ -162,11 +163,7 @@ static void Client_dealloc (ClientObject *self)
       PyObject_ClearWeakRefs ((PyObject *)self);
    /* No Lease object is alive (each holds a reference), and no call is in
     * flight (it would hold one too). Releases nothing. */
-   if (self->c) {
-      leaselock_client_t *c = self->c;
-      self->c = NULL;
-      LL_NOGIL (leaselock_client_destroy (c));
-   }
+   LL_DESTROY_NOGIL (self->c, leaselock_client_destroy);
    Py_CLEAR (self->uri);
    Py_CLEAR (self->backend);
    Py_CLEAR (self->label);
@@ -362,6 +359,15 @@ static int stats_fill (ClientObject *self, leaselock_stats_t *st)
    return 0;
 }
 
+/* d[name] = v, taking v (a new reference, or NULL after a failure).
+ * 0, or -1 with an exception. */
+static int dict_set_new (PyObject *d, const char *name, PyObject *v)
+{
+   int rc = v ? PyDict_SetItemString (d, name, v) : -1;
+   Py_XDECREF (v);
+   return rc;
+}
+
 /* stats() -> dict: the client's counters (see the method's doc). */
 static PyObject *Client_stats (ClientObject *self, PyObject *unused)
 {
@@ -372,24 +378,16 @@ static PyObject *Client_stats (ClientObject *self, PyObject *unused)
    PyObject *d = PyDict_New ();
    for (size_t i = 0; d && i < sizeof stat_fields / sizeof stat_fields[0]; i++) {
       uint64_t v = *(const uint64_t *)((const char *)&st + stat_fields[i].offset);
-      PyObject *o = PyLong_FromUnsignedLongLong (v);
-      if (!o || PyDict_SetItemString (d, stat_fields[i].name, o) < 0)
+      if (dict_set_new (d, stat_fields[i].name, PyLong_FromUnsignedLongLong (v)) < 0)
          Py_CLEAR (d);
-      Py_XDECREF (o);
    }
-   PyObject *wait = PyFloat_FromDouble ((double)st.wait_ms / 1000.0);
-   PyObject *held = PyFloat_FromDouble ((double)st.held_ms / 1000.0);
-   PyObject *sum = PyFloat_FromDouble ((double)st.latency_sum_us / 1e6);
-   PyObject *lat = latency_list (&st);
-   if (d && (!wait || !held || !sum || !lat || PyDict_SetItemString (d, "wait_seconds", wait) < 0 ||
-             PyDict_SetItemString (d, "held_seconds", held) < 0 ||
-             PyDict_SetItemString (d, "latency_sum_seconds", sum) < 0 ||
-             PyDict_SetItemString (d, "latency_buckets", lat) < 0))
+   if (d &&
+       (dict_set_new (d, "wait_seconds", PyFloat_FromDouble ((double)st.wait_ms / 1000.0)) < 0 ||
+        dict_set_new (d, "held_seconds", PyFloat_FromDouble ((double)st.held_ms / 1000.0)) < 0 ||
+        dict_set_new (d, "latency_sum_seconds",
+                      PyFloat_FromDouble ((double)st.latency_sum_us / 1e6)) < 0 ||
+        dict_set_new (d, "latency_buckets", latency_list (&st)) < 0))
       Py_CLEAR (d);
-   Py_XDECREF (wait);
-   Py_XDECREF (held);
-   Py_XDECREF (sum);
-   Py_XDECREF (lat);
    return d;
 }
 

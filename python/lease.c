@@ -152,15 +152,11 @@ static void Lease_dealloc (LeaseObject *self)
    self->dead = true; /* a callback waiting for the GIL now skips it */
    if (self->weakreflist)
       PyObject_ClearWeakRefs ((PyObject *)self);
-   if (self->lease) {
-      /* Releases it if this process still holds it and the client is
-       * open (the core checks the pid, so a forked child never releases
-       * its parent's lease), and waits for an on_lost callback in
-       * flight. */
-      leaselock_lease_t *core = self->lease;
-      self->lease = NULL;
-      LL_NOGIL (leaselock_lease_destroy (core));
-   }
+   /* Releases the core lease if this process still holds it and the
+    * client is open (the core checks the pid, so a forked child never
+    * releases its parent's lease), and waits for an on_lost callback in
+    * flight. */
+   LL_DESTROY_NOGIL (self->lease, leaselock_lease_destroy);
    Py_CLEAR (self->on_lost);
    Py_CLEAR (self->on_renew_failed);
    Py_CLEAR (self->key);

@@ -54,6 +54,17 @@
       PyEval_RestoreThread (_ts);                                                                  \
    } while (0)
 
+/* Destroys the object field points at (if any) with destroy, with the GIL
+ * released, after setting field to NULL: no other thread sees it half
+ * destroyed. */
+#define LL_DESTROY_NOGIL(field, destroy)                                                           \
+   do {                                                                                            \
+      __typeof__ (field) _obj = (field);                                                           \
+      (field) = NULL;                                                                              \
+      if (_obj)                                                                                    \
+         LL_NOGIL (destroy (_obj));                                                                \
+   } while (0)
+
 /* ---- module.c ------------------------------------------------------------ */
 
 /* The module's state: every member a strong reference, visited and

@@ -21,12 +21,7 @@ typedef struct
 
 static void wait_destroy_nogil (WaitObject *self)
 {
-   leaselock_wait_t *w = self->w;
-   self->w = NULL;
-   if (!w)
-      return;
-   Py_BEGIN_ALLOW_THREADS leaselock_wait_destroy (w);
-   Py_END_ALLOW_THREADS
+   LL_DESTROY_NOGIL (self->w, leaselock_wait_destroy);
 }
 
 PyObject *pyll_client_wait (ClientObject *self,
