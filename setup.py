@@ -3,8 +3,9 @@
 The metadata is in pyproject.toml; this file adds the two fields it leaves
 dynamic (the version from csrc/leaselock.h, and the license) and the build:
 
-- the extension leaselock._leaselock, from python/_leaselock.c and the C
-  core's own sources (the list in csrc/SOURCES, which the Makefile compiles
+- the extension leaselock._leaselock, from python/*.c (module.c and a file
+  per type and concern; any new file there is compiled) and the C core's
+  own sources (the list in csrc/SOURCES, which the Makefile compiles
   too), with the backends tools/backends.sh finds with pkg-config, which the
   Makefile asks too: SQLite always, MongoDB, MySQL/MariaDB and PostgreSQL
   when their client library is there;
@@ -169,11 +170,12 @@ if os.environ.get("LEASELOCK_WERROR"):
 
 ext = Extension(
     "leaselock._leaselock",
-    sources=["python/_leaselock.c", *core_sources()],
+    sources=[*sorted(glob.glob("python/*.c")), *core_sources()],
     include_dirs=["csrc"],
     extra_compile_args=extra_compile,
     extra_link_args=[*pkg_libs, "-pthread", "-lm"],
-    depends=[*sorted(glob.glob("csrc/*.h")), "csrc/SOURCES", "tools/backends.sh"],
+    depends=[*sorted(glob.glob("csrc/*.h")), *sorted(glob.glob("python/*.h")), "csrc/SOURCES",
+             "tools/backends.sh"],
 )
 
 setup(

@@ -22,7 +22,7 @@ DEMOS += python
 PY_BUILD = $(BUILD)/python
 PY_LIB = $(PY_BUILD)/lib
 PY_VENV = $(BUILD)/venv
-PY_SRCS = setup.py python/_leaselock.c $(wildcard python/leaselock/*.py python/leaselock/*.pyi) \
+PY_SRCS = setup.py $(wildcard python/*.c python/*.h python/leaselock/*.py python/leaselock/*.pyi) \
 	csrc/SOURCES $(LL_SOURCES) csrc/leaselock.h csrc/ll_internal.h
 PYTEST_ARGS ?=
 

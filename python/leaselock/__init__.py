@@ -15,20 +15,19 @@
 Durations are seconds (int or float) or datetime.timedelta.
 
 The leases, their renewal, expiry and fencing are the C core's (the
-leaselock._leaselock extension); leaselock._lock adds the Python
-conveniences: Lock objects, context managers, the decorator and asyncio.
+leaselock._leaselock extension); the package's modules add the Python
+conveniences, one concern each: _client (Client, connect, records, the
+decorator), _lock (Lock), _modes, _semaphore and _rwlock (Semaphore,
+RWLock), _aio (the asyncio wait), _lease (Lease.renew's durations), _args
+(argument checks) and _fork (what a forked child forgets).
 """
-from ._leaselock import (
-    BackendError,
-    Lease,
-    LockError,
-    LockLost,
-    LockTimeout,
-    NotHeld,
-    __version__,
-    default_uri,
-)
-from ._lock import Client, Holder, Lock, Record, RWLock, RWLockSide, Semaphore, connect
+from . import _fork, _lease  # noqa: F401  (imported for what they set up)
+from ._client import Client, Holder, Record, connect
+from ._leaselock import BackendError, Lease, LockError, LockLost, LockTimeout, NotHeld
+from ._leaselock import __version__, default_uri
+from ._lock import Lock
+from ._rwlock import RWLock, RWLockSide
+from ._semaphore import Semaphore
 
 __all__ = [
     "connect",

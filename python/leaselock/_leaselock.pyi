@@ -1,6 +1,6 @@
 # Type stubs for the C extension leaselock._leaselock.
 from datetime import timedelta
-from typing import Any, Callable, Literal, Optional, Self, final
+from typing import Any, Callable, Literal, Optional, Required, Self, TypedDict, Unpack, final
 
 __version__: str
 
@@ -25,6 +25,24 @@ class BackendError(LockError): ...
 
 _Record = tuple[str, Optional[str], int, int, str, int, Optional[str], int]
 
+class _WaitOptions(TypedDict, total=False):
+    """The keyword arguments of Client._wait (and of the acquires)."""
+
+    ttl_ms: Required[int]
+    timeout_ms: Required[int]
+    min_hold_ms: int
+    auto_renew: bool
+    # Called from the core's renewal thread only: the package's Lock
+    # refuses on_lost with auto_renew=False (ValueError).
+    on_lost: Optional[Callable[["Lease"], Any]]
+    on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]]
+    fair: bool
+
+class _AcquireOptions(_WaitOptions, total=False):
+    """The keyword arguments of Client._acquire and _acquire_mode."""
+
+    cancel: Any  # None or an object with is_set()
+
 class Client:
     def __init__(self, uri: Optional[str] = None, *, label: Optional[str] = None) -> None: ...
     @property
@@ -45,24 +63,12 @@ class Client:
     def prometheus(self, labels: str = "", /) -> str: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: Any) -> None: ...
-    # on_lost is called from the core's renewal thread only: the package's
-    # Lock refuses on_lost with auto_renew=False (ValueError).
-    def _acquire(
-        self,
-        key: str,
-        /,
-        *,
-        ttl_ms: int,
-        timeout_ms: int,
-        min_hold_ms: int = 0,
-        auto_renew: bool = True,
-        on_lost: Optional[Callable[["Lease"], Any]] = None,
-        cancel: Any = None,
-        on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
-        fair: bool = False,
-    ) -> Optional["Lease"]: ...
-    # mode "semaphore" (with limit 1 .. 1000), "shared" or "exclusive"; the
-    # Lease returned is named by its record (key/.slot/<i>, key/.rw/...).
+    # The core's acquires; the package's Lock, Semaphore and RWLock check
+    # the arguments first. _acquire_mode: mode "semaphore" (with limit
+    # 1 .. 1000), "shared" or "exclusive"; its Lease is named by its record
+    # (key/.slot/<i>, key/.rw/...). None: one try (timeout_ms 0) found the
+    # key busy.
+    def _acquire(self, key: str, /, **options: Unpack[_AcquireOptions]) -> Optional["Lease"]: ...
     def _acquire_mode(
         self,
         key: str,
@@ -70,28 +76,9 @@ class Client:
         *,
         mode: Literal["semaphore", "shared", "exclusive"],
         limit: int = 0,
-        ttl_ms: int,
-        timeout_ms: int,
-        min_hold_ms: int = 0,
-        auto_renew: bool = True,
-        on_lost: Optional[Callable[["Lease"], Any]] = None,
-        cancel: Any = None,
-        on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
-        fair: bool = False,
+        **options: Unpack[_AcquireOptions],
     ) -> Optional["Lease"]: ...
-    def _wait(
-        self,
-        key: str,
-        /,
-        *,
-        ttl_ms: int,
-        timeout_ms: int,
-        min_hold_ms: int = 0,
-        auto_renew: bool = True,
-        on_lost: Optional[Callable[["Lease"], Any]] = None,
-        on_renew_failed: Optional[Callable[["Lease", LockError, float], Any]] = None,
-        fair: bool = False,
-    ) -> "_Wait": ...
+    def _wait(self, key: str, /, **options: Unpack[_WaitOptions]) -> "_Wait": ...
     def _inspect(self, key: str) -> Optional[_Record]: ...
     def _list(self, prefix: str) -> list[_Record]: ...
 

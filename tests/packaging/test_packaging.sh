@@ -70,7 +70,7 @@ check "sdist leaselock-$version.tar.gz" test -f "$sdist" || finish
 tar tzf "$sdist" | sed "s|^leaselock-$version/||" | sort >"$out/sdist.files"
 missing=()
 for f in LICENSE README.md pyproject.toml setup.py MANIFEST.in tools/backends.sh csrc/SOURCES \
-  python/_leaselock.c python/leaselock/__init__.py python/leaselock/py.typed \
+  python/*.c python/*.h python/leaselock/__init__.py python/leaselock/py.typed \
   $(grep -v '^#' csrc/SOURCES) csrc/*.h cli/*.c cli/*.h $(ls docs/leaselock.1 2>/dev/null); do
   grep -qxF "$f" "$out/sdist.files" || missing+=("$f")
 done

@@ -1,0 +1,99 @@
+/*
+ * log.c - the core's log hook, to logging.getLogger("leaselock"): every
+ * client's hook is this one, taking the GIL in whatever thread the event
+ * happens. The hook is installed at the lowest level the logger is enabled
+ * for, read when the client is created and again at each acquire, renew
+ * and release (isEnabledFor, cached by logging), so that a disabled level
+ * costs the core one load and compare and Python nothing.
+ */
+#include "module.h"
+
+#include <string.h>
+
+/* logging.getLogger("leaselock") and its bound methods, set once by the
+ * first module exec and kept for the life of the process (the logging
+ * module keeps the logger alive anyway). */
+static PyObject *py_logger_log, *py_logger_enabled;
+
+/* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
+ * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
+int pyll_log_level (void)
+{
+   if (!py_logger_enabled)
+      return LEASELOCK_LOG_OFF;
+   for (int level = LEASELOCK_LOG_DEBUG; level <= LEASELOCK_LOG_ERROR; level += 10) {
+      PyObject *lv = PyLong_FromLong (level);
+      PyObject *r = lv ? PyObject_CallOneArg (py_logger_enabled, lv) : NULL;
+      Py_XDECREF (lv);
+      int on = r ? PyObject_IsTrue (r) : -1;
+      Py_XDECREF (r);
+      if (on < 0) {
+         PyErr_Clear ();
+         return LEASELOCK_LOG_OFF;
+      }
+      if (on)
+         return level;
+   }
+   return LEASELOCK_LOG_OFF;
+}
+
+/* Follows the logger's level (with the GIL). */
+void pyll_log_refresh (ClientObject *self)
+{
+   int level = pyll_log_level ();
+   if (self->c && level != self->log_level) {
+      self->log_level = level;
+      leaselock_client_set_log_level (self->c, level);
+   }
+}
+
+/* The core's log hook: logger.log(level, 'event "key" (fence N): message',
+ * extra={"event", "key", "fence"}). Any thread, no leaselock lock held. */
+void pyll_log_hook (const leaselock_log_event_t *ev, void *data)
+{
+   (void)data;
+   if (pyll_exiting ())
+      return;
+   PyGILState_STATE g = PyGILState_Ensure ();
+   PyObject *et, *ev_, *tb;
+   PyErr_Fetch (&et, &ev_, &tb); /* a caller's exception in flight, if any */
+   PyObject *key = ev->key ? PyUnicode_DecodeUTF8 (ev->key, (Py_ssize_t)ev->key_len, "replace")
+                           : Py_NewRef (Py_None);
+   PyObject *msg = PyUnicode_DecodeUTF8 (ev->message, (Py_ssize_t)strlen (ev->message), "replace");
+   PyObject *args = NULL, *kw = NULL, *r = NULL;
+   if (key && msg && ev->key)
+      args = Py_BuildValue ("(issOLO)", ev->level, "%s \"%s\" (fence %d): %s", ev->event, key,
+                            (long long)ev->fence, msg);
+   else if (key && msg)
+      args = Py_BuildValue ("(issO)", ev->level, "%s: %s", ev->event, msg);
+   if (args)
+      kw = Py_BuildValue ("{s{sssOsL}}", "extra", "event", ev->event, "key", key, "fence",
+                          (long long)ev->fence);
+   if (kw)
+      r = PyObject_Call (py_logger_log, args, kw);
+   if (!r)
+      PyErr_WriteUnraisable (py_logger_log);
+   Py_XDECREF (r);
+   Py_XDECREF (kw);
+   Py_XDECREF (args);
+   Py_XDECREF (key);
+   Py_XDECREF (msg);
+   PyErr_Restore (et, ev_, tb);
+   PyGILState_Release (g);
+}
+
+/* logging.getLogger("leaselock").log and .isEnabledFor, once. */
+int pyll_log_init (void)
+{
+   if (py_logger_log)
+      return 0;
+   PyObject *logging = PyImport_ImportModule ("logging");
+   PyObject *logger = logging ? PyObject_CallMethod (logging, "getLogger", "s", "leaselock") : NULL;
+   Py_XDECREF (logging);
+   if (!logger)
+      return -1;
+   py_logger_log = PyObject_GetAttrString (logger, "log");
+   py_logger_enabled = PyObject_GetAttrString (logger, "isEnabledFor");
+   Py_DECREF (logger);
+   return py_logger_log && py_logger_enabled ? 0 : -1;
+}
