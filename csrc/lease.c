@@ -198,3 +198,18 @@ int64_t leaselock_lease_remaining_ms (leaselock_lease_t *l)
    pthread_mutex_unlock (&c->mu);
    return left > 0 ? left : 0;
 }
+
+const char *leaselock_state_name (leaselock_state_t state)
+{
+   switch (state) {
+      case LEASELOCK_STATE_HELD:
+         return "held";
+      case LEASELOCK_STATE_LOST:
+         return "lost";
+      case LEASELOCK_STATE_CLOSED:
+         return "closed";
+      case LEASELOCK_STATE_RELEASED:
+      default:
+         return "released";
+   }
+}

@@ -391,6 +391,10 @@ extern "C"
                                    * again, expires by its TTL */
    } leaselock_state_t;
 
+   /* "held", "released", "lost" or "closed" (the name the bindings give a
+    * state); "released" for a value outside the enum. Static storage. */
+   LEASELOCK_API const char *leaselock_state_name (leaselock_state_t state);
+
    /* Getters: never fail, never do I/O. Strings are owned by the lease. */
    LEASELOCK_API const char *leaselock_lease_key (const leaselock_lease_t *lease);
    LEASELOCK_API size_t leaselock_lease_key_len (const leaselock_lease_t *lease);

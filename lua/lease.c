@@ -247,22 +247,6 @@ int ll_lua_lease_with_finish (lua_State *L)
    return 1;
 }
 
-/* The core's state names: lease:state(). */
-static const char *core_state_name (leaselock_state_t st)
-{
-   switch (st) {
-      case LEASELOCK_STATE_HELD:
-         return "held";
-      case LEASELOCK_STATE_LOST:
-         return "lost";
-      case LEASELOCK_STATE_CLOSED:
-         return "closed";
-      case LEASELOCK_STATE_RELEASED:
-      default:
-         return "released";
-   }
-}
-
 /* __tostring's: a handle still open says "client closed" for the core's
  * CLOSED; a closed handle (its state LOST or RELEASED) says it is closed. */
 static const char *state_name (leaselock_state_t st, bool open)
@@ -271,7 +255,7 @@ static const char *state_name (leaselock_state_t st, bool open)
       return "client closed";
    }
    if (open) {
-      return core_state_name (st);
+      return leaselock_state_name (st);
    }
    return st == LEASELOCK_STATE_LOST ? "lost, closed" : "closed";
 }
@@ -323,7 +307,7 @@ static int lease_lost (lua_State *L)
  * client was closed without releasing it) */
 static int lease_state_method (lua_State *L)
 {
-   lua_pushstring (L, core_state_name (observed (L, "state", NULL)));
+   lua_pushstring (L, leaselock_state_name (observed (L, "state", NULL)));
    return 1;
 }
 

@@ -345,17 +345,7 @@ static const char *lease_state_name (LeaseObject *self)
 {
    if (lease_foreign (self))
       return "foreign";
-   switch (lease_state (self)) {
-      case LEASELOCK_STATE_HELD:
-         return "held";
-      case LEASELOCK_STATE_LOST:
-         return "lost";
-      case LEASELOCK_STATE_CLOSED:
-         return "closed";
-      case LEASELOCK_STATE_RELEASED:
-      default:
-         return "released";
-   }
+   return leaselock_state_name (lease_state (self));
 }
 
 static PyObject *Lease_get_state (LeaseObject *self, void *c)
