@@ -602,19 +602,21 @@ static void bind_acquire (MYSQL_BIND *p, my_acquire_t *a)
 
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
-static bool acquire_stmt (my_conn_t *c,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t ttl_ms,
-                          const ll_holder_t *holder,
-                          int64_t reserve_ms,
-                          int64_t waited_ms,
-                          int64_t *fence,
-                          bool *reserved,
-                          int64_t *left_ms,
-                          leaselock_error_t *err)
+static bool my_acquire_wait (void *conn,
+                             const char *key,
+                             size_t key_len,
+                             const char *owner,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             int64_t reserve_ms,
+                             int64_t waited_ms,
+                             int64_t *fence,
+                             bool *reserved,
+                             int64_t *left_ms,
+                             leaselock_error_t *err)
 {
+   my_conn_t *c = conn;
+   *reserved = false;
    *left_ms = -1;
    my_acquire_t a = {
       .key = key,
@@ -645,38 +647,6 @@ static bool acquire_stmt (my_conn_t *c,
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    *fence = (int64_t)id;
    return true;
-}
-
-static bool my_acquire (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t ttl_ms,
-                        const ll_holder_t *holder,
-                        int64_t *fence,
-                        leaselock_error_t *err)
-{
-   bool reserved;
-   int64_t left;
-   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
-                        err);
-}
-
-static bool my_acquire_wait (void *conn,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms,
-                             const ll_holder_t *holder,
-                             int64_t reserve_ms,
-                             int64_t waited_ms,
-                             int64_t *fence,
-                             bool *reserved,
-                             int64_t *left_ms,
-                             leaselock_error_t *err)
-{
-   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                        reserved, left_ms, err);
 }
 
 /* Renew and release: (microseconds, key, owner) bound, then executed. */
@@ -1044,7 +1014,6 @@ const ll_backend_t ll_backend_mysql = {
    .open = my_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire = my_acquire,
    .acquire_wait = my_acquire_wait,
    .queue_join = my_queue_join,
    .queue_leave = my_queue_leave,

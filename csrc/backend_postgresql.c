@@ -597,19 +597,21 @@ static const char *key_z (const char *key, size_t key_len, char buf[LEASELOCK_KE
 /* acquire (reserve_ms < 0) and acquire_wait: one statement, one round
  * trip. A row without a reservation is a take; a row with one is a claim
  * (BUSY, reserved); no row is BUSY. */
-static bool take_or_claim (pg_conn_t *c,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           int64_t ttl_ms,
-                           const ll_holder_t *holder,
-                           int64_t reserve_ms,
-                           int64_t waited_ms,
-                           int64_t *fence,
-                           bool *reserved,
-                           int64_t *left_ms,
-                           leaselock_error_t *err)
+static bool pg_acquire_wait (void *conn,
+                             const char *key,
+                             size_t key_len,
+                             const char *owner,
+                             int64_t ttl_ms,
+                             const ll_holder_t *holder,
+                             int64_t reserve_ms,
+                             int64_t waited_ms,
+                             int64_t *fence,
+                             bool *reserved,
+                             int64_t *left_ms,
+                             leaselock_error_t *err)
 {
+   pg_conn_t *c = conn;
+   *reserved = false;
    *left_ms = -1;
    char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256], res_us[32],
      wait_us[32];
@@ -640,39 +642,6 @@ static bool take_or_claim (pg_conn_t *c,
       ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    PQclear (res);
    return ok;
-}
-
-static bool pg_acquire (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t ttl_ms,
-                        const ll_holder_t *holder,
-                        int64_t *fence,
-                        leaselock_error_t *err)
-{
-   bool reserved;
-   int64_t left;
-   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
-                         err);
-}
-
-static bool pg_acquire_wait (void *conn,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms,
-                             const ll_holder_t *holder,
-                             int64_t reserve_ms,
-                             int64_t waited_ms,
-                             int64_t *fence,
-                             bool *reserved,
-                             int64_t *left_ms,
-                             leaselock_error_t *err)
-{
-   *reserved = false;
-   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                         reserved, left_ms, err);
 }
 
 static bool update_one (pg_conn_t *c,
@@ -1019,7 +988,6 @@ const ll_backend_t ll_backend_postgresql = {
    .open = pg_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire = pg_acquire,
    .acquire_wait = pg_acquire_wait,
    .queue_join = pg_queue_join,
    .queue_leave = pg_queue_leave,

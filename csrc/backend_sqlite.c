@@ -522,19 +522,21 @@ static inline void bind_key_owner (sqlite3_stmt *st,
 /* acquire (reserve_ms < 0: ?7 and ?8 NULL) and acquire_wait: one
  * statement. A row without a reservation is a take; a row with one is a
  * claim (BUSY, reserved); no row is BUSY. */
-static bool take_or_claim (sqlite_conn_t *c,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           int64_t ttl_ms,
-                           const ll_holder_t *holder,
-                           int64_t reserve_ms,
-                           int64_t waited_ms,
-                           int64_t *fence,
-                           bool *reserved,
-                           int64_t *left_ms,
-                           leaselock_error_t *err)
+static bool sqlite_acquire_wait (void *conn,
+                                 const char *key,
+                                 size_t key_len,
+                                 const char *owner,
+                                 int64_t ttl_ms,
+                                 const ll_holder_t *holder,
+                                 int64_t reserve_ms,
+                                 int64_t waited_ms,
+                                 int64_t *fence,
+                                 bool *reserved,
+                                 int64_t *left_ms,
+                                 leaselock_error_t *err)
 {
+   sqlite_conn_t *c = conn;
+   *reserved = false;
    sqlite3_stmt *st = c->stmt[ST_ACQUIRE];
    const char *host = holder && holder->host ? holder->host : "";
    const char *label = holder && holder->label ? holder->label : "";
@@ -577,38 +579,6 @@ static bool take_or_claim (sqlite_conn_t *c,
    }
    sqlite3_reset (st);
    return ok;
-}
-
-static bool sqlite_acquire (void *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int64_t ttl_ms,
-                            const ll_holder_t *holder,
-                            int64_t *fence,
-                            leaselock_error_t *err)
-{
-   bool reserved;
-   int64_t left;
-   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
-                         err);
-}
-
-static bool sqlite_acquire_wait (void *conn,
-                                 const char *key,
-                                 size_t key_len,
-                                 const char *owner,
-                                 int64_t ttl_ms,
-                                 const ll_holder_t *holder,
-                                 int64_t reserve_ms,
-                                 int64_t waited_ms,
-                                 int64_t *fence,
-                                 bool *reserved,
-                                 int64_t *left_ms,
-                                 leaselock_error_t *err)
-{
-   return take_or_claim (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                         reserved, left_ms, err);
 }
 
 /* Runs an UPDATE bound with key, owner and a duration; *changed tells
@@ -1015,7 +985,6 @@ const ll_backend_t ll_backend_sqlite = {
    .close = sqlite_close,
    .abandon = sqlite_abandon,
    .close_before_fork = true,
-   .acquire = sqlite_acquire,
    .acquire_wait = sqlite_acquire_wait,
    .queue_join = sqlite_queue_join,
    .queue_leave = sqlite_queue_leave,

@@ -401,7 +401,9 @@ typedef struct ll_backend
     * acquire_wait). Sets owner, expiry now+ttl, acquired_at now, holder
     * info, fence = old fence + 1 (1 for a new record), and clears the
     * reservation (a reservation that let us take the key is ours or has
-    * run out). */
+    * run out). Optional: NULL when acquire_wait with reserve_ms = -1 (no
+    * claim) is the same statement, as in the SQL backends; callers go
+    * through ll_backend_acquire, which picks. */
    bool (*acquire) (void *conn,
                     const char *key,
                     size_t key_len,
@@ -555,6 +557,19 @@ extern const ll_backend_t ll_backend_sqlite;
 extern const ll_backend_t ll_backend_mongodb;
 extern const ll_backend_t ll_backend_mysql;
 extern const ll_backend_t ll_backend_postgresql;
+
+/* A backend's acquire: b->acquire when it has one, else b->acquire_wait
+ * with reserve_ms = -1 and waited_ms = 0 (a take that never claims the
+ * reservation). Arguments as for ll_backend_t's acquire. */
+bool ll_backend_acquire (const ll_backend_t *b,
+                         void *conn,
+                         const char *key,
+                         size_t key_len,
+                         const char *owner,
+                         int64_t ttl_ms,
+                         const ll_holder_t *holder,
+                         int64_t *fence,
+                         leaselock_error_t *err);
 
 /* For tests: adds a backend (e.g. the fake one) found by its schemes. */
 void ll_backend_register (const ll_backend_t *backend);
