@@ -89,7 +89,7 @@
  * BACKEND, the connection is dropped, and the next call reconnects (the
  * owner condition in every statement makes a retry safe).
  *
- * The SQL text is in sql_mysql.h, which bench/core_mysql.c
+ * The SQL text is in stmt_mysql.c, which bench/core_mysql.c
  * shares; backend_sql.c takes the steps both SQL backends take alike
  * (open, table=, schema, reconnect, close, abandon) through my_driver.
  */
@@ -97,7 +97,7 @@
 
 #ifdef LEASELOCK_WITH_MYSQL
 
-#include "sql_mysql.h"
+#include "stmt_mysql.h"
 
 #include <mysql.h>
 #include <stdio.h>
@@ -336,7 +336,7 @@ static bool my_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t 
 {
    my_conn_t *c = (my_conn_t *)b;
    char sql[256];
-   snprintf (sql, sizeof sql, LL_MYSQL_READ_VERSION, b->table);
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.read_version, b->table);
    *version = -1;
    if (mysql_real_query (c->db, sql, strlen (sql)))
       return mysql_errno (c->db) == 1146 /* ER_NO_SUCH_TABLE */ ||
@@ -372,20 +372,21 @@ static bool my_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    my_conn_t *c = (my_conn_t *)b;
    char sql[1024];
-   if (!exec_schema (c, LL_MYSQL_CREATE_TABLE, "creating the lock table", err))
+   if (!exec_schema (c, ll_mysql_schema_sql.create_table, "creating the lock table", err))
       return false;
-   snprintf (sql, sizeof sql, LL_MYSQL_ADD_NEXT_COLUMNS, b->table);
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_next_columns, b->table);
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return fail_db (c, "adding the reservation columns", err);
-   snprintf (sql, sizeof sql, LL_MYSQL_ADD_HOLDS, b->table);
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_holds, b->table);
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return fail_db (c, "adding the holds column", err);
-   return exec_schema (c, LL_MYSQL_CREATE_QUEUE, "creating the queue table", err) &&
-          exec_schema (c, LL_MYSQL_CREATE_META, "creating the schema table", err) &&
-          exec_schema (c, LL_MYSQL_RECORD_VERSION, "recording the schema version", err) &&
-          exec_schema (c, LL_MYSQL_RAISE_VERSION, "raising the schema version", err);
+   return exec_schema (c, ll_mysql_schema_sql.create_queue, "creating the queue table", err) &&
+          exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table", err) &&
+          exec_schema (c, ll_mysql_schema_sql.record_version, "recording the schema version",
+                       err) &&
+          exec_schema (c, ll_mysql_schema_sql.raise_version, "raising the schema version", err);
 }
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -469,13 +470,11 @@ static void my_free_fields (ll_sql_conn_t *b)
    free (c->socket);
 }
 
-static const char *const sql_templates[LL_SQL_COUNT] = LL_MYSQL_STATEMENTS;
-
 static const ll_sql_driver_t my_driver = {
    .name = "mysql",
    .quote = '`',
    .schema_version = LL_MYSQL_SCHEMA_VERSION,
-   .templates = sql_templates,
+   .templates = ll_mysql_statements,
    .free_fields = my_free_fields,
    .parse_uri = my_parse_uri,
    .connect = my_connect,
@@ -549,7 +548,7 @@ static void *my_open (const char *uri, leaselock_error_t *err)
    return ll_sql_open (calloc (1, sizeof (my_conn_t)), &my_driver, uri, err);
 }
 
-/* The values LL_MYSQL_ACQUIRE binds (LL_MYSQL_ACQUIRE_PARAMS names them). */
+/* The values LL_MYSQL_ACQUIRE binds (ll_mysql_acquire_params names them). */
 typedef struct
 {
    const char *key, *owner, *host, *label;
@@ -564,11 +563,11 @@ static void bind_null_i64 (MYSQL_BIND *b, int64_t *v, my_bool *is_null)
    b->is_null = is_null;
 }
 
-/* Binds p[] by LL_MYSQL_ACQUIRE_PARAMS. */
+/* Binds p[] by ll_mysql_acquire_params. */
 static void bind_acquire (MYSQL_BIND *p, my_acquire_t *a)
 {
    int i = 0;
-   for (const char *s = LL_MYSQL_ACQUIRE_PARAMS; *s; s++) {
+   for (const char *s = ll_mysql_acquire_params; *s; s++) {
       switch (*s) {
          case 'k':
             bind_blob (&p[i++], a->key, &a->key_len);
@@ -633,7 +632,7 @@ static bool my_acquire_wait (void *conn,
       .waited_us = waited_ms * 1000,
       .wait_null = reserve_ms < 0,
    };
-   MYSQL_BIND p[sizeof LL_MYSQL_ACQUIRE_PARAMS];
+   MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
    bind_acquire (p, &a);
    *reserved = false;
    if (!execute (c, LL_SQL_ACQUIRE, p, "acquire", err))

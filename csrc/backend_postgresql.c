@@ -59,7 +59,7 @@
  *
  * queue_join is two statements: an upsert of the entry under an advisory
  * lock on the key, then the count of live entries ahead
- * (sql_postgresql.h says why not one); queue_leave one DELETE; prune a
+ * (stmt_postgresql.c says why not one); queue_leave one DELETE; prune a
  * second DELETE for the queue entries that ran out. hold is one UPDATE ...
  * RETURNING holds: the count after, or no row when the lease is not the
  * owner's and live.
@@ -71,7 +71,7 @@
  * or not: the call reports BACKEND, the connection is dropped, and the
  * next call reconnects (the owner condition makes a retry safe).
  *
- * The SQL text is in sql_postgresql.h, which bench/core_postgresql.c
+ * The SQL text is in stmt_postgresql.c, which bench/core_postgresql.c
  * shares; backend_sql.c takes the steps both SQL backends take alike
  * (open, table=, schema, reconnect, close, abandon) through pg_driver.
  */
@@ -79,7 +79,7 @@
 
 #ifdef LEASELOCK_WITH_POSTGRESQL
 
-#include "sql_postgresql.h"
+#include "stmt_postgresql.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -381,7 +381,7 @@ static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t 
 {
    pg_conn_t *c = (pg_conn_t *)b;
    char sql[256];
-   snprintf (sql, sizeof sql, LL_POSTGRESQL_READ_VERSION, b->table);
+   snprintf (sql, sizeof sql, ll_pg_schema_sql.read_version, b->table);
    PGresult *res = exec_setup (c, sql, "reading the schema version", err);
    if (!res)
       return false;
@@ -403,7 +403,8 @@ static bool pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    pg_conn_t *c = (pg_conn_t *)b;
    char sql[4096];
-   snprintf (sql, sizeof sql, LL_POSTGRESQL_CREATE_SCHEMA, b->table, LL_POSTGRESQL_SCHEMA_VERSION);
+   snprintf (sql, sizeof sql, ll_pg_schema_sql.create_schema, b->table,
+             LL_POSTGRESQL_SCHEMA_VERSION);
    PGresult *res = exec_setup (c, sql, "creating the lock table", err);
    if (!res)
       return false;
@@ -516,13 +517,11 @@ static void pg_free_fields (ll_sql_conn_t *b)
    ll_sql_free_secret (((pg_conn_t *)b)->conninfo);
 }
 
-static const char *const sql_templates[LL_SQL_COUNT] = LL_POSTGRESQL_STATEMENTS;
-
 static const ll_sql_driver_t pg_driver = {
    .name = "postgresql",
    .quote = '"',
    .schema_version = LL_POSTGRESQL_SCHEMA_VERSION,
-   .templates = sql_templates,
+   .templates = ll_pg_statements,
    .free_fields = pg_free_fields,
    .parse_uri = pg_parse_uri,
    .connect = pg_connect,
@@ -881,7 +880,7 @@ static bool pg_prune (void *conn,
 
 /* ---- the fair mode's queue --------------------------------------------- */
 
-/* queue_join: two statements, two round trips (sql_postgresql.h says why
+/* queue_join: two statements, two round trips (stmt_postgresql.c says why
  * the count cannot be in the first). */
 static bool pg_queue_join (void *conn,
                            const char *key,
@@ -935,7 +934,7 @@ static void *pg_watch_open (const char *uri, leaselock_error_t *err)
    if (!c)
       return NULL;
    char sql[128];
-   snprintf (sql, sizeof sql, LL_POSTGRESQL_LISTEN, c->b.table);
+   snprintf (sql, sizeof sql, ll_pg_schema_sql.listen, c->b.table);
    c->call_deadline_ms = -1;
    int64_t deadline = call_deadline (c);
    PGresult *res = NULL;

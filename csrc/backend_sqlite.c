@@ -11,12 +11,12 @@
  *
  * Every operation is one SQL statement (force_release and queue_join: one
  * short write transaction; prune: one statement for the records, one for
- * the queue), written in sql_sqlite.h. Time is SQLite's own clock, in
+ * the queue), written in stmt_sqlite.c. Time is SQLite's own clock, in
  * integer milliseconds since the epoch (LL_SQLITE_NOW_MS); within one
  * statement julianday('now') is the same value everywhere, so "now" is
  * consistent in a statement.
  *
- * Schema: see sql_sqlite.h. A record is live while expires_at > now;
+ * Schema: see stmt_sqlite.h. A record is live while expires_at > now;
  * owner '' never means "free" by itself (a release with min_hold keeps the
  * expiry in the future). A record may carry a reservation for the next
  * owner (next_owner, next_until, next_since; NULL when none), live while
@@ -38,7 +38,7 @@
  * used, so '%' and '_' in keys are plain characters.
  */
 #include "ll_internal.h"
-#include "sql_sqlite.h"
+#include "stmt_sqlite.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -56,56 +56,16 @@
 
 #define MAX_BUSY_TIMEOUT_MS (3600 * 1000)
 
-enum
-{
-   ST_ACQUIRE,
-   ST_RENEW,
-   ST_RELEASE,
-   ST_INSPECT,
-   ST_LIST,
-   ST_BEGIN,
-   ST_FORCE_LIVE,
-   ST_FORCE_ANY,
-   ST_COMMIT,
-   ST_ROLLBACK,
-   ST_PRUNE,
-   ST_QUEUE_JOIN,
-   ST_QUEUE_AHEAD,
-   ST_QUEUE_LEAVE,
-   ST_QUEUE_PRUNE,
-   ST_HOLD,
-   ST_COUNT
-};
-
-static const char *const stmt_sql[ST_COUNT] = {
-   [ST_ACQUIRE] = LL_SQLITE_ACQUIRE,
-   [ST_RENEW] = LL_SQLITE_RENEW,
-   [ST_RELEASE] = LL_SQLITE_RELEASE,
-   [ST_INSPECT] = LL_SQLITE_INSPECT,
-   [ST_LIST] = LL_SQLITE_LIST,
-   [ST_BEGIN] = "BEGIN IMMEDIATE",
-   [ST_FORCE_LIVE] = LL_SQLITE_FORCE_LIVE,
-   [ST_FORCE_ANY] = LL_SQLITE_FORCE_ANY,
-   [ST_COMMIT] = "COMMIT",
-   [ST_ROLLBACK] = "ROLLBACK",
-   [ST_PRUNE] = LL_SQLITE_PRUNE,
-   [ST_QUEUE_JOIN] = LL_SQLITE_QUEUE_JOIN,
-   [ST_QUEUE_AHEAD] = LL_SQLITE_QUEUE_AHEAD,
-   [ST_QUEUE_LEAVE] = LL_SQLITE_QUEUE_LEAVE,
-   [ST_QUEUE_PRUNE] = LL_SQLITE_QUEUE_PRUNE,
-   [ST_HOLD] = LL_SQLITE_HOLD,
-};
-
 /* One connection: owned by the engine, used by one thread at a time. */
 typedef struct sqlite_conn
 {
    sqlite3 *db;
-   sqlite3_stmt *stmt[ST_COUNT]; /* prepared once, reset after each use */
-   char *path;                   /* for messages */
-   struct sqlite_conn *next;     /* on the abandoned list (see abandon) */
-   char *wake_path;              /* the release channel: <path>-wake (watch ops) */
-   int wake_fd;                  /* open on it, or -1 */
-   int64_t wake_opened_ms;       /* when wake_fd was last opened or tried */
+   sqlite3_stmt *stmt[LL_SQLITE_ST_COUNT]; /* prepared once, reset after each use */
+   char *path;                             /* for messages */
+   struct sqlite_conn *next;               /* on the abandoned list (see abandon) */
+   char *wake_path;                        /* the release channel: <path>-wake (watch ops) */
+   int wake_fd;                            /* open on it, or -1 */
+   int64_t wake_opened_ms;                 /* when wake_fd was last opened or tried */
 } sqlite_conn_t;
 
 /* ---- errors ---------------------------------------------------------- */
@@ -219,7 +179,7 @@ static bool use_wal (sqlite_conn_t *c, int timeout_ms, leaselock_error_t *err)
    int waited = 0;
    for (;;) {
       sqlite3_stmt *st = NULL;
-      int rc = sqlite3_prepare_v2 (c->db, LL_SQLITE_WAL, -1, &st, NULL);
+      int rc = sqlite3_prepare_v2 (c->db, ll_sqlite_wal, -1, &st, NULL);
       if (rc == SQLITE_OK) {
          rc = sqlite3_step (st);
          if (rc == SQLITE_ROW) {
@@ -266,8 +226,8 @@ static bool in_migration (sqlite_conn_t *c, const char *sql, leaselock_error_t *
 /* Creates the table on a new file, brings an older one up to
  * LL_SQLITE_SCHEMA_VERSION, or checks the version of an existing one. Each
  * schema version adds its step here, inside the same transaction: version
- * 2 the reservation's columns (LL_SQLITE_MIGRATE_1_2), version 3 the queue
- * table (LL_SQLITE_CREATE_QUEUE). */
+ * 2 the reservation's columns (ll_sqlite_migrate_1_2), version 3 the queue
+ * table (ll_sqlite_create_queue). */
 static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
 {
    int version = 0;
@@ -290,13 +250,13 @@ static bool migrate (sqlite_conn_t *c, leaselock_error_t *err)
       exec_simple (c->db, "ROLLBACK");
       return false;
    }
-   const char *step = version == 0 ? LL_SQLITE_CREATE : version == 1 ? LL_SQLITE_MIGRATE_1_2 : NULL;
+   const char *step = version == 0 ? ll_sqlite_create : version == 1 ? ll_sqlite_migrate_1_2 : NULL;
    if (step && !in_migration (c, step, err))
       return false;
-   if (version >= 1 && version < 4 && !in_migration (c, LL_SQLITE_MIGRATE_TO_4, err))
+   if (version >= 1 && version < 4 && !in_migration (c, ll_sqlite_migrate_to_4, err))
       return false;
-   if (version < LL_SQLITE_SCHEMA_VERSION && (!in_migration (c, LL_SQLITE_CREATE_QUEUE, err) ||
-                                              !in_migration (c, LL_SQLITE_SET_VERSION, err)))
+   if (version < LL_SQLITE_SCHEMA_VERSION && (!in_migration (c, ll_sqlite_create_queue, err) ||
+                                              !in_migration (c, ll_sqlite_set_version, err)))
       return false;
    if (!in_migration (c, "COMMIT", err))
       return false;
@@ -432,14 +392,14 @@ static bool set_up (sqlite_conn_t *c, int busy_ms, leaselock_error_t *err)
 {
    if (!use_wal (c, busy_ms, err))
       return false;
-   int rc = exec_simple (c->db, LL_SQLITE_SYNCHRONOUS);
+   int rc = exec_simple (c->db, ll_sqlite_synchronous);
    if (rc != SQLITE_OK)
       return db_error (c, rc, "setting synchronous=NORMAL", err);
    if (!migrate (c, err))
       return false;
-   for (int i = 0; i < ST_COUNT; i++) {
-      rc =
-        sqlite3_prepare_v3 (c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->stmt[i], NULL);
+   for (int i = 0; i < LL_SQLITE_ST_COUNT; i++) {
+      rc = sqlite3_prepare_v3 (c->db, ll_sqlite_statements[i], -1, SQLITE_PREPARE_PERSISTENT,
+                               &c->stmt[i], NULL);
       if (rc != SQLITE_OK)
          return db_error (c, rc, "preparing a statement", err);
    }
@@ -469,7 +429,7 @@ static void sqlite_close (void *conn)
    sqlite_conn_t *c = conn;
    if (!c)
       return;
-   for (int i = 0; i < ST_COUNT; i++)
+   for (int i = 0; i < LL_SQLITE_ST_COUNT; i++)
       sqlite3_finalize (c->stmt[i]);
    sqlite3_close (c->db);
    if (c->wake_fd >= 0)
@@ -537,7 +497,7 @@ static bool sqlite_acquire_wait (void *conn,
 {
    sqlite_conn_t *c = conn;
    *reserved = false;
-   sqlite3_stmt *st = c->stmt[ST_ACQUIRE];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_ACQUIRE];
    const char *host = holder && holder->host ? holder->host : "";
    const char *label = holder && holder->label ? holder->label : "";
    bind_key_owner (st, key, key_len, owner);
@@ -614,7 +574,7 @@ static bool sqlite_renew (void *conn,
                           leaselock_error_t *err)
 {
    bool changed = false;
-   if (!run_update (conn, ST_RENEW, "renew", key, key_len, owner, ttl_ms, &changed, err))
+   if (!run_update (conn, LL_SQLITE_ST_RENEW, "renew", key, key_len, owner, ttl_ms, &changed, err))
       return false;
    if (!changed)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
@@ -630,7 +590,7 @@ static bool sqlite_release (void *conn,
                             leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_RELEASE];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_RELEASE];
    bind_key_owner (st, key, key_len, owner);
    sqlite3_bind_int64 (st, 3, min_hold_ms);
    int rc = sqlite3_step (st);
@@ -685,7 +645,7 @@ static bool sqlite_hold (void *conn,
                          leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_HOLD];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_HOLD];
    bind_key_owner (st, key, key_len, owner);
    sqlite3_bind_int (st, 3, delta);
    int rc = sqlite3_step (st);
@@ -708,7 +668,7 @@ static bool sqlite_inspect (void *conn,
                             leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_INSPECT];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_INSPECT];
    sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
    int rc = sqlite3_step (st);
    bool ok = true;
@@ -750,7 +710,7 @@ static bool sqlite_list (void *conn,
                          leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_LIST];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_LIST];
    char upper[LEASELOCK_KEY_MAX + 1];
    bind_prefix (st, prefix, prefix_len, upper);
    leaselock_record_t rec;
@@ -783,10 +743,10 @@ static bool sqlite_force_release (void *conn,
 {
    sqlite_conn_t *c = conn;
    *took = false;
-   int rc = step_done (c->stmt[ST_BEGIN]);
+   int rc = step_done (c->stmt[LL_SQLITE_ST_BEGIN]);
    if (rc != SQLITE_OK)
       return db_error (c, rc, "force release", err);
-   sqlite3_stmt *live = c->stmt[ST_FORCE_LIVE], *any = c->stmt[ST_FORCE_ANY];
+   sqlite3_stmt *live = c->stmt[LL_SQLITE_ST_FORCE_LIVE], *any = c->stmt[LL_SQLITE_ST_FORCE_ANY];
    sqlite3_bind_text (live, 1, key, (int)key_len, SQLITE_STATIC);
    rc = step_done (live);
    if (rc == SQLITE_OK) {
@@ -797,11 +757,11 @@ static bool sqlite_force_release (void *conn,
       }
    }
    if (rc == SQLITE_OK)
-      rc = step_done (c->stmt[ST_COMMIT]);
+      rc = step_done (c->stmt[LL_SQLITE_ST_COMMIT]);
    if (rc != SQLITE_OK) {
       db_error (c, rc, "force release", err);
       if (!sqlite3_get_autocommit (c->db))
-         step_done (c->stmt[ST_ROLLBACK]);
+         step_done (c->stmt[LL_SQLITE_ST_ROLLBACK]);
       *took = false;
       return false;
    }
@@ -817,7 +777,7 @@ static bool sqlite_prune (void *conn,
                           leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_PRUNE];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_PRUNE];
    char upper[LEASELOCK_KEY_MAX + 1];
    bind_prefix (st, prefix, prefix_len, upper);
    sqlite3_bind_int64 (st, 3, older_than_ms);
@@ -827,7 +787,7 @@ static bool sqlite_prune (void *conn,
    *count = sqlite3_changes (c->db);
    /* The queue entries that ran out go too (not counted: they are not
     * records). */
-   st = c->stmt[ST_QUEUE_PRUNE];
+   st = c->stmt[LL_SQLITE_ST_QUEUE_PRUNE];
    bind_prefix (st, prefix, prefix_len, upper);
    sqlite3_bind_int64 (st, 3, older_than_ms);
    rc = step_done (st);
@@ -843,7 +803,7 @@ static bool queue_fail (sqlite_conn_t *c, int rc, leaselock_error_t *err)
 {
    db_error (c, rc, "queue_join", err);
    if (!sqlite3_get_autocommit (c->db))
-      step_done (c->stmt[ST_ROLLBACK]);
+      step_done (c->stmt[LL_SQLITE_ST_ROLLBACK]);
    return false;
 }
 
@@ -859,23 +819,23 @@ static bool sqlite_queue_join (void *conn,
                                leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   int rc = step_done (c->stmt[ST_BEGIN]);
+   int rc = step_done (c->stmt[LL_SQLITE_ST_BEGIN]);
    if (rc != SQLITE_OK)
       return queue_fail (c, rc, err);
-   sqlite3_stmt *st = c->stmt[ST_QUEUE_JOIN];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_JOIN];
    bind_key_owner (st, key, key_len, owner);
    sqlite3_bind_int64 (st, 3, keep_ms);
    rc = step_done (st);
    if (rc != SQLITE_OK)
       return queue_fail (c, rc, err);
-   st = c->stmt[ST_QUEUE_AHEAD];
+   st = c->stmt[LL_SQLITE_ST_QUEUE_AHEAD];
    bind_key_owner (st, key, key_len, owner);
    rc = sqlite3_step (st);
    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64 (st, 0) : 0;
    sqlite3_reset (st);
    if (rc != SQLITE_ROW)
       return queue_fail (c, rc, err);
-   rc = step_done (c->stmt[ST_COMMIT]);
+   rc = step_done (c->stmt[LL_SQLITE_ST_COMMIT]);
    if (rc != SQLITE_OK)
       return queue_fail (c, rc, err);
    *ahead = n;
@@ -889,7 +849,7 @@ static bool sqlite_queue_leave (void *conn,
                                 leaselock_error_t *err)
 {
    sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[ST_QUEUE_LEAVE];
+   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_LEAVE];
    bind_key_owner (st, key, key_len, owner);
    int rc = step_done (st);
    return rc == SQLITE_OK || db_error (c, rc, "queue_leave", err);

@@ -634,7 +634,7 @@ int64_t ll_us_to_left_ms (int64_t us);
  * operation (list and prune have two: from the prefix on, and a bounded
  * range). Each
  * backend's texts, "%s" (or "%1$s") where the table name goes, live in its
- * header: sql_mysql.h, sql_postgresql.h. */
+ * statement file: stmt_mysql.c, stmt_postgresql.c. */
 typedef enum ll_sql_st
 {
    LL_SQL_ACQUIRE,

@@ -24,8 +24,8 @@
  */
 #include "ll_internal.h"
 #include "sql_driver.h"
-#include "sql_mysql.h"
-#include "sql_postgresql.h"
+#include "stmt_mysql.h"
+#include "stmt_postgresql.h"
 #include "testlib.h"
 #include "queue_cases.h"
 
@@ -1129,7 +1129,8 @@ static bool raw_create_v3 (const char *table)
    char sql[1024];
    if (!raw_create_v2 (table))
       return false;
-   snprintf (sql, sizeof sql, IS_MYSQL ? LL_MYSQL_CREATE_QUEUE : LL_POSTGRESQL_CREATE_QUEUE, table);
+   snprintf (sql, sizeof sql,
+             IS_MYSQL ? ll_mysql_schema_sql.create_queue : ll_pg_schema_sql.create_queue, table);
    if (!raw_query (sql, NULL, 0))
       return false;
    snprintf (sql, sizeof sql,

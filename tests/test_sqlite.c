@@ -8,7 +8,7 @@
  * Run: test_sqlite [TMPDIR] (default: a new directory under /tmp).
  */
 #include "ll_internal.h"
-#include "sql_sqlite.h"
+#include "stmt_sqlite.h"
 #include "testlib.h"
 #include "queue_cases.h"
 
@@ -721,7 +721,7 @@ static void test_retry_beats_reservation (void)
    rsv_run_new (rsv_retry_wins);
 }
 
-/* Schema version 1 as it was created (sql_sqlite.h before the
+/* Schema version 1 as it was created (stmt_sqlite.c before the
  * reservation), with one released record "old" at fence 7. */
 static const char V1_FILE[] =
   "CREATE TABLE leaselock_locks (key TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL DEFAULT '', "
@@ -823,7 +823,7 @@ static void test_queue_concurrent_joins (void)
    qc_concurrent_joins (quri);
 }
 
-/* Schema version 2 as it was created (sql_sqlite.h before the queue), with
+/* Schema version 2 as it was created (stmt_sqlite.c before the queue), with
  * one released record "old" at fence 7. */
 static const char V2_FILE[] =
   "CREATE TABLE leaselock_locks (key TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL DEFAULT '', "
