@@ -42,7 +42,7 @@
  * alive_until is ahead of the server's clock), never read by the lease
  * operations. A version-1 table (without the next_* columns), -2 table
  * (without the queue) or -3 table (without holds) is migrated in place on
- * open (pg_create_schema, under the creation's advisory lock and
+ * open (ll_pg_create_schema, under the creation's advisory lock and
  * transaction); a newer version is refused.
  *
  * Every operation is one prepared statement with bound parameters and
@@ -73,7 +73,7 @@
  *
  * The SQL text is in stmt_postgresql.c, which bench/core_postgresql.c
  * shares; backend_sql.c takes the steps both SQL backends take alike
- * (open, table=, schema, reconnect, close, abandon) through pg_driver.
+ * (open, table=, schema, reconnect, close, abandon) through ll_pg_driver.
  */
 #include "ll_internal.h"
 
@@ -103,13 +103,13 @@ typedef struct
    int64_t connect_timeout_ms;  /* the whole connection set-up */
    int64_t connect_deadline_ms; /* while connecting: when connect_timeout ends */
    int64_t call_deadline_ms;    /* in a call: when io_timeout ends; -1 before its first wait */
-} pg_conn_t;
+} ll_pg_conn_t;
 
 /* ---- errors ---------------------------------------------------------- */
 
-static void pg_disconnect (ll_sql_conn_t *b)
+static void ll_pg_disconnect (ll_sql_conn_t *b)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    if (c->db)
       PQfinish (c->db);
    c->db = NULL;
@@ -120,7 +120,7 @@ static void pg_disconnect (ll_sql_conn_t *b)
  * message and "(SQLSTATE <state>)" when the server gave one. res may be
  * NULL. The connection is dropped when it is no longer usable. Returns
  * false. */
-static bool fail (pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err)
+static bool ll_pg_fail (ll_pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err)
 {
    const char *msg = res ? PQresultErrorMessage (res) : NULL;
    if (!msg || !*msg)
@@ -134,14 +134,14 @@ static bool fail (pg_conn_t *c, PGresult *res, const char *what, leaselock_error
     * shutdown, terminated) or a broken socket: reconnect next time. */
    if (!c->db || PQstatus (c->db) != CONNECTION_OK ||
        (state && (!strncmp (state, "08", 2) || !strncmp (state, "57P", 3))))
-      pg_disconnect (&c->b);
+      ll_pg_disconnect (&c->b);
    return false;
 }
 
 /* ---- URI ------------------------------------------------------------- */
 
 /* The options of leaselock's own, removed before the URI reaches libpq. */
-static bool is_own_option (const char *item, size_t n)
+static bool ll_pg_is_own_option (const char *item, size_t n)
 {
    static const char *const own[] = { "table", "io_timeout" };
    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
@@ -154,7 +154,7 @@ static bool is_own_option (const char *item, size_t n)
 
 /* Reads the timeouts (each occurrence is checked; the last one counts, as
  * in libpq). */
-static bool parse_timeouts (pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *err)
+static bool ll_pg_parse_timeouts (ll_pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *err)
 {
    c->io_timeout_ms = DEFAULT_IO_TIMEOUT_MS;
    c->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_S * 1000;
@@ -183,7 +183,7 @@ static bool parse_timeouts (pg_conn_t *c, const ll_uri_t *u, leaselock_error_t *
 /* Beside the URI's secrets as ll_uri_redact hides them (ll_sql_open adds
  * those), the password and sslpassword exactly as libpq reads them
  * (PQconninfoParse, no I/O). */
-static bool add_libpq_secrets (pg_conn_t *c, const char *text)
+static bool ll_pg_add_libpq_secrets (ll_pg_conn_t *c, const char *text)
 {
    PQconninfoOption *opts = PQconninfoParse (text, NULL);
    bool ok = true;
@@ -196,7 +196,7 @@ static bool add_libpq_secrets (pg_conn_t *c, const char *text)
 
 /* A copy of the URI without leaselock's own options (nor a fragment after
  * them), for libpq; NULL when out of memory. */
-static char *without_own_options (const char *text)
+static char *ll_pg_without_own_options (const char *text)
 {
    size_t len = strlen (text);
    char *out = malloc (len + 1);
@@ -213,7 +213,7 @@ static char *without_own_options (const char *text)
       const char *amp = memchr (item, '&', (size_t)(end - item));
       const char *item_end = amp ? amp : end;
       size_t n = (size_t)(item_end - item);
-      if (n && !is_own_option (item, n)) {
+      if (n && !ll_pg_is_own_option (item, n)) {
          out[o++] = sep;
          memcpy (out + o, item, n);
          o += n;
@@ -226,16 +226,16 @@ static char *without_own_options (const char *text)
 }
 
 /* Reads leaselock's options and keeps the rest of the URI for libpq. */
-static bool pg_parse_uri (ll_sql_conn_t *b,
-                          const ll_uri_t *u,
-                          const char *text,
-                          leaselock_error_t *err)
+static bool ll_pg_parse_uri (ll_sql_conn_t *b,
+                             const ll_uri_t *u,
+                             const char *text,
+                             leaselock_error_t *err)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    const char *table = ll_uri_param (u, "table");
-   if (!parse_timeouts (c, u, err) || (table && !ll_sql_table_option (b, table, err)))
+   if (!ll_pg_parse_timeouts (c, u, err) || (table && !ll_sql_table_option (b, table, err)))
       return false;
-   if (!add_libpq_secrets (c, text) || !(c->conninfo = without_own_options (text)))
+   if (!ll_pg_add_libpq_secrets (c, text) || !(c->conninfo = ll_pg_without_own_options (text)))
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
    return true;
 }
@@ -246,7 +246,7 @@ static bool pg_parse_uri (ll_sql_conn_t *b,
  * (ll_real_now_ms: the real clock, not the engine's, which tests may fake)
  * passes. 1: ready (or an error poll reports: libpq will find it), 0: the
  * deadline passed. */
-static int wait_socket (PGconn *db, short events, int64_t deadline_ms)
+static int ll_pg_wait_socket (PGconn *db, short events, int64_t deadline_ms)
 {
    struct pollfd p = { .fd = PQsocket (db), .events = events };
    if (p.fd < 0)
@@ -263,13 +263,13 @@ static int wait_socket (PGconn *db, short events, int64_t deadline_ms)
 
 /* BACKEND for a call that got no answer in time; the connection is closed
  * (whatever it was doing is abandoned). Returns false. */
-static bool timed_out (pg_conn_t *c,
-                       const char *what,
-                       int64_t limit_ms,
-                       const char *option,
-                       leaselock_error_t *err)
+static bool ll_pg_timed_out (ll_pg_conn_t *c,
+                             const char *what,
+                             int64_t limit_ms,
+                             const char *option,
+                             leaselock_error_t *err)
 {
-   pg_disconnect (&c->b);
+   ll_pg_disconnect (&c->b);
    char msg[96];
    snprintf (msg, sizeof msg, "no answer from the server within %lld ms; the connection was closed",
              (long long)limit_ms);
@@ -280,32 +280,32 @@ static bool timed_out (pg_conn_t *c,
  * deadline_ms. Returns the first result that failed, or else the last
  * one (the caller clears it); NULL with err set when the connection failed
  * or the deadline passed (the connection is then closed). */
-static PGresult *collect (pg_conn_t *c,
-                          int64_t deadline_ms,
-                          int64_t limit_ms,
-                          const char *option,
-                          const char *what,
-                          leaselock_error_t *err)
+static PGresult *ll_pg_collect (ll_pg_conn_t *c,
+                                int64_t deadline_ms,
+                                int64_t limit_ms,
+                                const char *option,
+                                const char *what,
+                                leaselock_error_t *err)
 {
    int f;
    while ((f = PQflush (c->db)) != 0) {
       if (f < 0)
-         return fail (c, NULL, what, err), NULL;
-      if (!wait_socket (c->db, POLLIN | POLLOUT, deadline_ms))
-         return timed_out (c, what, limit_ms, option, err), NULL;
+         return ll_pg_fail (c, NULL, what, err), NULL;
+      if (!ll_pg_wait_socket (c->db, POLLIN | POLLOUT, deadline_ms))
+         return ll_pg_timed_out (c, what, limit_ms, option, err), NULL;
       if (!PQconsumeInput (c->db))
-         return fail (c, NULL, what, err), NULL;
+         return ll_pg_fail (c, NULL, what, err), NULL;
    }
    PGresult *keep = NULL;
    for (;;) {
       while (PQisBusy (c->db)) {
-         if (!wait_socket (c->db, POLLIN, deadline_ms)) {
+         if (!ll_pg_wait_socket (c->db, POLLIN, deadline_ms)) {
             PQclear (keep);
-            return timed_out (c, what, limit_ms, option, err), NULL;
+            return ll_pg_timed_out (c, what, limit_ms, option, err), NULL;
          }
          if (!PQconsumeInput (c->db)) {
             PQclear (keep);
-            return fail (c, NULL, what, err), NULL;
+            return ll_pg_fail (c, NULL, what, err), NULL;
          }
       }
       PGresult *res = PQgetResult (c->db);
@@ -320,22 +320,23 @@ static PGresult *collect (pg_conn_t *c,
       }
    }
    if (!keep) {
-      fail (c, NULL, what, err);
-      pg_disconnect (&c->b);
+      ll_pg_fail (c, NULL, what, err);
+      ll_pg_disconnect (&c->b);
    }
    return keep;
 }
 
 /* Runs sql (one or more statements, no parameters) within the connect
  * deadline. */
-static PGresult *exec_setup (pg_conn_t *c,
-                             const char *sql,
-                             const char *what,
-                             leaselock_error_t *err)
+static PGresult *ll_pg_exec_setup (ll_pg_conn_t *c,
+                                   const char *sql,
+                                   const char *what,
+                                   leaselock_error_t *err)
 {
    if (!PQsendQuery (c->db, sql))
-      return fail (c, NULL, what, err), NULL;
-   return collect (c, c->connect_deadline_ms, c->connect_timeout_ms, "connect_timeout", what, err);
+      return ll_pg_fail (c, NULL, what, err), NULL;
+   return ll_pg_collect (c, c->connect_deadline_ms, c->connect_timeout_ms, "connect_timeout", what,
+                         err);
 }
 
 /* ---- connection ------------------------------------------------------ */
@@ -377,12 +378,12 @@ static const char *const st_names[LL_SQL_COUNT] = {
    [LL_SQL_HOLD] = "leaselock_hold",
 };
 
-static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
+static bool ll_pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    char sql[256];
    snprintf (sql, sizeof sql, ll_pg_schema_sql.read_version, b->table);
-   PGresult *res = exec_setup (c, sql, "reading the schema version", err);
+   PGresult *res = ll_pg_exec_setup (c, sql, "reading the schema version", err);
    if (!res)
       return false;
    *version = -1;
@@ -393,33 +394,33 @@ static bool pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t 
    } else {
       const char *state = PQresultErrorField (res, PG_DIAG_SQLSTATE);
       if (!state || strcmp (state, "42P01") /* undefined_table */)
-         ok = fail (c, res, "reading the schema version", err);
+         ok = ll_pg_fail (c, res, "reading the schema version", err);
    }
    PQclear (res);
    return ok;
 }
 
-static bool pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
+static bool ll_pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    char sql[4096];
    snprintf (sql, sizeof sql, ll_pg_schema_sql.create_schema, b->table,
              LL_POSTGRESQL_SCHEMA_VERSION);
-   PGresult *res = exec_setup (c, sql, "creating the lock table", err);
+   PGresult *res = ll_pg_exec_setup (c, sql, "creating the lock table", err);
    if (!res)
       return false;
    bool ok = PQresultStatus (res) == PGRES_COMMAND_OK;
    if (!ok)
-      fail (c, res, "creating the lock table", err);
+      ll_pg_fail (c, res, "creating the lock table", err);
    PQclear (res);
    if (!ok && c->db) {
       leaselock_error_t ignored;
-      PQclear (exec_setup (c, "ROLLBACK", "rolling back", &ignored));
+      PQclear (ll_pg_exec_setup (c, "ROLLBACK", "rolling back", &ignored));
    }
    return ok;
 }
 
-static void quiet_notices (void *arg, const char *message)
+static void ll_pg_quiet_notices (void *arg, const char *message)
 {
    (void)arg;
    (void)message;
@@ -427,7 +428,7 @@ static void quiet_notices (void *arg, const char *message)
 
 /* Starts connecting with leaselock's defaults first: the URI (dbname,
  * expanded) overrides them; the encoding after it is always ours. */
-static bool start_connect (pg_conn_t *c, leaselock_error_t *err)
+static bool ll_pg_start_connect (ll_pg_conn_t *c, leaselock_error_t *err)
 {
    char user_timeout[32];
    snprintf (user_timeout, sizeof user_timeout, "%lld", (long long)c->io_timeout_ms);
@@ -445,116 +446,116 @@ static bool start_connect (pg_conn_t *c, leaselock_error_t *err)
 
 /* Connects (every host and address of the URI in turn, as libpq does) and
  * sets the connection non-blocking, within connect_timeout; the schema
- * check that backend_sql.c runs next (pg_read_version, pg_create_schema)
+ * check that backend_sql.c runs next (ll_pg_read_version, ll_pg_create_schema)
  * has the same deadline. */
-static bool pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
+static bool ll_pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    c->connect_deadline_ms = ll_real_now_ms () + c->connect_timeout_ms;
-   if (!start_connect (c, err))
+   if (!ll_pg_start_connect (c, err))
       return false;
    PostgresPollingStatusType st =
      PQstatus (c->db) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
    while (st != PGRES_POLLING_OK) {
       if (st == PGRES_POLLING_FAILED)
-         return fail (c, NULL, "connecting", err);
+         return ll_pg_fail (c, NULL, "connecting", err);
       short ev = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-      if (!wait_socket (c->db, ev, c->connect_deadline_ms))
-         return timed_out (c, "connecting", c->connect_timeout_ms, "connect_timeout", err);
+      if (!ll_pg_wait_socket (c->db, ev, c->connect_deadline_ms))
+         return ll_pg_timed_out (c, "connecting", c->connect_timeout_ms, "connect_timeout", err);
       st = PQconnectPoll (c->db);
    }
    if (PQsetnonblocking (c->db, 1) != 0)
-      return fail (c, NULL, "connecting", err);
-   PQsetNoticeProcessor (c->db, quiet_notices, NULL);
+      return ll_pg_fail (c, NULL, "connecting", err);
+   PQsetNoticeProcessor (c->db, ll_pg_quiet_notices, NULL);
    return true;
 }
 
-static int pg_fd (ll_sql_conn_t *b)
+static int ll_pg_fd (ll_sql_conn_t *b)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    return c->db ? PQsocket (c->db) : -1;
 }
 
 /* An idle connection whose socket is readable or hung up was closed (or is
  * being closed) by the server. */
-static bool pg_alive (ll_sql_conn_t *b)
+static bool ll_pg_alive (ll_sql_conn_t *b)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    return c->db && PQstatus (c->db) == CONNECTION_OK && !ll_fd_looks_closed (PQsocket (c->db));
 }
 
 /* The deadline of the call under way: io_timeout from its first wait
  * once connected, for its prepare and execute together. */
-static int64_t call_deadline (pg_conn_t *c)
+static int64_t ll_pg_call_deadline (ll_pg_conn_t *c)
 {
    if (c->call_deadline_ms < 0)
       c->call_deadline_ms = ll_real_now_ms () + c->io_timeout_ms;
    return c->call_deadline_ms;
 }
 
-static bool pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
+static bool ll_pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
 {
-   pg_conn_t *c = (pg_conn_t *)b;
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
    if (c->prepared[id])
       return true;
-   int64_t deadline = call_deadline (c);
+   int64_t deadline = ll_pg_call_deadline (c);
    if (!PQsendPrepare (c->db, st_names[id], b->sql[id], n_params[id], NULL))
-      return fail (c, NULL, "preparing a statement", err);
+      return ll_pg_fail (c, NULL, "preparing a statement", err);
    PGresult *res =
-     collect (c, deadline, c->io_timeout_ms, "io_timeout", "preparing a statement", err);
+     ll_pg_collect (c, deadline, c->io_timeout_ms, "io_timeout", "preparing a statement", err);
    if (!res)
       return false;
    bool ok = PQresultStatus (res) == PGRES_COMMAND_OK;
    if (!ok)
-      fail (c, res, "preparing a statement", err);
+      ll_pg_fail (c, res, "preparing a statement", err);
    PQclear (res);
    c->prepared[id] = ok;
    return ok;
 }
 
-static void pg_free_fields (ll_sql_conn_t *b)
+static void ll_pg_free_fields (ll_sql_conn_t *b)
 {
-   ll_sql_free_secret (((pg_conn_t *)b)->conninfo);
+   ll_sql_free_secret (((ll_pg_conn_t *)b)->conninfo);
 }
 
-static const ll_sql_driver_t pg_driver = {
+static const ll_sql_driver_t ll_pg_driver = {
    .name = "postgresql",
    .quote = '"',
    .schema_version = LL_POSTGRESQL_SCHEMA_VERSION,
    .templates = ll_pg_statements,
-   .free_fields = pg_free_fields,
-   .parse_uri = pg_parse_uri,
-   .connect = pg_connect,
-   .alive = pg_alive,
-   .fd = pg_fd,
-   .disconnect = pg_disconnect,
-   .prepare = pg_prepare,
-   .read_version = pg_read_version,
-   .create_schema = pg_create_schema,
+   .free_fields = ll_pg_free_fields,
+   .parse_uri = ll_pg_parse_uri,
+   .connect = ll_pg_connect,
+   .alive = ll_pg_alive,
+   .fd = ll_pg_fd,
+   .disconnect = ll_pg_disconnect,
+   .prepare = ll_pg_prepare,
+   .read_version = ll_pg_read_version,
+   .create_schema = ll_pg_create_schema,
 };
 
 /* ---- statements ------------------------------------------------------ */
 
 /* Runs prepared statement id (reconnecting and preparing it first when
  * needed). */
-static PGresult *run (pg_conn_t *c,
-                      int id,
-                      const char *const *params,
-                      const char *what,
-                      leaselock_error_t *err)
+static PGresult *ll_pg_run (ll_pg_conn_t *c,
+                            int id,
+                            const char *const *params,
+                            const char *what,
+                            leaselock_error_t *err)
 {
    c->call_deadline_ms = -1;
    if (!ll_sql_ready (&c->b, id, err))
       return NULL;
-   int64_t deadline = call_deadline (c);
+   int64_t deadline = ll_pg_call_deadline (c);
    if (!PQsendQueryPrepared (c->db, st_names[id], n_params[id], params, NULL, NULL, 0))
-      return fail (c, NULL, what, err), NULL;
-   PGresult *res = collect (c, deadline, c->io_timeout_ms, "io_timeout", what, err);
+      return ll_pg_fail (c, NULL, what, err), NULL;
+   PGresult *res = ll_pg_collect (c, deadline, c->io_timeout_ms, "io_timeout", what, err);
    if (!res)
       return NULL;
    ExecStatusType s = PQresultStatus (res);
    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
-      fail (c, res, what, err);
+      ll_pg_fail (c, res, what, err);
       PQclear (res);
       return NULL;
    }
@@ -562,7 +563,7 @@ static PGresult *run (pg_conn_t *c,
 }
 
 /* Holder strings are stored up to 255 bytes (cut at a UTF-8 boundary). */
-static const char *clip255 (const char *s, char buf[256])
+static const char *ll_pg_clip255 (const char *s, char buf[256])
 {
    if (!s)
       return "";
@@ -579,13 +580,13 @@ static const char *clip255 (const char *s, char buf[256])
 
 /* ---- operations ------------------------------------------------------ */
 
-static void *pg_open (const char *uri, leaselock_error_t *err)
+static void *ll_pg_open (const char *uri, leaselock_error_t *err)
 {
-   return ll_sql_open (calloc (1, sizeof (pg_conn_t)), &pg_driver, uri, err);
+   return ll_sql_open (calloc (1, sizeof (ll_pg_conn_t)), &ll_pg_driver, uri, err);
 }
 
 /* Copies key (key_len bytes) into a NUL-terminated buffer. */
-static const char *key_z (const char *key, size_t key_len, char buf[LEASELOCK_KEY_MAX + 1])
+static const char *ll_pg_key_z (const char *key, size_t key_len, char buf[LEASELOCK_KEY_MAX + 1])
 {
    size_t n = key_len > LEASELOCK_KEY_MAX ? LEASELOCK_KEY_MAX : key_len;
    memcpy (buf, key, n);
@@ -596,20 +597,20 @@ static const char *key_z (const char *key, size_t key_len, char buf[LEASELOCK_KE
 /* acquire (reserve_ms < 0) and acquire_wait: one statement, one round
  * trip. A row without a reservation is a take; a row with one is a claim
  * (BUSY, reserved); no row is BUSY. */
-static bool pg_acquire_wait (void *conn,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms,
-                             const ll_holder_t *holder,
-                             int64_t reserve_ms,
-                             int64_t waited_ms,
-                             int64_t *fence,
-                             bool *reserved,
-                             int64_t *left_ms,
-                             leaselock_error_t *err)
+static bool ll_pg_acquire_wait (void *conn,
+                                const char *key,
+                                size_t key_len,
+                                const char *owner,
+                                int64_t ttl_ms,
+                                const ll_holder_t *holder,
+                                int64_t reserve_ms,
+                                int64_t waited_ms,
+                                int64_t *fence,
+                                bool *reserved,
+                                int64_t *left_ms,
+                                leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
+   ll_pg_conn_t *c = conn;
    *reserved = false;
    *left_ms = -1;
    char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256], res_us[32],
@@ -618,15 +619,15 @@ static bool pg_acquire_wait (void *conn,
    snprintf (pid, sizeof pid, "%" PRId64, holder->pid);
    snprintf (res_us, sizeof res_us, "%" PRId64, reserve_ms * 1000);
    snprintf (wait_us, sizeof wait_us, "%" PRId64, waited_ms * 1000);
-   const char *p[8] = { key_z (key, key_len, kbuf),
+   const char *p[8] = { ll_pg_key_z (key, key_len, kbuf),
                         owner,
                         ttl,
-                        clip255 (holder->host, hbuf),
+                        ll_pg_clip255 (holder->host, hbuf),
                         pid,
-                        clip255 (holder->label, lbuf),
+                        ll_pg_clip255 (holder->label, lbuf),
                         reserve_ms < 0 ? NULL : res_us,
                         reserve_ms < 0 ? NULL : wait_us };
-   PGresult *res = run (c, LL_SQL_ACQUIRE, p, "acquire", err);
+   PGresult *res = ll_pg_run (c, LL_SQL_ACQUIRE, p, "acquire", err);
    if (!res)
       return false;
    *reserved = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 1), "t");
@@ -643,19 +644,19 @@ static bool pg_acquire_wait (void *conn,
    return ok;
 }
 
-static bool update_one (pg_conn_t *c,
-                        int id,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t ms,
-                        const char *what,
-                        leaselock_error_t *err)
+static bool ll_pg_update_one (ll_pg_conn_t *c,
+                              int id,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t ms,
+                              const char *what,
+                              leaselock_error_t *err)
 {
    char kbuf[LEASELOCK_KEY_MAX + 1], us[32];
    snprintf (us, sizeof us, "%" PRId64, ms * 1000);
-   const char *p[3] = { key_z (key, key_len, kbuf), owner, us };
-   PGresult *res = run (c, id, p, what, err);
+   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, us };
+   PGresult *res = ll_pg_run (c, id, p, what, err);
    if (!res)
       return false;
    bool ok = !strcmp (PQcmdTuples (res), "1");
@@ -665,27 +666,32 @@ static bool update_one (pg_conn_t *c,
    return true;
 }
 
-static bool pg_renew (void *conn,
-                      const char *key,
-                      size_t key_len,
-                      const char *owner,
-                      int64_t ttl_ms,
-                      leaselock_error_t *err)
+static bool ll_pg_renew (void *conn,
+                         const char *key,
+                         size_t key_len,
+                         const char *owner,
+                         int64_t ttl_ms,
+                         leaselock_error_t *err)
 {
-   return update_one (conn, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err);
+   return ll_pg_update_one (conn, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err);
 }
 
-static bool pg_release (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t min_hold_ms,
-                        leaselock_error_t *err)
+static bool ll_pg_release (void *conn,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int64_t min_hold_ms,
+                           leaselock_error_t *err)
 {
-   return update_one (conn, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release", err);
+   return ll_pg_update_one (conn, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release", err);
 }
 
-static void copy_field (char *dst, size_t size, size_t *len_out, PGresult *res, int row, int col)
+static void ll_pg_copy_field (char *dst,
+                              size_t size,
+                              size_t *len_out,
+                              PGresult *res,
+                              int row,
+                              int col)
 {
    size_t n =
      ll_copy_clipped (dst, size, PQgetvalue (res, row, col), (size_t)PQgetlength (res, row, col));
@@ -693,34 +699,34 @@ static void copy_field (char *dst, size_t size, size_t *len_out, PGresult *res, 
       *len_out = n;
 }
 
-static void row_to_record (PGresult *res, int row, leaselock_record_t *rec)
+static void ll_pg_row_to_record (PGresult *res, int row, leaselock_record_t *rec)
 {
    memset (rec, 0, sizeof *rec);
-   copy_field (rec->key, sizeof rec->key, &rec->key_len, res, row, 0);
+   ll_pg_copy_field (rec->key, sizeof rec->key, &rec->key_len, res, row, 0);
    if (!PQgetisnull (res, row, 1))
-      copy_field (rec->owner, sizeof rec->owner, NULL, res, row, 1);
+      ll_pg_copy_field (rec->owner, sizeof rec->owner, NULL, res, row, 1);
    rec->fence = strtoll (PQgetvalue (res, row, 2), NULL, 10);
    rec->expires_in_ms = ll_us_to_left_ms (strtoll (PQgetvalue (res, row, 3), NULL, 10));
-   copy_field (rec->host, sizeof rec->host, NULL, res, row, 4);
+   ll_pg_copy_field (rec->host, sizeof rec->host, NULL, res, row, 4);
    rec->pid = strtoll (PQgetvalue (res, row, 5), NULL, 10);
-   copy_field (rec->label, sizeof rec->label, NULL, res, row, 6);
+   ll_pg_copy_field (rec->label, sizeof rec->label, NULL, res, row, 6);
    /* A released record's stored count is stale: it shows no holds. */
    rec->holds = rec->owner[0] ? strtoll (PQgetvalue (res, row, 7), NULL, 10) : 0;
 }
 
 /* One statement, one round trip: the count after, or no row (NOT_HELD). */
-static bool pg_hold (void *conn,
-                     const char *key,
-                     size_t key_len,
-                     const char *owner,
-                     int delta,
-                     int64_t *holds,
-                     leaselock_error_t *err)
+static bool ll_pg_hold (void *conn,
+                        const char *key,
+                        size_t key_len,
+                        const char *owner,
+                        int delta,
+                        int64_t *holds,
+                        leaselock_error_t *err)
 {
    char kbuf[LEASELOCK_KEY_MAX + 1], d[16];
    snprintf (d, sizeof d, "%d", delta);
-   const char *p[3] = { key_z (key, key_len, kbuf), owner, d };
-   PGresult *res = run (conn, LL_SQL_HOLD, p, "hold", err);
+   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, d };
+   PGresult *res = ll_pg_run (conn, LL_SQL_HOLD, p, "hold", err);
    if (!res)
       return false;
    bool ok = PQntuples (res) == 1;
@@ -732,22 +738,22 @@ static bool pg_hold (void *conn,
    return ok;
 }
 
-static bool pg_inspect (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        leaselock_record_t *rec,
-                        bool *found,
-                        leaselock_error_t *err)
+static bool ll_pg_inspect (void *conn,
+                           const char *key,
+                           size_t key_len,
+                           leaselock_record_t *rec,
+                           bool *found,
+                           leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
+   ll_pg_conn_t *c = conn;
    char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[1] = { key_z (key, key_len, kbuf) };
+   const char *p[1] = { ll_pg_key_z (key, key_len, kbuf) };
    *found = false;
-   PGresult *res = run (c, LL_SQL_INSPECT, p, "inspect", err);
+   PGresult *res = ll_pg_run (c, LL_SQL_INSPECT, p, "inspect", err);
    if (!res)
       return false;
    if (PQntuples (res) > 0) {
-      row_to_record (res, 0, rec);
+      ll_pg_row_to_record (res, 0, rec);
       *found = true;
    }
    PQclear (res);
@@ -757,7 +763,7 @@ static bool pg_inspect (void *conn,
 /* The smallest string greater than every string starting with prefix
  * (valid UTF-8): the last code point incremented (past the surrogates),
  * dropping code points that cannot grow. False when there is none. */
-static bool prefix_upper (const char *prefix, size_t len, char *out, size_t *out_len)
+static bool ll_pg_prefix_upper (const char *prefix, size_t len, char *out, size_t *out_len)
 {
    while (len > 0) {
       size_t start = len - 1;
@@ -806,19 +812,19 @@ static bool prefix_upper (const char *prefix, size_t len, char *out, size_t *out
    return false;
 }
 
-static bool pg_list (void *conn,
-                     const char *prefix,
-                     size_t prefix_len,
-                     leaselock_record_cb fn,
-                     void *user_data,
-                     leaselock_error_t *err)
+static bool ll_pg_list (void *conn,
+                        const char *prefix,
+                        size_t prefix_len,
+                        leaselock_record_cb fn,
+                        void *user_data,
+                        leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
+   ll_pg_conn_t *c = conn;
    char pbuf[LEASELOCK_KEY_MAX + 1], upper[LEASELOCK_KEY_MAX + 2];
    size_t ulen = 0;
-   bool bounded = prefix_upper (prefix, prefix_len, upper, &ulen);
-   const char *p[2] = { prefix_len ? key_z (prefix, prefix_len, pbuf) : "", upper };
-   PGresult *res = run (c, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, "list", err);
+   bool bounded = ll_pg_prefix_upper (prefix, prefix_len, upper, &ulen);
+   const char *p[2] = { prefix_len ? ll_pg_key_z (prefix, prefix_len, pbuf) : "", upper };
+   PGresult *res = ll_pg_run (c, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, "list", err);
    if (!res)
       return false;
    leaselock_record_t *rec = malloc (sizeof *rec);
@@ -828,7 +834,7 @@ static bool pg_list (void *conn,
    }
    int n = PQntuples (res);
    for (int i = 0; i < n; i++) {
-      row_to_record (res, i, rec);
+      ll_pg_row_to_record (res, i, rec);
       if (!fn (rec, user_data))
          break;
    }
@@ -837,16 +843,16 @@ static bool pg_list (void *conn,
    return true;
 }
 
-static bool pg_force_release (void *conn,
-                              const char *key,
-                              size_t key_len,
-                              bool *took,
-                              leaselock_error_t *err)
+static bool ll_pg_force_release (void *conn,
+                                 const char *key,
+                                 size_t key_len,
+                                 bool *took,
+                                 leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
+   ll_pg_conn_t *c = conn;
    char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[1] = { key_z (key, key_len, kbuf) };
-   PGresult *res = run (c, LL_SQL_FORCE, p, "force_release", err);
+   const char *p[1] = { ll_pg_key_z (key, key_len, kbuf) };
+   PGresult *res = ll_pg_run (c, LL_SQL_FORCE, p, "force_release", err);
    if (!res)
       return false;
    *took = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 0), "t");
@@ -854,26 +860,27 @@ static bool pg_force_release (void *conn,
    return true;
 }
 
-static bool pg_prune (void *conn,
-                      const char *prefix,
-                      size_t prefix_len,
-                      int64_t older_than_ms,
-                      int64_t *count,
-                      leaselock_error_t *err)
+static bool ll_pg_prune (void *conn,
+                         const char *prefix,
+                         size_t prefix_len,
+                         int64_t older_than_ms,
+                         int64_t *count,
+                         leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
+   ll_pg_conn_t *c = conn;
    char pbuf[LEASELOCK_KEY_MAX + 1], upper[LEASELOCK_KEY_MAX + 2], us[32];
    size_t ulen = 0;
-   bool bounded = prefix_upper (prefix, prefix_len, upper, &ulen);
+   bool bounded = ll_pg_prefix_upper (prefix, prefix_len, upper, &ulen);
    snprintf (us, sizeof us, "%" PRId64, older_than_ms * 1000);
-   const char *p[3] = { prefix_len ? key_z (prefix, prefix_len, pbuf) : "", us, upper };
-   PGresult *res = run (c, bounded ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM, p, "prune", err);
+   const char *p[3] = { prefix_len ? ll_pg_key_z (prefix, prefix_len, pbuf) : "", us, upper };
+   PGresult *res = ll_pg_run (c, bounded ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM, p, "prune", err);
    if (!res)
       return false;
    *count = strtoll (PQcmdTuples (res), NULL, 10);
    PQclear (res);
    /* The queue entries that ran out go too (not counted: not records). */
-   res = run (c, bounded ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p, "prune", err);
+   res =
+     ll_pg_run (c, bounded ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p, "prune", err);
    PQclear (res);
    return res != NULL;
 }
@@ -882,23 +889,23 @@ static bool pg_prune (void *conn,
 
 /* queue_join: two statements, two round trips (stmt_postgresql.c says why
  * the count cannot be in the first). */
-static bool pg_queue_join (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           int64_t keep_ms,
-                           int64_t *ahead,
-                           leaselock_error_t *err)
+static bool ll_pg_queue_join (void *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t keep_ms,
+                              int64_t *ahead,
+                              leaselock_error_t *err)
 {
-   pg_conn_t *c = conn;
+   ll_pg_conn_t *c = conn;
    char kbuf[LEASELOCK_KEY_MAX + 1], us[32];
    snprintf (us, sizeof us, "%" PRId64, keep_ms * 1000);
-   const char *p[3] = { key_z (key, key_len, kbuf), owner, us };
-   PGresult *res = run (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err);
+   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, us };
+   PGresult *res = ll_pg_run (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err);
    if (!res)
       return false;
    PQclear (res);
-   if (!(res = run (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err)))
+   if (!(res = ll_pg_run (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err)))
       return false;
    bool ok = PQntuples (res) == 1;
    if (ok)
@@ -909,15 +916,15 @@ static bool pg_queue_join (void *conn,
    return ok;
 }
 
-static bool pg_queue_leave (void *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            leaselock_error_t *err)
+static bool ll_pg_queue_leave (void *conn,
+                               const char *key,
+                               size_t key_len,
+                               const char *owner,
+                               leaselock_error_t *err)
 {
    char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[2] = { key_z (key, key_len, kbuf), owner };
-   PGresult *res = run (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
+   const char *p[2] = { ll_pg_key_z (key, key_len, kbuf), owner };
+   PGresult *res = ll_pg_run (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
    PQclear (res);
    return res != NULL;
 }
@@ -928,23 +935,23 @@ static bool pg_queue_leave (void *conn,
  * URI's options, keepalives, connect_timeout, the schema check), that ran
  * LISTEN ll_<table>; released keys arrive as notifications
  * (LL_POSTGRESQL_NOTIFY) once the release commits. */
-static void *pg_watch_open (const char *uri, leaselock_error_t *err)
+static void *ll_pg_watch_open (const char *uri, leaselock_error_t *err)
 {
-   pg_conn_t *c = ll_sql_open (calloc (1, sizeof (pg_conn_t)), &pg_driver, uri, err);
+   ll_pg_conn_t *c = ll_sql_open (calloc (1, sizeof (ll_pg_conn_t)), &ll_pg_driver, uri, err);
    if (!c)
       return NULL;
    char sql[128];
    snprintf (sql, sizeof sql, ll_pg_schema_sql.listen, c->b.table);
    c->call_deadline_ms = -1;
-   int64_t deadline = call_deadline (c);
+   int64_t deadline = ll_pg_call_deadline (c);
    PGresult *res = NULL;
    if (!PQsendQuery (c->db, sql))
-      fail (c, NULL, "listening", err);
+      ll_pg_fail (c, NULL, "listening", err);
    else
-      res = collect (c, deadline, c->io_timeout_ms, "io_timeout", "listening", err);
+      res = ll_pg_collect (c, deadline, c->io_timeout_ms, "io_timeout", "listening", err);
    bool ok = res && PQresultStatus (res) == PGRES_COMMAND_OK;
    if (res && !ok)
-      fail (c, res, "listening", err);
+      ll_pg_fail (c, res, "listening", err);
    PQclear (res);
    if (!ok) {
       ll_sql_close (c);
@@ -953,19 +960,19 @@ static void *pg_watch_open (const char *uri, leaselock_error_t *err)
    return c;
 }
 
-static int pg_watch_fd (void *listener)
+static int ll_pg_watch_fd (void *listener)
 {
-   pg_conn_t *c = listener;
+   ll_pg_conn_t *c = listener;
    return c->db ? PQsocket (c->db) : -1;
 }
 
 /* Reads what the socket holds (no wait: the watcher polled it) and
  * reports each notification's key and next owner. */
-static bool pg_watch_drain (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err)
+static bool ll_pg_watch_drain (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err)
 {
-   pg_conn_t *c = listener;
+   ll_pg_conn_t *c = listener;
    if (!c->db || !PQconsumeInput (c->db) || PQstatus (c->db) != CONNECTION_OK)
-      return fail (c, NULL, "listening", err);
+      return ll_pg_fail (c, NULL, "listening", err);
    PGnotify *n;
    while ((n = PQnotifies (c->db))) {
       const char *slash = strchr (n->extra, '/');
@@ -984,24 +991,24 @@ const ll_backend_t ll_backend_postgresql = {
    .schemes = { "postgresql", "postgres", NULL },
    .available = true,
    .unavailable = NULL,
-   .open = pg_open,
+   .open = ll_pg_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire_wait = pg_acquire_wait,
-   .queue_join = pg_queue_join,
-   .queue_leave = pg_queue_leave,
-   .renew = pg_renew,
-   .release = pg_release,
-   .inspect = pg_inspect,
-   .list = pg_list,
-   .force_release = pg_force_release,
-   .prune = pg_prune,
-   .watch_open = pg_watch_open,
-   .watch_fd = pg_watch_fd,
-   .watch_drain = pg_watch_drain,
+   .acquire_wait = ll_pg_acquire_wait,
+   .queue_join = ll_pg_queue_join,
+   .queue_leave = ll_pg_queue_leave,
+   .renew = ll_pg_renew,
+   .release = ll_pg_release,
+   .inspect = ll_pg_inspect,
+   .list = ll_pg_list,
+   .force_release = ll_pg_force_release,
+   .prune = ll_pg_prune,
+   .watch_open = ll_pg_watch_open,
+   .watch_fd = ll_pg_watch_fd,
+   .watch_drain = ll_pg_watch_drain,
    .watch_close = ll_sql_close,
    .watch_abandon = ll_sql_abandon,
-   .hold = pg_hold,
+   .hold = ll_pg_hold,
 };
 
 #else /* !LEASELOCK_WITH_POSTGRESQL */

@@ -21,7 +21,7 @@
  *                   index leaselock_queue_order (key, arrived, owner)
  *
  * Times are milliseconds since the epoch by the SQLite clock. Version 2
- * added the next_* columns; backend_sqlite.c's migrate() adds them to a
+ * added the next_* columns; backend_sqlite.c's ll_sqlite_migrate() adds them to a
  * version-1 file (ll_sqlite_migrate_1_2). Version 3 added the queue table
  * (ll_sqlite_create_queue, run on every file older than 3). Version 4
  * added the holds column (ll_sqlite_migrate_to_4, on files of versions 1
@@ -31,7 +31,7 @@
 #define LL_STMT_SQLITE_H
 
 /* The schema version this code writes and understands. A later version
- * adds a step in backend_sqlite.c's migrate() and bumps this (and
+ * adds a step in backend_sqlite.c's ll_sqlite_migrate() and bumps this (and
  * ll_sqlite_set_version). */
 #define LL_SQLITE_SCHEMA_VERSION 4
 
