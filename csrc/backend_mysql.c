@@ -859,6 +859,32 @@ static bool ll_mysql_inspect (void *conn,
    return ll_mysql_query_rows (c, LL_SQL_INSPECT, p, ll_record_take_one, &o, "inspect", err);
 }
 
+/* The keys under a prefix, for list and prune: exactly those in [prefix,
+ * upper) where upper is the prefix with trailing 0xff bytes dropped and
+ * the last byte incremented; from the prefix on when there is no upper
+ * (the prefix is empty or all 0xff). The binds point into r, which must
+ * outlive the statement's execution. */
+typedef struct ll_mysql_range
+{
+   char upper[LEASELOCK_KEY_MAX + 1];
+   unsigned long prefix_len, upper_len;
+} ll_mysql_range_t;
+
+/* Binds the prefix to from and its upper bound to below; returns whether
+ * there is one (then the _RANGE statement, else the _FROM one). */
+static bool ll_mysql_bind_range (ll_mysql_range_t *r,
+                                 const char *prefix,
+                                 size_t prefix_len,
+                                 MYSQL_BIND *from,
+                                 MYSQL_BIND *below)
+{
+   r->upper_len = (unsigned long)ll_prefix_upper (prefix, prefix_len, r->upper);
+   r->prefix_len = (unsigned long)prefix_len;
+   ll_mysql_bind_blob (from, prefix_len ? prefix : "", &r->prefix_len);
+   ll_mysql_bind_blob (below, r->upper, &r->upper_len);
+   return r->upper_len != 0;
+}
+
 static bool ll_mysql_list (void *conn,
                            const char *prefix,
                            size_t prefix_len,
@@ -866,18 +892,11 @@ static bool ll_mysql_list (void *conn,
                            void *user_data,
                            leaselock_error_t *err)
 {
-   ll_mysql_conn_t *c = conn;
-   /* Keys starting with prefix are exactly those in [prefix, upper) where
-    * upper is prefix with trailing 0xff bytes dropped and the last byte
-    * incremented (none when the prefix is empty or all 0xff). */
-   char upper[LEASELOCK_KEY_MAX + 1];
-   size_t ulen = ll_prefix_upper (prefix, prefix_len, upper);
-   unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
+   ll_mysql_range_t r;
    MYSQL_BIND p[2];
-   ll_mysql_bind_blob (&p[0], prefix_len ? prefix : "", &plen);
-   ll_mysql_bind_blob (&p[1], upper, &uplen);
-   return ll_mysql_query_rows (c, ulen ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, fn, user_data,
-                               "list", err);
+   bool bounded = ll_mysql_bind_range (&r, prefix, prefix_len, &p[0], &p[1]);
+   return ll_mysql_query_rows (conn, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, fn,
+                               user_data, "list", err);
 }
 
 static bool ll_mysql_force_release (void *conn,
@@ -904,20 +923,17 @@ static bool ll_mysql_prune (void *conn,
                             leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   char upper[LEASELOCK_KEY_MAX + 1];
-   size_t ulen = ll_prefix_upper (prefix, prefix_len, upper);
-   unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
+   ll_mysql_range_t r;
    int64_t us = older_than_ms * 1000;
-   int id = ulen ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM;
    MYSQL_BIND p[3];
-   ll_mysql_bind_blob (&p[0], prefix_len ? prefix : "", &plen);
+   bool bounded = ll_mysql_bind_range (&r, prefix, prefix_len, &p[0], &p[2]);
    ll_mysql_bind_i64 (&p[1], &us);
-   ll_mysql_bind_blob (&p[2], upper, &uplen);
+   int id = bounded ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM;
    if (!ll_mysql_execute (c, id, p, "prune", err))
       return false;
    *count = (int64_t)mysql_stmt_affected_rows (c->st[id]);
    /* The queue entries that ran out go too (not counted: not records). */
-   return ll_mysql_execute (c, ulen ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p,
+   return ll_mysql_execute (c, bounded ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p,
                             "prune", err);
 }
 

@@ -594,6 +594,33 @@ static const char *ll_pg_key_z (const char *key, size_t key_len, char buf[LEASEL
    return buf;
 }
 
+/* Runs statement id with $1 the key (made NUL-terminated here) and, where
+ * the statement takes them, $2 owner and $3 arg (NULL when it does not). */
+static PGresult *ll_pg_run_key (ll_pg_conn_t *c,
+                                int id,
+                                const char *key,
+                                size_t key_len,
+                                const char *owner,
+                                const char *arg,
+                                const char *what,
+                                leaselock_error_t *err)
+{
+   char kbuf[LEASELOCK_KEY_MAX + 1];
+   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, arg };
+   return ll_pg_run (c, id, p, what, err);
+}
+
+/* Reads the first column of res's one row into *v and clears res; false
+ * when there is no row. */
+static bool ll_pg_take_i64 (PGresult *res, int64_t *v)
+{
+   bool ok = PQntuples (res) == 1;
+   if (ok)
+      *v = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+   PQclear (res);
+   return ok;
+}
+
 /* acquire (reserve_ms < 0) and acquire_wait: one statement, one round
  * trip. A row without a reservation is a take; a row with one is a claim
  * (BUSY, reserved); no row is BUSY. */
@@ -653,10 +680,9 @@ static bool ll_pg_update_one (ll_pg_conn_t *c,
                               const char *what,
                               leaselock_error_t *err)
 {
-   char kbuf[LEASELOCK_KEY_MAX + 1], us[32];
+   char us[32];
    snprintf (us, sizeof us, "%" PRId64, ms * 1000);
-   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, us };
-   PGresult *res = ll_pg_run (c, id, p, what, err);
+   PGresult *res = ll_pg_run_key (c, id, key, key_len, owner, us, what, err);
    if (!res)
       return false;
    bool ok = !strcmp (PQcmdTuples (res), "1");
@@ -723,19 +749,14 @@ static bool ll_pg_hold (void *conn,
                         int64_t *holds,
                         leaselock_error_t *err)
 {
-   char kbuf[LEASELOCK_KEY_MAX + 1], d[16];
+   char d[16];
    snprintf (d, sizeof d, "%d", delta);
-   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, d };
-   PGresult *res = ll_pg_run (conn, LL_SQL_HOLD, p, "hold", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, key, key_len, owner, d, "hold", err);
    if (!res)
       return false;
-   bool ok = PQntuples (res) == 1;
-   if (ok)
-      *holds = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
-   else
-      ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
-   PQclear (res);
-   return ok;
+   if (!ll_pg_take_i64 (res, holds))
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   return true;
 }
 
 static bool ll_pg_inspect (void *conn,
@@ -745,11 +766,8 @@ static bool ll_pg_inspect (void *conn,
                            bool *found,
                            leaselock_error_t *err)
 {
-   ll_pg_conn_t *c = conn;
-   char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[1] = { ll_pg_key_z (key, key_len, kbuf) };
    *found = false;
-   PGresult *res = ll_pg_run (c, LL_SQL_INSPECT, p, "inspect", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_INSPECT, key, key_len, NULL, NULL, "inspect", err);
    if (!res)
       return false;
    if (PQntuples (res) > 0) {
@@ -812,6 +830,25 @@ static bool ll_pg_prefix_upper (const char *prefix, size_t len, char *out, size_
    return false;
 }
 
+/* The keys under a prefix, for list and prune: from the prefix on, below
+ * upper when there is one (ll_pg_prefix_upper). Both NUL-terminated. */
+typedef struct ll_pg_range
+{
+   char from[LEASELOCK_KEY_MAX + 1];
+   char upper[LEASELOCK_KEY_MAX + 2]; /* "" when unbounded */
+} ll_pg_range_t;
+
+/* Fills r from prefix; returns whether there is an upper bound (then the
+ * _RANGE statement, else the _FROM one). */
+static bool ll_pg_range (ll_pg_range_t *r, const char *prefix, size_t prefix_len)
+{
+   size_t ulen = 0;
+   r->from[0] = r->upper[0] = '\0';
+   if (prefix_len)
+      ll_pg_key_z (prefix, prefix_len, r->from);
+   return ll_pg_prefix_upper (prefix, prefix_len, r->upper, &ulen);
+}
+
 static bool ll_pg_list (void *conn,
                         const char *prefix,
                         size_t prefix_len,
@@ -819,12 +856,10 @@ static bool ll_pg_list (void *conn,
                         void *user_data,
                         leaselock_error_t *err)
 {
-   ll_pg_conn_t *c = conn;
-   char pbuf[LEASELOCK_KEY_MAX + 1], upper[LEASELOCK_KEY_MAX + 2];
-   size_t ulen = 0;
-   bool bounded = ll_pg_prefix_upper (prefix, prefix_len, upper, &ulen);
-   const char *p[2] = { prefix_len ? ll_pg_key_z (prefix, prefix_len, pbuf) : "", upper };
-   PGresult *res = ll_pg_run (c, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, "list", err);
+   ll_pg_range_t r;
+   bool bounded = ll_pg_range (&r, prefix, prefix_len);
+   const char *p[2] = { r.from, r.upper };
+   PGresult *res = ll_pg_run (conn, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, "list", err);
    if (!res)
       return false;
    leaselock_record_t *rec = malloc (sizeof *rec);
@@ -849,10 +884,8 @@ static bool ll_pg_force_release (void *conn,
                                  bool *took,
                                  leaselock_error_t *err)
 {
-   ll_pg_conn_t *c = conn;
-   char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[1] = { ll_pg_key_z (key, key_len, kbuf) };
-   PGresult *res = ll_pg_run (c, LL_SQL_FORCE, p, "force_release", err);
+   PGresult *res =
+     ll_pg_run_key (conn, LL_SQL_FORCE, key, key_len, NULL, NULL, "force_release", err);
    if (!res)
       return false;
    *took = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 0), "t");
@@ -868,11 +901,11 @@ static bool ll_pg_prune (void *conn,
                          leaselock_error_t *err)
 {
    ll_pg_conn_t *c = conn;
-   char pbuf[LEASELOCK_KEY_MAX + 1], upper[LEASELOCK_KEY_MAX + 2], us[32];
-   size_t ulen = 0;
-   bool bounded = ll_pg_prefix_upper (prefix, prefix_len, upper, &ulen);
+   ll_pg_range_t r;
+   bool bounded = ll_pg_range (&r, prefix, prefix_len);
+   char us[32];
    snprintf (us, sizeof us, "%" PRId64, older_than_ms * 1000);
-   const char *p[3] = { prefix_len ? ll_pg_key_z (prefix, prefix_len, pbuf) : "", us, upper };
+   const char *p[3] = { r.from, us, r.upper };
    PGresult *res = ll_pg_run (c, bounded ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM, p, "prune", err);
    if (!res)
       return false;
@@ -897,23 +930,18 @@ static bool ll_pg_queue_join (void *conn,
                               int64_t *ahead,
                               leaselock_error_t *err)
 {
-   ll_pg_conn_t *c = conn;
-   char kbuf[LEASELOCK_KEY_MAX + 1], us[32];
+   char us[32];
    snprintf (us, sizeof us, "%" PRId64, keep_ms * 1000);
-   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, us };
-   PGresult *res = ll_pg_run (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err);
+   PGresult *res =
+     ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, key, key_len, owner, us, "queue_join", err);
    if (!res)
       return false;
    PQclear (res);
-   if (!(res = ll_pg_run (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err)))
+   res = ll_pg_run_key (conn, LL_SQL_QUEUE_AHEAD, key, key_len, owner, NULL, "queue_join", err);
+   if (!res)
       return false;
-   bool ok = PQntuples (res) == 1;
-   if (ok)
-      *ahead = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
-   else
-      ll_backend_fail (err, "postgresql", "queue_join", "no count returned", NULL, NULL);
-   PQclear (res);
-   return ok;
+   return ll_pg_take_i64 (res, ahead) ||
+          ll_backend_fail (err, "postgresql", "queue_join", "no count returned", NULL, NULL);
 }
 
 static bool ll_pg_queue_leave (void *conn,
@@ -922,9 +950,8 @@ static bool ll_pg_queue_leave (void *conn,
                                const char *owner,
                                leaselock_error_t *err)
 {
-   char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[2] = { ll_pg_key_z (key, key_len, kbuf), owner };
-   PGresult *res = ll_pg_run (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
+   PGresult *res =
+     ll_pg_run_key (conn, LL_SQL_QUEUE_LEAVE, key, key_len, owner, NULL, "queue_leave", err);
    PQclear (res);
    return res != NULL;
 }

@@ -659,6 +659,21 @@ typedef enum ll_sql_st
    LL_SQL_COUNT
 } ll_sql_st_t;
 
+/* A backend's statement table (const char *[LL_SQL_COUNT]) from its text
+ * macros P_ACQUIRE, P_RENEW, ... (P is LL_MYSQL, LL_POSTGRESQL): one
+ * initializer for every backend, so no operation is left out of one. */
+#define LL_SQL_STATEMENT_TABLE(P)                                                                  \
+   {                                                                                               \
+      [LL_SQL_ACQUIRE] = P##_ACQUIRE, [LL_SQL_RENEW] = P##_RENEW, [LL_SQL_RELEASE] = P##_RELEASE,  \
+      [LL_SQL_INSPECT] = P##_INSPECT, [LL_SQL_LIST_FROM] = P##_LIST_FROM,                          \
+      [LL_SQL_LIST_RANGE] = P##_LIST_RANGE, [LL_SQL_FORCE] = P##_FORCE,                            \
+      [LL_SQL_PRUNE_FROM] = P##_PRUNE_FROM, [LL_SQL_PRUNE_RANGE] = P##_PRUNE_RANGE,                \
+      [LL_SQL_QUEUE_LOCK] = P##_QUEUE_LOCK, [LL_SQL_QUEUE_JOIN] = P##_QUEUE_JOIN,                  \
+      [LL_SQL_QUEUE_AHEAD] = P##_QUEUE_AHEAD, [LL_SQL_QUEUE_LEAVE] = P##_QUEUE_LEAVE,              \
+      [LL_SQL_QUEUE_PRUNE_FROM] = P##_QUEUE_PRUNE_FROM,                                            \
+      [LL_SQL_QUEUE_PRUNE_RANGE] = P##_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = P##_HOLD,                \
+   }
+
 typedef struct ll_sql_conn ll_sql_conn_t;
 
 /* What a SQL backend does through its driver, for the steps below to call
