@@ -479,11 +479,7 @@ static void *ll_pg_watch_open (const char *uri, leaselock_error_t *err)
       ll_pg_fail (c, NULL, "listening", err);
    else
       res = ll_pg_collect (c, deadline, c->io_timeout_ms, "io_timeout", "listening", err);
-   bool ok = res && PQresultStatus (res) == PGRES_COMMAND_OK;
-   if (res && !ok)
-      ll_pg_fail (c, res, "listening", err);
-   PQclear (res);
-   if (!ok) {
+   if (!ll_pg_command_ok (c, res, "listening", err)) {
       ll_sql_close (c);
       return NULL;
    }

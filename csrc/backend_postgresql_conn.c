@@ -345,6 +345,15 @@ static bool ll_pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error
    return ok;
 }
 
+bool ll_pg_command_ok (ll_pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err)
+{
+   if (!res)
+      return false;
+   bool ok = PQresultStatus (res) == PGRES_COMMAND_OK || ll_pg_fail (c, res, what, err);
+   PQclear (res);
+   return ok;
+}
+
 static bool ll_pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    ll_pg_conn_t *c = (ll_pg_conn_t *)b;
@@ -352,13 +361,9 @@ static bool ll_pg_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    snprintf (sql, sizeof sql, ll_pg_schema_sql.create_schema, b->table,
              LL_POSTGRESQL_SCHEMA_VERSION);
    PGresult *res = ll_pg_exec_setup (c, sql, "creating the lock table", err);
-   if (!res)
-      return false;
-   bool ok = PQresultStatus (res) == PGRES_COMMAND_OK;
-   if (!ok)
-      ll_pg_fail (c, res, "creating the lock table", err);
-   PQclear (res);
-   if (!ok && c->db) {
+   bool answered = res != NULL; /* else nothing to roll back */
+   bool ok = ll_pg_command_ok (c, res, "creating the lock table", err);
+   if (!ok && answered && c->db) {
       leaselock_error_t ignored;
       PQclear (ll_pg_exec_setup (c, "ROLLBACK", "rolling back", &ignored));
    }
@@ -448,12 +453,7 @@ static bool ll_pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
       return ll_pg_fail (c, NULL, "preparing a statement", err);
    PGresult *res =
      ll_pg_collect (c, deadline, c->io_timeout_ms, "io_timeout", "preparing a statement", err);
-   if (!res)
-      return false;
-   bool ok = PQresultStatus (res) == PGRES_COMMAND_OK;
-   if (!ok)
-      ll_pg_fail (c, res, "preparing a statement", err);
-   PQclear (res);
+   bool ok = ll_pg_command_ok (c, res, "preparing a statement", err);
    c->prepared[id] = ok;
    return ok;
 }

@@ -37,6 +37,11 @@ extern const ll_sql_driver_t ll_pg_driver;
  * false. */
 bool ll_pg_fail (ll_pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err);
 
+/* Whether res (NULL: the call failed, err set already) is a command's
+ * success; BACKEND (ll_pg_fail) when it is not. Takes res: it is
+ * cleared. */
+bool ll_pg_command_ok (ll_pg_conn_t *c, PGresult *res, const char *what, leaselock_error_t *err);
+
 /* After a PQsend* call: flushes the query and reads every result by
  * deadline_ms. Returns the first result that failed, or else the last
  * one (the caller clears it); NULL with err set when the connection failed
