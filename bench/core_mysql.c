@@ -17,8 +17,8 @@
 #include <mysql.h>
 #include <unistd.h>
 
-/* The backend's statement text, from the header it compiles. */
-#include "sql_mysql.h"
+/* The backend's statement text (stmt_mysql.c, in libleaselock.a). */
+#include "stmt_mysql.h"
 
 /* The engine's client uses the default table. */
 #define TABLE "leaselock"
@@ -27,8 +27,7 @@ typedef struct
 {
    MYSQL *db;
    MYSQL_STMT *acq, *rel;
-   char acquire_sql[sizeof LL_MYSQL_ACQUIRE + sizeof TABLE];
-   char release_sql[sizeof LL_MYSQL_RELEASE + sizeof TABLE];
+   char *sql[2]; /* the acquire and the release, for TABLE */
    char host[256];
    uint64_t counter;
 } bare_t;
@@ -62,13 +61,16 @@ static void bare_open (bare_t *b, const char *uri)
                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
    if (!mysql_real_connect (b->db, host, user, pass, db, port, NULL, 0))
       bench_die ("bare connect", mysql_error (b->db));
-   snprintf (b->acquire_sql, sizeof b->acquire_sql, LL_MYSQL_ACQUIRE, TABLE);
-   snprintf (b->release_sql, sizeof b->release_sql, LL_MYSQL_RELEASE, TABLE);
+   const char *const text[2] = { ll_mysql_statements[LL_SQL_ACQUIRE],
+                                 ll_mysql_statements[LL_SQL_RELEASE] };
+   leaselock_error_t err;
+   if (!ll_sql_format_all (b->sql, text, 2, TABLE, &err))
+      bench_die ("bare statements", err.message);
    b->acq = mysql_stmt_init (b->db);
    b->rel = mysql_stmt_init (b->db);
-   if (mysql_stmt_prepare (b->acq, b->acquire_sql, strlen (b->acquire_sql)))
+   if (mysql_stmt_prepare (b->acq, b->sql[0], strlen (b->sql[0])))
       bench_die ("bare prepare acquire", mysql_stmt_error (b->acq));
-   if (mysql_stmt_prepare (b->rel, b->release_sql, strlen (b->release_sql)))
+   if (mysql_stmt_prepare (b->rel, b->sql[1], strlen (b->sql[1])))
       bench_die ("bare prepare release", mysql_stmt_error (b->rel));
    if (gethostname (b->host, sizeof b->host - 1) != 0)
       strcpy (b->host, "unknown");
@@ -79,6 +81,8 @@ static void bare_close (bare_t *b)
    mysql_stmt_close (b->acq);
    mysql_stmt_close (b->rel);
    mysql_close (b->db);
+   free (b->sql[0]);
+   free (b->sql[1]);
 }
 
 static void bind_str (MYSQL_BIND *x, const char *s, unsigned long *len, enum enum_field_types t)
@@ -105,13 +109,13 @@ static double bare_round (void *ctx, long pairs)
    int64_t pid = getpid (), ttl_us = (int64_t)BENCH_TTL_MS * 1000, hold_us = 0;
    unsigned long klen = sizeof key - 1, olen = 32, hlen = strlen (b->host),
                  llen = strlen (BENCH_LABEL);
-   MYSQL_BIND a[sizeof LL_MYSQL_ACQUIRE_PARAMS], r[3];
+   MYSQL_BIND a[LL_MYSQL_ACQUIRE_BINDS], r[3];
    int64_t none = 0;
    my_bool null = 1;
    int i = 0;
    /* The backend's binding order; reserve and waited NULL (a plain
     * acquire). */
-   for (const char *s = LL_MYSQL_ACQUIRE_PARAMS; *s; s++) {
+   for (const char *s = ll_mysql_acquire_params; *s; s++) {
       if (*s == 'k')
          bind_str (&a[i++], key, &klen, MYSQL_TYPE_BLOB);
       else if (*s == 'o')

@@ -17,8 +17,8 @@
 #include <libpq-fe.h>
 #include <unistd.h>
 
-/* The backend's statement text, from the header it compiles. */
-#include "sql_postgresql.h"
+/* The backend's statement text (stmt_postgresql.c, in libleaselock.a). */
+#include "stmt_postgresql.h"
 
 /* The engine's client uses the default table. */
 #define TABLE "leaselock"
@@ -26,8 +26,7 @@
 typedef struct
 {
    PGconn *db;
-   char acquire_sql[sizeof LL_POSTGRESQL_ACQUIRE + sizeof TABLE];
-   char release_sql[sizeof LL_POSTGRESQL_RELEASE + 2 * sizeof TABLE];
+   char *sql[2]; /* the acquire and the release, for TABLE */
    char host[256];
    uint64_t counter;
 } bare_t;
@@ -38,13 +37,16 @@ static void bare_open (bare_t *b, const char *uri)
    b->db = PQconnectdb (uri);
    if (PQstatus (b->db) != CONNECTION_OK)
       bench_die ("bare connect", PQerrorMessage (b->db));
-   snprintf (b->acquire_sql, sizeof b->acquire_sql, LL_POSTGRESQL_ACQUIRE, TABLE);
-   snprintf (b->release_sql, sizeof b->release_sql, LL_POSTGRESQL_RELEASE, TABLE);
-   PGresult *r = PQprepare (b->db, "bare_acquire", b->acquire_sql, 8, NULL);
+   const char *const text[2] = { ll_pg_statements[LL_SQL_ACQUIRE],
+                                 ll_pg_statements[LL_SQL_RELEASE] };
+   leaselock_error_t err;
+   if (!ll_sql_format_all (b->sql, text, 2, TABLE, &err))
+      bench_die ("bare statements", err.message);
+   PGresult *r = PQprepare (b->db, "bare_acquire", b->sql[0], 8, NULL);
    if (PQresultStatus (r) != PGRES_COMMAND_OK)
       bench_die ("bare prepare acquire", PQresultErrorMessage (r));
    PQclear (r);
-   r = PQprepare (b->db, "bare_release", b->release_sql, 3, NULL);
+   r = PQprepare (b->db, "bare_release", b->sql[1], 3, NULL);
    if (PQresultStatus (r) != PGRES_COMMAND_OK)
       bench_die ("bare prepare release", PQresultErrorMessage (r));
    PQclear (r);
@@ -100,6 +102,8 @@ int main (int argc, char **argv)
    bench_run (c, "bench-engine", &bare, pairs, rounds, pairs / 10 + 1);
    bench_modes (c, "bench-modes", pairs / 2 + 1, rounds / 4 + 1);
    PQfinish (b.db);
+   free (b.sql[0]);
+   free (b.sql[1]);
    leaselock_client_destroy (c);
    return 0;
 }

@@ -3,7 +3,7 @@
  * through the leaselock engine (leaselock_acquire, one try, no
  * auto-renewal, then leaselock_lease_release) beside a bare program using
  * the plain sqlite3 API with the same two statements and the same pragmas
- * (from csrc/sql_sqlite.h, where the backend takes them) and the same
+ * (from csrc/stmt_sqlite.c, where the backend takes them) and the same
  * bound values. Rounds alternate (engine, bare, engine, ...)
  * so both see the same machine load and the same file state (WAL size,
  * checkpoints); bench.h runs the rounds and prints the figures.
@@ -15,9 +15,9 @@
 #define BENCH_NAME "core_sqlite"
 #include "bench.h"
 
-/* The backend's statements and settings (csrc/sql_sqlite.h): the bare
+/* The backend's statements and settings (csrc/stmt_sqlite.c, in libleaselock.a): the bare
  * program prepares exactly what the engine prepares. */
-#include "sql_sqlite.h"
+#include "stmt_sqlite.h"
 
 #include <inttypes.h>
 #include <sqlite3.h>
@@ -46,14 +46,16 @@ static void bare_open (bare_t *b, const char *path)
      path, &b->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
    bare_check (b, rc, "bare open");
    sqlite3_busy_timeout (b->db, LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS);
-   bare_check (b, sqlite3_exec (b->db, LL_SQLITE_WAL, NULL, NULL, NULL), "bare wal");
-   bare_check (b, sqlite3_exec (b->db, LL_SQLITE_SYNCHRONOUS, NULL, NULL, NULL), "bare sync");
-   bare_check (
-     b, sqlite3_prepare_v3 (b->db, LL_SQLITE_ACQUIRE, -1, SQLITE_PREPARE_PERSISTENT, &b->acq, NULL),
-     "bare prepare acquire");
-   bare_check (
-     b, sqlite3_prepare_v3 (b->db, LL_SQLITE_RELEASE, -1, SQLITE_PREPARE_PERSISTENT, &b->rel, NULL),
-     "bare prepare release");
+   bare_check (b, sqlite3_exec (b->db, ll_sqlite_wal, NULL, NULL, NULL), "bare wal");
+   bare_check (b, sqlite3_exec (b->db, ll_sqlite_synchronous, NULL, NULL, NULL), "bare sync");
+   bare_check (b,
+               sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_ACQUIRE], -1,
+                                   SQLITE_PREPARE_PERSISTENT, &b->acq, NULL),
+               "bare prepare acquire");
+   bare_check (b,
+               sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_RELEASE], -1,
+                                   SQLITE_PREPARE_PERSISTENT, &b->rel, NULL),
+               "bare prepare release");
    if (gethostname (b->host, sizeof b->host - 1) != 0)
       strcpy (b->host, "unknown");
 }
@@ -93,7 +95,11 @@ static double bare_round (void *ctx, long pairs)
       sqlite3_bind_text (b->rel, 1, key, (int)sizeof key - 1, SQLITE_STATIC);
       sqlite3_bind_text (b->rel, 2, owner, 32, SQLITE_STATIC);
       sqlite3_bind_int64 (b->rel, 3, 0);
-      if (sqlite3_step (b->rel) != SQLITE_DONE || sqlite3_changes (b->db) != 1)
+      /* Released: a row back (the backend's release returns whom to
+       * wake), then done, as the backend steps it. */
+      if (sqlite3_step (b->rel) != SQLITE_ROW)
+         bench_die ("bare release", "not held");
+      if (sqlite3_step (b->rel) != SQLITE_DONE)
          bench_die ("bare release", sqlite3_errmsg (b->db));
       sqlite3_reset (b->rel);
    }

@@ -1,4 +1,5 @@
-/* backend.c - finds the backend for a URI's scheme. */
+/* backend.c - finds the backend for a URI's scheme, and the calls every
+ * caller makes alike through a backend's table. */
 #include "ll_internal.h"
 
 #include <ctype.h>
@@ -69,4 +70,22 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
    if (!found->available)
       return ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s", found->unavailable), NULL;
    return found;
+}
+
+bool ll_backend_acquire (const ll_backend_t *b,
+                         void *conn,
+                         const char *key,
+                         size_t key_len,
+                         const char *owner,
+                         int64_t ttl_ms,
+                         const ll_holder_t *holder,
+                         int64_t *fence,
+                         leaselock_error_t *err)
+{
+   if (b->acquire)
+      return b->acquire (conn, key, key_len, owner, ttl_ms, holder, fence, err);
+   bool reserved;
+   int64_t left_ms;
+   return b->acquire_wait (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved,
+                           &left_ms, err);
 }

@@ -1,21 +1,8 @@
 /*
  * backend_mysql.c - MySQL / MariaDB through libmariadb (MariaDB
- * Connector/C), which speaks to both servers.
- *
- * URI: mysql://user:password@host:port/database[?option=value&...]
- * (scheme "mariadb" is the same). Options:
- *   socket=/path        connect through a unix socket instead of TCP
- *   table=name          the lock table (default "leaselock"); the schema
- *                       version lives in <table>_meta
- *   io_timeout=5s       how long one wait for the server may last once
- *                       connected (read and write; a duration in whole
- *                       seconds: 5, 5s, 5000ms; default 5 s)
- *   connect_timeout=s   seconds (default 5): TCP connect, and each wait
- *                       of the handshake and authentication
- *   read_timeout=s      seconds; overrides io_timeout for reads
- *   write_timeout=s     seconds; overrides io_timeout for writes
- *   ssl=true|false      require TLS (default false: the server decides)
- * Unknown options are refused, so a typo does not go unnoticed.
+ * Connector/C), which speaks to both servers: the lease operations and
+ * the fair queue. The URI, the connection and the schema are in
+ * backend_mysql_conn.c.
  *
  * Table (created on first use, schema version 4):
  *   lock_key VARBINARY(255) PRIMARY KEY   byte-exact keys, byte order
@@ -31,7 +18,7 @@
  * alive_until > now), which the lease operations never read. A table of
  * version 1 (no reservation columns), 2 (no queue) or 3 (no holds) is
  * brought to version 4 in place by the first connection that sees it
- * (my_create_schema).
+ * (ll_mysql_create_schema).
  *
  * Every operation is one prepared statement (bound parameters only) and
  * judges time with the server's clock: UTC_TIMESTAMP(6), which is NOW(6)
@@ -63,7 +50,7 @@
  * force_release use the LAST_INSERT_ID device to tell whether their row
  * matched (hold's insert id is also the count after). One round trip per
  * call: taken or BUSY, reserving or not, and hold. queue_join takes three
- * (my_queue_join says why), queue_leave one, prune two (the records, then
+ * (ll_mysql_queue_join says why), queue_leave one, prune two (the records, then
  * the queue entries that ran out).
  *
  * Bounded calls: libmariadb waits for the socket with poll() and these
@@ -89,15 +76,16 @@
  * BACKEND, the connection is dropped, and the next call reconnects (the
  * owner condition in every statement makes a retry safe).
  *
- * The SQL text is in sql_mysql.h, which bench/core_mysql.c
+ * The SQL text is in stmt_mysql.c, which bench/core_mysql.c
  * shares; backend_sql.c takes the steps both SQL backends take alike
- * (open, table=, schema, reconnect, close, abandon) through my_driver.
+ * (open, table=, schema, reconnect, close, abandon) through ll_mysql_driver.
  */
 #include "ll_internal.h"
 
 #ifdef LEASELOCK_WITH_MYSQL
 
-#include "sql_mysql.h"
+#include "backend_mysql_private.h"
+#include "stmt_mysql.h"
 
 #include <mysql.h>
 #include <stdio.h>
@@ -105,415 +93,34 @@
 #include <string.h>
 
 #define DEADLOCK_RETRIES 5
-#define DEFAULT_TIMEOUT_S 5 /* io_timeout and connect_timeout */
-#define MAX_TIMEOUT_S 86400
-
-typedef struct
-{
-   ll_sql_conn_t b; /* first: the part backend_sql.c uses */
-   MYSQL *db;       /* NULL while disconnected */
-   MYSQL_STMT *st[LL_SQL_COUNT];
-   char *host, *user, *password, *dbname, *socket;
-   unsigned port;
-   unsigned connect_timeout, read_timeout, write_timeout;
-   bool ssl;
-} my_conn_t;
-
-/* ---- errors ---------------------------------------------------------- */
-
-static bool is_conn_error (unsigned no)
-{
-   switch (no) {
-      case 2002: /* CR_CONNECTION_ERROR */
-      case 2003: /* CR_CONN_HOST_ERROR */
-      case 2006: /* CR_SERVER_GONE_ERROR */
-      case 2013: /* CR_SERVER_LOST */
-      case 2014: /* CR_COMMANDS_OUT_OF_SYNC */
-      case 2055: /* CR_SERVER_LOST_EXTENDED */
-      case 1053: /* ER_SERVER_SHUTDOWN */
-      case 1927: /* ER_CONNECTION_KILLED */
-      case 4031: /* ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8) */
-         return true;
-      default:
-         return no >= 2000 && no < 3000; /* any other client-side error */
-   }
-}
-
-static void my_disconnect (ll_sql_conn_t *b);
-
-/* BACKEND in the one format (ll_backend_fail), "(error <no>)" after the
- * driver's message. Drops the connection when the error says it is gone.
- * Returns false. */
-static bool fail_with (my_conn_t *c,
-                       unsigned no,
-                       const char *msg,
-                       const char *what,
-                       leaselock_error_t *err)
-{
-   char detail[32];
-   snprintf (detail, sizeof detail, "error %u", no);
-   ll_backend_fail (err, "mysql", what, msg, &c->b.secrets, detail);
-   if (is_conn_error (no))
-      my_disconnect (&c->b);
-   return false;
-}
-
-static bool fail_db (my_conn_t *c, const char *what, leaselock_error_t *err)
-{
-   return fail_with (c, mysql_errno (c->db), mysql_error (c->db), what, err);
-}
-
-static bool fail_stmt (my_conn_t *c, MYSQL_STMT *st, const char *what, leaselock_error_t *err)
-{
-   return fail_with (c, mysql_stmt_errno (st), mysql_stmt_error (st), what, err);
-}
-
-/* ---- URI ------------------------------------------------------------- */
-
-/* io_timeout: a duration that is whole seconds (libmariadb counts in
- * seconds), 1 s to 1 day. */
-static bool parse_io_timeout (const char *v, unsigned *out, leaselock_error_t *err)
-{
-   int64_t ms = 0;
-   leaselock_error_t e;
-   if (!leaselock_parse_duration (v, &ms, &e) || ms < 1000 || ms > MAX_TIMEOUT_S * 1000 ||
-       ms % 1000)
-      return ll_error_set (err, LEASELOCK_INVALID,
-                           "mysql URI option io_timeout=\"%.32s\": expected whole seconds from 1s "
-                           "to 86400s such as 5 or 5s (libmariadb counts in seconds; calls must "
-                           "be bounded)",
-                           v);
-   *out = (unsigned)(ms / 1000);
-   return true;
-}
-
-static bool parse_seconds (const char *name, const char *v, unsigned *out, leaselock_error_t *err)
-{
-   int64_t n;
-   if (!ll_uri_int_option ("mysql", name, v, 1, MAX_TIMEOUT_S, "seconds", &n, err))
-      return false;
-   *out = (unsigned)n;
-   return true;
-}
-
-static bool parse_bool (const char *name, const char *v, bool *out, leaselock_error_t *err)
-{
-   if (!strcmp (v, "true") || !strcmp (v, "1"))
-      *out = true;
-   else if (!strcmp (v, "false") || !strcmp (v, "0"))
-      *out = false;
-   else
-      return ll_error_set (err, LEASELOCK_INVALID,
-                           "mysql URI option %s=\"%.32s\": expected true or false", name, v);
-   return true;
-}
-
-/* The timeouts the options set; read and write default to io_timeout. */
-typedef struct
-{
-   unsigned io;
-   bool read_set, write_set;
-} my_timeouts_t;
-
-/* One ?name=value of the URI (shown is the URI for messages). */
-static bool parse_option (my_conn_t *c,
-                          const char *n,
-                          const char *v,
-                          my_timeouts_t *t,
-                          const char *shown,
-                          leaselock_error_t *err)
-{
-   if (!strcmp (n, "socket")) {
-      free (c->socket);
-      if (!(c->socket = strdup (v)))
-         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-      return true;
-   }
-   if (!strcmp (n, "table"))
-      return ll_sql_table_option (&c->b, v, err);
-   if (!strcmp (n, "io_timeout"))
-      return parse_io_timeout (v, &t->io, err);
-   if (!strcmp (n, "connect_timeout"))
-      return parse_seconds (n, v, &c->connect_timeout, err);
-   if (!strcmp (n, "read_timeout")) {
-      t->read_set = true;
-      return parse_seconds (n, v, &c->read_timeout, err);
-   }
-   if (!strcmp (n, "write_timeout")) {
-      t->write_set = true;
-      return parse_seconds (n, v, &c->write_timeout, err);
-   }
-   if (!strcmp (n, "ssl"))
-      return parse_bool (n, v, &c->ssl, err);
-   return ll_error_set (err, LEASELOCK_INVALID,
-                        "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
-                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
-                        shown, n);
-}
-
-static bool parse_options (my_conn_t *c,
-                           const ll_uri_t *u,
-                           const char *shown,
-                           leaselock_error_t *err)
-{
-   my_timeouts_t t = { .io = DEFAULT_TIMEOUT_S };
-   c->connect_timeout = DEFAULT_TIMEOUT_S;
-   for (int i = 0; i < u->n_params; i++)
-      if (!parse_option (c, u->params[i].name, u->params[i].value, &t, shown, err))
-         return false;
-   if (!t.read_set)
-      c->read_timeout = t.io;
-   if (!t.write_set)
-      c->write_timeout = t.io;
-   return true;
-}
-
-static char *dup_or_null (const char *s)
-{
-   return s ? strdup (s) : NULL;
-}
-
-/* The database, the server's address and the credentials. */
-static bool parse_address (my_conn_t *c,
-                           const ll_uri_t *u,
-                           const char *shown,
-                           leaselock_error_t *err)
-{
-   const char *db = u->path[0] == '/' ? u->path + 1 : u->path;
-   if (!*db || strchr (db, '/'))
-      return ll_error_set (err, LEASELOCK_INVALID,
-                           "mysql URI \"%s\": expected mysql://user:password@host:port/database",
-                           shown);
-   if (!*u->host && !c->socket)
-      return ll_error_set (err, LEASELOCK_INVALID, "mysql URI \"%s\": no host (or ?socket=)",
-                           shown);
-   if (!(c->dbname = strdup (db)) || !(c->host = strdup (*u->host ? u->host : "localhost")) ||
-       (u->user && !(c->user = dup_or_null (u->user))) ||
-       (u->password && !(c->password = dup_or_null (u->password))))
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   c->port = u->port ? (unsigned)u->port : 3306;
-   return true;
-}
-
-static bool my_parse_uri (ll_sql_conn_t *b,
-                          const ll_uri_t *u,
-                          const char *text,
-                          leaselock_error_t *err)
-{
-   char shown[160];
-   ll_uri_redact (text, shown, sizeof shown);
-   my_conn_t *c = (my_conn_t *)b;
-   return parse_options (c, u, shown, err) && parse_address (c, u, shown, err);
-}
-
-/* ---- connection ------------------------------------------------------ */
-
-static void my_disconnect (ll_sql_conn_t *b)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   for (int i = 0; i < LL_SQL_COUNT; i++) {
-      if (c->st[i])
-         mysql_stmt_close (c->st[i]);
-      c->st[i] = NULL;
-   }
-   if (c->db)
-      mysql_close (c->db);
-   c->db = NULL;
-}
-
-/* Runs a statement without parameters or results (schema setup). */
-static bool exec_plain (my_conn_t *c, const char *sql, const char *what, leaselock_error_t *err)
-{
-   if (mysql_real_query (c->db, sql, strlen (sql)))
-      return fail_db (c, what, err);
-   MYSQL_RES *res = mysql_store_result (c->db);
-   if (res)
-      mysql_free_result (res);
-   return true;
-}
-
-static bool my_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   char sql[256];
-   snprintf (sql, sizeof sql, LL_MYSQL_READ_VERSION, b->table);
-   *version = -1;
-   if (mysql_real_query (c->db, sql, strlen (sql)))
-      return mysql_errno (c->db) == 1146 /* ER_NO_SUCH_TABLE */ ||
-             fail_db (c, "reading the schema version", err);
-   MYSQL_RES *res = mysql_store_result (c->db);
-   MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
-   if (row && row[0])
-      *version = strtol (row[0], NULL, 10);
-   if (res)
-      mysql_free_result (res);
-   return true;
-}
-
-/* Runs a schema statement formatted with the table name (and version). */
-static bool exec_schema (my_conn_t *c, const char *fmt, const char *what, leaselock_error_t *err)
-{
-   char sql[1024];
-   int v = LL_MYSQL_SCHEMA_VERSION;
-   snprintf (sql, sizeof sql, fmt, c->b.table, v, v);
-   return exec_plain (c, sql, what, err);
-}
-
-/* Creates what is missing and brings a table of versions 1 to 3 to this
- * version (ensure_schema's hook for both): the holds column and the queue
- * table are made before the version is raised, so a version-4 table
- * always has them. Safe when several processes do it at once, as each
- * statement is: IF NOT EXISTS, an ALTER that finds its
- * columns there already (error 1060) does nothing, INSERT IGNORE, and an
- * UPDATE that only raises an older version. The columns are added whatever
- * the version read, so a table that an older leaselock created while we
- * created ours, whose meta row we then wrote, gets them too. */
-static bool my_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   char sql[1024];
-   if (!exec_schema (c, LL_MYSQL_CREATE_TABLE, "creating the lock table", err))
-      return false;
-   snprintf (sql, sizeof sql, LL_MYSQL_ADD_NEXT_COLUMNS, b->table);
-   if (mysql_real_query (c->db, sql, strlen (sql)) &&
-       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
-      return fail_db (c, "adding the reservation columns", err);
-   snprintf (sql, sizeof sql, LL_MYSQL_ADD_HOLDS, b->table);
-   if (mysql_real_query (c->db, sql, strlen (sql)) &&
-       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
-      return fail_db (c, "adding the holds column", err);
-   return exec_schema (c, LL_MYSQL_CREATE_QUEUE, "creating the queue table", err) &&
-          exec_schema (c, LL_MYSQL_CREATE_META, "creating the schema table", err) &&
-          exec_schema (c, LL_MYSQL_RECORD_VERSION, "recording the schema version", err) &&
-          exec_schema (c, LL_MYSQL_RAISE_VERSION, "raising the schema version", err);
-}
-
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
-static void lib_init (void)
-{
-   mysql_library_init (0, NULL, NULL);
-}
-
-static void set_options (my_conn_t *c)
-{
-   bool off = false, on = true;
-   mysql_optionsv (c->db, MYSQL_OPT_RECONNECT, &off); /* we re-prepare on reconnect */
-   mysql_optionsv (c->db, MYSQL_OPT_CONNECT_TIMEOUT, &c->connect_timeout);
-   mysql_optionsv (c->db, MYSQL_OPT_READ_TIMEOUT, &c->read_timeout);
-   mysql_optionsv (c->db, MYSQL_OPT_WRITE_TIMEOUT, &c->write_timeout);
-   mysql_optionsv (c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-   mysql_optionsv (c->db, MYSQL_REPORT_DATA_TRUNCATION, &on);
-   /* READ COMMITTED: fewer gap locks, so concurrent first acquires of one
-    * key do not deadlock as often (they are retried when they do). */
-   mysql_optionsv (c->db, MYSQL_INIT_COMMAND,
-                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
-   if (c->ssl)
-      mysql_optionsv (c->db, MYSQL_OPT_SSL_ENFORCE, &on);
-}
-
-static bool my_connect (ll_sql_conn_t *b, leaselock_error_t *err)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   pthread_once (&lib_once, lib_init);
-   if (!(c->db = mysql_init (NULL)))
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
-   set_options (c);
-   if (mysql_real_connect (c->db, c->socket ? NULL : c->host, c->user, c->password, c->dbname,
-                           c->socket ? 0 : c->port, c->socket, 0))
-      return true;
-   char what[300];
-   if (c->socket)
-      snprintf (what, sizeof what, "connecting to socket %.200s", c->socket);
-   else
-      snprintf (what, sizeof what, "connecting to %.200s:%u", c->host, c->port);
-   return fail_db (c, what, err);
-}
-
-static int my_fd (ll_sql_conn_t *b)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   return c->db ? (int)mysql_get_socket (c->db) : -1;
-}
-
-/* A connected, idle connection whose socket is readable or hung up was
- * closed by the server (nothing is in flight between calls). */
-static bool my_alive (ll_sql_conn_t *b)
-{
-   return ((my_conn_t *)b)->db && !ll_fd_looks_closed (my_fd (b));
-}
-
-static bool my_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   if (c->st[id])
-      return true;
-   MYSQL_STMT *st = mysql_stmt_init (c->db);
-   if (!st)
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_stmt_init)");
-   if (mysql_stmt_prepare (st, b->sql[id], strlen (b->sql[id]))) {
-      fail_stmt (c, st, "preparing a statement", err);
-      mysql_stmt_close (st);
-      return false;
-   }
-   c->st[id] = st;
-   return true;
-}
-
-static void my_free_fields (ll_sql_conn_t *b)
-{
-   my_conn_t *c = (my_conn_t *)b;
-   ll_sql_free_secret (c->password);
-   free (c->host);
-   free (c->user);
-   free (c->dbname);
-   free (c->socket);
-}
-
-static const char *const sql_templates[LL_SQL_COUNT] = LL_MYSQL_STATEMENTS;
-
-static const ll_sql_driver_t my_driver = {
-   .name = "mysql",
-   .quote = '`',
-   .schema_version = LL_MYSQL_SCHEMA_VERSION,
-   .templates = sql_templates,
-   .free_fields = my_free_fields,
-   .parse_uri = my_parse_uri,
-   .connect = my_connect,
-   .alive = my_alive,
-   .fd = my_fd,
-   .disconnect = my_disconnect,
-   .prepare = my_prepare,
-   .read_version = my_read_version,
-   .create_schema = my_create_schema,
-};
 
 /* ---- statements ------------------------------------------------------ */
 
 /* Binds and executes statement id (reconnecting and preparing first when
  * needed), retrying a statement the server rolled back for a deadlock (it
  * had no effect, so running it again is exact). */
-static bool execute (my_conn_t *c,
-                     int id,
-                     MYSQL_BIND *params,
-                     const char *what,
-                     leaselock_error_t *err)
+static bool ll_mysql_execute (ll_mysql_conn_t *c,
+                              int id,
+                              MYSQL_BIND *params,
+                              const char *what,
+                              leaselock_error_t *err)
 {
    for (int attempt = 0;; attempt++) {
       if (!ll_sql_ready (&c->b, id, err))
          return false;
       MYSQL_STMT *st = c->st[id];
       if (mysql_stmt_bind_param (st, params))
-         return fail_stmt (c, st, what, err);
+         return ll_mysql_fail_stmt (c, st, what, err);
       if (mysql_stmt_execute (st) == 0)
          return true;
       unsigned no = mysql_stmt_errno (st);
       if ((no == 1213 /* ER_LOCK_DEADLOCK */) && attempt < DEADLOCK_RETRIES)
          continue;
-      return fail_stmt (c, st, what, err);
+      return ll_mysql_fail_stmt (c, st, what, err);
    }
 }
 
-static void bind_str (MYSQL_BIND *b, const char *s, unsigned long *len)
+static void ll_mysql_bind_str (MYSQL_BIND *b, const char *s, unsigned long *len)
 {
    memset (b, 0, sizeof *b);
    b->buffer_type = MYSQL_TYPE_STRING;
@@ -522,13 +129,13 @@ static void bind_str (MYSQL_BIND *b, const char *s, unsigned long *len)
    b->length = len;
 }
 
-static void bind_blob (MYSQL_BIND *b, const char *s, unsigned long *len)
+static void ll_mysql_bind_blob (MYSQL_BIND *b, const char *s, unsigned long *len)
 {
-   bind_str (b, s, len);
+   ll_mysql_bind_str (b, s, len);
    b->buffer_type = MYSQL_TYPE_BLOB;
 }
 
-static void bind_i64 (MYSQL_BIND *b, int64_t *v)
+static void ll_mysql_bind_i64 (MYSQL_BIND *b, int64_t *v)
 {
    memset (b, 0, sizeof *b);
    b->buffer_type = MYSQL_TYPE_LONGLONG;
@@ -536,7 +143,7 @@ static void bind_i64 (MYSQL_BIND *b, int64_t *v)
 }
 
 /* Holder strings are stored up to 255 bytes. */
-static unsigned long clip255 (const char *s)
+static unsigned long ll_mysql_clip255 (const char *s)
 {
    size_t n = s ? strlen (s) : 0;
    return n > 255 ? 255 : (unsigned long)n;
@@ -544,55 +151,55 @@ static unsigned long clip255 (const char *s)
 
 /* ---- operations ------------------------------------------------------ */
 
-static void *my_open (const char *uri, leaselock_error_t *err)
+static void *ll_mysql_open (const char *uri, leaselock_error_t *err)
 {
-   return ll_sql_open (calloc (1, sizeof (my_conn_t)), &my_driver, uri, err);
+   return ll_sql_open (calloc (1, sizeof (ll_mysql_conn_t)), &ll_mysql_driver, uri, err);
 }
 
-/* The values LL_MYSQL_ACQUIRE binds (LL_MYSQL_ACQUIRE_PARAMS names them). */
+/* The values LL_MYSQL_ACQUIRE binds (ll_mysql_acquire_params names them). */
 typedef struct
 {
    const char *key, *owner, *host, *label;
    unsigned long key_len, owner_len, host_len, label_len;
    int64_t ttl_us, pid, reserve_us, waited_us;
    my_bool wait_null; /* reserve and waited are NULL: a plain acquire */
-} my_acquire_t;
+} ll_mysql_acquire_t;
 
-static void bind_null_i64 (MYSQL_BIND *b, int64_t *v, my_bool *is_null)
+static void ll_mysql_bind_null_i64 (MYSQL_BIND *b, int64_t *v, my_bool *is_null)
 {
-   bind_i64 (b, v);
+   ll_mysql_bind_i64 (b, v);
    b->is_null = is_null;
 }
 
-/* Binds p[] by LL_MYSQL_ACQUIRE_PARAMS. */
-static void bind_acquire (MYSQL_BIND *p, my_acquire_t *a)
+/* Binds p[] by ll_mysql_acquire_params. */
+static void ll_mysql_bind_acquire (MYSQL_BIND *p, ll_mysql_acquire_t *a)
 {
    int i = 0;
-   for (const char *s = LL_MYSQL_ACQUIRE_PARAMS; *s; s++) {
+   for (const char *s = ll_mysql_acquire_params; *s; s++) {
       switch (*s) {
          case 'k':
-            bind_blob (&p[i++], a->key, &a->key_len);
+            ll_mysql_bind_blob (&p[i++], a->key, &a->key_len);
             break;
          case 'o':
-            bind_str (&p[i++], a->owner, &a->owner_len);
+            ll_mysql_bind_str (&p[i++], a->owner, &a->owner_len);
             break;
          case 't':
-            bind_i64 (&p[i++], &a->ttl_us);
+            ll_mysql_bind_i64 (&p[i++], &a->ttl_us);
             break;
          case 'h':
-            bind_blob (&p[i++], a->host, &a->host_len);
+            ll_mysql_bind_blob (&p[i++], a->host, &a->host_len);
             break;
          case 'p':
-            bind_i64 (&p[i++], &a->pid);
+            ll_mysql_bind_i64 (&p[i++], &a->pid);
             break;
          case 'l':
-            bind_blob (&p[i++], a->label, &a->label_len);
+            ll_mysql_bind_blob (&p[i++], a->label, &a->label_len);
             break;
          case 'r':
-            bind_null_i64 (&p[i++], &a->reserve_us, &a->wait_null);
+            ll_mysql_bind_null_i64 (&p[i++], &a->reserve_us, &a->wait_null);
             break;
          case 'w':
-            bind_null_i64 (&p[i++], &a->waited_us, &a->wait_null);
+            ll_mysql_bind_null_i64 (&p[i++], &a->waited_us, &a->wait_null);
             break;
          default:
             break; /* the spaces between assignments */
@@ -602,39 +209,41 @@ static void bind_acquire (MYSQL_BIND *p, my_acquire_t *a)
 
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
-static bool acquire_stmt (my_conn_t *c,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t ttl_ms,
-                          const ll_holder_t *holder,
-                          int64_t reserve_ms,
-                          int64_t waited_ms,
-                          int64_t *fence,
-                          bool *reserved,
-                          int64_t *left_ms,
-                          leaselock_error_t *err)
+static bool ll_mysql_acquire_wait (void *conn,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *owner,
+                                   int64_t ttl_ms,
+                                   const ll_holder_t *holder,
+                                   int64_t reserve_ms,
+                                   int64_t waited_ms,
+                                   int64_t *fence,
+                                   bool *reserved,
+                                   int64_t *left_ms,
+                                   leaselock_error_t *err)
 {
+   ll_mysql_conn_t *c = conn;
+   *reserved = false;
    *left_ms = -1;
-   my_acquire_t a = {
+   ll_mysql_acquire_t a = {
       .key = key,
       .owner = owner,
       .host = holder->host ? holder->host : "",
       .label = holder->label ? holder->label : "",
       .key_len = (unsigned long)key_len,
       .owner_len = LEASELOCK_OWNER_LEN,
-      .host_len = clip255 (holder->host),
-      .label_len = clip255 (holder->label),
+      .host_len = ll_mysql_clip255 (holder->host),
+      .label_len = ll_mysql_clip255 (holder->label),
       .ttl_us = ttl_ms * 1000,
       .pid = holder->pid,
       .reserve_us = reserve_ms * 1000,
       .waited_us = waited_ms * 1000,
       .wait_null = reserve_ms < 0,
    };
-   MYSQL_BIND p[sizeof LL_MYSQL_ACQUIRE_PARAMS];
-   bind_acquire (p, &a);
+   MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
+   ll_mysql_bind_acquire (p, &a);
    *reserved = false;
-   if (!execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
+   if (!ll_mysql_execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
       return false;
    MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
    my_ulonglong id = mysql_stmt_insert_id (st);
@@ -647,113 +256,82 @@ static bool acquire_stmt (my_conn_t *c,
    return true;
 }
 
-static bool my_acquire (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t ttl_ms,
-                        const ll_holder_t *holder,
-                        int64_t *fence,
-                        leaselock_error_t *err)
-{
-   bool reserved;
-   int64_t left;
-   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved, &left,
-                        err);
-}
-
-static bool my_acquire_wait (void *conn,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms,
-                             const ll_holder_t *holder,
-                             int64_t reserve_ms,
-                             int64_t waited_ms,
-                             int64_t *fence,
-                             bool *reserved,
-                             int64_t *left_ms,
-                             leaselock_error_t *err)
-{
-   return acquire_stmt (conn, key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence,
-                        reserved, left_ms, err);
-}
-
 /* Renew and release: (microseconds, key, owner) bound, then executed. */
-static bool execute_owned (my_conn_t *c,
-                           int id,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           int64_t ms,
-                           const char *what,
-                           leaselock_error_t *err)
+static bool ll_mysql_execute_owned (ll_mysql_conn_t *c,
+                                    int id,
+                                    const char *key,
+                                    size_t key_len,
+                                    const char *owner,
+                                    int64_t ms,
+                                    const char *what,
+                                    leaselock_error_t *err)
 {
    unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t us = ms * 1000;
    MYSQL_BIND p[3];
-   bind_i64 (&p[0], &us);
-   bind_blob (&p[1], key, &klen);
-   bind_str (&p[2], owner, &olen);
-   return execute (c, id, p, what, err);
+   ll_mysql_bind_i64 (&p[0], &us);
+   ll_mysql_bind_blob (&p[1], key, &klen);
+   ll_mysql_bind_str (&p[2], owner, &olen);
+   return ll_mysql_execute (c, id, p, what, err);
 }
 
-static bool not_held (leaselock_error_t *err)
+static bool ll_mysql_not_held (leaselock_error_t *err)
 {
    return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
 }
 
-static bool my_renew (void *conn,
-                      const char *key,
-                      size_t key_len,
-                      const char *owner,
-                      int64_t ttl_ms,
-                      leaselock_error_t *err)
+static bool ll_mysql_renew (void *conn,
+                            const char *key,
+                            size_t key_len,
+                            const char *owner,
+                            int64_t ttl_ms,
+                            leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
-   if (!execute_owned (c, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err))
+   ll_mysql_conn_t *c = conn;
+   if (!ll_mysql_execute_owned (c, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err))
       return false;
    /* Not the rows changed (an expiry could in theory be rewritten with the
     * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
-   return mysql_stmt_insert_id (c->st[LL_SQL_RENEW]) != 0 || not_held (err);
+   return mysql_stmt_insert_id (c->st[LL_SQL_RENEW]) != 0 || ll_mysql_not_held (err);
 }
 
-static bool my_release (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t min_hold_ms,
-                        leaselock_error_t *err)
+static bool ll_mysql_release (void *conn,
+                              const char *key,
+                              size_t key_len,
+                              const char *owner,
+                              int64_t min_hold_ms,
+                              leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
-   if (!execute_owned (c, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release", err))
+   ll_mysql_conn_t *c = conn;
+   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release",
+                                err))
       return false;
    /* The owner column always changes (ours -> NULL) when it matched. */
-   return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || not_held (err);
+   return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || ll_mysql_not_held (err);
 }
 
 /* One statement, one round trip: the insert id is the count after, 0 when
  * the row did not match (affected rows would not do: 1 - 1 stays 1). */
-static bool my_hold (void *conn,
-                     const char *key,
-                     size_t key_len,
-                     const char *owner,
-                     int delta,
-                     int64_t *holds,
-                     leaselock_error_t *err)
+static bool ll_mysql_hold (void *conn,
+                           const char *key,
+                           size_t key_len,
+                           const char *owner,
+                           int delta,
+                           int64_t *holds,
+                           leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
+   ll_mysql_conn_t *c = conn;
    unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t d = delta;
    MYSQL_BIND p[3];
-   bind_i64 (&p[0], &d);
-   bind_blob (&p[1], key, &klen);
-   bind_str (&p[2], owner, &olen);
-   if (!execute (c, LL_SQL_HOLD, p, "hold", err))
+   ll_mysql_bind_i64 (&p[0], &d);
+   ll_mysql_bind_blob (&p[1], key, &klen);
+   ll_mysql_bind_str (&p[2], owner, &olen);
+   if (!ll_mysql_execute (c, LL_SQL_HOLD, p, "hold", err))
       return false;
    my_ulonglong id = mysql_stmt_insert_id (c->st[LL_SQL_HOLD]);
    if (id == 0)
-      return not_held (err);
+      return ll_mysql_not_held (err);
    *holds = (int64_t)id;
    return true;
 }
@@ -768,9 +346,9 @@ typedef struct
    my_bool owner_null;
    int64_t fence, diff_us, pid, holds;
    MYSQL_BIND b[8];
-} my_row_t;
+} ll_mysql_row_t;
 
-static void row_bind (my_row_t *r)
+static void ll_mysql_row_bind (ll_mysql_row_t *r)
 {
    memset (r->b, 0, sizeof r->b);
    r->b[0].buffer_type = MYSQL_TYPE_BLOB;
@@ -782,21 +360,21 @@ static void row_bind (my_row_t *r)
    r->b[1].buffer_length = sizeof r->owner;
    r->b[1].length = &r->owner_len;
    r->b[1].is_null = &r->owner_null;
-   bind_i64 (&r->b[2], &r->fence);
-   bind_i64 (&r->b[3], &r->diff_us);
+   ll_mysql_bind_i64 (&r->b[2], &r->fence);
+   ll_mysql_bind_i64 (&r->b[3], &r->diff_us);
    r->b[4].buffer_type = MYSQL_TYPE_BLOB;
    r->b[4].buffer = r->host;
    r->b[4].buffer_length = sizeof r->host - 1;
    r->b[4].length = &r->host_len;
-   bind_i64 (&r->b[5], &r->pid);
+   ll_mysql_bind_i64 (&r->b[5], &r->pid);
    r->b[6].buffer_type = MYSQL_TYPE_BLOB;
    r->b[6].buffer = r->label;
    r->b[6].buffer_length = sizeof r->label - 1;
    r->b[6].length = &r->label_len;
-   bind_i64 (&r->b[7], &r->holds);
+   ll_mysql_bind_i64 (&r->b[7], &r->holds);
 }
 
-static void row_to_record (my_row_t *r, leaselock_record_t *rec)
+static void ll_mysql_row_to_record (ll_mysql_row_t *r, leaselock_record_t *rec)
 {
    memset (rec, 0, sizeof *rec);
    rec->key_len = ll_copy_clipped (rec->key, sizeof rec->key, r->key, r->key_len);
@@ -813,27 +391,27 @@ static void row_to_record (my_row_t *r, leaselock_record_t *rec)
 
 /* Executes a SELECT, buffers its rows, and calls fn for each (fn returns
  * false to stop). */
-static bool query_rows (my_conn_t *c,
-                        int id,
-                        MYSQL_BIND *params,
-                        leaselock_record_cb fn,
-                        void *data,
-                        const char *what,
-                        leaselock_error_t *err)
+static bool ll_mysql_query_rows (ll_mysql_conn_t *c,
+                                 int id,
+                                 MYSQL_BIND *params,
+                                 leaselock_record_cb fn,
+                                 void *data,
+                                 const char *what,
+                                 leaselock_error_t *err)
 {
-   if (!execute (c, id, params, what, err))
+   if (!ll_mysql_execute (c, id, params, what, err))
       return false;
    MYSQL_STMT *st = c->st[id];
-   my_row_t *r = malloc (sizeof *r);
+   ll_mysql_row_t *r = malloc (sizeof *r);
    leaselock_record_t *rec = malloc (sizeof *rec);
    bool ok = false;
    if (!r || !rec) {
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
       goto done;
    }
-   row_bind (r);
+   ll_mysql_row_bind (r);
    if (mysql_stmt_bind_result (st, r->b) || mysql_stmt_store_result (st)) {
-      fail_stmt (c, st, what, err);
+      ll_mysql_fail_stmt (c, st, what, err);
       goto done;
    }
    for (;;) {
@@ -841,11 +419,11 @@ static bool query_rows (my_conn_t *c,
       if (rc == MYSQL_NO_DATA)
          break;
       if (rc == 1) {
-         fail_stmt (c, st, what, err);
+         ll_mysql_fail_stmt (c, st, what, err);
          goto done;
       }
       /* rc 0, or MYSQL_DATA_TRUNCATED (cannot happen with these widths) */
-      row_to_record (r, rec);
+      ll_mysql_row_to_record (r, rec);
       if (!fn (rec, data))
          break;
    }
@@ -858,94 +436,115 @@ done:
    return ok;
 }
 
-static bool my_inspect (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        leaselock_record_t *rec,
-                        bool *found,
-                        leaselock_error_t *err)
-{
-   my_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len;
-   MYSQL_BIND p[1];
-   bind_blob (&p[0], key, &klen);
-   *found = false;
-   ll_record_one_t o = { rec, found };
-   return query_rows (c, LL_SQL_INSPECT, p, ll_record_take_one, &o, "inspect", err);
-}
-
-static bool my_list (void *conn,
-                     const char *prefix,
-                     size_t prefix_len,
-                     leaselock_record_cb fn,
-                     void *user_data,
-                     leaselock_error_t *err)
-{
-   my_conn_t *c = conn;
-   /* Keys starting with prefix are exactly those in [prefix, upper) where
-    * upper is prefix with trailing 0xff bytes dropped and the last byte
-    * incremented (none when the prefix is empty or all 0xff). */
-   char upper[LEASELOCK_KEY_MAX + 1];
-   size_t ulen = ll_prefix_upper (prefix, prefix_len, upper);
-   unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
-   MYSQL_BIND p[2];
-   bind_blob (&p[0], prefix_len ? prefix : "", &plen);
-   bind_blob (&p[1], upper, &uplen);
-   return query_rows (c, ulen ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, fn, user_data, "list",
-                      err);
-}
-
-static bool my_force_release (void *conn,
+static bool ll_mysql_inspect (void *conn,
                               const char *key,
                               size_t key_len,
-                              bool *took,
+                              leaselock_record_t *rec,
+                              bool *found,
                               leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
+   ll_mysql_conn_t *c = conn;
    unsigned long klen = (unsigned long)key_len;
    MYSQL_BIND p[1];
-   bind_blob (&p[0], key, &klen);
-   if (!execute (c, LL_SQL_FORCE, p, "force_release", err))
+   ll_mysql_bind_blob (&p[0], key, &klen);
+   *found = false;
+   ll_record_one_t o = { rec, found };
+   return ll_mysql_query_rows (c, LL_SQL_INSPECT, p, ll_record_take_one, &o, "inspect", err);
+}
+
+/* The keys under a prefix, for list and prune: exactly those in [prefix,
+ * upper) where upper is the prefix with trailing 0xff bytes dropped and
+ * the last byte incremented; from the prefix on when there is no upper
+ * (the prefix is empty or all 0xff). The binds point into r, which must
+ * outlive the statement's execution. */
+typedef struct ll_mysql_range
+{
+   char upper[LEASELOCK_KEY_MAX + 1];
+   unsigned long prefix_len, upper_len;
+} ll_mysql_range_t;
+
+/* Binds the prefix to from and its upper bound to below; returns whether
+ * there is one (then the _RANGE statement, else the _FROM one). */
+static bool ll_mysql_bind_range (ll_mysql_range_t *r,
+                                 const char *prefix,
+                                 size_t prefix_len,
+                                 MYSQL_BIND *from,
+                                 MYSQL_BIND *below)
+{
+   r->upper_len = (unsigned long)ll_prefix_upper (prefix, prefix_len, r->upper);
+   r->prefix_len = (unsigned long)prefix_len;
+   ll_mysql_bind_blob (from, prefix_len ? prefix : "", &r->prefix_len);
+   ll_mysql_bind_blob (below, r->upper, &r->upper_len);
+   return r->upper_len != 0;
+}
+
+static bool ll_mysql_list (void *conn,
+                           const char *prefix,
+                           size_t prefix_len,
+                           leaselock_record_cb fn,
+                           void *user_data,
+                           leaselock_error_t *err)
+{
+   ll_mysql_range_t r;
+   MYSQL_BIND p[2];
+   bool bounded = ll_mysql_bind_range (&r, prefix, prefix_len, &p[0], &p[1]);
+   return ll_mysql_query_rows (conn, bounded ? LL_SQL_LIST_RANGE : LL_SQL_LIST_FROM, p, fn,
+                               user_data, "list", err);
+}
+
+static bool ll_mysql_force_release (void *conn,
+                                    const char *key,
+                                    size_t key_len,
+                                    bool *took,
+                                    leaselock_error_t *err)
+{
+   ll_mysql_conn_t *c = conn;
+   unsigned long klen = (unsigned long)key_len;
+   MYSQL_BIND p[1];
+   ll_mysql_bind_blob (&p[0], key, &klen);
+   if (!ll_mysql_execute (c, LL_SQL_FORCE, p, "force_release", err))
       return false;
    *took = mysql_stmt_insert_id (c->st[LL_SQL_FORCE]) != 0;
    return true;
 }
 
-static bool my_prune (void *conn,
-                      const char *prefix,
-                      size_t prefix_len,
-                      int64_t older_than_ms,
-                      int64_t *count,
-                      leaselock_error_t *err)
+static bool ll_mysql_prune (void *conn,
+                            const char *prefix,
+                            size_t prefix_len,
+                            int64_t older_than_ms,
+                            int64_t *count,
+                            leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
-   char upper[LEASELOCK_KEY_MAX + 1];
-   size_t ulen = ll_prefix_upper (prefix, prefix_len, upper);
-   unsigned long plen = (unsigned long)prefix_len, uplen = (unsigned long)ulen;
+   ll_mysql_conn_t *c = conn;
+   ll_mysql_range_t r;
    int64_t us = older_than_ms * 1000;
-   int id = ulen ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM;
    MYSQL_BIND p[3];
-   bind_blob (&p[0], prefix_len ? prefix : "", &plen);
-   bind_i64 (&p[1], &us);
-   bind_blob (&p[2], upper, &uplen);
-   if (!execute (c, id, p, "prune", err))
+   bool bounded = ll_mysql_bind_range (&r, prefix, prefix_len, &p[0], &p[2]);
+   ll_mysql_bind_i64 (&p[1], &us);
+   int id = bounded ? LL_SQL_PRUNE_RANGE : LL_SQL_PRUNE_FROM;
+   if (!ll_mysql_execute (c, id, p, "prune", err))
       return false;
    *count = (int64_t)mysql_stmt_affected_rows (c->st[id]);
    /* The queue entries that ran out go too (not counted: not records). */
-   return execute (c, ulen ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p, "prune", err);
+   return ll_mysql_execute (c, bounded ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p,
+                            "prune", err);
 }
 
 /* ---- the fair mode's queue --------------------------------------------- */
 
 /* Reads the one row of statement id's result: n BIGINT columns (NULL reads
  * as -1). */
-static bool fetch_row_i64 (my_conn_t *c, int id, int64_t *v, int n, leaselock_error_t *err)
+static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c,
+                                    int id,
+                                    int64_t *v,
+                                    int n,
+                                    leaselock_error_t *err)
 {
    MYSQL_STMT *st = c->st[id];
    MYSQL_BIND r[2];
    my_bool is_null[2] = { 0, 0 };
    for (int i = 0; i < n; i++) {
-      bind_i64 (&r[i], &v[i]);
+      ll_mysql_bind_i64 (&r[i], &v[i]);
       r[i].is_null = &is_null[i];
    }
    int rc = 1;
@@ -955,7 +554,7 @@ static bool fetch_row_i64 (my_conn_t *c, int id, int64_t *v, int n, leaselock_er
    if (!ok && rc == MYSQL_NO_DATA)
       ll_backend_fail (err, "mysql", "queue_join", "no row returned", NULL, NULL);
    else if (!ok)
-      fail_stmt (c, st, "queue_join", err);
+      ll_mysql_fail_stmt (c, st, "queue_join", err);
    if (c->db && c->st[id])
       mysql_stmt_free_result (c->st[id]);
    for (int i = 0; i < n; i++)
@@ -966,9 +565,9 @@ static bool fetch_row_i64 (my_conn_t *c, int id, int64_t *v, int n, leaselock_er
 
 /* The named lock is the session's until released: a join that fails after
  * taking it drops the connection, which lets it go. Returns false. */
-static bool queue_drop (my_conn_t *c)
+static bool ll_mysql_queue_drop (ll_mysql_conn_t *c)
 {
-   my_disconnect (&c->b);
+   ll_mysql_disconnect (&c->b);
    return false;
 }
 
@@ -985,55 +584,55 @@ static bool queue_drop (my_conn_t *c)
  * plain reads do not wait for the other's uncommitted entry, and locking
  * reads deadlock against each other's inserts.
  */
-static bool my_queue_join (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           int64_t keep_ms,
-                           int64_t *ahead,
-                           leaselock_error_t *err)
+static bool ll_mysql_queue_join (void *conn,
+                                 const char *key,
+                                 size_t key_len,
+                                 const char *owner,
+                                 int64_t keep_ms,
+                                 int64_t *ahead,
+                                 leaselock_error_t *err)
 {
-   my_conn_t *c = conn;
+   ll_mysql_conn_t *c = conn;
    unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t wait_s = c->read_timeout > 1 ? c->read_timeout - 1 : 1, keep_us = keep_ms * 1000;
    int64_t v[2] = { -1, -1 };
    MYSQL_BIND p[4];
-   bind_blob (&p[0], key, &klen);
-   bind_i64 (&p[1], &wait_s);
-   if (!execute (c, LL_SQL_QUEUE_LOCK, p, "queue_join", err))
+   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_i64 (&p[1], &wait_s);
+   if (!ll_mysql_execute (c, LL_SQL_QUEUE_LOCK, p, "queue_join", err))
       return false;
-   if (!fetch_row_i64 (c, LL_SQL_QUEUE_LOCK, v, 1, err))
-      return queue_drop (c);
+   if (!ll_mysql_fetch_row_i64 (c, LL_SQL_QUEUE_LOCK, v, 1, err))
+      return ll_mysql_queue_drop (c);
    if (v[0] != 1) {
       char msg[96];
       snprintf (msg, sizeof msg, "the key's queue lock stayed taken for %lld s", (long long)wait_s);
       ll_backend_fail (err, "mysql", "queue_join", msg, NULL, NULL);
-      return queue_drop (c);
+      return ll_mysql_queue_drop (c);
    }
-   bind_str (&p[1], owner, &olen);
-   bind_i64 (&p[2], &keep_us);
-   bind_i64 (&p[3], &keep_us);
-   if (!execute (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err))
-      return queue_drop (c);
-   bind_blob (&p[2], key, &klen);
-   if (!execute (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err) ||
-       !fetch_row_i64 (c, LL_SQL_QUEUE_AHEAD, v, 2, err))
-      return queue_drop (c);
+   ll_mysql_bind_str (&p[1], owner, &olen);
+   ll_mysql_bind_i64 (&p[2], &keep_us);
+   ll_mysql_bind_i64 (&p[3], &keep_us);
+   if (!ll_mysql_execute (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err))
+      return ll_mysql_queue_drop (c);
+   ll_mysql_bind_blob (&p[2], key, &klen);
+   if (!ll_mysql_execute (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err) ||
+       !ll_mysql_fetch_row_i64 (c, LL_SQL_QUEUE_AHEAD, v, 2, err))
+      return ll_mysql_queue_drop (c);
    *ahead = v[0];
    return true;
 }
 
-static bool my_queue_leave (void *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            leaselock_error_t *err)
+static bool ll_mysql_queue_leave (void *conn,
+                                  const char *key,
+                                  size_t key_len,
+                                  const char *owner,
+                                  leaselock_error_t *err)
 {
    unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
    MYSQL_BIND p[2];
-   bind_blob (&p[0], key, &klen);
-   bind_str (&p[1], owner, &olen);
-   return execute (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
+   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_str (&p[1], owner, &olen);
+   return ll_mysql_execute (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
 }
 
 const ll_backend_t ll_backend_mysql = {
@@ -1041,20 +640,19 @@ const ll_backend_t ll_backend_mysql = {
    .schemes = { "mysql", "mariadb", NULL },
    .available = true,
    .unavailable = NULL,
-   .open = my_open,
+   .open = ll_mysql_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire = my_acquire,
-   .acquire_wait = my_acquire_wait,
-   .queue_join = my_queue_join,
-   .queue_leave = my_queue_leave,
-   .renew = my_renew,
-   .release = my_release,
-   .inspect = my_inspect,
-   .list = my_list,
-   .force_release = my_force_release,
-   .prune = my_prune,
-   .hold = my_hold,
+   .acquire_wait = ll_mysql_acquire_wait,
+   .queue_join = ll_mysql_queue_join,
+   .queue_leave = ll_mysql_queue_leave,
+   .renew = ll_mysql_renew,
+   .release = ll_mysql_release,
+   .inspect = ll_mysql_inspect,
+   .list = ll_mysql_list,
+   .force_release = ll_mysql_force_release,
+   .prune = ll_mysql_prune,
+   .hold = ll_mysql_hold,
 };
 
 #else /* !LEASELOCK_WITH_MYSQL */

@@ -397,7 +397,9 @@ typedef struct ll_backend
     * acquire_wait). Sets owner, expiry now+ttl, acquired_at now, holder
     * info, fence = old fence + 1 (1 for a new record), and clears the
     * reservation (a reservation that let us take the key is ours or has
-    * run out). */
+    * run out). Optional: NULL when acquire_wait with reserve_ms = -1 (no
+    * claim) is the same statement, as in the SQL backends; callers go
+    * through ll_backend_acquire, which picks. */
    bool (*acquire) (void *conn,
                     const char *key,
                     size_t key_len,
@@ -552,6 +554,19 @@ extern const ll_backend_t ll_backend_mongodb;
 extern const ll_backend_t ll_backend_mysql;
 extern const ll_backend_t ll_backend_postgresql;
 
+/* A backend's acquire: b->acquire when it has one, else b->acquire_wait
+ * with reserve_ms = -1 and waited_ms = 0 (a take that never claims the
+ * reservation). Arguments as for ll_backend_t's acquire. */
+bool ll_backend_acquire (const ll_backend_t *b,
+                         void *conn,
+                         const char *key,
+                         size_t key_len,
+                         const char *owner,
+                         int64_t ttl_ms,
+                         const ll_holder_t *holder,
+                         int64_t *fence,
+                         leaselock_error_t *err);
+
 /* For tests: adds a backend (e.g. the fake one) found by its schemes. */
 void ll_backend_register (const ll_backend_t *backend);
 /* The backend for uri's scheme, or NULL with INVALID (malformed or unknown
@@ -615,7 +630,7 @@ int64_t ll_us_to_left_ms (int64_t us);
  * operation (list and prune have two: from the prefix on, and a bounded
  * range). Each
  * backend's texts, "%s" (or "%1$s") where the table name goes, live in its
- * header: sql_mysql.h, sql_postgresql.h. */
+ * statement file: stmt_mysql.c, stmt_postgresql.c. */
 typedef enum ll_sql_st
 {
    LL_SQL_ACQUIRE,
@@ -639,6 +654,21 @@ typedef enum ll_sql_st
    LL_SQL_HOLD,
    LL_SQL_COUNT
 } ll_sql_st_t;
+
+/* A backend's statement table (const char *[LL_SQL_COUNT]) from its text
+ * macros P_ACQUIRE, P_RENEW, ... (P is LL_MYSQL, LL_POSTGRESQL): one
+ * initializer for every backend, so no operation is left out of one. */
+#define LL_SQL_STATEMENT_TABLE(P)                                                                  \
+   {                                                                                               \
+      [LL_SQL_ACQUIRE] = P##_ACQUIRE, [LL_SQL_RENEW] = P##_RENEW, [LL_SQL_RELEASE] = P##_RELEASE,  \
+      [LL_SQL_INSPECT] = P##_INSPECT, [LL_SQL_LIST_FROM] = P##_LIST_FROM,                          \
+      [LL_SQL_LIST_RANGE] = P##_LIST_RANGE, [LL_SQL_FORCE] = P##_FORCE,                            \
+      [LL_SQL_PRUNE_FROM] = P##_PRUNE_FROM, [LL_SQL_PRUNE_RANGE] = P##_PRUNE_RANGE,                \
+      [LL_SQL_QUEUE_LOCK] = P##_QUEUE_LOCK, [LL_SQL_QUEUE_JOIN] = P##_QUEUE_JOIN,                  \
+      [LL_SQL_QUEUE_AHEAD] = P##_QUEUE_AHEAD, [LL_SQL_QUEUE_LEAVE] = P##_QUEUE_LEAVE,              \
+      [LL_SQL_QUEUE_PRUNE_FROM] = P##_QUEUE_PRUNE_FROM,                                            \
+      [LL_SQL_QUEUE_PRUNE_RANGE] = P##_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = P##_HOLD,                \
+   }
 
 typedef struct ll_sql_conn ll_sql_conn_t;
 

@@ -115,7 +115,8 @@ static bool take_or_claim (leaselock_client_t *c,
    if (w)
       w->behind = false;
    if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
-      bool ok = b->acquire (conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
+      bool ok =
+        ll_backend_acquire (b, conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
       if (rejoin && !ok && err->code == LEASELOCK_BUSY)
          w->behind = true;
       return ok;

@@ -9,6 +9,10 @@ BENCH_CORE += sqlite
 
 .PHONY: test-sqlite bench-core-sqlite
 
+# The shared fair-queue and notification cases (tests/queue_cases.c,
+# tests/notify_cases.c) run here on SQLite too.
+$(BUILD)/tests/test_sqlite: $(BUILD)/tests/queue_cases.o $(BUILD)/tests/notify_cases.o
+
 test-sqlite: $(BUILD)/tests/test_sqlite
 	$(BUILD)/tests/test_sqlite
 

@@ -149,7 +149,13 @@ static bool fault_acquire (void *conn,
                            int64_t *fence,
                            leaselock_error_t *err)
 {
-   FORWARD ("acquire", acquire (fc->conn, key, key_len, owner, ttl_ms, holder, fence, err));
+   fault_conn_t *fc = conn;
+   int f = enter ("acquire");
+   if (!fail_before (f, "acquire", err))
+      return leave (-1, "acquire", false, err);
+   bool ok =
+     ll_backend_acquire (fc->inner, fc->conn, key, key_len, owner, ttl_ms, holder, fence, err);
+   return leave (f, "acquire", ok, err);
 }
 
 static bool fault_acquire_wait (void *conn,

@@ -128,7 +128,7 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK (!found);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 0);
-   CHECK_OK (b->acquire (c, k, strlen (k), QC_H, 10000, &h, &fence, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, k, strlen (k), QC_H, 10000, &h, &fence, &err), err);
    CHECK_EQ (fence, 1);
    CHECK_OK (b->renew (c, k, strlen (k), QC_H, 10000, &err), err);
    CHECK_OK (b->inspect (c, k, strlen (k), &rec, &found, &err), err);
@@ -136,7 +136,7 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 1);
    CHECK_OK (b->release (c, k, strlen (k), QC_H, 0, &err), err);
-   CHECK_OK (b->acquire (c, k, strlen (k), QC_C, 10000, &h, &fence, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, k, strlen (k), QC_C, 10000, &h, &fence, &err), err);
    CHECK_EQ (fence, 2);
    CHECK_OK (b->release (c, k, strlen (k), QC_C, 0, &err), err);
    /* ... and the queue is as it was. */

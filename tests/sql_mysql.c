@@ -115,7 +115,7 @@ void raw_unlock (void *h)
    mysql_close (h);
 }
 
-/* Schema version 1's DDL (sql_mysql.h before the reservation). */
+/* Schema version 1's DDL (stmt_mysql.c before the reservation). */
 bool raw_create_v1 (const char *table)
 {
    char sql[1024];

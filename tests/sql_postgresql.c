@@ -77,7 +77,7 @@ void raw_unlock (void *h)
    PQfinish (h);
 }
 
-/* Schema version 1's DDL (sql_postgresql.h before the reservation). */
+/* Schema version 1's DDL (stmt_postgresql.c before the reservation). */
 bool raw_create_v1 (const char *table)
 {
    char sql[1200];

@@ -1245,16 +1245,16 @@ static void test_reacquire_same_owner (void)
    const char *k = key ("retry");
    ll_holder_t h = { "host", 1, "retry" };
    int64_t f1 = 0, f2 = 0;
-   bool ok =
-     b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f1, &err);
+   bool ok = ll_backend_acquire (b, conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000,
+                                 &h, &f1, &err);
    if (ok)
-      ok =
-        b->acquire (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h, &f2, &err);
+      ok = ll_backend_acquire (b, conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h,
+                               &f2, &err);
    bool busy = false;
    if (ok) {
       int64_t f3;
-      busy = !b->acquire (conn, k, strlen (k), "fedcba9876543210fedcba9876543210", 5000, &h, &f3,
-                          &err) &&
+      busy = !ll_backend_acquire (b, conn, k, strlen (k), "fedcba9876543210fedcba9876543210", 5000,
+                                  &h, &f3, &err) &&
              err.code == LEASELOCK_BUSY;
       ok = b->release (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 0, &err);
    }

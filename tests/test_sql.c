@@ -24,8 +24,8 @@
  */
 #include "ll_internal.h"
 #include "sql_driver.h"
-#include "sql_mysql.h"
-#include "sql_postgresql.h"
+#include "stmt_mysql.h"
+#include "stmt_postgresql.h"
 #include "testlib.h"
 #include "notify_cases.h"
 #include "queue_cases.h"
@@ -333,7 +333,7 @@ static void test_takeover_does_not_extend_old (void)
    const char *k = key ("takeover");
    size_t kl = strlen (k);
    int64_t f1 = 0, f2 = 0, f3 = 0;
-   bool ok = b->acquire (conn, k, kl, A, 300, &ha, &f1, &err);
+   bool ok = ll_backend_acquire (b, conn, k, kl, A, 300, &ha, &f1, &err);
    leaselock_record_t r1, r2, r3;
    bool found = false;
    bool busy_ok = false, renew_a = true, release_a = true, release_b = false;
@@ -341,13 +341,14 @@ static void test_takeover_does_not_extend_old (void)
    if (ok) {
       /* BUSY while A is live: nothing changes, not even A's expiry. */
       ok = b->inspect (conn, k, kl, &r1, &found, &err);
-      busy_ok = !b->acquire (conn, k, kl, B, 60000, &hb, &f2, &err) && err.code == LEASELOCK_BUSY;
+      busy_ok = !ll_backend_acquire (b, conn, k, kl, B, 60000, &hb, &f2, &err) &&
+                err.code == LEASELOCK_BUSY;
       if (ok)
          ok = b->inspect (conn, k, kl, &r2, &found, &err);
    }
    if (ok) {
       sleep_ms (400);
-      ok = b->acquire (conn, k, kl, B, 5000, &hb, &f3, &err);
+      ok = ll_backend_acquire (b, conn, k, kl, B, 5000, &hb, &f3, &err);
    }
    if (ok) {
       ok = b->inspect (conn, k, kl, &r3, &found, &err);
@@ -397,7 +398,7 @@ static char rsv_take (const ll_backend_t *b,
    static const ll_holder_t h = { "rsv-host", 1, "rsv" };
    leaselock_error_t err;
    int64_t f = 0;
-   if (b->acquire (conn, k, strlen (k), owner, ttl_ms, &h, &f, &err)) {
+   if (ll_backend_acquire (b, conn, k, strlen (k), owner, ttl_ms, &h, &f, &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -1044,7 +1045,7 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column */
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
-   CHECK_OK (b->acquire (c, "old", 3, QC_B, 10000, &h, &f, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, "old", 3, QC_B, 10000, &h, &f, &err), err);
    CHECK_EQ (f, 8);
    CHECK_EQ (hold_of (b, c, "old", 3, QC_B, +1), 2);
 }
@@ -1129,7 +1130,8 @@ static bool raw_create_v3 (const char *table)
    char sql[1024];
    if (!raw_create_v2 (table))
       return false;
-   snprintf (sql, sizeof sql, IS_MYSQL ? LL_MYSQL_CREATE_QUEUE : LL_POSTGRESQL_CREATE_QUEUE, table);
+   snprintf (sql, sizeof sql,
+             IS_MYSQL ? ll_mysql_schema_sql.create_queue : ll_pg_schema_sql.create_queue, table);
    if (!raw_query (sql, NULL, 0))
       return false;
    snprintf (sql, sizeof sql,
@@ -1619,7 +1621,7 @@ static void test_failed_in_flight (void)
    const char *X = "cccccccccccccccccccccccccccccccc";
    ll_holder_t h = { "host", 1, "inflight" };
    int64_t f0 = 0, f1 = 0, f2 = 0;
-   bool ok = b->acquire (conn, k, strlen (k), X, 5000, &h, &f0, &err);
+   bool ok = ll_backend_acquire (b, conn, k, strlen (k), X, 5000, &h, &f0, &err);
    if (ok)
       ok = b->release (conn, k, strlen (k), X, 0, &err);
    void *lock = ok ? raw_lock_row (k) : NULL;
@@ -1627,8 +1629,8 @@ static void test_failed_in_flight (void)
    int64_t t0 = mono_ms (), waited = 0;
    if (lock) {
       leaselock_error_t e1;
-      failed_backend =
-        !b->acquire (conn, k, strlen (k), X, 5000, &h, &f1, &e1) && e1.code == LEASELOCK_BACKEND;
+      failed_backend = !ll_backend_acquire (b, conn, k, strlen (k), X, 5000, &h, &f1, &e1) &&
+                       e1.code == LEASELOCK_BACKEND;
       waited = mono_ms () - t0;
       if (!failed_backend)
          fprintf (stderr, "    in-flight acquire: %s %s\n", leaselock_code_name (e1.code),
@@ -1639,7 +1641,7 @@ static void test_failed_in_flight (void)
    leaselock_record_t rec;
    bool found = false;
    if (lock) {
-      retried = b->acquire (conn, k, strlen (k), X, 5000, &h, &f2, &err);
+      retried = ll_backend_acquire (b, conn, k, strlen (k), X, 5000, &h, &f2, &err);
       if (retried)
          ok = b->inspect (conn, k, strlen (k), &rec, &found, &err);
       if (retried)

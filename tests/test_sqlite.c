@@ -8,7 +8,7 @@
  * Run: test_sqlite [TMPDIR] (default: a new directory under /tmp).
  */
 #include "ll_internal.h"
-#include "sql_sqlite.h"
+#include "stmt_sqlite.h"
 #include "testlib.h"
 #include "notify_cases.h"
 #include "queue_cases.h"
@@ -114,7 +114,7 @@ static void test_uri_busy_timeout_option (void)
    CHECK (sqlite3_exec (db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
    int64_t fence = 0;
    int64_t t0 = ll_now_ms ();
-   bool ok = B->acquire (a, "k", 1, owner_a, 1000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, "k", 1, owner_a, 1000, &holder, &fence, &err);
    int64_t waited = ll_now_ms () - t0;
    sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
    sqlite3_close (db);
@@ -137,7 +137,7 @@ static void test_schema_created_once (void)
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    int64_t fence = 0;
-   bool ok = B->acquire (a, "k", 1, owner_a, 60000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, "k", 1, owner_a, 60000, &holder, &fence, &err);
    B->close (a);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 1);
@@ -146,13 +146,13 @@ static void test_schema_created_once (void)
     * and the fence goes on from 1. */
    void *b = B->open (uri, &err);
    CHECK_OK (b != NULL, err);
-   ok = B->acquire (b, "k", 1, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, b, "k", 1, owner_b, 60000, &holder, &fence, &err);
    if (ok) {
       B->close (b);
       CHECK (!"another owner took a live lease after reopening");
    }
    CHECK_EQ (err.code, LEASELOCK_BUSY);
-   ok = B->acquire (b, "k", 1, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, b, "k", 1, owner_a, 60000, &holder, &fence, &err);
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
@@ -351,7 +351,8 @@ static void test_prefix_no_wildcards (void)
    bool ok = true;
    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
       int64_t fence;
-      ok = B->acquire (a, keys[i], strlen (keys[i]), owner_a, 60000, &holder, &fence, &err);
+      ok =
+        ll_backend_acquire (B, a, keys[i], strlen (keys[i]), owner_a, 60000, &holder, &fence, &err);
    }
    if (!ok)
       B->close (a);
@@ -389,7 +390,7 @@ static void test_ops_by_sqlite_clock (void)
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence = 0;
-   bool ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -414,7 +415,7 @@ static void test_ops_by_sqlite_clock (void)
    CHECK (exp_at - wall > 55000 && exp_at - wall <= 60000);
 
    /* Other owner: busy, cannot renew or release. */
-   ok = B->acquire (a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, "op", 2, owner_b, 60000, &holder, &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
    ok = B->renew (a, "op", 2, owner_b, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
@@ -431,7 +432,7 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->inspect (a, "op", 2, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (rec.expires_in_ms <= 0);
-   ok = B->acquire (a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, "op", 2, owner_b, 60000, &holder, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
 
@@ -442,7 +443,7 @@ static void test_ops_by_sqlite_clock (void)
    CHECK_OK (ok, err);
    CHECK (!strcmp (rec.owner, ""));
    CHECK (rec.expires_in_ms > 55000);
-   ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
    ok = B->release (a, "op", 2, owner_b, 0, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
@@ -452,11 +453,11 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->force_release (a, "op", 2, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 3);
    /* A retried acquire by the same owner succeeds with a larger fence. */
-   ok = B->acquire (a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 4);
    /* force_release of a live lease: taken; the fence survives. */
@@ -474,7 +475,7 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->inspect (a, "none", 4, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
-   ok = B->acquire (a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, "op", 2, owner_b, 60000, &holder, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 5);
    B->close (a);
@@ -496,7 +497,7 @@ static char rsv_take (void *conn, const char *k, const char *owner, int64_t ttl_
 {
    leaselock_error_t err;
    int64_t f = 0;
-   if (B->acquire (conn, k, strlen (k), owner, ttl_ms, &holder, &f, &err)) {
+   if (ll_backend_acquire (B, conn, k, strlen (k), owner, ttl_ms, &holder, &f, &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -721,7 +722,7 @@ static void test_retry_beats_reservation (void)
    rsv_run_new (rsv_retry_wins);
 }
 
-/* Schema version 1 as it was created (sql_sqlite.h before the
+/* Schema version 1 as it was created (stmt_sqlite.c before the
  * reservation), with one released record "old" at fence 7. */
 static const char V1_FILE[] =
   "CREATE TABLE leaselock_locks (key TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL DEFAULT '', "
@@ -823,7 +824,7 @@ static void test_queue_concurrent_joins (void)
    qc_concurrent_joins (quri);
 }
 
-/* Schema version 2 as it was created (sql_sqlite.h before the queue), with
+/* Schema version 2 as it was created (stmt_sqlite.c before the queue), with
  * one released record "old" at fence 7. */
 static const char V2_FILE[] =
   "CREATE TABLE leaselock_locks (key TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL DEFAULT '', "
@@ -847,7 +848,7 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
    CHECK_EQ (rows ("old"), 2);
-   CHECK_OK (b->acquire (c, "old", 3, QC_B, 10000, &holder, &f, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, "old", 3, QC_B, 10000, &holder, &f, &err), err);
    CHECK_EQ (f, 8);
 }
 
@@ -989,7 +990,7 @@ static bool open_and_use (const char *uri, int idx, leaselock_error_t *err)
    char key[32];
    snprintf (key, sizeof key, "opener-%d", idx);
    int64_t fence;
-   bool ok = B->acquire (a, key, strlen (key), owner_a, 60000, &holder, &fence, err);
+   bool ok = ll_backend_acquire (B, a, key, strlen (key), owner_a, 60000, &holder, &fence, err);
    B->close (a);
    return ok;
 }
@@ -1048,7 +1049,7 @@ static void test_fork_abandon (void)
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence;
-   bool ok = B->acquire (a, "parent", 6, owner_a, 60000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, "parent", 6, owner_a, 60000, &holder, &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -1059,9 +1060,12 @@ static void test_fork_abandon (void)
       B->abandon (a);
       leaselock_error_t cerr;
       void *mine = B->open (uri, &cerr);
-      bool cok = mine && B->acquire (mine, "child", 5, owner_b, 60000, &holder, &fence, &cerr);
-      bool busy = mine && !B->acquire (mine, "parent", 6, owner_b, 60000, &holder, &fence, &cerr) &&
-                  cerr.code == LEASELOCK_BUSY;
+      bool cok =
+        mine && ll_backend_acquire (B, mine, "child", 5, owner_b, 60000, &holder, &fence, &cerr);
+      bool busy =
+        mine &&
+        !ll_backend_acquire (B, mine, "parent", 6, owner_b, 60000, &holder, &fence, &cerr) &&
+        cerr.code == LEASELOCK_BUSY;
       if (mine)
          B->close (mine);
       _exit (cok && busy ? 0 : 1);

@@ -1,5 +1,5 @@
 """The MySQL/MariaDB lease protocol on PyMySQL: the engine's own statements
-(LL_MYSQL_ACQUIRE and LL_MYSQL_RELEASE from csrc/sql_mysql.h, a plain
+(LL_MYSQL_ACQUIRE and LL_MYSQL_RELEASE from csrc/stmt_mysql.c, a plain
 acquire: no reservation claimed), parameters bound in the order
 LL_MYSQL_ACQUIRE_PARAMS gives, the session set up as the backend sets it
 (utf8mb4, READ COMMITTED, autocommit). The insert id tells the outcome: the
@@ -24,9 +24,9 @@ class MySQLLeases:
             autocommit=True, init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         self.cur = self.db.cursor()
         # "?" placeholders become PyMySQL's "%s" (the text has no other "%").
-        self.acquire_sql = (macro("sql_mysql.h", "LL_MYSQL_ACQUIRE") % table).replace("?", "%s")
-        self.release_sql = (macro("sql_mysql.h", "LL_MYSQL_RELEASE") % table).replace("?", "%s")
-        self.params = macro("sql_mysql.h", "LL_MYSQL_ACQUIRE_PARAMS").replace(" ", "")
+        self.acquire_sql = (macro("stmt_mysql.c", "LL_MYSQL_ACQUIRE") % table).replace("?", "%s")
+        self.release_sql = (macro("stmt_mysql.c", "LL_MYSQL_RELEASE") % table).replace("?", "%s")
+        self.params = macro("stmt_mysql.c", "LL_MYSQL_ACQUIRE_PARAMS").replace(" ", "")
         self.host, self.pid, self.label = socket.gethostname(), os.getpid(), label
 
     def close(self):

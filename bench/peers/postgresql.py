@@ -1,6 +1,6 @@
 """The PostgreSQL lease protocol on psycopg 3: the engine's own statements
 (LL_POSTGRESQL_ACQUIRE and LL_POSTGRESQL_RELEASE from
-csrc/sql_postgresql.h, a plain acquire: no reservation claimed), sent as
+csrc/stmt_postgresql.c, a plain acquire: no reservation claimed), sent as
 prepared statements with bound parameters, autocommit. The acquire returns
 the new fence, or no row (or a reservation) when busy."""
 import os
@@ -23,8 +23,8 @@ def _psycopg_text(sql, table):
 class PostgreSQLLeases:
     def __init__(self, uri, table="leaselock", label="bench"):
         self.db = psycopg.connect(uri, autocommit=True, prepare_threshold=0)
-        self.acquire_sql = _psycopg_text(macro("sql_postgresql.h", "LL_POSTGRESQL_ACQUIRE"), table)
-        self.release_sql = _psycopg_text(macro("sql_postgresql.h", "LL_POSTGRESQL_RELEASE"), table)
+        self.acquire_sql = _psycopg_text(macro("stmt_postgresql.c", "LL_POSTGRESQL_ACQUIRE"), table)
+        self.release_sql = _psycopg_text(macro("stmt_postgresql.c", "LL_POSTGRESQL_RELEASE"), table)
         self.host, self.pid, self.label = socket.gethostname(), os.getpid(), label
 
     def close(self):

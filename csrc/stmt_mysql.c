@@ -1,21 +1,14 @@
 /*
- * sql_mysql.h - the MySQL backend's SQL text, in one place for the backend
- * (backend_mysql.c, which says why the statements read as they do) and its
- * benchmark (bench/core_mysql.c). "%s" is the table name; every "?" is a
- * bound parameter, in the order the comments give.
+ * stmt_mysql.c - the MySQL backend's SQL text, compiled once for the
+ * backend (backend_mysql.c, which says why the statements read as they do)
+ * and its benchmark (bench/core_mysql.c, through libleaselock.a), so both
+ * send the very same statements. The text is written as macros, joined
+ * into the tables stmt_mysql.h declares. "%s" is the table name; every "?"
+ * is a bound parameter, in the order the comments give.
  */
-#ifndef LL_SQL_MYSQL_H
-#define LL_SQL_MYSQL_H
+#include "stmt_mysql.h"
 
 /* ---- schema ------------------------------------------------------------ */
-
-/* The version the statements below create; <table>_meta records it.
- * Version 2 added the reservation for the next owner (next_owner,
- * next_until, next_since); version 3 the fair mode's queue, the table
- * <table>_queue (LL_MYSQL_CREATE_QUEUE); version 4 the reentrant hold
- * count (holds, 1 for the records there were). A table of versions 1 to
- * 3 is migrated in place. */
-#define LL_MYSQL_SCHEMA_VERSION 4
 
 #define LL_MYSQL_READ_VERSION "SELECT schema_version FROM `%s_meta` WHERE id = 1"
 /* The reservation's columns, as CREATE TABLE and the migration's ALTER
@@ -124,10 +117,6 @@
  * pid, l label, r reserve (us), w waited (us); a space between the
  * insert and each assignment. */
 #define LL_MYSQL_ACQUIRE_PARAMS "kothpl ooo ot o oh op ol o orowo oror orow oro"
-/* The insert ids of an acquire that left the reservation ours: ~0 less
- * the record's time left in microseconds (at most 30 days, far below
- * 2^45), which fences (one per take) never reach. */
-#define LL_MYSQL_RESERVED_MIN (~(unsigned long long)0 - (1ULL << 45))
 
 /* Parameters: ttl (us), key, owner. LAST_INSERT_ID(fence) (>= 1) runs only
  * when the row matched. */
@@ -187,7 +176,7 @@
  * key, hashed to fit the server's 64 characters. Parameter: key. */
 #define LL_MYSQL_QUEUE_LOCK_NAME "CONCAT('leaselock queue ', SHA1(CONCAT('%1$s', 0x00, ?)))"
 /* queue_join, three statements on one connection (backend_mysql.c's
- * my_queue_join says why):
+ * queue_join says why):
  * 1. the key's queue lock. Parameters: key, timeout (s). 1 when taken. */
 #define LL_MYSQL_QUEUE_LOCK "SELECT GET_LOCK(" LL_MYSQL_QUEUE_LOCK_NAME ", ?)"
 /* 2. the upsert, autocommitted under the lock: a new entry, or one that ran
@@ -217,18 +206,20 @@
    "INTERVAL ? MICROSECOND"
 #define LL_MYSQL_QUEUE_PRUNE_RANGE LL_MYSQL_QUEUE_PRUNE_FROM " AND lock_key < ?"
 
-/* The backend's statement table (ll_sql_st_t, ll_internal.h). */
-#define LL_MYSQL_STATEMENTS                                                                        \
-   {                                                                                               \
-      [LL_SQL_ACQUIRE] = LL_MYSQL_ACQUIRE, [LL_SQL_RENEW] = LL_MYSQL_RENEW,                        \
-      [LL_SQL_RELEASE] = LL_MYSQL_RELEASE, [LL_SQL_INSPECT] = LL_MYSQL_INSPECT,                    \
-      [LL_SQL_LIST_FROM] = LL_MYSQL_LIST_FROM, [LL_SQL_LIST_RANGE] = LL_MYSQL_LIST_RANGE,          \
-      [LL_SQL_FORCE] = LL_MYSQL_FORCE, [LL_SQL_PRUNE_FROM] = LL_MYSQL_PRUNE_FROM,                  \
-      [LL_SQL_PRUNE_RANGE] = LL_MYSQL_PRUNE_RANGE, [LL_SQL_QUEUE_LOCK] = LL_MYSQL_QUEUE_LOCK,      \
-      [LL_SQL_QUEUE_JOIN] = LL_MYSQL_QUEUE_JOIN, [LL_SQL_QUEUE_AHEAD] = LL_MYSQL_QUEUE_AHEAD,      \
-      [LL_SQL_QUEUE_LEAVE] = LL_MYSQL_QUEUE_LEAVE,                                                 \
-      [LL_SQL_QUEUE_PRUNE_FROM] = LL_MYSQL_QUEUE_PRUNE_FROM,                                       \
-      [LL_SQL_QUEUE_PRUNE_RANGE] = LL_MYSQL_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = LL_MYSQL_HOLD,      \
-   }
+_Static_assert(sizeof LL_MYSQL_ACQUIRE_PARAMS <= LL_MYSQL_ACQUIRE_BINDS,
+               "LL_MYSQL_ACQUIRE_BINDS holds every parameter of the acquire");
 
-#endif /* LL_SQL_MYSQL_H */
+const char ll_mysql_acquire_params[] = LL_MYSQL_ACQUIRE_PARAMS;
+
+const char *const ll_mysql_statements[LL_SQL_COUNT] = LL_SQL_STATEMENT_TABLE (LL_MYSQL);
+
+const ll_mysql_schema_sql_t ll_mysql_schema_sql = {
+   .read_version = LL_MYSQL_READ_VERSION,
+   .create_table = LL_MYSQL_CREATE_TABLE,
+   .add_next_columns = LL_MYSQL_ADD_NEXT_COLUMNS,
+   .add_holds = LL_MYSQL_ADD_HOLDS,
+   .create_queue = LL_MYSQL_CREATE_QUEUE,
+   .create_meta = LL_MYSQL_CREATE_META,
+   .record_version = LL_MYSQL_RECORD_VERSION,
+   .raise_version = LL_MYSQL_RAISE_VERSION,
+};

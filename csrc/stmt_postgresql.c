@@ -1,22 +1,13 @@
 /*
- * sql_postgresql.h - the PostgreSQL backend's SQL text, in one place for
+ * stmt_postgresql.c - the PostgreSQL backend's SQL text, compiled once for
  * the backend (backend_postgresql.c) and its benchmark
- * (bench/core_postgresql.c). "%1$s" is the table name; $1, $2, ... are the
- * bound parameters the comments name.
+ * (bench/core_postgresql.c, through libleaselock.a). The text is written
+ * as macros, joined into the tables stmt_postgresql.h declares. "%1$s" is
+ * the table name; $1, $2, ... are the bound parameters the comments name.
  */
-#ifndef LL_SQL_POSTGRESQL_H
-#define LL_SQL_POSTGRESQL_H
+#include "stmt_postgresql.h"
 
 /* ---- schema ------------------------------------------------------------ */
-
-/* The version the statements below create; <table>_meta records it.
- * Version 2 added the reservation for the next owner (next_owner,
- * next_until, next_since); version 3 the fair mode's queue, the table
- * <table>_queue (lock_key, owner, arrived, alive_until; primary key
- * (lock_key, owner), index <table>_queue_order (lock_key, arrived,
- * owner)); version 4 the reentrant hold count (holds, 1 for the records
- * there were). A table of versions 1 to 3 is migrated in place. */
-#define LL_POSTGRESQL_SCHEMA_VERSION 4
 
 /* The queue of waiters (version 3), inside LL_POSTGRESQL_CREATE_SCHEMA. */
 #define LL_POSTGRESQL_CREATE_QUEUE                                                                 \
@@ -235,21 +226,14 @@
    "$2::bigint * interval '1 microsecond'"
 #define LL_POSTGRESQL_QUEUE_PRUNE_RANGE LL_POSTGRESQL_QUEUE_PRUNE_FROM " AND lock_key < $3"
 
-/* The backend's statement table (ll_sql_st_t, ll_internal.h). */
-#define LL_POSTGRESQL_STATEMENTS                                                                   \
-   {                                                                                               \
-      [LL_SQL_ACQUIRE] = LL_POSTGRESQL_ACQUIRE, [LL_SQL_RENEW] = LL_POSTGRESQL_RENEW,              \
-      [LL_SQL_RELEASE] = LL_POSTGRESQL_RELEASE, [LL_SQL_INSPECT] = LL_POSTGRESQL_INSPECT,          \
-      [LL_SQL_LIST_FROM] = LL_POSTGRESQL_LIST_FROM,                                                \
-      [LL_SQL_LIST_RANGE] = LL_POSTGRESQL_LIST_RANGE, [LL_SQL_FORCE] = LL_POSTGRESQL_FORCE,        \
-      [LL_SQL_PRUNE_FROM] = LL_POSTGRESQL_PRUNE_FROM,                                              \
-      [LL_SQL_PRUNE_RANGE] = LL_POSTGRESQL_PRUNE_RANGE,                                            \
-      [LL_SQL_QUEUE_JOIN] = LL_POSTGRESQL_QUEUE_JOIN,                                              \
-      [LL_SQL_QUEUE_AHEAD] = LL_POSTGRESQL_QUEUE_AHEAD,                                            \
-      [LL_SQL_QUEUE_LEAVE] = LL_POSTGRESQL_QUEUE_LEAVE,                                            \
-      [LL_SQL_QUEUE_PRUNE_FROM] = LL_POSTGRESQL_QUEUE_PRUNE_FROM,                                  \
-      [LL_SQL_QUEUE_PRUNE_RANGE] = LL_POSTGRESQL_QUEUE_PRUNE_RANGE,                                \
-      [LL_SQL_HOLD] = LL_POSTGRESQL_HOLD,                                                          \
-   }
+/* No queue lock statement: queue_join's advisory lock is in its text. */
+#define LL_POSTGRESQL_QUEUE_LOCK NULL
 
-#endif /* LL_SQL_POSTGRESQL_H */
+const char *const ll_pg_statements[LL_SQL_COUNT] = LL_SQL_STATEMENT_TABLE (LL_POSTGRESQL);
+
+const ll_pg_schema_sql_t ll_pg_schema_sql = {
+   .read_version = LL_POSTGRESQL_READ_VERSION,
+   .create_schema = LL_POSTGRESQL_CREATE_SCHEMA,
+   .create_queue = LL_POSTGRESQL_CREATE_QUEUE,
+   .listen = LL_POSTGRESQL_LISTEN,
+};

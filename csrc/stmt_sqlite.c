@@ -1,39 +1,13 @@
 /*
- * sql_sqlite.h - the SQLite backend's statement text, written once: what
- * backend_sqlite.c prepares, which bench/core_sqlite.c's bare sqlite3
- * program prepares too (so the benchmark compares the engine with the
- * very same statements). backend_sqlite.c says what each does and why.
- *
- * Schema (PRAGMA user_version = LL_SQLITE_SCHEMA_VERSION):
- *
- *   leaselock_locks(key TEXT PRIMARY KEY, owner TEXT -- '' when released,
- *                   fence INTEGER, acquired_at INTEGER, expires_at INTEGER,
- *                   host TEXT, pid INTEGER, label TEXT,
- *                   next_owner TEXT, next_until INTEGER, next_since INTEGER
- *                   -- the next owner's reservation, NULL when none
- *                   holds INTEGER -- its owner's reentrant holds (1)
- *                   ) WITHOUT ROWID
- *   leaselock_queue(key TEXT, owner TEXT, arrived INTEGER,
- *                   alive_until INTEGER, PRIMARY KEY (key, owner))
- *                   WITHOUT ROWID -- the fair mode's waiters, with the
- *                   index leaselock_queue_order (key, arrived, owner)
- *
- * Times are milliseconds since the epoch by the SQLite clock. Version 2
- * added the next_* columns; backend_sqlite.c's migrate() adds them to a
- * version-1 file (LL_SQLITE_MIGRATE_1_2). Version 3 added the queue table
- * (LL_SQLITE_CREATE_QUEUE, run on every file older than 3). Version 4
- * added the holds column (LL_SQLITE_MIGRATE_TO_4, on files of versions 1
- * to 3).
+ * stmt_sqlite.c - the SQLite backend's statement text, compiled once for
+ * the backend and its benchmark (stmt_sqlite.h). The text is written as
+ * macros, joined into the strings and the table stmt_sqlite.h declares.
  */
-#ifndef LL_SQL_SQLITE_H
-#define LL_SQL_SQLITE_H
+#include "stmt_sqlite.h"
 
-/* The schema version this code writes and understands. A later version
- * adds a step in backend_sqlite.c's migrate() and bumps this. */
-#define LL_SQLITE_SCHEMA_VERSION 4
+#include <assert.h>
+
 #define LL_SQLITE_SET_VERSION "PRAGMA user_version = 4"
-
-#define LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS 10000
 
 /* The connection's settings, in this order, after the busy timeout. */
 #define LL_SQLITE_WAL "PRAGMA journal_mode=WAL"
@@ -219,4 +193,34 @@
    "DELETE FROM leaselock_queue WHERE key >= ?1 AND key < ?2"                                      \
    " AND alive_until <= " LL_SQLITE_NOW_MS " - ?3"
 
-#endif /* LL_SQL_SQLITE_H */
+static_assert (LL_SQLITE_SCHEMA_VERSION == 4, "LL_SQLITE_SET_VERSION records the version");
+
+/* In ll_sqlite_st_t's order. */
+const char *const ll_sqlite_statements[] = {
+   LL_SQLITE_ACQUIRE,
+   LL_SQLITE_RENEW,
+   LL_SQLITE_RELEASE,
+   LL_SQLITE_INSPECT,
+   LL_SQLITE_LIST,
+   "BEGIN IMMEDIATE",
+   LL_SQLITE_FORCE_LIVE,
+   LL_SQLITE_FORCE_ANY,
+   "COMMIT",
+   "ROLLBACK",
+   LL_SQLITE_PRUNE,
+   LL_SQLITE_QUEUE_JOIN,
+   LL_SQLITE_QUEUE_AHEAD,
+   LL_SQLITE_QUEUE_LEAVE,
+   LL_SQLITE_QUEUE_PRUNE,
+   LL_SQLITE_HOLD,
+};
+static_assert (sizeof ll_sqlite_statements / sizeof ll_sqlite_statements[0] == LL_SQLITE_ST_COUNT,
+               "a statement per ll_sqlite_st_t");
+
+const char ll_sqlite_wal[] = LL_SQLITE_WAL;
+const char ll_sqlite_synchronous[] = LL_SQLITE_SYNCHRONOUS;
+const char ll_sqlite_create[] = LL_SQLITE_CREATE;
+const char ll_sqlite_migrate_1_2[] = LL_SQLITE_MIGRATE_1_2;
+const char ll_sqlite_migrate_to_4[] = LL_SQLITE_MIGRATE_TO_4;
+const char ll_sqlite_create_queue[] = LL_SQLITE_CREATE_QUEUE;
+const char ll_sqlite_set_version[] = LL_SQLITE_SET_VERSION;

@@ -1,0 +1,417 @@
+/*
+ * backend_mysql_conn.c - the MySQL backend's URI, connection and schema:
+ * the URI's options, the driver calls that backend_sql.c makes (connect,
+ * prepare, read and create the schema), and the errors that drop a
+ * connection.
+ *
+ * URI: mysql://user:password@host:port/database[?option=value&...]
+ * (scheme "mariadb" is the same). Options:
+ *   socket=/path        connect through a unix socket instead of TCP
+ *   table=name          the lock table (default "leaselock"); the schema
+ *                       version lives in <table>_meta
+ *   io_timeout=5s       how long one wait for the server may last once
+ *                       connected (read and write; a duration in whole
+ *                       seconds: 5, 5s, 5000ms; default 5 s)
+ *   connect_timeout=s   seconds (default 5): TCP connect, and each wait
+ *                       of the handshake and authentication
+ *   read_timeout=s      seconds; overrides io_timeout for reads
+ *   write_timeout=s     seconds; overrides io_timeout for writes
+ *   ssl=true|false      require TLS (default false: the server decides)
+ * Unknown options are refused, so a typo does not go unnoticed.
+ *
+ */
+#include "ll_internal.h"
+
+#ifdef LEASELOCK_WITH_MYSQL
+
+#include "backend_mysql_private.h"
+#include "stmt_mysql.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_S 5 /* io_timeout and connect_timeout */
+#define MAX_TIMEOUT_S 86400
+
+/* ---- errors ---------------------------------------------------------- */
+
+static bool ll_mysql_is_conn_error (unsigned no)
+{
+   switch (no) {
+      case 2002: /* CR_CONNECTION_ERROR */
+      case 2003: /* CR_CONN_HOST_ERROR */
+      case 2006: /* CR_SERVER_GONE_ERROR */
+      case 2013: /* CR_SERVER_LOST */
+      case 2014: /* CR_COMMANDS_OUT_OF_SYNC */
+      case 2055: /* CR_SERVER_LOST_EXTENDED */
+      case 1053: /* ER_SERVER_SHUTDOWN */
+      case 1927: /* ER_CONNECTION_KILLED */
+      case 4031: /* ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8) */
+         return true;
+      default:
+         return no >= 2000 && no < 3000; /* any other client-side error */
+   }
+}
+
+/* BACKEND in the one format (ll_backend_fail), "(error <no>)" after the
+ * driver's message. Drops the connection when the error says it is gone.
+ * Returns false. */
+static bool ll_mysql_fail_with (ll_mysql_conn_t *c,
+                                unsigned no,
+                                const char *msg,
+                                const char *what,
+                                leaselock_error_t *err)
+{
+   char detail[32];
+   snprintf (detail, sizeof detail, "error %u", no);
+   ll_backend_fail (err, "mysql", what, msg, &c->b.secrets, detail);
+   if (ll_mysql_is_conn_error (no))
+      ll_mysql_disconnect (&c->b);
+   return false;
+}
+
+static bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err)
+{
+   return ll_mysql_fail_with (c, mysql_errno (c->db), mysql_error (c->db), what, err);
+}
+
+bool ll_mysql_fail_stmt (ll_mysql_conn_t *c,
+                         MYSQL_STMT *st,
+                         const char *what,
+                         leaselock_error_t *err)
+{
+   return ll_mysql_fail_with (c, mysql_stmt_errno (st), mysql_stmt_error (st), what, err);
+}
+
+/* ---- URI ------------------------------------------------------------- */
+
+/* io_timeout: a duration that is whole seconds (libmariadb counts in
+ * seconds), 1 s to 1 day. */
+static bool ll_mysql_parse_io_timeout (const char *v, unsigned *out, leaselock_error_t *err)
+{
+   int64_t ms = 0;
+   leaselock_error_t e;
+   if (!leaselock_parse_duration (v, &ms, &e) || ms < 1000 || ms > MAX_TIMEOUT_S * 1000 ||
+       ms % 1000)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI option io_timeout=\"%.32s\": expected whole seconds from 1s "
+                           "to 86400s such as 5 or 5s (libmariadb counts in seconds; calls must "
+                           "be bounded)",
+                           v);
+   *out = (unsigned)(ms / 1000);
+   return true;
+}
+
+static bool ll_mysql_parse_seconds (const char *name,
+                                    const char *v,
+                                    unsigned *out,
+                                    leaselock_error_t *err)
+{
+   int64_t n;
+   if (!ll_uri_int_option ("mysql", name, v, 1, MAX_TIMEOUT_S, "seconds", &n, err))
+      return false;
+   *out = (unsigned)n;
+   return true;
+}
+
+static bool ll_mysql_parse_bool (const char *name, const char *v, bool *out, leaselock_error_t *err)
+{
+   if (!strcmp (v, "true") || !strcmp (v, "1"))
+      *out = true;
+   else if (!strcmp (v, "false") || !strcmp (v, "0"))
+      *out = false;
+   else
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI option %s=\"%.32s\": expected true or false", name, v);
+   return true;
+}
+
+/* The timeouts the options set; read and write default to io_timeout. */
+typedef struct
+{
+   unsigned io;
+   bool read_set, write_set;
+} ll_mysql_timeouts_t;
+
+/* One ?name=value of the URI (shown is the URI for messages). */
+static bool ll_mysql_parse_option (ll_mysql_conn_t *c,
+                                   const char *n,
+                                   const char *v,
+                                   ll_mysql_timeouts_t *t,
+                                   const char *shown,
+                                   leaselock_error_t *err)
+{
+   if (!strcmp (n, "socket")) {
+      free (c->socket);
+      if (!(c->socket = strdup (v)))
+         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+      return true;
+   }
+   if (!strcmp (n, "table"))
+      return ll_sql_table_option (&c->b, v, err);
+   if (!strcmp (n, "io_timeout"))
+      return ll_mysql_parse_io_timeout (v, &t->io, err);
+   if (!strcmp (n, "connect_timeout"))
+      return ll_mysql_parse_seconds (n, v, &c->connect_timeout, err);
+   if (!strcmp (n, "read_timeout")) {
+      t->read_set = true;
+      return ll_mysql_parse_seconds (n, v, &c->read_timeout, err);
+   }
+   if (!strcmp (n, "write_timeout")) {
+      t->write_set = true;
+      return ll_mysql_parse_seconds (n, v, &c->write_timeout, err);
+   }
+   if (!strcmp (n, "ssl"))
+      return ll_mysql_parse_bool (n, v, &c->ssl, err);
+   return ll_error_set (err, LEASELOCK_INVALID,
+                        "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
+                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
+                        shown, n);
+}
+
+static bool ll_mysql_parse_options (ll_mysql_conn_t *c,
+                                    const ll_uri_t *u,
+                                    const char *shown,
+                                    leaselock_error_t *err)
+{
+   ll_mysql_timeouts_t t = { .io = DEFAULT_TIMEOUT_S };
+   c->connect_timeout = DEFAULT_TIMEOUT_S;
+   for (int i = 0; i < u->n_params; i++)
+      if (!ll_mysql_parse_option (c, u->params[i].name, u->params[i].value, &t, shown, err))
+         return false;
+   if (!t.read_set)
+      c->read_timeout = t.io;
+   if (!t.write_set)
+      c->write_timeout = t.io;
+   return true;
+}
+
+static char *ll_mysql_dup_or_null (const char *s)
+{
+   return s ? strdup (s) : NULL;
+}
+
+/* The database, the server's address and the credentials. */
+static bool ll_mysql_parse_address (ll_mysql_conn_t *c,
+                                    const ll_uri_t *u,
+                                    const char *shown,
+                                    leaselock_error_t *err)
+{
+   const char *db = u->path[0] == '/' ? u->path + 1 : u->path;
+   if (!*db || strchr (db, '/'))
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI \"%s\": expected mysql://user:password@host:port/database",
+                           shown);
+   if (!*u->host && !c->socket)
+      return ll_error_set (err, LEASELOCK_INVALID, "mysql URI \"%s\": no host (or ?socket=)",
+                           shown);
+   if (!(c->dbname = strdup (db)) || !(c->host = strdup (*u->host ? u->host : "localhost")) ||
+       (u->user && !(c->user = ll_mysql_dup_or_null (u->user))) ||
+       (u->password && !(c->password = ll_mysql_dup_or_null (u->password))))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   c->port = u->port ? (unsigned)u->port : 3306;
+   return true;
+}
+
+static bool ll_mysql_parse_uri (ll_sql_conn_t *b,
+                                const ll_uri_t *u,
+                                const char *text,
+                                leaselock_error_t *err)
+{
+   char shown[160];
+   ll_uri_redact (text, shown, sizeof shown);
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   return ll_mysql_parse_options (c, u, shown, err) && ll_mysql_parse_address (c, u, shown, err);
+}
+
+/* ---- connection ------------------------------------------------------ */
+
+void ll_mysql_disconnect (ll_sql_conn_t *b)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   for (int i = 0; i < LL_SQL_COUNT; i++) {
+      if (c->st[i])
+         mysql_stmt_close (c->st[i]);
+      c->st[i] = NULL;
+   }
+   if (c->db)
+      mysql_close (c->db);
+   c->db = NULL;
+}
+
+/* Runs a statement without parameters or results (schema setup). */
+static bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
+                                 const char *sql,
+                                 const char *what,
+                                 leaselock_error_t *err)
+{
+   if (mysql_real_query (c->db, sql, strlen (sql)))
+      return ll_mysql_fail_db (c, what, err);
+   MYSQL_RES *res = mysql_store_result (c->db);
+   if (res)
+      mysql_free_result (res);
+   return true;
+}
+
+static bool ll_mysql_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   char sql[256];
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.read_version, b->table);
+   *version = -1;
+   if (mysql_real_query (c->db, sql, strlen (sql)))
+      return mysql_errno (c->db) == 1146 /* ER_NO_SUCH_TABLE */ ||
+             ll_mysql_fail_db (c, "reading the schema version", err);
+   MYSQL_RES *res = mysql_store_result (c->db);
+   MYSQL_ROW row = res ? mysql_fetch_row (res) : NULL;
+   if (row && row[0])
+      *version = strtol (row[0], NULL, 10);
+   if (res)
+      mysql_free_result (res);
+   return true;
+}
+
+/* Runs a schema statement formatted with the table name (and version). */
+static bool ll_mysql_exec_schema (ll_mysql_conn_t *c,
+                                  const char *fmt,
+                                  const char *what,
+                                  leaselock_error_t *err)
+{
+   char sql[1024];
+   int v = LL_MYSQL_SCHEMA_VERSION;
+   snprintf (sql, sizeof sql, fmt, c->b.table, v, v);
+   return ll_mysql_exec_plain (c, sql, what, err);
+}
+
+/* Creates what is missing and brings a table of versions 1 to 3 to this
+ * version (ensure_schema's hook for both): the holds column and the queue
+ * table are made before the version is raised, so a version-4 table
+ * always has them. Safe when several processes do it at once, as each
+ * statement is: IF NOT EXISTS, an ALTER that finds its
+ * columns there already (error 1060) does nothing, INSERT IGNORE, and an
+ * UPDATE that only raises an older version. The columns are added whatever
+ * the version read, so a table that an older leaselock created while we
+ * created ours, whose meta row we then wrote, gets them too. */
+static bool ll_mysql_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   char sql[1024];
+   if (!ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_table, "creating the lock table", err))
+      return false;
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_next_columns, b->table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return ll_mysql_fail_db (c, "adding the reservation columns", err);
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_holds, b->table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return ll_mysql_fail_db (c, "adding the holds column", err);
+   return ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_queue, "creating the queue table",
+                                err) &&
+          ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table",
+                                err) &&
+          ll_mysql_exec_schema (c, ll_mysql_schema_sql.record_version,
+                                "recording the schema version", err) &&
+          ll_mysql_exec_schema (c, ll_mysql_schema_sql.raise_version, "raising the schema version",
+                                err);
+}
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static void ll_mysql_lib_init (void)
+{
+   mysql_library_init (0, NULL, NULL);
+}
+
+static void ll_mysql_set_options (ll_mysql_conn_t *c)
+{
+   bool off = false, on = true;
+   mysql_optionsv (c->db, MYSQL_OPT_RECONNECT, &off); /* we re-prepare on reconnect */
+   mysql_optionsv (c->db, MYSQL_OPT_CONNECT_TIMEOUT, &c->connect_timeout);
+   mysql_optionsv (c->db, MYSQL_OPT_READ_TIMEOUT, &c->read_timeout);
+   mysql_optionsv (c->db, MYSQL_OPT_WRITE_TIMEOUT, &c->write_timeout);
+   mysql_optionsv (c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+   mysql_optionsv (c->db, MYSQL_REPORT_DATA_TRUNCATION, &on);
+   /* READ COMMITTED: fewer gap locks, so concurrent first acquires of one
+    * key do not deadlock as often (they are retried when they do). */
+   mysql_optionsv (c->db, MYSQL_INIT_COMMAND,
+                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+   if (c->ssl)
+      mysql_optionsv (c->db, MYSQL_OPT_SSL_ENFORCE, &on);
+}
+
+static bool ll_mysql_connect (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   pthread_once (&lib_once, ll_mysql_lib_init);
+   if (!(c->db = mysql_init (NULL)))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
+   ll_mysql_set_options (c);
+   if (mysql_real_connect (c->db, c->socket ? NULL : c->host, c->user, c->password, c->dbname,
+                           c->socket ? 0 : c->port, c->socket, 0))
+      return true;
+   char what[300];
+   if (c->socket)
+      snprintf (what, sizeof what, "connecting to socket %.200s", c->socket);
+   else
+      snprintf (what, sizeof what, "connecting to %.200s:%u", c->host, c->port);
+   return ll_mysql_fail_db (c, what, err);
+}
+
+static int ll_mysql_fd (ll_sql_conn_t *b)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   return c->db ? (int)mysql_get_socket (c->db) : -1;
+}
+
+/* A connected, idle connection whose socket is readable or hung up was
+ * closed by the server (nothing is in flight between calls). */
+static bool ll_mysql_alive (ll_sql_conn_t *b)
+{
+   return ((ll_mysql_conn_t *)b)->db && !ll_fd_looks_closed (ll_mysql_fd (b));
+}
+
+static bool ll_mysql_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   if (c->st[id])
+      return true;
+   MYSQL_STMT *st = mysql_stmt_init (c->db);
+   if (!st)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_stmt_init)");
+   if (mysql_stmt_prepare (st, b->sql[id], strlen (b->sql[id]))) {
+      ll_mysql_fail_stmt (c, st, "preparing a statement", err);
+      mysql_stmt_close (st);
+      return false;
+   }
+   c->st[id] = st;
+   return true;
+}
+
+static void ll_mysql_free_fields (ll_sql_conn_t *b)
+{
+   ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   ll_sql_free_secret (c->password);
+   free (c->host);
+   free (c->user);
+   free (c->dbname);
+   free (c->socket);
+}
+
+const ll_sql_driver_t ll_mysql_driver = {
+   .name = "mysql",
+   .quote = '`',
+   .schema_version = LL_MYSQL_SCHEMA_VERSION,
+   .templates = ll_mysql_statements,
+   .free_fields = ll_mysql_free_fields,
+   .parse_uri = ll_mysql_parse_uri,
+   .connect = ll_mysql_connect,
+   .alive = ll_mysql_alive,
+   .fd = ll_mysql_fd,
+   .disconnect = ll_mysql_disconnect,
+   .prepare = ll_mysql_prepare,
+   .read_version = ll_mysql_read_version,
+   .create_schema = ll_mysql_create_schema,
+};
+
+#endif /* LEASELOCK_WITH_MYSQL */

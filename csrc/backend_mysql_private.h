@@ -1,0 +1,44 @@
+/*
+ * backend_mysql_private.h - what backend_mysql.c (the lease operations
+ * and the fair queue) and backend_mysql_conn.c (URI, connection, schema)
+ * share: the connection's struct and the calls one makes into the other.
+ * Only with libmariadb (LEASELOCK_WITH_MYSQL). A connection is the
+ * engine's (ll_sql_open / ll_sql_close); every call here borrows it and
+ * the strings it is given.
+ */
+#ifndef LL_BACKEND_MYSQL_PRIVATE_H
+#define LL_BACKEND_MYSQL_PRIVATE_H
+
+#include "ll_internal.h"
+
+#include <mysql.h>
+
+/* One connection, used by one thread at a time: its strings and handles
+ * are its own, freed by ll_sql_close through the driver. */
+typedef struct
+{
+   ll_sql_conn_t b; /* first: the part backend_sql.c uses */
+   MYSQL *db;       /* NULL while disconnected */
+   MYSQL_STMT *st[LL_SQL_COUNT];
+   char *host, *user, *password, *dbname, *socket;
+   unsigned port;
+   unsigned connect_timeout, read_timeout, write_timeout;
+   bool ssl;
+} ll_mysql_conn_t;
+
+/* The driver backend_sql.c drives (open, schema, reconnect, close). */
+extern const ll_sql_driver_t ll_mysql_driver;
+
+/* Closes the connection and its prepared statements (the driver's
+ * disconnect); nothing when there is none. */
+void ll_mysql_disconnect (ll_sql_conn_t *b);
+
+/* BACKEND in the one format (ll_backend_fail) from statement st's error,
+ * "(error <no>)" after its message; drops the connection when the error
+ * says it is gone. Returns false. */
+bool ll_mysql_fail_stmt (ll_mysql_conn_t *c,
+                         MYSQL_STMT *st,
+                         const char *what,
+                         leaselock_error_t *err);
+
+#endif /* LL_BACKEND_MYSQL_PRIVATE_H */

@@ -1,0 +1,43 @@
+/*
+ * stmt_postgresql.h - the PostgreSQL backend's SQL text
+ * (stmt_postgresql.c), for the backend (backend_postgresql.c), its tests
+ * and its benchmark (bench/core_postgresql.c): one text, so the
+ * benchmark's bare client sends exactly the backend's statements. Every
+ * text is a printf format whose "%1$s" is the table name; $1, $2, ... are
+ * bound parameters. All of it is static storage: nobody frees it.
+ */
+#ifndef LL_STMT_POSTGRESQL_H
+#define LL_STMT_POSTGRESQL_H
+
+#include "ll_internal.h"
+
+/* The version the statements create; <table>_meta records it. Version 2
+ * added the reservation for the next owner (next_owner, next_until,
+ * next_since); version 3 the fair mode's queue, the table <table>_queue
+ * (lock_key, owner, arrived, alive_until; primary key (lock_key, owner),
+ * index <table>_queue_order (lock_key, arrived, owner)); version 4 the
+ * reentrant hold count (holds, 1 for the records there were). A table of
+ * versions 1 to 3 is migrated in place. */
+#define LL_POSTGRESQL_SCHEMA_VERSION 4
+
+/* The statement per operation (ll_sql_st_t; no QUEUE_LOCK: NULL), "%1$s"
+ * the table. Their parameters are listed in stmt_postgresql.c. */
+extern const char *const ll_pg_statements[LL_SQL_COUNT];
+
+/* The statements run unprepared. "%1$s" the table. */
+typedef struct ll_pg_schema_sql
+{
+   /* The version's row; SQLSTATE 42P01 (undefined_table) when none. */
+   const char *read_version;
+   /* Creates the tables or migrates an older one, in one transaction
+    * under an advisory lock; "%2$d" the version. */
+   const char *create_schema;
+   /* The queue table and its index (part of create_schema). */
+   const char *create_queue;
+   /* The listener's LISTEN on the table's channel (watch_open). */
+   const char *listen;
+} ll_pg_schema_sql_t;
+
+extern const ll_pg_schema_sql_t ll_pg_schema_sql;
+
+#endif /* LL_STMT_POSTGRESQL_H */
