@@ -24,8 +24,10 @@
 # rule's prerequisites and every variable read in sorted and in reversed
 # order, and where each suite's recipe is.
 # - A new source file is listed once: the core's in csrc/SOURCES (the
-#   Makefile, setup.py and the rock read it); the CLI's, the tests' helper
-#   objects and the C that `make format` checks are found by wildcard.
+#   Makefile, setup.py and the rock read it); the CLI's, the Python and
+#   Lua bindings' and the C that `make format` checks are found by
+#   wildcard; a suite's program names its helper objects (tests/*.o) as
+#   prerequisites.
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
