@@ -132,7 +132,7 @@ int ll_lua_pool_try (lua_State *L)
 {
    uint64_t cid = check_id (L, 1, 1, "_pool_try", 1, "client id"), id;
    size_t len;
-   const char *key = ll_lua_check_key (L, 2, 1, "_pool_try", 2, "key", false, &len);
+   const char *key = ll_lua_check_key (L, 2, "_pool_try", 2, &len);
    leaselock_acquire_opts_t o;
    ll_shared_client_t *sc;
    ll_lua_renew_failed_t *rf = NULL;

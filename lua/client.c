@@ -282,7 +282,7 @@ static int client_info (lua_State *L)
 {
    leaselock_client_t *client = ll_lua_check_open_client (L, 1, 1, "info");
    size_t len;
-   const char *key = ll_lua_check_key (L, 2, 1, "info", 1, "key", false, &len);
+   const char *key = ll_lua_check_key (L, 2, "info", 1, &len);
    leaselock_record_t rec;
    leaselock_error_t err;
    bool found = false;
@@ -341,7 +341,7 @@ static int client_locks (lua_State *L)
    bool ok;
 
    if (!lua_isnoneornil (L, 2)) {
-      prefix = ll_lua_check_key (L, 2, 1, "locks", 1, "prefix", true, &len);
+      prefix = ll_lua_check_prefix (L, 2, "locks", 1, &len);
    }
    lua_settop (L, 2);
    lua_pushcfunction (L, append_record); /* 3 */
@@ -365,7 +365,7 @@ static int client_force_release (lua_State *L)
 {
    leaselock_client_t *client = ll_lua_check_open_client (L, 1, 1, "force_release");
    size_t len;
-   const char *key = ll_lua_check_key (L, 2, 1, "force_release", 1, "key", false, &len);
+   const char *key = ll_lua_check_key (L, 2, "force_release", 1, &len);
    leaselock_error_t err;
    bool took = false;
 
@@ -391,10 +391,10 @@ static int client_prune (lua_State *L)
    leaselock_error_t err;
 
    if (!lua_isnoneornil (L, 2)) {
-      prefix = ll_lua_check_key (L, 2, 1, "prune", 1, "prefix", true, &len);
+      prefix = ll_lua_check_prefix (L, 2, "prune", 1, &len);
    }
    if (!lua_isnoneornil (L, 3)) {
-      older_ms = ll_lua_check_seconds (L, 3, 1, "prune", 2, "older_than", SECONDS_NONNEGATIVE);
+      older_ms = ll_lua_check_seconds (L, 3, "prune", 2, "older_than", SECONDS_NONNEGATIVE);
    }
    if (!leaselock_prune (client, prefix, len, older_ms, &count, &err)) {
       return ll_lua_fail (L, 1, "prune", &err);

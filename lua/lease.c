@@ -332,10 +332,10 @@ static int lease_renew (lua_State *L)
    bool ok;
 
    if (!lua_isnoneornil (L, 2)) {
-      ttl_ms = ll_lua_check_seconds (L, 2, 1, "renew", 1, "ttl", SECONDS_POSITIVE);
+      ttl_ms = ll_lua_check_seconds (L, 2, "renew", 1, "ttl", SECONDS_POSITIVE);
    }
    if (!lua_isnoneornil (L, 3)) {
-      hold_ms = ll_lua_check_seconds (L, 3, 1, "renew", 2, "min_hold", SECONDS_NONNEGATIVE);
+      hold_ms = ll_lua_check_seconds (L, 3, "renew", 2, "min_hold", SECONDS_NONNEGATIVE);
    }
    ok = leaselock_lease_extend (ls->lease, ttl_ms, hold_ms, &err);
    observe (L, 1, ls, true);

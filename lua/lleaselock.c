@@ -112,16 +112,16 @@ bool ll_lua_utf8_valid (const char *s, size_t n)
 
 /* A key (or, with allow_empty, a prefix) as the contract defines it: a
  * string of 1..255 bytes of UTF-8 without NUL. The core checks again; this
- * makes the refusal a Lua error at the call that passed it. */
-const char *ll_lua_check_key (lua_State *L,
-                              int idx,
-                              int level,
-                              const char *fname,
-                              int arg,
-                              const char *what,
-                              bool allow_empty,
-                              size_t *len)
+ * makes the refusal a Lua error at the call that passed it (level 1). */
+static const char *check_key_text (lua_State *L,
+                                   int idx,
+                                   const char *fname,
+                                   int arg,
+                                   bool allow_empty,
+                                   size_t *len)
 {
+   const char *what = allow_empty ? "prefix" : "key";
+   const int level = 1;
    const char *s;
    if (lua_type (L, idx) != LUA_TSTRING) {
       ll_lua_arg_error (L, level, fname, arg, "%s: string expected, got %s", what,
@@ -140,6 +140,16 @@ const char *ll_lua_check_key (lua_State *L,
       ll_lua_arg_error (L, level, fname, arg, "%s is not valid UTF-8", what);
    }
    return s;
+}
+
+const char *ll_lua_check_key (lua_State *L, int idx, const char *fname, int arg, size_t *len)
+{
+   return check_key_text (L, idx, fname, arg, false, len);
+}
+
+const char *ll_lua_check_prefix (lua_State *L, int idx, const char *fname, int arg, size_t *len)
+{
+   return check_key_text (L, idx, fname, arg, true, len);
 }
 
 /* opts at idx must be nil or a table whose keys are all in allowed. */
@@ -184,13 +194,13 @@ void ll_lua_check_opts (lua_State *L,
  * other value above 30 days is refused here like the core refuses it,
  * rather than read as "forever").
  */
-int64_t ll_lua_check_seconds (lua_State *L,
-                              int idx,
-                              int level,
-                              const char *fname,
-                              int arg,
-                              const char *what,
-                              int kind)
+static int64_t check_seconds_at (lua_State *L,
+                                 int idx,
+                                 int level,
+                                 const char *fname,
+                                 int arg,
+                                 const char *what,
+                                 int kind)
 {
    double s, ms;
    char num[64];
@@ -227,6 +237,21 @@ int64_t ll_lua_check_seconds (lua_State *L,
         kind == SECONDS_POSITIVE ? ">" : ">=", (int)(LEASELOCK_TTL_MAX_MS / 1000), num);
    }
    return (int64_t)ceil (s * 1000.0);
+}
+
+int64_t ll_lua_check_seconds (lua_State *L,
+                              int idx,
+                              const char *fname,
+                              int arg,
+                              const char *what,
+                              int kind)
+{
+   return check_seconds_at (L, idx, 1, fname, arg, what, kind);
+}
+
+int64_t ll_lua_check_timeout (lua_State *L, int idx, int level, const char *fname, int arg)
+{
+   return check_seconds_at (L, idx, level, fname, arg, "timeout", SECONDS_TIMEOUT);
 }
 
 int ll_lua_raise_at (lua_State *L, int level, const char *fmt, ...)

@@ -135,7 +135,7 @@ struct ll_shared_client
 
 /* ---- lleaselock.c: checks, errors, chunks, types -------------------- */
 
-/* Kinds of ll_lua_check_seconds. */
+/* Kinds of seconds (ll_lua_check_seconds; ll_lua_check_timeout's). */
 enum
 {
    SECONDS_POSITIVE,    /* a TTL: > 0, at most 30 days */
@@ -169,17 +169,13 @@ bool ll_lua_push_uv_function (lua_State *L, int idx, int slot);
 /* Strict UTF-8 (the core's validator) of n bytes at s. */
 bool ll_lua_utf8_valid (const char *s, size_t n);
 
-/* The key (or, with allow_empty, the prefix) at idx, 1..255 (0..255) bytes
- * of UTF-8 without NUL; its length in *len. The string stays owned by the
- * Lua value at idx. */
-const char *ll_lua_check_key (lua_State *L,
-                              int idx,
-                              int level,
-                              const char *fname,
-                              int arg,
-                              const char *what,
-                              bool allow_empty,
-                              size_t *len);
+/* The key at idx: 1..255 bytes of UTF-8 without NUL, else a Lua error
+ * naming argument arg of fname; its length in *len. The string stays owned
+ * by the Lua value at idx. */
+const char *ll_lua_check_key (lua_State *L, int idx, const char *fname, int arg, size_t *len);
+
+/* The prefix at idx: as ll_lua_check_key, but it may be empty. */
+const char *ll_lua_check_prefix (lua_State *L, int idx, const char *fname, int arg, size_t *len);
 
 /* opts at idx must be nil or a table whose keys are all in allowed (a
  * NULL-terminated list). */
@@ -190,14 +186,18 @@ void ll_lua_check_opts (lua_State *L,
                         int arg,
                         const char *const *allowed);
 
-/* Seconds at idx as milliseconds, rounded up; kind: SECONDS_*. */
+/* Seconds at idx as milliseconds, rounded up; kind: SECONDS_POSITIVE or
+ * SECONDS_NONNEGATIVE; a refusal names argument arg of fname (level 1). */
 int64_t ll_lua_check_seconds (lua_State *L,
                               int idx,
-                              int level,
                               const char *fname,
                               int arg,
                               const char *what,
                               int kind);
+
+/* The timeout at idx as milliseconds (SECONDS_TIMEOUT: math.huge is -1),
+ * a refusal placed `level` frames up. */
+int64_t ll_lua_check_timeout (lua_State *L, int idx, int level, const char *fname, int arg);
 
 /* Reports the error on top (popped) raised by the Lua callback `what`
  * (on_lost, the log function, ...) as a warning: to leaselock.on_warning's

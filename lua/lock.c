@@ -70,12 +70,12 @@ static ll_lua_lock_t *new_lock (lua_State *L,
    if (lua_istable (L, 3)) {
       lua_getfield (L, 3, "ttl");
       if (!lua_isnil (L, -1)) {
-         k->opts.ttl_ms = ll_lua_check_seconds (L, -1, 1, fname, 2, "ttl", SECONDS_POSITIVE);
+         k->opts.ttl_ms = ll_lua_check_seconds (L, -1, fname, 2, "ttl", SECONDS_POSITIVE);
       }
       lua_getfield (L, 3, "min_hold");
       if (!lua_isnil (L, -1)) {
          k->opts.min_hold_ms =
-           ll_lua_check_seconds (L, -1, 1, fname, 2, "min_hold", SECONDS_NONNEGATIVE);
+           ll_lua_check_seconds (L, -1, fname, 2, "min_hold", SECONDS_NONNEGATIVE);
       }
       lua_settop (L, ud + 1);
       opt_bool (L, fname, "auto_renew", &k->opts.auto_renew);
@@ -100,7 +100,7 @@ int ll_lua_client_lock (lua_State *L)
    const char *key;
 
    ll_lua_check_open_client (L, 1, 1, "lock");
-   key = ll_lua_check_key (L, 2, 1, "lock", 1, "key", false, &len);
+   key = ll_lua_check_key (L, 2, "lock", 1, &len);
    ll_lua_check_opts (L, 3, 1, "lock", 2, allowed);
    lua_settop (L, 3);
    new_lock (L, "lock", key, len, LL_PLAIN, 0);
@@ -125,7 +125,7 @@ static const char *check_mode_args (lua_State *L,
 {
    const char *key;
    ll_lua_check_open_client (L, 1, 1, fname);
-   key = ll_lua_check_key (L, 2, 1, fname, 1, "key", false, len);
+   key = ll_lua_check_key (L, 2, fname, 1, len);
    if (*len > max) {
       ll_lua_arg_error (L, 1, fname, 1,
                         "key must be at most %d bytes for a %s (its records add a suffix), got %d",
@@ -394,7 +394,7 @@ static int64_t acquire_timeout (lua_State *L, int idx, int level, const char *fn
    if (lua_istable (L, idx)) {
       lua_getfield (L, idx, "timeout");
       if (!lua_isnil (L, -1)) {
-         timeout_ms = ll_lua_check_seconds (L, -1, level, fname, arg, "timeout", SECONDS_TIMEOUT);
+         timeout_ms = ll_lua_check_timeout (L, -1, level, fname, arg);
       }
       lua_pop (L, 1);
    }
