@@ -39,6 +39,33 @@ const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZ
 /* The same into a buffer that lives until the end of the enclosing block. */
 #define LL_KEY_SHOWN(key, len) ll_key_shown ((key), (len), (char[LL_KEY_SHOWN_SIZE]){ 0 })
 
+/* ---- intrusive lists -------------------------------------------------- */
+
+/* A doubly linked list of nodes that carry their own links: head is the
+ * pointer to its first node (NULL when empty), prev and next name the
+ * node's two link fields (a node may be in several lists, one pair of
+ * fields each). LL_LIST_PUSH puts e first; LL_LIST_UNLINK takes e out
+ * (nothing for a node in no list: both links NULL, not the head) and
+ * leaves its links NULL. The caller holds whatever guards the list. */
+#define LL_LIST_PUSH(head, e, prev, next)                                                          \
+   do {                                                                                            \
+      (e)->prev = NULL;                                                                            \
+      (e)->next = (head);                                                                          \
+      if (head)                                                                                    \
+         (head)->prev = (e);                                                                       \
+      (head) = (e);                                                                                \
+   } while (0)
+#define LL_LIST_UNLINK(head, e, prev, next)                                                        \
+   do {                                                                                            \
+      if ((e)->prev)                                                                               \
+         (e)->prev->next = (e)->next;                                                              \
+      else if ((head) == (e))                                                                      \
+         (head) = (e)->next;                                                                       \
+      if ((e)->next)                                                                               \
+         (e)->next->prev = (e)->prev;                                                              \
+      (e)->prev = (e)->next = NULL;                                                                \
+   } while (0)
+
 /* ---- validation (contract "Words") ----------------------------------- */
 
 /* key: 1..255 bytes, valid UTF-8, no NUL. what names the argument in the
