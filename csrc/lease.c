@@ -83,9 +83,6 @@ void ll_check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int6
       ll_mark_lost_locked (c, l);
 }
 
-/* One renew (renew true: ms is the TTL) or release (ms is min_hold)
- * statement for key and owner. *was_sent says whether it reached a
- * connection (so, on failure, it may have been applied). */
 bool ll_owner_call (leaselock_client_t *c,
                     const char *key,
                     size_t key_len,

@@ -85,14 +85,22 @@ bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
 
 /* ---- acquire entry points (acquire.c) ------------------------------- */
 
+/* What an acquire entry point keeps on its stack for the prologue below:
+ * the error filled when the caller passes none, the options used when it
+ * passes none. */
+typedef struct ll_acquire_frame
+{
+   leaselock_error_t local;
+   leaselock_acquire_opts_t dflt;
+} ll_acquire_frame_t;
+
 /* The start of every acquire entry point (acquire.c, modes.c): returns the
- * error to fill (error, or local when it is NULL), cleared; *opts becomes
- * dflt, filled with the defaults, when it is NULL; *lease NULL when lease
- * is given. */
-leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
-                                        leaselock_error_t *local,
+ * error to fill (error, or f->local when it is NULL), cleared; *opts
+ * becomes f->dflt, filled with the defaults, when it is NULL; *lease NULL
+ * when lease is given. */
+leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
+                                        leaselock_error_t *error,
                                         const leaselock_acquire_opts_t **opts,
-                                        leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease);
 
 /* The first checks of every acquire entry point, before any I/O: client
