@@ -205,8 +205,7 @@ bool leaselock_wait_try (leaselock_wait_t *w,
                          int64_t *sleep_ms,
                          leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (lease)
       *lease = NULL;
    if (sleep_ms)

@@ -29,6 +29,9 @@ void ll_error_clear (leaselock_error_t *err);
 /* The error a public call fills: error, or local (the caller's) when it
  * is NULL; cleared. */
 leaselock_error_t *ll_error_start (leaselock_error_t *error, leaselock_error_t *local);
+/* The same with a local error that lives until the end of the enclosing
+ * block: at the top of a public call's body (as LL_KEY_SHOWN's buffer). */
+#define LL_ERROR_START(error) ll_error_start ((error), &(leaselock_error_t){ 0 })
 
 /* A key for a message, from (pointer, length): keys need not be NUL-
  * terminated. At most LL_KEY_SHOWN_BYTES of it, cut at a UTF-8 character

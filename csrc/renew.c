@@ -368,8 +368,7 @@ bool leaselock_lease_extend (leaselock_lease_t *l,
                              int64_t min_hold_ms,
                              leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    pid_t me = getpid ();
    if (!ll_lease_usable (l, me, err))
       return false;
