@@ -125,16 +125,15 @@ static bool call_init (acquire_call_t *a,
    return ll_owner_new (a->owner, err);
 }
 
-leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
-                                        leaselock_error_t *local,
+leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
+                                        leaselock_error_t *error,
                                         const leaselock_acquire_opts_t **opts,
-                                        leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease)
 {
-   leaselock_error_t *err = ll_error_start (error, local);
+   leaselock_error_t *err = ll_error_start (error, &f->local);
    if (!*opts) {
-      leaselock_acquire_opts_init (dflt);
-      *opts = dflt;
+      leaselock_acquire_opts_init (&f->dflt);
+      *opts = &f->dflt;
    }
    if (lease)
       *lease = NULL;
@@ -148,9 +147,8 @@ bool leaselock_acquire (leaselock_client_t *c,
                         leaselock_lease_t **lease,
                         leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_acquire_opts_t dflt;
-   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, lease);
+   ll_acquire_frame_t f;
+   leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);
    if (!acquire_args_ok (c, key, key_len, opts, lease, err))
       return false;
    acquire_call_t a;
@@ -183,9 +181,8 @@ leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
                                       const leaselock_acquire_opts_t *opts,
                                       leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_acquire_opts_t dflt;
-   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, NULL);
+   ll_acquire_frame_t f;
+   leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, NULL);
    leaselock_lease_t *unused;
    if (!acquire_args_ok (c, key, key_len, opts, &unused, err))
       return NULL;
@@ -208,8 +205,7 @@ bool leaselock_wait_try (leaselock_wait_t *w,
                          int64_t *sleep_ms,
                          leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (lease)
       *lease = NULL;
    if (sleep_ms)

@@ -58,8 +58,7 @@ bool leaselock_inspect (leaselock_client_t *c,
                         bool *found,
                         leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
       return false;
    if (!record || !found)
@@ -124,8 +123,7 @@ bool leaselock_list (leaselock_client_t *c,
                      void *user_data,
                      leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (!prefix_ok (c, &prefix, prefix_len, err))
       return false;
    if (!fn)
@@ -155,8 +153,7 @@ bool leaselock_force_release (leaselock_client_t *c,
                               bool *took,
                               leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
       return false;
    bool took_local = false;
@@ -182,8 +179,7 @@ bool leaselock_prune (leaselock_client_t *c,
                       int64_t *count,
                       leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (count)
       *count = 0;
    if (!prefix_ok (c, &prefix, prefix_len, err) ||

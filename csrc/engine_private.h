@@ -303,7 +303,9 @@ void ll_mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l);
 /* LOST once past the local deadline (c->mu held). */
 void ll_check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int64_t now);
 /* One renew (renew true: ms is the TTL) or release (ms: min_hold)
- * statement for owner; key and owner are borrowed. */
+ * statement for owner's record of key (both borrowed), counted.
+ * *was_sent says whether it reached a connection (so, on failure, it may
+ * have been applied). ll_release_call sends lease l's release. */
 bool ll_owner_call (leaselock_client_t *c,
                     const char *key,
                     size_t key_len,

@@ -34,22 +34,12 @@ void ll_list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
  * through them). Called with c->mu held. */
 void ll_all_add_locked (leaselock_client_t *c, leaselock_lease_t *l)
 {
-   l->prev_all = NULL;
-   l->next_all = c->leases;
-   if (c->leases)
-      c->leases->prev_all = l;
-   c->leases = l;
+   LL_LIST_PUSH (c->leases, l, prev_all, next_all);
 }
 
 void ll_all_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
 {
-   if (l->prev_all)
-      l->prev_all->next_all = l->next_all;
-   else if (c->leases == l)
-      c->leases = l->next_all;
-   if (l->next_all)
-      l->next_all->prev_all = l->prev_all;
-   l->prev_all = l->next_all = NULL;
+   LL_LIST_UNLINK (c->leases, l, prev_all, next_all);
 }
 
 /* A HELD lease ends (released, lost or closed): counts the time it was
@@ -93,9 +83,6 @@ void ll_check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int6
       ll_mark_lost_locked (c, l);
 }
 
-/* One renew (renew true: ms is the TTL) or release (ms is min_hold)
- * statement for key and owner. *was_sent says whether it reached a
- * connection (so, on failure, it may have been applied). */
 bool ll_owner_call (leaselock_client_t *c,
                     const char *key,
                     size_t key_len,

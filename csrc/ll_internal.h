@@ -29,6 +29,9 @@ void ll_error_clear (leaselock_error_t *err);
 /* The error a public call fills: error, or local (the caller's) when it
  * is NULL; cleared. */
 leaselock_error_t *ll_error_start (leaselock_error_t *error, leaselock_error_t *local);
+/* The same with a local error that lives until the end of the enclosing
+ * block: at the top of a public call's body (as LL_KEY_SHOWN's buffer). */
+#define LL_ERROR_START(error) ll_error_start ((error), &(leaselock_error_t){ 0 })
 
 /* A key for a message, from (pointer, length): keys need not be NUL-
  * terminated. At most LL_KEY_SHOWN_BYTES of it, cut at a UTF-8 character
@@ -38,6 +41,33 @@ leaselock_error_t *ll_error_start (leaselock_error_t *error, leaselock_error_t *
 const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZE]);
 /* The same into a buffer that lives until the end of the enclosing block. */
 #define LL_KEY_SHOWN(key, len) ll_key_shown ((key), (len), (char[LL_KEY_SHOWN_SIZE]){ 0 })
+
+/* ---- intrusive lists -------------------------------------------------- */
+
+/* A doubly linked list of nodes that carry their own links: head is the
+ * pointer to its first node (NULL when empty), prev and next name the
+ * node's two link fields (a node may be in several lists, one pair of
+ * fields each). LL_LIST_PUSH puts e first; LL_LIST_UNLINK takes e out
+ * (nothing for a node in no list: both links NULL, not the head) and
+ * leaves its links NULL. The caller holds whatever guards the list. */
+#define LL_LIST_PUSH(head, e, prev, next)                                                          \
+   do {                                                                                            \
+      (e)->prev = NULL;                                                                            \
+      (e)->next = (head);                                                                          \
+      if (head)                                                                                    \
+         (head)->prev = (e);                                                                       \
+      (head) = (e);                                                                                \
+   } while (0)
+#define LL_LIST_UNLINK(head, e, prev, next)                                                        \
+   do {                                                                                            \
+      if ((e)->prev)                                                                               \
+         (e)->prev->next = (e)->next;                                                              \
+      else if ((head) == (e))                                                                      \
+         (head) = (e)->next;                                                                       \
+      if ((e)->next)                                                                               \
+         (e)->next->prev = (e)->prev;                                                              \
+      (e)->prev = (e)->next = NULL;                                                                \
+   } while (0)
 
 /* ---- validation (contract "Words") ----------------------------------- */
 
@@ -58,14 +88,22 @@ bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
 
 /* ---- acquire entry points (acquire.c) ------------------------------- */
 
+/* What an acquire entry point keeps on its stack for the prologue below:
+ * the error filled when the caller passes none, the options used when it
+ * passes none. */
+typedef struct ll_acquire_frame
+{
+   leaselock_error_t local;
+   leaselock_acquire_opts_t dflt;
+} ll_acquire_frame_t;
+
 /* The start of every acquire entry point (acquire.c, modes.c): returns the
- * error to fill (error, or local when it is NULL), cleared; *opts becomes
- * dflt, filled with the defaults, when it is NULL; *lease NULL when lease
- * is given. */
-leaselock_error_t *ll_acquire_prologue (leaselock_error_t *error,
-                                        leaselock_error_t *local,
+ * error to fill (error, or f->local when it is NULL), cleared; *opts
+ * becomes f->dflt, filled with the defaults, when it is NULL; *lease NULL
+ * when lease is given. */
+leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
+                                        leaselock_error_t *error,
                                         const leaselock_acquire_opts_t **opts,
-                                        leaselock_acquire_opts_t *dflt,
                                         leaselock_lease_t **lease);
 
 /* The first checks of every acquire entry point, before any I/O: client

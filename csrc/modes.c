@@ -422,9 +422,8 @@ bool leaselock_semaphore_acquire (leaselock_client_t *c,
                                   leaselock_lease_t **lease,
                                   leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_acquire_opts_t dflt;
-   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, lease);
+   ll_acquire_frame_t f;
+   leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);
    if (c && lease && (limit < 1 || limit > LEASELOCK_SEMAPHORE_MAX))
       return ll_error_set (err, LEASELOCK_INVALID, "limit must be 1 to %d (got %lld)",
                            LEASELOCK_SEMAPHORE_MAX, (long long)limit);
@@ -658,9 +657,8 @@ bool leaselock_rwlock_acquire (leaselock_client_t *c,
                                leaselock_lease_t **lease,
                                leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_acquire_opts_t dflt;
-   leaselock_error_t *err = ll_acquire_prologue (error, &local, &opts, &dflt, lease);
+   ll_acquire_frame_t f;
+   leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);
    if (c && lease && mode != LEASELOCK_SHARED && mode != LEASELOCK_EXCLUSIVE)
       return ll_error_set (err, LEASELOCK_INVALID,
                            "mode must be LEASELOCK_SHARED or LEASELOCK_EXCLUSIVE (got %d)",

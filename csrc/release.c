@@ -176,8 +176,7 @@ static bool lease_holds (leaselock_lease_t *l, int64_t *holds, leaselock_error_t
 
 bool leaselock_lease_reenter (leaselock_lease_t *l, leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    pid_t me = getpid ();
    int64_t holds;
    if (!ll_lease_usable (l, me, err) || !lease_holds (l, &holds, err))
@@ -212,8 +211,7 @@ bool leaselock_hold (leaselock_client_t *c,
                      int64_t *holds,
                      leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    if (holds)
       *holds = 0;
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
@@ -232,8 +230,7 @@ bool leaselock_hold (leaselock_client_t *c,
 
 bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    pid_t me = getpid ();
    if (!ll_lease_usable (l, me, err))
       return false;

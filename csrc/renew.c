@@ -54,36 +54,44 @@ int64_t ll_first_renewal (int64_t sent, const ll_deadline_t *dl)
    return sent + (dl->at_ms - sent) / 3;
 }
 
-static bool renew_call (leaselock_client_t *c,
-                        leaselock_lease_t *l,
-                        int64_t ttl_ms,
-                        pid_t me,
-                        bool *was_sent,
-                        leaselock_error_t *err)
+/* One renew of a lease, manual or automatic, from its send to its
+ * outcome. On the stack of the thread that sends it. */
+typedef struct renew_op
 {
-   return ll_owner_call (c, l->key, l->key_len, l->owner, true, ttl_ms, me, was_sent, err);
+   leaselock_lease_t *l;   /* borrowed: the sender holds a reference */
+   int64_t ttl;            /* the TTL it asks for */
+   int64_t sent;           /* local ms, taken before it went out */
+   bool ok;                /* the database renewed it */
+   bool was_sent;          /* it reached a connection (failed: it may have run) */
+   leaselock_error_t *err; /* borrowed: what failed, when !ok */
+} renew_op_t;
+
+/* Sends r's renew (with no lock held), filling its ok and was_sent. */
+static void renew_send (renew_op_t *r, pid_t me)
+{
+   leaselock_lease_t *l = r->l;
+   r->ok = ll_owner_call (l->client, l->key, l->key_len, l->owner, true, r->ttl, me, &r->was_sent,
+                          r->err);
 }
 
-/* Records the outcome of a renew sent at sent (every renew, manual or
- * automatic, goes through here, so that renews in flight together are
- * judged together: deadline.c). Returns true when the lease is still HELD
- * and was renewed. Called with c->mu held. */
-static bool renew_done_locked (leaselock_client_t *c,
-                               leaselock_lease_t *l,
-                               int64_t sent,
-                               int64_t ttl,
-                               bool ok,
-                               bool was_sent,
-                               const leaselock_error_t *err)
+/* Records the outcome of renew r (every renew, manual or automatic, goes
+ * through here, so that renews in flight together are judged together:
+ * deadline.c). Returns true when the lease is still HELD and was renewed.
+ * Called with the lease's client's mu held. */
+static bool renew_done_locked (const renew_op_t *r)
 {
-   ll_outcome_t outcome = ok                                            ? LL_OUTCOME_APPLIED
-                          : was_sent && err->code != LEASELOCK_NOT_HELD ? LL_OUTCOME_UNKNOWN
-                                                                        : LL_OUTCOME_NOT_APPLIED;
+   leaselock_lease_t *l = r->l;
+   leaselock_client_t *c = l->client;
+   bool ok = r->ok;
+   const leaselock_error_t *err = r->err;
+   ll_outcome_t outcome = ok                                               ? LL_OUTCOME_APPLIED
+                          : r->was_sent && err->code != LEASELOCK_NOT_HELD ? LL_OUTCOME_UNKNOWN
+                                                                           : LL_OUTCOME_NOT_APPLIED;
    int64_t now = ll_now_ms ();
    ll_count (&c->obs, ok ? LL_ST_RENEWALS : LL_ST_RENEWAL_FAILURES, 1);
    /* A reply after the deadline cannot bring the lease back. */
    ll_check_deadline_locked (c, l, now);
-   ll_deadline_renew_done (&l->dl, outcome, ttl);
+   ll_deadline_renew_done (&l->dl, outcome, r->ttl);
    if (l->state != LEASELOCK_STATE_HELD)
       return false;
    if (!ok && err->code == LEASELOCK_NOT_HELD) {
@@ -95,7 +103,7 @@ static bool renew_done_locked (leaselock_client_t *c,
    ll_check_deadline_locked (c, l, now);
    if (!ok || l->state != LEASELOCK_STATE_HELD)
       return false;
-   l->next_renew_ms = ll_first_renewal (sent, &l->dl);
+   l->next_renew_ms = ll_first_renewal (r->sent, &l->dl);
    return true;
 }
 
@@ -220,41 +228,35 @@ static void *renew_main (void *arg)
    return NULL;
 }
 
-/* Records the outcome of an automatic renewal: a failure that left the
+/* Records the outcome of automatic renewal r: a failure that left the
  * lease HELD is retried, and on_renew_failed is due. Returns the time left
  * to the local deadline then (< 0 when the lease is no longer HELD).
- * Called with c->mu held. */
-static int64_t renew_outcome_locked (leaselock_client_t *c,
-                                     leaselock_lease_t *l,
-                                     int64_t sent,
-                                     int64_t ttl,
-                                     bool ok,
-                                     bool was_sent,
-                                     const leaselock_error_t *err)
+ * Called with the lease's client's mu held. */
+static int64_t renew_outcome_locked (const renew_op_t *r)
 {
-   if (renew_done_locked (c, l, sent, ttl, ok, was_sent, err) || l->state != LEASELOCK_STATE_HELD)
+   leaselock_lease_t *l = r->l;
+   if (renew_done_locked (r) || l->state != LEASELOCK_STATE_HELD)
       return l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
    int64_t now = ll_now_ms ();
-   l->next_renew_ms = now + retry_interval (ttl);
+   l->next_renew_ms = now + retry_interval (r->ttl);
    if (l->on_renew_failed && l->in_list) {
       l->renew_failed_notify = true;
-      l->renew_err = *err;
+      l->renew_err = *r->err;
    }
    return l->dl.at_ms - now;
 }
 
-/* The "renew" or "renew_failed" event of a renewal of l (left: as
+/* The "renew" or "renew_failed" event of renewal r (left: as
  * renew_outcome_locked returns it; retry: the automatic renewal's next
  * try, 0 for a manual renew), and the losses it found. With no lock
  * held. */
-static void log_renew (leaselock_client_t *c,
-                       leaselock_lease_t *l,
-                       int64_t ttl,
-                       bool ok,
-                       int64_t left,
-                       int64_t retry,
-                       const leaselock_error_t *err)
+static void log_renew (const renew_op_t *r, int64_t left, int64_t retry)
 {
+   leaselock_lease_t *l = r->l;
+   leaselock_client_t *c = l->client;
+   int64_t ttl = r->ttl;
+   bool ok = r->ok;
+   const leaselock_error_t *err = r->err;
    if (ok && left >= 0)
       LL_LOG (&c->obs, LEASELOCK_LOG_DEBUG, "renew", l->key, l->key_len, l->fence, LEASELOCK_OK,
               "renewed for %lld ms", (long long)ttl);
@@ -291,21 +293,19 @@ static void *io_main (void *arg)
          }
          break;
       }
-      int64_t ttl = due->ttl_ms;
-      int64_t sent = ll_now_ms ();
-      ll_deadline_renew_sent (&due->dl, sent, ttl);
+      leaselock_error_t err;
+      renew_op_t r = { .l = due, .ttl = due->ttl_ms, .sent = ll_now_ms (), .err = &err };
+      ll_deadline_renew_sent (&due->dl, r.sent, r.ttl);
       pthread_mutex_unlock (&c->mu);
 
-      leaselock_error_t err;
-      bool was_sent;
-      bool ok = renew_call (c, due, ttl, me, &was_sent, &err);
+      renew_send (&r, me);
 
       pthread_mutex_lock (&c->mu);
-      int64_t left = renew_outcome_locked (c, due, sent, ttl, ok, was_sent, &err);
+      int64_t left = renew_outcome_locked (&r);
       slot->job = NULL;
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
       pthread_mutex_unlock (&c->mu);
-      log_renew (c, due, ttl, ok, left, retry_interval (ttl), &err);
+      log_renew (&r, left, retry_interval (r.ttl));
       ll_lease_unref (due);
       pthread_mutex_lock (&c->mu);
    }
@@ -368,8 +368,7 @@ bool leaselock_lease_extend (leaselock_lease_t *l,
                              int64_t min_hold_ms,
                              leaselock_error_t *error)
 {
-   leaselock_error_t local;
-   leaselock_error_t *err = ll_error_start (error, &local);
+   leaselock_error_t *err = LL_ERROR_START (error);
    pid_t me = getpid ();
    if (!ll_lease_usable (l, me, err))
       return false;
@@ -399,26 +398,27 @@ bool leaselock_lease_extend (leaselock_lease_t *l,
                            "the lease on \"%s\" was lost (its local deadline passed)",
                            LL_KEY_SHOWN (l->key, l->key_len));
 
-   bool was_sent;
-   bool ok = renew_call (c, l, ttl_ms, me, &was_sent, err);
+   renew_op_t r = { .l = l, .ttl = ttl_ms, .sent = sent, .err = err };
+   renew_send (&r, me);
 
    pthread_mutex_lock (&c->mu);
-   bool renewed = renew_done_locked (c, l, sent, ttl_ms, ok, was_sent, err);
+   bool renewed = renew_done_locked (&r);
    if (renewed) {
       l->ttl_ms = ttl_ms;
       if (min_hold_ms >= 0)
          l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
       pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
-   } else if (ok && l->state == LEASELOCK_STATE_CLOSED) {
-      ok = ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
-   } else if (ok) {
-      ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
-                         LL_KEY_SHOWN (l->key, l->key_len));
+   } else if (r.ok && l->state == LEASELOCK_STATE_CLOSED) {
+      r.ok =
+        ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
+   } else if (r.ok) {
+      r.ok = ll_error_set (err, LEASELOCK_LOST, "the lease on \"%s\" was lost meanwhile",
+                           LL_KEY_SHOWN (l->key, l->key_len));
    }
    int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
    pthread_mutex_unlock (&c->mu);
    if (renewed || left >= 0)
-      log_renew (c, l, ttl_ms, renewed, left, 0, err);
+      log_renew (&r, left, 0); /* r.ok is renewed now */
    ll_log_flush (&c->obs);
-   return ok;
+   return r.ok;
 }

@@ -14,20 +14,17 @@
  * WAIT_POLL_MS says why). */
 #define RESERVE_MS 200
 
-/* A lease for key and owner, not yet acquired (no client). */
-static leaselock_lease_t *lease_new (const char *key,
-                                     size_t key_len,
-                                     const char *owner,
-                                     const leaselock_acquire_opts_t *o,
-                                     pid_t me)
+/* A lease for a's key and owner, not yet acquired (no client). */
+static leaselock_lease_t *lease_new (const acquire_call_t *a)
 {
+   const leaselock_acquire_opts_t *o = a->opts;
    leaselock_lease_t *l = calloc (1, sizeof *l);
    if (!l)
       return NULL;
-   memcpy (l->owner, owner, sizeof l->owner);
-   memcpy (l->key, key, key_len);
-   l->key[key_len] = '\0';
-   l->key_len = key_len;
+   memcpy (l->owner, a->owner, sizeof l->owner);
+   memcpy (l->key, a->key, a->key_len);
+   l->key[a->key_len] = '\0';
+   l->key_len = a->key_len;
    l->ttl_ms = o->ttl_ms;
    l->min_hold_ms = o->min_hold_ms;
    l->auto_renew = o->auto_renew;
@@ -35,29 +32,29 @@ static leaselock_lease_t *lease_new (const char *key,
    l->on_lost_data = o->on_lost_data;
    l->on_renew_failed = o->on_renew_failed;
    l->on_renew_failed_data = o->on_renew_failed_data;
-   l->pid = me;
+   l->pid = a->me;
    atomic_init (&l->refs, 1);
    return l;
 }
 
-/* Makes l, just acquired by a statement sent at sent, a lease of c: HELD,
- * listed, and scheduled for renewal. A client closed meanwhile gets the
- * key released again (the caller never sees the lease): INVALID. On
- * failure l is freed. */
-static bool lease_start (leaselock_client_t *c,
+/* Makes l, just acquired for call a by a statement sent at sent, a lease
+ * of a's client: HELD, listed, and scheduled for renewal. A client closed
+ * meanwhile gets the key released again (the caller never sees the
+ * lease): INVALID. On failure l is freed. */
+static bool lease_start (const acquire_call_t *a,
                          leaselock_lease_t *l,
-                         const leaselock_acquire_opts_t *o,
                          int64_t sent,
-                         bool resent,
                          leaselock_error_t *err)
 {
+   leaselock_client_t *c = a->c;
+   const leaselock_acquire_opts_t *o = a->opts;
    atomic_fetch_add (&c->refs, 1);
    l->client = c;
    l->state = LEASELOCK_STATE_HELD;
    l->holds = 1;
    l->acquired_ms = sent;
    ll_deadline_start (&l->dl, sent, o->ttl_ms);
-   if (resent) /* the first send may still run, after any renew */
+   if (a->resent) /* the first send may still run, after any renew */
       ll_deadline_may_rerun (&l->dl, o->ttl_ms);
    l->next_renew_ms = ll_first_renewal (sent, &l->dl);
    pthread_mutex_lock (&c->mu);
@@ -98,22 +95,21 @@ static int64_t reserve_for (bool forever, int64_t left_ms)
    return half > 0 ? half : 0;
 }
 
-/* The take itself: the backend's acquire, or for a waiter its
- * acquire_wait, into l. */
-static bool take_or_claim (leaselock_client_t *c,
+/* The take itself, into l: the backend's acquire, or for a waiter (a
+ * blocking call) its acquire_wait. */
+static bool take_or_claim (acquire_call_t *a,
                            void *conn,
                            leaselock_lease_t *l,
-                           int64_t ttl_ms,
                            const ll_holder_t *holder,
-                           waiter_t *w,
                            leaselock_error_t *err)
 {
-   const ll_backend_t *b = c->backend;
+   const ll_backend_t *b = a->c->backend;
+   int64_t ttl_ms = a->opts->ttl_ms;
+   waiter_t *w = &a->w;
    int64_t now = ll_now_ms ();
-   int64_t reserve_ms = w && w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
-   bool rejoin = w && w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
-   if (w)
-      w->behind = false;
+   int64_t reserve_ms = w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
+   bool rejoin = w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
+   w->behind = false;
    if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
       bool ok =
         ll_backend_acquire (b, conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
@@ -139,12 +135,13 @@ static bool take_or_claim (leaselock_client_t *c,
 /* Fair mode: joins the key's queue again (keeping its place) and learns
  * how many live waiters arrived before it. BUSY while any did: only the
  * first in the queue may take the key. */
-static bool queue_turn (leaselock_client_t *c,
+static bool queue_turn (acquire_call_t *a,
                         void *conn,
                         const leaselock_lease_t *l,
-                        waiter_t *w,
                         leaselock_error_t *err)
 {
+   leaselock_client_t *c = a->c;
+   waiter_t *w = &a->w;
    int64_t t0 = ll_real_now_us ();
    bool ok =
      c->backend->queue_join (conn, l->key, l->key_len, l->owner, QUEUE_KEEP_MS, &w->ahead, err);
@@ -160,15 +157,15 @@ static bool queue_turn (leaselock_client_t *c,
    return true;
 }
 
-/* Fair mode: leaves the key's queue (the key was taken, or the call ends).
- * Best effort: an entry left behind runs out within QUEUE_KEEP_MS. */
-static void queue_quit (leaselock_client_t *c,
-                        void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        waiter_t *w)
+/* Fair mode: a's owner leaves the key's queue (the key was taken, or the
+ * call ends). Best effort: an entry left behind runs out within
+ * QUEUE_KEEP_MS. */
+static void queue_quit (acquire_call_t *a, void *conn)
 {
+   leaselock_client_t *c = a->c;
+   const char *key = a->key, *owner = a->owner;
+   size_t key_len = a->key_len;
+   waiter_t *w = &a->w;
    if (!w->queued)
       return;
    leaselock_error_t e;
@@ -182,62 +179,54 @@ static void queue_quit (leaselock_client_t *c,
               e.message);
 }
 
-/* One try on conn into l, each statement counted: in fair mode the queue
- * first, then the take (w: the waiter's standing, NULL for none). */
-static bool backend_acquire (leaselock_client_t *c,
+/* One try of call a on conn into l, each statement counted: in fair mode
+ * the queue first, then the take. */
+static bool backend_acquire (acquire_call_t *a,
                              void *conn,
                              leaselock_lease_t *l,
-                             int64_t ttl_ms,
                              const ll_holder_t *holder,
-                             waiter_t *w,
                              leaselock_error_t *err)
 {
-   bool fair = w && w->fair;
-   bool ok = !fair || queue_turn (c, conn, l, w, err);
+   bool fair = a->w.fair;
+   bool ok = !fair || queue_turn (a, conn, l, err);
    if (ok) {
       int64_t t0 = ll_real_now_us ();
-      ok = take_or_claim (c, conn, l, ttl_ms, holder, w, err);
-      ll_obs_request (&c->obs, t0, ok, err);
+      ok = take_or_claim (a, conn, l, holder, err);
+      ll_obs_request (&a->c->obs, t0, ok, err);
    }
-   if (fair && (ok || !w->waits))
-      queue_quit (c, conn, l->key, l->key_len, l->owner, w);
+   if (fair && (ok || !a->w.waits))
+      queue_quit (a, conn);
    return ok;
 }
 
-/* One acquire statement for owner (w: the waiter's standing, NULL for a
- * one-try acquire). *sent says whether it was handed to the backend on a
- * connection (so, on failure, it may have been applied). */
-static bool try_once (leaselock_client_t *c,
-                      const char *key,
-                      size_t key_len,
-                      const char *owner,
-                      const leaselock_acquire_opts_t *o,
-                      pid_t me,
-                      bool resent,
-                      waiter_t *w,
+/* One acquire statement for a's owner. *sent says whether it was handed
+ * to the backend on a connection (so, on failure, it may have been
+ * applied). */
+static bool try_once (acquire_call_t *a,
                       leaselock_lease_t **out,
                       bool *sent_out,
                       leaselock_error_t *err)
 {
+   leaselock_client_t *c = a->c;
    *sent_out = false;
-   leaselock_lease_t *l = lease_new (key, key_len, owner, o, me);
+   leaselock_lease_t *l = lease_new (a);
    if (!l)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
    ll_holder_t holder = { c->host, (int64_t)l->pid, c->label };
-   void *conn = ll_pool_get (c, me, err);
+   void *conn = ll_pool_get (c, a->me, err);
    if (!conn) {
       free (l);
       return false;
    }
    int64_t sent = ll_now_ms ();
    *sent_out = true;
-   bool ok = backend_acquire (c, conn, l, o->ttl_ms, &holder, w, err);
-   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   bool ok = backend_acquire (a, conn, l, &holder, err);
+   ll_pool_put (c, conn, a->me, !ok && ll_conn_failed (err));
    if (!ok) {
       free (l);
       return false;
    }
-   if (!lease_start (c, l, o, sent, resent, err))
+   if (!lease_start (a, l, sent, err))
       return false;
    *out = l;
    return true;
@@ -288,24 +277,21 @@ static void *forget_main (void *arg)
    return NULL;
 }
 
-static void forget_owner (leaselock_client_t *c,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t ttl_ms,
-                          pid_t me)
+/* Forgets call a's owner (above). */
+static void forget_owner (const acquire_call_t *a)
 {
+   leaselock_client_t *c = a->c;
    forget_t *f = calloc (1, sizeof *f);
    if (!f)
       return;
    f->client = c;
-   memcpy (f->key, key, key_len);
-   f->key_len = key_len;
-   memcpy (f->owner, owner, sizeof f->owner);
-   f->until = ll_now_ms () + ttl_ms; /* both sends went out before now */
+   memcpy (f->key, a->key, a->key_len);
+   f->key_len = a->key_len;
+   memcpy (f->owner, a->owner, sizeof f->owner);
+   f->until = ll_now_ms () + a->opts->ttl_ms; /* both sends went out before now */
    pthread_t tid;
    pthread_attr_t attr;
-   if (forget_once (f, me) || pthread_attr_init (&attr) != 0) {
+   if (forget_once (f, a->me) || pthread_attr_init (&attr) != 0) {
       free (f);
       return;
    }
@@ -330,7 +316,7 @@ static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_err
       return NEXT_RESEND;
    }
    if (err->code == LEASELOCK_BACKEND && a->sent_any) {
-      forget_owner (a->c, a->key, a->key_len, a->owner, a->opts->ttl_ms, a->me);
+      forget_owner (a);
       return NEXT_FAIL;
    }
    if (err->code != LEASELOCK_BUSY || a->opts->timeout_ms == 0)
@@ -344,8 +330,7 @@ acquire_next_t ll_call_try (acquire_call_t *a, leaselock_lease_t **lease, leasel
 {
    for (;;) {
       bool sent;
-      if (try_once (a->c, a->key, a->key_len, a->owner, a->opts, a->me, a->resent, &a->w, lease,
-                    &sent, err))
+      if (try_once (a, lease, &sent, err))
          return NEXT_DONE;
       acquire_next_t next = after_failure (a, sent, err);
       if (next != NEXT_RESEND)
@@ -362,6 +347,6 @@ void ll_call_quit (acquire_call_t *a)
    void *conn = ll_pool_get (a->c, a->me, &ignored);
    if (!conn)
       return;
-   queue_quit (a->c, conn, a->key, a->key_len, a->owner, &a->w);
+   queue_quit (a, conn);
    ll_pool_put (a->c, conn, a->me, a->w.queued);
 }

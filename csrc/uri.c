@@ -55,19 +55,15 @@ static bool decode_into (const char *s,
    return true;
 }
 
-/* Set by decode when it runs out of memory: ll_uri_parse then fails with
- * NOMEM, not with a bad escape. */
-static _Thread_local bool decode_nomem;
-
 /* Strictly percent-decodes [s, s+n) into a new string; NULL on a bad
  * escape or an encoded NUL (which no component may hold), or out of
- * memory. */
-static char *decode (const char *s, size_t n, bool plus_is_space)
+ * memory (then *nomem is set, else left as it is). */
+static char *decode (const char *s, size_t n, bool plus_is_space, bool *nomem)
 {
    char *out = malloc (n + 1);
    size_t len;
    if (!out)
-      decode_nomem = true;
+      *nomem = true;
    else if (!decode_into (s, n, plus_is_space, true, out, &len)) {
       free (out);
       out = NULL;
@@ -77,10 +73,10 @@ static char *decode (const char *s, size_t n, bool plus_is_space)
 
 char *ll_percent_decode (const char *s, size_t n, bool plus_is_space, bool *nomem)
 {
-   decode_nomem = false;
-   char *out = decode (s, n, plus_is_space);
+   bool oom = false;
+   char *out = decode (s, n, plus_is_space, &oom);
    if (nomem)
-      *nomem = decode_nomem;
+      *nomem = oom;
    return out;
 }
 
@@ -136,137 +132,127 @@ void ll_uri_cleanup (ll_uri_t *uri)
    memset (uri, 0, sizeof *uri);
 }
 
-/* INVALID "malformed URI "<shown>": <why>" unless a decode ran out of
- * memory (ll_uri_parse then says NOMEM). Returns false. */
-static bool malformed (leaselock_error_t *err, const char *shown, const char *why)
+/* One ll_uri_parse: the URI it fills and how its failures read. On the
+ * parsing thread's stack. */
+typedef struct uri_parser
 {
-   if (decode_nomem)
+   ll_uri_t *uri;          /* borrowed: the caller's, filled */
+   const char *shown;      /* the text as messages show it (password hidden) */
+   leaselock_error_t *err; /* borrowed: the caller's */
+   bool nomem;             /* a copy ran out of memory: NOMEM, not INVALID */
+} uri_parser_t;
+
+/* INVALID "malformed URI "<shown>": <why>" unless a copy ran out of
+ * memory (ll_uri_parse then says NOMEM). Returns false. */
+static bool malformed (uri_parser_t *ps, const char *why)
+{
+   if (ps->nomem)
       return false;
-   return ll_error_set (err, LEASELOCK_INVALID, "malformed URI \"%s\": %s", shown, why);
+   return ll_error_set (ps->err, LEASELOCK_INVALID, "malformed URI \"%s\": %s", ps->shown, why);
 }
 
 /* The scheme, lower-cased; *rest points past its "://". */
-static bool parse_scheme (const char *text,
-                          ll_uri_t *uri,
-                          const char **rest,
-                          const char *shown,
-                          leaselock_error_t *err)
+static bool parse_scheme (uri_parser_t *ps, const char *text, const char **rest)
 {
    const char *sep = strstr (text, "://");
    if (!sep || sep == text)
-      return malformed (err, shown, "expected scheme://...");
+      return malformed (ps, "expected scheme://...");
    for (const char *p = text; p < sep; p++)
       if (!isalnum ((unsigned char)*p) && *p != '+' && *p != '-' && *p != '.')
-         return malformed (err, shown, "bad character in the scheme");
-   if (!(uri->scheme = strndup (text, (size_t)(sep - text)))) {
-      decode_nomem = true;
+         return malformed (ps, "bad character in the scheme");
+   if (!(ps->uri->scheme = strndup (text, (size_t)(sep - text)))) {
+      ps->nomem = true;
       return false;
    }
-   for (char *p = uri->scheme; *p; p++)
+   for (char *p = ps->uri->scheme; *p; p++)
       *p = (char)tolower ((unsigned char)*p);
    *rest = sep + 3;
    return true;
 }
 
 /* user[:password] from auth[0..at). */
-static bool parse_userinfo (const char *auth,
-                            const char *at,
-                            ll_uri_t *uri,
-                            const char *shown,
-                            leaselock_error_t *err)
+static bool parse_userinfo (uri_parser_t *ps, const char *auth, const char *at)
 {
    const char *colon = memchr (auth, ':', (size_t)(at - auth));
    const char *uend = colon ? colon : at;
-   if (!(uri->user = decode (auth, (size_t)(uend - auth), false)))
-      return malformed (err, shown, "bad percent-escape in the user name");
-   if (colon && !(uri->password = decode (colon + 1, (size_t)(at - colon - 1), false)))
-      return malformed (err, shown, "bad percent-escape in the password");
+   if (!(ps->uri->user = decode (auth, (size_t)(uend - auth), false, &ps->nomem)))
+      return malformed (ps, "bad percent-escape in the user name");
+   if (colon &&
+       !(ps->uri->password = decode (colon + 1, (size_t)(at - colon - 1), false, &ps->nomem)))
+      return malformed (ps, "bad percent-escape in the password");
    return true;
 }
 
 /* A port of 1..65535 from p[0..end). */
-static bool parse_port (const char *p,
-                        const char *end,
-                        ll_uri_t *uri,
-                        const char *shown,
-                        leaselock_error_t *err)
+static bool parse_port (uri_parser_t *ps, const char *p, const char *end)
 {
    long port = 0;
    if (p == end)
-      return malformed (err, shown, "empty port");
+      return malformed (ps, "empty port");
    for (; p < end && port <= 65535; p++) {
       if (!isdigit ((unsigned char)*p))
          break;
       port = port * 10 + (*p - '0');
    }
    if (p < end || port < 1 || port > 65535)
-      return malformed (err, shown, "the port must be a number from 1 to 65535");
-   uri->port = (int)port;
+      return malformed (ps, "the port must be a number from 1 to 65535");
+   ps->uri->port = (int)port;
    return true;
 }
 
 /* host[:port] or [v6]:port from hp[0..end). */
-static bool parse_host (const char *hp,
-                        const char *end,
-                        ll_uri_t *uri,
-                        const char *shown,
-                        leaselock_error_t *err)
+static bool parse_host (uri_parser_t *ps, const char *hp, const char *end)
 {
    const char *port_at = NULL, *hstart = hp, *hend = end;
    if (*hp == '[') {
       const char *rb = memchr (hp, ']', (size_t)(end - hp));
       if (!rb)
-         return malformed (err, shown, "unterminated [ in the host");
+         return malformed (ps, "unterminated [ in the host");
       hstart = hp + 1;
       hend = rb;
       if (rb + 1 < end && rb[1] != ':')
-         return malformed (err, shown, "unexpected text after ]");
+         return malformed (ps, "unexpected text after ]");
       port_at = rb + 1 < end ? rb + 2 : NULL;
    } else if ((hend = memchr (hp, ':', (size_t)(end - hp)))) {
       port_at = hend + 1;
    } else {
       hend = end;
    }
-   if (!(uri->host = decode (hstart, (size_t)(hend - hstart), false)))
-      return malformed (err, shown, "bad percent-escape in the host");
-   return !port_at || parse_port (port_at, end, uri, shown, err);
+   if (!(ps->uri->host = decode (hstart, (size_t)(hend - hstart), false, &ps->nomem)))
+      return malformed (ps, "bad percent-escape in the host");
+   return !port_at || parse_port (ps, port_at, end);
 }
 
 /* One name[=value] option from q[0..end), percent-decoded, '+' a space. */
-static bool parse_param (const char *q,
-                         const char *end,
-                         ll_uri_t *uri,
-                         const char *shown,
-                         leaselock_error_t *err)
+static bool parse_param (uri_parser_t *ps, const char *q, const char *end)
 {
+   ll_uri_t *uri = ps->uri;
    if (uri->n_params == LL_URI_MAX_PARAMS) {
       char why[32];
       snprintf (why, sizeof why, "more than %d options", LL_URI_MAX_PARAMS);
-      return malformed (err, shown, why);
+      return malformed (ps, why);
    }
    const char *eq = memchr (q, '=', (size_t)(end - q));
    ll_uri_param_t *prm = &uri->params[uri->n_params];
-   prm->name = decode (q, (size_t)((eq ? eq : end) - q), true);
-   prm->value = eq ? decode (eq + 1, (size_t)(end - eq - 1), true) : decode (q, 0, false);
+   prm->name = decode (q, (size_t)((eq ? eq : end) - q), true, &ps->nomem);
+   prm->value = eq ? decode (eq + 1, (size_t)(end - eq - 1), true, &ps->nomem)
+                   : decode (q, 0, false, &ps->nomem);
    if (!prm->name || !prm->value) {
       free (prm->name);
       free (prm->value);
       prm->name = prm->value = NULL;
-      return malformed (err, shown, "bad percent-escape in an option");
+      return malformed (ps, "bad percent-escape in an option");
    }
    uri->n_params++;
    return true;
 }
 
 /* The path, then the options after '?' (up to a '#'). */
-static bool parse_path_query (const char *path,
-                              ll_uri_t *uri,
-                              const char *shown,
-                              leaselock_error_t *err)
+static bool parse_path_query (uri_parser_t *ps, const char *path)
 {
    const char *path_end = path + strcspn (path, "?#");
-   if (!(uri->path = decode (path, (size_t)(path_end - path), false)))
-      return malformed (err, shown, "bad percent-escape in the path");
+   if (!(ps->uri->path = decode (path, (size_t)(path_end - path), false, &ps->nomem)))
+      return malformed (ps, "bad percent-escape in the path");
    if (*path_end != '?')
       return true;
    const char *q = path_end + 1;
@@ -274,7 +260,7 @@ static bool parse_path_query (const char *path,
    while (q < q_end) {
       const char *amp = memchr (q, '&', (size_t)(q_end - q));
       const char *item_end = amp ? amp : q_end;
-      if (item_end > q && !parse_param (q, item_end, uri, shown, err))
+      if (item_end > q && !parse_param (ps, q, item_end))
          return false;
       q = amp ? amp + 1 : q_end;
    }
@@ -284,28 +270,27 @@ static bool parse_path_query (const char *path,
 bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
 {
    memset (uri, 0, sizeof *uri);
-   decode_nomem = false;
    if (!text)
       return ll_error_set (err, LEASELOCK_INVALID, "uri is NULL");
    if (!ll_uri_check_at (text, err))
       return false;
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
+   uri_parser_t ps = { .uri = uri, .shown = shown, .err = err };
 
    const char *auth = NULL;
-   bool ok = parse_scheme (text, uri, &auth, shown, err);
+   bool ok = parse_scheme (&ps, text, &auth);
    if (ok) {
       const char *auth_end = auth + strcspn (auth, "/?#");
       /* The first '@', as libpq and libmongoc split it; ll_uri_check_at
        * refused any other '@' before the first '/'. */
       const char *at = memchr (auth, '@', (size_t)(auth_end - auth));
-      ok = (!at || parse_userinfo (auth, at, uri, shown, err)) &&
-           parse_host (at ? at + 1 : auth, auth_end, uri, shown, err) &&
-           parse_path_query (auth_end, uri, shown, err);
+      ok = (!at || parse_userinfo (&ps, auth, at)) &&
+           parse_host (&ps, at ? at + 1 : auth, auth_end) && parse_path_query (&ps, auth_end);
    }
    if (ok)
       return true;
-   if (decode_nomem)
+   if (ps.nomem)
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory parsing a URI");
    ll_uri_cleanup (uri);
    return false;

@@ -63,24 +63,14 @@ static bucket_t *bucket_for (const char *key, size_t len)
 static void bucket_join (bucket_t *b, local_waiter_t *e)
 {
    pthread_mutex_lock (&b->mu);
-   e->prev = NULL;
-   e->next = b->waiters;
-   if (b->waiters)
-      b->waiters->prev = e;
-   b->waiters = e;
+   LL_LIST_PUSH (b->waiters, e, prev, next);
    pthread_mutex_unlock (&b->mu);
 }
 
 void ll_bucket_leave (bucket_t *b, local_waiter_t *e)
 {
    pthread_mutex_lock (&b->mu);
-   if (e->prev)
-      e->prev->next = e->next;
-   else if (b->waiters == e)
-      b->waiters = e->next;
-   if (e->next)
-      e->next->prev = e->prev;
-   e->prev = e->next = NULL;
+   LL_LIST_UNLINK (b->waiters, e, prev, next);
    pthread_mutex_unlock (&b->mu);
 }
 

@@ -215,15 +215,12 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
 {
    e->woken = false;
    e->reserved = false;
-   e->prev = NULL;
+   e->prev = e->next = NULL;
    if (!w->backend->watch_open)
       return;
    pthread_mutex_lock (&w->mu);
    reset_after_fork_locked (w, me);
-   e->next = w->waiters;
-   if (w->waiters)
-      w->waiters->prev = e;
-   w->waiters = e;
+   LL_LIST_PUSH (w->waiters, e, prev, next);
    e->released = false;
    pthread_mutex_unlock (&w->mu);
 }
@@ -257,14 +254,8 @@ void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e)
    if (!w->backend->watch_open)
       return;
    pthread_mutex_lock (&w->mu);
-   if (w->pid == getpid ()) { /* a child's list never held the parent's waiters */
-      if (e->prev)
-         e->prev->next = e->next;
-      else if (w->waiters == e)
-         w->waiters = e->next;
-      if (e->next)
-         e->next->prev = e->prev;
-   }
+   if (w->pid == getpid ()) /* a child's list never held the parent's waiters */
+      LL_LIST_UNLINK (w->waiters, e, prev, next);
    pthread_mutex_unlock (&w->mu);
 }
 
