@@ -159,24 +159,18 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn,
    return ok;
 }
 
-static bool ll_mongo_acquire (void *c,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
-                              int64_t ttl_ms,
-                              const ll_holder_t *holder,
-                              int64_t *fence,
-                              leaselock_error_t *err)
+static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
-   bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
+   bool ok = ll_mongo_take_command (&q, &u, t->op.key, t->op.key_len, t->op.owner, t->ttl_ms,
+                                    t->holder, err) &&
              ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
    /* No such record, or a live one of another owner (or reserved for
     * another waiter): the upsert. */
    if (ok && !matched)
-      ok = ll_mongo_take_new (conn, key, key_len, &u, fence, err);
+      ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, fence, err);
    bson_destroy (&q);
    bson_destroy (&u);
    return ok;
@@ -230,16 +224,8 @@ static bool ll_mongo_claim (ll_mongo_conn_t *conn,
  * trips: 1 when it takes an existing record, 2 when busy and reserved, 3
  * otherwise. */
 static bool ll_mongo_acquire_wait (void *c,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
-                                   int64_t ttl_ms,
-                                   const ll_holder_t *holder,
-                                   int64_t reserve_ms,
-                                   int64_t waited_ms,
-                                   int64_t *fence,
-                                   bool *reserved,
-                                   int64_t *left_ms,
+                                   const ll_take_t *t,
+                                   ll_taken_t *out,
                                    leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
@@ -247,19 +233,20 @@ static bool ll_mongo_acquire_wait (void *c,
    bson_t cq = BSON_INITIALIZER, cu = BSON_INITIALIZER;
    bool matched = false;
 
-   *reserved = false;
-   *left_ms = -1;
-   bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
-             ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
+   out->reserved = false;
+   out->left_ms = -1;
+   bool ok = ll_mongo_take_command (&q, &u, t->op.key, t->op.key_len, t->op.owner, t->ttl_ms,
+                                    t->holder, err) &&
+             ll_mongo_fam (conn, &q, &u, false, &matched, &out->fence, err);
    if (ok && !matched) {
-      ok = (ll_mongo_claim_query (&cq, key, key_len, owner, waited_ms) &&
-            ll_mongo_claim_update (&cu, owner, reserve_ms, waited_ms)) ||
+      ok = (ll_mongo_claim_query (&cq, t->op.key, t->op.key_len, t->op.owner, t->waited_ms) &&
+            ll_mongo_claim_update (&cu, t->op.owner, t->reserve_ms, t->waited_ms)) ||
            ll_mongo_nomem (err);
-      ok = ok && ll_mongo_claim (conn, &cq, &cu, reserved, left_ms, err);
-      if (ok && *reserved)
+      ok = ok && ll_mongo_claim (conn, &cq, &cu, &out->reserved, &out->left_ms, err);
+      if (ok && out->reserved)
          ok = ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
       else if (ok)
-         ok = ll_mongo_take_new (conn, key, key_len, &u, fence, err);
+         ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, &out->fence, err);
    }
    bson_destroy (&q);
    bson_destroy (&u);
@@ -268,29 +255,22 @@ static bool ll_mongo_acquire_wait (void *c,
    return ok;
 }
 
-static bool ll_mongo_renew (void *c,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int64_t ttl_ms,
-                            leaselock_error_t *err)
+static bool ll_mongo_renew (void *c, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok =
-     ll_mongo_live_owned_query (&q, key, key_len, owner) && ll_mongo_renew_update (&u, ttl_ms);
+   bool ok = ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
+             ll_mongo_renew_update (&u, ttl_ms);
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
 static bool ll_mongo_release (void *c,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok =
-     ll_mongo_owned_query (&q, key, key_len, owner) && ll_mongo_free_update (&u, min_hold_ms);
+   bool ok = ll_mongo_owned_query (&q, op->key, op->key_len, op->owner) &&
+             ll_mongo_free_update (&u, min_hold_ms);
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
@@ -323,9 +303,7 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
 #define LL_MONGO_HOLD_TRIES 16
 
 static bool ll_mongo_hold (void *c,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+                           const ll_op_t *op,
                            int delta,
                            int64_t *holds,
                            leaselock_error_t *err)
@@ -335,7 +313,7 @@ static bool ll_mongo_hold (void *c,
       bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool matched = false;
       int64_t n = 0;
-      bool ok = (ll_mongo_hold_query (&q, key, key_len, owner, delta) &&
+      bool ok = (ll_mongo_hold_query (&q, op->key, op->key_len, op->owner, delta) &&
                  ll_mongo_hold_update (&u, delta)) ||
                 ll_mongo_nomem (err);
       ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
@@ -349,9 +327,9 @@ static bool ll_mongo_hold (void *c,
       }
       q = (bson_t)BSON_INITIALIZER;
       u = (bson_t)BSON_INITIALIZER;
-      ok =
-        (ll_mongo_live_owned_query (&q, key, key_len, owner) && ll_mongo_hold_floor_update (&u)) ||
-        ll_mongo_nomem (err);
+      ok = (ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
+            ll_mongo_hold_floor_update (&u)) ||
+           ll_mongo_nomem (err);
       ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
       bson_destroy (&q);
       bson_destroy (&u);
@@ -567,27 +545,21 @@ static bool ll_mongo_prune (void *c,
 /* ---- the fair mode's queue (backend_mongodb_queue.c) --------------------- */
 
 static bool ll_mongo_queue_join (void *c,
-                                 const char *key,
-                                 size_t key_len,
-                                 const char *owner,
+                                 const ll_op_t *op,
                                  int64_t keep_ms,
                                  int64_t *ahead,
                                  leaselock_error_t *err)
 {
-   int64_t n = ll_mongo_queue_enter (c, key, key_len, owner, keep_ms, err);
+   int64_t n = ll_mongo_queue_enter (c, op->key, op->key_len, op->owner, keep_ms, err);
    if (n < 0)
       return false;
    *ahead = n;
    return true;
 }
 
-static bool ll_mongo_queue_leave (void *c,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
-                                  leaselock_error_t *err)
+static bool ll_mongo_queue_leave (void *c, const ll_op_t *op, leaselock_error_t *err)
 {
-   return ll_mongo_queue_remove (c, key, key_len, owner, err);
+   return ll_mongo_queue_remove (c, op->key, op->key_len, op->owner, err);
 }
 
 const ll_backend_t ll_backend_mongodb = {
