@@ -119,19 +119,13 @@ static bool ll_mongo_fam_new (ll_mongo_conn_t *conn,
 /* ---- operations -------------------------------------------------------- */
 
 /* Builds acquire's conditional query and its update into q and u. */
-static bool ll_mongo_take_command (bson_t *q,
-                                   bson_t *u,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
-                                   int64_t ttl_ms,
-                                   const ll_holder_t *holder,
-                                   leaselock_error_t *err)
+static bool ll_mongo_take_command (bson_t *q, bson_t *u, const ll_take_t *t, leaselock_error_t *err)
 {
-   if (ll_mongo_acquire_query (q, key, key_len, owner) &&
-       ll_mongo_acquire_update (u, owner, ttl_ms, holder && holder->host ? holder->host : "",
-                                holder ? holder->pid : 0,
-                                holder && holder->label ? holder->label : ""))
+   const ll_holder_t *holder = t->holder;
+   if (ll_mongo_acquire_query (q, t->op.key, t->op.key_len, t->op.owner) &&
+       ll_mongo_acquire_update (
+         u, t->op.owner, t->ttl_ms, holder && holder->host ? holder->host : "",
+         holder ? holder->pid : 0, holder && holder->label ? holder->label : ""))
       return true;
    return ll_mongo_nomem (err);
 }
@@ -164,8 +158,7 @@ static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, lease
    ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
-   bool ok = ll_mongo_take_command (&q, &u, t->op.key, t->op.key_len, t->op.owner, t->ttl_ms,
-                                    t->holder, err) &&
+   bool ok = ll_mongo_take_command (&q, &u, t, err) &&
              ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
    /* No such record, or a live one of another owner (or reserved for
     * another waiter): the upsert. */
@@ -235,8 +228,7 @@ static bool ll_mongo_acquire_wait (void *c,
 
    out->reserved = false;
    out->left_ms = -1;
-   bool ok = ll_mongo_take_command (&q, &u, t->op.key, t->op.key_len, t->op.owner, t->ttl_ms,
-                                    t->holder, err) &&
+   bool ok = ll_mongo_take_command (&q, &u, t, err) &&
              ll_mongo_fam (conn, &q, &u, false, &matched, &out->fence, err);
    if (ok && !matched) {
       ok = (ll_mongo_claim_query (&cq, t->op.key, t->op.key_len, t->op.owner, t->waited_ms) &&
@@ -434,8 +426,7 @@ static bool ll_mongo_records (ll_mongo_conn_t *conn,
 }
 
 static bool ll_mongo_inspect (void *c,
-                              const char *key,
-                              size_t key_len,
+                              const ll_op_t *op,
                               leaselock_record_t *rec,
                               bool *found,
                               leaselock_error_t *err)
@@ -445,7 +436,7 @@ static bool ll_mongo_inspect (void *c,
    bool ok;
 
    *found = false;
-   if (!ll_mongo_append_key (&match, key, key_len)) {
+   if (!ll_mongo_append_key (&match, op->key, op->key_len)) {
       bson_destroy (&match);
       return ll_mongo_nomem (err);
    }
@@ -483,11 +474,7 @@ static bool ll_mongo_list (void *c,
  */
 #define LL_MONGO_FORCE_TRIES 16
 
-static bool ll_mongo_force_release (void *c,
-                                    const char *key,
-                                    size_t key_len,
-                                    bool *took,
-                                    leaselock_error_t *err)
+static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
 
@@ -497,12 +484,12 @@ static bool ll_mongo_force_release (void *c,
       bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool found = false, matched = false, ok = true, live;
 
-      if (!ll_mongo_inspect (conn, key, key_len, &rec, &found, err))
+      if (!ll_mongo_inspect (conn, op, &rec, &found, err))
          return false;
       if (!found)
          return true; /* no record: nothing to release */
       live = rec.owner[0] && rec.expires_in_ms > 0;
-      ok = ll_mongo_force_query (&q, key, key_len, rec.fence, rec.owner[0] != '\0', live) &&
+      ok = ll_mongo_force_query (&q, op->key, op->key_len, rec.fence, rec.owner[0] != '\0', live) &&
            ll_mongo_free_update (&u, 0);
       if (!ok)
          ll_mongo_nomem (err);
@@ -542,45 +529,15 @@ static bool ll_mongo_prune (void *c,
    return ok && ll_mongo_queue_prune (conn, prefix, prefix_len, older_than_ms, err);
 }
 
-/* ---- the fair mode's queue (backend_mongodb_queue.c) --------------------- */
-
-static bool ll_mongo_queue_join (void *c,
-                                 const ll_op_t *op,
-                                 int64_t keep_ms,
-                                 int64_t *ahead,
-                                 leaselock_error_t *err)
-{
-   int64_t n = ll_mongo_queue_enter (c, op->key, op->key_len, op->owner, keep_ms, err);
-   if (n < 0)
-      return false;
-   *ahead = n;
-   return true;
-}
-
-static bool ll_mongo_queue_leave (void *c, const ll_op_t *op, leaselock_error_t *err)
-{
-   return ll_mongo_queue_remove (c, op->key, op->key_len, op->owner, err);
-}
-
 const ll_backend_t ll_backend_mongodb = {
    .name = "mongodb",
    .schemes = { "mongodb", "mongodb+srv", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_mongo_open,
    .close = ll_mongo_close,
    .abandon = ll_mongo_abandon,
    .acquire = ll_mongo_acquire,
-   .acquire_wait = ll_mongo_acquire_wait,
-   .queue_join = ll_mongo_queue_join,
-   .queue_leave = ll_mongo_queue_leave,
-   .renew = ll_mongo_renew,
-   .release = ll_mongo_release,
-   .inspect = ll_mongo_inspect,
-   .list = ll_mongo_list,
-   .force_release = ll_mongo_force_release,
-   .prune = ll_mongo_prune,
-   .hold = ll_mongo_hold,
+   LL_BACKEND_LEASE_OPS (ll_mongo),
 };
 
 #else /* !LEASELOCK_WITH_MONGODB */

@@ -251,19 +251,17 @@ static bool ll_mysql_acquire_wait (void *conn,
 /* Renew and release: (microseconds, key, owner) bound, then executed. */
 static bool ll_mysql_execute_owned (ll_mysql_conn_t *c,
                                     int id,
-                                    const char *key,
-                                    size_t key_len,
-                                    const char *owner,
+                                    const ll_op_t *op,
                                     int64_t ms,
                                     const char *what,
                                     leaselock_error_t *err)
 {
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t us = ms * 1000;
    MYSQL_BIND p[3];
    ll_mysql_bind_i64 (&p[0], &us);
-   ll_mysql_bind_blob (&p[1], key, &klen);
-   ll_mysql_bind_str (&p[2], owner, &olen);
+   ll_mysql_bind_blob (&p[1], op->key, &klen);
+   ll_mysql_bind_str (&p[2], op->owner, &olen);
    return ll_mysql_execute (c, id, p, what, err);
 }
 
@@ -275,8 +273,7 @@ static bool ll_mysql_not_held (leaselock_error_t *err)
 static bool ll_mysql_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   if (!ll_mysql_execute_owned (c, LL_SQL_RENEW, op->key, op->key_len, op->owner, ttl_ms, "renew",
-                                err))
+   if (!ll_mysql_execute_owned (c, LL_SQL_RENEW, op, ttl_ms, "renew", err))
       return false;
    /* Not the rows changed (an expiry could in theory be rewritten with the
     * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
@@ -289,8 +286,7 @@ static bool ll_mysql_release (void *conn,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, op->key, op->key_len, op->owner, min_hold_ms,
-                                "release", err))
+   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, op, min_hold_ms, "release", err))
       return false;
    /* The owner column always changes (ours -> NULL) when it matched. */
    return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || ll_mysql_not_held (err);
@@ -421,16 +417,15 @@ done:
 }
 
 static bool ll_mysql_inspect (void *conn,
-                              const char *key,
-                              size_t key_len,
+                              const ll_op_t *op,
                               leaselock_record_t *rec,
                               bool *found,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len;
+   unsigned long klen = (unsigned long)op->key_len;
    MYSQL_BIND p[1];
-   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
    *found = false;
    ll_record_one_t o = { rec, found };
    return ll_mysql_query_rows (c, LL_SQL_INSPECT, p, ll_record_take_one, &o, "inspect", err);
@@ -477,15 +472,14 @@ static bool ll_mysql_list (void *conn,
 }
 
 static bool ll_mysql_force_release (void *conn,
-                                    const char *key,
-                                    size_t key_len,
+                                    const ll_op_t *op,
                                     bool *took,
                                     leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len;
+   unsigned long klen = (unsigned long)op->key_len;
    MYSQL_BIND p[1];
-   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
    if (!ll_mysql_execute (c, LL_SQL_FORCE, p, "force_release", err))
       return false;
    *took = mysql_stmt_insert_id (c->st[LL_SQL_FORCE]) != 0;
@@ -617,20 +611,10 @@ const ll_backend_t ll_backend_mysql = {
    .name = "mysql",
    .schemes = { "mysql", "mariadb", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_mysql_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire_wait = ll_mysql_acquire_wait,
-   .queue_join = ll_mysql_queue_join,
-   .queue_leave = ll_mysql_queue_leave,
-   .renew = ll_mysql_renew,
-   .release = ll_mysql_release,
-   .inspect = ll_mysql_inspect,
-   .list = ll_mysql_list,
-   .force_release = ll_mysql_force_release,
-   .prune = ll_mysql_prune,
-   .hold = ll_mysql_hold,
+   LL_BACKEND_LEASE_OPS (ll_mysql),
 };
 
 #else /* !LEASELOCK_WITH_MYSQL */

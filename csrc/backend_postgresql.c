@@ -97,19 +97,18 @@ static const char *ll_pg_key_z (const char *key, size_t key_len, char buf[LEASEL
    return buf;
 }
 
-/* Runs statement id with $1 the key (made NUL-terminated here) and, where
- * the statement takes them, $2 owner and $3 arg (NULL when it does not). */
+/* Runs statement id with $1 op's key (made NUL-terminated here) and,
+ * where the statement takes them, $2 its owner and $3 arg (NULL when it
+ * does not). */
 static PGresult *ll_pg_run_key (ll_pg_conn_t *c,
                                 int id,
-                                const char *key,
-                                size_t key_len,
-                                const char *owner,
+                                const ll_op_t *op,
                                 const char *arg,
                                 const char *what,
                                 leaselock_error_t *err)
 {
    char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, arg };
+   const char *p[3] = { ll_pg_key_z (op->key, op->key_len, kbuf), op->owner, arg };
    return ll_pg_run (c, id, p, what, err);
 }
 
@@ -168,16 +167,14 @@ static bool ll_pg_acquire_wait (void *conn,
 
 static bool ll_pg_update_one (ll_pg_conn_t *c,
                               int id,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t ms,
                               const char *what,
                               leaselock_error_t *err)
 {
    char us[32];
    snprintf (us, sizeof us, "%" PRId64, ms * 1000);
-   PGresult *res = ll_pg_run_key (c, id, key, key_len, owner, us, what, err);
+   PGresult *res = ll_pg_run_key (c, id, op, us, what, err);
    if (!res)
       return false;
    bool ok = !strcmp (PQcmdTuples (res), "1");
@@ -189,8 +186,7 @@ static bool ll_pg_update_one (ll_pg_conn_t *c,
 
 static bool ll_pg_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
-   return ll_pg_update_one (conn, LL_SQL_RENEW, op->key, op->key_len, op->owner, ttl_ms, "renew",
-                            err);
+   return ll_pg_update_one (conn, LL_SQL_RENEW, op, ttl_ms, "renew", err);
 }
 
 static bool ll_pg_release (void *conn,
@@ -198,8 +194,7 @@ static bool ll_pg_release (void *conn,
                            int64_t min_hold_ms,
                            leaselock_error_t *err)
 {
-   return ll_pg_update_one (conn, LL_SQL_RELEASE, op->key, op->key_len, op->owner, min_hold_ms,
-                            "release", err);
+   return ll_pg_update_one (conn, LL_SQL_RELEASE, op, min_hold_ms, "release", err);
 }
 
 static void ll_pg_copy_field (char *dst,
@@ -239,8 +234,7 @@ static bool ll_pg_hold (void *conn,
 {
    char d[16];
    snprintf (d, sizeof d, "%d", delta);
-   PGresult *res =
-     ll_pg_run_key (conn, LL_SQL_HOLD, op->key, op->key_len, op->owner, d, "hold", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, op, d, "hold", err);
    if (!res)
       return false;
    if (!ll_pg_take_i64 (res, holds))
@@ -249,14 +243,13 @@ static bool ll_pg_hold (void *conn,
 }
 
 static bool ll_pg_inspect (void *conn,
-                           const char *key,
-                           size_t key_len,
+                           const ll_op_t *op,
                            leaselock_record_t *rec,
                            bool *found,
                            leaselock_error_t *err)
 {
    *found = false;
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_INSPECT, key, key_len, NULL, NULL, "inspect", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_INSPECT, op, NULL, "inspect", err);
    if (!res)
       return false;
    if (PQntuples (res) > 0) {
@@ -367,14 +360,9 @@ static bool ll_pg_list (void *conn,
    return true;
 }
 
-static bool ll_pg_force_release (void *conn,
-                                 const char *key,
-                                 size_t key_len,
-                                 bool *took,
-                                 leaselock_error_t *err)
+static bool ll_pg_force_release (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
-   PGresult *res =
-     ll_pg_run_key (conn, LL_SQL_FORCE, key, key_len, NULL, NULL, "force_release", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_FORCE, op, NULL, "force_release", err);
    if (!res)
       return false;
    *took = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 0), "t");
@@ -419,13 +407,11 @@ static bool ll_pg_queue_join (void *conn,
 {
    char us[32];
    snprintf (us, sizeof us, "%" PRId64, keep_ms * 1000);
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, op->key, op->key_len, op->owner, us,
-                                  "queue_join", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, op, us, "queue_join", err);
    if (!res)
       return false;
    PQclear (res);
-   res = ll_pg_run_key (conn, LL_SQL_QUEUE_AHEAD, op->key, op->key_len, op->owner, NULL,
-                        "queue_join", err);
+   res = ll_pg_run_key (conn, LL_SQL_QUEUE_AHEAD, op, NULL, "queue_join", err);
    if (!res)
       return false;
    return ll_pg_take_i64 (res, ahead) ||
@@ -434,8 +420,7 @@ static bool ll_pg_queue_join (void *conn,
 
 static bool ll_pg_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_QUEUE_LEAVE, op->key, op->key_len, op->owner, NULL,
-                                  "queue_leave", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_QUEUE_LEAVE, op, NULL, "queue_leave", err);
    PQclear (res);
    return res != NULL;
 }
@@ -497,25 +482,15 @@ const ll_backend_t ll_backend_postgresql = {
    .name = "postgresql",
    .schemes = { "postgresql", "postgres", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_pg_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire_wait = ll_pg_acquire_wait,
-   .queue_join = ll_pg_queue_join,
-   .queue_leave = ll_pg_queue_leave,
-   .renew = ll_pg_renew,
-   .release = ll_pg_release,
-   .inspect = ll_pg_inspect,
-   .list = ll_pg_list,
-   .force_release = ll_pg_force_release,
-   .prune = ll_pg_prune,
+   LL_BACKEND_LEASE_OPS (ll_pg),
    .watch_open = ll_pg_watch_open,
    .watch_fd = ll_pg_watch_fd,
    .watch_drain = ll_pg_watch_drain,
    .watch_close = ll_sql_close,
    .watch_abandon = ll_sql_abandon,
-   .hold = ll_pg_hold,
 };
 
 #else /* !LEASELOCK_WITH_POSTGRESQL */

@@ -83,13 +83,11 @@ static void ll_sqlite_wake_watchers (ll_sqlite_conn_t *c)
       (void)futimens (c->wake_fd, NULL);
 }
 
-static inline void ll_sqlite_bind_key_owner (sqlite3_stmt *st,
-                                             const char *key,
-                                             size_t key_len,
-                                             const char *owner)
+/* Binds ?1 op's key and ?2 its owner. */
+static inline void ll_sqlite_bind_key_owner (sqlite3_stmt *st, const ll_op_t *op)
 {
-   sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
-   sqlite3_bind_text (st, 2, owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, op->key, (int)op->key_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 2, op->owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
 }
 
 /* acquire (reserve_ms < 0: ?7 and ?8 NULL) and acquire_wait: one
@@ -105,7 +103,7 @@ static bool ll_sqlite_acquire_wait (void *conn,
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_ACQUIRE];
    const char *host = t->holder && t->holder->host ? t->holder->host : "";
    const char *label = t->holder && t->holder->label ? t->holder->label : "";
-   ll_sqlite_bind_key_owner (st, t->op.key, t->op.key_len, t->op.owner);
+   ll_sqlite_bind_key_owner (st, &t->op);
    sqlite3_bind_int64 (st, 3, t->ttl_ms);
    sqlite3_bind_text (st, 4, host, -1, SQLITE_STATIC);
    sqlite3_bind_int64 (st, 5, t->holder ? t->holder->pid : 0);
@@ -151,15 +149,13 @@ static bool ll_sqlite_acquire_wait (void *conn,
 static bool ll_sqlite_run_update (ll_sqlite_conn_t *c,
                                   int which,
                                   const char *what,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
+                                  const ll_op_t *op,
                                   int64_t ms,
                                   bool *changed,
                                   leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[which];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, ms);
    int rc = sqlite3_step (st);
    bool ok = rc == SQLITE_DONE;
@@ -174,8 +170,7 @@ static bool ll_sqlite_run_update (ll_sqlite_conn_t *c,
 static bool ll_sqlite_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    bool changed = false;
-   if (!ll_sqlite_run_update (conn, LL_SQLITE_ST_RENEW, "renew", op->key, op->key_len, op->owner,
-                              ttl_ms, &changed, err))
+   if (!ll_sqlite_run_update (conn, LL_SQLITE_ST_RENEW, "renew", op, ttl_ms, &changed, err))
       return false;
    if (!changed)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
@@ -190,7 +185,7 @@ static bool ll_sqlite_release (void *conn,
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_RELEASE];
-   ll_sqlite_bind_key_owner (st, op->key, op->key_len, op->owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, min_hold_ms);
    int rc = sqlite3_step (st);
    bool ours = rc == SQLITE_ROW;
@@ -243,7 +238,7 @@ static bool ll_sqlite_hold (void *conn,
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_HOLD];
-   ll_sqlite_bind_key_owner (st, op->key, op->key_len, op->owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int (st, 3, delta);
    int rc = sqlite3_step (st);
    bool ok = rc == SQLITE_ROW;
@@ -258,15 +253,14 @@ static bool ll_sqlite_hold (void *conn,
 }
 
 static bool ll_sqlite_inspect (void *conn,
-                               const char *key,
-                               size_t key_len,
+                               const ll_op_t *op,
                                leaselock_record_t *rec,
                                bool *found,
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_INSPECT];
-   sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, op->key, (int)op->key_len, SQLITE_STATIC);
    int rc = sqlite3_step (st);
    bool ok = true;
    *found = false;
@@ -333,8 +327,7 @@ static int ll_sqlite_step_done (sqlite3_stmt *st)
 }
 
 static bool ll_sqlite_force_release (void *conn,
-                                     const char *key,
-                                     size_t key_len,
+                                     const ll_op_t *op,
                                      bool *took,
                                      leaselock_error_t *err)
 {
@@ -344,12 +337,12 @@ static bool ll_sqlite_force_release (void *conn,
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error (c, rc, "force release", err);
    sqlite3_stmt *live = c->stmt[LL_SQLITE_ST_FORCE_LIVE], *any = c->stmt[LL_SQLITE_ST_FORCE_ANY];
-   sqlite3_bind_text (live, 1, key, (int)key_len, SQLITE_STATIC);
+   sqlite3_bind_text (live, 1, op->key, (int)op->key_len, SQLITE_STATIC);
    rc = ll_sqlite_step_done (live);
    if (rc == SQLITE_OK) {
       *took = sqlite3_changes (c->db) > 0;
       if (!*took) {
-         sqlite3_bind_text (any, 1, key, (int)key_len, SQLITE_STATIC);
+         sqlite3_bind_text (any, 1, op->key, (int)op->key_len, SQLITE_STATIC);
          rc = ll_sqlite_step_done (any);
       }
    }
@@ -418,13 +411,13 @@ static bool ll_sqlite_queue_join (void *conn,
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_JOIN];
-   ll_sqlite_bind_key_owner (st, op->key, op->key_len, op->owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, keep_ms);
    rc = ll_sqlite_step_done (st);
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
    st = c->stmt[LL_SQLITE_ST_QUEUE_AHEAD];
-   ll_sqlite_bind_key_owner (st, op->key, op->key_len, op->owner);
+   ll_sqlite_bind_key_owner (st, op);
    rc = sqlite3_step (st);
    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64 (st, 0) : 0;
    sqlite3_reset (st);
@@ -441,7 +434,7 @@ static bool ll_sqlite_queue_leave (void *conn, const ll_op_t *op, leaselock_erro
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_LEAVE];
-   ll_sqlite_bind_key_owner (st, op->key, op->key_len, op->owner);
+   ll_sqlite_bind_key_owner (st, op);
    int rc = ll_sqlite_step_done (st);
    return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "queue_leave", err);
 }
@@ -534,24 +527,14 @@ const ll_backend_t ll_backend_sqlite = {
    .name = "sqlite",
    .schemes = { "sqlite", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_sqlite_open,
    .close = ll_sqlite_close,
    .abandon = ll_sqlite_abandon,
    .close_before_fork = true,
-   .acquire_wait = ll_sqlite_acquire_wait,
-   .queue_join = ll_sqlite_queue_join,
-   .queue_leave = ll_sqlite_queue_leave,
-   .renew = ll_sqlite_renew,
-   .release = ll_sqlite_release,
-   .inspect = ll_sqlite_inspect,
-   .list = ll_sqlite_list,
-   .force_release = ll_sqlite_force_release,
-   .prune = ll_sqlite_prune,
+   LL_BACKEND_LEASE_OPS (ll_sqlite),
    .watch_open = ll_sqlite_watch_open,
    .watch_fd = ll_sqlite_watch_fd,
    .watch_drain = ll_sqlite_watch_drain,
    .watch_close = ll_sqlite_watch_close,
    .watch_abandon = ll_sqlite_watch_close,
-   .hold = ll_sqlite_hold,
 };

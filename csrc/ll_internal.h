@@ -387,9 +387,9 @@ typedef void (*ll_watch_fn) (void *data, const char *key, size_t key_len, const 
 /*
  * Every op gets one connection made by open() and used by one thread at a
  * time (the engine pools them). op (ll_op_t) names the record and the
- * owner; key (with key_len) the record where no owner is involved: NUL-
- * terminated, already validated. Every argument is borrowed for the call.
- * err is never NULL.
+ * owner (inspect and force_release read no owner); list and prune take a
+ * key prefix. Every argument is borrowed for the call. err is never
+ * NULL.
  * All times are judged by the database clock: ttl_ms and min_hold_ms are
  * added to the database's "now", never to a client time.
  *
@@ -500,8 +500,7 @@ typedef struct ll_backend
    bool (*release) (void *conn, const ll_op_t *op, int64_t min_hold_ms, leaselock_error_t *err);
    /* Reads one record; *found false when the key has no record. */
    bool (*inspect) (void *conn,
-                    const char *key,
-                    size_t key_len,
+                    const ll_op_t *op,
                     leaselock_record_t *rec,
                     bool *found,
                     leaselock_error_t *err);
@@ -514,11 +513,7 @@ typedef struct ll_backend
                  leaselock_error_t *err);
    /* Owner cleared and expiry = now whatever the owner; fence kept. *took:
     * whether a live lease was taken away. */
-   bool (*force_release) (void *conn,
-                          const char *key,
-                          size_t key_len,
-                          bool *took,
-                          leaselock_error_t *err);
+   bool (*force_release) (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err);
    /* One statement: deletes the records whose key starts with prefix
     * (byte-wise) and whose expiry is older_than_ms or more in the past by
     * the database clock (expiry <= now - older_than_ms, the same test as
@@ -536,6 +531,15 @@ typedef struct ll_backend
                   int64_t *count,
                   leaselock_error_t *err);
 } ll_backend_t;
+
+/* The members every backend fills alike, from its functions' names (the
+ * naming rule ll_<backend>_<member>): LL_BACKEND_LEASE_OPS (ll_mysql) is
+ * .acquire_wait = ll_mysql_acquire_wait, ... .hold = ll_mysql_hold. A
+ * backend's table adds the rest by hand (open, close, watch_*, acquire). */
+#define LL_BACKEND_LEASE_OPS(p)                                                                    \
+   .acquire_wait = p##_acquire_wait, .queue_join = p##_queue_join, .queue_leave = p##_queue_leave, \
+   .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
+   .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
 
 /* Backends compiled into the core (each file defines its table even when
  * its library is missing, with available = false). */

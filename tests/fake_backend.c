@@ -332,16 +332,15 @@ static void fill (const rec_t *r, leaselock_record_t *out, int64_t now)
 }
 
 static bool fake_inspect (void *conn,
-                          const char *key,
-                          size_t key_len,
+                          const ll_op_t *op,
                           leaselock_record_t *rec,
                           bool *found,
                           leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_INSPECT, key, err))
+   if (!enter (FAKE_INSPECT, op->key, err))
       return false;
-   rec_t *r = find (key, key_len);
+   rec_t *r = find (op->key, op->key_len);
    *found = r != NULL;
    if (r)
       fill (r, rec, db_now ());
@@ -387,17 +386,13 @@ static bool fake_list (void *conn,
    return true;
 }
 
-static bool fake_force (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        bool *took,
-                        leaselock_error_t *err)
+static bool fake_force (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_FORCE, key, err))
+   if (!enter (FAKE_FORCE, op->key, err))
       return false;
    int64_t now = db_now ();
-   rec_t *r = find (key, key_len);
+   rec_t *r = find (op->key, op->key_len);
    *took = r && r->owner[0] && r->expires_at > now;
    if (r) {
       r->owner[0] = '\0';

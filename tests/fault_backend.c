@@ -174,13 +174,12 @@ static bool fault_release (void *conn,
 }
 
 static bool fault_inspect (void *conn,
-                           const char *key,
-                           size_t key_len,
+                           const ll_op_t *op,
                            leaselock_record_t *rec,
                            bool *found,
                            leaselock_error_t *err)
 {
-   FORWARD ("inspect", inspect (fc->conn, key, key_len, rec, found, err));
+   FORWARD ("inspect", inspect (fc->conn, op, rec, found, err));
 }
 
 static bool fault_list (void *conn,
@@ -193,13 +192,9 @@ static bool fault_list (void *conn,
    FORWARD ("list", list (fc->conn, prefix, prefix_len, fn, user_data, err));
 }
 
-static bool fault_force (void *conn,
-                         const char *key,
-                         size_t key_len,
-                         bool *took,
-                         leaselock_error_t *err)
+static bool fault_force (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
-   FORWARD ("force_release", force_release (fc->conn, key, key_len, took, err));
+   FORWARD ("force_release", force_release (fc->conn, op, took, err));
 }
 
 static bool fault_prune (void *conn,

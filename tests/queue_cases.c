@@ -124,7 +124,7 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    int64_t fence = 0;
    CHECK_EQ (QJ (b, c, k, QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, k, QC_B, 10000), 1);
-   CHECK_OK (b->inspect (c, k, strlen (k), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err), err);
    CHECK (!found);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 0);
@@ -133,7 +133,7 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
              err);
    CHECK_EQ (fence, 1);
    CHECK_OK (b->renew (c, &(ll_op_t){ k, strlen (k), QC_H }, 10000, &err), err);
-   CHECK_OK (b->inspect (c, k, strlen (k), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err), err);
    CHECK (found && !strcmp (rec.owner, QC_H) && rec.fence == 1);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 1);

@@ -370,13 +370,13 @@ static void test_command_shape (void)
       CHECK (is_cmd (i, "findAndModify", false));
    ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 1000, &err);
    CHECK_OK (ok, err);
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    listing_t listed = { 0 };
    ok = B->list (c, PFX, strlen (PFX), collect, &listed, &err);
    CHECK_OK (ok, err);
    CHECK (listed.n >= 1);
-   ok = B->force_release (c, k, strlen (k), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &err);
    CHECK_OK (ok, err);
 
    int writes = check_cmds (true, why, sizeof why);
@@ -640,10 +640,10 @@ static void test_force_release (void)
 
    /* No record: nothing to do, nothing created. */
    const char *k0 = key ("force-none");
-   ok = B->force_release (c, k0, strlen (k0), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k0, strlen (k0), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->inspect (c, k0, strlen (k0), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k0, strlen (k0), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
 
@@ -651,10 +651,10 @@ static void test_force_release (void)
    const char *k1 = key ("force-live");
    ok = acquire (c, k1, a, 60000, &f, &err);
    CHECK_OK (ok, err);
-   ok = B->force_release (c, k1, strlen (k1), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k1, strlen (k1), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (took);
-   ok = B->inspect (c, k1, strlen (k1), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k1, strlen (k1), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && rec.owner[0] == '\0' && rec.fence == f && rec.expires_in_ms <= 0);
    ok = B->renew (c, &(ll_op_t){ k1, strlen (k1), a }, 30000, &err);
@@ -678,10 +678,10 @@ static void test_force_release (void)
    mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
    mongoc_apm_callbacks_destroy (cbs);
    took = false;
-   ok = B->force_release (c, k2, strlen (k2), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k2, strlen (k2), NULL }, &took, &err);
    RACE.countdown = -1;
    leaselock_error_t err2;
-   bool ok2 = B->inspect (c, k2, strlen (k2), &rec, &found, &err2);
+   bool ok2 = B->inspect (c, &(ll_op_t){ k2, strlen (k2), NULL }, &rec, &found, &err2);
    B->close (c);
    B->close (other);
    CHECK_OK (ok, err);
@@ -722,7 +722,7 @@ static int child_main (int argc, char **argv)
       } else if (!strcmp (op, "inspect")) {
          leaselock_record_t rec;
          bool found = false;
-         ok = B->inspect (c, k, strlen (k), &rec, &found, &err) && found;
+         ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err) && found;
          left = rec.expires_in_ms;
          fence = rec.fence;
       }
@@ -810,7 +810,7 @@ static void test_server_clock_only (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
    leaselock_record_t rec;
    bool found;
-   ok = B->inspect (c, k2, strlen (k2), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k2, strlen (k2), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && !strcmp (rec.owner, b));
    CHECK (rec.expires_in_ms > 30000 && rec.expires_in_ms <= 60000);
@@ -1126,9 +1126,9 @@ static void test_no_password_in_operation_errors (void)
       oks[1] = acquire (c, k, a, 30000, NULL, &errs[1]);
       oks[2] = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &errs[2]);
       oks[3] = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &errs[3]);
-      oks[4] = B->inspect (c, k, strlen (k), &rec, &found, &errs[4]);
+      oks[4] = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &errs[4]);
       oks[5] = B->list (c, PFX, strlen (PFX), collect, &listed, &errs[5]);
-      oks[6] = B->force_release (c, k, strlen (k), &took, &errs[6]);
+      oks[6] = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &errs[6]);
    }
    B->close (c);
    proxy_stop ();
@@ -1182,7 +1182,7 @@ static void test_lost_reply_retry (void)
       atomic_store (&PX.drop_reply, true);
       ok1 = acquire (c, k, b, 30000, &f1, &e1);
       /* The write happened: b owns it, x is refused. */
-      B->inspect (direct, k, strlen (k), &rec, &found, &e2);
+      B->inspect (direct, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &e2);
       acquire (direct, k, x, 30000, NULL, &e3);
       ok3 = acquire_until_back (c, k, b, &f2, &err);
    }
@@ -1606,7 +1606,8 @@ static void test_keys_are_text (void)
    CHECK_EQ (listed.n, 6);
    leaselock_record_t rec;
    bool found;
-   ok = B->inspect (c, key ("t/$where"), strlen (key ("t/$where")), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ key ("t/$where"), strlen (key ("t/$where")), NULL }, &rec,
+                    &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && !strcmp (rec.owner, a) && rec.pid == 4242 && !strcmp (rec.host, "test-host") &&
           !strcmp (rec.label, "test_mongo"));
@@ -1631,7 +1632,7 @@ static void test_min_hold_record (void)
    CHECK_OK (ok, err);
    leaselock_record_t rec;
    bool found, took = true;
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && rec.owner[0] == '\0' && rec.fence == f);
    CHECK (rec.expires_in_ms > 50000 && rec.expires_in_ms <= 60000);
@@ -1639,12 +1640,12 @@ static void test_min_hold_record (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
    ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err); /* no longer a's */
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
-   ok = B->force_release (c, k, strlen (k), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took); /* no owner: no live lease was taken */
    ok = acquire (c, k, b, 30000, &f, &err);
    CHECK_OK (ok, err);
-   ok = B->force_release (c, k, strlen (k), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (took);
    ok = B->renew (c, &(ll_op_t){ k, strlen (k), b }, 30000, &err);
@@ -1925,14 +1926,14 @@ static void test_prune_keeps_reserved (void)
    ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (count, 1); /* k2 */
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found);
    sleep_ms (1300);
    ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (count, 1); /* k */
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
    B->close (c);
@@ -2043,7 +2044,7 @@ static int64_t holds_shown (void *c, const char *k, size_t n)
    leaselock_error_t err;
    leaselock_record_t rec;
    bool found = false;
-   if (!B->inspect (c, k, n, &rec, &found, &err) || !found)
+   if (!B->inspect (c, &(ll_op_t){ k, n, NULL }, &rec, &found, &err) || !found)
       return -1;
    return rec.holds;
 }
@@ -2130,7 +2131,7 @@ static void test_hold_counts (void)
    CHECK (seen.n == 1 && seen.holds == 2);
    leaselock_record_t rec;
    bool found = false;
-   CHECK_OK (B->inspect (c, k, n, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ k, n, NULL }, &rec, &found, &err), err);
    CHECK (found && !strcmp (rec.owner, a) && rec.fence == f1 && rec.expires_in_ms > 25000);
    CHECK_OK (B->release (c, &(ll_op_t){ k, n, a }, 0, &err), err);
    CHECK_EQ (hold_of (c, k, n, a, +1), 0);

@@ -340,25 +340,25 @@ static void test_takeover_does_not_extend_old (void)
    leaselock_error_t e_renew = { 0 }, e_release = { 0 };
    if (ok) {
       /* BUSY while A is live: nothing changes, not even A's expiry. */
-      ok = b->inspect (conn, k, kl, &r1, &found, &err);
+      ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r1, &found, &err);
       busy_ok =
         !ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 60000, &hb, 0, 0 }, &f2, &err) &&
         err.code == LEASELOCK_BUSY;
       if (ok)
-         ok = b->inspect (conn, k, kl, &r2, &found, &err);
+         ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r2, &found, &err);
    }
    if (ok) {
       sleep_ms (400);
       ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 5000, &hb, 0, 0 }, &f3, &err);
    }
    if (ok) {
-      ok = b->inspect (conn, k, kl, &r3, &found, &err);
+      ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r3, &found, &err);
       renew_a = b->renew (conn, &(ll_op_t){ k, kl, A }, 60000, &e_renew);
       release_a = b->release (conn, &(ll_op_t){ k, kl, A }, 0, &e_release);
    }
    leaselock_record_t r4;
    if (ok)
-      ok = b->inspect (conn, k, kl, &r4, &found, &err);
+      ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r4, &found, &err);
    if (ok)
       release_b = b->release (conn, &(ll_op_t){ k, kl, B }, 0, &err);
    b->close (conn);
@@ -512,7 +512,7 @@ static int64_t holds_shown (const ll_backend_t *b, void *conn, const char *k, si
    leaselock_error_t err;
    leaselock_record_t rec;
    bool found = false;
-   if (!b->inspect (conn, k, n, &rec, &found, &err) || !found)
+   if (!b->inspect (conn, &(ll_op_t){ k, n, NULL }, &rec, &found, &err) || !found)
       return -1;
    return rec.holds;
 }
@@ -539,11 +539,11 @@ static void hold_counts (const ll_backend_t *b, void *c)
    bool found = false;
    CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
    CHECK_EQ (holds_shown (b, c, k, n), 1);
-   CHECK_OK (b->inspect (c, k, n, &r1, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, n, NULL }, &r1, &found, &err), err);
    CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 2);
    CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 3);
    CHECK_EQ (holds_shown (b, c, k, n), 3);
-   CHECK_OK (b->inspect (c, k, n, &r2, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, n, NULL }, &r2, &found, &err), err);
    CHECK (!strcmp (r2.owner, RSV_H) && r2.fence == f1 && r2.expires_in_ms <= r1.expires_in_ms);
    CHECK_EQ (hold_of (b, c, k, n, RSV_W, +1), 0);
    CHECK_EQ (hold_of (b, c, k, n, RSV_W, -1), 0);
@@ -738,12 +738,12 @@ static void rsv_prune_keeps (const ll_backend_t *b, void *c)
    CHECK (rsv_release (b, c, k1, RSV_H) && rsv_release (b, c, k2, RSV_H));
    CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (b->inspect (c, k1, strlen (k1), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k1, strlen (k1), NULL }, &rec, &found, &err), err);
    CHECK (found);
    sleep_ms (1150);
    CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (b->inspect (c, k1, strlen (k1), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k1, strlen (k1), NULL }, &rec, &found, &err), err);
    CHECK (!found);
 }
 
@@ -787,7 +787,7 @@ static void rsv_on_migrated (const ll_backend_t *b, void *c)
    leaselock_record_t rec;
    bool found = false;
    int64_t f = 0;
-   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column, 1 for what was there */
    CHECK_EQ (rsv_wait (b, c, "old", RSV_W, 2000, 0, &f), 'T');
@@ -835,9 +835,9 @@ static void rsv_claim_expired (const ll_backend_t *b, void *c)
    CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
    CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 0, NULL), 'R');
    CHECK (rsv_release (b, c, k, RSV_H));
-   CHECK_OK (b->inspect (c, k, strlen (k), &r1, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &r1, &found, &err), err);
    CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, NULL), 'R');
-   CHECK_OK (b->inspect (c, k, strlen (k), &r2, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &r2, &found, &err), err);
    CHECK (found && !r2.owner[0] && r2.fence == f1 && r2.pid == r1.pid);
    CHECK (!strcmp (r2.label, r1.label) && r2.expires_in_ms <= r1.expires_in_ms);
    CHECK_EQ (rsv_take (b, c, k, RSV_YOUNG, 10000, NULL), 'B');
@@ -1042,7 +1042,7 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    bool found = false;
    int64_t f = 0;
    static const ll_holder_t h = { "h", 1, "l" };
-   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column */
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
@@ -1261,7 +1261,8 @@ static void test_reconnect_after_kill (void)
    CHECK (conn);
    CHECK (kill_other_connections () >= 1);
    sleep_ms (100);
-   ok = b->inspect (conn, key ("kill"), strlen (key ("kill")), &rec, &found, &err);
+   ok =
+     b->inspect (conn, &(ll_op_t){ key ("kill"), strlen (key ("kill")), NULL }, &rec, &found, &err);
    b->close (conn);
    CHECK_OK (ok, err);
    CHECK (found && rec.owner[0] == '\0');
@@ -1390,7 +1391,8 @@ static void test_abandon_after_fork (void)
    int after = count_connections ();
    leaselock_record_t rec;
    bool found;
-   bool ok = b->inspect (conn, key ("nothing"), strlen (key ("nothing")), &rec, &found, &err);
+   bool ok = b->inspect (conn, &(ll_op_t){ key ("nothing"), strlen (key ("nothing")), NULL }, &rec,
+                         &found, &err);
    b->close (conn);
    CHECK (WIFEXITED (st) && WEXITSTATUS (st) == 0);
    CHECK (before >= 2);
@@ -1649,7 +1651,7 @@ static void test_failed_in_flight (void)
       retried = ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 },
                                     &f2, &err);
       if (retried)
-         ok = b->inspect (conn, k, strlen (k), &rec, &found, &err);
+         ok = b->inspect (conn, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
       if (retried)
          b->release (conn, &(ll_op_t){ k, strlen (k), X }, 0, &err);
    }

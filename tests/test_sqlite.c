@@ -405,7 +405,7 @@ static void test_ops_by_sqlite_clock (void)
    /* Holder info, owner and expiry as stored. */
    leaselock_record_t rec;
    bool found = false;
-   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found);
    CHECK (!strcmp (rec.owner, owner_a));
@@ -436,7 +436,7 @@ static void test_ops_by_sqlite_clock (void)
    sleep_ms (60);
    ok = B->renew (a, &(ll_op_t){ "op", 2, owner_a }, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
-   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (rec.expires_in_ms <= 0);
    ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
@@ -447,7 +447,7 @@ static void test_ops_by_sqlite_clock (void)
    /* Release with min_hold: no owner, yet not free until the hold ends. */
    ok = B->release (a, &(ll_op_t){ "op", 2, owner_b }, 60000, &err);
    CHECK_OK (ok, err);
-   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!strcmp (rec.owner, ""));
    CHECK (rec.expires_in_ms > 55000);
@@ -459,7 +459,7 @@ static void test_ops_by_sqlite_clock (void)
 
    /* force_release of a held-back record: nothing live taken, free now. */
    bool took = true;
-   ok = B->force_release (a, "op", 2, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
    ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
@@ -472,18 +472,18 @@ static void test_ops_by_sqlite_clock (void)
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 4);
    /* force_release of a live lease: taken; the fence survives. */
-   ok = B->force_release (a, "op", 2, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (took);
    ok = B->renew (a, &(ll_op_t){ "op", 2, owner_a }, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
-   ok = B->force_release (a, "op", 2, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->force_release (a, "none", 4, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "none", 4, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->inspect (a, "none", 4, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "none", 4, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
    ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
@@ -698,12 +698,12 @@ static void rsv_prune_keeps (void *c)
    CHECK (rsv_release (c, "p/reserved", RSV_H) && rsv_release (c, "p/free", RSV_H));
    CHECK_OK (B->prune (c, "p/", 2, 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (B->inspect (c, "p/reserved", 10, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ "p/reserved", 10, NULL }, &rec, &found, &err), err);
    CHECK (found);
    sleep_ms (1150);
    CHECK_OK (B->prune (c, "p/", 2, 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (B->inspect (c, "p/reserved", 10, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ "p/reserved", 10, NULL }, &rec, &found, &err), err);
    CHECK (!found);
 }
 
@@ -753,7 +753,7 @@ static void rsv_on_migrated (void *c)
    leaselock_record_t rec;
    bool found = false;
    int64_t f = 0;
-   CHECK_OK (B->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (rsv_wait (c, "old", RSV_W, 2000, 0, &f), 'T');
    CHECK_EQ (f, 8);
@@ -856,7 +856,7 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    leaselock_record_t rec;
    bool found = false;
    int64_t f = 0;
-   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
@@ -1096,7 +1096,7 @@ static void test_fork_abandon (void)
    ok = B->release (a, &(ll_op_t){ "parent", 6, owner_a }, 0, &err);
    bool child_there = false;
    leaselock_record_t rec;
-   bool iok = B->inspect (a, "child", 5, &rec, &child_there, &err);
+   bool iok = B->inspect (a, &(ll_op_t){ "child", 5, NULL }, &rec, &child_there, &err);
    B->close (a);
    CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
    CHECK_OK (ok, err);
