@@ -266,19 +266,24 @@ static bool ll_mongo_release (void *c,
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
-/* findAndModify(q, u) without upsert returning the new document's holds:
- * *matched whether a document matched. */
+/* findAndModify(q, u) without upsert returning the new document's holds,
+ * when q and u were built (built false: NOMEM); frees q and u (as
+ * ll_mongo_update_owned does). *matched whether a document matched. */
 static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
-                                const bson_t *q,
-                                const bson_t *u,
+                                bson_t *q,
+                                bson_t *u,
+                                bool built,
                                 bool *matched,
                                 int64_t *holds,
                                 leaselock_error_t *err)
 {
    static const char *const fields[] = { "holds", NULL };
-   bson_t *doc;
+   bson_t *doc = NULL;
    bson_iter_t v;
-   if (!ll_mongo_fam_new (conn, q, u, fields, &doc, err))
+   bool ok = (built || ll_mongo_nomem (err)) && ll_mongo_fam_new (conn, q, u, fields, &doc, err);
+   bson_destroy (q);
+   bson_destroy (u);
+   if (!ok)
       return false;
    *matched = doc != NULL;
    if (*matched)
@@ -286,6 +291,19 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
    if (doc)
       bson_destroy (doc);
    return true;
+}
+
+/* The failure of an operation (what) that retried tries times while what
+ * it read (thing, "the record") kept changing under it. Returns false. */
+static bool ll_mongo_kept_changing (leaselock_error_t *err,
+                                    const char *what,
+                                    const char *thing,
+                                    int tries)
+{
+   char msg[64], detail[32];
+   snprintf (msg, sizeof msg, "%s kept changing", thing);
+   snprintf (detail, sizeof detail, "%d tries", tries);
+   return ll_backend_fail (err, "mongodb", what, msg, NULL, detail);
 }
 
 /* hold (the top comment says how): 1 round trip when the count moves, 2
@@ -305,13 +323,9 @@ static bool ll_mongo_hold (void *c,
       bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool matched = false;
       int64_t n = 0;
-      bool ok = (ll_mongo_hold_query (&q, op->key, op->key_len, op->owner, delta) &&
-                 ll_mongo_hold_update (&u, delta)) ||
-                ll_mongo_nomem (err);
-      ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
-      bson_destroy (&q);
-      bson_destroy (&u);
-      if (!ok)
+      bool built = ll_mongo_hold_query (&q, op->key, op->key_len, op->owner, delta) &&
+                   ll_mongo_hold_update (&u, delta);
+      if (!ll_mongo_fam_holds (conn, &q, &u, built, &matched, &n, err))
          return false;
       if (matched) {
          *holds = n;
@@ -319,13 +333,9 @@ static bool ll_mongo_hold (void *c,
       }
       q = (bson_t)BSON_INITIALIZER;
       u = (bson_t)BSON_INITIALIZER;
-      ok = (ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
-            ll_mongo_hold_floor_update (&u)) ||
-           ll_mongo_nomem (err);
-      ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
-      bson_destroy (&q);
-      bson_destroy (&u);
-      if (!ok)
+      built = ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
+              ll_mongo_hold_floor_update (&u);
+      if (!ll_mongo_fam_holds (conn, &q, &u, built, &matched, &n, err))
          return false;
       if (!matched)
          return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
@@ -334,9 +344,7 @@ static bool ll_mongo_hold (void *c,
          return true;
       }
    }
-   char detail[32];
-   snprintf (detail, sizeof detail, "%d tries", LL_MONGO_HOLD_TRIES);
-   return ll_backend_fail (err, "mongodb", "hold", "the hold count kept changing", NULL, detail);
+   return ll_mongo_kept_changing (err, "hold", "the hold count", LL_MONGO_HOLD_TRIES);
 }
 
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
@@ -504,10 +512,7 @@ static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leas
          return true;
       }
    }
-   char detail[32];
-   snprintf (detail, sizeof detail, "%d tries", LL_MONGO_FORCE_TRIES);
-   return ll_backend_fail (err, "mongodb", "force_release", "the record kept changing", NULL,
-                           detail);
+   return ll_mongo_kept_changing (err, "force_release", "the record", LL_MONGO_FORCE_TRIES);
 }
 /* prune: one deleteMany of the expired records under the prefix
  * (ll_mongo_prune_filter), *count from the reply's deletedCount; then the

@@ -98,17 +98,19 @@ static const char *ll_pg_key_z (const char *key, size_t key_len, char buf[LEASEL
 }
 
 /* Runs statement id with $1 op's key (made NUL-terminated here) and,
- * where the statement takes them, $2 its owner and $3 arg (NULL when it
- * does not). */
+ * where the statement takes them, $2 its owner and $3 *arg in decimal
+ * (arg NULL when it takes none). */
 static PGresult *ll_pg_run_key (ll_pg_conn_t *c,
                                 int id,
                                 const ll_op_t *op,
-                                const char *arg,
+                                const int64_t *arg,
                                 const char *what,
                                 leaselock_error_t *err)
 {
-   char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[3] = { ll_pg_key_z (op->key, op->key_len, kbuf), op->owner, arg };
+   char kbuf[LEASELOCK_KEY_MAX + 1], abuf[32];
+   if (arg)
+      snprintf (abuf, sizeof abuf, "%" PRId64, *arg);
+   const char *p[3] = { ll_pg_key_z (op->key, op->key_len, kbuf), op->owner, arg ? abuf : NULL };
    return ll_pg_run (c, id, p, what, err);
 }
 
@@ -172,9 +174,7 @@ static bool ll_pg_update_one (ll_pg_conn_t *c,
                               const char *what,
                               leaselock_error_t *err)
 {
-   char us[32];
-   snprintf (us, sizeof us, "%" PRId64, ms * 1000);
-   PGresult *res = ll_pg_run_key (c, id, op, us, what, err);
+   PGresult *res = ll_pg_run_key (c, id, op, &(int64_t){ ms * 1000 }, what, err);
    if (!res)
       return false;
    bool ok = !strcmp (PQcmdTuples (res), "1");
@@ -232,9 +232,7 @@ static bool ll_pg_hold (void *conn,
                         int64_t *holds,
                         leaselock_error_t *err)
 {
-   char d[16];
-   snprintf (d, sizeof d, "%d", delta);
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, op, d, "hold", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, op, &(int64_t){ delta }, "hold", err);
    if (!res)
       return false;
    if (!ll_pg_take_i64 (res, holds))
@@ -405,9 +403,8 @@ static bool ll_pg_queue_join (void *conn,
                               int64_t *ahead,
                               leaselock_error_t *err)
 {
-   char us[32];
-   snprintf (us, sizeof us, "%" PRId64, keep_ms * 1000);
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, op, us, "queue_join", err);
+   PGresult *res =
+     ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, op, &(int64_t){ keep_ms * 1000 }, "queue_join", err);
    if (!res)
       return false;
    PQclear (res);

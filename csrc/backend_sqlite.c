@@ -359,6 +359,23 @@ static bool ll_sqlite_force_release (void *conn,
    return true;
 }
 
+/* Runs prune's statement which (records, or queue entries) for prefix
+ * and older_than_ms. */
+static bool ll_sqlite_prune_run (ll_sqlite_conn_t *c,
+                                 int which,
+                                 const char *prefix,
+                                 size_t prefix_len,
+                                 int64_t older_than_ms,
+                                 leaselock_error_t *err)
+{
+   sqlite3_stmt *st = c->stmt[which];
+   char upper[LEASELOCK_KEY_MAX + 1];
+   ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
+   sqlite3_bind_int64 (st, 3, older_than_ms);
+   int rc = ll_sqlite_step_done (st);
+   return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "prune", err);
+}
+
 static bool ll_sqlite_prune (void *conn,
                              const char *prefix,
                              size_t prefix_len,
@@ -367,23 +384,12 @@ static bool ll_sqlite_prune (void *conn,
                              leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_PRUNE];
-   char upper[LEASELOCK_KEY_MAX + 1];
-   ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
-   sqlite3_bind_int64 (st, 3, older_than_ms);
-   int rc = ll_sqlite_step_done (st);
-   if (rc != SQLITE_OK)
-      return ll_sqlite_db_error (c, rc, "prune", err);
+   if (!ll_sqlite_prune_run (c, LL_SQLITE_ST_PRUNE, prefix, prefix_len, older_than_ms, err))
+      return false;
    *count = sqlite3_changes (c->db);
    /* The queue entries that ran out go too (not counted: they are not
     * records). */
-   st = c->stmt[LL_SQLITE_ST_QUEUE_PRUNE];
-   ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
-   sqlite3_bind_int64 (st, 3, older_than_ms);
-   rc = ll_sqlite_step_done (st);
-   if (rc != SQLITE_OK)
-      return ll_sqlite_db_error (c, rc, "prune", err);
-   return true;
+   return ll_sqlite_prune_run (c, LL_SQLITE_ST_QUEUE_PRUNE, prefix, prefix_len, older_than_ms, err);
 }
 
 /* ---- the fair mode's queue --------------------------------------------- */
