@@ -293,15 +293,11 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
    return true;
 }
 
-/* The failure of an operation (what) that retried tries times while what
- * it read (thing, "the record") kept changing under it. Returns false. */
-static bool ll_mongo_kept_changing (leaselock_error_t *err,
-                                    const char *what,
-                                    const char *thing,
-                                    int tries)
+/* The failure of an operation (what) that gave up after tries tries, what
+ * it read having changed under each (msg says what). Returns false. */
+static bool ll_mongo_gave_up (leaselock_error_t *err, const char *what, const char *msg, int tries)
 {
-   char msg[64], detail[32];
-   snprintf (msg, sizeof msg, "%s kept changing", thing);
+   char detail[32];
    snprintf (detail, sizeof detail, "%d tries", tries);
    return ll_backend_fail (err, "mongodb", what, msg, NULL, detail);
 }
@@ -344,7 +340,7 @@ static bool ll_mongo_hold (void *c,
          return true;
       }
    }
-   return ll_mongo_kept_changing (err, "hold", "the hold count", LL_MONGO_HOLD_TRIES);
+   return ll_mongo_gave_up (err, "hold", "the hold count kept changing", LL_MONGO_HOLD_TRIES);
 }
 
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
@@ -512,8 +508,9 @@ static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leas
          return true;
       }
    }
-   return ll_mongo_kept_changing (err, "force_release", "the record", LL_MONGO_FORCE_TRIES);
+   return ll_mongo_gave_up (err, "force_release", "the record kept changing", LL_MONGO_FORCE_TRIES);
 }
+
 /* prune: one deleteMany of the expired records under the prefix
  * (ll_mongo_prune_filter), *count from the reply's deletedCount; then the
  * queue's entries that ran out. */
