@@ -70,7 +70,7 @@ bool leaselock_inspect (leaselock_client_t *c,
    if (!conn)
       return false;
    int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->inspect (conn, key, key_len, record, found, err);
+   bool ok = c->backend->inspect (conn, &(ll_op_t){ key, key_len, NULL }, record, found, err);
    holds_fix (record);
    admin_done (c, "inspect", key, key_len, t0, ok, err);
    ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
@@ -162,7 +162,7 @@ bool leaselock_force_release (leaselock_client_t *c,
    if (!conn)
       return false;
    int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->force_release (conn, key, key_len, &took_local, err);
+   bool ok = c->backend->force_release (conn, &(ll_op_t){ key, key_len, NULL }, &took_local, err);
    admin_done (c, "force_release", key, key_len, t0, ok, err);
    ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
    if (ok)

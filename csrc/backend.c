@@ -74,18 +74,16 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
 
 bool ll_backend_acquire (const ll_backend_t *b,
                          void *conn,
-                         const char *key,
-                         size_t key_len,
-                         const char *owner,
-                         int64_t ttl_ms,
-                         const ll_holder_t *holder,
+                         const ll_take_t *t,
                          int64_t *fence,
                          leaselock_error_t *err)
 {
    if (b->acquire)
-      return b->acquire (conn, key, key_len, owner, ttl_ms, holder, fence, err);
-   bool reserved;
-   int64_t left_ms;
-   return b->acquire_wait (conn, key, key_len, owner, ttl_ms, holder, -1, 0, fence, &reserved,
-                           &left_ms, err);
+      return b->acquire (conn, t, fence, err);
+   ll_take_t plain = { t->op, t->ttl_ms, t->holder, -1, 0 };
+   ll_taken_t out;
+   bool ok = b->acquire_wait (conn, &plain, &out, err);
+   if (ok)
+      *fence = out.fence;
+   return ok;
 }

@@ -119,19 +119,13 @@ static bool ll_mongo_fam_new (ll_mongo_conn_t *conn,
 /* ---- operations -------------------------------------------------------- */
 
 /* Builds acquire's conditional query and its update into q and u. */
-static bool ll_mongo_take_command (bson_t *q,
-                                   bson_t *u,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
-                                   int64_t ttl_ms,
-                                   const ll_holder_t *holder,
-                                   leaselock_error_t *err)
+static bool ll_mongo_take_command (bson_t *q, bson_t *u, const ll_take_t *t, leaselock_error_t *err)
 {
-   if (ll_mongo_acquire_query (q, key, key_len, owner) &&
-       ll_mongo_acquire_update (u, owner, ttl_ms, holder && holder->host ? holder->host : "",
-                                holder ? holder->pid : 0,
-                                holder && holder->label ? holder->label : ""))
+   const ll_holder_t *holder = t->holder;
+   if (ll_mongo_acquire_query (q, t->op.key, t->op.key_len, t->op.owner) &&
+       ll_mongo_acquire_update (
+         u, t->op.owner, t->ttl_ms, holder && holder->host ? holder->host : "",
+         holder ? holder->pid : 0, holder && holder->label ? holder->label : ""))
       return true;
    return ll_mongo_nomem (err);
 }
@@ -159,24 +153,17 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn,
    return ok;
 }
 
-static bool ll_mongo_acquire (void *c,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
-                              int64_t ttl_ms,
-                              const ll_holder_t *holder,
-                              int64_t *fence,
-                              leaselock_error_t *err)
+static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
-   bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
+   bool ok = ll_mongo_take_command (&q, &u, t, err) &&
              ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
    /* No such record, or a live one of another owner (or reserved for
     * another waiter): the upsert. */
    if (ok && !matched)
-      ok = ll_mongo_take_new (conn, key, key_len, &u, fence, err);
+      ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, fence, err);
    bson_destroy (&q);
    bson_destroy (&u);
    return ok;
@@ -230,16 +217,8 @@ static bool ll_mongo_claim (ll_mongo_conn_t *conn,
  * trips: 1 when it takes an existing record, 2 when busy and reserved, 3
  * otherwise. */
 static bool ll_mongo_acquire_wait (void *c,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
-                                   int64_t ttl_ms,
-                                   const ll_holder_t *holder,
-                                   int64_t reserve_ms,
-                                   int64_t waited_ms,
-                                   int64_t *fence,
-                                   bool *reserved,
-                                   int64_t *left_ms,
+                                   const ll_take_t *t,
+                                   ll_taken_t *out,
                                    leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
@@ -247,19 +226,19 @@ static bool ll_mongo_acquire_wait (void *c,
    bson_t cq = BSON_INITIALIZER, cu = BSON_INITIALIZER;
    bool matched = false;
 
-   *reserved = false;
-   *left_ms = -1;
-   bool ok = ll_mongo_take_command (&q, &u, key, key_len, owner, ttl_ms, holder, err) &&
-             ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
+   out->reserved = false;
+   out->left_ms = -1;
+   bool ok = ll_mongo_take_command (&q, &u, t, err) &&
+             ll_mongo_fam (conn, &q, &u, false, &matched, &out->fence, err);
    if (ok && !matched) {
-      ok = (ll_mongo_claim_query (&cq, key, key_len, owner, waited_ms) &&
-            ll_mongo_claim_update (&cu, owner, reserve_ms, waited_ms)) ||
+      ok = (ll_mongo_claim_query (&cq, t->op.key, t->op.key_len, t->op.owner, t->waited_ms) &&
+            ll_mongo_claim_update (&cu, t->op.owner, t->reserve_ms, t->waited_ms)) ||
            ll_mongo_nomem (err);
-      ok = ok && ll_mongo_claim (conn, &cq, &cu, reserved, left_ms, err);
-      if (ok && *reserved)
+      ok = ok && ll_mongo_claim (conn, &cq, &cu, &out->reserved, &out->left_ms, err);
+      if (ok && out->reserved)
          ok = ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
       else if (ok)
-         ok = ll_mongo_take_new (conn, key, key_len, &u, fence, err);
+         ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, &out->fence, err);
    }
    bson_destroy (&q);
    bson_destroy (&u);
@@ -268,45 +247,43 @@ static bool ll_mongo_acquire_wait (void *c,
    return ok;
 }
 
-static bool ll_mongo_renew (void *c,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int64_t ttl_ms,
-                            leaselock_error_t *err)
+static bool ll_mongo_renew (void *c, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok =
-     ll_mongo_live_owned_query (&q, key, key_len, owner) && ll_mongo_renew_update (&u, ttl_ms);
+   bool ok = ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
+             ll_mongo_renew_update (&u, ttl_ms);
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
 static bool ll_mongo_release (void *c,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok =
-     ll_mongo_owned_query (&q, key, key_len, owner) && ll_mongo_free_update (&u, min_hold_ms);
+   bool ok = ll_mongo_owned_query (&q, op->key, op->key_len, op->owner) &&
+             ll_mongo_free_update (&u, min_hold_ms);
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
-/* findAndModify(q, u) without upsert returning the new document's holds:
- * *matched whether a document matched. */
+/* findAndModify(q, u) without upsert returning the new document's holds,
+ * when q and u were built (built false: NOMEM); frees q and u (as
+ * ll_mongo_update_owned does). *matched whether a document matched. */
 static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
-                                const bson_t *q,
-                                const bson_t *u,
+                                bson_t *q,
+                                bson_t *u,
+                                bool built,
                                 bool *matched,
                                 int64_t *holds,
                                 leaselock_error_t *err)
 {
    static const char *const fields[] = { "holds", NULL };
-   bson_t *doc;
+   bson_t *doc = NULL;
    bson_iter_t v;
-   if (!ll_mongo_fam_new (conn, q, u, fields, &doc, err))
+   bool ok = (built || ll_mongo_nomem (err)) && ll_mongo_fam_new (conn, q, u, fields, &doc, err);
+   bson_destroy (q);
+   bson_destroy (u);
+   if (!ok)
       return false;
    *matched = doc != NULL;
    if (*matched)
@@ -316,6 +293,15 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
    return true;
 }
 
+/* The failure of an operation (what) that gave up after tries tries, what
+ * it read having changed under each (msg says what). Returns false. */
+static bool ll_mongo_gave_up (leaselock_error_t *err, const char *what, const char *msg, int tries)
+{
+   char detail[32];
+   snprintf (detail, sizeof detail, "%d tries", tries);
+   return ll_backend_fail (err, "mongodb", what, msg, NULL, detail);
+}
+
 /* hold (the top comment says how): 1 round trip when the count moves, 2
  * when -1 finds it at 1 or the lease is not held, 3 for +1 on a record
  * written before hold counts; again while the same owner's concurrent
@@ -323,9 +309,7 @@ static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
 #define LL_MONGO_HOLD_TRIES 16
 
 static bool ll_mongo_hold (void *c,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+                           const ll_op_t *op,
                            int delta,
                            int64_t *holds,
                            leaselock_error_t *err)
@@ -335,13 +319,9 @@ static bool ll_mongo_hold (void *c,
       bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool matched = false;
       int64_t n = 0;
-      bool ok = (ll_mongo_hold_query (&q, key, key_len, owner, delta) &&
-                 ll_mongo_hold_update (&u, delta)) ||
-                ll_mongo_nomem (err);
-      ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
-      bson_destroy (&q);
-      bson_destroy (&u);
-      if (!ok)
+      bool built = ll_mongo_hold_query (&q, op->key, op->key_len, op->owner, delta) &&
+                   ll_mongo_hold_update (&u, delta);
+      if (!ll_mongo_fam_holds (conn, &q, &u, built, &matched, &n, err))
          return false;
       if (matched) {
          *holds = n;
@@ -349,13 +329,9 @@ static bool ll_mongo_hold (void *c,
       }
       q = (bson_t)BSON_INITIALIZER;
       u = (bson_t)BSON_INITIALIZER;
-      ok =
-        (ll_mongo_live_owned_query (&q, key, key_len, owner) && ll_mongo_hold_floor_update (&u)) ||
-        ll_mongo_nomem (err);
-      ok = ok && ll_mongo_fam_holds (conn, &q, &u, &matched, &n, err);
-      bson_destroy (&q);
-      bson_destroy (&u);
-      if (!ok)
+      built = ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
+              ll_mongo_hold_floor_update (&u);
+      if (!ll_mongo_fam_holds (conn, &q, &u, built, &matched, &n, err))
          return false;
       if (!matched)
          return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
@@ -364,9 +340,7 @@ static bool ll_mongo_hold (void *c,
          return true;
       }
    }
-   char detail[32];
-   snprintf (detail, sizeof detail, "%d tries", LL_MONGO_HOLD_TRIES);
-   return ll_backend_fail (err, "mongodb", "hold", "the hold count kept changing", NULL, detail);
+   return ll_mongo_gave_up (err, "hold", "the hold count kept changing", LL_MONGO_HOLD_TRIES);
 }
 
 /* Copies a utf8 field of doc into buf (truncated, NUL-terminated). */
@@ -456,8 +430,7 @@ static bool ll_mongo_records (ll_mongo_conn_t *conn,
 }
 
 static bool ll_mongo_inspect (void *c,
-                              const char *key,
-                              size_t key_len,
+                              const ll_op_t *op,
                               leaselock_record_t *rec,
                               bool *found,
                               leaselock_error_t *err)
@@ -467,7 +440,7 @@ static bool ll_mongo_inspect (void *c,
    bool ok;
 
    *found = false;
-   if (!ll_mongo_append_key (&match, key, key_len)) {
+   if (!ll_mongo_append_key (&match, op->key, op->key_len)) {
       bson_destroy (&match);
       return ll_mongo_nomem (err);
    }
@@ -505,11 +478,7 @@ static bool ll_mongo_list (void *c,
  */
 #define LL_MONGO_FORCE_TRIES 16
 
-static bool ll_mongo_force_release (void *c,
-                                    const char *key,
-                                    size_t key_len,
-                                    bool *took,
-                                    leaselock_error_t *err)
+static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
 
@@ -519,12 +488,12 @@ static bool ll_mongo_force_release (void *c,
       bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
       bool found = false, matched = false, ok = true, live;
 
-      if (!ll_mongo_inspect (conn, key, key_len, &rec, &found, err))
+      if (!ll_mongo_inspect (conn, op, &rec, &found, err))
          return false;
       if (!found)
          return true; /* no record: nothing to release */
       live = rec.owner[0] && rec.expires_in_ms > 0;
-      ok = ll_mongo_force_query (&q, key, key_len, rec.fence, rec.owner[0] != '\0', live) &&
+      ok = ll_mongo_force_query (&q, op->key, op->key_len, rec.fence, rec.owner[0] != '\0', live) &&
            ll_mongo_free_update (&u, 0);
       if (!ok)
          ll_mongo_nomem (err);
@@ -539,11 +508,9 @@ static bool ll_mongo_force_release (void *c,
          return true;
       }
    }
-   char detail[32];
-   snprintf (detail, sizeof detail, "%d tries", LL_MONGO_FORCE_TRIES);
-   return ll_backend_fail (err, "mongodb", "force_release", "the record kept changing", NULL,
-                           detail);
+   return ll_mongo_gave_up (err, "force_release", "the record kept changing", LL_MONGO_FORCE_TRIES);
 }
+
 /* prune: one deleteMany of the expired records under the prefix
  * (ll_mongo_prune_filter), *count from the reply's deletedCount; then the
  * queue's entries that ran out. */
@@ -564,51 +531,15 @@ static bool ll_mongo_prune (void *c,
    return ok && ll_mongo_queue_prune (conn, prefix, prefix_len, older_than_ms, err);
 }
 
-/* ---- the fair mode's queue (backend_mongodb_queue.c) --------------------- */
-
-static bool ll_mongo_queue_join (void *c,
-                                 const char *key,
-                                 size_t key_len,
-                                 const char *owner,
-                                 int64_t keep_ms,
-                                 int64_t *ahead,
-                                 leaselock_error_t *err)
-{
-   int64_t n = ll_mongo_queue_enter (c, key, key_len, owner, keep_ms, err);
-   if (n < 0)
-      return false;
-   *ahead = n;
-   return true;
-}
-
-static bool ll_mongo_queue_leave (void *c,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
-                                  leaselock_error_t *err)
-{
-   return ll_mongo_queue_remove (c, key, key_len, owner, err);
-}
-
 const ll_backend_t ll_backend_mongodb = {
    .name = "mongodb",
    .schemes = { "mongodb", "mongodb+srv", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_mongo_open,
    .close = ll_mongo_close,
    .abandon = ll_mongo_abandon,
    .acquire = ll_mongo_acquire,
-   .acquire_wait = ll_mongo_acquire_wait,
-   .queue_join = ll_mongo_queue_join,
-   .queue_leave = ll_mongo_queue_leave,
-   .renew = ll_mongo_renew,
-   .release = ll_mongo_release,
-   .inspect = ll_mongo_inspect,
-   .list = ll_mongo_list,
-   .force_release = ll_mongo_force_release,
-   .prune = ll_mongo_prune,
-   .hold = ll_mongo_hold,
+   LL_BACKEND_LEASE_OPS (ll_mongo),
 };
 
 #else /* !LEASELOCK_WITH_MONGODB */

@@ -123,22 +123,18 @@ bool ll_mongo_test_set_password (void *conn, const char *password);
 
 /* ---- backend_mongodb_queue.c ---------------------------------------------- */
 
-/* The vtable's queue_join: makes owner's entry of key's queue live for
- * keep_ms (a new one arrives now); returns the live entries ahead of it,
- * or -1 on failure. The strings are borrowed. */
-int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
-                              int64_t keep_ms,
-                              leaselock_error_t *err);
+/* The vtable's queue_join (conn: an ll_mongo_conn_t): makes op's owner's
+ * entry of its key's queue live for keep_ms (a new one arrives now);
+ * *ahead: the live entries ahead of it. op is borrowed. */
+bool ll_mongo_queue_join (void *conn,
+                          const ll_op_t *op,
+                          int64_t keep_ms,
+                          int64_t *ahead,
+                          leaselock_error_t *err);
 
-/* The vtable's queue_leave: deletes owner's entry of key's queue, if any. */
-bool ll_mongo_queue_remove (ll_mongo_conn_t *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            leaselock_error_t *err);
+/* The vtable's queue_leave: deletes op's owner's entry of its key's queue,
+ * if any. op is borrowed. */
+bool ll_mongo_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err);
 
 /* prune's second half: deletes the queue entries under prefix (borrowed)
  * that ran out at least older_than_ms ago (not counted: not records). */

@@ -63,14 +63,15 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
  * mongo-java-server applies writes one at a time and needs no wait.
  */
 #define LL_MONGO_QUEUE_SETTLE_MS 3
-int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
-                              int64_t keep_ms,
-                              leaselock_error_t *err)
+bool ll_mongo_queue_join (void *c,
+                          const ll_op_t *op,
+                          int64_t keep_ms,
+                          int64_t *ahead,
+                          leaselock_error_t *err)
 {
-   int64_t ahead = -1;
+   ll_mongo_conn_t *conn = c;
+   const char *key = op->key, *owner = op->owner;
+   size_t key_len = op->key_len;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bson_t aq = BSON_INITIALIZER, au = BSON_INITIALIZER, cq = BSON_INITIALIZER;
    bool matched = false;
@@ -95,27 +96,26 @@ int64_t ll_mongo_queue_enter (ll_mongo_conn_t *conn,
       struct timespec ts = { 0, LL_MONGO_QUEUE_SETTLE_MS * 1000000L };
       while (nanosleep (&ts, &ts) != 0) {
       }
-      ahead = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
-      if (ahead < 0)
-         ahead = (ll_mongo_fail (conn, err, "countDocuments", &e), -1);
+      int64_t n = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
+      if (n >= 0)
+         *ahead = n;
+      else
+         ok = ll_mongo_fail (conn, err, "countDocuments", &e);
    }
    bson_destroy (&q);
    bson_destroy (&u);
    bson_destroy (&aq);
    bson_destroy (&au);
    bson_destroy (&cq);
-   return ahead;
+   return ok;
 }
 
-bool ll_mongo_queue_remove (ll_mongo_conn_t *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            leaselock_error_t *err)
+bool ll_mongo_queue_leave (void *c, const ll_op_t *op, leaselock_error_t *err)
 {
+   ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER;
    bson_error_t e;
-   if (!ll_mongo_queue_id (&q, key, key_len, owner)) {
+   if (!ll_mongo_queue_id (&q, op->key, op->key_len, op->owner)) {
       bson_destroy (&q);
       return ll_mongo_nomem (err);
    }

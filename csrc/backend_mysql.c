@@ -210,68 +210,58 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, ll_mysql_acquire_t *a)
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
 static bool ll_mysql_acquire_wait (void *conn,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
-                                   int64_t ttl_ms,
-                                   const ll_holder_t *holder,
-                                   int64_t reserve_ms,
-                                   int64_t waited_ms,
-                                   int64_t *fence,
-                                   bool *reserved,
-                                   int64_t *left_ms,
+                                   const ll_take_t *t,
+                                   ll_taken_t *out,
                                    leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   *reserved = false;
-   *left_ms = -1;
+   out->reserved = false;
+   out->left_ms = -1;
    ll_mysql_acquire_t a = {
-      .key = key,
-      .owner = owner,
-      .host = holder->host ? holder->host : "",
-      .label = holder->label ? holder->label : "",
-      .key_len = (unsigned long)key_len,
+      .key = t->op.key,
+      .owner = t->op.owner,
+      .host = t->holder->host ? t->holder->host : "",
+      .label = t->holder->label ? t->holder->label : "",
+      .key_len = (unsigned long)t->op.key_len,
       .owner_len = LEASELOCK_OWNER_LEN,
-      .host_len = ll_mysql_clip255 (holder->host),
-      .label_len = ll_mysql_clip255 (holder->label),
-      .ttl_us = ttl_ms * 1000,
-      .pid = holder->pid,
-      .reserve_us = reserve_ms * 1000,
-      .waited_us = waited_ms * 1000,
-      .wait_null = reserve_ms < 0,
+      .host_len = ll_mysql_clip255 (t->holder->host),
+      .label_len = ll_mysql_clip255 (t->holder->label),
+      .ttl_us = t->ttl_ms * 1000,
+      .pid = t->holder->pid,
+      .reserve_us = t->reserve_ms * 1000,
+      .waited_us = t->waited_ms * 1000,
+      .wait_null = t->reserve_ms < 0,
    };
    MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
    ll_mysql_bind_acquire (p, &a);
-   *reserved = false;
+   out->reserved = false;
    if (!ll_mysql_execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
       return false;
    MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
    my_ulonglong id = mysql_stmt_insert_id (st);
-   *reserved = id >= LL_MYSQL_RESERVED_MIN;
-   if (*reserved) /* rounded up: a part of a millisecond is still left */
-      *left_ms = (int64_t)((~(my_ulonglong)0 - id + 999) / 1000);
-   if (id == 0 || *reserved || mysql_stmt_affected_rows (st) == 0)
+   out->reserved = id >= LL_MYSQL_RESERVED_MIN;
+   if (out->reserved) /* rounded up: a part of a millisecond is still left */
+      out->left_ms = (int64_t)((~(my_ulonglong)0 - id + 999) / 1000);
+   if (id == 0 || out->reserved || mysql_stmt_affected_rows (st) == 0)
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
-   *fence = (int64_t)id;
+   out->fence = (int64_t)id;
    return true;
 }
 
 /* Renew and release: (microseconds, key, owner) bound, then executed. */
 static bool ll_mysql_execute_owned (ll_mysql_conn_t *c,
                                     int id,
-                                    const char *key,
-                                    size_t key_len,
-                                    const char *owner,
+                                    const ll_op_t *op,
                                     int64_t ms,
                                     const char *what,
                                     leaselock_error_t *err)
 {
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t us = ms * 1000;
    MYSQL_BIND p[3];
    ll_mysql_bind_i64 (&p[0], &us);
-   ll_mysql_bind_blob (&p[1], key, &klen);
-   ll_mysql_bind_str (&p[2], owner, &olen);
+   ll_mysql_bind_blob (&p[1], op->key, &klen);
+   ll_mysql_bind_str (&p[2], op->owner, &olen);
    return ll_mysql_execute (c, id, p, what, err);
 }
 
@@ -280,15 +270,10 @@ static bool ll_mysql_not_held (leaselock_error_t *err)
    return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
 }
 
-static bool ll_mysql_renew (void *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
-                            int64_t ttl_ms,
-                            leaselock_error_t *err)
+static bool ll_mysql_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   if (!ll_mysql_execute_owned (c, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err))
+   if (!ll_mysql_execute_owned (c, LL_SQL_RENEW, op, ttl_ms, "renew", err))
       return false;
    /* Not the rows changed (an expiry could in theory be rewritten with the
     * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
@@ -296,15 +281,12 @@ static bool ll_mysql_renew (void *conn,
 }
 
 static bool ll_mysql_release (void *conn,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release",
-                                err))
+   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, op, min_hold_ms, "release", err))
       return false;
    /* The owner column always changes (ours -> NULL) when it matched. */
    return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || ll_mysql_not_held (err);
@@ -313,20 +295,18 @@ static bool ll_mysql_release (void *conn,
 /* One statement, one round trip: the insert id is the count after, 0 when
  * the row did not match (affected rows would not do: 1 - 1 stays 1). */
 static bool ll_mysql_hold (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+                           const ll_op_t *op,
                            int delta,
                            int64_t *holds,
                            leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t d = delta;
    MYSQL_BIND p[3];
    ll_mysql_bind_i64 (&p[0], &d);
-   ll_mysql_bind_blob (&p[1], key, &klen);
-   ll_mysql_bind_str (&p[2], owner, &olen);
+   ll_mysql_bind_blob (&p[1], op->key, &klen);
+   ll_mysql_bind_str (&p[2], op->owner, &olen);
    if (!ll_mysql_execute (c, LL_SQL_HOLD, p, "hold", err))
       return false;
    my_ulonglong id = mysql_stmt_insert_id (c->st[LL_SQL_HOLD]);
@@ -437,16 +417,15 @@ done:
 }
 
 static bool ll_mysql_inspect (void *conn,
-                              const char *key,
-                              size_t key_len,
+                              const ll_op_t *op,
                               leaselock_record_t *rec,
                               bool *found,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len;
+   unsigned long klen = (unsigned long)op->key_len;
    MYSQL_BIND p[1];
-   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
    *found = false;
    ll_record_one_t o = { rec, found };
    return ll_mysql_query_rows (c, LL_SQL_INSPECT, p, ll_record_take_one, &o, "inspect", err);
@@ -493,15 +472,14 @@ static bool ll_mysql_list (void *conn,
 }
 
 static bool ll_mysql_force_release (void *conn,
-                                    const char *key,
-                                    size_t key_len,
+                                    const ll_op_t *op,
                                     bool *took,
                                     leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len;
+   unsigned long klen = (unsigned long)op->key_len;
    MYSQL_BIND p[1];
-   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
    if (!ll_mysql_execute (c, LL_SQL_FORCE, p, "force_release", err))
       return false;
    *took = mysql_stmt_insert_id (c->st[LL_SQL_FORCE]) != 0;
@@ -585,19 +563,17 @@ static bool ll_mysql_queue_drop (ll_mysql_conn_t *c)
  * reads deadlock against each other's inserts.
  */
 static bool ll_mysql_queue_join (void *conn,
-                                 const char *key,
-                                 size_t key_len,
-                                 const char *owner,
+                                 const ll_op_t *op,
                                  int64_t keep_ms,
                                  int64_t *ahead,
                                  leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    int64_t wait_s = c->read_timeout > 1 ? c->read_timeout - 1 : 1, keep_us = keep_ms * 1000;
    int64_t v[2] = { -1, -1 };
    MYSQL_BIND p[4];
-   ll_mysql_bind_blob (&p[0], key, &klen);
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
    ll_mysql_bind_i64 (&p[1], &wait_s);
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_LOCK, p, "queue_join", err))
       return false;
@@ -609,12 +585,12 @@ static bool ll_mysql_queue_join (void *conn,
       ll_backend_fail (err, "mysql", "queue_join", msg, NULL, NULL);
       return ll_mysql_queue_drop (c);
    }
-   ll_mysql_bind_str (&p[1], owner, &olen);
+   ll_mysql_bind_str (&p[1], op->owner, &olen);
    ll_mysql_bind_i64 (&p[2], &keep_us);
    ll_mysql_bind_i64 (&p[3], &keep_us);
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err))
       return ll_mysql_queue_drop (c);
-   ll_mysql_bind_blob (&p[2], key, &klen);
+   ll_mysql_bind_blob (&p[2], op->key, &klen);
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err) ||
        !ll_mysql_fetch_row_i64 (c, LL_SQL_QUEUE_AHEAD, v, 2, err))
       return ll_mysql_queue_drop (c);
@@ -622,16 +598,12 @@ static bool ll_mysql_queue_join (void *conn,
    return true;
 }
 
-static bool ll_mysql_queue_leave (void *conn,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
-                                  leaselock_error_t *err)
+static bool ll_mysql_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
-   unsigned long klen = (unsigned long)key_len, olen = LEASELOCK_OWNER_LEN;
+   unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    MYSQL_BIND p[2];
-   ll_mysql_bind_blob (&p[0], key, &klen);
-   ll_mysql_bind_str (&p[1], owner, &olen);
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
+   ll_mysql_bind_str (&p[1], op->owner, &olen);
    return ll_mysql_execute (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
 }
 
@@ -639,20 +611,10 @@ const ll_backend_t ll_backend_mysql = {
    .name = "mysql",
    .schemes = { "mysql", "mariadb", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_mysql_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire_wait = ll_mysql_acquire_wait,
-   .queue_join = ll_mysql_queue_join,
-   .queue_leave = ll_mysql_queue_leave,
-   .renew = ll_mysql_renew,
-   .release = ll_mysql_release,
-   .inspect = ll_mysql_inspect,
-   .list = ll_mysql_list,
-   .force_release = ll_mysql_force_release,
-   .prune = ll_mysql_prune,
-   .hold = ll_mysql_hold,
+   LL_BACKEND_LEASE_OPS (ll_mysql),
 };
 
 #else /* !LEASELOCK_WITH_MYSQL */

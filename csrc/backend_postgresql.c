@@ -97,19 +97,20 @@ static const char *ll_pg_key_z (const char *key, size_t key_len, char buf[LEASEL
    return buf;
 }
 
-/* Runs statement id with $1 the key (made NUL-terminated here) and, where
- * the statement takes them, $2 owner and $3 arg (NULL when it does not). */
+/* Runs statement id with $1 op's key (made NUL-terminated here) and,
+ * where the statement takes them, $2 its owner and $3 *arg in decimal
+ * (arg NULL when it takes none). */
 static PGresult *ll_pg_run_key (ll_pg_conn_t *c,
                                 int id,
-                                const char *key,
-                                size_t key_len,
-                                const char *owner,
-                                const char *arg,
+                                const ll_op_t *op,
+                                const int64_t *arg,
                                 const char *what,
                                 leaselock_error_t *err)
 {
-   char kbuf[LEASELOCK_KEY_MAX + 1];
-   const char *p[3] = { ll_pg_key_z (key, key_len, kbuf), owner, arg };
+   char kbuf[LEASELOCK_KEY_MAX + 1], abuf[32];
+   if (arg)
+      snprintf (abuf, sizeof abuf, "%" PRId64, *arg);
+   const char *p[3] = { ll_pg_key_z (op->key, op->key_len, kbuf), op->owner, arg ? abuf : NULL };
    return ll_pg_run (c, id, p, what, err);
 }
 
@@ -128,46 +129,38 @@ static bool ll_pg_take_i64 (PGresult *res, int64_t *v)
  * trip. A row without a reservation is a take; a row with one is a claim
  * (BUSY, reserved); no row is BUSY. */
 static bool ll_pg_acquire_wait (void *conn,
-                                const char *key,
-                                size_t key_len,
-                                const char *owner,
-                                int64_t ttl_ms,
-                                const ll_holder_t *holder,
-                                int64_t reserve_ms,
-                                int64_t waited_ms,
-                                int64_t *fence,
-                                bool *reserved,
-                                int64_t *left_ms,
+                                const ll_take_t *t,
+                                ll_taken_t *out,
                                 leaselock_error_t *err)
 {
    ll_pg_conn_t *c = conn;
-   *reserved = false;
-   *left_ms = -1;
+   out->reserved = false;
+   out->left_ms = -1;
    char kbuf[LEASELOCK_KEY_MAX + 1], ttl[32], pid[32], hbuf[256], lbuf[256], res_us[32],
      wait_us[32];
-   snprintf (ttl, sizeof ttl, "%" PRId64, ttl_ms * 1000);
-   snprintf (pid, sizeof pid, "%" PRId64, holder->pid);
-   snprintf (res_us, sizeof res_us, "%" PRId64, reserve_ms * 1000);
-   snprintf (wait_us, sizeof wait_us, "%" PRId64, waited_ms * 1000);
-   const char *p[8] = { ll_pg_key_z (key, key_len, kbuf),
-                        owner,
+   snprintf (ttl, sizeof ttl, "%" PRId64, t->ttl_ms * 1000);
+   snprintf (pid, sizeof pid, "%" PRId64, t->holder->pid);
+   snprintf (res_us, sizeof res_us, "%" PRId64, t->reserve_ms * 1000);
+   snprintf (wait_us, sizeof wait_us, "%" PRId64, t->waited_ms * 1000);
+   const char *p[8] = { ll_pg_key_z (t->op.key, t->op.key_len, kbuf),
+                        t->op.owner,
                         ttl,
-                        ll_pg_clip255 (holder->host, hbuf),
+                        ll_pg_clip255 (t->holder->host, hbuf),
                         pid,
-                        ll_pg_clip255 (holder->label, lbuf),
-                        reserve_ms < 0 ? NULL : res_us,
-                        reserve_ms < 0 ? NULL : wait_us };
+                        ll_pg_clip255 (t->holder->label, lbuf),
+                        t->reserve_ms < 0 ? NULL : res_us,
+                        t->reserve_ms < 0 ? NULL : wait_us };
    PGresult *res = ll_pg_run (c, LL_SQL_ACQUIRE, p, "acquire", err);
    if (!res)
       return false;
-   *reserved = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 1), "t");
-   bool ok = PQntuples (res) == 1 && !*reserved;
-   if (*reserved) {
+   out->reserved = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 1), "t");
+   bool ok = PQntuples (res) == 1 && !out->reserved;
+   if (out->reserved) {
       int64_t us = strtoll (PQgetvalue (res, 0, 2), NULL, 10);
-      *left_ms = us > 0 ? (us + 999) / 1000 : 0; /* rounded up */
+      out->left_ms = us > 0 ? (us + 999) / 1000 : 0; /* rounded up */
    }
    if (ok)
-      *fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+      out->fence = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
    else
       ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    PQclear (res);
@@ -176,16 +169,12 @@ static bool ll_pg_acquire_wait (void *conn,
 
 static bool ll_pg_update_one (ll_pg_conn_t *c,
                               int id,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t ms,
                               const char *what,
                               leaselock_error_t *err)
 {
-   char us[32];
-   snprintf (us, sizeof us, "%" PRId64, ms * 1000);
-   PGresult *res = ll_pg_run_key (c, id, key, key_len, owner, us, what, err);
+   PGresult *res = ll_pg_run_key (c, id, op, &(int64_t){ ms * 1000 }, what, err);
    if (!res)
       return false;
    bool ok = !strcmp (PQcmdTuples (res), "1");
@@ -195,24 +184,17 @@ static bool ll_pg_update_one (ll_pg_conn_t *c,
    return true;
 }
 
-static bool ll_pg_renew (void *conn,
-                         const char *key,
-                         size_t key_len,
-                         const char *owner,
-                         int64_t ttl_ms,
-                         leaselock_error_t *err)
+static bool ll_pg_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
-   return ll_pg_update_one (conn, LL_SQL_RENEW, key, key_len, owner, ttl_ms, "renew", err);
+   return ll_pg_update_one (conn, LL_SQL_RENEW, op, ttl_ms, "renew", err);
 }
 
 static bool ll_pg_release (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+                           const ll_op_t *op,
                            int64_t min_hold_ms,
                            leaselock_error_t *err)
 {
-   return ll_pg_update_one (conn, LL_SQL_RELEASE, key, key_len, owner, min_hold_ms, "release", err);
+   return ll_pg_update_one (conn, LL_SQL_RELEASE, op, min_hold_ms, "release", err);
 }
 
 static void ll_pg_copy_field (char *dst,
@@ -245,16 +227,12 @@ static void ll_pg_row_to_record (PGresult *res, int row, leaselock_record_t *rec
 
 /* One statement, one round trip: the count after, or no row (NOT_HELD). */
 static bool ll_pg_hold (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
+                        const ll_op_t *op,
                         int delta,
                         int64_t *holds,
                         leaselock_error_t *err)
 {
-   char d[16];
-   snprintf (d, sizeof d, "%d", delta);
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, key, key_len, owner, d, "hold", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, op, &(int64_t){ delta }, "hold", err);
    if (!res)
       return false;
    if (!ll_pg_take_i64 (res, holds))
@@ -263,14 +241,13 @@ static bool ll_pg_hold (void *conn,
 }
 
 static bool ll_pg_inspect (void *conn,
-                           const char *key,
-                           size_t key_len,
+                           const ll_op_t *op,
                            leaselock_record_t *rec,
                            bool *found,
                            leaselock_error_t *err)
 {
    *found = false;
-   PGresult *res = ll_pg_run_key (conn, LL_SQL_INSPECT, key, key_len, NULL, NULL, "inspect", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_INSPECT, op, NULL, "inspect", err);
    if (!res)
       return false;
    if (PQntuples (res) > 0) {
@@ -381,14 +358,9 @@ static bool ll_pg_list (void *conn,
    return true;
 }
 
-static bool ll_pg_force_release (void *conn,
-                                 const char *key,
-                                 size_t key_len,
-                                 bool *took,
-                                 leaselock_error_t *err)
+static bool ll_pg_force_release (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
-   PGresult *res =
-     ll_pg_run_key (conn, LL_SQL_FORCE, key, key_len, NULL, NULL, "force_release", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_FORCE, op, NULL, "force_release", err);
    if (!res)
       return false;
    *took = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 0), "t");
@@ -426,35 +398,26 @@ static bool ll_pg_prune (void *conn,
 /* queue_join: two statements, two round trips (stmt_postgresql.c says why
  * the count cannot be in the first). */
 static bool ll_pg_queue_join (void *conn,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t keep_ms,
                               int64_t *ahead,
                               leaselock_error_t *err)
 {
-   char us[32];
-   snprintf (us, sizeof us, "%" PRId64, keep_ms * 1000);
    PGresult *res =
-     ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, key, key_len, owner, us, "queue_join", err);
+     ll_pg_run_key (conn, LL_SQL_QUEUE_JOIN, op, &(int64_t){ keep_ms * 1000 }, "queue_join", err);
    if (!res)
       return false;
    PQclear (res);
-   res = ll_pg_run_key (conn, LL_SQL_QUEUE_AHEAD, key, key_len, owner, NULL, "queue_join", err);
+   res = ll_pg_run_key (conn, LL_SQL_QUEUE_AHEAD, op, NULL, "queue_join", err);
    if (!res)
       return false;
    return ll_pg_take_i64 (res, ahead) ||
           ll_backend_fail (err, "postgresql", "queue_join", "no count returned", NULL, NULL);
 }
 
-static bool ll_pg_queue_leave (void *conn,
-                               const char *key,
-                               size_t key_len,
-                               const char *owner,
-                               leaselock_error_t *err)
+static bool ll_pg_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
-   PGresult *res =
-     ll_pg_run_key (conn, LL_SQL_QUEUE_LEAVE, key, key_len, owner, NULL, "queue_leave", err);
+   PGresult *res = ll_pg_run_key (conn, LL_SQL_QUEUE_LEAVE, op, NULL, "queue_leave", err);
    PQclear (res);
    return res != NULL;
 }
@@ -516,25 +479,15 @@ const ll_backend_t ll_backend_postgresql = {
    .name = "postgresql",
    .schemes = { "postgresql", "postgres", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_pg_open,
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
-   .acquire_wait = ll_pg_acquire_wait,
-   .queue_join = ll_pg_queue_join,
-   .queue_leave = ll_pg_queue_leave,
-   .renew = ll_pg_renew,
-   .release = ll_pg_release,
-   .inspect = ll_pg_inspect,
-   .list = ll_pg_list,
-   .force_release = ll_pg_force_release,
-   .prune = ll_pg_prune,
+   LL_BACKEND_LEASE_OPS (ll_pg),
    .watch_open = ll_pg_watch_open,
    .watch_fd = ll_pg_watch_fd,
    .watch_drain = ll_pg_watch_drain,
    .watch_close = ll_sql_close,
    .watch_abandon = ll_sql_abandon,
-   .hold = ll_pg_hold,
 };
 
 #else /* !LEASELOCK_WITH_POSTGRESQL */

@@ -83,51 +83,41 @@ static void ll_sqlite_wake_watchers (ll_sqlite_conn_t *c)
       (void)futimens (c->wake_fd, NULL);
 }
 
-static inline void ll_sqlite_bind_key_owner (sqlite3_stmt *st,
-                                             const char *key,
-                                             size_t key_len,
-                                             const char *owner)
+/* Binds ?1 op's key and ?2 its owner. */
+static inline void ll_sqlite_bind_key_owner (sqlite3_stmt *st, const ll_op_t *op)
 {
-   sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
-   sqlite3_bind_text (st, 2, owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, op->key, (int)op->key_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 2, op->owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
 }
 
 /* acquire (reserve_ms < 0: ?7 and ?8 NULL) and acquire_wait: one
  * statement. A row without a reservation is a take; a row with one is a
  * claim (BUSY, reserved); no row is BUSY. */
 static bool ll_sqlite_acquire_wait (void *conn,
-                                    const char *key,
-                                    size_t key_len,
-                                    const char *owner,
-                                    int64_t ttl_ms,
-                                    const ll_holder_t *holder,
-                                    int64_t reserve_ms,
-                                    int64_t waited_ms,
-                                    int64_t *fence,
-                                    bool *reserved,
-                                    int64_t *left_ms,
+                                    const ll_take_t *t,
+                                    ll_taken_t *out,
                                     leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   *reserved = false;
+   out->reserved = false;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_ACQUIRE];
-   const char *host = holder && holder->host ? holder->host : "";
-   const char *label = holder && holder->label ? holder->label : "";
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
-   sqlite3_bind_int64 (st, 3, ttl_ms);
+   const char *host = t->holder && t->holder->host ? t->holder->host : "";
+   const char *label = t->holder && t->holder->label ? t->holder->label : "";
+   ll_sqlite_bind_key_owner (st, &t->op);
+   sqlite3_bind_int64 (st, 3, t->ttl_ms);
    sqlite3_bind_text (st, 4, host, -1, SQLITE_STATIC);
-   sqlite3_bind_int64 (st, 5, holder ? holder->pid : 0);
+   sqlite3_bind_int64 (st, 5, t->holder ? t->holder->pid : 0);
    sqlite3_bind_text (st, 6, label, -1, SQLITE_STATIC);
-   if (reserve_ms < 0) {
+   if (t->reserve_ms < 0) {
       sqlite3_bind_null (st, 7);
       sqlite3_bind_null (st, 8);
    } else {
-      sqlite3_bind_int64 (st, 7, reserve_ms);
-      sqlite3_bind_int64 (st, 8, waited_ms);
+      sqlite3_bind_int64 (st, 7, t->reserve_ms);
+      sqlite3_bind_int64 (st, 8, t->waited_ms);
    }
    bool row = false, claimed = false;
    int64_t f = 0, left = -1;
-   *left_ms = -1;
+   out->left_ms = -1;
    int rc = sqlite3_step (st);
    if (rc == SQLITE_ROW) {
       row = true;
@@ -139,15 +129,15 @@ static bool ll_sqlite_acquire_wait (void *conn,
       rc = sqlite3_step (st);
    }
    bool ok = false;
-   *reserved = false;
+   out->reserved = false;
    if (rc != SQLITE_DONE) {
       ll_sqlite_db_error (c, rc, "acquire", err);
    } else if (row && !claimed) {
-      *fence = f;
+      out->fence = f;
       ok = true;
    } else {
-      *reserved = claimed;
-      *left_ms = claimed ? (left > 0 ? left : 0) : -1;
+      out->reserved = claimed;
+      out->left_ms = claimed ? (left > 0 ? left : 0) : -1;
       ll_error_set (err, LEASELOCK_BUSY, "the lock is held by another owner");
    }
    sqlite3_reset (st);
@@ -159,15 +149,13 @@ static bool ll_sqlite_acquire_wait (void *conn,
 static bool ll_sqlite_run_update (ll_sqlite_conn_t *c,
                                   int which,
                                   const char *what,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
+                                  const ll_op_t *op,
                                   int64_t ms,
                                   bool *changed,
                                   leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[which];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, ms);
    int rc = sqlite3_step (st);
    bool ok = rc == SQLITE_DONE;
@@ -179,16 +167,10 @@ static bool ll_sqlite_run_update (ll_sqlite_conn_t *c,
    return ok;
 }
 
-static bool ll_sqlite_renew (void *conn,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
-                             int64_t ttl_ms,
-                             leaselock_error_t *err)
+static bool ll_sqlite_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    bool changed = false;
-   if (!ll_sqlite_run_update (conn, LL_SQLITE_ST_RENEW, "renew", key, key_len, owner, ttl_ms,
-                              &changed, err))
+   if (!ll_sqlite_run_update (conn, LL_SQLITE_ST_RENEW, "renew", op, ttl_ms, &changed, err))
       return false;
    if (!changed)
       return ll_error_set (err, LEASELOCK_NOT_HELD,
@@ -197,15 +179,13 @@ static bool ll_sqlite_renew (void *conn,
 }
 
 static bool ll_sqlite_release (void *conn,
-                               const char *key,
-                               size_t key_len,
-                               const char *owner,
+                               const ll_op_t *op,
                                int64_t min_hold_ms,
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_RELEASE];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, min_hold_ms);
    int rc = sqlite3_step (st);
    bool ours = rc == SQLITE_ROW;
@@ -251,16 +231,14 @@ static void ll_sqlite_read_record (sqlite3_stmt *st, leaselock_record_t *rec)
 }
 
 static bool ll_sqlite_hold (void *conn,
-                            const char *key,
-                            size_t key_len,
-                            const char *owner,
+                            const ll_op_t *op,
                             int delta,
                             int64_t *holds,
                             leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_HOLD];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int (st, 3, delta);
    int rc = sqlite3_step (st);
    bool ok = rc == SQLITE_ROW;
@@ -275,15 +253,14 @@ static bool ll_sqlite_hold (void *conn,
 }
 
 static bool ll_sqlite_inspect (void *conn,
-                               const char *key,
-                               size_t key_len,
+                               const ll_op_t *op,
                                leaselock_record_t *rec,
                                bool *found,
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_INSPECT];
-   sqlite3_bind_text (st, 1, key, (int)key_len, SQLITE_STATIC);
+   sqlite3_bind_text (st, 1, op->key, (int)op->key_len, SQLITE_STATIC);
    int rc = sqlite3_step (st);
    bool ok = true;
    *found = false;
@@ -350,8 +327,7 @@ static int ll_sqlite_step_done (sqlite3_stmt *st)
 }
 
 static bool ll_sqlite_force_release (void *conn,
-                                     const char *key,
-                                     size_t key_len,
+                                     const ll_op_t *op,
                                      bool *took,
                                      leaselock_error_t *err)
 {
@@ -361,12 +337,12 @@ static bool ll_sqlite_force_release (void *conn,
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error (c, rc, "force release", err);
    sqlite3_stmt *live = c->stmt[LL_SQLITE_ST_FORCE_LIVE], *any = c->stmt[LL_SQLITE_ST_FORCE_ANY];
-   sqlite3_bind_text (live, 1, key, (int)key_len, SQLITE_STATIC);
+   sqlite3_bind_text (live, 1, op->key, (int)op->key_len, SQLITE_STATIC);
    rc = ll_sqlite_step_done (live);
    if (rc == SQLITE_OK) {
       *took = sqlite3_changes (c->db) > 0;
       if (!*took) {
-         sqlite3_bind_text (any, 1, key, (int)key_len, SQLITE_STATIC);
+         sqlite3_bind_text (any, 1, op->key, (int)op->key_len, SQLITE_STATIC);
          rc = ll_sqlite_step_done (any);
       }
    }
@@ -383,6 +359,23 @@ static bool ll_sqlite_force_release (void *conn,
    return true;
 }
 
+/* Runs prune's statement which (records, or queue entries) for prefix
+ * and older_than_ms. */
+static bool ll_sqlite_prune_run (ll_sqlite_conn_t *c,
+                                 int which,
+                                 const char *prefix,
+                                 size_t prefix_len,
+                                 int64_t older_than_ms,
+                                 leaselock_error_t *err)
+{
+   sqlite3_stmt *st = c->stmt[which];
+   char upper[LEASELOCK_KEY_MAX + 1];
+   ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
+   sqlite3_bind_int64 (st, 3, older_than_ms);
+   int rc = ll_sqlite_step_done (st);
+   return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "prune", err);
+}
+
 static bool ll_sqlite_prune (void *conn,
                              const char *prefix,
                              size_t prefix_len,
@@ -391,23 +384,12 @@ static bool ll_sqlite_prune (void *conn,
                              leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_PRUNE];
-   char upper[LEASELOCK_KEY_MAX + 1];
-   ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
-   sqlite3_bind_int64 (st, 3, older_than_ms);
-   int rc = ll_sqlite_step_done (st);
-   if (rc != SQLITE_OK)
-      return ll_sqlite_db_error (c, rc, "prune", err);
+   if (!ll_sqlite_prune_run (c, LL_SQLITE_ST_PRUNE, prefix, prefix_len, older_than_ms, err))
+      return false;
    *count = sqlite3_changes (c->db);
    /* The queue entries that ran out go too (not counted: they are not
     * records). */
-   st = c->stmt[LL_SQLITE_ST_QUEUE_PRUNE];
-   ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
-   sqlite3_bind_int64 (st, 3, older_than_ms);
-   rc = ll_sqlite_step_done (st);
-   if (rc != SQLITE_OK)
-      return ll_sqlite_db_error (c, rc, "prune", err);
-   return true;
+   return ll_sqlite_prune_run (c, LL_SQLITE_ST_QUEUE_PRUNE, prefix, prefix_len, older_than_ms, err);
 }
 
 /* ---- the fair mode's queue --------------------------------------------- */
@@ -425,9 +407,7 @@ static bool ll_sqlite_queue_fail (ll_sqlite_conn_t *c, int rc, leaselock_error_t
  * other join comes between them (the file is local: the two statements
  * cost no round trip). */
 static bool ll_sqlite_queue_join (void *conn,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
+                                  const ll_op_t *op,
                                   int64_t keep_ms,
                                   int64_t *ahead,
                                   leaselock_error_t *err)
@@ -437,13 +417,13 @@ static bool ll_sqlite_queue_join (void *conn,
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_JOIN];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, keep_ms);
    rc = ll_sqlite_step_done (st);
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
    st = c->stmt[LL_SQLITE_ST_QUEUE_AHEAD];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    rc = sqlite3_step (st);
    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64 (st, 0) : 0;
    sqlite3_reset (st);
@@ -456,15 +436,11 @@ static bool ll_sqlite_queue_join (void *conn,
    return true;
 }
 
-static bool ll_sqlite_queue_leave (void *conn,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
-                                   leaselock_error_t *err)
+static bool ll_sqlite_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_LEAVE];
-   ll_sqlite_bind_key_owner (st, key, key_len, owner);
+   ll_sqlite_bind_key_owner (st, op);
    int rc = ll_sqlite_step_done (st);
    return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "queue_leave", err);
 }
@@ -557,24 +533,14 @@ const ll_backend_t ll_backend_sqlite = {
    .name = "sqlite",
    .schemes = { "sqlite", NULL },
    .available = true,
-   .unavailable = NULL,
    .open = ll_sqlite_open,
    .close = ll_sqlite_close,
    .abandon = ll_sqlite_abandon,
    .close_before_fork = true,
-   .acquire_wait = ll_sqlite_acquire_wait,
-   .queue_join = ll_sqlite_queue_join,
-   .queue_leave = ll_sqlite_queue_leave,
-   .renew = ll_sqlite_renew,
-   .release = ll_sqlite_release,
-   .inspect = ll_sqlite_inspect,
-   .list = ll_sqlite_list,
-   .force_release = ll_sqlite_force_release,
-   .prune = ll_sqlite_prune,
+   LL_BACKEND_LEASE_OPS (ll_sqlite),
    .watch_open = ll_sqlite_watch_open,
    .watch_fd = ll_sqlite_watch_fd,
    .watch_drain = ll_sqlite_watch_drain,
    .watch_close = ll_sqlite_watch_close,
    .watch_abandon = ll_sqlite_watch_close,
-   .hold = ll_sqlite_hold,
 };

@@ -100,8 +100,9 @@ bool ll_owner_call (leaselock_client_t *c,
       return false;
    *was_sent = true;
    int64_t t0 = ll_real_now_us ();
-   bool ok = renew ? c->backend->renew (conn, key, key_len, owner, ms, err)
-                   : c->backend->release (conn, key, key_len, owner, ms, err);
+   const ll_op_t op = { key, key_len, owner };
+   bool ok =
+     renew ? c->backend->renew (conn, &op, ms, err) : c->backend->release (conn, &op, ms, err);
    ll_obs_request (&c->obs, t0, ok, err);
    ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
    return ok;

@@ -2,10 +2,11 @@
  * ll_internal.h - what the engine, the backends and the tests share.
  * Not installed; bindings use leaselock.h only.
  *
- * A backend is one .c file exporting one const ll_backend_t. The engine
- * never includes a driver header: everything driver-specific sits behind
- * this table of function pointers (mongoc_stream_t / redisContextFuncs
- * shape).
+ * A backend is backend_<name>.c (its one const ll_backend_t and the
+ * lease operations) plus backend_<name>_<concern>.c files (URI,
+ * connection, queue) sharing backend_<name>_private.h. The engine never
+ * includes a driver header: everything driver-specific sits behind this
+ * table of function pointers (mongoc_stream_t / redisContextFuncs shape).
  */
 #ifndef LL_INTERNAL_H
 #define LL_INTERNAL_H
@@ -389,6 +390,33 @@ typedef struct ll_holder
    const char *label; /* caller label or "" */
 } ll_holder_t;
 
+/* The record an operation is about: key[0..key_len) and the caller's
+ * owner (32 hex chars). Every pointer is borrowed for the call. */
+typedef struct ll_op
+{
+   const char *key; /* NUL-terminated, key_len bytes, already validated */
+   size_t key_len;
+   const char *owner;
+} ll_op_t;
+
+/* A take (acquire, acquire_wait); borrowed for the call like op. */
+typedef struct ll_take
+{
+   ll_op_t op;
+   int64_t ttl_ms;            /* the lease's expiry is the database's now + ttl_ms */
+   const ll_holder_t *holder; /* written to the record */
+   int64_t reserve_ms;        /* acquire_wait only: how long a claim holds */
+   int64_t waited_ms;         /* acquire_wait only: how long owner has waited */
+} ll_take_t;
+
+/* What acquire_wait tells its caller (a struct of the caller's). */
+typedef struct ll_taken
+{
+   int64_t fence;   /* the lease's fence, when taken */
+   bool reserved;   /* whether owner holds the reservation after the call */
+   int64_t left_ms; /* when BUSY and reserved: the record's time left, or -1 */
+} ll_taken_t;
+
 /* What a listener reports (ll_backend_t's watch_drain): key[0..key_len)
  * was released (key NULL: unknown which), leaving next_owner (32 hex) as
  * its reservation ("": none; NULL: unknown). Strings are borrowed. */
@@ -396,8 +424,10 @@ typedef void (*ll_watch_fn) (void *data, const char *key, size_t key_len, const 
 
 /*
  * Every op gets one connection made by open() and used by one thread at a
- * time (the engine pools them). key is NUL-terminated, key_len bytes, and
- * already validated. owner is 32 hex chars. err is never NULL.
+ * time (the engine pools them). op (ll_op_t) names the record and the
+ * owner (inspect and force_release read no owner); list and prune take a
+ * key prefix. Every argument is borrowed for the call. err is never
+ * NULL.
  * All times are judged by the database clock: ttl_ms and min_hold_ms are
  * added to the database's "now", never to a client time.
  *
@@ -438,14 +468,7 @@ typedef struct ll_backend
     * run out). Optional: NULL when acquire_wait with reserve_ms = -1 (no
     * claim) is the same statement, as in the SQL backends; callers go
     * through ll_backend_acquire, which picks. */
-   bool (*acquire) (void *conn,
-                    const char *key,
-                    size_t key_len,
-                    const char *owner,
-                    int64_t ttl_ms,
-                    const ll_holder_t *holder,
-                    int64_t *fence,
-                    leaselock_error_t *err);
+   bool (*acquire) (void *conn, const ll_take_t *t, int64_t *fence, leaselock_error_t *err);
    /* acquire for a waiter (a blocking acquire that found the key busy):
     * the same take; and when it is BUSY, a claim to be the next owner
     * (contract invariant 9, no starvation). The record's reservation
@@ -455,25 +478,14 @@ typedef struct ll_backend
     * that began waiting later (its since > now - waited_ms): the oldest
     * waiter polling gets it. A reserved record can be taken by its next
     * owner alone, so a holder that releases cannot take it back before
-    * the waiter. *reserved: whether owner holds the reservation after the
-    * call (false on success). *left_ms: when BUSY and reserved, the
+    * the waiter. out->reserved: whether owner holds the reservation after
+    * the call (false on success). out->left_ms: when BUSY and reserved, the
     * record's time left by the database clock (the waiter need not sleep
     * past it: nobody renews a dead holder's record, and a release with
     * min_hold notifies nobody when that hold ends), -1 when the backend
     * cannot tell. As few round trips as the database allows (one where it
     * can update conditionally from the old row). */
-   bool (*acquire_wait) (void *conn,
-                         const char *key,
-                         size_t key_len,
-                         const char *owner,
-                         int64_t ttl_ms,
-                         const ll_holder_t *holder,
-                         int64_t reserve_ms,
-                         int64_t waited_ms,
-                         int64_t *fence,
-                         bool *reserved,
-                         int64_t *left_ms,
-                         leaselock_error_t *err);
+   bool (*acquire_wait) (void *conn, const ll_take_t *t, ll_taken_t *out, leaselock_error_t *err);
    /* Fair mode (contract invariant 9): each key has a queue of waiters,
     * judged by the database clock, kept beside the records (never in
     * them: a queue entry is not a lease). queue_join makes owner's entry
@@ -485,19 +497,13 @@ typedef struct ll_backend
     * back for longer than that. One statement where the database allows
     * (a transaction of two where not). NULL in a backend without queues. */
    bool (*queue_join) (void *conn,
-                       const char *key,
-                       size_t key_len,
-                       const char *owner,
+                       const ll_op_t *op,
                        int64_t keep_ms,
                        int64_t *ahead,
                        leaselock_error_t *err);
    /* Deletes owner's entry of key's queue (after its acquire succeeded or
     * it gave up); succeeds when there is none. */
-   bool (*queue_leave) (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        leaselock_error_t *err);
+   bool (*queue_leave) (void *conn, const ll_op_t *op, leaselock_error_t *err);
    /* Notification of releases (an optimisation: a lost one only delays a
     * waiter to its next poll). NULL in a backend that cannot notify; all
     * five are set or none. A listener is a backend object of its own, not
@@ -524,32 +530,15 @@ typedef struct ll_backend
     * count is what inspect and list show; acquire sets it to 1, and a
     * release ends every hold. One statement. NULL in a backend without
     * it. */
-   bool (*hold) (void *conn,
-                 const char *key,
-                 size_t key_len,
-                 const char *owner,
-                 int delta,
-                 int64_t *holds,
-                 leaselock_error_t *err);
+   bool (*hold) (void *conn, const ll_op_t *op, int delta, int64_t *holds, leaselock_error_t *err);
    /* expiry = now + ttl when the record is ours and live. */
-   bool (*renew) (void *conn,
-                  const char *key,
-                  size_t key_len,
-                  const char *owner,
-                  int64_t ttl_ms,
-                  leaselock_error_t *err);
+   bool (*renew) (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err);
    /* When the record is ours: owner cleared, expiry = max(now, acquired_at +
     * min_hold). */
-   bool (*release) (void *conn,
-                    const char *key,
-                    size_t key_len,
-                    const char *owner,
-                    int64_t min_hold_ms,
-                    leaselock_error_t *err);
+   bool (*release) (void *conn, const ll_op_t *op, int64_t min_hold_ms, leaselock_error_t *err);
    /* Reads one record; *found false when the key has no record. */
    bool (*inspect) (void *conn,
-                    const char *key,
-                    size_t key_len,
+                    const ll_op_t *op,
                     leaselock_record_t *rec,
                     bool *found,
                     leaselock_error_t *err);
@@ -562,11 +551,7 @@ typedef struct ll_backend
                  leaselock_error_t *err);
    /* Owner cleared and expiry = now whatever the owner; fence kept. *took:
     * whether a live lease was taken away. */
-   bool (*force_release) (void *conn,
-                          const char *key,
-                          size_t key_len,
-                          bool *took,
-                          leaselock_error_t *err);
+   bool (*force_release) (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err);
    /* One statement: deletes the records whose key starts with prefix
     * (byte-wise) and whose expiry is older_than_ms or more in the past by
     * the database clock (expiry <= now - older_than_ms, the same test as
@@ -585,6 +570,15 @@ typedef struct ll_backend
                   leaselock_error_t *err);
 } ll_backend_t;
 
+/* The members every backend fills alike, from its functions' names (the
+ * naming rule ll_<backend>_<member>): LL_BACKEND_LEASE_OPS (ll_mysql) is
+ * .acquire_wait = ll_mysql_acquire_wait, ... .hold = ll_mysql_hold. A
+ * backend's table adds the rest by hand (open, close, watch_*, acquire). */
+#define LL_BACKEND_LEASE_OPS(p)                                                                    \
+   .acquire_wait = p##_acquire_wait, .queue_join = p##_queue_join, .queue_leave = p##_queue_leave, \
+   .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
+   .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
+
 /* Backends compiled into the core (each file defines its table even when
  * its library is missing, with available = false). */
 extern const ll_backend_t ll_backend_sqlite;
@@ -594,14 +588,11 @@ extern const ll_backend_t ll_backend_postgresql;
 
 /* A backend's acquire: b->acquire when it has one, else b->acquire_wait
  * with reserve_ms = -1 and waited_ms = 0 (a take that never claims the
- * reservation). Arguments as for ll_backend_t's acquire. */
+ * reservation; t's own are not read). Arguments as for ll_backend_t's
+ * acquire, borrowed for the call. */
 bool ll_backend_acquire (const ll_backend_t *b,
                          void *conn,
-                         const char *key,
-                         size_t key_len,
-                         const char *owner,
-                         int64_t ttl_ms,
-                         const ll_holder_t *holder,
+                         const ll_take_t *t,
                          int64_t *fence,
                          leaselock_error_t *err);
 

@@ -145,7 +145,7 @@ static bool hold_call (leaselock_client_t *c,
    if (!conn)
       return false;
    int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->hold (conn, key, key_len, owner, delta, holds, err);
+   bool ok = c->backend->hold (conn, &(ll_op_t){ key, key_len, owner }, delta, holds, err);
    ll_obs_request (&c->obs, t0, ok, err);
    ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
    if (!ok && err->code == LEASELOCK_NOT_HELD)

@@ -110,22 +110,22 @@ static bool take_or_claim (acquire_call_t *a,
    int64_t reserve_ms = w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
    bool rejoin = w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
    w->behind = false;
+   ll_take_t t = { { l->key, l->key_len, l->owner }, ttl_ms, holder, reserve_ms, 0 };
    if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
-      bool ok =
-        ll_backend_acquire (b, conn, l->key, l->key_len, l->owner, ttl_ms, holder, &l->fence, err);
+      bool ok = ll_backend_acquire (b, conn, &t, &l->fence, err);
       if (rejoin && !ok && err->code == LEASELOCK_BUSY)
          w->behind = true;
       return ok;
    }
-   int64_t waited = w->since < 0 ? 0 : now - w->since;
+   t.waited_ms = w->since < 0 ? 0 : now - w->since;
    bool was = w->reserved, ok;
-   int64_t left = -1;
-   ok = b->acquire_wait (conn, l->key, l->key_len, l->owner, ttl_ms, holder, reserve_ms, waited,
-                         &l->fence, &w->reserved, &left, err);
-   w->reserved = !ok && err->code == LEASELOCK_BUSY && w->reserved;
+   ll_taken_t got = { l->fence, w->reserved, -1 };
+   ok = b->acquire_wait (conn, &t, &got, err);
+   l->fence = got.fence;
+   w->reserved = !ok && err->code == LEASELOCK_BUSY && got.reserved;
    /* now was read before the statement, which read the database clock
-    * after it: now + left is at or before the record's end. */
-   w->runs_out = w->reserved && left >= 0 ? now + left + 1 : -1;
+    * after it: now + left_ms is at or before the record's end. */
+   w->runs_out = w->reserved && got.left_ms >= 0 ? now + got.left_ms + 1 : -1;
    w->behind = !ok && err->code == LEASELOCK_BUSY && !w->reserved;
    if (w->reserved && !was)
       w->reserved_since = now;
@@ -143,8 +143,8 @@ static bool queue_turn (acquire_call_t *a,
    leaselock_client_t *c = a->c;
    waiter_t *w = &a->w;
    int64_t t0 = ll_real_now_us ();
-   bool ok =
-     c->backend->queue_join (conn, l->key, l->key_len, l->owner, QUEUE_KEEP_MS, &w->ahead, err);
+   const ll_op_t op = { l->key, l->key_len, l->owner };
+   bool ok = c->backend->queue_join (conn, &op, QUEUE_KEEP_MS, &w->ahead, err);
    ll_obs_request (&c->obs, t0, ok, err);
    if (!ok)
       return false;
@@ -170,7 +170,7 @@ static void queue_quit (acquire_call_t *a, void *conn)
       return;
    leaselock_error_t e;
    int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->queue_leave (conn, key, key_len, owner, &e);
+   bool ok = c->backend->queue_leave (conn, &(ll_op_t){ key, key_len, owner }, &e);
    ll_obs_request (&c->obs, t0, ok, &e);
    w->queued = !ok;
    if (!ok)

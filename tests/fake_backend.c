@@ -224,29 +224,25 @@ static bool claim (rec_t *r, const char *owner, int64_t reserve_ms, int64_t wait
 }
 
 /* acquire, and acquire_wait when reserve_ms > 0. */
-static bool take (const char *key,
-                  size_t key_len,
-                  const char *owner,
-                  int64_t ttl_ms,
-                  const ll_holder_t *holder,
+static bool take (const ll_take_t *t,
                   int64_t reserve_ms,
-                  int64_t waited_ms,
                   int64_t *fence,
-                  bool *reserved,
-                  int64_t *left_ms,
+                  ll_taken_t *out,
                   leaselock_error_t *err)
 {
-   *reserved = false;
-   *left_ms = -1;
+   const char *key = t->op.key, *owner = t->op.owner;
+   size_t key_len = t->op.key_len;
+   out->reserved = false;
+   out->left_ms = -1;
    if (!enter (FAKE_ACQUIRE, key, err))
       return false;
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
    bool mine = r && !strcmp (r->owner, owner);
    if (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now))) {
-      *reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, waited_ms, now);
-      if (*reserved)
-         *left_ms = r->expires_at > now ? r->expires_at - now : 0;
+      out->reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, t->waited_ms, now);
+      if (out->reserved)
+         out->left_ms = r->expires_at > now ? r->expires_at - now : 0;
       pthread_mutex_unlock (&mu);
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    }
@@ -262,81 +258,57 @@ static bool take (const char *key,
    }
    snprintf (r->owner, sizeof r->owner, "%s", owner);
    r->fence++;
-   r->expires_at = now + ttl_ms;
+   r->expires_at = now + t->ttl_ms;
    r->acquired_at = now;
-   r->pid = holder->pid;
-   snprintf (r->host, sizeof r->host, "%s", holder->host);
-   snprintf (r->label, sizeof r->label, "%s", holder->label);
+   r->pid = t->holder->pid;
+   snprintf (r->host, sizeof r->host, "%s", t->holder->host);
+   snprintf (r->label, sizeof r->label, "%s", t->holder->label);
    r->next_owner[0] = '\0';
    r->holds = 1;
    *fence = r->fence;
    return leave (FAKE_ACQUIRE, true, err);
 }
 
-static bool fake_acquire (void *conn,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
-                          int64_t ttl_ms,
-                          const ll_holder_t *holder,
-                          int64_t *fence,
-                          leaselock_error_t *err)
+static bool fake_acquire (void *conn, const ll_take_t *t, int64_t *fence, leaselock_error_t *err)
 {
    (void)conn;
-   bool reserved;
-   int64_t left;
-   return take (key, key_len, owner, ttl_ms, holder, 0, 0, fence, &reserved, &left, err);
+   ll_taken_t out;
+   return take (t, 0, fence, &out, err);
 }
 
 static bool fake_acquire_wait (void *conn,
-                               const char *key,
-                               size_t key_len,
-                               const char *owner,
-                               int64_t ttl_ms,
-                               const ll_holder_t *holder,
-                               int64_t reserve_ms,
-                               int64_t waited_ms,
-                               int64_t *fence,
-                               bool *reserved,
-                               int64_t *left_ms,
+                               const ll_take_t *t,
+                               ll_taken_t *out,
                                leaselock_error_t *err)
 {
    (void)conn;
-   return take (key, key_len, owner, ttl_ms, holder, reserve_ms, waited_ms, fence, reserved,
-                left_ms, err);
+   return take (t, t->reserve_ms, &out->fence, out, err);
 }
 
-static bool fake_renew (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        const char *owner,
-                        int64_t ttl_ms,
-                        leaselock_error_t *err)
+static bool fake_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_RENEW, key, err))
+   if (!enter (FAKE_RENEW, op->key, err))
       return false;
    int64_t now = db_now ();
-   rec_t *r = find (key, key_len);
-   bool ok = r && !strcmp (r->owner, owner) && r->expires_at > now;
+   rec_t *r = find (op->key, op->key_len);
+   bool ok = r && !strcmp (r->owner, op->owner) && r->expires_at > now;
    if (ok)
       r->expires_at = now + ttl_ms;
    return leave (FAKE_RENEW, ok, err);
 }
 
 static bool fake_release (void *conn,
-                          const char *key,
-                          size_t key_len,
-                          const char *owner,
+                          const ll_op_t *op,
                           int64_t min_hold_ms,
                           leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_RELEASE, key, err))
+   if (!enter (FAKE_RELEASE, op->key, err))
       return false;
    int64_t now = db_now ();
-   rec_t *r = find (key, key_len);
-   bool ok = r && !strcmp (r->owner, owner);
+   rec_t *r = find (op->key, op->key_len);
+   bool ok = r && !strcmp (r->owner, op->owner);
    if (ok) {
       r->owner[0] = '\0';
       int64_t until = r->acquired_at + min_hold_ms;
@@ -360,16 +332,15 @@ static void fill (const rec_t *r, leaselock_record_t *out, int64_t now)
 }
 
 static bool fake_inspect (void *conn,
-                          const char *key,
-                          size_t key_len,
+                          const ll_op_t *op,
                           leaselock_record_t *rec,
                           bool *found,
                           leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_INSPECT, key, err))
+   if (!enter (FAKE_INSPECT, op->key, err))
       return false;
-   rec_t *r = find (key, key_len);
+   rec_t *r = find (op->key, op->key_len);
    *found = r != NULL;
    if (r)
       fill (r, rec, db_now ());
@@ -415,17 +386,13 @@ static bool fake_list (void *conn,
    return true;
 }
 
-static bool fake_force (void *conn,
-                        const char *key,
-                        size_t key_len,
-                        bool *took,
-                        leaselock_error_t *err)
+static bool fake_force (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_FORCE, key, err))
+   if (!enter (FAKE_FORCE, op->key, err))
       return false;
    int64_t now = db_now ();
-   rec_t *r = find (key, key_len);
+   rec_t *r = find (op->key, op->key_len);
    *took = r && r->owner[0] && r->expires_at > now;
    if (r) {
       r->owner[0] = '\0';
@@ -477,21 +444,19 @@ static void queue_sweep (int64_t now)
 }
 
 static bool fake_queue_join (void *conn,
-                             const char *key,
-                             size_t key_len,
-                             const char *owner,
+                             const ll_op_t *op,
                              int64_t keep_ms,
                              int64_t *ahead,
                              leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_QUEUE, key, err))
+   if (!enter (FAKE_QUEUE, op->key, err))
       return false;
    int64_t now = db_now ();
    queue_sweep (now);
    queued_t *me = NULL;
    for (int i = 0; i < n_queued && !me; i++)
-      if (queued_is (&queue[i], key, key_len) && !strcmp (queue[i].owner, owner))
+      if (queued_is (&queue[i], op->key, op->key_len) && !strcmp (queue[i].owner, op->owner))
          me = &queue[i];
    if (!me) {
       if (n_queued == MAX_QUEUED) {
@@ -499,16 +464,16 @@ static bool fake_queue_join (void *conn,
          return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: queue full");
       }
       me = &queue[n_queued++];
-      memcpy (me->key, key, key_len);
-      me->key_len = key_len;
-      snprintf (me->owner, sizeof me->owner, "%s", owner);
+      memcpy (me->key, op->key, op->key_len);
+      me->key_len = op->key_len;
+      snprintf (me->owner, sizeof me->owner, "%s", op->owner);
       me->arrived = now;
    }
    me->alive_until = now + keep_ms;
    *ahead = 0;
    for (int i = 0; i < n_queued; i++) {
       const queued_t *q = &queue[i];
-      if (q != me && queued_is (q, key, key_len) &&
+      if (q != me && queued_is (q, op->key, op->key_len) &&
           (q->arrived < me->arrived ||
            (q->arrived == me->arrived && strcmp (q->owner, me->owner) < 0)))
          ++*ahead;
@@ -516,36 +481,30 @@ static bool fake_queue_join (void *conn,
    return leave (FAKE_QUEUE, true, err);
 }
 
-static bool fake_queue_leave (void *conn,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
-                              leaselock_error_t *err)
+static bool fake_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_QUEUE, key, err))
+   if (!enter (FAKE_QUEUE, op->key, err))
       return false;
    int kept = 0;
    for (int i = 0; i < n_queued; i++)
-      if (!queued_is (&queue[i], key, key_len) || strcmp (queue[i].owner, owner))
+      if (!queued_is (&queue[i], op->key, op->key_len) || strcmp (queue[i].owner, op->owner))
          queue[kept++] = queue[i];
    n_queued = kept;
    return leave (FAKE_QUEUE, true, err);
 }
 
 static bool fake_hold (void *conn,
-                       const char *key,
-                       size_t key_len,
-                       const char *owner,
+                       const ll_op_t *op,
                        int delta,
                        int64_t *holds,
                        leaselock_error_t *err)
 {
    (void)conn;
-   if (!enter (FAKE_HOLD, key, err))
+   if (!enter (FAKE_HOLD, op->key, err))
       return false;
-   rec_t *r = find (key, key_len);
-   bool ok = r && !strcmp (r->owner, owner) && r->expires_at > db_now ();
+   rec_t *r = find (op->key, op->key_len);
+   bool ok = r && !strcmp (r->owner, op->owner) && r->expires_at > db_now ();
    if (ok) {
       r->holds = r->holds + delta < 1 ? 1 : r->holds + delta;
       *holds = r->holds;

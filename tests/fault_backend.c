@@ -140,71 +140,46 @@ static void fault_abandon (void *conn)
       return leave (-1, op, false, err);                                                           \
    return leave (f, op, fc->inner->call, err)
 
-static bool fault_acquire (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
-                           int64_t ttl_ms,
-                           const ll_holder_t *holder,
-                           int64_t *fence,
-                           leaselock_error_t *err)
+static bool fault_acquire (void *conn, const ll_take_t *t, int64_t *fence, leaselock_error_t *err)
 {
    fault_conn_t *fc = conn;
    int f = enter ("acquire");
    if (!fail_before (f, "acquire", err))
       return leave (-1, "acquire", false, err);
-   bool ok =
-     ll_backend_acquire (fc->inner, fc->conn, key, key_len, owner, ttl_ms, holder, fence, err);
+   bool ok = ll_backend_acquire (fc->inner, fc->conn, t, fence, err);
    return leave (f, "acquire", ok, err);
 }
 
 static bool fault_acquire_wait (void *conn,
-                                const char *key,
-                                size_t key_len,
-                                const char *owner,
-                                int64_t ttl_ms,
-                                const ll_holder_t *holder,
-                                int64_t reserve_ms,
-                                int64_t waited_ms,
-                                int64_t *fence,
-                                bool *reserved,
-                                int64_t *left_ms,
+                                const ll_take_t *t,
+                                ll_taken_t *out,
                                 leaselock_error_t *err)
 {
-   *reserved = false;
-   *left_ms = -1;
-   FORWARD ("acquire", acquire_wait (fc->conn, key, key_len, owner, ttl_ms, holder, reserve_ms,
-                                     waited_ms, fence, reserved, left_ms, err));
+   out->reserved = false;
+   out->left_ms = -1;
+   FORWARD ("acquire", acquire_wait (fc->conn, t, out, err));
 }
 
-static bool fault_renew (void *conn,
-                         const char *key,
-                         size_t key_len,
-                         const char *owner,
-                         int64_t ttl_ms,
-                         leaselock_error_t *err)
+static bool fault_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
-   FORWARD ("renew", renew (fc->conn, key, key_len, owner, ttl_ms, err));
+   FORWARD ("renew", renew (fc->conn, op, ttl_ms, err));
 }
 
 static bool fault_release (void *conn,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+                           const ll_op_t *op,
                            int64_t min_hold_ms,
                            leaselock_error_t *err)
 {
-   FORWARD ("release", release (fc->conn, key, key_len, owner, min_hold_ms, err));
+   FORWARD ("release", release (fc->conn, op, min_hold_ms, err));
 }
 
 static bool fault_inspect (void *conn,
-                           const char *key,
-                           size_t key_len,
+                           const ll_op_t *op,
                            leaselock_record_t *rec,
                            bool *found,
                            leaselock_error_t *err)
 {
-   FORWARD ("inspect", inspect (fc->conn, key, key_len, rec, found, err));
+   FORWARD ("inspect", inspect (fc->conn, op, rec, found, err));
 }
 
 static bool fault_list (void *conn,
@@ -217,13 +192,9 @@ static bool fault_list (void *conn,
    FORWARD ("list", list (fc->conn, prefix, prefix_len, fn, user_data, err));
 }
 
-static bool fault_force (void *conn,
-                         const char *key,
-                         size_t key_len,
-                         bool *took,
-                         leaselock_error_t *err)
+static bool fault_force (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err)
 {
-   FORWARD ("force_release", force_release (fc->conn, key, key_len, took, err));
+   FORWARD ("force_release", force_release (fc->conn, op, took, err));
 }
 
 static bool fault_prune (void *conn,
@@ -244,27 +215,21 @@ static bool fault_no_queue (const fault_conn_t *fc, leaselock_error_t *err)
 }
 
 static bool fault_queue_join (void *conn,
-                              const char *key,
-                              size_t key_len,
-                              const char *owner,
+                              const ll_op_t *op,
                               int64_t keep_ms,
                               int64_t *ahead,
                               leaselock_error_t *err)
 {
    if (!((fault_conn_t *)conn)->inner->queue_join)
       return fault_no_queue (conn, err);
-   FORWARD ("queue_join", queue_join (fc->conn, key, key_len, owner, keep_ms, ahead, err));
+   FORWARD ("queue_join", queue_join (fc->conn, op, keep_ms, ahead, err));
 }
 
-static bool fault_queue_leave (void *conn,
-                               const char *key,
-                               size_t key_len,
-                               const char *owner,
-                               leaselock_error_t *err)
+static bool fault_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
    if (!((fault_conn_t *)conn)->inner->queue_leave)
       return fault_no_queue (conn, err);
-   FORWARD ("queue_leave", queue_leave (fc->conn, key, key_len, owner, err));
+   FORWARD ("queue_leave", queue_leave (fc->conn, op, err));
 }
 
 const ll_backend_t fault_backend = {

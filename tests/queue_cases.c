@@ -17,7 +17,7 @@ int64_t qc_join (const ll_backend_t *b,
 {
    leaselock_error_t err;
    int64_t ahead = -2;
-   if (!b->queue_join (c, k, klen, owner, keep_ms, &ahead, &err)) {
+   if (!b->queue_join (c, &(ll_op_t){ k, klen, owner }, keep_ms, &ahead, &err)) {
       fprintf (stderr, "    queue_join: %s %s\n", leaselock_code_name (err.code), err.message);
       return -1;
    }
@@ -27,7 +27,7 @@ int64_t qc_join (const ll_backend_t *b,
 bool qc_leave (const ll_backend_t *b, void *c, const char *k, const char *owner)
 {
    leaselock_error_t err;
-   if (b->queue_leave (c, k, strlen (k), owner, &err))
+   if (b->queue_leave (c, &(ll_op_t){ k, strlen (k), owner }, &err))
       return true;
    fprintf (stderr, "    queue_leave: %s %s\n", leaselock_code_name (err.code), err.message);
    return false;
@@ -124,21 +124,25 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    int64_t fence = 0;
    CHECK_EQ (QJ (b, c, k, QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, k, QC_B, 10000), 1);
-   CHECK_OK (b->inspect (c, k, strlen (k), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err), err);
    CHECK (!found);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 0);
-   CHECK_OK (ll_backend_acquire (b, c, k, strlen (k), QC_H, 10000, &h, &fence, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, &(ll_take_t){ { k, strlen (k), QC_H }, 10000, &h, 0, 0 },
+                                 &fence, &err),
+             err);
    CHECK_EQ (fence, 1);
-   CHECK_OK (b->renew (c, k, strlen (k), QC_H, 10000, &err), err);
-   CHECK_OK (b->inspect (c, k, strlen (k), &rec, &found, &err), err);
+   CHECK_OK (b->renew (c, &(ll_op_t){ k, strlen (k), QC_H }, 10000, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err), err);
    CHECK (found && !strcmp (rec.owner, QC_H) && rec.fence == 1);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 1);
-   CHECK_OK (b->release (c, k, strlen (k), QC_H, 0, &err), err);
-   CHECK_OK (ll_backend_acquire (b, c, k, strlen (k), QC_C, 10000, &h, &fence, &err), err);
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, &(ll_take_t){ { k, strlen (k), QC_C }, 10000, &h, 0, 0 },
+                                 &fence, &err),
+             err);
    CHECK_EQ (fence, 2);
-   CHECK_OK (b->release (c, k, strlen (k), QC_C, 0, &err), err);
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_C }, 0, &err), err);
    /* ... and the queue is as it was. */
    CHECK_EQ (QJ (b, c, k, QC_B, 10000), 1);
    CHECK (qc_leave (b, c, k, QC_A) && qc_leave (b, c, k, QC_B));
@@ -199,7 +203,7 @@ void qc_odd_keys (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (qc_join (b, c, k, 255, QC_A, 10000), 1);
    CHECK_EQ (qc_join (b, c, k, 253, QC_A, 10000), 0); /* its 253-byte prefix */
    leaselock_error_t err;
-   CHECK_OK (b->queue_leave (c, k, 255, QC_C, &err), err);
+   CHECK_OK (b->queue_leave (c, &(ll_op_t){ k, 255, QC_C }, &err), err);
    CHECK_EQ (qc_join (b, c, k, 255, QC_A, 10000), 0);
    for (size_t i = 0; i < n; i++) {
       snprintf (k, sizeof k, "%s/%s", key ("q/odd"), names[i]);

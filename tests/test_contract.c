@@ -1245,18 +1245,25 @@ static void test_reacquire_same_owner (void)
    const char *k = key ("retry");
    ll_holder_t h = { "host", 1, "retry" };
    int64_t f1 = 0, f2 = 0;
-   bool ok = ll_backend_acquire (b, conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000,
-                                 &h, &f1, &err);
+   bool ok = ll_backend_acquire (
+     b, conn, &(ll_take_t){ { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0 },
+     &f1, &err);
    if (ok)
-      ok = ll_backend_acquire (b, conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 5000, &h,
-                               &f2, &err);
+      ok = ll_backend_acquire (
+        b, conn,
+        &(ll_take_t){ { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0 }, &f2,
+        &err);
    bool busy = false;
    if (ok) {
       int64_t f3;
-      busy = !ll_backend_acquire (b, conn, k, strlen (k), "fedcba9876543210fedcba9876543210", 5000,
-                                  &h, &f3, &err) &&
-             err.code == LEASELOCK_BUSY;
-      ok = b->release (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 0, &err);
+      busy =
+        !ll_backend_acquire (
+          b, conn,
+          &(ll_take_t){ { k, strlen (k), "fedcba9876543210fedcba9876543210" }, 5000, &h, 0, 0 },
+          &f3, &err) &&
+        err.code == LEASELOCK_BUSY;
+      ok =
+        b->release (conn, &(ll_op_t){ k, strlen (k), "0123456789abcdef0123456789abcdef" }, 0, &err);
    }
    b->close (conn);
    CHECK_OK (ok, err);
@@ -2699,8 +2706,9 @@ static void test_fair_dead_waiter (void)
       const ll_backend_t *b;
       void *conn = backend_open (URI, &b);
       int64_t ahead = -1;
-      CHECK (conn && b->queue_join (conn, k, strlen (k), "0123456789abcdef0123456789abcdef", 1000,
-                                    &ahead, &err));
+      CHECK (conn &&
+             b->queue_join (conn, &(ll_op_t){ k, strlen (k), "0123456789abcdef0123456789abcdef" },
+                            1000, &ahead, &err));
       CHECK_EQ (ahead, 0);
       b->close (conn);
    } else {

@@ -105,7 +105,7 @@ static bool acquire (void *c,
 {
    int64_t f = 0;
    ll_error_clear (err);
-   bool ok = B->acquire (c, k, strlen (k), owner, ttl, &HOLDER, &f, err);
+   bool ok = B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0 }, &f, err);
    if (fence)
       *fence = f;
    return ok;
@@ -124,15 +124,14 @@ static bool acquire_wait (void *c,
                           bool *reserved,
                           leaselock_error_t *err)
 {
-   int64_t f = 0;
-   bool r = true; /* the backend must set it */
-   last_left = -2;
+   ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
    ll_error_clear (err);
-   bool ok = B->acquire_wait (c, k, strlen (k), owner, 30000, &HOLDER, reserve_ms, waited_ms, &f,
-                              &r, &last_left, err);
+   const ll_take_t t = { { k, strlen (k), owner }, 30000, &HOLDER, reserve_ms, waited_ms };
+   bool ok = B->acquire_wait (c, &t, &out, err);
+   last_left = out.left_ms;
    if (fence)
-      *fence = f;
-   *reserved = r;
+      *fence = out.fence;
+   *reserved = out.reserved;
    return ok;
 }
 
@@ -352,32 +351,32 @@ static void test_command_shape (void)
    ok = acquire (c, k, a, 30000, &fence, &err); /* same owner: one command */
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
-   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   ok = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &err);
    CHECK_OK (ok, err);
    /* hold: one findAndModify while the count moves, two when -1 finds it
     * at 1 already; neither an upsert. */
    int64_t holds = 0;
    int before = n_cmds;
-   CHECK_OK (B->hold (c, k, strlen (k), a, +1, &holds, &err), err);
+   CHECK_OK (B->hold (c, &(ll_op_t){ k, strlen (k), a }, +1, &holds, &err), err);
    CHECK_EQ (holds, 2);
    CHECK_EQ (n_cmds - before, 1);
-   CHECK_OK (B->hold (c, k, strlen (k), a, -1, &holds, &err), err);
+   CHECK_OK (B->hold (c, &(ll_op_t){ k, strlen (k), a }, -1, &holds, &err), err);
    CHECK_EQ (holds, 1);
    CHECK_EQ (n_cmds - before, 2);
-   CHECK_OK (B->hold (c, k, strlen (k), a, -1, &holds, &err), err);
+   CHECK_OK (B->hold (c, &(ll_op_t){ k, strlen (k), a }, -1, &holds, &err), err);
    CHECK_EQ (holds, 1);
    CHECK_EQ (n_cmds - before, 4);
    for (int i = before; i < n_cmds; i++)
       CHECK (is_cmd (i, "findAndModify", false));
-   ok = B->release (c, k, strlen (k), a, 1000, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 1000, &err);
    CHECK_OK (ok, err);
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    listing_t listed = { 0 };
    ok = B->list (c, PFX, strlen (PFX), collect, &listed, &err);
    CHECK_OK (ok, err);
    CHECK (listed.n >= 1);
-   ok = B->force_release (c, k, strlen (k), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &err);
    CHECK_OK (ok, err);
 
    int writes = check_cmds (true, why, sizeof why);
@@ -515,7 +514,8 @@ static void expect_write_concern (const char *opts, const char *want_w, int want
    mongoc_apm_callbacks_destroy (cbs);
    clear_cmds ();
    const char *k = key ("write-concern");
-   bool ok = acquire (c, k, a, 30000, NULL, &err) && B->release (c, k, strlen (k), a, 0, &err);
+   bool ok = acquire (c, k, a, 30000, NULL, &err) &&
+             B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    B->close (c);
    int writes = 0;
    m[0] = '\0';
@@ -640,10 +640,10 @@ static void test_force_release (void)
 
    /* No record: nothing to do, nothing created. */
    const char *k0 = key ("force-none");
-   ok = B->force_release (c, k0, strlen (k0), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k0, strlen (k0), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->inspect (c, k0, strlen (k0), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k0, strlen (k0), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
 
@@ -651,13 +651,13 @@ static void test_force_release (void)
    const char *k1 = key ("force-live");
    ok = acquire (c, k1, a, 60000, &f, &err);
    CHECK_OK (ok, err);
-   ok = B->force_release (c, k1, strlen (k1), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k1, strlen (k1), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (took);
-   ok = B->inspect (c, k1, strlen (k1), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k1, strlen (k1), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && rec.owner[0] == '\0' && rec.fence == f && rec.expires_in_ms <= 0);
-   ok = B->renew (c, k1, strlen (k1), a, 30000, &err);
+   ok = B->renew (c, &(ll_op_t){ k1, strlen (k1), a }, 30000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
 
    /* Race: the key is free when force_release starts; another owner
@@ -665,7 +665,8 @@ static void test_force_release (void)
     * live lease must not be cleared while force_release reports took=false:
     * either it survives, or it was taken and took says so. */
    const char *k2 = key ("force-race");
-   ok = acquire (c, k2, a, 60000, &f, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   ok = acquire (c, k2, a, 60000, &f, &err) &&
+        B->release (c, &(ll_op_t){ k2, strlen (k2), a }, 0, &err);
    CHECK_OK (ok, err);
    memset (&RACE, 0, sizeof RACE);
    RACE.conn = other;
@@ -677,10 +678,10 @@ static void test_force_release (void)
    mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
    mongoc_apm_callbacks_destroy (cbs);
    took = false;
-   ok = B->force_release (c, k2, strlen (k2), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k2, strlen (k2), NULL }, &took, &err);
    RACE.countdown = -1;
    leaselock_error_t err2;
-   bool ok2 = B->inspect (c, k2, strlen (k2), &rec, &found, &err2);
+   bool ok2 = B->inspect (c, &(ll_op_t){ k2, strlen (k2), NULL }, &rec, &found, &err2);
    B->close (c);
    B->close (other);
    CHECK_OK (ok, err);
@@ -712,15 +713,16 @@ static int child_main (int argc, char **argv)
    bool ok = false;
    if (c) {
       if (!strcmp (op, "acquire")) {
-         ok = B->acquire (c, k, strlen (k), owner, ttl, &HOLDER, &fence, &err);
+         ok = B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0 }, &fence,
+                          &err);
       } else if (!strcmp (op, "renew")) {
-         ok = B->renew (c, k, strlen (k), owner, ttl, &err);
+         ok = B->renew (c, &(ll_op_t){ k, strlen (k), owner }, ttl, &err);
       } else if (!strcmp (op, "join")) {
-         ok = B->queue_join (c, k, strlen (k), owner, ttl, &fence, &err);
+         ok = B->queue_join (c, &(ll_op_t){ k, strlen (k), owner }, ttl, &fence, &err);
       } else if (!strcmp (op, "inspect")) {
          leaselock_record_t rec;
          bool found = false;
-         ok = B->inspect (c, k, strlen (k), &rec, &found, &err) && found;
+         ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err) && found;
          left = rec.expires_in_ms;
          fence = rec.fence;
       }
@@ -808,7 +810,7 @@ static void test_server_clock_only (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
    leaselock_record_t rec;
    bool found;
-   ok = B->inspect (c, k2, strlen (k2), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k2, strlen (k2), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && !strcmp (rec.owner, b));
    CHECK (rec.expires_in_ms > 30000 && rec.expires_in_ms <= 60000);
@@ -1052,7 +1054,7 @@ static void test_server_down_and_back (void)
    atomic_store (&PX.hang, true);
    int64_t t1 = mono_ms ();
    leaselock_error_t hang_err;
-   bool hang_ok = B->renew (c, k, strlen (k), a, 30000, &hang_err);
+   bool hang_ok = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &hang_err);
    int64_t hung = mono_ms () - t1;
    atomic_store (&PX.hang, false);
    /* The hung connection is dropped by the driver; unhang the proxy's pairs
@@ -1122,11 +1124,11 @@ static void test_no_password_in_operation_errors (void)
       atomic_store (&PX.down, true);
       sleep_ms (100);
       oks[1] = acquire (c, k, a, 30000, NULL, &errs[1]);
-      oks[2] = B->renew (c, k, strlen (k), a, 30000, &errs[2]);
-      oks[3] = B->release (c, k, strlen (k), a, 0, &errs[3]);
-      oks[4] = B->inspect (c, k, strlen (k), &rec, &found, &errs[4]);
+      oks[2] = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &errs[2]);
+      oks[3] = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &errs[3]);
+      oks[4] = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &errs[4]);
       oks[5] = B->list (c, PFX, strlen (PFX), collect, &listed, &errs[5]);
-      oks[6] = B->force_release (c, k, strlen (k), &took, &errs[6]);
+      oks[6] = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &errs[6]);
    }
    B->close (c);
    proxy_stop ();
@@ -1175,12 +1177,12 @@ static void test_lost_reply_retry (void)
    memset (&rec, 0, sizeof rec);
    if (c && direct) {
       /* A free record, so the first command of the acquire is the write. */
-      ok =
-        acquire (direct, k, a, 30000, &f0, &err) && B->release (direct, k, strlen (k), a, 0, &err);
+      ok = acquire (direct, k, a, 30000, &f0, &err) &&
+           B->release (direct, &(ll_op_t){ k, strlen (k), a }, 0, &err);
       atomic_store (&PX.drop_reply, true);
       ok1 = acquire (c, k, b, 30000, &f1, &e1);
       /* The write happened: b owns it, x is refused. */
-      B->inspect (direct, k, strlen (k), &rec, &found, &e2);
+      B->inspect (direct, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &e2);
       acquire (direct, k, x, 30000, NULL, &e3);
       ok3 = acquire_until_back (c, k, b, &f2, &err);
    }
@@ -1225,7 +1227,8 @@ static void test_fork_abandon (void)
       new_owner (o);
       int64_t f;
       bool busy =
-        !B->acquire (mine, k, strlen (k), o, 30000, &HOLDER, &f, &e) && e.code == LEASELOCK_BUSY;
+        !B->acquire (mine, &(ll_take_t){ { k, strlen (k), o }, 30000, &HOLDER, 0, 0 }, &f, &e) &&
+        e.code == LEASELOCK_BUSY;
       B->close (mine);
       _exit (busy ? 0 : 4);
    }
@@ -1235,9 +1238,9 @@ static void test_fork_abandon (void)
    CHECK (WIFEXITED (st));
    CHECK_EQ (WEXITSTATUS (st), 0);
    /* The parent's connection (and socket) still works. */
-   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   ok = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &err);
    CHECK_OK (ok, err);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    CHECK_OK (ok, err);
    B->close (c);
 }
@@ -1299,10 +1302,10 @@ static void test_fork_abandon_tls (void)
          sleep_ms (200);
          notify = atomic_load (&TF.close_notify);
          errors = atomic_load (&TF.tls_errors);
-         renewed = B->renew (c, k, strlen (k), a, 30000, &err);
+         renewed = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &err);
          accepted = atomic_load (&TF.accepted);
          if (renewed)
-            renewed = B->release (c, k, strlen (k), a, 0, &err);
+            renewed = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
       }
    }
    B->close (c);
@@ -1449,7 +1452,7 @@ static void test_renew_expired (void)
    bool ok = acquire (c, k, a, 300, NULL, &err);
    CHECK_OK (ok, err);
    sleep_ms (400);
-   ok = B->renew (c, k, strlen (k), a, 30000, &err);
+   ok = B->renew (c, &(ll_op_t){ k, strlen (k), a }, 30000, &err);
    B->close (c);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
 }
@@ -1603,7 +1606,8 @@ static void test_keys_are_text (void)
    CHECK_EQ (listed.n, 6);
    leaselock_record_t rec;
    bool found;
-   ok = B->inspect (c, key ("t/$where"), strlen (key ("t/$where")), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ key ("t/$where"), strlen (key ("t/$where")), NULL }, &rec,
+                    &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && !strcmp (rec.owner, a) && rec.pid == 4242 && !strcmp (rec.host, "test-host") &&
           !strcmp (rec.label, "test_mongo"));
@@ -1624,27 +1628,27 @@ static void test_min_hold_record (void)
    int64_t f = 0;
    bool ok = acquire (c, k, a, 30000, &f, &err);
    CHECK_OK (ok, err);
-   ok = B->release (c, k, strlen (k), a, 60000, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 60000, &err);
    CHECK_OK (ok, err);
    leaselock_record_t rec;
    bool found, took = true;
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found && rec.owner[0] == '\0' && rec.fence == f);
    CHECK (rec.expires_in_ms > 50000 && rec.expires_in_ms <= 60000);
    ok = acquire (c, k, b, 30000, NULL, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
-   ok = B->release (c, k, strlen (k), a, 0, &err); /* no longer a's */
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err); /* no longer a's */
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
-   ok = B->force_release (c, k, strlen (k), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took); /* no owner: no live lease was taken */
    ok = acquire (c, k, b, 30000, &f, &err);
    CHECK_OK (ok, err);
-   ok = B->force_release (c, k, strlen (k), &took, &err);
+   ok = B->force_release (c, &(ll_op_t){ k, strlen (k), NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (took);
-   ok = B->renew (c, k, strlen (k), b, 30000, &err);
+   ok = B->renew (c, &(ll_op_t){ k, strlen (k), b }, 30000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "");
    B->close (c);
 }
@@ -1725,7 +1729,7 @@ static void test_reservation_blocks_others (void)
    ok = acquire_wait (c, k, w, 2000, 50, NULL, &reserved, &err); /* already W's */
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    CHECK_OK (ok, err);
    ok = acquire (c, k, b, 30000, NULL, &err); /* expired, but W's */
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
@@ -1743,7 +1747,7 @@ static void test_reservation_blocks_others (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
    CHECK_NEXT (c, k, b);
-   ok = B->release (c, k, strlen (k), w, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), w }, 0, &err);
    CHECK_OK (ok, err);
    ok = acquire (c, k, w, 30000, NULL, &err); /* B's turn now */
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
@@ -1774,7 +1778,7 @@ static void test_reservation_reports_left (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
    CHECK (last_left > 8000 && last_left <= 10000);
-   ok = B->release (c, k, strlen (k), a, 3000, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 3000, &err);
    CHECK_OK (ok, err);
    ok = acquire_wait (c, k, w, 2000, 10, NULL, &reserved, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
@@ -1803,7 +1807,7 @@ static void test_reservation_runs_out (void)
    ok = acquire_wait (c, k, w, 1000, 0, NULL, &reserved, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    CHECK_OK (ok, err);
    ok = acquire (c, k, b, 30000, NULL, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
@@ -1813,7 +1817,7 @@ static void test_reservation_runs_out (void)
    CHECK_EQ (f2, f + 1);
    CHECK_NEXT (c, k, "");
    /* A free record: acquire_wait takes it, not reserved. */
-   ok = B->release (c, k, strlen (k), b, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), b }, 0, &err);
    CHECK_OK (ok, err);
    ok = acquire_wait (c, k, d, 1000, 0, &f2, &reserved, &err);
    CHECK_OK (ok, err);
@@ -1858,7 +1862,7 @@ static void test_reservation_oldest_waiter (void)
    ok = acquire_wait (c, k, o, 2000, 5100, NULL, &reserved, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    CHECK_OK (ok, err);
    ok = acquire_wait (c, k, y, 2000, 200, NULL, &reserved, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
@@ -1889,7 +1893,7 @@ static void test_plain_acquire_never_reserves (void)
    char next[40];
    next_owner_of (c, k, next);
    CHECK (strcmp (next, b) != 0 && strcmp (next, "?") != 0);
-   ok = B->release (c, k, strlen (k), a, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    CHECK_OK (ok, err);
    ok = acquire (c, k, d, 30000, NULL, &err);
    CHECK_OK (ok, err);
@@ -1916,19 +1920,20 @@ static void test_prune_keeps_reserved (void)
    ok = acquire_wait (c, k, w, 1000, 0, NULL, &reserved, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
-   ok = B->release (c, k, strlen (k), a, 0, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   ok = B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err) &&
+        B->release (c, &(ll_op_t){ k2, strlen (k2), a }, 0, &err);
    CHECK_OK (ok, err);
    ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (count, 1); /* k2 */
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found);
    sleep_ms (1300);
    ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (count, 1); /* k */
-   ok = B->inspect (c, k, strlen (k), &rec, &found, &err);
+   ok = B->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
    B->close (c);
@@ -1992,7 +1997,8 @@ static void test_old_record_unreserved (void)
    new_owner (w);
    snprintf (pfx, sizeof pfx, "%s", key ("resv-old/"));
    const char *k = key ("resv-old/taken"), *k2 = key ("resv-old/pruned");
-   ok = acquire (c, k, a, 30000, &f, &err) && B->release (c, k, strlen (k), a, 0, &err);
+   ok =
+     acquire (c, k, a, 30000, &f, &err) && B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
    CHECK_OK (ok, err);
    CHECK (strip_next_fields (c, k));
    CHECK_NEXT (c, k, "-");
@@ -2006,7 +2012,8 @@ static void test_old_record_unreserved (void)
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held by another owner");
    CHECK (reserved);
    CHECK_NEXT (c, k, w);
-   ok = acquire (c, k2, a, 30000, NULL, &err) && B->release (c, k2, strlen (k2), a, 0, &err);
+   ok = acquire (c, k2, a, 30000, NULL, &err) &&
+        B->release (c, &(ll_op_t){ k2, strlen (k2), a }, 0, &err);
    CHECK_OK (ok, err);
    CHECK (strip_next_fields (c, k2));
    ok = B->prune (c, pfx, strlen (pfx), 0, &count, &err);
@@ -2023,7 +2030,7 @@ static int64_t hold_of (void *c, const char *k, size_t n, const char *owner, int
 {
    leaselock_error_t err;
    int64_t holds = -5;
-   if (B->hold (c, k, n, owner, delta, &holds, &err))
+   if (B->hold (c, &(ll_op_t){ k, n, owner }, delta, &holds, &err))
       return holds;
    if (err.code == LEASELOCK_NOT_HELD)
       return 0;
@@ -2037,7 +2044,7 @@ static int64_t holds_shown (void *c, const char *k, size_t n)
    leaselock_error_t err;
    leaselock_record_t rec;
    bool found = false;
-   if (!B->inspect (c, k, n, &rec, &found, &err) || !found)
+   if (!B->inspect (c, &(ll_op_t){ k, n, NULL }, &rec, &found, &err) || !found)
       return -1;
    return rec.holds;
 }
@@ -2124,9 +2131,9 @@ static void test_hold_counts (void)
    CHECK (seen.n == 1 && seen.holds == 2);
    leaselock_record_t rec;
    bool found = false;
-   CHECK_OK (B->inspect (c, k, n, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ k, n, NULL }, &rec, &found, &err), err);
    CHECK (found && !strcmp (rec.owner, a) && rec.fence == f1 && rec.expires_in_ms > 25000);
-   CHECK_OK (B->release (c, k, n, a, 0, &err), err);
+   CHECK_OK (B->release (c, &(ll_op_t){ k, n, a }, 0, &err), err);
    CHECK_EQ (hold_of (c, k, n, a, +1), 0);
    CHECK_EQ (hold_of (c, k, n, a, -1), 0);
    CHECK_EQ (holds_shown (c, k, n), 0); /* released: no holds */
@@ -2174,7 +2181,7 @@ static void test_hold_old_record (void)
    CHECK_EQ (hold_of (c, k, n, a, +1), 2);
    CHECK_EQ (raw_holds (c, k, n), 2);
    CHECK_EQ (hold_of (c, k, n, a, -1), 1);
-   CHECK_OK (B->release (c, k, n, a, 0, &err), err);
+   CHECK_OK (B->release (c, &(ll_op_t){ k, n, a }, 0, &err), err);
    CHECK (strip_holds (c, k, n));
    CHECK_EQ (holds_shown (c, k, n), 0);
    CHECK_EQ (hold_of (c, k, n, a, +1), 0);
@@ -2256,7 +2263,7 @@ static void test_hold_odd_keys (void)
       CHECK_EQ (hold_of (c, k, n, b, +1), 0);
       CHECK_EQ (holds_shown (c, k, n), 2);
       CHECK_EQ (hold_of (c, k, n, a, -1), 1);
-      CHECK_OK (B->release (c, k, n, a, 0, &err), err);
+      CHECK_OK (B->release (c, &(ll_op_t){ k, n, a }, 0, &err), err);
    }
    CHECK_EQ (strlen (big), 255);
    B->close (c);

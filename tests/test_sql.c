@@ -333,33 +333,34 @@ static void test_takeover_does_not_extend_old (void)
    const char *k = key ("takeover");
    size_t kl = strlen (k);
    int64_t f1 = 0, f2 = 0, f3 = 0;
-   bool ok = ll_backend_acquire (b, conn, k, kl, A, 300, &ha, &f1, &err);
+   bool ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, A }, 300, &ha, 0, 0 }, &f1, &err);
    leaselock_record_t r1, r2, r3;
    bool found = false;
    bool busy_ok = false, renew_a = true, release_a = true, release_b = false;
    leaselock_error_t e_renew = { 0 }, e_release = { 0 };
    if (ok) {
       /* BUSY while A is live: nothing changes, not even A's expiry. */
-      ok = b->inspect (conn, k, kl, &r1, &found, &err);
-      busy_ok = !ll_backend_acquire (b, conn, k, kl, B, 60000, &hb, &f2, &err) &&
-                err.code == LEASELOCK_BUSY;
+      ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r1, &found, &err);
+      busy_ok =
+        !ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 60000, &hb, 0, 0 }, &f2, &err) &&
+        err.code == LEASELOCK_BUSY;
       if (ok)
-         ok = b->inspect (conn, k, kl, &r2, &found, &err);
+         ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r2, &found, &err);
    }
    if (ok) {
       sleep_ms (400);
-      ok = ll_backend_acquire (b, conn, k, kl, B, 5000, &hb, &f3, &err);
+      ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 5000, &hb, 0, 0 }, &f3, &err);
    }
    if (ok) {
-      ok = b->inspect (conn, k, kl, &r3, &found, &err);
-      renew_a = b->renew (conn, k, kl, A, 60000, &e_renew);
-      release_a = b->release (conn, k, kl, A, 0, &e_release);
+      ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r3, &found, &err);
+      renew_a = b->renew (conn, &(ll_op_t){ k, kl, A }, 60000, &e_renew);
+      release_a = b->release (conn, &(ll_op_t){ k, kl, A }, 0, &e_release);
    }
    leaselock_record_t r4;
    if (ok)
-      ok = b->inspect (conn, k, kl, &r4, &found, &err);
+      ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r4, &found, &err);
    if (ok)
-      release_b = b->release (conn, k, kl, B, 0, &err);
+      release_b = b->release (conn, &(ll_op_t){ k, kl, B }, 0, &err);
    b->close (conn);
    CHECK_OK (ok, err);
    CHECK (busy_ok);
@@ -398,7 +399,8 @@ static char rsv_take (const ll_backend_t *b,
    static const ll_holder_t h = { "rsv-host", 1, "rsv" };
    leaselock_error_t err;
    int64_t f = 0;
-   if (ll_backend_acquire (b, conn, k, strlen (k), owner, ttl_ms, &h, &f, &err)) {
+   if (ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &h, 0, 0 }, &f,
+                           &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -425,13 +427,13 @@ static char rsv_wait (const ll_backend_t *b,
 {
    static const ll_holder_t h = { "rsv-host", 2, "rsv-waiter" };
    leaselock_error_t err;
-   int64_t f = 0;
-   bool reserved = true;
-   rsv_left = -2;
-   bool ok = b->acquire_wait (conn, k, strlen (k), owner, 10000, &h, reserve_ms, waited_ms, &f,
-                              &reserved, &rsv_left, &err);
+   ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
+   const ll_take_t t = { { k, strlen (k), owner }, 10000, &h, reserve_ms, waited_ms };
+   bool ok = b->acquire_wait (conn, &t, &out, &err);
+   bool reserved = out.reserved;
+   rsv_left = out.left_ms;
    if (ok && fence)
-      *fence = f;
+      *fence = out.fence;
    if (ok)
       return reserved ? '?' : 'T';
    if (err.code == LEASELOCK_BUSY)
@@ -443,7 +445,7 @@ static char rsv_wait (const ll_backend_t *b,
 static bool rsv_release (const ll_backend_t *b, void *conn, const char *k, const char *owner)
 {
    leaselock_error_t err;
-   return b->release (conn, k, strlen (k), owner, 0, &err);
+   return b->release (conn, &(ll_op_t){ k, strlen (k), owner }, 0, &err);
 }
 
 /* Runs a reservation test on a connection of its own (uri), closed after. */
@@ -496,7 +498,7 @@ static int64_t hold_of (const ll_backend_t *b,
 {
    leaselock_error_t err;
    int64_t holds = -5;
-   if (b->hold (conn, k, n, owner, delta, &holds, &err))
+   if (b->hold (conn, &(ll_op_t){ k, n, owner }, delta, &holds, &err))
       return holds;
    if (err.code == LEASELOCK_NOT_HELD)
       return 0;
@@ -510,7 +512,7 @@ static int64_t holds_shown (const ll_backend_t *b, void *conn, const char *k, si
    leaselock_error_t err;
    leaselock_record_t rec;
    bool found = false;
-   if (!b->inspect (conn, k, n, &rec, &found, &err) || !found)
+   if (!b->inspect (conn, &(ll_op_t){ k, n, NULL }, &rec, &found, &err) || !found)
       return -1;
    return rec.holds;
 }
@@ -537,11 +539,11 @@ static void hold_counts (const ll_backend_t *b, void *c)
    bool found = false;
    CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
    CHECK_EQ (holds_shown (b, c, k, n), 1);
-   CHECK_OK (b->inspect (c, k, n, &r1, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, n, NULL }, &r1, &found, &err), err);
    CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 2);
    CHECK_EQ (hold_of (b, c, k, n, RSV_H, +1), 3);
    CHECK_EQ (holds_shown (b, c, k, n), 3);
-   CHECK_OK (b->inspect (c, k, n, &r2, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, n, NULL }, &r2, &found, &err), err);
    CHECK (!strcmp (r2.owner, RSV_H) && r2.fence == f1 && r2.expires_in_ms <= r1.expires_in_ms);
    CHECK_EQ (hold_of (b, c, k, n, RSV_W, +1), 0);
    CHECK_EQ (hold_of (b, c, k, n, RSV_W, -1), 0);
@@ -646,7 +648,7 @@ static void rsv_reports_left (const ll_backend_t *b, void *c)
    CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, NULL), 'T');
    CHECK_EQ (rsv_wait (b, c, k, RSV_W, 2000, 0, NULL), 'R');
    CHECK (rsv_left > 8000 && rsv_left <= 10000);
-   CHECK (b->release (c, k, strlen (k), RSV_H, 3000, &err));
+   CHECK (b->release (c, &(ll_op_t){ k, strlen (k), RSV_H }, 3000, &err));
    CHECK_EQ (rsv_wait (b, c, k, RSV_W, 2000, 0, NULL), 'R');
    CHECK (rsv_left > 1000 && rsv_left <= 3000);
    CHECK_EQ (rsv_wait (b, c, k, RSV_X, 2000, 0, NULL), 'B');
@@ -736,12 +738,12 @@ static void rsv_prune_keeps (const ll_backend_t *b, void *c)
    CHECK (rsv_release (b, c, k1, RSV_H) && rsv_release (b, c, k2, RSV_H));
    CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (b->inspect (c, k1, strlen (k1), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k1, strlen (k1), NULL }, &rec, &found, &err), err);
    CHECK (found);
    sleep_ms (1150);
    CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (b->inspect (c, k1, strlen (k1), &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k1, strlen (k1), NULL }, &rec, &found, &err), err);
    CHECK (!found);
 }
 
@@ -785,7 +787,7 @@ static void rsv_on_migrated (const ll_backend_t *b, void *c)
    leaselock_record_t rec;
    bool found = false;
    int64_t f = 0;
-   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column, 1 for what was there */
    CHECK_EQ (rsv_wait (b, c, "old", RSV_W, 2000, 0, &f), 'T');
@@ -833,9 +835,9 @@ static void rsv_claim_expired (const ll_backend_t *b, void *c)
    CHECK_EQ (rsv_take (b, c, k, RSV_H, 10000, &f1), 'T');
    CHECK_EQ (rsv_wait (b, c, k, RSV_YOUNG, 2000, 0, NULL), 'R');
    CHECK (rsv_release (b, c, k, RSV_H));
-   CHECK_OK (b->inspect (c, k, strlen (k), &r1, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &r1, &found, &err), err);
    CHECK_EQ (rsv_wait (b, c, k, RSV_OLD, 2000, 5000, NULL), 'R');
-   CHECK_OK (b->inspect (c, k, strlen (k), &r2, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &r2, &found, &err), err);
    CHECK (found && !r2.owner[0] && r2.fence == f1 && r2.pid == r1.pid);
    CHECK (!strcmp (r2.label, r1.label) && r2.expires_in_ms <= r1.expires_in_ms);
    CHECK_EQ (rsv_take (b, c, k, RSV_YOUNG, 10000, NULL), 'B');
@@ -1040,12 +1042,13 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    bool found = false;
    int64_t f = 0;
    static const ll_holder_t h = { "h", 1, "l" };
-   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column */
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
-   CHECK_OK (ll_backend_acquire (b, c, "old", 3, QC_B, 10000, &h, &f, &err), err);
+   CHECK_OK (
+     ll_backend_acquire (b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &h, 0, 0 }, &f, &err), err);
    CHECK_EQ (f, 8);
    CHECK_EQ (hold_of (b, c, "old", 3, QC_B, +1), 2);
 }
@@ -1258,7 +1261,8 @@ static void test_reconnect_after_kill (void)
    CHECK (conn);
    CHECK (kill_other_connections () >= 1);
    sleep_ms (100);
-   ok = b->inspect (conn, key ("kill"), strlen (key ("kill")), &rec, &found, &err);
+   ok =
+     b->inspect (conn, &(ll_op_t){ key ("kill"), strlen (key ("kill")), NULL }, &rec, &found, &err);
    b->close (conn);
    CHECK_OK (ok, err);
    CHECK (found && rec.owner[0] == '\0');
@@ -1387,7 +1391,8 @@ static void test_abandon_after_fork (void)
    int after = count_connections ();
    leaselock_record_t rec;
    bool found;
-   bool ok = b->inspect (conn, key ("nothing"), strlen (key ("nothing")), &rec, &found, &err);
+   bool ok = b->inspect (conn, &(ll_op_t){ key ("nothing"), strlen (key ("nothing")), NULL }, &rec,
+                         &found, &err);
    b->close (conn);
    CHECK (WIFEXITED (st) && WEXITSTATUS (st) == 0);
    CHECK (before >= 2);
@@ -1621,15 +1626,17 @@ static void test_failed_in_flight (void)
    const char *X = "cccccccccccccccccccccccccccccccc";
    ll_holder_t h = { "host", 1, "inflight" };
    int64_t f0 = 0, f1 = 0, f2 = 0;
-   bool ok = ll_backend_acquire (b, conn, k, strlen (k), X, 5000, &h, &f0, &err);
+   bool ok =
+     ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 }, &f0, &err);
    if (ok)
-      ok = b->release (conn, k, strlen (k), X, 0, &err);
+      ok = b->release (conn, &(ll_op_t){ k, strlen (k), X }, 0, &err);
    void *lock = ok ? raw_lock_row (k) : NULL;
    bool failed_backend = false;
    int64_t t0 = mono_ms (), waited = 0;
    if (lock) {
       leaselock_error_t e1;
-      failed_backend = !ll_backend_acquire (b, conn, k, strlen (k), X, 5000, &h, &f1, &e1) &&
+      failed_backend = !ll_backend_acquire (
+                         b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 }, &f1, &e1) &&
                        e1.code == LEASELOCK_BACKEND;
       waited = mono_ms () - t0;
       if (!failed_backend)
@@ -1641,11 +1648,12 @@ static void test_failed_in_flight (void)
    leaselock_record_t rec;
    bool found = false;
    if (lock) {
-      retried = ll_backend_acquire (b, conn, k, strlen (k), X, 5000, &h, &f2, &err);
+      retried = ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 },
+                                    &f2, &err);
       if (retried)
-         ok = b->inspect (conn, k, strlen (k), &rec, &found, &err);
+         ok = b->inspect (conn, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
       if (retried)
-         b->release (conn, k, strlen (k), X, 0, &err);
+         b->release (conn, &(ll_op_t){ k, strlen (k), X }, 0, &err);
    }
    b->close (conn);
    CHECK_OK (ok, err);

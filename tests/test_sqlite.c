@@ -114,7 +114,8 @@ static void test_uri_busy_timeout_option (void)
    CHECK (sqlite3_exec (db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
    int64_t fence = 0;
    int64_t t0 = ll_now_ms ();
-   bool ok = ll_backend_acquire (B, a, "k", 1, owner_a, 1000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, &(ll_take_t){ { "k", 1, owner_a }, 1000, &holder, 0, 0 },
+                                 &fence, &err);
    int64_t waited = ll_now_ms () - t0;
    sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
    sqlite3_close (db);
@@ -137,7 +138,8 @@ static void test_schema_created_once (void)
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    int64_t fence = 0;
-   bool ok = ll_backend_acquire (B, a, "k", 1, owner_a, 60000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0 },
+                                 &fence, &err);
    B->close (a);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 1);
@@ -146,13 +148,15 @@ static void test_schema_created_once (void)
     * and the fence goes on from 1. */
    void *b = B->open (uri, &err);
    CHECK_OK (b != NULL, err);
-   ok = ll_backend_acquire (B, b, "k", 1, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_b }, 60000, &holder, 0, 0 }, &fence,
+                            &err);
    if (ok) {
       B->close (b);
       CHECK (!"another owner took a live lease after reopening");
    }
    CHECK_EQ (err.code, LEASELOCK_BUSY);
-   ok = ll_backend_acquire (B, b, "k", 1, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0 }, &fence,
+                            &err);
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
@@ -351,8 +355,9 @@ static void test_prefix_no_wildcards (void)
    bool ok = true;
    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
       int64_t fence;
-      ok =
-        ll_backend_acquire (B, a, keys[i], strlen (keys[i]), owner_a, 60000, &holder, &fence, &err);
+      ok = ll_backend_acquire (
+        B, a, &(ll_take_t){ { keys[i], strlen (keys[i]), owner_a }, 60000, &holder, 0, 0 }, &fence,
+        &err);
    }
    if (!ok)
       B->close (a);
@@ -390,7 +395,8 @@ static void test_ops_by_sqlite_clock (void)
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence = 0;
-   bool ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+                                 &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -399,7 +405,7 @@ static void test_ops_by_sqlite_clock (void)
    /* Holder info, owner and expiry as stored. */
    leaselock_record_t rec;
    bool found = false;
-   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (found);
    CHECK (!strcmp (rec.owner, owner_a));
@@ -415,67 +421,73 @@ static void test_ops_by_sqlite_clock (void)
    CHECK (exp_at - wall > 55000 && exp_at - wall <= 60000);
 
    /* Other owner: busy, cannot renew or release. */
-   ok = ll_backend_acquire (B, a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
+                            &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
-   ok = B->renew (a, "op", 2, owner_b, 60000, &err);
+   ok = B->renew (a, &(ll_op_t){ "op", 2, owner_b }, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
-   ok = B->release (a, "op", 2, owner_b, 0, &err);
+   ok = B->release (a, &(ll_op_t){ "op", 2, owner_b }, 0, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
 
    /* Renew to a short TTL, let it expire by SQLite's clock: renew then
     * fails, and another owner takes it with the next fence. */
-   ok = B->renew (a, "op", 2, owner_a, 30, &err);
+   ok = B->renew (a, &(ll_op_t){ "op", 2, owner_a }, 30, &err);
    CHECK_OK (ok, err);
    sleep_ms (60);
-   ok = B->renew (a, "op", 2, owner_a, 60000, &err);
+   ok = B->renew (a, &(ll_op_t){ "op", 2, owner_a }, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
-   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (rec.expires_in_ms <= 0);
-   ok = ll_backend_acquire (B, a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
+                            &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
 
    /* Release with min_hold: no owner, yet not free until the hold ends. */
-   ok = B->release (a, "op", 2, owner_b, 60000, &err);
+   ok = B->release (a, &(ll_op_t){ "op", 2, owner_b }, 60000, &err);
    CHECK_OK (ok, err);
-   ok = B->inspect (a, "op", 2, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!strcmp (rec.owner, ""));
    CHECK (rec.expires_in_ms > 55000);
-   ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+                            &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
-   ok = B->release (a, "op", 2, owner_b, 0, &err);
+   ok = B->release (a, &(ll_op_t){ "op", 2, owner_b }, 0, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
 
    /* force_release of a held-back record: nothing live taken, free now. */
    bool took = true;
-   ok = B->force_release (a, "op", 2, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+                            &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 3);
    /* A retried acquire by the same owner succeeds with a larger fence. */
-   ok = ll_backend_acquire (B, a, "op", 2, owner_a, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+                            &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 4);
    /* force_release of a live lease: taken; the fence survives. */
-   ok = B->force_release (a, "op", 2, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (took);
-   ok = B->renew (a, "op", 2, owner_a, 60000, &err);
+   ok = B->renew (a, &(ll_op_t){ "op", 2, owner_a }, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
-   ok = B->force_release (a, "op", 2, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->force_release (a, "none", 4, &took, &err);
+   ok = B->force_release (a, &(ll_op_t){ "none", 4, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = B->inspect (a, "none", 4, &rec, &found, &err);
+   ok = B->inspect (a, &(ll_op_t){ "none", 4, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
-   ok = ll_backend_acquire (B, a, "op", 2, owner_b, 60000, &holder, &fence, &err);
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
+                            &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 5);
    B->close (a);
@@ -497,7 +509,8 @@ static char rsv_take (void *conn, const char *k, const char *owner, int64_t ttl_
 {
    leaselock_error_t err;
    int64_t f = 0;
-   if (ll_backend_acquire (B, conn, k, strlen (k), owner, ttl_ms, &holder, &f, &err)) {
+   if (ll_backend_acquire (B, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &holder, 0, 0 },
+                           &f, &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -522,13 +535,13 @@ static char rsv_wait (void *conn,
                       int64_t *fence)
 {
    leaselock_error_t err;
-   int64_t f = 0;
-   bool reserved = true;
-   rsv_left = -2;
-   bool ok = B->acquire_wait (conn, k, strlen (k), owner, 10000, &holder, reserve_ms, waited_ms, &f,
-                              &reserved, &rsv_left, &err);
+   ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
+   const ll_take_t t = { { k, strlen (k), owner }, 10000, &holder, reserve_ms, waited_ms };
+   bool ok = B->acquire_wait (conn, &t, &out, &err);
+   bool reserved = out.reserved;
+   rsv_left = out.left_ms;
    if (ok && fence)
-      *fence = f;
+      *fence = out.fence;
    if (ok)
       return reserved ? '?' : 'T';
    if (err.code == LEASELOCK_BUSY)
@@ -540,7 +553,7 @@ static char rsv_wait (void *conn,
 static bool rsv_release (void *conn, const char *k, const char *owner)
 {
    leaselock_error_t err;
-   return B->release (conn, k, strlen (k), owner, 0, &err);
+   return B->release (conn, &(ll_op_t){ k, strlen (k), owner }, 0, &err);
 }
 
 /* Runs a reservation test on a connection to uri, closed after. */
@@ -595,7 +608,7 @@ static void rsv_reports_left (void *c)
    CHECK_EQ (rsv_take (c, "k", RSV_H, 10000, NULL), 'T');
    CHECK_EQ (rsv_wait (c, "k", RSV_W, 2000, 0, NULL), 'R');
    CHECK (rsv_left > 8000 && rsv_left <= 10000);
-   CHECK (B->release (c, "k", 1, RSV_H, 3000, &err));
+   CHECK (B->release (c, &(ll_op_t){ "k", 1, RSV_H }, 3000, &err));
    CHECK_EQ (rsv_wait (c, "k", RSV_W, 2000, 0, NULL), 'R');
    CHECK (rsv_left > 1000 && rsv_left <= 3000);
    CHECK_EQ (rsv_wait (c, "k", RSV_X, 2000, 0, NULL), 'B');
@@ -685,12 +698,12 @@ static void rsv_prune_keeps (void *c)
    CHECK (rsv_release (c, "p/reserved", RSV_H) && rsv_release (c, "p/free", RSV_H));
    CHECK_OK (B->prune (c, "p/", 2, 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (B->inspect (c, "p/reserved", 10, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ "p/reserved", 10, NULL }, &rec, &found, &err), err);
    CHECK (found);
    sleep_ms (1150);
    CHECK_OK (B->prune (c, "p/", 2, 0, &n, &err), err);
    CHECK_EQ (n, 1);
-   CHECK_OK (B->inspect (c, "p/reserved", 10, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ "p/reserved", 10, NULL }, &rec, &found, &err), err);
    CHECK (!found);
 }
 
@@ -740,7 +753,7 @@ static void rsv_on_migrated (void *c)
    leaselock_record_t rec;
    bool found = false;
    int64_t f = 0;
-   CHECK_OK (B->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (B->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (rsv_wait (c, "old", RSV_W, 2000, 0, &f), 'T');
    CHECK_EQ (f, 8);
@@ -843,12 +856,14 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    leaselock_record_t rec;
    bool found = false;
    int64_t f = 0;
-   CHECK_OK (b->inspect (c, "old", 3, &rec, &found, &err), err);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ "old", 3, NULL }, &rec, &found, &err), err);
    CHECK (found && rec.fence == 7 && !rec.owner[0] && !strcmp (rec.label, "old-label"));
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
    CHECK_EQ (rows ("old"), 2);
-   CHECK_OK (ll_backend_acquire (b, c, "old", 3, QC_B, 10000, &holder, &f, &err), err);
+   CHECK_OK (
+     ll_backend_acquire (b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &holder, 0, 0 }, &f, &err),
+     err);
    CHECK_EQ (f, 8);
 }
 
@@ -903,7 +918,8 @@ static void test_concurrent_migration_v2 (void)
          snprintf (owner, sizeof owner, "%032d", i);
          leaselock_error_t err;
          void *c = B->open (quri, &err);
-         bool ok = c && B->queue_join (c, "old", 3, owner, 10000, &(int64_t){ 0 }, &err);
+         bool ok =
+           c && B->queue_join (c, &(ll_op_t){ "old", 3, owner }, 10000, &(int64_t){ 0 }, &err);
          if (!ok)
             fprintf (stderr, "    child: %s %s\n", leaselock_code_name (err.code), err.message);
          if (c)
@@ -990,7 +1006,8 @@ static bool open_and_use (const char *uri, int idx, leaselock_error_t *err)
    char key[32];
    snprintf (key, sizeof key, "opener-%d", idx);
    int64_t fence;
-   bool ok = ll_backend_acquire (B, a, key, strlen (key), owner_a, 60000, &holder, &fence, err);
+   bool ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { key, strlen (key), owner_a }, 60000, &holder, 0, 0 }, &fence, err);
    B->close (a);
    return ok;
 }
@@ -1049,7 +1066,8 @@ static void test_fork_abandon (void)
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence;
-   bool ok = ll_backend_acquire (B, a, "parent", 6, owner_a, 60000, &holder, &fence, &err);
+   bool ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "parent", 6, owner_a }, 60000, &holder, 0, 0 }, &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -1060,11 +1078,13 @@ static void test_fork_abandon (void)
       B->abandon (a);
       leaselock_error_t cerr;
       void *mine = B->open (uri, &cerr);
-      bool cok =
-        mine && ll_backend_acquire (B, mine, "child", 5, owner_b, 60000, &holder, &fence, &cerr);
+      bool cok = mine && ll_backend_acquire (
+                           B, mine, &(ll_take_t){ { "child", 5, owner_b }, 60000, &holder, 0, 0 },
+                           &fence, &cerr);
       bool busy =
         mine &&
-        !ll_backend_acquire (B, mine, "parent", 6, owner_b, 60000, &holder, &fence, &cerr) &&
+        !ll_backend_acquire (
+          B, mine, &(ll_take_t){ { "parent", 6, owner_b }, 60000, &holder, 0, 0 }, &fence, &cerr) &&
         cerr.code == LEASELOCK_BUSY;
       if (mine)
          B->close (mine);
@@ -1073,10 +1093,10 @@ static void test_fork_abandon (void)
    int status = 0;
    waitpid (pid, &status, 0);
    /* The parent's connection still works. */
-   ok = B->release (a, "parent", 6, owner_a, 0, &err);
+   ok = B->release (a, &(ll_op_t){ "parent", 6, owner_a }, 0, &err);
    bool child_there = false;
    leaselock_record_t rec;
-   bool iok = B->inspect (a, "child", 5, &rec, &child_there, &err);
+   bool iok = B->inspect (a, &(ll_op_t){ "child", 5, NULL }, &rec, &child_there, &err);
    B->close (a);
    CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
    CHECK_OK (ok, err);
