@@ -159,12 +159,15 @@ int ll_lua_pool_try (lua_State *L)
       o.on_renew_failed = ll_lua_rf_hook;
       o.on_renew_failed_data = rf;
    }
+   ll_lua_pool_trying (true);
    if (!leaselock_acquire (sc->client, key, len, &o, &lease, &err)) {
+      ll_lua_pool_trying (false);
       ll_lua_rf_free (rf);
       ll_lua_pool_put (sc);
       return ll_lua_push_failure (L, &err);
    }
    id = ll_lua_pool_park (sc, lease, rf, &err);
+   ll_lua_pool_trying (false);
    ll_lua_pool_put (sc);
    if (!id) {
       return ll_lua_push_failure (L, &err);
@@ -173,7 +176,8 @@ int ll_lua_pool_try (lua_State *L)
    return 1;
 }
 
-/* leaselock._pool_reap() -> the count of leases still parked. What
+/* leaselock._pool_reap() -> the count of leases still parked or about to
+ * be (ll_lua_pool_parked), which keeps the timer going. What
  * acquire_nb's timer runs in a pool thread: releases the parked leases
  * nobody adopted once PARKED_MAX_MS old. Not for direct use. */
 int ll_lua_pool_reap_old (lua_State *L)

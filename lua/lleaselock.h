@@ -370,7 +370,12 @@ bool ll_lua_pool_unpark (uint64_t id,
  * nginx worker's event loop. */
 void ll_lua_pool_reap (ll_shared_client_t *sc, int64_t max_age_ms);
 
-/* How many leases are parked. */
+/* A pool try begins (begin) or ends its acquire-and-park: while one
+ * runs, a lease may be parked any moment, which the reaping timer must
+ * still be there to see (an aborted request's try is never adopted). */
+void ll_lua_pool_trying (bool begin);
+
+/* How many leases are parked, or about to be (pool tries running). */
 size_t ll_lua_pool_parked (void);
 
 /* The client handle c has been collected: no more parking for it, its

@@ -215,11 +215,22 @@ void ll_lua_pool_drop_handle (ll_lua_client_t *c)
    c->shared = NULL;
 }
 
+/* Pool tries between their acquire and their park (guarded by reg_mu). */
+static size_t reg_trying;
+
+void ll_lua_pool_trying (bool begin)
+{
+   pthread_mutex_lock (&reg_mu);
+   reg_trying = begin ? reg_trying + 1 : reg_trying - 1;
+   pthread_mutex_unlock (&reg_mu);
+}
+
 size_t ll_lua_pool_parked (void)
 {
    ll_parked_t *pk;
-   size_t n = 0;
+   size_t n;
    pthread_mutex_lock (&reg_mu);
+   n = reg_trying;
    for (pk = reg_parked; pk; pk = pk->next) {
       n++;
    }
