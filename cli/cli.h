@@ -29,7 +29,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Exit statuses (printed by --help, documented in the README). */
+/* Exit statuses (printed by --help, documented in docs/cli.md). */
 enum
 {
    EXIT_HELD_OK = 0,

@@ -12,7 +12,7 @@
  *                               held or closed)
  *
  * remaining_ms reads the core lease from the handle: the handle
- * (struct ll_lua_lease in lua/lleaselock.c) starts with the
+ * (ll_lua_lease_t in lua/lleaselock.h) starts with the
  * leaselock_lease_t pointer, NULL once closed. That is a private layout, so
  * fence(lease) returns leaselock_lease_fence of the same pointer for the
  * worker to compare with lease.fence before it trusts remaining_ms.
