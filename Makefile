@@ -64,6 +64,13 @@ LIB_A := $(BUILD)/libleaselock.a
 # The lists the mk files add to (see above).
 TEST_SUITES :=
 ASAN_SUITES :=
+# What the suites need built or fetched before they run (a file adds its
+# own): made together, in parallel, before the servers start, so that the
+# downloads from PyPI overlap the compiling.
+TEST_PREPARE :=
+# Jobs for the builds that `make test` runs before its suites (the suites
+# themselves run one at a time).
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 STRESS_TOOLS :=
 BENCH_CORE :=
 DEMOS :=
@@ -103,7 +110,7 @@ include $(MK_FILES)
 
 # Every suite, with the test servers started once around them.
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all $(TEST_PREPARE)
 	@bash tests/with-servers.sh $(MAKE) --no-print-directory test-suites
 
 test-suites:

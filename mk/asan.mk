@@ -5,9 +5,13 @@
 
 TEST_SUITES += asan
 .PHONY: test-asan asan-suites
+ASAN_MAKE = $(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all"
+# The library first, in parallel (most of the compiling); then the suites,
+# one at a time, each building its own program.
 test-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
-	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all" asan-suites
+	@$(ASAN_MAKE) -j$(TEST_JOBS) build/asan/libleaselock.a
+	@$(ASAN_MAKE) asan-suites
 
 asan-suites:
 	@TEST_SKIP_SLOW=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \

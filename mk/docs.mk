@@ -15,6 +15,7 @@ TEST_SUITES += docs
 DOCS_VENV := $(BUILD)/docs-venv
 DOCS_SITE := $(BUILD)/site
 DOCS_PY_DEPS := mkdocs>=1.6,<2 mkdocs-material>=9.5,<10 mkdocstrings[python]>=1.0,<2
+TEST_PREPARE += $(DOCS_VENV)/.ready
 
 .PHONY: docs test-docs
 

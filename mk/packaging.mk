@@ -14,6 +14,7 @@ TEST_SUITES += packaging
 
 PKG_TEST_DIR = $(BUILD)/packaging
 PKG_TOOLS_VENV = $(PKG_TEST_DIR)/venv
+TEST_PREPARE += $(PKG_TOOLS_VENV)/.ready
 PKG_TOOLS_SPEC ?= 'setuptools>=77,<90' 'auditwheel>=6.1,<7' trove-classifiers
 
 .PHONY: test-packaging

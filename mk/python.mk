@@ -42,6 +42,7 @@ python-ext: $(PY_BUILD)/.built
 # typing suite), from PyPI into a directory of our own that the suites put
 # on PYTHONPATH.
 PY_TEST_DEPS = $(BUILD)/pytest-deps
+TEST_PREPARE += $(PY_BUILD)/.built $(PY_TEST_DEPS)/.ready
 HYPOTHESIS_SPEC ?= hypothesis>=6.80,<7
 MYPY_SPEC ?= mypy>=1.11,<3
 

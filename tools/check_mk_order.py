@@ -26,9 +26,13 @@ FROM = re.compile(r"^#  recipe to execute \(from '([^']+)', line \d+\):")
 
 
 def database(make, mk_files):
-    """make -p's rules and variables, with mk_files read in that order."""
+    """make -p's rules and variables, with mk_files read in that order.
+
+    The goal is deps, which -q finds out of date at once: make then looks
+    at no file of the build, so what it prints is the makefiles alone (with
+    "all", how far it got depended on what was built)."""
     out = subprocess.run(
-        [make, "--no-print-directory", "-pnq", "MK_FILES=" + " ".join(mk_files), "all"],
+        [make, "--no-print-directory", "-pnq", "MK_FILES=" + " ".join(mk_files), "deps"],
         capture_output=True, text=True).stdout
     rules, variables, recipe_file = {}, {}, {}
     target = None
