@@ -874,25 +874,27 @@ static void test_local_wake_one (void)
    atomic_store (&ll_test_wait_poll_ms, 20000);
    waiter_t w[N];
    pthread_t th[N];
+   leaselock_stats_t st = { 0 };
+   /* The waiters start one at a time, each once the one before is past
+    * its first try and asleep (b's requests stand still): started
+    * together, two first tries can claim the reservation in the
+    * database's order and not their own, and two waiters then each
+    * believe they are next, which is not what this test is about. */
+   uint64_t before = requests_of (b);
    for (int i = 0; i < N; i++) {
       w[i] = (waiter_t){ .c = b, .key = k, .timeout = 30000 };
       pthread_create (&th[i], NULL, waiter_main, &w[i]);
-   }
-   leaselock_stats_t st = { 0 };
-   for (int i = 0; i < 5000 && st.waits < N; i++) {
-      sleep_ms (1);
-      leaselock_client_stats (b, &st, NULL);
-   }
-   /* Every waiter past its first try, asleep: b's requests stand still
-    * (on a loaded machine a waiter counted in st.waits may not have sent
-    * its first try yet, which would count against the first round). */
-   uint64_t before = requests_of (b);
-   for (int i = 0; i < 50; i++) {
-      sleep_ms (100);
-      uint64_t now = requests_of (b);
-      if (now == before)
-         break;
-      before = now;
+      for (int t = 0; t < 5000 && st.waits < (uint64_t)i + 1; t++) {
+         sleep_ms (1);
+         leaselock_client_stats (b, &st, NULL);
+      }
+      for (int t = 0; t < 50; t++) {
+         sleep_ms (50);
+         uint64_t now = requests_of (b);
+         if (now == before)
+            break;
+         before = now;
+      }
    }
    bool all_waiting = st.waits == N && count_done (w, N) == 0;
    bool ok = leaselock_lease_release (la, &err);
