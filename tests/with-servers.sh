@@ -35,6 +35,9 @@ fi
 # read a child's stderr take for a failure. The suites need no counters.
 export MONGOC_DISABLE_SHM=1
 
+# The servers start side by side (each on its own free port and
+# directory), which shortens make test by the slower ones' start-up; each
+# one's lines are read once all have answered.
 for script in "$root"/tests/servers/*.sh; do
   [ -e "$script" ] || continue
   name=$(basename "$script" .sh)
@@ -44,13 +47,16 @@ for script in "$root"/tests/servers/*.sh; do
     continue
   fi
   mkdir -p "$run/$name"
-  if out=$(bash "$script" start "$run/$name"); then
-    started+=("$name")
+  started+=("$name")
+  { bash "$script" start "$run/$name" >"$run/$name.out"; echo $? >"$run/$name.rc"; } &
+done
+wait
+for name in "${started[@]+"${started[@]}"}"; do
+  if [ "$(cat "$run/$name.rc" 2>/dev/null)" = 0 ]; then
     while IFS= read -r line; do
       case $line in *=*) export "$line"; echo "servers: $name: ${line%%=*} set" >&2;; esac
-    done <<<"$out"
+    done <"$run/$name.out"
   else
-    started+=("$name")
     echo "servers: $name failed to start (see $run/$name); its suites will fail" >&2
   fi
 done
