@@ -4,6 +4,7 @@
  */
 #include "engine_private.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -76,6 +77,46 @@ static void holds_fix (leaselock_record_t *r)
       r->holds = 0;
    else if (r->holds < 1)
       r->holds = 1;
+}
+
+/* leaselock_durability_t from a connection's view of its primary. */
+static void durability_fill (leaselock_durability_t *out, const ll_primary_t *p)
+{
+   static const char *const levels[] = { [LL_DURABILITY_UNKNOWN] = "unknown",
+                                         [LL_DURABILITY_STANDALONE] = "standalone",
+                                         [LL_DURABILITY_DURABLE] = "durable",
+                                         [LL_DURABILITY_AT_RISK] = "at-risk" };
+   static const char *const policies[] = { [LL_DURABILITY_REPORT] = "report",
+                                           [LL_DURABILITY_REQUIRE] = "require",
+                                           [LL_DURABILITY_OFF] = "off" };
+   out->level = levels[p->durability];
+   out->policy = policies[p->policy];
+   snprintf (out->detail, sizeof out->detail, "%s", p->durability_text);
+   snprintf (out->primary, sizeof out->primary, "%s", p->primary_id);
+   out->fence_floor = p->fence_floor;
+   int64_t left = p->paused_until ? p->paused_until - ll_now_ms () : 0;
+   out->lock_delay_ms = left > 0 ? left : 0;
+   out->max_ttl_ms = p->max_ttl_ms;
+}
+
+bool leaselock_client_durability (leaselock_client_t *c,
+                                  leaselock_durability_t *out,
+                                  leaselock_error_t *error)
+{
+   leaselock_error_t *err = LL_ERROR_START (error);
+   if (!ll_client_usable (c, err))
+      return false;
+   if (!out)
+      return ll_error_set (err, LEASELOCK_INVALID, "out is NULL");
+   memset (out, 0, sizeof *out);
+   admin_conn_t a;
+   if (!admin_begin (c, &a, err))
+      return false;
+   static const ll_primary_t none = { .durability_text = "this backend reports no replication" };
+   const ll_primary_t *p = c->backend->primary ? c->backend->primary (a.conn) : NULL;
+   durability_fill (out, p ? p : &none);
+   admin_put (c, &a, true, err);
+   return true;
 }
 
 bool leaselock_inspect (leaselock_client_t *c,

@@ -71,7 +71,7 @@ static bool ll_mysql_fail_with (ll_mysql_conn_t *c,
    return false;
 }
 
-static bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err)
+bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err)
 {
    return ll_mysql_fail_with (c, mysql_errno (c->db), mysql_error (c->db), what, err);
 }
@@ -164,9 +164,12 @@ static bool ll_mysql_parse_option (ll_mysql_conn_t *c,
    }
    if (!strcmp (n, "ssl"))
       return ll_mysql_parse_bool (n, v, &c->ssl, err);
+   if (!strcmp (n, "max_ttl") || !strcmp (n, "durability"))
+      return true; /* read by backend_sql.c (ll_primary_option) */
    return ll_error_set (err, LEASELOCK_INVALID,
                         "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
-                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
+                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl, max_ttl, "
+                        "durability)",
                         shown, n);
 }
 
@@ -240,11 +243,10 @@ void ll_mysql_disconnect (ll_sql_conn_t *b)
    c->db = NULL;
 }
 
-/* Runs a statement without parameters or results (schema setup). */
-static bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
-                                 const char *sql,
-                                 const char *what,
-                                 leaselock_error_t *err)
+bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
+                          const char *sql,
+                          const char *what,
+                          leaselock_error_t *err)
 {
    if (mysql_real_query (c->db, sql, strlen (sql)))
       return ll_mysql_fail_db (c, what, err);
@@ -284,6 +286,18 @@ static bool ll_mysql_exec_schema (ll_mysql_conn_t *c,
    return ll_mysql_exec_plain (c, sql, what, err);
 }
 
+/* Version 5's meta columns (ll_mysql_schema_sql.add_meta_failover);
+ * error 1060 says they are there already. */
+static bool ll_mysql_add_meta_failover (ll_mysql_conn_t *c, leaselock_error_t *err)
+{
+   char sql[1024];
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_meta_failover, c->b.table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return ll_mysql_fail_db (c, "adding the failover columns", err);
+   return true;
+}
+
 /* Creates what is missing and brings a table of versions 1 to 3 to this
  * version (ensure_schema's hook for both): the holds column and the queue
  * table are made before the version is raised, so a version-4 table
@@ -307,9 +321,10 @@ static bool ll_mysql_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return ll_mysql_fail_db (c, "adding the holds column", err);
-   return ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_queue, "creating the queue table",
+   return ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table",
                                 err) &&
-          ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table",
+          ll_mysql_add_meta_failover (c, err) &&
+          ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_queue, "creating the queue table",
                                 err) &&
           ll_mysql_exec_schema (c, ll_mysql_schema_sql.record_version,
                                 "recording the schema version", err) &&
@@ -412,6 +427,7 @@ const ll_sql_driver_t ll_mysql_driver = {
    .prepare = ll_mysql_prepare,
    .read_version = ll_mysql_read_version,
    .create_schema = ll_mysql_create_schema,
+   .check_primary = ll_mysql_check_primary,
 };
 
 #endif /* LEASELOCK_WITH_MYSQL */

@@ -41,4 +41,18 @@ bool ll_mysql_fail_stmt (ll_mysql_conn_t *c,
                          const char *what,
                          leaselock_error_t *err);
 
+/* BACKEND in the one format from the connection's last error; drops the
+ * connection when the error says it is gone. Returns false. */
+bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err);
+
+/* Runs a statement without parameters, its result (if any) dropped
+ * (schema setup, check_primary). */
+bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
+                          const char *sql,
+                          const char *what,
+                          leaselock_error_t *err);
+
+/* The driver's check_primary (backend_mysql_primary.c). */
+bool ll_mysql_check_primary (ll_sql_conn_t *b, leaselock_error_t *err);
+
 #endif /* LL_BACKEND_MYSQL_PRIVATE_H */

@@ -88,7 +88,7 @@ bool ll_pg_fail (ll_pg_conn_t *c, PGresult *res, const char *what, leaselock_err
 /* The options of leaselock's own, removed before the URI reaches libpq. */
 static bool ll_pg_is_own_option (const char *item, size_t n)
 {
-   static const char *const own[] = { "table", "io_timeout" };
+   static const char *const own[] = { "table", "io_timeout", "max_ttl", "durability" };
    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
       size_t k = strlen (own[i]);
       if (n >= k && !strncmp (item, own[i], k) && (n == k || item[k] == '='))
@@ -288,7 +288,7 @@ static PGresult *ll_pg_exec_setup (ll_pg_conn_t *c,
 
 /* Each statement's number of parameters, and its name on the server. */
 static const int n_params[LL_SQL_COUNT] = {
-   [LL_SQL_ACQUIRE] = 8,
+   [LL_SQL_ACQUIRE] = 9,
    [LL_SQL_RENEW] = 3,
    [LL_SQL_RELEASE] = 3,
    [LL_SQL_INSPECT] = 1,
@@ -458,6 +458,53 @@ static bool ll_pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
    return ok;
 }
 
+/* How the server makes a commit survive a failover (failover.c's
+ * levels): synchronous standbys named, in sync, and a commit level that
+ * waits for them. sync_names with no standby in sync makes commits wait
+ * (never answered before a standby has them): durable, if stalled. */
+static void ll_pg_durability (ll_primary_t *p, PGresult *res)
+{
+   const char *commit = PQgetvalue (res, 0, 5), *names = PQgetvalue (res, 0, 6);
+   long in_sync = strtol (PQgetvalue (res, 0, 7), NULL, 10);
+   long standbys = strtol (PQgetvalue (res, 0, 8), NULL, 10);
+   bool waits = strcmp (commit, "off") && strcmp (commit, "local");
+   if (names[0] && waits)
+      p->durability = LL_DURABILITY_DURABLE;
+   else if (standbys == 0 && !names[0])
+      p->durability = LL_DURABILITY_STANDALONE;
+   else
+      p->durability = LL_DURABILITY_AT_RISK;
+   snprintf (p->durability_text, sizeof p->durability_text,
+             "synchronous_commit=%.16s, synchronous_standby_names='%.64s', %ld of %ld standbys "
+             "in sync",
+             commit, names, in_sync, standbys);
+}
+
+static bool ll_pg_check_primary (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
+   char sql[4096];
+   snprintf (sql, sizeof sql, ll_pg_schema_sql.check_primary, b->table,
+             (long long)b->primary.want_max_ttl_ms);
+   PGresult *res = ll_pg_exec_setup (c, sql, "recording the primary", err);
+   if (!res)
+      return false;
+   if (PQresultStatus (res) != PGRES_TUPLES_OK || PQntuples (res) != 1) {
+      bool ok = ll_pg_fail (c, res, "recording the primary", err);
+      PQclear (res);
+      return ok;
+   }
+   ll_primary_t *p = &b->primary;
+   ll_pg_durability (p, res);
+   snprintf (p->primary_id, sizeof p->primary_id, "%s", PQgetvalue (res, 0, 3));
+   p->new_primary = !strcmp (PQgetvalue (res, 0, 4), "t");
+   ll_primary_seen (p, strtoll (PQgetvalue (res, 0, 0), NULL, 10),
+                    strtoll (PQgetvalue (res, 0, 1), NULL, 10),
+                    strtoll (PQgetvalue (res, 0, 2), NULL, 10));
+   PQclear (res);
+   return true;
+}
+
 static void ll_pg_free_fields (ll_sql_conn_t *b)
 {
    ll_sql_free_secret (((ll_pg_conn_t *)b)->conninfo);
@@ -477,6 +524,7 @@ const ll_sql_driver_t ll_pg_driver = {
    .prepare = ll_pg_prepare,
    .read_version = ll_pg_read_version,
    .create_schema = ll_pg_create_schema,
+   .check_primary = ll_pg_check_primary,
 };
 
 /* ---- statements ------------------------------------------------------ */

@@ -1269,6 +1269,110 @@ static void test_reconnect_after_kill (void)
    leaselock_client_destroy (c);
 }
 
+/* ---- a new primary (failover.c) --------------------------------------- */
+
+/* One try on c for k with ttl_ms; the error code (LEASELOCK_OK: taken,
+ * *fence set and the lease released). */
+static leaselock_code_t np_try (leaselock_client_t *c,
+                                const char *k,
+                                int64_t ttl_ms,
+                                int64_t *fence)
+{
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (ttl_ms, false);
+   if (!leaselock_acquire (c, k, strlen (k), &o, &l, &err))
+      return err.code;
+   *fence = leaselock_lease_fence (l);
+   leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   return LEASELOCK_OK;
+}
+
+/* After a new primary was recorded by c2 (c3 came later): both report
+ * it, the lock-delay and the floor; only c2 counted a failover. */
+static void np_check_seen (leaselock_client_t *c2, leaselock_client_t *c3)
+{
+   leaselock_durability_t d2, d3;
+   leaselock_error_t err;
+   CHECK_OK (leaselock_client_durability (c2, &d2, &err), err);
+   CHECK_OK (leaselock_client_durability (c3, &d3, &err), err);
+   CHECK (!strcmp (d2.primary, d3.primary) && d2.primary[0] &&
+          strcmp (d2.primary, "the old primary"));
+   CHECK (d2.lock_delay_ms > 0 && d2.lock_delay_ms <= 1500);
+   CHECK (d3.lock_delay_ms > 0 && d3.lock_delay_ms <= 1500);
+   CHECK (d2.fence_floor > 1577836800LL * 1000000 && d2.fence_floor == d3.fence_floor);
+   CHECK_EQ (d2.max_ttl_ms, 1500);
+   CHECK (!strcmp (d2.policy, "report") && d2.detail[0]);
+   leaselock_stats_t s2, s3;
+   CHECK_OK (leaselock_client_stats (c2, &s2, &err), err);
+   CHECK_OK (leaselock_client_stats (c3, &s3, &err), err);
+   CHECK_EQ (s2.failovers, 1);
+   CHECK_EQ (s3.failovers, 0);
+}
+
+/* What a promoted standby shows a client: a meta record naming another
+ * primary (the one it replaced). The first connection to it records
+ * itself, raises the fence floor above every fence the old primary could
+ * have issued (the database clock in us) and grants nothing for max_ttl
+ * by the database clock: leases of the old primary may still be live.
+ * A lease that survived is still renewed; TTLs over max_ttl are refused;
+ * later connections see the same lock-delay, not a new one. */
+static void test_new_primary (void)
+{
+   char table[64], opt[96], sql[256];
+   snprintf (table, sizeof table, "ll_np_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s&max_ttl=1500ms", table);
+   leaselock_error_t err;
+   leaselock_client_t *c1 = leaselock_client_new (uri_with (opt), "np1", &err);
+   CHECK_OK (c1 != NULL, err);
+   if (!c1)
+      return;
+   int64_t fence = 0;
+   CHECK_EQ (np_try (c1, "k", 1500, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, 1);
+   CHECK_EQ (np_try (c1, "k", 1501, &fence), LEASELOCK_INVALID);
+   leaselock_lease_t *kept;
+   leaselock_acquire_opts_t o = opts (1500, false);
+   CHECK_OK (leaselock_acquire (c1, "kept", 4, &o, &kept, &err), err);
+
+   snprintf (sql, sizeof sql, "UPDATE %s_meta SET primary_id = 'the old primary'", table);
+   CHECK (raw_query (sql, NULL, 0));
+   int64_t seen = mono_ms ();
+   leaselock_client_t *c2 = leaselock_client_new (uri_with (opt), "np2", &err);
+   CHECK_OK (c2 != NULL, err);
+   CHECK_EQ (np_try (c2, "k", 1000, &fence), LEASELOCK_BUSY);
+   CHECK_EQ (np_try (c2, "new", 1000, &fence), LEASELOCK_BUSY);
+   CHECK_OK (leaselock_lease_renew (kept, 1500, &err), err);
+   leaselock_client_t *c3 = leaselock_client_new (uri_with (opt), "np3", &err);
+   CHECK_OK (c3 != NULL, err);
+   CHECK_EQ (np_try (c3, "k", 1000, &fence), LEASELOCK_BUSY);
+   np_check_seen (c2, c3);
+   CHECK_OK (leaselock_lease_release (kept, &err), err);
+   leaselock_lease_destroy (kept);
+
+   /* A blocking acquire waits the lock-delay out; its fence is above the
+    * floor (the database clock in us: after 2020). */
+   leaselock_lease_t *l;
+   o.timeout_ms = 5000;
+   CHECK_OK (leaselock_acquire (c3, "k", 1, &o, &l, &err), err);
+   int64_t waited = mono_ms () - seen;
+   CHECK (waited >= 1400 && waited < 4000);
+   CHECK (l && leaselock_lease_fence (l) > 1577836800LL * 1000000);
+   int64_t floor_fence = l ? leaselock_lease_fence (l) : 0;
+   if (l) {
+      leaselock_lease_release (l, &err);
+      leaselock_lease_destroy (l);
+   }
+   CHECK_EQ (np_try (c2, "k", 1000, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, floor_fence + 1);
+   leaselock_client_destroy (c1);
+   leaselock_client_destroy (c2);
+   leaselock_client_destroy (c3);
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
+   raw_query (sql, NULL, 0);
+}
+
 typedef struct
 {
    atomic_int calls;
@@ -2096,6 +2200,7 @@ int main (int argc, char **argv)
    RUN (test_hold_odd_keys);
    RUN_SLOW (test_clock_skew);
    RUN (test_reconnect_after_kill);
+   RUN (test_new_primary);
    RUN (test_failed_in_flight);
    RUN (test_stalled_server);
    RUN_SLOW (test_stalled_server_default_bound);
