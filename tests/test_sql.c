@@ -16,7 +16,11 @@
  * connect_timeout or the default bounds), bad URIs, the table option,
  * concurrent first use, connections abandoned after fork, the next
  * owner's reservation (acquire_wait, backend level), reentrant hold
- * counts (backend level) and the migration of tables of versions 1 to 3.
+ * counts (backend level), the migration of tables of versions 1 to 3, and
+ * host lists: a dead or silent host skipped within its share of
+ * connect_timeout, an error naming every host, libpq's URI forms (host=
+ * and port= lists, hostaddr=, unix socket directories) and a read-only
+ * server refused at connect and at reconnect.
  *
  * A raw driver connection (tests/sql_driver.h) checks the server side:
  * the suite is built once with libmariadb (build/tests/test_sql_mysql) and
