@@ -20,8 +20,12 @@ typedef struct
    ll_sql_conn_t b; /* first: the part backend_sql.c uses */
    MYSQL *db;       /* NULL while disconnected */
    MYSQL_STMT *st[LL_SQL_COUNT];
-   char *host, *user, *password, *dbname, *socket;
-   unsigned port;
+   char *user, *password, *dbname, *socket;
+   /* The URI's hosts, tried in this order until one takes writes
+    * ("localhost" for an empty one); hosts[0] alone with socket=. */
+   char *hosts[LL_URI_MAX_HOSTS];
+   unsigned ports[LL_URI_MAX_HOSTS]; /* 3306 where the URI names none */
+   int n_hosts;
    unsigned connect_timeout, read_timeout, write_timeout;
    bool ssl;
 } ll_mysql_conn_t;

@@ -316,7 +316,11 @@ typedef struct ll_uri_param
    char *value; /* percent-decoded, "" when absent */
 } ll_uri_param_t;
 
-/* scheme://[user[:password]@]host[:port][/path][?a=b&c=d]
+#define LL_URI_MAX_HOSTS 16
+
+/* scheme://[user[:password]@]host[:port][,host[:port]...][/path][?a=b&c=d]
+ * Each host is a name, an IPv4 address or an IPv6 one in brackets, its
+ * port optional; at most LL_URI_MAX_HOSTS of them.
  * sqlite:///abs/path.db has host "" and path "/abs/path.db".
  * All strings are owned by the ll_uri_t and freed by ll_uri_cleanup. */
 typedef struct ll_uri
@@ -324,9 +328,15 @@ typedef struct ll_uri
    char *scheme;   /* lower-cased */
    char *user;     /* NULL when absent */
    char *password; /* NULL when absent */
-   char *host;     /* "" when absent; IPv6 without brackets */
-   int port;       /* 0 when absent */
+   char *host;     /* the first host: hosts[0] itself (not a copy) */
+   int port;       /* the first host's port: ports[0] */
    char *path;     /* percent-decoded, starts with '/', or "" */
+   /* Every host in the order given, percent-decoded, "" when an item is
+    * empty (an empty authority is one empty host); IPv6 without brackets.
+    * ports[i] is 0 when item i names none. n_hosts >= 1 once parsed. */
+   char *hosts[LL_URI_MAX_HOSTS];
+   int ports[LL_URI_MAX_HOSTS];
+   int n_hosts;
    ll_uri_param_t params[LL_URI_MAX_PARAMS];
    int n_params;
 } ll_uri_t;
@@ -624,6 +634,23 @@ bool ll_backend_fail (leaselock_error_t *err,
                       const char *driver_msg,
                       const ll_secrets_t *secrets,
                       const char *detail);
+/* Why each host of a URI's host list failed, "host: why; ...", each cut to
+ * its share of one error message, so that the error when none can be used
+ * names them all. On the connecting thread's stack, zeroed. */
+typedef struct ll_host_failures
+{
+   char text[LEASELOCK_ERROR_MAX];
+   size_t len;
+} ll_host_failures_t;
+/* Adds "host: why" for one of n_hosts; why (scrubbed already) is cut to
+ * fit the host's share. */
+void ll_host_failure_add (ll_host_failures_t *f, int n_hosts, const char *host, const char *why);
+/* BACKEND "<backend>: connecting: no writable server among <n_hosts>
+ * hosts: <the failures>". Returns false. */
+bool ll_host_failures_fail (const ll_host_failures_t *f,
+                            const char *backend,
+                            int n_hosts,
+                            leaselock_error_t *err);
 /* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
 bool ll_valid_identifier (const char *s);
 /* out[i] = templates[i] formatted with table (new strings the caller frees,
