@@ -42,9 +42,6 @@ from .proxies import free_port, kill_all_in, start_toxiproxy
 
 DB = "leaselock_test"
 ROLE = "leaselock"
-# LEASELOCK_PG_URI_FORM=hosts: uri() gives postgresql://u:pw@h:p1,h:p2/db;
-# the default, query, gives postgresql:///db?host=h,h&port=p1,p2&...
-URI_FORM = os.environ.get("LEASELOCK_PG_URI_FORM", "query")
 
 # Every node; a standby's primary_conninfo and synchronous_standby_names
 # are set per node.
@@ -112,7 +109,14 @@ class _Node:
 
 
 class PgTopology(Topology):
+    #: The multi-host URI forms uri() gives (uri_form chooses), the one
+    #: users write first: "hosts", postgresql://u:pw@h:p1,h:p2/db?..., and
+    #: "query", postgresql:///db?host=h,h&port=p1,p2&user=u&password=pw&...
+    uri_forms = ("hosts", "query")
+
     def __init__(self, workdir: str, sync: bool) -> None:
+        # LEASELOCK_PG_URI_FORM chooses for tests/topology/run.py.
+        self.uri_form = os.environ.get("LEASELOCK_PG_URI_FORM", "query")
         self.workdir = os.path.abspath(workdir)
         self.sync = sync
         self.bin = _bindir()
@@ -329,7 +333,7 @@ class PgTopology(Topology):
         ports = [n.client.listen.rsplit(":", 1)[1] for n in self.nodes]
         params = {"target_session_attrs": "read-write"}
         params.update(options)
-        if URI_FORM == "hosts":
+        if self.uri_form == "hosts":
             hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
             return (f"postgresql://{ROLE}:{self.password}@{hosts}/{DB}?"
                     + urllib.parse.urlencode(params, safe=","))
@@ -401,6 +405,14 @@ class PgTopology(Topology):
 
     def resume_replication(self) -> None:
         self.nodes[self._primary].repl.enable(True)
+
+    def has_everything(self) -> bool:
+        """Whether the standby has received all that the primary wrote so
+        far (what it received would be replayed before a promotion ends)."""
+        lsn = self.sql(self._primary, "SELECT pg_current_wal_lsn()")
+        got = self.sql(self.standby(), "SELECT pg_last_wal_receive_lsn() >= "
+                       f"'{lsn}'::pg_lsn")
+        return got == "t"
 
     def wait_replicated(self, timeout: float = 30) -> None:
         """Returns once the standby has replayed everything the primary
