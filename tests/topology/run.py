@@ -6,7 +6,9 @@ says what one is):
         DIR, prints URI=<the multi-host URI, the options added> and
         NODE_URI_<i>=<node i, straight>, and returns; a process of its own
         keeps the topology until stop, or until the process it watches
-        ends (LEASELOCK_SERVERS_PID, else the caller of start)
+        ends: LEASELOCK_TOPOLOGY_WATCH=PID (0: none), else
+        LEASELOCK_SERVERS_PID (tests/with-servers.sh), else the process
+        that ran start (in make, one recipe line's shell)
     python3 tests/topology/run.py failover NAME DIR [kill|cut]
         prints FAILOVER_SECONDS=<kill or cut to writes taken> and PRIMARY=<i>
     python3 tests/topology/run.py restore NAME DIR     prints RESTORE_SECONDS=
@@ -101,7 +103,8 @@ def start(name: str, d: str, opts: dict) -> int:
         return 2
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, "control.sock")
-    watch = int(os.environ.get("LEASELOCK_SERVERS_PID") or os.getppid())
+    watch = int(os.environ.get("LEASELOCK_TOPOLOGY_WATCH") or
+                os.environ.get("LEASELOCK_SERVERS_PID") or os.getppid())
     r, w = os.pipe()
     if os.fork():
         os.close(w)
