@@ -38,7 +38,7 @@ import time
 import urllib.parse
 
 from .base import FailoverTimes, Topology
-from .proxies import free_port, kill_all_in, start_toxiproxy
+from .proxies import free_port, kill_all_in, start_reaper, start_toxiproxy, stop_reaper
 
 DB = "leaselock_test"
 ROLE = "leaselock"
@@ -133,6 +133,7 @@ class PgTopology(Topology):
         self.root = ""
         self.nodes: list[_Node] = []
         self.tp = None
+        self.reaper = None
         self.password = ""  # the role leaselock's
         self.su_password = ""  # postgres's, for replication
         self._primary = 0
@@ -226,6 +227,7 @@ class PgTopology(Topology):
             return got
         root = tempfile.mkdtemp(prefix="leaselock-pgtemplate.", dir=_tmp())
         atexit.register(shutil.rmtree, root, True)
+        start_reaper([root], [])  # when this process is killed
         os.chmod(root, 0o755)
         self._own(root)
         t = _Node(-1, root, "template")
@@ -295,6 +297,7 @@ class PgTopology(Topology):
         os.chmod(self.root, 0o755)
         self._own(self.root)
         self.tp = start_toxiproxy(self.workdir)
+        self.reaper = start_reaper([self.root], [self.tp.proc.pid])
         self.nodes = [_Node(i, self.root) for i in range(2)]
         for n in self.nodes:
             os.mkdir(n.dir, 0o755)
@@ -317,6 +320,8 @@ class PgTopology(Topology):
         self._wait_streaming(0, 1)
 
     def stop(self) -> None:
+        stop_reaper(self.reaper)
+        self.reaper = None
         for n in self.nodes:
             self._kill_node(n)
         if self.tp is not None:

@@ -1,6 +1,7 @@
 """What every topology shares: its own Toxiproxy server (the client of
-tests/faults/faultlib.py, imported from there), free ports, and killing
-what is left of a server.
+tests/faults/faultlib.py, imported from there), free ports, killing what
+is left of a server, and a reaper that stops a topology whose owner died
+without stopping it (a test run killed by its timeout).
 
 TOXIPROXY_BIN names the server's binary (mk/failover.mk sets it);
 without it, tests/faults/install-toxiproxy.sh builds it once.
@@ -8,7 +9,9 @@ without it, tests/faults/install-toxiproxy.sh builds it once.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,26 +47,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pids_in(directory: str) -> list[int]:
-    """The processes whose working directory is `directory` (a server
-    chdirs to its data directory: its children are found this way even
-    after the parent died and they were re-parented)."""
+def pids_in(directory: str, below: bool = False) -> list[int]:
+    """The processes whose working directory is `directory` (or, below,
+    anywhere under it): a server chdirs to its data directory, so its
+    children are found this way even after the parent died and they were
+    re-parented."""
     out = []
     real = os.path.realpath(directory)
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            if os.readlink(f"/proc/{d}/cwd") == real:
-                out.append(int(d))
+            cwd = os.readlink(f"/proc/{d}/cwd")
         except OSError:
-            pass
+            continue
+        if cwd == real or (below and cwd.startswith(real + "/")):
+            out.append(int(d))
     return out
 
 
-def kill_all_in(directory: str, first: int | None = None, timeout: float = 10.0) -> None:
+def kill_all_in(directory: str, first: int | None = None, timeout: float = 10.0,
+                below: bool = False) -> None:
     """SIGKILLs `first` (the server's main process), then every process
-    left in `directory`, until none is left."""
+    left in `directory` (below: or under it), until none is left."""
     if first is not None:
         try:
             os.kill(first, signal.SIGKILL)
@@ -71,7 +77,7 @@ def kill_all_in(directory: str, first: int | None = None, timeout: float = 10.0)
             pass
     end = time.monotonic() + timeout
     while True:
-        pids = pids_in(directory)
+        pids = pids_in(directory, below)
         if not pids:
             return
         for pid in pids:
@@ -82,3 +88,41 @@ def kill_all_in(directory: str, first: int | None = None, timeout: float = 10.0)
         if time.monotonic() > end:
             raise RuntimeError(f"processes {pids} in {directory} survive SIGKILL")
         time.sleep(0.01)
+
+
+def start_reaper(roots: list[str], pids: list[int]) -> subprocess.Popen:
+    """A process that waits for this one to end and then SIGKILLs `pids`
+    and every process working under `roots`, and removes `roots`. The
+    topology's stop() ends it first (stop_reaper)."""
+    spec = json.dumps({"owner": os.getpid(), "roots": roots, "pids": pids})
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "reap", spec],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_reaper(reaper: subprocess.Popen | None) -> None:
+    if reaper is not None and reaper.poll() is None:
+        reaper.kill()
+        reaper.wait()
+
+
+def _reap(spec: dict) -> None:
+    while True:
+        try:
+            os.kill(spec["owner"], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    for pid in spec["pids"]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for root in spec["roots"]:
+        if os.path.isdir(root):
+            kill_all_in(root, below=True)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["reap"]:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the owner's
+    _reap(json.loads(sys.argv[2]))
