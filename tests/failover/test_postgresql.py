@@ -9,7 +9,10 @@ primary dies and the standby is promoted.
   primary issued, replicated or not;
 - synchronous with the standby cut off: an acquire ends within the
   caller's timeout with an error that says why, and leaves no grant behind;
-- synchronous, a failover: the leases that were replicated survive it.
+- synchronous, a failover: the leases that were replicated survive it;
+- the old primary partitioned away (its address accepts connections and
+  never answers): clients still reach the new one, the first host's
+  connect bounded on its own as libpq bounds it.
 
 The clients use the multi-host URI with max_ttl (conftest.py); every
 time is time.monotonic().
@@ -225,3 +228,39 @@ def test_sync_replicated_lease_survives_failover(topology, connect, rnd):
            f"{lease_b.fence} after A's release")
     assert lease_b.fence > lease_a.fence
     lease_b.release()
+
+
+@pytest.mark.topologies("pg-async")
+def test_clients_reach_the_new_primary_past_a_silent_old_one(topology, connect, rnd):
+    """The old primary is partitioned away: its address (the first host of
+    the URI) accepts connections and never answers. A new client must
+    still reach the new primary (libpq with the same URI does, after
+    connect_timeout on the first host), and get a key within the lock-delay
+    + 2 s of the promotion."""
+    topo = topology
+    uri = client_uri(topo)
+    assert topo.primary() == 0, "the silent node must be the first host of the URI"
+    times = topo.failover("partition")
+    give_up = times.promoted + UNAVAILABLE_MAX + CALL_BOUND
+    lease, errors = None, []
+    while lease is None and time.monotonic() < give_up:
+        try:
+            b = connect(uri, "B")  # a client connects when made
+        except leaselock.LockError as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            continue
+        lease, granted, busy, more = first_grant(b.lock("failover/partition", ttl=MAX_TTL),
+                                                 give_up)
+        errors += more
+    if lease is None:
+        pytest.fail(f"no client reached the new primary past the silent old one in "
+                    f"{UNAVAILABLE_MAX + CALL_BOUND:g} s ({len(errors)} tries failed; the last: "
+                    f"{errors[-1] if errors else None})")
+    after = granted - times.promoted
+    unavailable_for(topo, after)
+    report(f"pg-async: partition failover; a new client got a key {after:.2f} s after the "
+           f"promotion ({len(errors)} failed tries before)")
+    assert after <= UNAVAILABLE_MAX, (
+        f"a new client got a key {after:.2f} s after the promotion (lock-delay "
+        f"{LOCK_DELAY:g} s + 2 s allowed)")
+    lease.release()

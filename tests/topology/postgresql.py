@@ -11,7 +11,9 @@ synchronous_commit is on; asynchronous: none named (PostgreSQL's default).
 A failover kills (SIGKILL, every process of the server; its proxies then
 refuse connections as its port would) or cuts off (both proxies disabled)
 and stops the primary, then promotes the standby (pg_promote) and waits until
-it takes writes. restore() rebuilds the old primary as a standby of the new
+it takes writes. A third way, "partition", cuts it off like "cut", then
+points its clients' proxy at an address that accepts connections and never
+answers: the old primary's host looks partitioned away, not stopped. restore() rebuilds the old primary as a standby of the new
 one with pg_basebackup (the database is tiny: a fresh copy is quicker than
 pg_rewind's crash recovery of a killed server) and, when synchronous, names
 it in the new primary's synchronous_standby_names.
@@ -38,7 +40,8 @@ import time
 import urllib.parse
 
 from .base import FailoverTimes, Topology
-from .proxies import free_port, kill_all_in, start_reaper, start_toxiproxy, stop_reaper
+from .proxies import (Silent, free_port, kill_all_in, set_upstream, start_reaper,
+                      start_toxiproxy, stop_reaper)
 
 DB = "leaselock_test"
 ROLE = "leaselock"
@@ -134,6 +137,7 @@ class PgTopology(Topology):
         self.nodes: list[_Node] = []
         self.tp = None
         self.reaper = None
+        self.silent = None
         self.password = ""  # the role leaselock's
         self.su_password = ""  # postgres's, for replication
         self._primary = 0
@@ -322,6 +326,9 @@ class PgTopology(Topology):
     def stop(self) -> None:
         stop_reaper(self.reaper)
         self.reaper = None
+        if self.silent is not None:
+            self.silent.close()
+            self.silent = None
         for n in self.nodes:
             self._kill_node(n)
         if self.tp is not None:
@@ -358,8 +365,8 @@ class PgTopology(Topology):
         return 1 - self._primary
 
     def failover(self, how: str = "kill") -> FailoverTimes:
-        if how not in ("kill", "cut"):
-            raise ValueError(f"failover how={how!r}: expected 'kill' or 'cut'")
+        if how not in ("kill", "cut", "partition"):
+            raise ValueError(f"failover how={how!r}: expected 'kill', 'cut' or 'partition'")
         if self.down is not None:
             raise RuntimeError("failover: the last one's old primary is still down (restore())")
         old, new = self._primary, self.standby()
@@ -374,8 +381,12 @@ class PgTopology(Topology):
         # upstream). Cut: the network goes first, then the server.
         o.client.enable(False)
         o.repl.enable(False)
-        if how == "cut":
+        if how != "kill":
             self._kill_node(o)
+        if how == "partition":
+            if self.silent is None:
+                self.silent = Silent()
+            set_upstream(o.client, self.silent.address)
         self.down = old
         self.sql(new, "SELECT pg_promote(true, 60)")
         # pg_promote returns once recovery has ended; a write proves it.
@@ -390,7 +401,7 @@ class PgTopology(Topology):
         n, new = self.nodes[self.down], self._primary
         self._kill_node(n)
         self._make_standby(n, self.nodes[new])
-        n.client.enable(True)
+        set_upstream(n.client, f"127.0.0.1:{n.port}")
         n.repl.enable(True)
         self._start_node(n)
         if self.sync:

@@ -41,6 +41,26 @@ def start_toxiproxy(workdir: str) -> faultlib.Toxiproxy:
     return faultlib.Toxiproxy(toxiproxy_binary(), workdir)
 
 
+def set_upstream(proxy: faultlib.Proxy, upstream: str) -> None:
+    """Points the proxy at another address (enabling it)."""
+    proxy.tp._call("POST", f"/proxies/{proxy.name}", {"upstream": upstream, "enabled": True})
+
+
+class Silent:
+    """An address that accepts TCP connections and never answers: a proxy
+    pointed at it makes a node look partitioned away (a client's connect
+    or call waits until its own timeout), not stopped (refused at once)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,8 +9,9 @@ says what one is):
         ends: LEASELOCK_TOPOLOGY_WATCH=PID (0: none), else
         LEASELOCK_SERVERS_PID (tests/with-servers.sh), else the process
         that ran start (in make, one recipe line's shell)
-    python3 tests/topology/run.py failover NAME DIR [kill|cut]
+    python3 tests/topology/run.py failover NAME DIR [kill|cut|partition]
         prints FAILOVER_SECONDS=<kill or cut to writes taken> and PRIMARY=<i>
+        (partition: PostgreSQL only, see tests/topology/postgresql.py)
     python3 tests/topology/run.py restore NAME DIR     prints RESTORE_SECONDS=
     python3 tests/topology/run.py uri NAME DIR [OPTION=VALUE ...]
     python3 tests/topology/run.py stop NAME DIR
