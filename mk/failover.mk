@@ -12,8 +12,12 @@
 #   python3 tests/topology/run.py --help one topology by hand
 #
 # Toxiproxy is built once with `go install` (tests/faults/install-toxiproxy.sh).
-# Not in TEST_SUITES or STRESS_TOOLS yet: its scenarios state a protection
-# across failover that the core does not give yet, and fail without it.
+# A suite of make test in its side lane (tests/run-suites.sh): it waits
+# out lock-delays and restarts on servers of its own, beside the others.
+
+TEST_SUITES_SIDE += failover
+TEST_PREPARE += toxiproxy
+STRESS_TOOLS += failover
 
 FAILOVER_TIMEOUT ?= $$((600 + 300 * $${LEASELOCK_FAILOVER_ROUNDS:-1}))
 FAILOVER_SELECT ?=
