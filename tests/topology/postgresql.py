@@ -119,7 +119,7 @@ class PgTopology(Topology):
 
     def __init__(self, workdir: str, sync: bool) -> None:
         # LEASELOCK_PG_URI_FORM chooses for tests/topology/run.py.
-        self.uri_form = os.environ.get("LEASELOCK_PG_URI_FORM", "query")
+        self.uri_form = os.environ.get("LEASELOCK_PG_URI_FORM", "hosts")
         self.workdir = os.path.abspath(workdir)
         self.sync = sync
         self.bin = _bindir()
