@@ -24,7 +24,6 @@ import importlib.util
 import os
 import sys
 import time
-import warnings
 
 import pytest
 
@@ -134,57 +133,15 @@ def connect(topology):
             pass  # a lease the failover took away: the test's business
 
 
-# Topology name -> (URI form, whether the build knows max_ttl), found
-# once per run: the build does not change within it.
-_accepted: dict = {}
-
-
-def _unknown_option(e: Exception, name: str) -> bool:
-    """libpq's (or leaselock's) words for an option it does not know."""
-    msg = str(e)
-    return name in msg and any(w in msg for w in (
-        "invalid URI query parameter", "invalid connection option", "unknown", "Unknown"))
-
-
-def _accepted_form(topo, opts: dict) -> tuple:
-    """The first URI form of the topology's (the users' form first) that
-    this build accepts, and whether it knows max_ttl."""
-    errors = []
-    for form in getattr(topo, "uri_forms", None) or [None]:
-        if form is not None:
-            topo.uri_form = form
-        for with_max in (True, False):
-            o = dict(opts, max_ttl=f"{MAX_TTL:g}s") if with_max else opts
-            try:
-                leaselock.connect(topo.uri(**o)).close()
-            except (ValueError, leaselock.LockError) as e:
-                errors.append(f"{form or 'the URI'}{' with max_ttl' if with_max else ''}: {e}")
-                if with_max and _unknown_option(e, "max_ttl"):
-                    continue
-                if "malformed URI" in str(e):
-                    break  # this form is refused: the next one
-                raise
-            if errors:
-                warnings.warn("the clients use " + (form or "the URI") + "; refused: " +
-                              "; ".join(errors))
-            return form, with_max
-    raise AssertionError("this build accepts no URI of the topology: " + "; ".join(errors))
-
-
 def client_uri(topo, bounded: bool = True, **options: str) -> str:
-    """The multi-host URI the clients use: max_ttl, the I/O bounds
-    (bounded) and options."""
+    """The multi-host URI the clients use, in the form users write first
+    (every node in the authority): max_ttl, the I/O bounds (bounded) and
+    options."""
     opts = dict(BOUNDS.get(module_of(topo.name), {})) if bounded else {}
     opts.update(options)
-    if topo.name not in _accepted:
-        _accepted[topo.name] = _accepted_form(topo, opts)
-        form, with_max = _accepted[topo.name]
-        report(f"{topo.name}: clients on the URI form {form}, "
-               f"{'with' if with_max else 'WITHOUT'} max_ttl")
-    form, with_max = _accepted[topo.name]
-    if form is not None:
-        topo.uri_form = form
-    return topo.uri(**(dict(opts, max_ttl=f"{MAX_TTL:g}s") if with_max else opts))
+    if getattr(topo, "uri_forms", None):
+        topo.uri_form = topo.uri_forms[0]
+    return topo.uri(**dict(opts, max_ttl=f"{MAX_TTL:g}s"))
 
 
 def deadline_of(lease) -> float | None:
