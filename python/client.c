@@ -1,9 +1,9 @@
 /*
  * client.c - the Client type: one leaselock_client_t, opened by __init__,
  * closed by close() (which releases what it still holds), freed by its
- * dealloc; the administrative calls (inspect, list, force_release, prune)
- * and the counters (stats, prometheus). Its acquires are in acquire.c and
- * wait.c.
+ * dealloc; the administrative calls (inspect, list, force_release, prune,
+ * durability) and the counters (stats, prometheus). Its acquires are in
+ * acquire.c and wait.c.
  */
 #include "module.h"
 
@@ -312,6 +312,31 @@ static PyObject *Client_prune (ClientObject *self, PyObject *args, PyObject *kwd
    return PyLong_FromLongLong (count);
 }
 
+/* _durability() -> (level, policy, detail, primary, fence_floor,
+ * lock_delay_ms, max_ttl_ms): leaselock_client_durability as a tuple (the
+ * package makes it a dict in seconds). May connect: the GIL is released. */
+static PyObject *Client_durability (ClientObject *self, PyObject *unused)
+{
+   (void)unused;
+   if (pyll_client_check (self) < 0)
+      return NULL;
+   leaselock_durability_t d;
+   leaselock_error_t err;
+   bool ok;
+   LL_NOGIL (ok = leaselock_client_durability (self->c, &d, &err));
+   if (!ok)
+      return pyll_raise_error (pyll_state (self->module), &err);
+   PyObject *detail = PyUnicode_DecodeUTF8 (d.detail, (Py_ssize_t)strlen (d.detail), "replace");
+   PyObject *primary = PyUnicode_DecodeUTF8 (d.primary, (Py_ssize_t)strlen (d.primary), "replace");
+   PyObject *t = NULL;
+   if (detail && primary)
+      t = Py_BuildValue ("(ssOOLLL)", d.level, d.policy, detail, primary, (long long)d.fence_floor,
+                         (long long)d.lock_delay_ms, (long long)d.max_ttl_ms);
+   Py_XDECREF (detail);
+   Py_XDECREF (primary);
+   return t;
+}
+
 /* The counters of stats(), by name. */
 static const struct
 {
@@ -464,6 +489,7 @@ static PyMethodDef Client_methods[] = {
    { "_wait", (PyCFunction)(void (*) (void))pyll_client_wait, METH_FASTCALL | METH_KEYWORDS, NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
+   { "_durability", (PyCFunction)Client_durability, METH_NOARGS, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,
      "force_release($self, key, /)\n--\n\nClears the owner of key whoever holds it and makes it "
      "free now (the fence survives). Returns True when a live lease was taken away." },

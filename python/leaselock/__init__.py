@@ -16,13 +16,14 @@ Durations are seconds (int or float) or datetime.timedelta.
 
 The leases, their renewal, expiry and fencing are the C core's (the
 leaselock._leaselock extension); the package's modules add the Python
-conveniences, one concern each: _client (Client, connect, records, the
-decorator), _lock (Lock), _modes, _semaphore and _rwlock (Semaphore,
-RWLock), _aio (the asyncio wait), _lease (Lease.renew's durations), _args
-(argument checks) and _fork (what a forked child forgets).
+conveniences, one concern each: _client (Client, connect, records,
+durability, the decorator), _lock (Lock), _modes, _semaphore and _rwlock
+(Semaphore, RWLock), _aio (the asyncio wait), _lease (Lease.renew's
+durations), _args (argument checks) and _fork (what a forked child
+forgets).
 """
 from . import _fork, _lease  # noqa: F401  (imported for what they set up)
-from ._client import Client, Holder, Record, connect
+from ._client import Client, Durability, Holder, Record, connect
 from ._leaselock import BackendError, Lease, LockError, LockLost, LockTimeout, NotHeld
 from ._leaselock import __version__, default_uri
 from ._lock import Lock
@@ -39,6 +40,7 @@ __all__ = [
     "Lease",
     "Holder",
     "Record",
+    "Durability",
     "LockError",
     "LockTimeout",
     "NotHeld",
@@ -48,6 +50,6 @@ __all__ = [
 ]
 
 # The public classes of the pure-Python layer show as leaselock's own.
-for _cls in (Client, Holder, Lock, Record, RWLock, RWLockSide, Semaphore):
+for _cls in (Client, Durability, Holder, Lock, Record, RWLock, RWLockSide, Semaphore):
     _cls.__module__ = __name__
 del _cls

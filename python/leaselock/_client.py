@@ -61,6 +61,32 @@ class Record(TypedDict):
     holds: int
 
 
+class Durability(TypedDict):
+    """How the client's database makes a grant survive a failover, and what
+    leaselock did about one (client.durability()): a plain dict with these
+    keys. See "Replicated databases and failover" in the backends guide."""
+
+    #: "durable" (a grant is on a standby before it is answered), "at-risk"
+    #: (replicas exist, but a grant may be answered first), "standalone" (no
+    #: replica to fail over to) or "unknown".
+    level: Literal["durable", "at-risk", "standalone", "unknown"]
+    #: The URI option durability=: "report" (the default: a warning in the
+    #: log), "require" (no grant unless durable) or "off".
+    policy: Literal["report", "require", "off"]
+    #: The server settings read, for people.
+    detail: str
+    #: The primary recorded in the table; None when none is recorded.
+    primary: Optional[str]
+    #: Every fence granted is at least this (0: no failover seen).
+    fence_floor: int
+    #: Seconds more during which no key is granted: the lock-delay after a
+    #: new primary (0.0: none).
+    lock_delay: float
+    #: The longest TTL the table grants, in seconds (the URI option
+    #: max_ttl, also the lock-delay's length); None when there is no bound.
+    max_ttl: Optional[float]
+
+
 def connect(uri: Optional[str] = None, *, label: Optional[str] = None) -> "Client":
     """Opens a client. uri None: $LEASELOCK_URI, else the embedded SQLite
     default (see default_uri()). label (str) is stored with every lease as
@@ -256,6 +282,24 @@ class Client(_leaselock.Client):
     def locks(self, prefix: str = "") -> list[Record]:
         """The records whose key starts with prefix, in key order."""
         return [_record(t) for t in self._list(prefix)]
+
+    def durability(self) -> Durability:
+        """How the database makes a grant survive a failover, as one of the
+        client's connections read it when it was made (at connect and each
+        reconnect, never per grant): level, policy, detail, primary,
+        fence_floor, lock_delay and max_ttl (seconds). Connects first when
+        the client has no connection (bounded by the backend's timeouts):
+        BackendError when none can be made."""
+        level, policy, detail, primary, floor, delay_ms, max_ttl_ms = self._durability()
+        return {
+            "level": level,
+            "policy": policy,
+            "detail": detail,
+            "primary": primary or None,
+            "fence_floor": floor,
+            "lock_delay": delay_ms / 1000.0,
+            "max_ttl": max_ttl_ms / 1000.0 if max_ttl_ms > 0 else None,
+        }
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"

@@ -24,6 +24,17 @@ class LockLost(LockError): ...
 class BackendError(LockError): ...
 
 _Record = tuple[str, Optional[str], int, int, str, int, Optional[str], int]
+# (level, policy, detail, primary ("" when none), fence_floor,
+# lock_delay_ms, max_ttl_ms (0: no bound)): the package's Durability.
+_Durability = tuple[
+    Literal["durable", "at-risk", "standalone", "unknown"],
+    Literal["report", "require", "off"],
+    str,
+    str,
+    int,
+    int,
+    int,
+]
 
 class _WaitOptions(TypedDict, total=False):
     """The keyword arguments of Client._wait (and of the acquires)."""
@@ -81,6 +92,7 @@ class Client:
     def _wait(self, key: str, /, **options: Unpack[_WaitOptions]) -> "_Wait": ...
     def _inspect(self, key: str) -> Optional[_Record]: ...
     def _list(self, prefix: str) -> list[_Record]: ...
+    def _durability(self) -> _Durability: ...
 
 @final
 class _Wait:

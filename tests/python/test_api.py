@@ -9,6 +9,7 @@ import leaselock
 PUBLIC = {
     "connect", "Client", "Lock", "Lease", "Holder", "Record", "LockError", "LockTimeout",
     "NotHeld", "LockLost", "BackendError", "default_uri", "Semaphore", "RWLock", "RWLockSide",
+    "Durability",
 }
 
 
@@ -31,7 +32,8 @@ def test_star_import_gives_the_public_names():
 
 def test_public_classes_show_as_leaselock():
     for cls in (leaselock.Client, leaselock.Lock, leaselock.Holder, leaselock.Record,
-                leaselock.Semaphore, leaselock.RWLock, leaselock.RWLockSide):
+                leaselock.Durability, leaselock.Semaphore, leaselock.RWLock,
+                leaselock.RWLockSide):
         assert cls.__module__ == "leaselock", cls
     assert leaselock.Lease.__module__ == "leaselock"
     assert leaselock.LockTimeout.__module__ == "leaselock"

@@ -22,6 +22,13 @@ assert_type(rec["owner"], Optional[str])
 assert_type(rec["expires_in"], float)
 assert_type(rec["holder"].pid, int)
 assert_type(rec["holder"].label, Optional[str])
+dur = client.durability()
+assert_type(dur, leaselock.Durability)
+assert_type(dur["level"], Literal["durable", "at-risk", "standalone", "unknown"])
+assert_type(dur["primary"], Optional[str])
+assert_type(dur["fence_floor"], int)
+assert_type(dur["lock_delay"], float)
+assert_type(dur["max_ttl"], Optional[float])
 
 
 @client.locked("k", timeout=0.3)
