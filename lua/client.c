@@ -1,8 +1,8 @@
 /*
  * client.c - leaselock.client, the handle of a leaselock_client_t:
- * leaselock.connect, the admin calls (info, locks, force_release, prune),
- * set_log, stats, prometheus, and its close paths. The lock objects it
- * makes (client:lock, :semaphore, :rwlock) are lock.c's.
+ * leaselock.connect, the admin calls (info, locks, force_release, prune,
+ * durability), set_log, stats, prometheus, and its close paths. The lock
+ * objects it makes (client:lock, :semaphore, :rwlock) are lock.c's.
  */
 #include "lleaselock.h"
 
@@ -414,6 +414,43 @@ static int client_prune (lua_State *L)
    return 1;
 }
 
+/* client:durability() -> {level=, policy=, detail=, primary=, fence_floor=,
+ * lock_delay=, max_ttl=} | nil, msg, code: how the database makes a grant
+ * survive a failover (leaselock_client_durability), seconds as numbers;
+ * primary and max_ttl are absent when there is none. May connect. */
+static int client_durability (lua_State *L)
+{
+   leaselock_client_t *client = ll_lua_check_open_client (L, 1, 1, "durability");
+   leaselock_durability_t d;
+   leaselock_error_t err;
+
+   bool ok = leaselock_client_durability (client, &d, &err);
+   ll_lua_drain_log (L, 1);
+   if (!ok) {
+      return ll_lua_fail (L, 1, "durability", &err);
+   }
+   lua_createtable (L, 0, 7);
+   lua_pushstring (L, d.level);
+   lua_setfield (L, -2, "level");
+   lua_pushstring (L, d.policy);
+   lua_setfield (L, -2, "policy");
+   lua_pushstring (L, d.detail);
+   lua_setfield (L, -2, "detail");
+   if (d.primary[0]) {
+      lua_pushstring (L, d.primary);
+      lua_setfield (L, -2, "primary");
+   }
+   lua_pushinteger (L, (lua_Integer)d.fence_floor);
+   lua_setfield (L, -2, "fence_floor");
+   lua_pushnumber (L, (lua_Number)d.lock_delay_ms / 1000.0);
+   lua_setfield (L, -2, "lock_delay");
+   if (d.max_ttl_ms > 0) {
+      lua_pushnumber (L, (lua_Number)d.max_ttl_ms / 1000.0);
+      lua_setfield (L, -2, "max_ttl");
+   }
+   return 1;
+}
+
 /* client.uri, client.backend, then the methods. */
 static int client_index (lua_State *L)
 {
@@ -435,14 +472,19 @@ static int client_index (lua_State *L)
 
 /* ---- registration --------------------------------------------------- */
 
-static const luaL_Reg client_methods[] = {
-   { "lock", ll_lua_client_lock },      { "semaphore", ll_lua_client_semaphore },
-   { "rwlock", ll_lua_client_rwlock },  { "info", client_info },
-   { "locks", client_locks },           { "force_release", client_force_release },
-   { "prune", client_prune },           { "close", client_close },
-   { "set_log", client_set_log },       { "stats", client_stats },
-   { "prometheus", client_prometheus }, { NULL, NULL }
-};
+static const luaL_Reg client_methods[] = { { "lock", ll_lua_client_lock },
+                                           { "semaphore", ll_lua_client_semaphore },
+                                           { "rwlock", ll_lua_client_rwlock },
+                                           { "info", client_info },
+                                           { "locks", client_locks },
+                                           { "force_release", client_force_release },
+                                           { "prune", client_prune },
+                                           { "close", client_close },
+                                           { "set_log", client_set_log },
+                                           { "stats", client_stats },
+                                           { "prometheus", client_prometheus },
+                                           { "durability", client_durability },
+                                           { NULL, NULL } };
 
 static const luaL_Reg client_meta[] = { { "__tostring", client_tostring },
                                         { "__gc", client_gc },

@@ -620,7 +620,7 @@ for _, backend in ipairs(H.backends()) do
       assert.equals("held", others:state())
       assert.equals(others.owner, admin:info(others.key).owner)
       assert.is_true(others:release())
-      for _, use in ipairs { "lock", "info", "locks", "force_release" } do
+      for _, use in ipairs { "lock", "info", "locks", "force_release", "durability" } do
         assert.has_error(function() c[use](c, key) end,
           ("attempt to use a closed leaselock.client (in '%s')"):format(use))
       end
@@ -897,6 +897,95 @@ for _, backend in ipairs(H.backends()) do
     end)
   end)
 end
+-- client:durability(): how the database makes a grant survive a failover;
+-- the URI options durability= and max_ttl= of PostgreSQL and MySQL.
+for _, backend in ipairs(H.backends()) do
+  describe("durability on " .. backend.name, function()
+    local server = backend.name == "mysql" or backend.name == "postgresql"
+
+    local function with_options(opts)
+      return backend.uri .. (backend.uri:find("?", 1, true) and "&" or "?") .. opts
+    end
+
+    it("returns the level, policy, settings, primary, fence floor and bounds", function()
+      local c = assert(leaselock.connect(backend.uri))
+      local d = assert(c:durability())
+      local levels = { durable = true, ["at-risk"] = true, standalone = true, unknown = true }
+      assert.is_true(levels[d.level], d.level)
+      assert.equals("report", d.policy)
+      assert.is_true(type(d.detail) == "string" and #d.detail > 0)
+      assert.is_true(math.type == nil or math.type(d.fence_floor) == "integer")
+      assert.is_true(d.fence_floor >= 0 and d.lock_delay >= 0)
+      if backend.name == "sqlite" then
+        assert.equals("standalone", d.level)
+        assert.is_nil(d.primary)
+        assert.is_nil(d.max_ttl)
+        assert.equals(0, d.fence_floor)
+        assert.equals(0, d.lock_delay)
+      elseif server then
+        -- no replica on the test servers; their first connect is no failover
+        assert.equals("standalone", d.level)
+        assert.is_true(type(d.primary) == "string" and #d.primary > 0)
+        assert.equals(60, d.max_ttl)
+        assert.equals(0, d.lock_delay)
+      end
+      assert.same(d, assert(c:durability()))
+      c:close()
+    end)
+
+    if server then
+      it("takes its policy from the URI; require refuses grants without a standby", function()
+        local c = assert(leaselock.connect(with_options("durability=require")))
+        assert.equals("require", c:durability().policy)
+        local key = H.key("durability-require")
+        local l, msg, code = c:lock(key):try_acquire()
+        assert.is_nil(l)
+        assert.matches("durability=require", msg)
+        assert.equals("BACKEND", code)
+        c:close()
+        c = assert(leaselock.connect(with_options("durability=off")))
+        assert.equals("off", c:durability().policy)
+        c:close()
+      end)
+
+      it("refuses a bad durability= or max_ttl= and a TTL over max_ttl", function()
+        local c, msg, code = leaselock.connect(with_options("durability=maybe"))
+        assert.is_nil(c)
+        assert.truthy(msg:find('durability="maybe": expected report, require or off', 1, true), msg)
+        assert.equals("INVALID", code)
+        c, msg, code = leaselock.connect(with_options("max_ttl=500ms"))
+        assert.is_nil(c)
+        assert.truthy(msg:find('max_ttl="500ms": expected a duration from 1s to 30d', 1, true), msg)
+        assert.equals("INVALID", code)
+        -- an argument the table refuses: raised, as a bad TTL is
+        c = assert(leaselock.connect(backend.uri))
+        local ok, err = pcall(function()
+          c:lock(H.key("durability-ttl"), { ttl = 61 }):try_acquire()
+        end)
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("over this table's max_ttl of 60000 ms", 1, true), err)
+        assert(c:lock(H.key("durability-ttl"), { ttl = 60 }):try_acquire()):release()
+        c:close()
+      end)
+
+      it("keeps max_ttl with the table: a new table takes the URI's", function()
+        local table_opt = ("table=ll_dur_lua_%s_%s"):format(jit and "jit" or "54", H.run_id)
+        local c = assert(leaselock.connect(with_options(table_opt .. "&max_ttl=5s")))
+        assert.equals(5, c:durability().max_ttl)
+        local ok, err = pcall(function()
+          c:lock(H.key("durability-own"), { ttl = 6 }):try_acquire()
+        end)
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("max_ttl of 5000 ms", 1, true), err)
+        c:close()
+        c = assert(leaselock.connect(with_options(table_opt .. "&max_ttl=2s")))
+        assert.equals(5, c:durability().max_ttl) -- never lowered
+        c:close()
+      end)
+    end
+  end)
+end
+
 describe("observability", function()
   local uri = H.backends()[1].uri
 
