@@ -1,6 +1,7 @@
 /*
  * admin.c - the leaselock CLI's commands that look at or clear records:
- * status, list, release --force and prune.
+ * status (with -v, the database's durability too), list, release --force
+ * and prune.
  */
 #include "cli.h"
 
@@ -52,14 +53,51 @@ static int print_status (const char *key, const leaselock_record_t *rec, bool fo
    return !found ? EXIT_NO_RECORD : rec->expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
 }
 
+/* status -v: how the database makes a grant survive a failover, one field
+ * a line after the record's (leaselock_client_durability). */
+static void put_durability_lines (const leaselock_durability_t *d)
+{
+   char when[32];
+   fprintf (stdout, "durability: %s (durability=%s)\n", d->level, d->policy);
+   fputs ("detail:     ", stdout);
+   put_text (stdout, d->detail, strlen (d->detail));
+   fputs ("\nprimary:    ", stdout);
+   if (d->primary[0])
+      put_text (stdout, d->primary, strlen (d->primary));
+   else
+      fputs ("- (none recorded)", stdout);
+   if (d->fence_floor > 0)
+      fprintf (stdout, "\nfences:     at least %" PRId64 " (the floor after a failover)\n",
+               d->fence_floor);
+   else
+      fputs ("\nfences:     no floor (no failover seen)\n", stdout);
+   fmt_ms (d->lock_delay_ms, when, sizeof when);
+   if (d->lock_delay_ms > 0)
+      fprintf (stdout, "lock-delay: %s left (no key is granted before: a new primary)\n", when);
+   else
+      fputs ("lock-delay: none\n", stdout);
+   fmt_ms (d->max_ttl_ms, when, sizeof when);
+   if (d->max_ttl_ms > 0)
+      fprintf (stdout, "max_ttl:    %s (the longest TTL granted, and the lock-delay)\n", when);
+   else
+      fputs ("max_ttl:    none (no bound)\n", stdout);
+}
+
 static int status_call (leaselock_client_t *client, const admin_args_t *a)
 {
    leaselock_record_t rec;
+   leaselock_durability_t dur;
    bool found = false;
    leaselock_error_t err;
    if (!leaselock_inspect (client, a->arg, strlen (a->arg), &rec, &found, &err))
       return fail ("status", &err);
-   return print_status (a->arg, &rec, found, a->flag);
+   /* Read before anything is printed: a failure prints only its message. */
+   if (a->verbose && !leaselock_client_durability (client, &dur, &err))
+      return fail ("status", &err);
+   int status = print_status (a->arg, &rec, found, a->flag);
+   if (a->verbose)
+      put_durability_lines (&dur);
+   return status;
 }
 
 /* ---- list ------------------------------------------------------------- */
@@ -125,6 +163,7 @@ static int release_call (leaselock_client_t *client, const admin_args_t *a)
 typedef struct admin_cmd
 {
    const char *flag;         /* their one boolean option */
+   bool verbose_ok;          /* -v/--verbose is theirs too */
    const char *takes;        /* for a second positional argument */
    bool needs_key;           /* the positional argument must be there */
    const char *without_flag; /* the usage error when FLAG must be there, or NULL */
@@ -132,6 +171,7 @@ typedef struct admin_cmd
 } admin_cmd_t;
 
 static const admin_cmd_t status_cmd = { .flag = "--json",
+                                        .verbose_ok = true,
                                         .takes = "status takes one KEY",
                                         .needs_key = true,
                                         .call = status_call };
@@ -151,9 +191,11 @@ static const admin_cmd_t release_cmd = {
 static int run_admin (const admin_cmd_t *cmd, const char *uri, int argc, char **argv)
 {
    admin_args_t a = { .uri = uri };
-   int parsed = parse_admin_args (argc, argv, cmd->flag, cmd->takes, &a);
+   int parsed = parse_admin_args (argc, argv, cmd->flag, cmd->verbose_ok, cmd->takes, &a);
    if (parsed != PARSED)
       return parsed;
+   if (a.verbose && a.flag)
+      return usage_error ("--verbose adds lines of text: it does not go with --json");
    if (cmd->needs_key && !a.arg)
       return usage_error ("missing KEY");
    if (cmd->without_flag && !a.flag)

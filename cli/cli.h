@@ -119,9 +119,15 @@ typedef struct admin_args
    const char *uri;
    const char *arg; /* KEY or PREFIX; NULL: none */
    bool flag;       /* --json, or release's --force */
+   bool verbose;    /* status -v: the durability lines too */
 } admin_args_t;
 
-int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a);
+int parse_admin_args (int argc,
+                      char **argv,
+                      const char *flag,
+                      bool verbose_ok,
+                      const char *takes,
+                      admin_args_t *a);
 
 /* What prune was given: pointers into argv (uri may also be the caller's
  * default). */

@@ -3,7 +3,7 @@
  * (--help, --version, --uri, --verbose) and dispatch to the commands.
  *
  *   leaselock run [options] KEY -- CMD [ARGS...]
- *   leaselock status [--json] KEY
+ *   leaselock status [--json | -v] KEY
  *   leaselock list [--json] [PREFIX]
  *   leaselock release --force KEY
  *   leaselock prune [--older-than D] [PREFIX]

@@ -75,14 +75,16 @@ bool is_help (const char *a)
    return !strcmp (a, "--help") || !strcmp (a, "-h");
 }
 
-/* The one option status, list, release and prune each take besides --help
+/* The option status, list, release and prune each take besides --help
  * and --uri: a boolean FLAG (sets *flag) or a duration (--name VALUE, 0 to
- * 30d, into *ms). Points to the caller's result. */
+ * 30d, into *ms); status also -v/--verbose. Points to the caller's
+ * result. */
 typedef struct admin_opt
 {
    const char *name;
-   bool *flag;  /* a boolean option, or NULL */
-   int64_t *ms; /* else a duration option */
+   bool *flag;    /* a boolean option, or NULL */
+   int64_t *ms;   /* else a duration option */
+   bool *verbose; /* -v, --verbose: taken when not NULL */
 } admin_opt_t;
 
 /* Reads opt at argv[*i]: 1 read, 0 another argument, -1 error (message
@@ -91,6 +93,10 @@ static int admin_option (int argc, char **argv, int *i, const admin_opt_t *opt)
 {
    const char *v;
    int r;
+   if (opt->verbose && (!strcmp (argv[*i], "-v") || !strcmp (argv[*i], "--verbose"))) {
+      *opt->verbose = true;
+      return 1;
+   }
    if (opt->flag) {
       r = !strcmp (argv[*i], opt->name);
       *opt->flag |= r;
@@ -132,11 +138,17 @@ static int parse_admin_loop (int argc,
    return PARSED;
 }
 
-/* status, list and release: one boolean option FLAG (sets a->flag), at
- * most one KEY or PREFIX (see parse_admin_loop). */
-int parse_admin_args (int argc, char **argv, const char *flag, const char *takes, admin_args_t *a)
+/* status, list and release: one boolean option FLAG (sets a->flag), with
+ * verbose_ok also -v/--verbose (sets a->verbose), at most one KEY or
+ * PREFIX (see parse_admin_loop). */
+int parse_admin_args (int argc,
+                      char **argv,
+                      const char *flag,
+                      bool verbose_ok,
+                      const char *takes,
+                      admin_args_t *a)
 {
-   admin_opt_t opt = { .name = flag, .flag = &a->flag };
+   admin_opt_t opt = { .name = flag, .flag = &a->flag, .verbose = verbose_ok ? &a->verbose : NULL };
    return parse_admin_loop (argc, argv, &opt, takes, &a->uri, &a->arg);
 }
 

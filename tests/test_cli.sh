@@ -855,6 +855,51 @@ test_verbose() {
   reap "$holder"
 }
 
+# status -v adds how the database makes a grant survive a failover (the
+# record's lines first, the exit status the record's); on the servers
+# whose variable is set, their level, primary and max_ttl too.
+test_status_verbose() {
+  ll status -v d/key; expect_rc 2 || return
+  expect_out "state:      free (no record)" || return
+  expect_out "durability: standalone (durability=report)" || return
+  expect_out "detail:     embedded SQLite: one file on one machine" || return
+  expect_out "primary:    - (none recorded)" || return
+  expect_out "fences:     no floor (no failover seen)" || return
+  expect_out "lock-delay: none" || return
+  expect_out "max_ttl:    none (no bound)" || return
+  ll_bg run d/key -- sleep 60
+  local holder=$BGPID
+  wait_state d/key 0 || return
+  ll status d/key --verbose; expect_rc 0 || return
+  expect_out "state:      held" || return
+  [ "$(sed -n 7p "$OUT")" = "durability: standalone (durability=report)" ] ||
+    { fail "the durability lines follow the record's: $(cat "$OUT")"; return; }
+  kill -TERM "$holder"; reap "$holder"
+  ll status; expect_rc 64
+  ll status -v --json d/key; expect_rc 64 || return
+  expect_err "--verbose adds lines of text: it does not go with --json" || return
+  ll list -v; expect_rc 64 || return
+  expect_err "unknown option -v" || return
+  local name var u
+  for name in mysql postgresql; do
+    var=${name^^}_URI
+    u=${!var:-}
+    [ -n "$u" ] || continue
+    "$BIN" --uri "$u" status -v "d/$RANDOM/$name" >"$OUT" 2>"$ERR"; RC=$?
+    expect_rc 2 || return
+    expect_out "durability: standalone (durability=report)" || return
+    grep -qE '^primary:    [^-].+' "$OUT" || { fail "$name: primary: $(cat "$OUT")"; return; }
+    expect_out "max_ttl:    1m (the longest TTL granted, and the lock-delay)" || return
+    "$BIN" --uri "$u?durability=off" status -v d/key >"$OUT" 2>"$ERR"; RC=$?
+    expect_rc 2 || return
+    expect_out "(durability=off)" || return
+    "$BIN" --uri "$u" run --ttl 61s d/key -- touch "$T/ran" >"$OUT" 2>"$ERR"; RC=$?
+    expect_rc 64 || return
+    expect_err "over this table's max_ttl of 60000 ms" || return
+    [ ! -e "$T/ran" ] || { fail "$name: the command ran with a TTL over max_ttl"; return; }
+  done
+}
+
 for t in $(declare -F | awk '{print $3}' | grep '^test_'); do
   run_test "$t"
 done
