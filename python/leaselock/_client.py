@@ -64,26 +64,24 @@ class Record(TypedDict):
 class Durability(TypedDict):
     """How the client's database makes a grant survive a failover, and what
     leaselock did about one (client.durability()): a plain dict with these
-    keys. See "Replicated databases and failover" in the backends guide."""
+    keys. level: "durable" (a grant is on a standby before it is answered),
+    "at-risk" (replicas exist, but a grant may be answered first),
+    "standalone" (no replica to fail over to) or "unknown". policy: the URI
+    option durability= ("report", the default: a warning in the log;
+    "require": no grant unless durable; "off"). detail: the server settings
+    read. primary: the primary recorded in the table (None when none).
+    fence_floor: every fence granted is at least this (0 until a failover).
+    lock_delay: seconds more during which no key is granted after a new
+    primary (0.0: none). max_ttl: the longest TTL the table grants, in
+    seconds, also the lock-delay's length (the URI option max_ttl, 60 s by
+    default on PostgreSQL and MySQL/MariaDB; None when there is no bound)."""
 
-    #: "durable" (a grant is on a standby before it is answered), "at-risk"
-    #: (replicas exist, but a grant may be answered first), "standalone" (no
-    #: replica to fail over to) or "unknown".
     level: Literal["durable", "at-risk", "standalone", "unknown"]
-    #: The URI option durability=: "report" (the default: a warning in the
-    #: log), "require" (no grant unless durable) or "off".
     policy: Literal["report", "require", "off"]
-    #: The server settings read, for people.
     detail: str
-    #: The primary recorded in the table; None when none is recorded.
     primary: Optional[str]
-    #: Every fence granted is at least this (0: no failover seen).
     fence_floor: int
-    #: Seconds more during which no key is granted: the lock-delay after a
-    #: new primary (0.0: none).
     lock_delay: float
-    #: The longest TTL the table grants, in seconds (the URI option
-    #: max_ttl, also the lock-delay's length); None when there is no bound.
     max_ttl: Optional[float]
 
 
@@ -164,7 +162,10 @@ class Client(_leaselock.Client):
         from the renewal thread when an automatic renewal failed but the
         lease is not lost yet (it is retried). fair=True grants the key to
         waiters in order of arrival (a queue in the database). reentrant=True
-        lets the holder (thread or asyncio task) enter it again."""
+        lets the holder (thread or asyncio task) enter it again. On
+        PostgreSQL and MySQL/MariaDB a ttl over the table's max_ttl (60 s
+        unless the URI option max_ttl= raises it; see durability()) makes
+        the acquire or renew raise ValueError."""
         return Lock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew, on_lost=on_lost,
                     on_renew_failed=on_renew_failed, fair=fair, reentrant=reentrant)
 
