@@ -763,7 +763,7 @@ typedef enum ll_durability_policy
 {
    LL_DURABILITY_REPORT = 0, /* a warning through the log, grants go on */
    LL_DURABILITY_REQUIRE,    /* no grant unless DURABLE */
-   LL_DURABILITY_OFF,        /* not read, not reported */
+   LL_DURABILITY_OFF,        /* read and shown, never warned of nor refused */
 } ll_durability_policy_t;
 
 /* The longest TTL a table grants unless its creator said otherwise (the
