@@ -53,6 +53,9 @@ URI_OPTIONS = os.environ.get("LEASELOCK_FAILOVER_URI_OPTIONS",
 AVAILABLE_WITHIN = LOCK_DELAY + 2 + 1 + 3
 
 HOWS = ["kill", "cut"]
+# Failovers in a row per way of failing in the topology's own test
+# (make stress raises it: LEASELOCK_FAILOVER_CYCLES=50 is 100 failovers).
+CYCLES = int(os.environ.get("LEASELOCK_FAILOVER_CYCLES", "2"))
 # The URI forms of the leaselock tests: "hosts", the multi-host URI that
 # leaselock follows to the writable node; "vip", one address that the
 # failover moves to the new primary (a virtual IP, a proxy), so that only
@@ -135,14 +138,14 @@ def test_replica_follows_and_refuses_writes(topology):
 
 @pytest.mark.parametrize("how", HOWS)
 def test_failover_and_restore_cycles(topology, how):
-    """Three failovers in a row, each after a commit the replica never
+    """CYCLES failovers in a row, each after a commit the replica never
     got: the new primary has what was replicated, not the lost commit,
     and takes writes; the old primary, restored, has the new primary's
     data (its own lost commit gone) and is a read-only replica again."""
     table = f"c_{how}_{uuid.uuid4().hex[:8]}"
     topology.nodes[topology.primary()].sql(f"CREATE TABLE leaselock_test.{table} "
                                            "(v INT PRIMARY KEY)")
-    for cycle in range(3):
+    for cycle in range(CYCLES):
         old = topology.primary()
         base = 100 * cycle
         assert as_user(topology, old, f"INSERT INTO {table} VALUES ({base + 1})").returncode == 0
