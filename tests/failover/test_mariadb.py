@@ -48,9 +48,8 @@ LOCK_DELAY = 3.0
 URI_OPTIONS = os.environ.get("LEASELOCK_FAILOVER_URI_OPTIONS",
                              "max_ttl=3s&io_timeout=1&connect_timeout=2")
 # How long after the promotion keys may stay unavailable: the lock-delay
-# plus 2 s, plus the semi-sync timeout the first commit on a primary
-# without a replica waits, plus slack for a loaded two-core machine.
-AVAILABLE_WITHIN = LOCK_DELAY + 2 + 1 + 3
+# plus 2 s, plus slack for a loaded two-core machine.
+AVAILABLE_WITHIN = LOCK_DELAY + 2 + 3
 
 HOWS = ["kill", "cut"]
 # Failovers in a row per way of failing in the topology's own test

@@ -74,7 +74,7 @@ class GaleraTopology(Topology):
         if first.install().wait(120) != 0:
             raise RuntimeError(f"mariadb-install-db failed (see {first.dir}/install.log)")
         first.launch(["--wsrep-new-cluster"])
-        first.ready()
+        first.first_ready(["--wsrep-new-cluster"])
         self._wait_synced(0)
         first.sql(
             f"CREATE DATABASE {DATABASE};"
@@ -99,7 +99,7 @@ class GaleraTopology(Topology):
         for n in self.nodes[1:]:
             n.launch()
         for n in self.nodes[1:]:
-            n.ready(120)
+            n.first_ready()
             self._wait_synced(n.index)
         for n in self.nodes:
             self.proxies.append(self.tp.proxy(f"galera{n.index}", f"127.0.0.1:{n.port}"))
@@ -109,7 +109,7 @@ class GaleraTopology(Topology):
     def stop(self) -> None:
         for n in self.nodes:
             try:
-                n.kill()
+                n.kill(group=True)
             except Exception:
                 pass
         if self.tp is not None:

@@ -149,6 +149,22 @@ class Node:
 
         wait_until(up, timeout, f"mariadbd node{self.index} to start (see {self.log})")
 
+    def first_ready(self, extra: list[str] | None = None) -> None:
+        """ready() after the first launch(), which may lose its free port
+        to another process before binding it: then on another port."""
+        for attempt in range(3):
+            try:
+                self.ready()
+                return
+            except RuntimeError:
+                with open(self.log, errors="replace") as f:
+                    lost = "Address already in use" in f.read()
+                if not lost or attempt == 2:
+                    raise
+            self.kill()
+            self.port = 0
+            self.launch(extra)
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -190,10 +206,14 @@ class Node:
             return {}
         return dict(zip(lines[0].split("\t"), lines[1].split("\t")))
 
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
+    def kill(self, group: bool = False) -> None:
+        """SIGKILL, as a crash would; group: with what it started (a
+        state transfer's scripts), when the topology stops."""
         if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
+            if group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
     def shutdown(self, timeout: float = 30) -> None:
@@ -213,8 +233,8 @@ class MariaDBTopology(Topology):
 
     # How long a commit waits for the replica's acknowledgement before the
     # primary falls back to asynchronous replication (MariaDB's default is
-    # 10 s): the first write after a failover, with no replica yet, waits
-    # this long once.
+    # 10 s): once the replica's replication is stopped, the next commit
+    # waits this long, the ones after it do not (until the replica is back).
     SEMISYNC_TIMEOUT_MS = 1000
 
     def __init__(self, workdir: str, semisync_timeout_ms: int | None = None) -> None:
@@ -251,7 +271,7 @@ class MariaDBTopology(Topology):
         for n in self.nodes:
             n.launch(self._role_args(n.index == 0))
         for n in self.nodes:
-            n.ready()
+            n.first_ready(self._role_args(n.index == 0))
             self.proxies.append(self.tp.proxy(f"mariadb{n.index}", f"127.0.0.1:{n.port}"))
         self.vip = self.tp.proxy("mariadb_vip", f"127.0.0.1:{self.nodes[0].port}")
         self.nodes[0].sql(
@@ -272,7 +292,7 @@ class MariaDBTopology(Topology):
     def stop(self) -> None:
         for n in self.nodes:
             try:
-                n.kill()
+                n.kill(group=True)
             except Exception:
                 pass
         if self.tp is not None:
@@ -342,6 +362,7 @@ class MariaDBTopology(Topology):
             node.sql("RESET SLAVE ALL; SET GLOBAL gtid_slave_pos=@@gtid_binlog_pos")
         else:
             self._rebuild(old, new)
+        self.nodes[new].sql("SET GLOBAL rpl_semi_sync_master_enabled=ON")
         self._follow(old, new)
         self.proxies[old].enable(True)
         self._wait_semisync(new)
@@ -378,7 +399,9 @@ class MariaDBTopology(Topology):
     def _promote(self, i: int) -> None:
         """Stops the replica's replication once it has applied what it
         received (semi-sync acknowledged it: it must not be lost), then
-        makes it a writable, semi-synchronous primary."""
+        makes it writable. Its commits wait for a replica again once
+        restore() has given it one: with semi-sync on and no replica, the
+        first commit would wait the whole timeout, then go on without."""
         n = self.nodes[i]
         n.sql("STOP SLAVE IO_THREAD")
         st = n.slave_status()
@@ -386,8 +409,7 @@ class MariaDBTopology(Topology):
             wait_until(lambda: "read all relay log" in n.slave_status().get(
                 "Slave_SQL_Running_State", "") or n.slave_status().get(
                 "Slave_SQL_Running") != "Yes", 30, f"node{i} to apply its relay log")
-        n.sql("STOP SLAVE; RESET SLAVE ALL; "
-              "SET GLOBAL rpl_semi_sync_master_enabled=ON; SET GLOBAL read_only=0")
+        n.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only=0")
         self.promoted_at_pos = n.var("gtid_binlog_pos")
 
     def _move_vip(self, i: int) -> None:
