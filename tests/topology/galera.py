@@ -193,7 +193,10 @@ class GaleraTopology(Topology):
                 f"--wsrep-cluster-address=gcomm://{peers}",
                 f"--wsrep-node-name=node{i}", "--wsrep-node-address=127.0.0.1",
                 f"--wsrep-provider-options={opts}",
-                "--wsrep-sst-method=mariabackup", "--wsrep-sst-auth=root:", f"--wsrep-sst-receive-address=127.0.0.1:{sst}"]
+                # Not rsync: its daemon, started as root, runs as nobody,
+                # which cannot write a data directory private to root.
+                "--wsrep-sst-method=mariabackup", "--wsrep-sst-auth=root:",
+                f"--wsrep-sst-receive-address=127.0.0.1:{sst}"]
 
     @staticmethod
     def _relaunch(n: Node) -> None:

@@ -227,7 +227,17 @@ class Node:
 
 class MariaDBTopology(Topology):
     """Node 0 starts as the primary, node 1 as its semi-synchronous
-    replica; they swap at each failover."""
+    replica; they swap at each failover.
+
+    The replica follows the primary through the primary's proxy, so that
+    cutting the primary off cuts replication too, by GTID (slave_pos,
+    strict mode). The replica is read-only, as is an old primary from the
+    moment it starts again: clients tell the primary by @@read_only. Its
+    data is rebuilt from a dump of the new primary's (the tests' database
+    and the driver's own) when it committed what the new primary never
+    received, which is what the tests make happen; the users, created
+    before any failover, are the same on both. vip_uri() offers the other
+    form clients use: one address that failover() moves."""
 
     name = "mariadb-semisync"
 
@@ -267,7 +277,8 @@ class MariaDBTopology(Topology):
         self.nodes = [Node(self.workdir, i, self._node_args(i)) for i in range(2)]
         for p in [n.install() for n in self.nodes]:
             if p.wait(120) != 0:
-                raise RuntimeError(f"mariadb-install-db failed (see {self.workdir}/node*/install.log)")
+                raise RuntimeError("mariadb-install-db failed "
+                                   f"(see {self.workdir}/node*/install.log)")
         for n in self.nodes:
             n.launch(self._role_args(n.index == 0))
         for n in self.nodes:
@@ -438,7 +449,8 @@ class MariaDBTopology(Topology):
                            input="SET SESSION sql_log_bin=0;\n" + dump.stdout,
                            capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
-            raise RuntimeError(f"loading node{new}'s dump into node{old} failed: {r.stderr.strip()}")
+            raise RuntimeError(f"loading node{new}'s dump into node{old} failed: "
+                               f"{r.stderr.strip()}")
 
     def _wait_semisync(self, primary: int, timeout: float = 60) -> None:
         """Returns once the replica has everything the primary has and
