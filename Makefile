@@ -63,6 +63,9 @@ LIB_A := $(BUILD)/libleaselock.a
 
 # The lists the mk files add to (see above).
 TEST_SUITES :=
+# Suites that mostly wait, on servers of their own: run beside the others
+# (tests/run-suites.sh --side).
+TEST_SUITES_SIDE :=
 ASAN_SUITES :=
 # What the suites need built or fetched before they run (a file adds its
 # own): made together, in parallel, before the servers start, so that the
@@ -114,7 +117,7 @@ test: deps
 	@bash tests/with-servers.sh $(MAKE) --no-print-directory test-suites
 
 test-suites:
-	@bash tests/run-suites.sh $(TEST_SUITES)
+	@bash tests/run-suites.sh --side "$(TEST_SUITES_SIDE)" $(TEST_SUITES)
 
 # Each component adds demo-<name> to DEMOS.
 demo: deps

@@ -122,6 +122,8 @@ static double bare_round (void *ctx, long pairs)
          bind_str (&a[i++], owner, &olen, MYSQL_TYPE_STRING);
       else if (*s == 't')
          bind_i64 (&a[i++], &ttl_us);
+      else if (*s == 'f')
+         bind_i64 (&a[i++], &none); /* no fence floor: no failover seen */
       else if (*s == 'h')
          bind_str (&a[i++], b->host, &hlen, MYSQL_TYPE_BLOB);
       else if (*s == 'p')

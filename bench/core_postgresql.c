@@ -42,7 +42,7 @@ static void bare_open (bare_t *b, const char *uri)
    leaselock_error_t err;
    if (!ll_sql_format_all (b->sql, text, 2, TABLE, &err))
       bench_die ("bare statements", err.message);
-   PGresult *r = PQprepare (b->db, "bare_acquire", b->sql[0], 8, NULL);
+   PGresult *r = PQprepare (b->db, "bare_acquire", b->sql[0], 9, NULL);
    if (PQresultStatus (r) != PGRES_COMMAND_OK)
       bench_die ("bare prepare acquire", PQresultErrorMessage (r));
    PQclear (r);
@@ -66,9 +66,10 @@ static double bare_round (void *ctx, long pairs)
       /* A distinct owner per acquire (from a counter: the cheapest a bare
        * program can be). */
       snprintf (owner, sizeof owner, "%032" PRIx64, ++b->counter);
-      /* A plain acquire: no reserve, no waited ($7, $8 NULL). */
-      const char *ap[8] = { key, owner, ttl, b->host, pid, BENCH_LABEL, NULL, NULL };
-      PGresult *r = PQexecPrepared (b->db, "bare_acquire", 8, ap, NULL, NULL, 0);
+      /* A plain acquire: no reserve, no waited ($7, $8 NULL), no fence
+       * floor ($9: no failover seen). */
+      const char *ap[9] = { key, owner, ttl, b->host, pid, BENCH_LABEL, NULL, NULL, "0" };
+      PGresult *r = PQexecPrepared (b->db, "bare_acquire", 9, ap, NULL, NULL, 0);
       if (PQresultStatus (r) != PGRES_TUPLES_OK || PQntuples (r) != 1)
          bench_die ("bare acquire", PQresultErrorMessage (r));
       PQclear (r);

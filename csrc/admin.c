@@ -4,24 +4,52 @@
  */
 #include "engine_private.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* Counts an admin statement (what) sent at t0, and logs its backend
- * error. */
-static void admin_done (leaselock_client_t *c,
-                        const char *what,
-                        const char *key,
-                        size_t key_len,
-                        int64_t t0,
-                        bool ok,
-                        const leaselock_error_t *err)
+/* A pooled connection for one admin statement, and when it was sent. */
+typedef struct admin_conn
 {
-   ll_obs_request (&c->obs, t0, ok, err);
+   void *conn;
+   pid_t me;
+   int64_t t0;
+} admin_conn_t;
+
+/* Takes a connection from the pool; false (err set) when none can be had. */
+static bool admin_begin (leaselock_client_t *c, admin_conn_t *a, leaselock_error_t *err)
+{
+   a->me = getpid ();
+   a->conn = ll_pool_get (c, a->me, err);
+   a->t0 = ll_real_now_us ();
+   return a->conn != NULL;
+}
+
+/* Gives the connection back (dropped when the statement broke it). */
+static void admin_put (leaselock_client_t *c,
+                       admin_conn_t *a,
+                       bool ok,
+                       const leaselock_error_t *err)
+{
+   ll_pool_put (c, a->conn, a->me, !ok && ll_conn_failed (err));
+}
+
+/* Counts the statement (what, on key), logs its backend error, and gives
+ * the connection back. */
+static void admin_end (leaselock_client_t *c,
+                       admin_conn_t *a,
+                       const char *what,
+                       const char *key,
+                       size_t key_len,
+                       bool ok,
+                       const leaselock_error_t *err)
+{
+   ll_obs_request (&c->obs, a->t0, ok, err);
    if (!ok && (err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM))
       LL_LOG (&c->obs, LEASELOCK_LOG_WARNING, "backend_error", key, key_len, 0, err->code,
               "%s failed: %s", what, err->message);
+   admin_put (c, a, ok, err);
 }
 
 bool leaselock_client_stats (leaselock_client_t *c,
@@ -51,6 +79,46 @@ static void holds_fix (leaselock_record_t *r)
       r->holds = 1;
 }
 
+/* leaselock_durability_t from a connection's view of its primary. */
+static void durability_fill (leaselock_durability_t *out, const ll_primary_t *p)
+{
+   static const char *const levels[] = { [LL_DURABILITY_UNKNOWN] = "unknown",
+                                         [LL_DURABILITY_STANDALONE] = "standalone",
+                                         [LL_DURABILITY_DURABLE] = "durable",
+                                         [LL_DURABILITY_AT_RISK] = "at-risk" };
+   static const char *const policies[] = { [LL_DURABILITY_REPORT] = "report",
+                                           [LL_DURABILITY_REQUIRE] = "require",
+                                           [LL_DURABILITY_OFF] = "off" };
+   out->level = levels[p->durability];
+   out->policy = policies[p->policy];
+   snprintf (out->detail, sizeof out->detail, "%s", p->durability_text);
+   snprintf (out->primary, sizeof out->primary, "%s", p->primary_id);
+   out->fence_floor = p->fence_floor;
+   int64_t left = p->paused_until ? p->paused_until - ll_now_ms () : 0;
+   out->lock_delay_ms = left > 0 ? left : 0;
+   out->max_ttl_ms = p->max_ttl_ms;
+}
+
+bool leaselock_client_durability (leaselock_client_t *c,
+                                  leaselock_durability_t *out,
+                                  leaselock_error_t *error)
+{
+   leaselock_error_t *err = LL_ERROR_START (error);
+   if (!ll_client_usable (c, err))
+      return false;
+   if (!out)
+      return ll_error_set (err, LEASELOCK_INVALID, "out is NULL");
+   memset (out, 0, sizeof *out);
+   admin_conn_t a;
+   if (!admin_begin (c, &a, err))
+      return false;
+   static const ll_primary_t none = { .durability_text = "this backend reports no replication" };
+   const ll_primary_t *p = c->backend->primary ? c->backend->primary (a.conn) : NULL;
+   durability_fill (out, p ? p : &none);
+   admin_put (c, &a, true, err);
+   return true;
+}
+
 bool leaselock_inspect (leaselock_client_t *c,
                         const char *key,
                         size_t key_len,
@@ -65,15 +133,12 @@ bool leaselock_inspect (leaselock_client_t *c,
       return ll_error_set (err, LEASELOCK_INVALID, "%s is NULL", record ? "found" : "record");
    memset (record, 0, sizeof *record);
    *found = false;
-   pid_t me = getpid ();
-   void *conn = ll_pool_get (c, me, err);
-   if (!conn)
+   admin_conn_t a;
+   if (!admin_begin (c, &a, err))
       return false;
-   int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->inspect (conn, &(ll_op_t){ key, key_len, NULL }, record, found, err);
+   bool ok = c->backend->inspect (a.conn, &(ll_op_t){ key, key_len, NULL }, record, found, err);
    holds_fix (record);
-   admin_done (c, "inspect", key, key_len, t0, ok, err);
-   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   admin_end (c, &a, "inspect", key, key_len, ok, err);
    return ok;
 }
 
@@ -131,14 +196,11 @@ bool leaselock_list (leaselock_client_t *c,
    /* Read everything first and call fn with no connection held: fn may
     * call leaselock itself, or fork. */
    records_t all = { 0 };
-   pid_t me = getpid ();
-   void *conn = ll_pool_get (c, me, err);
-   if (!conn)
+   admin_conn_t a;
+   if (!admin_begin (c, &a, err))
       return false;
-   int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->list (conn, prefix, prefix_len, records_add, &all, err);
-   admin_done (c, "list", prefix_len ? prefix : NULL, prefix_len, t0, ok, err);
-   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   bool ok = c->backend->list (a.conn, prefix, prefix_len, records_add, &all, err);
+   admin_end (c, &a, "list", prefix_len ? prefix : NULL, prefix_len, ok, err);
    if (ok && all.failed)
       ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory reading %zu records", all.n);
    for (size_t i = 0; ok && i < all.n && fn (&all.recs[i], user_data); i++) {
@@ -157,14 +219,11 @@ bool leaselock_force_release (leaselock_client_t *c,
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
       return false;
    bool took_local = false;
-   pid_t me = getpid ();
-   void *conn = ll_pool_get (c, me, err);
-   if (!conn)
+   admin_conn_t a;
+   if (!admin_begin (c, &a, err))
       return false;
-   int64_t t0 = ll_real_now_us ();
-   bool ok = c->backend->force_release (conn, &(ll_op_t){ key, key_len, NULL }, &took_local, err);
-   admin_done (c, "force_release", key, key_len, t0, ok, err);
-   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   bool ok = c->backend->force_release (a.conn, &(ll_op_t){ key, key_len, NULL }, &took_local, err);
+   admin_end (c, &a, "force_release", key, key_len, ok, err);
    if (ok)
       ll_bucket_wake (key, key_len);
    if (took)
@@ -189,12 +248,11 @@ bool leaselock_prune (leaselock_client_t *c,
       return ll_error_set (err, LEASELOCK_UNSUPPORTED, "the %s backend cannot prune",
                            c->backend->name);
    int64_t n = 0;
-   pid_t me = getpid ();
-   void *conn = ll_pool_get (c, me, err);
-   if (!conn)
+   admin_conn_t a;
+   if (!admin_begin (c, &a, err))
       return false;
-   bool ok = c->backend->prune (conn, prefix, prefix_len, older_than_ms, &n, err);
-   ll_pool_put (c, conn, me, !ok && ll_conn_failed (err));
+   bool ok = c->backend->prune (a.conn, prefix, prefix_len, older_than_ms, &n, err);
+   admin_put (c, &a, ok, err);
    if (ok && count)
       *count = n;
    return ok;

@@ -162,6 +162,9 @@ typedef struct
    const char *key, *owner, *host, *label;
    unsigned long key_len, owner_len, host_len, label_len;
    int64_t ttl_us, pid, reserve_us, waited_us;
+   /* The connection's, read when the statement runs: a reconnect inside
+    * ll_mysql_execute updates it first. */
+   int64_t *fence_floor;
    my_bool wait_null; /* reserve and waited are NULL: a plain acquire */
 } ll_mysql_acquire_t;
 
@@ -182,6 +185,9 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, ll_mysql_acquire_t *a)
             break;
          case 'o':
             ll_mysql_bind_str (&p[i++], a->owner, &a->owner_len);
+            break;
+         case 'f':
+            ll_mysql_bind_i64 (&p[i++], a->fence_floor);
             break;
          case 't':
             ll_mysql_bind_i64 (&p[i++], &a->ttl_us);
@@ -217,6 +223,8 @@ static bool ll_mysql_acquire_wait (void *conn,
    ll_mysql_conn_t *c = conn;
    out->reserved = false;
    out->left_ms = -1;
+   if (!ll_primary_ttl_ok (&c->b.primary, "mysql", t->ttl_ms, err))
+      return false;
    ll_mysql_acquire_t a = {
       .key = t->op.key,
       .owner = t->op.owner,
@@ -231,6 +239,7 @@ static bool ll_mysql_acquire_wait (void *conn,
       .reserve_us = t->reserve_ms * 1000,
       .waited_us = t->waited_ms * 1000,
       .wait_null = t->reserve_ms < 0,
+      .fence_floor = &c->b.primary.fence_floor,
    };
    MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
    ll_mysql_bind_acquire (p, &a);
@@ -273,7 +282,8 @@ static bool ll_mysql_not_held (leaselock_error_t *err)
 static bool ll_mysql_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   if (!ll_mysql_execute_owned (c, LL_SQL_RENEW, op, ttl_ms, "renew", err))
+   if (!ll_primary_ttl_ok (&c->b.primary, "mysql", ttl_ms, err) ||
+       !ll_mysql_execute_owned (c, LL_SQL_RENEW, op, ttl_ms, "renew", err))
       return false;
    /* Not the rows changed (an expiry could in theory be rewritten with the
     * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
@@ -615,6 +625,7 @@ const ll_backend_t ll_backend_mysql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    LL_BACKEND_LEASE_OPS (ll_mysql),
+   .primary = ll_sql_primary,
 };
 
 #else /* !LEASELOCK_WITH_MYSQL */

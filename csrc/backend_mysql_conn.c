@@ -5,7 +5,13 @@
  * connection.
  *
  * URI: mysql://user:password@host:port/database[?option=value&...]
- * (scheme "mariadb" is the same). Options:
+ * (scheme "mariadb" is the same), or with a list of hosts,
+ * mysql://user:password@host1:port1,host2:port2,[v6]:port3/database: they
+ * are tried in order, each with its share of connect_timeout, until one
+ * takes writes. Every connection, reconnections too, checks that its
+ * server takes writes (read_only, and super_read_only on MySQL, off; a
+ * Galera node in the Primary component and ready, whose reads then wait
+ * for the cluster: wsrep_sync_wait = 1). Options:
  *   socket=/path        connect through a unix socket instead of TCP
  *   table=name          the lock table (default "leaselock"); the schema
  *                       version lives in <table>_meta
@@ -13,7 +19,8 @@
  *                       connected (read and write; a duration in whole
  *                       seconds: 5, 5s, 5000ms; default 5 s)
  *   connect_timeout=s   seconds (default 5): TCP connect, and each wait
- *                       of the handshake and authentication
+ *                       of the handshake and authentication; with several
+ *                       hosts, all of them together
  *   read_timeout=s      seconds; overrides io_timeout for reads
  *   write_timeout=s     seconds; overrides io_timeout for writes
  *   ssl=true|false      require TLS (default false: the server decides)
@@ -27,9 +34,11 @@
 #include "backend_mysql_private.h"
 #include "stmt_mysql.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define DEFAULT_TIMEOUT_S 5 /* io_timeout and connect_timeout */
 #define MAX_TIMEOUT_S 86400
@@ -71,7 +80,7 @@ static bool ll_mysql_fail_with (ll_mysql_conn_t *c,
    return false;
 }
 
-static bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err)
+bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err)
 {
    return ll_mysql_fail_with (c, mysql_errno (c->db), mysql_error (c->db), what, err);
 }
@@ -164,9 +173,12 @@ static bool ll_mysql_parse_option (ll_mysql_conn_t *c,
    }
    if (!strcmp (n, "ssl"))
       return ll_mysql_parse_bool (n, v, &c->ssl, err);
+   if (!strcmp (n, "max_ttl") || !strcmp (n, "durability"))
+      return true; /* read by backend_sql.c (ll_primary_option) */
    return ll_error_set (err, LEASELOCK_INVALID,
                         "mysql URI \"%s\": unknown option \"%.64s\" (known: socket, table, "
-                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl)",
+                        "io_timeout, connect_timeout, read_timeout, write_timeout, ssl, max_ttl, "
+                        "durability)",
                         shown, n);
 }
 
@@ -192,7 +204,31 @@ static char *ll_mysql_dup_or_null (const char *s)
    return s ? strdup (s) : NULL;
 }
 
-/* The database, the server's address and the credentials. */
+/* The hosts in the URI's order: an empty one is "localhost" when it is
+ * the only one, an error in a list. */
+static bool ll_mysql_parse_hosts (ll_mysql_conn_t *c,
+                                  const ll_uri_t *u,
+                                  const char *shown,
+                                  leaselock_error_t *err)
+{
+   if (u->n_hosts > 1 && c->socket)
+      return ll_error_set (err, LEASELOCK_INVALID,
+                           "mysql URI \"%s\": socket= names one local server; it cannot go with "
+                           "a list of hosts",
+                           shown);
+   for (int i = 0; i < u->n_hosts; i++) {
+      if (u->n_hosts > 1 && !*u->hosts[i])
+         return ll_error_set (err, LEASELOCK_INVALID,
+                              "mysql URI \"%s\": host %d of the list is empty", shown, i + 1);
+      if (!(c->hosts[i] = strdup (*u->hosts[i] ? u->hosts[i] : "localhost")))
+         return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+      c->n_hosts = i + 1;
+      c->ports[i] = u->ports[i] ? (unsigned)u->ports[i] : 3306;
+   }
+   return true;
+}
+
+/* The database, the servers' addresses and the credentials. */
 static bool ll_mysql_parse_address (ll_mysql_conn_t *c,
                                     const ll_uri_t *u,
                                     const char *shown,
@@ -203,14 +239,14 @@ static bool ll_mysql_parse_address (ll_mysql_conn_t *c,
       return ll_error_set (err, LEASELOCK_INVALID,
                            "mysql URI \"%s\": expected mysql://user:password@host:port/database",
                            shown);
-   if (!*u->host && !c->socket)
+   if (!*u->host && u->n_hosts == 1 && !c->socket)
       return ll_error_set (err, LEASELOCK_INVALID, "mysql URI \"%s\": no host (or ?socket=)",
                            shown);
-   if (!(c->dbname = strdup (db)) || !(c->host = strdup (*u->host ? u->host : "localhost")) ||
-       (u->user && !(c->user = ll_mysql_dup_or_null (u->user))) ||
+   if (!ll_mysql_parse_hosts (c, u, shown, err))
+      return false;
+   if (!(c->dbname = strdup (db)) || (u->user && !(c->user = ll_mysql_dup_or_null (u->user))) ||
        (u->password && !(c->password = ll_mysql_dup_or_null (u->password))))
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   c->port = u->port ? (unsigned)u->port : 3306;
    return true;
 }
 
@@ -240,11 +276,10 @@ void ll_mysql_disconnect (ll_sql_conn_t *b)
    c->db = NULL;
 }
 
-/* Runs a statement without parameters or results (schema setup). */
-static bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
-                                 const char *sql,
-                                 const char *what,
-                                 leaselock_error_t *err)
+bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
+                          const char *sql,
+                          const char *what,
+                          leaselock_error_t *err)
 {
    if (mysql_real_query (c->db, sql, strlen (sql)))
       return ll_mysql_fail_db (c, what, err);
@@ -284,6 +319,18 @@ static bool ll_mysql_exec_schema (ll_mysql_conn_t *c,
    return ll_mysql_exec_plain (c, sql, what, err);
 }
 
+/* Version 5's meta columns (ll_mysql_schema_sql.add_meta_failover);
+ * error 1060 says they are there already. */
+static bool ll_mysql_add_meta_failover (ll_mysql_conn_t *c, leaselock_error_t *err)
+{
+   char sql[1024];
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_meta_failover, c->b.table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return ll_mysql_fail_db (c, "adding the failover columns", err);
+   return true;
+}
+
 /* Creates what is missing and brings a table of versions 1 to 3 to this
  * version (ensure_schema's hook for both): the holds column and the queue
  * table are made before the version is raised, so a version-4 table
@@ -307,9 +354,10 @@ static bool ll_mysql_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return ll_mysql_fail_db (c, "adding the holds column", err);
-   return ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_queue, "creating the queue table",
+   return ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table",
                                 err) &&
-          ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table",
+          ll_mysql_add_meta_failover (c, err) &&
+          ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_queue, "creating the queue table",
                                 err) &&
           ll_mysql_exec_schema (c, ll_mysql_schema_sql.record_version,
                                 "recording the schema version", err) &&
@@ -323,11 +371,11 @@ static void ll_mysql_lib_init (void)
    mysql_library_init (0, NULL, NULL);
 }
 
-static void ll_mysql_set_options (ll_mysql_conn_t *c)
+static void ll_mysql_set_options (ll_mysql_conn_t *c, unsigned connect_timeout)
 {
    bool off = false, on = true;
    mysql_optionsv (c->db, MYSQL_OPT_RECONNECT, &off); /* we re-prepare on reconnect */
-   mysql_optionsv (c->db, MYSQL_OPT_CONNECT_TIMEOUT, &c->connect_timeout);
+   mysql_optionsv (c->db, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
    mysql_optionsv (c->db, MYSQL_OPT_READ_TIMEOUT, &c->read_timeout);
    mysql_optionsv (c->db, MYSQL_OPT_WRITE_TIMEOUT, &c->write_timeout);
    mysql_optionsv (c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
@@ -340,22 +388,172 @@ static void ll_mysql_set_options (ll_mysql_conn_t *c)
       mysql_optionsv (c->db, MYSQL_OPT_SSL_ENFORCE, &on);
 }
 
+/* ---- a writable server ------------------------------------------------ */
+
+static bool ll_mysql_on (const char *v)
+{
+   return !strcasecmp (v, "ON") || !strcmp (v, "1");
+}
+
+/* Runs sql, a SHOW ... that answers rows of (name, value), and copies the
+ * value of each of names[0..n) it answers into vals (unchanged when it
+ * does not: a variable this server lacks). */
+static bool ll_mysql_show (ll_mysql_conn_t *c,
+                           const char *sql,
+                           const char *const *names,
+                           char (*vals)[32],
+                           int n,
+                           const char *what,
+                           leaselock_error_t *err)
+{
+   if (mysql_real_query (c->db, sql, strlen (sql)))
+      return ll_mysql_fail_db (c, what, err);
+   MYSQL_RES *res = mysql_store_result (c->db);
+   if (!res)
+      return ll_mysql_fail_db (c, what, err);
+   for (MYSQL_ROW row; (row = mysql_fetch_row (res));)
+      for (int i = 0; i < n; i++)
+         if (mysql_num_fields (res) >= 2 && row[0] && row[1] && !strcasecmp (row[0], names[i]))
+            snprintf (vals[i], sizeof vals[i], "%s", row[1]);
+   mysql_free_result (res);
+   return true;
+}
+
+/* A Galera node takes leases only in the Primary component and ready;
+ * there its reads wait for the writes the cluster committed before them
+ * (wsrep_sync_wait = 1: causal reads). why: set when it is not usable. */
+static bool ll_mysql_check_galera (ll_mysql_conn_t *c,
+                                   char *why,
+                                   size_t size,
+                                   const char *what,
+                                   leaselock_error_t *err)
+{
+   static const char *const names[] = { "wsrep_cluster_status", "wsrep_ready" };
+   char v[2][32] = { "unknown", "unknown" };
+   if (!ll_mysql_show (c,
+                       "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                       "('wsrep_cluster_status', 'wsrep_ready')",
+                       names, v, 2, what, err))
+      return false;
+   if (strcasecmp (v[0], "Primary"))
+      snprintf (why, size,
+                "the Galera node is not in the Primary component (wsrep_cluster_status=%s)", v[0]);
+   else if (!ll_mysql_on (v[1]))
+      snprintf (why, size, "the Galera node is not ready (wsrep_ready=%s)", v[1]);
+   else
+      return ll_mysql_exec_plain (c, "SET SESSION wsrep_sync_wait = 1", what, err);
+   return true;
+}
+
+/* Refuses a server that takes no writes, so that no lease is ever taken
+ * on a replica (whose user may be allowed to write): read_only or
+ * super_read_only (MySQL) on, or a Galera node that is not usable. One
+ * round trip (two more on Galera), at connect only. */
+static bool ll_mysql_check_writable (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err)
+{
+   static const char *const names[] = { "read_only", "super_read_only", "wsrep_on" };
+   char v[3][32] = { "", "", "" };
+   char why[160] = "";
+   if (!ll_mysql_show (c,
+                       "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                       "('read_only', 'super_read_only', 'wsrep_on')",
+                       names, v, 3, what, err))
+      return false;
+   for (int i = 0; i < 2 && !*why; i++)
+      if (ll_mysql_on (v[i]))
+         snprintf (why, sizeof why, "the server is read-only (%s=%s)", names[i], v[i]);
+   if (!*why && ll_mysql_on (v[2]) && !ll_mysql_check_galera (c, why, sizeof why, what, err))
+      return false;
+   if (!*why)
+      return true;
+   strcat (why, "; leases are taken only on a writable server");
+   return ll_backend_fail (err, "mysql", what, why, NULL, NULL);
+}
+
+/* ---- connection (continued) ------------------------------------------- */
+
+/* "host:port" ("[v6]:port") of host i, or the socket. */
+static void ll_mysql_host_name (const ll_mysql_conn_t *c, int i, char *buf, size_t size)
+{
+   const char *h = c->hosts[i];
+   if (c->socket)
+      snprintf (buf, size, "socket %.200s", c->socket);
+   else
+      snprintf (buf, size, strchr (h, ':') ? "[%.200s]:%u" : "%.200s:%u", h, c->ports[i]);
+}
+
+/* Host i: connects within timeout_s (libmariadb counts whole seconds: the
+ * TCP connect, then each wait of the handshake) and checks that the
+ * server takes writes. */
+static bool ll_mysql_connect_host (ll_mysql_conn_t *c,
+                                   int i,
+                                   unsigned timeout_s,
+                                   leaselock_error_t *err)
+{
+   if (!(c->db = mysql_init (NULL)))
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
+   ll_mysql_set_options (c, timeout_s);
+   char name[224], what[240];
+   ll_mysql_host_name (c, i, name, sizeof name);
+   snprintf (what, sizeof what, "connecting to %s", name);
+   if (!mysql_real_connect (c->db, c->socket ? NULL : c->hosts[i], c->user, c->password, c->dbname,
+                            c->socket ? 0 : c->ports[i], c->socket, 0))
+      return ll_mysql_fail_db (c, what, err);
+   return ll_mysql_check_writable (c, what, err);
+}
+
+/* What a host's error says, without "mysql: connecting to <host>: " (the
+ * list's error names the host) nor what follows a "; ". */
+static void ll_mysql_reason (const char *msg, char *buf, size_t size)
+{
+   const char *p = strstr (msg, ": ");
+   const char *q = p ? strstr (p + 2, ": ") : NULL;
+   const char *r = q ? q + 2 : msg;
+   const char *cut = strstr (r, "; ");
+   snprintf (buf, size, "%.*s", (int)(cut ? cut - r : (ptrdiff_t)strlen (r)), r);
+}
+
+/* Several hosts: each in turn with its share of what is left of
+ * connect_timeout (at least 1 s), until one takes writes; a host that
+ * fails or is read-only is skipped, and the error when none is left
+ * names each one and why. */
+static bool ll_mysql_connect_list (ll_mysql_conn_t *c, leaselock_error_t *err)
+{
+   int64_t deadline = ll_real_now_ms () + (int64_t)c->connect_timeout * 1000;
+   ll_host_failures_t f = { .len = 0 };
+   for (int i = 0; i < c->n_hosts; i++) {
+      char name[224];
+      ll_mysql_host_name (c, i, name, sizeof name);
+      int64_t left = deadline - ll_real_now_ms ();
+      if (left <= 0) {
+         ll_host_failure_add (&f, c->n_hosts, name, "not tried: connect_timeout ran out");
+         continue;
+      }
+      /* Whole seconds, rounded up: the last host may end the list up to
+       * a second after connect_timeout rather than not be tried. */
+      int64_t share = (left / (c->n_hosts - i) + 999) / 1000;
+      leaselock_error_t e;
+      if (ll_mysql_connect_host (c, i, (unsigned)share, &e))
+         return true;
+      ll_mysql_disconnect (&c->b);
+      if (e.code == LEASELOCK_NOMEM)
+         return ll_error_set (err, e.code, "%s", e.message);
+      char why[LEASELOCK_ERROR_MAX];
+      ll_mysql_reason (e.message, why, sizeof why);
+      ll_host_failure_add (&f, c->n_hosts, name, why);
+   }
+   return ll_host_failures_fail (&f, "mysql", c->n_hosts, err);
+}
+
 static bool ll_mysql_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
    pthread_once (&lib_once, ll_mysql_lib_init);
-   if (!(c->db = mysql_init (NULL)))
-      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (mysql_init)");
-   ll_mysql_set_options (c);
-   if (mysql_real_connect (c->db, c->socket ? NULL : c->host, c->user, c->password, c->dbname,
-                           c->socket ? 0 : c->port, c->socket, 0))
-      return true;
-   char what[300];
-   if (c->socket)
-      snprintf (what, sizeof what, "connecting to socket %.200s", c->socket);
-   else
-      snprintf (what, sizeof what, "connecting to %.200s:%u", c->host, c->port);
-   return ll_mysql_fail_db (c, what, err);
+   bool ok = c->n_hosts > 1 ? ll_mysql_connect_list (c, err)
+                            : ll_mysql_connect_host (c, 0, c->connect_timeout, err);
+   /* ok: c->db is a connection to a writable server (every reconnect
+    * comes here too). */
+   return ok;
 }
 
 static int ll_mysql_fd (ll_sql_conn_t *b)
@@ -392,7 +590,8 @@ static void ll_mysql_free_fields (ll_sql_conn_t *b)
 {
    ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
    ll_sql_free_secret (c->password);
-   free (c->host);
+   for (int i = 0; i < c->n_hosts; i++)
+      free (c->hosts[i]);
    free (c->user);
    free (c->dbname);
    free (c->socket);
@@ -412,6 +611,7 @@ const ll_sql_driver_t ll_mysql_driver = {
    .prepare = ll_mysql_prepare,
    .read_version = ll_mysql_read_version,
    .create_schema = ll_mysql_create_schema,
+   .check_primary = ll_mysql_check_primary,
 };
 
 #endif /* LEASELOCK_WITH_MYSQL */

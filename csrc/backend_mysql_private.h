@@ -20,8 +20,12 @@ typedef struct
    ll_sql_conn_t b; /* first: the part backend_sql.c uses */
    MYSQL *db;       /* NULL while disconnected */
    MYSQL_STMT *st[LL_SQL_COUNT];
-   char *host, *user, *password, *dbname, *socket;
-   unsigned port;
+   char *user, *password, *dbname, *socket;
+   /* The URI's hosts, tried in this order until one takes writes
+    * ("localhost" for an empty one); hosts[0] alone with socket=. */
+   char *hosts[LL_URI_MAX_HOSTS];
+   unsigned ports[LL_URI_MAX_HOSTS]; /* 3306 where the URI names none */
+   int n_hosts;
    unsigned connect_timeout, read_timeout, write_timeout;
    bool ssl;
 } ll_mysql_conn_t;
@@ -40,5 +44,19 @@ bool ll_mysql_fail_stmt (ll_mysql_conn_t *c,
                          MYSQL_STMT *st,
                          const char *what,
                          leaselock_error_t *err);
+
+/* BACKEND in the one format from the connection's last error; drops the
+ * connection when the error says it is gone. Returns false. */
+bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *err);
+
+/* Runs a statement without parameters, its result (if any) dropped
+ * (schema setup, check_primary). */
+bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
+                          const char *sql,
+                          const char *what,
+                          leaselock_error_t *err);
+
+/* The driver's check_primary (backend_mysql_primary.c). */
+bool ll_mysql_check_primary (ll_sql_conn_t *b, leaselock_error_t *err);
 
 #endif /* LL_BACKEND_MYSQL_PRIVATE_H */

@@ -142,14 +142,19 @@ static bool ll_pg_acquire_wait (void *conn,
    snprintf (pid, sizeof pid, "%" PRId64, t->holder->pid);
    snprintf (res_us, sizeof res_us, "%" PRId64, t->reserve_ms * 1000);
    snprintf (wait_us, sizeof wait_us, "%" PRId64, t->waited_ms * 1000);
-   const char *p[8] = { ll_pg_key_z (t->op.key, t->op.key_len, kbuf),
+   if (!ll_primary_ttl_ok (&c->b.primary, "postgresql", t->ttl_ms, err))
+      return false;
+   /* $9 points into the connection: a reconnect in ll_pg_run rewrites
+    * it before the statement is sent. */
+   const char *p[9] = { ll_pg_key_z (t->op.key, t->op.key_len, kbuf),
                         t->op.owner,
                         ttl,
                         ll_pg_clip255 (t->holder->host, hbuf),
                         pid,
                         ll_pg_clip255 (t->holder->label, lbuf),
                         t->reserve_ms < 0 ? NULL : res_us,
-                        t->reserve_ms < 0 ? NULL : wait_us };
+                        t->reserve_ms < 0 ? NULL : wait_us,
+                        c->b.primary.floor_text };
    PGresult *res = ll_pg_run (c, LL_SQL_ACQUIRE, p, "acquire", err);
    if (!res)
       return false;
@@ -186,6 +191,9 @@ static bool ll_pg_update_one (ll_pg_conn_t *c,
 
 static bool ll_pg_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
+   ll_pg_conn_t *c = conn;
+   if (!ll_primary_ttl_ok (&c->b.primary, "postgresql", ttl_ms, err))
+      return false;
    return ll_pg_update_one (conn, LL_SQL_RENEW, op, ttl_ms, "renew", err);
 }
 
@@ -483,6 +491,7 @@ const ll_backend_t ll_backend_postgresql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    LL_BACKEND_LEASE_OPS (ll_pg),
+   .primary = ll_sql_primary,
    .watch_open = ll_pg_watch_open,
    .watch_fd = ll_pg_watch_fd,
    .watch_drain = ll_pg_watch_drain,

@@ -17,7 +17,20 @@
  * schema check, is one deadline. Defaults that the URI may override:
  * keepalives=1, keepalives_idle=10, keepalives_interval=5,
  * keepalives_count=3, tcp_user_timeout=<io_timeout in ms>,
- * fallback_application_name=leaselock. client_encoding is always UTF8.
+ * fallback_application_name=leaselock, and target_session_attrs=read-write
+ * when the URI names several hosts. client_encoding is always UTF8.
+ *
+ * Several hosts (h1:p1,h2:p2 in the authority, or host=, hostaddr= and
+ * port= lists, or PGHOST and the like): leaselock tries them one by one in
+ * the URI's order, each with its share of what is left of connect_timeout
+ * (so a host that swallows packets does not use up the time of the ones
+ * after it), until one takes writes; the error names each host and why it
+ * failed. Lists that libpq pairs in ways one host alone cannot say (an
+ * empty item) are left to libpq, within the same deadline. Every
+ * connection, reconnections too, checks that its server is no standby
+ * (pg_is_in_recovery()) and that its sessions are not read-only
+ * (transaction_read_only); target_session_attrs that would allow a
+ * standby (read-only, standby, prefer-standby) are refused.
  *
  * Bounded calls: the connection is non-blocking and every statement is
  * sent with PQsendPrepare / PQsendQueryPrepared, flushed, and its results
@@ -42,6 +55,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +102,7 @@ bool ll_pg_fail (ll_pg_conn_t *c, PGresult *res, const char *what, leaselock_err
 /* The options of leaselock's own, removed before the URI reaches libpq. */
 static bool ll_pg_is_own_option (const char *item, size_t n)
 {
-   static const char *const own[] = { "table", "io_timeout" };
+   static const char *const own[] = { "table", "io_timeout", "max_ttl", "durability" };
    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
       size_t k = strlen (own[i]);
       if (n >= k && !strncmp (item, own[i], k) && (n == k || item[k] == '='))
@@ -170,6 +184,85 @@ static char *ll_pg_without_own_options (const char *text)
    return out;
 }
 
+/* The list keys libpq pairs item by item, and where it reads each when
+ * the URI has none. */
+static const char *const list_keys[3] = { "host", "hostaddr", "port" };
+static const char *const list_envs[3] = { "PGHOST", "PGHOSTADDR", "PGPORT" };
+
+/* INVALID for a target_session_attrs that would let leaselock take leases
+ * on a standby. */
+static bool ll_pg_check_session_attrs (const char *v, leaselock_error_t *err)
+{
+   if (strcmp (v, "read-only") && strcmp (v, "standby") && strcmp (v, "prefer-standby"))
+      return true;
+   return ll_error_set (err, LEASELOCK_INVALID,
+                        "postgresql URI option target_session_attrs=\"%s\": leases are taken only "
+                        "on a writable primary (use read-write, primary or any)",
+                        v);
+}
+
+/* Splits list k (a copy of v, owned by c) at its commas into
+ * c->host_items[.][k]; *count: its items, 0 when v is NULL or "";
+ * *empty: some item is "". */
+static bool ll_pg_split_list (ll_pg_conn_t *c, int k, const char *v, int *count, bool *empty)
+{
+   *count = 0;
+   if (!v || !*v)
+      return true;
+   if (!(c->host_lists[k] = strdup (v)))
+      return false;
+   for (char *p = c->host_lists[k], *comma;; p = comma + 1) {
+      if ((comma = strchr (p, ',')))
+         *comma = '\0';
+      *empty |= !*p;
+      if (*count < LL_URI_MAX_HOSTS)
+         c->host_items[*count][k] = p;
+      ++*count;
+      if (!comma)
+         return true;
+   }
+}
+
+/* Reads the hosts as libpq will (PQconninfoParse, no I/O, then the PG*
+ * variables): several of them are tried one by one (connect_list) when
+ * each can be named alone, i.e. the lists pair up and no item is empty;
+ * otherwise libpq walks its list itself within the one deadline. With
+ * several hosts and no target_session_attrs, libpq is asked for
+ * read-write. */
+static bool ll_pg_read_hosts (ll_pg_conn_t *c, const char *text, leaselock_error_t *err)
+{
+   PQconninfoOption *opts = PQconninfoParse (text, NULL);
+   const char *v[3] = { NULL, NULL, NULL };
+   bool attrs = getenv ("PGTARGETSESSIONATTRS") != NULL, ok = true, empty = false;
+   for (PQconninfoOption *o = opts; o && o->keyword && ok; o++) {
+      for (int k = 0; k < 3; k++)
+         if (o->val && !strcmp (o->keyword, list_keys[k]))
+            v[k] = o->val;
+      if (o->val && !strcmp (o->keyword, "target_session_attrs")) {
+         attrs = true;
+         ok = ll_pg_check_session_attrs (o->val, err);
+      }
+   }
+   int n[3] = { 0, 0, 0 };
+   for (int k = 0; k < 3 && ok; k++)
+      if (!ll_pg_split_list (c, k, v[k] ? v[k] : getenv (list_envs[k]), &n[k], &empty))
+         ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   PQconninfoFree (opts);
+   int hosts = n[0] > n[1] ? n[0] : n[1];
+   if (ok && hosts > LL_URI_MAX_HOSTS)
+      ok = ll_error_set (err, LEASELOCK_INVALID, "postgresql URI: %d hosts; at most %d are allowed",
+                         hosts, LL_URI_MAX_HOSTS);
+   c->read_write = hosts > 1 && !attrs;
+   bool pairs =
+     (n[0] == 0 || n[0] == hosts) && (n[1] == 0 || n[1] == hosts) && (n[2] <= 1 || n[2] == hosts);
+   c->n_hosts = ok && hosts > 1 && pairs && !empty ? hosts : 0;
+   for (int i = 0; i < LL_URI_MAX_HOSTS; i++)
+      for (int k = 0; k < 3; k++)
+         if (n[k] < 2 || i >= c->n_hosts)
+            c->host_items[i][k] = NULL;
+   return ok;
+}
+
 /* Reads leaselock's options and keeps the rest of the URI for libpq. */
 static bool ll_pg_parse_uri (ll_sql_conn_t *b,
                              const ll_uri_t *u,
@@ -182,7 +275,7 @@ static bool ll_pg_parse_uri (ll_sql_conn_t *b,
       return false;
    if (!ll_pg_add_libpq_secrets (c, text) || !(c->conninfo = ll_pg_without_own_options (text)))
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
-   return true;
+   return ll_pg_read_hosts (c, c->conninfo, err);
 }
 
 /* ---- bounded I/O ----------------------------------------------------- */
@@ -288,7 +381,7 @@ static PGresult *ll_pg_exec_setup (ll_pg_conn_t *c,
 
 /* Each statement's number of parameters, and its name on the server. */
 static const int n_params[LL_SQL_COUNT] = {
-   [LL_SQL_ACQUIRE] = 8,
+   [LL_SQL_ACQUIRE] = 9,
    [LL_SQL_RENEW] = 3,
    [LL_SQL_RELEASE] = 3,
    [LL_SQL_INSPECT] = 1,
@@ -377,32 +470,82 @@ static void ll_pg_quiet_notices (void *arg, const char *message)
 }
 
 /* Starts connecting with leaselock's defaults first: the URI (dbname,
- * expanded) overrides them; the encoding after it is always ours. */
-static bool ll_pg_start_connect (ll_pg_conn_t *c, leaselock_error_t *err)
+ * expanded) overrides them; after it, host i's items of the URI's lists
+ * (i >= 0: one host alone) and the encoding, which is always ours. */
+static bool ll_pg_start_connect (ll_pg_conn_t *c, int i, leaselock_error_t *err)
 {
    char user_timeout[32];
    snprintf (user_timeout, sizeof user_timeout, "%lld", (long long)c->io_timeout_ms);
-   const char *keys[] = { "keepalives",       "keepalives_idle",  "keepalives_interval",
-                          "keepalives_count", "tcp_user_timeout", "fallback_application_name",
-                          "dbname",           "client_encoding",  NULL };
-   const char *vals[] = {
-      "1", "10", "5", "3", user_timeout, "leaselock", c->conninfo, "UTF8", NULL
-   };
+   const char *keys[16] = { "keepalives",       "keepalives_idle",  "keepalives_interval",
+                            "keepalives_count", "tcp_user_timeout", "fallback_application_name" };
+   const char *vals[16] = { "1", "10", "5", "3", user_timeout, "leaselock" };
+   int n = 6;
+   if (c->read_write) {
+      keys[n] = "target_session_attrs";
+      vals[n++] = "read-write";
+   }
+   keys[n] = "dbname";
+   vals[n++] = c->conninfo;
+   for (int k = 0; i >= 0 && k < 3; k++)
+      if (c->host_items[i][k]) {
+         keys[n] = list_keys[k];
+         vals[n++] = c->host_items[i][k];
+      }
+   keys[n] = "client_encoding";
+   vals[n++] = "UTF8";
+   keys[n] = vals[n] = NULL;
    c->db = PQconnectStartParams (keys, vals, 1);
    if (!c->db)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory (PQconnectStartParams)");
    return true;
 }
 
-/* Connects (every host and address of the URI in turn, as libpq does) and
- * sets the connection non-blocking, within connect_timeout; the schema
- * check that backend_sql.c runs next (ll_pg_read_version, ll_pg_create_schema)
- * has the same deadline. */
-static bool ll_pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
+/* Refuses a server that takes no writes, so that no lease is ever taken
+ * on a standby, nor kept on one that a failover promotes later without
+ * this check (a reconnect runs it again): in recovery, or a session that
+ * is read-only. One round trip, at connect only. */
+static bool ll_pg_check_writable (ll_pg_conn_t *c,
+                                  int64_t deadline_ms,
+                                  int64_t limit_ms,
+                                  leaselock_error_t *err)
 {
-   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
-   c->connect_deadline_ms = ll_real_now_ms () + c->connect_timeout_ms;
-   if (!ll_pg_start_connect (c, err))
+   const char *what = "checking that the server takes writes";
+   if (!PQsendQuery (c->db, "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')"))
+      return ll_pg_fail (c, NULL, what, err);
+   PGresult *res = ll_pg_collect (c, deadline_ms, limit_ms, "connect_timeout", what, err);
+   if (!res)
+      return false;
+   if (PQresultStatus (res) != PGRES_TUPLES_OK || PQntuples (res) != 1 || PQnfields (res) != 2) {
+      ll_pg_fail (c, res, what, err);
+      PQclear (res);
+      return false;
+   }
+   bool standby = !strcmp (PQgetvalue (res, 0, 0), "t");
+   bool read_only = !strcmp (PQgetvalue (res, 0, 1), "on");
+   PQclear (res);
+   if (!standby && !read_only)
+      return true;
+   const char *h = PQhost (c->db) ? PQhost (c->db) : "";
+   char where[160], msg[320];
+   snprintf (where, sizeof where,
+             strchr (h, ':') ? "connecting to [%.100s]:%.8s" : "connecting to %.100s:%.8s", h,
+             PQport (c->db) ? PQport (c->db) : "");
+   snprintf (msg, sizeof msg, "%s; leases are taken only on a writable primary",
+             standby ? "the server is a standby (pg_is_in_recovery() is true)"
+                     : "the server gives read-only sessions (transaction_read_only is on)");
+   return ll_backend_fail (err, "postgresql", where, msg, NULL, NULL);
+}
+
+/* Connects to host i of the list (-1: every host as the URI says, libpq
+ * walking them) by deadline_ms (limit_ms after the start), sets the
+ * connection non-blocking and checks that the server takes writes. */
+static bool ll_pg_connect_host (ll_pg_conn_t *c,
+                                int i,
+                                int64_t deadline_ms,
+                                int64_t limit_ms,
+                                leaselock_error_t *err)
+{
+   if (!ll_pg_start_connect (c, i, err))
       return false;
    PostgresPollingStatusType st =
      PQstatus (c->db) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
@@ -410,14 +553,85 @@ static bool ll_pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
       if (st == PGRES_POLLING_FAILED)
          return ll_pg_fail (c, NULL, "connecting", err);
       short ev = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-      if (!ll_pg_wait_socket (c->db, ev, c->connect_deadline_ms))
-         return ll_pg_timed_out (c, "connecting", c->connect_timeout_ms, "connect_timeout", err);
+      if (!ll_pg_wait_socket (c->db, ev, deadline_ms))
+         return ll_pg_timed_out (c, "connecting", limit_ms, "connect_timeout", err);
       st = PQconnectPoll (c->db);
    }
    if (PQsetnonblocking (c->db, 1) != 0)
       return ll_pg_fail (c, NULL, "connecting", err);
    PQsetNoticeProcessor (c->db, ll_pg_quiet_notices, NULL);
-   return true;
+   return ll_pg_check_writable (c, deadline_ms, limit_ms, err);
+}
+
+/* "host:port" of host i of the list, as the error names it. */
+static void ll_pg_host_name (const ll_pg_conn_t *c, int i, char *buf, size_t size)
+{
+   const char *h = c->host_items[i][0] ? c->host_items[i][0] : c->host_items[i][1];
+   const char *port = c->host_items[i][2] ? c->host_items[i][2] : c->host_lists[2];
+   snprintf (buf, size, strchr (h, ':') ? "[%.100s]" : "%.100s", h);
+   if (port)
+      snprintf (buf + strlen (buf), size - strlen (buf), ":%.8s", port);
+}
+
+/* What a host's error says, without "postgresql: <what>: " (the list's
+ * error names the host), libpq's "connection to server at ... failed: ",
+ * its hint (after a line break, now two blanks) nor what follows a
+ * "; ". */
+static void ll_pg_reason (const char *msg, char *buf, size_t size)
+{
+   const char *p = strstr (msg, ": ");
+   const char *q = p ? strstr (p + 2, ": ") : NULL;
+   const char *r = q ? q + 2 : msg;
+   for (const char *f; (f = strstr (r, "failed: "));)
+      r = f + 8;
+   const char *cut = strstr (r, "  "), *semi = strstr (r, "; ");
+   if (!cut || (semi && semi < cut))
+      cut = semi;
+   snprintf (buf, size, "%.*s", (int)(cut ? cut - r : (ptrdiff_t)strlen (r)), r);
+}
+
+/* Several hosts: each in turn with its share of what is left of
+ * connect_timeout, until one takes writes; a host that fails, times out
+ * or is a standby is skipped, and the error when none is left names each
+ * one and why. */
+static bool ll_pg_connect_list (ll_pg_conn_t *c, leaselock_error_t *err)
+{
+   ll_host_failures_t f = { .len = 0 };
+   for (int i = 0; i < c->n_hosts; i++) {
+      char name[128], why[LEASELOCK_ERROR_MAX];
+      ll_pg_host_name (c, i, name, sizeof name);
+      int64_t now = ll_real_now_ms (), left = c->connect_deadline_ms - now;
+      if (left <= 0) {
+         ll_host_failure_add (&f, c->n_hosts, name, "not tried: connect_timeout ran out");
+         continue;
+      }
+      int64_t share = left / (c->n_hosts - i);
+      leaselock_error_t e;
+      if (ll_pg_connect_host (c, i, now + share, share, &e))
+         return true;
+      ll_pg_disconnect (&c->b);
+      if (e.code == LEASELOCK_NOMEM)
+         return ll_error_set (err, e.code, "%s", e.message);
+      ll_pg_reason (e.message, why, sizeof why);
+      ll_host_failure_add (&f, c->n_hosts, name, why);
+   }
+   return ll_host_failures_fail (&f, "postgresql", c->n_hosts, err);
+}
+
+/* Connects within connect_timeout, every host together: one by one when
+ * the URI's lists allow it (connect_list), else as libpq walks them; the
+ * schema check that backend_sql.c runs next (ll_pg_read_version,
+ * ll_pg_create_schema) has the same deadline. */
+static bool ll_pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
+   c->connect_deadline_ms = ll_real_now_ms () + c->connect_timeout_ms;
+   bool ok = c->n_hosts > 1
+               ? ll_pg_connect_list (c, err)
+               : ll_pg_connect_host (c, -1, c->connect_deadline_ms, c->connect_timeout_ms, err);
+   /* ok: c->db is a connection to a writable primary (every reconnect
+    * comes here too). */
+   return ok;
 }
 
 static int ll_pg_fd (ll_sql_conn_t *b)
@@ -458,9 +672,59 @@ static bool ll_pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
    return ok;
 }
 
+/* How the server makes a commit survive a failover (failover.c's
+ * levels): synchronous standbys named, in sync, and a commit level that
+ * waits for them. sync_names with no standby in sync makes commits wait
+ * (never answered before a standby has them): durable, if stalled. */
+static void ll_pg_durability (ll_primary_t *p, PGresult *res)
+{
+   const char *commit = PQgetvalue (res, 0, 5), *names = PQgetvalue (res, 0, 6);
+   long in_sync = strtol (PQgetvalue (res, 0, 7), NULL, 10);
+   long standbys = strtol (PQgetvalue (res, 0, 8), NULL, 10);
+   bool waits = strcmp (commit, "off") && strcmp (commit, "local");
+   if (names[0] && waits)
+      p->durability = LL_DURABILITY_DURABLE;
+   else if (standbys == 0 && !names[0])
+      p->durability = LL_DURABILITY_STANDALONE;
+   else
+      p->durability = LL_DURABILITY_AT_RISK;
+   snprintf (p->durability_text, sizeof p->durability_text,
+             "synchronous_commit=%.16s, synchronous_standby_names='%.64s', %ld of %ld standbys "
+             "in sync",
+             commit, names, in_sync, standbys);
+}
+
+static bool ll_pg_check_primary (ll_sql_conn_t *b, leaselock_error_t *err)
+{
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
+   char sql[4096];
+   snprintf (sql, sizeof sql, ll_pg_schema_sql.check_primary, b->table,
+             (long long)b->primary.want_max_ttl_ms);
+   PGresult *res = ll_pg_exec_setup (c, sql, "recording the primary", err);
+   if (!res)
+      return false;
+   if (PQresultStatus (res) != PGRES_TUPLES_OK || PQntuples (res) != 1) {
+      bool ok = ll_pg_fail (c, res, "recording the primary", err);
+      PQclear (res);
+      return ok;
+   }
+   ll_primary_t *p = &b->primary;
+   ll_pg_durability (p, res);
+   snprintf (p->primary_id, sizeof p->primary_id, "%s", PQgetvalue (res, 0, 3));
+   p->new_primary = !strcmp (PQgetvalue (res, 0, 4), "t");
+   ll_primary_seen (p, strtoll (PQgetvalue (res, 0, 0), NULL, 10),
+                    strtoll (PQgetvalue (res, 0, 1), NULL, 10),
+                    strtoll (PQgetvalue (res, 0, 2), NULL, 10));
+   PQclear (res);
+   return true;
+}
+
 static void ll_pg_free_fields (ll_sql_conn_t *b)
 {
-   ll_sql_free_secret (((ll_pg_conn_t *)b)->conninfo);
+   ll_pg_conn_t *c = (ll_pg_conn_t *)b;
+   ll_sql_free_secret (c->conninfo);
+   for (int k = 0; k < 3; k++)
+      free (c->host_lists[k]);
 }
 
 const ll_sql_driver_t ll_pg_driver = {
@@ -477,6 +741,7 @@ const ll_sql_driver_t ll_pg_driver = {
    .prepare = ll_pg_prepare,
    .read_version = ll_pg_read_version,
    .create_schema = ll_pg_create_schema,
+   .check_primary = ll_pg_check_primary,
 };
 
 /* ---- statements ------------------------------------------------------ */

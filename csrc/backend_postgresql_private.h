@@ -21,7 +21,15 @@ typedef struct
    ll_sql_conn_t b; /* first: the part backend_sql.c uses */
    PGconn *db;      /* NULL while disconnected */
    bool prepared[LL_SQL_COUNT];
-   char *conninfo;              /* the URI without leaselock's options */
+   char *conninfo; /* the URI without leaselock's options */
+   /* The URI's host, hostaddr and port lists (PGHOST, PGHOSTADDR, PGPORT
+    * where it has none) as owned copies split in place at the commas;
+    * host_items[i][k] is item i of list k, NULL where list k is not
+    * given or has one item (which then stays as libpq reads it). */
+   char *host_lists[3];
+   const char *host_items[LL_URI_MAX_HOSTS][3];
+   int n_hosts;                 /* >= 2: tried one by one; 0: libpq reads the URI's hosts */
+   bool read_write;             /* several hosts and no target_session_attrs: read-write */
    int64_t io_timeout_ms;       /* one call's wait once connected */
    int64_t connect_timeout_ms;  /* the whole connection set-up */
    int64_t connect_deadline_ms; /* while connecting: when connect_timeout ends */

@@ -39,10 +39,11 @@ static bool ensure_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    return ll_backend_fail (err, d->name, "checking the schema", msg, NULL, NULL);
 }
 
-/* Connects, then checks the schema; disconnected on failure. */
+/* Connects, then checks the schema and the primary (a new one pauses
+ * grants: failover.c); disconnected on failure. */
 static bool sql_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
-   if (b->driver->connect (b, err) && ensure_schema (b, err))
+   if (b->driver->connect (b, err) && ensure_schema (b, err) && b->driver->check_primary (b, err))
       return true;
    b->driver->disconnect (b);
    return false;
@@ -57,6 +58,11 @@ static bool read_uri (ll_sql_conn_t *b, const char *text, leaselock_error_t *err
       return false;
    bool ok = ll_secrets_from_uri (&b->secrets, text) ||
              ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   for (int i = 0; ok && i < u.n_params; i++) {
+      bool taken;
+      ok = ll_primary_option (&b->primary, b->driver->name, u.params[i].name, u.params[i].value,
+                              &taken, err);
+   }
    ok = ok && b->driver->parse_uri (b, &u, text, err);
    ll_uri_cleanup (&u);
    return ok;
@@ -80,6 +86,11 @@ void *ll_sql_open (ll_sql_conn_t *b,
    return b;
 }
 
+struct ll_primary *ll_sql_primary (void *conn)
+{
+   return &((ll_sql_conn_t *)conn)->primary;
+}
+
 bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t *err)
 {
    if (!ll_valid_identifier (value))
@@ -98,6 +109,8 @@ bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
       if (!sql_connect (b, err))
          return false;
    }
+   if (id == LL_SQL_ACQUIRE && !ll_primary_grant_ok (&b->primary, b->driver->name, err))
+      return false;
    return b->driver->prepare (b, id, err);
 }
 

@@ -529,6 +529,19 @@ static bool ll_sqlite_watch_drain (void *listener,
    return true;
 }
 
+/* One file on one machine: no replica to fail over to. Generation 0, so
+ * the engine never writes it (pool.c reports a changed generation). */
+static ll_primary_t ll_sqlite_view = {
+   .durability = LL_DURABILITY_STANDALONE,
+   .durability_text = "embedded SQLite: one file on one machine, no replica to fail over to",
+};
+
+static struct ll_primary *ll_sqlite_primary (void *conn)
+{
+   (void)conn;
+   return &ll_sqlite_view;
+}
+
 const ll_backend_t ll_backend_sqlite = {
    .name = "sqlite",
    .schemes = { "sqlite", NULL },
@@ -543,4 +556,5 @@ const ll_backend_t ll_backend_sqlite = {
    .watch_drain = ll_sqlite_watch_drain,
    .watch_close = ll_sqlite_watch_close,
    .watch_abandon = ll_sqlite_watch_close,
+   .primary = ll_sqlite_primary,
 };

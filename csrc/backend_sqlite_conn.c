@@ -232,7 +232,7 @@ bool ll_sqlite_check_uri_shape (const ll_uri_t *uri, const char *text, leaselock
 {
    if (uri->user || uri->password || uri->port)
       return ll_sqlite_bad_uri (text, "no user, password or port allowed", err);
-   if (uri->host[0]) {
+   if (uri->host[0] || uri->n_hosts > 1) {
       char why[160];
       snprintf (why, sizeof why,
                 "a host (\"%.64s\") is not allowed and relative paths are not supported",

@@ -37,6 +37,36 @@ bool ll_backend_fail (leaselock_error_t *err,
                         detail && *detail ? ")" : "");
 }
 
+/* What the fixed words of ll_host_failures_fail leave for the hosts:
+ * "postgresql: connecting: no writable server among 16 hosts: ". */
+#define LL_HOST_FAILURES_ROOM (LEASELOCK_ERROR_MAX - 64)
+
+void ll_host_failure_add (ll_host_failures_t *f, int n_hosts, const char *host, const char *why)
+{
+   size_t share = LL_HOST_FAILURES_ROOM / (size_t)(n_hosts > 0 ? n_hosts : 1);
+   size_t room = sizeof f->text - f->len;
+   if (share > room)
+      share = room;
+   if (share < 8)
+      return;
+   /* "; " before all but the first; the reason gets what the host leaves. */
+   int n = snprintf (f->text + f->len, share, "%s%s: %s", f->len ? "; " : "", host,
+                     why && *why ? why : "failed");
+   if (n < 0)
+      return;
+   f->len += (size_t)n < share ? (size_t)n : share - 1;
+}
+
+bool ll_host_failures_fail (const ll_host_failures_t *f,
+                            const char *backend,
+                            int n_hosts,
+                            leaselock_error_t *err)
+{
+   return ll_error_set (err, LEASELOCK_BACKEND,
+                        "%s: connecting: no writable server among %d hosts: %s", backend, n_hosts,
+                        f->text);
+}
+
 bool ll_valid_identifier (const char *s)
 {
    size_t n = strlen (s);

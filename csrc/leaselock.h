@@ -572,21 +572,23 @@ extern "C"
     */
    typedef struct leaselock_stats
    {
-      uint64_t acquires;         /* successful acquires */
-      uint64_t busy;             /* one-try acquires answered BUSY */
-      uint64_t waits;            /* blocking acquires that found the key busy and waited */
-      uint64_t timeouts;         /* blocking acquires that gave up (TIMEOUT) */
-      uint64_t wait_ms;          /* total time those waits lasted */
-      uint64_t held_ms;          /* total time leases were held, counted when each ends */
-      uint64_t renewals;         /* successful renew statements (automatic and manual) */
-      uint64_t renewal_failures; /* failed renew statements */
-      uint64_t losses;           /* leases declared LOST */
-      uint64_t releases;         /* successful releases */
-      uint64_t release_failures; /* releases that failed (NOT_HELD, BACKEND) */
-      uint64_t backend_errors;   /* statements and connections that failed with BACKEND */
-      uint64_t requests;         /* statements sent to the database */
-      uint64_t leases_held;      /* leases HELD by this process now (a gauge) */
-      uint64_t latency_sum_us;   /* sum of the round trips of the requests */
+      uint64_t acquires;            /* successful acquires */
+      uint64_t busy;                /* one-try acquires answered BUSY */
+      uint64_t waits;               /* blocking acquires that found the key busy and waited */
+      uint64_t timeouts;            /* blocking acquires that gave up (TIMEOUT) */
+      uint64_t wait_ms;             /* total time those waits lasted */
+      uint64_t held_ms;             /* total time leases were held, counted when each ends */
+      uint64_t renewals;            /* successful renew statements (automatic and manual) */
+      uint64_t renewal_failures;    /* failed renew statements */
+      uint64_t losses;              /* leases declared LOST */
+      uint64_t releases;            /* successful releases */
+      uint64_t release_failures;    /* releases that failed (NOT_HELD, BACKEND) */
+      uint64_t backend_errors;      /* statements and connections that failed with BACKEND */
+      uint64_t requests;            /* statements sent to the database */
+      uint64_t failovers;           /* connections that found a new primary (a lock-delay began) */
+      uint64_t durability_warnings; /* connections whose grants may not survive a failover */
+      uint64_t leases_held;         /* leases HELD by this process now (a gauge) */
+      uint64_t latency_sum_us;      /* sum of the round trips of the requests */
       /* Upper bounds (inclusive, microseconds) of the buckets; the last
        * is UINT64_MAX (+Inf). */
       uint64_t latency_le_us[LEASELOCK_LATENCY_BUCKETS];
@@ -599,6 +601,32 @@ extern "C"
    LEASELOCK_API bool leaselock_client_stats (leaselock_client_t *client,
                                               leaselock_stats_t *stats,
                                               leaselock_error_t *error);
+
+   /* How the client's database makes a grant survive a failover, and what
+    * leaselock did about a failover (docs/backends.md, "Replicated
+    * databases and failover"), as a connection of the client read it when
+    * it was made (at connect and each reconnect, never per grant). */
+   typedef struct leaselock_durability
+   {
+      /* "durable" (a grant is on a standby before it is answered),
+       * "at-risk" (replicas exist but a grant may be answered first),
+       * "standalone" (no replica to fail over to) or "unknown"; static. */
+      const char *level;
+      const char *policy;    /* the URI's durability=: "report", "require", "off"; static */
+      char detail[200];      /* the settings read, for people */
+      char primary[80];      /* the primary recorded in the table ("" when none) */
+      int64_t fence_floor;   /* every fence granted is at least this (0: no failover seen) */
+      int64_t lock_delay_ms; /* grants are paused this much longer (0: not paused) */
+      int64_t max_ttl_ms;    /* the longest TTL the table grants (0: no bound) */
+   } leaselock_durability_t;
+
+   /* Fills *out from one of the client's connections (connecting first
+    * when it has none: bounded by the backend's timeouts). BACKEND when
+    * no connection can be made; INVALID on a NULL argument or a closed
+    * client. */
+   LEASELOCK_API bool leaselock_client_durability (leaselock_client_t *client,
+                                                   leaselock_durability_t *out,
+                                                   leaselock_error_t *error);
 
    /*
     * Renders stats in the Prometheus text format (version 0.0.4): one

@@ -214,6 +214,8 @@ typedef enum ll_stat
    LL_ST_RELEASE_FAILURES,
    LL_ST_BACKEND_ERRORS,
    LL_ST_REQUESTS,
+   LL_ST_FAILOVERS,
+   LL_ST_DURABILITY_WARNINGS,
    LL_ST_COUNT
 } ll_stat_t;
 
@@ -314,7 +316,11 @@ typedef struct ll_uri_param
    char *value; /* percent-decoded, "" when absent */
 } ll_uri_param_t;
 
-/* scheme://[user[:password]@]host[:port][/path][?a=b&c=d]
+#define LL_URI_MAX_HOSTS 16
+
+/* scheme://[user[:password]@]host[:port][,host[:port]...][/path][?a=b&c=d]
+ * Each host is a name, an IPv4 address or an IPv6 one in brackets, its
+ * port optional; at most LL_URI_MAX_HOSTS of them.
  * sqlite:///abs/path.db has host "" and path "/abs/path.db".
  * All strings are owned by the ll_uri_t and freed by ll_uri_cleanup. */
 typedef struct ll_uri
@@ -322,9 +328,15 @@ typedef struct ll_uri
    char *scheme;   /* lower-cased */
    char *user;     /* NULL when absent */
    char *password; /* NULL when absent */
-   char *host;     /* "" when absent; IPv6 without brackets */
-   int port;       /* 0 when absent */
+   char *host;     /* the first host: hosts[0] itself (not a copy) */
+   int port;       /* the first host's port: ports[0] */
    char *path;     /* percent-decoded, starts with '/', or "" */
+   /* Every host in the order given, percent-decoded, "" when an item is
+    * empty (an empty authority is one empty host); IPv6 without brackets.
+    * ports[i] is 0 when item i names none. n_hosts >= 1 once parsed. */
+   char *hosts[LL_URI_MAX_HOSTS];
+   int ports[LL_URI_MAX_HOSTS];
+   int n_hosts;
    ll_uri_param_t params[LL_URI_MAX_PARAMS];
    int n_params;
 } ll_uri_t;
@@ -568,6 +580,11 @@ typedef struct ll_backend
                   int64_t older_than_ms,
                   int64_t *count,
                   leaselock_error_t *err);
+   /* The connection's view of its primary (failover.c), as its last
+    * (re)connect read it; NULL when the backend follows no replication.
+    * The engine reads it after each call and reports what changed
+    * (pool.c). */
+   struct ll_primary *(*primary) (void *conn);
 } ll_backend_t;
 
 /* The members every backend fills alike, from its functions' names (the
@@ -617,6 +634,23 @@ bool ll_backend_fail (leaselock_error_t *err,
                       const char *driver_msg,
                       const ll_secrets_t *secrets,
                       const char *detail);
+/* Why each host of a URI's host list failed, "host: why; ...", each cut to
+ * its share of one error message, so that the error when none can be used
+ * names them all. On the connecting thread's stack, zeroed. */
+typedef struct ll_host_failures
+{
+   char text[LEASELOCK_ERROR_MAX];
+   size_t len;
+} ll_host_failures_t;
+/* Adds "host: why" for one of n_hosts; why (scrubbed already) is cut to
+ * fit the host's share. */
+void ll_host_failure_add (ll_host_failures_t *f, int n_hosts, const char *host, const char *why);
+/* BACKEND "<backend>: connecting: no writable server among <n_hosts>
+ * hosts: <the failures>". Returns false. */
+bool ll_host_failures_fail (const ll_host_failures_t *f,
+                            const char *backend,
+                            int n_hosts,
+                            leaselock_error_t *err);
 /* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
 bool ll_valid_identifier (const char *s);
 /* out[i] = templates[i] formatted with table (new strings the caller frees,
@@ -701,6 +735,81 @@ typedef enum ll_sql_st
 
 typedef struct ll_sql_conn ll_sql_conn_t;
 
+/* ---- replication and failover (failover.c) ----------------------------
+ *
+ * A replicated database can fail over to a standby that lacks the last
+ * grants. So each backend records, in its table's meta record, which
+ * primary it last wrote through (an identity the server gives: its
+ * timeline, server id, cluster state or election term). A connection that
+ * finds another identity there is on a new primary: in the same statement
+ * it records itself, raises the table's fence floor above any fence the
+ * old primary could have issued (the database clock in microseconds:
+ * fences stay 64-bit integers that only grow), and sets a lock-delay, no
+ * new grant before now + max_ttl by the database clock, since no lease
+ * the old primary granted or renewed lasts longer. Checked at each
+ * connect and reconnect, never per grant. */
+
+/* How the server makes a grant survive a failover, as read at connect. */
+typedef enum ll_durability
+{
+   LL_DURABILITY_UNKNOWN = 0, /* not read (SQLite: nothing to fail over to) */
+   LL_DURABILITY_STANDALONE,  /* no replica to fail over to that the server knows */
+   LL_DURABILITY_DURABLE,     /* a grant is on a standby before it is answered */
+   LL_DURABILITY_AT_RISK,     /* replicas exist, but a grant can be answered first */
+} ll_durability_t;
+
+/* The URI option durability=: what leaselock does about it. */
+typedef enum ll_durability_policy
+{
+   LL_DURABILITY_REPORT = 0, /* a warning through the log, grants go on */
+   LL_DURABILITY_REQUIRE,    /* no grant unless DURABLE */
+   LL_DURABILITY_OFF,        /* not read, not reported */
+} ll_durability_policy_t;
+
+/* The longest TTL a table grants unless its creator said otherwise (the
+ * URI option max_ttl): it is also the lock-delay after a failover. */
+#define LL_DEFAULT_MAX_TTL_MS 60000
+
+/* One connection's view of its primary, refreshed at each (re)connect;
+ * inside the connection, used by its thread only. */
+typedef struct ll_primary
+{
+   int64_t fence_floor;  /* every fence granted is at least this (0: none) */
+   char floor_text[24];  /* fence_floor in decimal, for text parameters */
+   int64_t paused_until; /* local monotonic ms: no grant before (0: none) */
+   int64_t max_ttl_ms;   /* longest TTL granted or renewed (0: no bound) */
+   ll_durability_t durability;
+   char durability_text[200]; /* what was read, for messages and reports */
+   char primary_id[80];       /* the identity recorded for this primary */
+   uint32_t generation;       /* + 1 at each (re)connect that read the above */
+   bool new_primary;          /* this connect recorded a new primary */
+   uint32_t reported;         /* the engine's: the generation it reported (pool.c) */
+   /* From the URI (ll_primary_option); kept across reconnects. */
+   int64_t want_max_ttl_ms; /* max_ttl=, 0 when not given */
+   ll_durability_policy_t policy;
+} ll_primary_t;
+
+/* Reads the URI options max_ttl= and durability= into p (other names:
+ * *taken false). INVALID with the backend's name for a bad value. */
+bool ll_primary_option (ll_primary_t *p,
+                        const char *backend,
+                        const char *name,
+                        const char *value,
+                        bool *taken,
+                        leaselock_error_t *err);
+/* Records what a (re)connect read: the table's fence floor, the
+ * lock-delay left by the database clock (wait_us <= 0: none), its
+ * max_ttl; the durability fields are set by the caller before. */
+void ll_primary_seen (ll_primary_t *p, int64_t fence_floor, int64_t wait_us, int64_t max_ttl_ms);
+/* Before a grant: BUSY while the lock-delay after a new primary lasts;
+ * BACKEND under durability=require when the server is not DURABLE. */
+bool ll_primary_grant_ok (const ll_primary_t *p, const char *backend, leaselock_error_t *err);
+/* Before an acquire or renew: INVALID when ttl_ms is over max_ttl. */
+bool ll_primary_ttl_ok (const ll_primary_t *p,
+                        const char *backend,
+                        int64_t ttl_ms,
+                        leaselock_error_t *err);
+
 /* What a SQL backend does through its driver, for the steps below to call
  * in order. Every statement runs in the backend's own code: this table
  * holds the connection's life (open, schema, reconnect, close), not a
@@ -739,6 +848,10 @@ typedef struct ll_sql_driver
     * schema_version, and records it; safe when several processes do it at
     * once. */
    bool (*create_schema) (ll_sql_conn_t *b, leaselock_error_t *err);
+   /* After the schema check: reads the server's identity and durability
+    * and records them in the meta record (a new primary: fence floor and
+    * lock-delay), filling b->primary through ll_primary_seen. */
+   bool (*check_primary) (ll_sql_conn_t *b, leaselock_error_t *err);
 } ll_sql_driver_t;
 
 /* The part of a connection that every SQL backend has: the first member
@@ -749,6 +862,7 @@ struct ll_sql_conn
    char table[64];          /* "leaselock" unless the URI says table= */
    char *sql[LL_SQL_COUNT]; /* the driver's templates with the table name */
    ll_secrets_t secrets;    /* the URI's passwords, scrubbed from messages */
+   ll_primary_t primary;    /* read at each (re)connect (check_primary) */
 };
 
 /* The backend's open: b is its new zeroed connection (NULL: NOMEM). Reads
@@ -760,12 +874,16 @@ void *ll_sql_open (ll_sql_conn_t *b,
                    const ll_sql_driver_t *driver,
                    const char *uri,
                    leaselock_error_t *err);
+/* The backend's primary (ll_backend_t): the connection's ll_primary_t. */
+struct ll_primary *ll_sql_primary (void *conn);
 /* The table= option: INVALID unless value is an identifier
  * (ll_valid_identifier); else copied to b->table. */
 bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t *err);
-/* Before statement id: reconnects (and checks the schema, as open does)
- * when the connection is gone or the server closed it while idle, then
- * prepares the statement. */
+/* Before statement id: reconnects (and checks the schema and the
+ * primary, as open does) when the connection is gone or the server closed
+ * it while idle, then prepares the statement. Before a grant
+ * (LL_SQL_ACQUIRE) also ll_primary_grant_ok: a statement that binds
+ * b->primary's fence floor reads it after this call. */
 bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err);
 /* The backend's close (ll_backend_t): disconnects and frees everything;
  * NULL is fine. */

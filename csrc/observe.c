@@ -197,6 +197,8 @@ void ll_obs_read (ll_obs_t *o, leaselock_stats_t *s)
       .release_failures = n[LL_ST_RELEASE_FAILURES],
       .backend_errors = n[LL_ST_BACKEND_ERRORS],
       .requests = n[LL_ST_REQUESTS],
+      .failovers = n[LL_ST_FAILOVERS],
+      .durability_warnings = n[LL_ST_DURABILITY_WARNINGS],
       .latency_sum_us = atomic_load_explicit (&o->latency_sum_us, memory_order_relaxed),
    };
    for (int i = 0; i < LEASELOCK_LATENCY_BUCKETS; i++) {
@@ -254,6 +256,16 @@ static const struct
       backend_errors,
       1),
    M ("requests_total", "counter", "Statements sent to the database.", requests, 1),
+   M ("failovers_total",
+      "counter",
+      "Connections that found a new primary (a lock-delay began).",
+      failovers,
+      1),
+   M ("durability_warnings_total",
+      "counter",
+      "Connections whose grants may not survive a failover.",
+      durability_warnings,
+      1),
    M ("leases_held", "gauge", "Leases held by this process now.", leases_held, 1),
 #undef M
 };

@@ -50,11 +50,61 @@
    "alive_until DATETIME(6) NOT NULL, "                                                            \
    "PRIMARY KEY (lock_key, owner), "                                                               \
    "KEY queue_order (lock_key, arrived, owner)) ENGINE=InnoDB"
+/* The meta record's failover columns (version 5: failover.c): the
+ * primary last recorded, the fence floor, the end of the lock-delay, the
+ * longest TTL; as CREATE TABLE and the migration's ALTER name them. */
+#define LL_MYSQL_META_FAILOVER                                                                     \
+   "primary_id VARBINARY(200) NULL, fence_floor BIGINT NOT NULL DEFAULT 0, "                       \
+   "grants_after DATETIME(6) NULL, max_ttl_ms BIGINT NOT NULL DEFAULT 60000"
 #define LL_MYSQL_CREATE_META                                                                       \
    "CREATE TABLE IF NOT EXISTS `%s_meta` (id TINYINT NOT NULL PRIMARY KEY, "                       \
-   "schema_version INT NOT NULL) ENGINE=InnoDB"
+   "schema_version INT NOT NULL, " LL_MYSQL_META_FAILOVER ") ENGINE=InnoDB"
+/* Versions 1 to 4 -> 5; error 1060 says the columns are there already. */
+#define LL_MYSQL_ADD_META_FAILOVER                                                                 \
+   "ALTER TABLE `%s_meta` ADD primary_id VARBINARY(200) NULL, "                                    \
+   "ADD fence_floor BIGINT NOT NULL DEFAULT 0, ADD grants_after DATETIME(6) NULL, "                \
+   "ADD max_ttl_ms BIGINT NOT NULL DEFAULT 60000"
+/* check_primary's reads: the server's settings and status that say who
+ * it is and how it replicates (names it lacks are simply not listed, so
+ * MySQL and MariaDB answer alike). */
+#define LL_MYSQL_PRIMARY_VARIABLES                                                                 \
+   "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id', 'server_uuid', 'hostname', "        \
+   "'port', 'wsrep_on', 'log_bin', 'rpl_semi_sync_master_enabled', "                               \
+   "'rpl_semi_sync_master_wait_point', 'rpl_semi_sync_source_enabled', "                           \
+   "'rpl_semi_sync_source_wait_point')"
+#define LL_MYSQL_PRIMARY_STATUS                                                                    \
+   "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_cluster_state_uuid', "                       \
+   "'wsrep_cluster_conf_id', 'wsrep_cluster_status', 'Rpl_semi_sync_master_clients', "             \
+   "'Rpl_semi_sync_master_status', 'Rpl_semi_sync_source_clients', "                               \
+   "'Rpl_semi_sync_source_status')"
+/* The primary recorded before, and this one's identity ("%2$s", escaped). */
+#define LL_MYSQL_SET_PRIMARY                                                                       \
+   "SET @ll_old = (SELECT primary_id FROM `%1$s_meta` WHERE id = 1), @ll_primary = '%2$s'"
+/* What the connection keeps: fence floor, lock-delay left (us), max_ttl,
+ * the primary, whether this connect found another one recorded before. */
+#define LL_MYSQL_READ_PRIMARY                                                                      \
+   "SELECT fence_floor, GREATEST(0, IFNULL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), "          \
+   "grants_after), 0)), max_ttl_ms, primary_id, @ll_old IS NOT NULL AND @ll_old <> @ll_primary "   \
+   "FROM `%1$s_meta` WHERE id = 1"
+/* Records this primary in the meta record (always written, so that a
+ * concurrent recording is seen, not an older snapshot); on another one
+ * raises the fence floor above every fence before (the clock in us) and
+ * sets the lock-delay. The first primary recorded (none yet) sets max_ttl
+ * from the URI; later the URI only raises it. "%1$s" the table, "%2$lld"
+ * the URI's max_ttl in ms (0: none). SET assigns left to right, each
+ * seeing the columns assigned before: the primary comes last. */
+#define LL_MYSQL_OTHER_PRIMARY "(primary_id IS NOT NULL AND primary_id <> @ll_primary)"
+#define LL_MYSQL_MARK_PRIMARY                                                                      \
+   "UPDATE `%1$s_meta` SET "                                                                       \
+   "grants_after = IF(" LL_MYSQL_OTHER_PRIMARY ", UTC_TIMESTAMP(6) + INTERVAL "                    \
+   "GREATEST(max_ttl_ms, %2$lld) * 1000 MICROSECOND, grants_after), "                              \
+   "fence_floor = IF(" LL_MYSQL_OTHER_PRIMARY ", GREATEST(fence_floor + 1, "                       \
+   "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))), "                                 \
+   "fence_floor), "                                                                                \
+   "max_ttl_ms = IF(primary_id IS NULL AND %2$lld > 0, %2$lld, GREATEST(max_ttl_ms, %2$lld)), "    \
+   "primary_id = @ll_primary WHERE id = 1"
 /* "%s" the table, "%d" LL_MYSQL_SCHEMA_VERSION (both statements). */
-#define LL_MYSQL_RECORD_VERSION "INSERT IGNORE INTO `%s_meta` VALUES (1, %d)"
+#define LL_MYSQL_RECORD_VERSION "INSERT IGNORE INTO `%s_meta` (id, schema_version) VALUES (1, %d)"
 /* Raises an older version, never lowers a newer one. */
 #define LL_MYSQL_RAISE_VERSION                                                                     \
    "UPDATE `%s_meta` SET schema_version = %d WHERE id = 1 AND schema_version < %d"
@@ -95,7 +145,7 @@
  * acquire, which never reserves. */
 #define LL_MYSQL_ACQUIRE                                                                           \
    "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "              \
-   "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(1), " LL_MYSQL_NOW " + "                \
+   "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(GREATEST(1, ?)), " LL_MYSQL_NOW " + "   \
    "INTERVAL ? MICROSECOND, " LL_MYSQL_NOW ", ?, ?, ?) ON DUPLICATE KEY UPDATE "                   \
    "owner = IF(" LL_MYSQL_TAKEABLE ", ?, owner), "                                                 \
    "expires_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW " + INTERVAL ? MICROSECOND, expires_at), "          \
@@ -109,14 +159,15 @@
    " + INTERVAL ? MICROSECOND, next_until)), "                                                     \
    "next_since = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMED ", " LL_MYSQL_NOW                   \
    " - INTERVAL ? MICROSECOND, next_since)), "                                                     \
-   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(fence + 1), IF(" LL_MYSQL_CLAIMED                     \
+   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(GREATEST(fence + 1, ?)), IF(" LL_MYSQL_CLAIMED        \
    ", fence & (LAST_INSERT_ID(~0 - GREATEST(0, TIMESTAMPDIFF(MICROSECOND, " LL_MYSQL_NOW           \
    ", expires_at))) | ~0), fence))"
 /* LL_MYSQL_ACQUIRE's parameters, one letter each, for the backend and the
- * benchmark to bind alike: k key, o owner, t ttl (us), h holder host, p
- * pid, l label, r reserve (us), w waited (us); a space between the
- * insert and each assignment. */
-#define LL_MYSQL_ACQUIRE_PARAMS "kothpl ooo ot o oh op ol o orowo oror orow oro"
+ * benchmark to bind alike: k key, o owner, f the fence floor (ll_primary_t:
+ * a fence granted after a failover is above any the old primary issued),
+ * t ttl (us), h holder host, p pid, l label, r reserve (us), w waited
+ * (us); a space between the insert and each assignment. */
+#define LL_MYSQL_ACQUIRE_PARAMS "kofthpl ooo ot o oh op ol o orowo oror orow ofro"
 
 /* Parameters: ttl (us), key, owner. LAST_INSERT_ID(fence) (>= 1) runs only
  * when the row matched. */
@@ -222,4 +273,10 @@ const ll_mysql_schema_sql_t ll_mysql_schema_sql = {
    .create_meta = LL_MYSQL_CREATE_META,
    .record_version = LL_MYSQL_RECORD_VERSION,
    .raise_version = LL_MYSQL_RAISE_VERSION,
+   .add_meta_failover = LL_MYSQL_ADD_META_FAILOVER,
+   .primary_variables = LL_MYSQL_PRIMARY_VARIABLES,
+   .primary_status = LL_MYSQL_PRIMARY_STATUS,
+   .set_primary = LL_MYSQL_SET_PRIMARY,
+   .mark_primary = LL_MYSQL_MARK_PRIMARY,
+   .read_primary = LL_MYSQL_READ_PRIMARY,
 };

@@ -16,8 +16,10 @@
  * added the reservation for the next owner (next_owner, next_until,
  * next_since); version 3 the fair mode's queue, the table <table>_queue;
  * version 4 the reentrant hold count (holds, 1 for the records there
- * were). A table of versions 1 to 3 is migrated in place. */
-#define LL_MYSQL_SCHEMA_VERSION 4
+ * were); version 5 the failover columns of <table>_meta (primary_id,
+ * fence_floor, grants_after, max_ttl_ms: failover.c). A table of versions
+ * 1 to 4 is migrated in place. */
+#define LL_MYSQL_SCHEMA_VERSION 5
 
 /* The insert ids of an acquire that left the reservation ours: ~0 less
  * the record's time left in microseconds (at most 30 days, far below
@@ -30,12 +32,12 @@ extern const char *const ll_mysql_statements[LL_SQL_COUNT];
 
 /* The acquire's parameters (ll_mysql_statements[LL_SQL_ACQUIRE]), one
  * letter each, for the backend and the benchmark to bind alike: k key, o
- * owner, t ttl (us), h holder host, p pid, l label, r reserve (us), w
- * waited (us); a space between the insert and each assignment (skipped).
- * reserve and waited are NULL for a plain acquire, which never reserves.
- * LL_MYSQL_ACQUIRE_BINDS is room for every one (an array bound). */
+ * owner, f the fence floor (ll_primary_t), t ttl (us), h holder host, p pid, l label, r reserve
+ * (us), w waited (us); a space between the insert and each assignment (skipped). reserve and waited
+ * are NULL for a plain acquire, which never reserves. LL_MYSQL_ACQUIRE_BINDS is room for every one
+ * (an array bound). */
 extern const char ll_mysql_acquire_params[];
-#define LL_MYSQL_ACQUIRE_BINDS 48
+#define LL_MYSQL_ACQUIRE_BINDS 52
 
 /* The schema's statements, run unprepared when a connection finds no
  * table or an older one (backend_mysql.c's create_schema). "%s" the
@@ -43,14 +45,24 @@ extern const char ll_mysql_acquire_params[];
  * twice. */
 typedef struct ll_mysql_schema_sql
 {
-   const char *read_version;     /* its row, or error 1146: no table */
-   const char *create_table;     /* the records */
-   const char *add_next_columns; /* version 1 -> 2 (error 1060: there) */
-   const char *add_holds;        /* versions 1 to 3 -> 4 (1060 again) */
-   const char *create_queue;     /* <table>_queue (version 3) */
-   const char *create_meta;      /* <table>_meta */
-   const char *record_version;   /* a new table's version */
-   const char *raise_version;    /* an older table's, never a newer's */
+   const char *read_version;      /* its row, or error 1146: no table */
+   const char *create_table;      /* the records */
+   const char *add_next_columns;  /* version 1 -> 2 (error 1060: there) */
+   const char *add_holds;         /* versions 1 to 3 -> 4 (1060 again) */
+   const char *create_queue;      /* <table>_queue (version 3) */
+   const char *create_meta;       /* <table>_meta */
+   const char *record_version;    /* a new table's version */
+   const char *raise_version;     /* an older table's, never a newer's */
+   const char *add_meta_failover; /* versions 1 to 4 -> 5 (1060: there) */
+   /* check_primary, in this order: the settings and status read (rows of
+    * name, value), then "%1$s" the table: @ll_primary set ("%2$s" the
+    * escaped identity), the record written ("%2$lld" the URI's max_ttl in
+    * ms, 0: none), and read back. */
+   const char *primary_variables;
+   const char *primary_status;
+   const char *set_primary;
+   const char *mark_primary;
+   const char *read_primary;
 } ll_mysql_schema_sql_t;
 
 extern const ll_mysql_schema_sql_t ll_mysql_schema_sql;

@@ -7,6 +7,8 @@
  */
 #include "stmt_postgresql.h"
 
+#include <assert.h>
+
 /* ---- schema ------------------------------------------------------------ */
 
 /* The queue of waiters (version 3), inside LL_POSTGRESQL_CREATE_SCHEMA. */
@@ -19,6 +21,49 @@
    "PRIMARY KEY (lock_key, owner)); "                                                              \
    "CREATE INDEX IF NOT EXISTS \"%1$s_queue_order\" ON \"%1$s_queue\" (lock_key, arrived, "        \
    "owner); "
+
+/* The meta record's failover columns (version 5), inside
+ * LL_POSTGRESQL_CREATE_SCHEMA: the primary last recorded, the fence
+ * floor, the end of the lock-delay, the longest TTL. */
+#define LL_POSTGRESQL_META_FAILOVER                                                                \
+   "ALTER TABLE \"%1$s_meta\" ADD COLUMN IF NOT EXISTS primary_id text NULL, "                     \
+   "ADD COLUMN IF NOT EXISTS fence_floor bigint NOT NULL DEFAULT 0, "                              \
+   "ADD COLUMN IF NOT EXISTS grants_after timestamptz NULL, "                                      \
+   "ADD COLUMN IF NOT EXISTS max_ttl_ms bigint NOT NULL DEFAULT 60000; "
+
+static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's default");
+
+/* This primary's identity: the cluster's system identifier (a copy made
+ * by pg_basebackup shares it) and the timeline it writes (a promotion
+ * starts a new one; pg_control_checkpoint's lags until a checkpoint). */
+#define LL_POSTGRESQL_PRIMARY_ID                                                                   \
+   "(SELECT system_identifier FROM pg_control_system())::text || '/' || "                          \
+   "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+/* Whether the meta record m names a primary other than s.id. */
+#define LL_POSTGRESQL_OTHER_PRIMARY "(m.primary_id IS NOT NULL AND m.primary_id <> s.id)"
+/* The update always writes the record, so that its RETURNING gives the
+ * latest values even when another session recorded this primary first
+ * (a plain read would see the statement's older snapshot). The first
+ * primary recorded (none yet: a new table) sets max_ttl from the URI;
+ * later the URI can only raise it, since leases granted under the old
+ * bound may still be live. is_new: this statement set the lock-delay. */
+#define LL_POSTGRESQL_CHECK_PRIMARY                                                                \
+   "WITH s AS (SELECT " LL_POSTGRESQL_PRIMARY_ID " AS id, clock_timestamp() AS t), "               \
+   "u AS (UPDATE \"%1$s_meta\" m SET "                                                             \
+   "max_ttl_ms = CASE WHEN m.primary_id IS NULL AND %2$lld > 0 THEN %2$lld "                       \
+   "ELSE GREATEST(m.max_ttl_ms, %2$lld) END, "                                                     \
+   "fence_floor = CASE WHEN " LL_POSTGRESQL_OTHER_PRIMARY " THEN GREATEST(m.fence_floor + 1, "     \
+   "(EXTRACT(EPOCH FROM s.t) * 1000000)::bigint) ELSE m.fence_floor END, "                         \
+   "grants_after = CASE WHEN " LL_POSTGRESQL_OTHER_PRIMARY " THEN s.t + GREATEST(m.max_ttl_ms, "   \
+   "%2$lld) * interval '1 millisecond' ELSE m.grants_after END, "                                  \
+   "primary_id = s.id FROM s WHERE m.id = 1 RETURNING m.fence_floor, m.grants_after, "             \
+   "m.max_ttl_ms, m.primary_id, m.grants_after IS NOT DISTINCT FROM s.t + m.max_ttl_ms * "         \
+   "interval '1 millisecond' AS is_new) "                                                          \
+   "SELECT u.fence_floor, GREATEST(0, (EXTRACT(EPOCH FROM u.grants_after - clock_timestamp()) "    \
+   "* 1000000)::bigint), u.max_ttl_ms, u.primary_id, u.is_new, "                                   \
+   "current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "         \
+   "(SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), "           \
+   "(SELECT count(*) FROM pg_stat_replication) FROM u"
 
 /* A missing table fails with SQLSTATE 42P01 (undefined_table). */
 #define LL_POSTGRESQL_READ_VERSION "SELECT schema_version FROM \"%1$s_meta\" WHERE id = 1"
@@ -48,7 +93,7 @@
    "ADD COLUMN IF NOT EXISTS next_since timestamptz NULL, "                                        \
    "ADD COLUMN IF NOT EXISTS holds int NOT NULL DEFAULT 1; " LL_POSTGRESQL_CREATE_QUEUE            \
    "CREATE TABLE IF NOT EXISTS \"%1$s_meta\" (id int NOT NULL PRIMARY KEY, "                       \
-   "schema_version int NOT NULL); "                                                                \
+   "schema_version int NOT NULL); " LL_POSTGRESQL_META_FAILOVER                                    \
    "INSERT INTO \"%1$s_meta\" AS m VALUES (1, %2$d) ON CONFLICT (id) DO UPDATE "                   \
    "SET schema_version = excluded.schema_version "                                                 \
    "WHERE m.schema_version < excluded.schema_version; "                                            \
@@ -79,7 +124,9 @@
 
 /* Parameters: $1 key, $2 owner, $3 ttl (us), $4 holder host, $5 pid,
  * $6 label, $7 reserve (us; NULL for acquire: it never reserves),
- * $8 waited (us; NULL for acquire). A new key is inserted; an existing
+ * $8 waited (us; NULL for acquire), $9 the fence floor (ll_primary_t: a
+ * fence granted after a failover is above any the old primary issued). A
+ * new key is inserted; an existing
  * record is updated either as a take (owner, fence + 1, times, holder;
  * reservation cleared) or, when the take is refused and $7 is given, as a
  * claim of the reservation alone; neither: no row. Returns the fence,
@@ -87,11 +134,12 @@
  * reservation, means BUSY), and the record's time left (us). */
 #define LL_POSTGRESQL_ACQUIRE                                                                      \
    "INSERT INTO \"%1$s\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "     \
-   "holder_pid, holder_label) SELECT $1::text, $2::text, 1, n.t + $3::bigint * "                   \
+   "holder_pid, holder_label) SELECT $1::text, $2::text, GREATEST(1, $9::bigint), n.t + "          \
+   "$3::bigint * "                                                                                 \
    "interval '1 microsecond', n.t, $4::text, $5::bigint, $6::text "                                \
    "FROM (SELECT clock_timestamp() AS t) n ON CONFLICT (lock_key) DO UPDATE SET "                  \
    "owner = " LL_POSTGRESQL_IF_TAKE "excluded.owner ELSE l.owner END, "                            \
-   "fence = " LL_POSTGRESQL_IF_TAKE "l.fence + 1 ELSE l.fence END, "                               \
+   "fence = " LL_POSTGRESQL_IF_TAKE "GREATEST(l.fence + 1, $9::bigint) ELSE l.fence END, "         \
    "expires_at = " LL_POSTGRESQL_IF_TAKE "excluded.expires_at ELSE l.expires_at END, "             \
    "acquired_at = " LL_POSTGRESQL_IF_TAKE "excluded.acquired_at ELSE l.acquired_at END, "          \
    "holder_host = " LL_POSTGRESQL_IF_TAKE "excluded.holder_host ELSE l.holder_host END, "          \
@@ -236,4 +284,5 @@ const ll_pg_schema_sql_t ll_pg_schema_sql = {
    .create_schema = LL_POSTGRESQL_CREATE_SCHEMA,
    .create_queue = LL_POSTGRESQL_CREATE_QUEUE,
    .listen = LL_POSTGRESQL_LISTEN,
+   .check_primary = LL_POSTGRESQL_CHECK_PRIMARY,
 };

@@ -16,9 +16,11 @@
  * next_since); version 3 the fair mode's queue, the table <table>_queue
  * (lock_key, owner, arrived, alive_until; primary key (lock_key, owner),
  * index <table>_queue_order (lock_key, arrived, owner)); version 4 the
- * reentrant hold count (holds, 1 for the records there were). A table of
- * versions 1 to 3 is migrated in place. */
-#define LL_POSTGRESQL_SCHEMA_VERSION 4
+ * reentrant hold count (holds, 1 for the records there were); version 5
+ * the failover columns of <table>_meta (primary_id, fence_floor,
+ * grants_after, max_ttl_ms: failover.c). A table of versions 1 to 4 is
+ * migrated in place. */
+#define LL_POSTGRESQL_SCHEMA_VERSION 5
 
 /* The statement per operation (ll_sql_st_t; no QUEUE_LOCK: NULL), "%1$s"
  * the table. Their parameters are listed in stmt_postgresql.c. */
@@ -36,6 +38,13 @@ typedef struct ll_pg_schema_sql
    const char *create_queue;
    /* The listener's LISTEN on the table's channel (watch_open). */
    const char *listen;
+   /* At each connect (check_primary): records this primary in the meta
+    * record, and on a new one raises the fence floor and sets the
+    * lock-delay; "%2$lld" the URI's max_ttl in ms (0: none). One row:
+    * fence_floor, lock-delay left (us), max_ttl_ms, primary_id, whether
+    * this call recorded a new primary, synchronous_commit,
+    * synchronous_standby_names, standbys in sync, standbys. */
+   const char *check_primary;
 } ll_pg_schema_sql_t;
 
 extern const ll_pg_schema_sql_t ll_pg_schema_sql;

@@ -1,4 +1,4 @@
-/* uri.c - scheme://[user[:password]@]host[:port][/path][?a=b&c=d], its
+/* uri.c - scheme://[user[:password]@]host[:port][,...][/path][?a=b&c=d], its
  * one percent-decoder and the one scrubber of secrets (URIs and driver
  * messages). */
 #include "ll_internal.h"
@@ -123,7 +123,8 @@ void ll_uri_cleanup (ll_uri_t *uri)
    if (uri->password)
       explicit_bzero (uri->password, strlen (uri->password));
    free (uri->password);
-   free (uri->host);
+   for (int i = 0; i < uri->n_hosts; i++)
+      free (uri->hosts[i]); /* uri->host is hosts[0] */
    free (uri->path);
    for (int i = 0; i < uri->n_params; i++) {
       free (uri->params[i].name);
@@ -184,7 +185,7 @@ static bool parse_userinfo (uri_parser_t *ps, const char *auth, const char *at)
 }
 
 /* A port of 1..65535 from p[0..end). */
-static bool parse_port (uri_parser_t *ps, const char *p, const char *end)
+static bool parse_port (uri_parser_t *ps, const char *p, const char *end, int *out)
 {
    long port = 0;
    if (p == end)
@@ -196,15 +197,16 @@ static bool parse_port (uri_parser_t *ps, const char *p, const char *end)
    }
    if (p < end || port < 1 || port > 65535)
       return malformed (ps, "the port must be a number from 1 to 65535");
-   ps->uri->port = (int)port;
+   *out = (int)port;
    return true;
 }
 
-/* host[:port] or [v6]:port from hp[0..end). */
-static bool parse_host (uri_parser_t *ps, const char *hp, const char *end)
+/* One host[:port] or [v6][:port] from hp[0..end), as host number i. */
+static bool parse_host (uri_parser_t *ps, const char *hp, const char *end, int i)
 {
+   ll_uri_t *uri = ps->uri;
    const char *port_at = NULL, *hstart = hp, *hend = end;
-   if (*hp == '[') {
+   if (hp < end && *hp == '[') {
       const char *rb = memchr (hp, ']', (size_t)(end - hp));
       if (!rb)
          return malformed (ps, "unterminated [ in the host");
@@ -218,9 +220,34 @@ static bool parse_host (uri_parser_t *ps, const char *hp, const char *end)
    } else {
       hend = end;
    }
-   if (!(ps->uri->host = decode (hstart, (size_t)(hend - hstart), false, &ps->nomem)))
+   if (!(uri->hosts[i] = decode (hstart, (size_t)(hend - hstart), false, &ps->nomem)))
       return malformed (ps, "bad percent-escape in the host");
-   return !port_at || parse_port (ps, port_at, end);
+   uri->n_hosts = i + 1;
+   return !port_at || parse_port (ps, port_at, end, &uri->ports[i]);
+}
+
+/* The comma-separated host list of the authority, hp[0..end); host and
+ * port name the first. An empty authority is one empty host. */
+static bool parse_hosts (uri_parser_t *ps, const char *hp, const char *end)
+{
+   ll_uri_t *uri = ps->uri;
+   for (int i = 0;; i++) {
+      const char *comma = memchr (hp, ',', (size_t)(end - hp));
+      const char *item_end = comma ? comma : end;
+      if (i == LL_URI_MAX_HOSTS) {
+         char why[48];
+         snprintf (why, sizeof why, "more than %d hosts", LL_URI_MAX_HOSTS);
+         return malformed (ps, why);
+      }
+      if (!parse_host (ps, hp, item_end, i))
+         return false;
+      if (!comma)
+         break;
+      hp = comma + 1;
+   }
+   uri->host = uri->hosts[0];
+   uri->port = uri->ports[0];
+   return true;
 }
 
 /* One name[=value] option from q[0..end), percent-decoded, '+' a space. */
@@ -286,7 +313,7 @@ bool ll_uri_parse (const char *text, ll_uri_t *uri, leaselock_error_t *err)
        * refused any other '@' before the first '/'. */
       const char *at = memchr (auth, '@', (size_t)(auth_end - auth));
       ok = (!at || parse_userinfo (&ps, auth, at)) &&
-           parse_host (&ps, at ? at + 1 : auth, auth_end) && parse_path_query (&ps, auth_end);
+           parse_hosts (&ps, at ? at + 1 : auth, auth_end) && parse_path_query (&ps, auth_end);
    }
    if (ok)
       return true;

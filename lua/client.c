@@ -141,9 +141,20 @@ static int client_stats (lua_State *L)
       size_t offset;
    } fields[] = {
 #define F(f) { #f, offsetof (leaselock_stats_t, f) }
-      F (acquires),         F (busy),        F (waits),    F (timeouts),         F (renewals),
-      F (renewal_failures), F (losses),      F (releases), F (release_failures), F (backend_errors),
-      F (requests),         F (leases_held),
+      F (acquires),
+      F (busy),
+      F (waits),
+      F (timeouts),
+      F (renewals),
+      F (renewal_failures),
+      F (losses),
+      F (releases),
+      F (release_failures),
+      F (backend_errors),
+      F (requests),
+      F (leases_held),
+      F (failovers),
+      F (durability_warnings),
 #undef F
    };
    leaselock_stats_t st;

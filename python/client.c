@@ -322,9 +322,20 @@ static const struct
    {                                                                                               \
 #f, offsetof(leaselock_stats_t, f)                                                           \
    }
-   F (acquires),         F (busy),        F (waits),    F (timeouts),         F (renewals),
-   F (renewal_failures), F (losses),      F (releases), F (release_failures), F (backend_errors),
-   F (requests),         F (leases_held),
+   F (acquires),
+   F (busy),
+   F (waits),
+   F (timeouts),
+   F (renewals),
+   F (renewal_failures),
+   F (losses),
+   F (releases),
+   F (release_failures),
+   F (backend_errors),
+   F (requests),
+   F (leases_held),
+   F (failovers),
+   F (durability_warnings),
 #undef F
 };
 
@@ -465,7 +476,9 @@ static PyMethodDef Client_methods[] = {
      "stats($self, /)\n--\n\nThe client's counters since it was created, as a dict: acquires, "
      "busy (one-try acquires found busy), waits (blocking acquires that waited), timeouts, "
      "renewals, renewal_failures, losses, releases, release_failures, backend_errors, requests "
-     "(statements sent), leases_held (now), wait_seconds and held_seconds (totals), "
+     "(statements sent), failovers (connections that found a new primary), "
+     "durability_warnings (connections whose grants may not survive a failover), leases_held "
+     "(now), wait_seconds and held_seconds (totals), "
      "latency_sum_seconds and latency_buckets: [(upper bound in seconds, count of requests), "
      "...], not cumulative, the last bound inf. Works on a closed client." },
    { "prometheus", (PyCFunction)Client_prometheus, METH_VARARGS,

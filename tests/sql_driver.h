@@ -32,6 +32,12 @@ void raw_unlock (void *h);
  * DDL, version 1 recorded) with one released record, key "old" at fence
  * 7, for the migration test. False and why on stderr on error. */
 bool raw_create_v1 (const char *table);
+/* Makes the server refuse writes to new sessions (on) or take them again
+ * (off), as a replica or a demoted primary would: MySQL: SET GLOBAL
+ * read_only as root (through LEASELOCK_MYSQL_SOCKET); PostgreSQL:
+ * default_transaction_read_only for this database (its owner may). False
+ * and why on stderr when this server does not allow it. */
+bool raw_read_only (bool on);
 /* The server's processes, main process first, into pids (at most max);
  * false and why on stderr when they cannot be found. */
 bool raw_server_pids (pid_t *pids, int *n, int max);

@@ -139,6 +139,22 @@ bool raw_create_v1 (const char *table)
    return true;
 }
 
+bool raw_read_only (bool on)
+{
+   const char *sock = getenv ("LEASELOCK_MYSQL_SOCKET");
+   if (!sock || !*sock) {
+      fprintf (stderr, "    LEASELOCK_MYSQL_SOCKET is not set: no root access\n");
+      return false;
+   }
+   MYSQL *db = mysql_init (NULL);
+   bool ok = mysql_real_connect (db, NULL, "root", NULL, NULL, 0, sock, 0) &&
+             !mysql_query (db, on ? "SET GLOBAL read_only = 1" : "SET GLOBAL read_only = 0");
+   if (!ok)
+      fprintf (stderr, "    read_only as root: %s\n", mysql_error (db));
+   mysql_close (db);
+   return ok;
+}
+
 /* MariaDB is one process: the one its pid file names. */
 bool raw_server_pids (pid_t *pids, int *n, int max)
 {

@@ -95,6 +95,26 @@ bool raw_create_v1 (const char *table)
    return raw_query (sql, NULL, 0);
 }
 
+bool raw_read_only (bool on)
+{
+   /* Its own session stays writable, to undo it. */
+   const char *keys[] = { "dbname", "options", NULL };
+   const char *vals[] = { URI, "-c default_transaction_read_only=off", NULL };
+   PGconn *db = PQconnectdbParams (keys, vals, 1);
+   PGresult *res = NULL;
+   if (PQstatus (db) == CONNECTION_OK)
+      res = PQexec (db, on ? "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET "
+                             "default_transaction_read_only = on', current_database()); END$$"
+                           : "DO $$BEGIN EXECUTE format('ALTER DATABASE %I RESET "
+                             "default_transaction_read_only', current_database()); END$$");
+   bool ok = res && PQresultStatus (res) == PGRES_COMMAND_OK;
+   if (!ok)
+      fprintf (stderr, "    read-only database: %s\n", PQerrorMessage (db));
+   PQclear (res);
+   PQfinish (db);
+   return ok;
+}
+
 /* The parent pid of pid, or -1. */
 static pid_t parent_of (pid_t pid)
 {

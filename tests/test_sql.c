@@ -16,7 +16,11 @@
  * connect_timeout or the default bounds), bad URIs, the table option,
  * concurrent first use, connections abandoned after fork, the next
  * owner's reservation (acquire_wait, backend level), reentrant hold
- * counts (backend level) and the migration of tables of versions 1 to 3.
+ * counts (backend level), the migration of tables of versions 1 to 3, and
+ * host lists: a dead or silent host skipped within its share of
+ * connect_timeout, an error naming every host, libpq's URI forms (host=
+ * and port= lists, hostaddr=, unix socket directories) and a read-only
+ * server refused at connect and at reconnect.
  *
  * A raw driver connection (tests/sql_driver.h) checks the server side:
  * the suite is built once with libmariadb (build/tests/test_sql_mysql) and
@@ -1269,6 +1273,110 @@ static void test_reconnect_after_kill (void)
    leaselock_client_destroy (c);
 }
 
+/* ---- a new primary (failover.c) --------------------------------------- */
+
+/* One try on c for k with ttl_ms; the error code (LEASELOCK_OK: taken,
+ * *fence set and the lease released). */
+static leaselock_code_t np_try (leaselock_client_t *c,
+                                const char *k,
+                                int64_t ttl_ms,
+                                int64_t *fence)
+{
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o = opts (ttl_ms, false);
+   if (!leaselock_acquire (c, k, strlen (k), &o, &l, &err))
+      return err.code;
+   *fence = leaselock_lease_fence (l);
+   leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   return LEASELOCK_OK;
+}
+
+/* After a new primary was recorded by c2 (c3 came later): both report
+ * it, the lock-delay and the floor; only c2 counted a failover. */
+static void np_check_seen (leaselock_client_t *c2, leaselock_client_t *c3)
+{
+   leaselock_durability_t d2, d3;
+   leaselock_error_t err;
+   CHECK_OK (leaselock_client_durability (c2, &d2, &err), err);
+   CHECK_OK (leaselock_client_durability (c3, &d3, &err), err);
+   CHECK (!strcmp (d2.primary, d3.primary) && d2.primary[0] &&
+          strcmp (d2.primary, "the old primary"));
+   CHECK (d2.lock_delay_ms > 0 && d2.lock_delay_ms <= 1500);
+   CHECK (d3.lock_delay_ms > 0 && d3.lock_delay_ms <= 1500);
+   CHECK (d2.fence_floor > 1577836800LL * 1000000 && d2.fence_floor == d3.fence_floor);
+   CHECK_EQ (d2.max_ttl_ms, 1500);
+   CHECK (!strcmp (d2.policy, "report") && d2.detail[0]);
+   leaselock_stats_t s2, s3;
+   CHECK_OK (leaselock_client_stats (c2, &s2, &err), err);
+   CHECK_OK (leaselock_client_stats (c3, &s3, &err), err);
+   CHECK_EQ (s2.failovers, 1);
+   CHECK_EQ (s3.failovers, 0);
+}
+
+/* What a promoted standby shows a client: a meta record naming another
+ * primary (the one it replaced). The first connection to it records
+ * itself, raises the fence floor above every fence the old primary could
+ * have issued (the database clock in us) and grants nothing for max_ttl
+ * by the database clock: leases of the old primary may still be live.
+ * A lease that survived is still renewed; TTLs over max_ttl are refused;
+ * later connections see the same lock-delay, not a new one. */
+static void test_new_primary (void)
+{
+   char table[64], opt[96], sql[256];
+   snprintf (table, sizeof table, "ll_np_%d_%s", (int)getpid (), PFX + strlen (PFX) - 8);
+   snprintf (opt, sizeof opt, "table=%s&max_ttl=1500ms", table);
+   leaselock_error_t err;
+   leaselock_client_t *c1 = leaselock_client_new (uri_with (opt), "np1", &err);
+   CHECK_OK (c1 != NULL, err);
+   if (!c1)
+      return;
+   int64_t fence = 0;
+   CHECK_EQ (np_try (c1, "k", 1500, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, 1);
+   CHECK_EQ (np_try (c1, "k", 1501, &fence), LEASELOCK_INVALID);
+   leaselock_lease_t *kept;
+   leaselock_acquire_opts_t o = opts (1500, false);
+   CHECK_OK (leaselock_acquire (c1, "kept", 4, &o, &kept, &err), err);
+
+   snprintf (sql, sizeof sql, "UPDATE %s_meta SET primary_id = 'the old primary'", table);
+   CHECK (raw_query (sql, NULL, 0));
+   int64_t seen = mono_ms ();
+   leaselock_client_t *c2 = leaselock_client_new (uri_with (opt), "np2", &err);
+   CHECK_OK (c2 != NULL, err);
+   CHECK_EQ (np_try (c2, "k", 1000, &fence), LEASELOCK_BUSY);
+   CHECK_EQ (np_try (c2, "new", 1000, &fence), LEASELOCK_BUSY);
+   CHECK_OK (leaselock_lease_renew (kept, 1500, &err), err);
+   leaselock_client_t *c3 = leaselock_client_new (uri_with (opt), "np3", &err);
+   CHECK_OK (c3 != NULL, err);
+   CHECK_EQ (np_try (c3, "k", 1000, &fence), LEASELOCK_BUSY);
+   np_check_seen (c2, c3);
+   CHECK_OK (leaselock_lease_release (kept, &err), err);
+   leaselock_lease_destroy (kept);
+
+   /* A blocking acquire waits the lock-delay out; its fence is above the
+    * floor (the database clock in us: after 2020). */
+   leaselock_lease_t *l;
+   o.timeout_ms = 5000;
+   CHECK_OK (leaselock_acquire (c3, "k", 1, &o, &l, &err), err);
+   int64_t waited = mono_ms () - seen;
+   CHECK (waited >= 1400 && waited < 4000);
+   CHECK (l && leaselock_lease_fence (l) > 1577836800LL * 1000000);
+   int64_t floor_fence = l ? leaselock_lease_fence (l) : 0;
+   if (l) {
+      leaselock_lease_release (l, &err);
+      leaselock_lease_destroy (l);
+   }
+   CHECK_EQ (np_try (c2, "k", 1000, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, floor_fence + 1);
+   leaselock_client_destroy (c1);
+   leaselock_client_destroy (c2);
+   leaselock_client_destroy (c3);
+   snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
+   raw_query (sql, NULL, 0);
+}
+
 typedef struct
 {
    atomic_int calls;
@@ -1989,6 +2097,264 @@ static void test_scheme_aliases_and_socket (void)
    CHECK (!c && err.code == LEASELOCK_BACKEND && strstr (err.message, "/nonexistent/mysqld.sock"));
 }
 
+/* ---- host lists: following a failover ----------------------------------- */
+
+/* Where URI's host[:port] begins and ends (after the user info, before the
+ * path). */
+static void uri_host_part (const char **start, const char **end)
+{
+   const char *a = strstr (URI, "://") + 3;
+   const char *path = a + strcspn (a, "/?#");
+   const char *at = memchr (a, '@', (size_t)(path - a));
+   *start = at ? at + 1 : a;
+   *end = path;
+}
+
+/* The server's own host[:port] as URI names it. */
+static void self_host (char *out, size_t size)
+{
+   const char *hs, *he;
+   uri_host_part (&hs, &he);
+   snprintf (out, size, "%.*s", (int)(he - hs), hs);
+}
+
+/* URI with hosts in place of its host[:port], and opts (if any) appended. */
+static void uri_hosts (char *out, size_t size, const char *hosts, const char *opts)
+{
+   const char *hs, *he;
+   uri_host_part (&hs, &he);
+   snprintf (out, size, "%.*s%s%s%s%s", (int)(hs - URI), URI, hosts, he,
+             opts ? (strchr (he, '?') ? "&" : "?") : "", opts ? opts : "");
+}
+
+/* A listener that never accepts: connections complete in the kernel's
+ * backlog, then hear nothing, as from a server that hangs. Its socket,
+ * -1 on error. */
+static int silent_listener (int *port)
+{
+   int s = socket (AF_INET, SOCK_STREAM, 0);
+   struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+   socklen_t len = sizeof a;
+   if (s < 0 || bind (s, (struct sockaddr *)&a, sizeof a) || listen (s, 16) ||
+       getsockname (s, (struct sockaddr *)&a, &len)) {
+      if (s >= 0)
+         close (s);
+      return -1;
+   }
+   *port = ntohs (a.sin_port);
+   return s;
+}
+
+/* A client on uri takes and frees a lease; *took_ms: how long it took. */
+static bool use_uri (const char *uri, leaselock_error_t *err, int64_t *took_ms)
+{
+   int64_t t0 = ll_real_now_ms ();
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, err);
+   bool ok = c != NULL;
+   leaselock_lease_t *l = NULL;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   if (ok && (ok = leaselock_acquire (c, key ("hosts"), strlen (key ("hosts")), &o, &l, err)))
+      ok = leaselock_lease_release (l, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   if (took_ms)
+      *took_ms = ll_real_now_ms () - t0;
+   char shown[512];
+   ll_uri_redact (uri, shown, sizeof shown);
+   fprintf (stderr, "    %s: %s after %lld ms%s%s\n", shown, ok ? "ok" : "failed",
+            (long long)(ll_real_now_ms () - t0), ok ? "" : ": ", ok ? "" : err->message);
+   return ok;
+}
+
+/* A list whose first host is down: the next one is used, at once. */
+static void test_host_list_dead_first (void)
+{
+   char self[256], hosts[512], uri[1024];
+   self_host (self, sizeof self);
+   leaselock_error_t err;
+   int64_t took;
+   const char *firsts[] = { "127.0.0.1:%d,%s", "[::1]:%d,%s", "127.0.0.1:%d,127.0.0.1:%d,%s" };
+   for (size_t i = 0; i < sizeof firsts / sizeof firsts[0]; i++) {
+      int dead = free_port ();
+      if (i == 2)
+         snprintf (hosts, sizeof hosts, firsts[i], dead, free_port (), self);
+      else
+         snprintf (hosts, sizeof hosts, firsts[i], dead, self);
+      uri_hosts (uri, sizeof uri, hosts, NULL);
+      bool ok = use_uri (uri, &err, &took);
+      CHECK_OK (ok, err);
+      CHECK (took < 3000);
+   }
+   /* The other scheme's name too. */
+   snprintf (hosts, sizeof hosts, "127.0.0.1:%d,%s", free_port (), self);
+   uri_hosts (uri, sizeof uri, hosts, NULL);
+   char alias[1100];
+   snprintf (alias, sizeof alias, "%s%s", IS_MYSQL ? "mariadb" : "postgres", strstr (uri, "://"));
+   bool ok = use_uri (alias, &err, NULL);
+   CHECK_OK (ok, err);
+}
+
+/* Only dead hosts: BACKEND at once, naming each and why, no password. */
+static void test_host_list_all_dead (void)
+{
+   char hosts[128], uri[1024], a[32], b[32];
+   int p1 = free_port (), p2 = free_port ();
+   snprintf (hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d", p1, p2);
+   uri_hosts (uri, sizeof uri, hosts, NULL);
+   leaselock_error_t err;
+   int64_t took;
+   bool ok = use_uri (uri, &err, &took);
+   CHECK_ERR (ok, err, LEASELOCK_BACKEND, "connecting: no writable server among 2 hosts: ");
+   snprintf (a, sizeof a, "127.0.0.1:%d: ", p1);
+   snprintf (b, sizeof b, "; 127.0.0.1:%d: ", p2);
+   CHECK (strstr (err.message, a) && strstr (err.message, b));
+   CHECK (strstr (err.message, IS_MYSQL ? "(error 200" : "refused"));
+   CHECK (took < 3000);
+   ll_uri_t u;
+   CHECK (ll_uri_parse (URI, &u, &err));
+   bool hidden = !u.password || strlen (u.password) < 3 || !strstr (err.message, u.password);
+   ll_uri_cleanup (&u);
+   CHECK (hidden);
+}
+
+/* A host that accepts connections and never answers takes only its share
+ * of connect_timeout: the next host is still tried in time; with only
+ * such hosts the whole fails within connect_timeout. */
+static void test_host_list_silent_host (void)
+{
+   char self[256], hosts[512], uri[1024];
+   self_host (self, sizeof self);
+   int port, s = silent_listener (&port);
+   CHECK (s >= 0);
+   snprintf (hosts, sizeof hosts, "127.0.0.1:%d,%s", port, self);
+   uri_hosts (uri, sizeof uri, hosts, "connect_timeout=2");
+   leaselock_error_t err, err2;
+   int64_t took, took2;
+   bool ok = use_uri (uri, &err, &took);
+   snprintf (hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d", port, port);
+   uri_hosts (uri, sizeof uri, hosts, "connect_timeout=2");
+   bool ok2 = use_uri (uri, &err2, &took2);
+   close (s);
+   CHECK_OK (ok, err);
+   CHECK (took >= 900 && took < 2500);
+   CHECK_ERR (ok2, err2, LEASELOCK_BACKEND, "no writable server among 2 hosts");
+   CHECK (took2 < 2700);
+   char name[32];
+   snprintf (name, sizeof name, "; 127.0.0.1:%d: ", port);
+   CHECK (strstr (err2.message, name + 2) && strstr (err2.message, name));
+}
+
+/* libpq's other forms: host and port lists as options, hostaddr, unix
+ * socket directories (as an option and percent-encoded as the host), a
+ * list libpq walks itself (an empty item), target_session_attrs. */
+static void test_host_list_libpq_forms (void)
+{
+   if (IS_MYSQL)
+      return;
+   ll_uri_t u;
+   leaselock_error_t err;
+   CHECK (ll_uri_parse (URI, &u, &err));
+   char sock[256] = "", uri[1024], enc[512] = "";
+   const char *pw = u.password ? u.password : "";
+   const char *dir = getenv ("LEASELOCK_POSTGRESQL_SOCKET_DIR");
+   bool have_sock = dir && dir[0] == '/' && strlen (dir) < sizeof sock;
+   if (have_sock)
+      snprintf (sock, sizeof sock, "%s", dir);
+   for (size_t i = 0, o = 0; sock[i] && o + 4 < sizeof enc; i++)
+      o += (size_t)snprintf (enc + o, sizeof enc - o, sock[i] == '/' ? "%%2F" : "%c", sock[i]);
+   const int dead = free_port ();
+   char forms[8][1024];
+   int n = 0;
+   snprintf (forms[n++], sizeof forms[0],
+             "postgresql://%s?host=127.0.0.1,%s&port=%d,%d&user=%s&password=%s", u.path, u.host,
+             dead, u.port, u.user, pw);
+   snprintf (forms[n++], sizeof forms[0],
+             "postgresql://%s?hostaddr=127.0.0.1,%s&port=%d,%d&user=%s&password=%s", u.path, u.host,
+             dead, u.port, u.user, pw);
+   snprintf (forms[n++], sizeof forms[0],
+             "postgresql://%s:%s@%%2Fnonexistent-ll-dir:%d,%s:%d%s?target_session_attrs=any&"
+             "connect_timeout=3",
+             u.user, pw, u.port, u.host, u.port, u.path);
+   snprintf (forms[n++], sizeof forms[0], "postgresql://%s:%s@,%s:%d%s?port=%d,%d", u.user, pw,
+             u.host, u.port, u.path, dead, u.port);
+   if (have_sock) {
+      snprintf (forms[n++], sizeof forms[0], "postgresql://%s?host=%s&port=%d&user=%s", u.path,
+                sock, u.port, u.user);
+      snprintf (forms[n++], sizeof forms[0], "postgres://%s@%s:%d%s", u.user, enc, u.port, u.path);
+   }
+   bool all = true;
+   for (int i = 0; i < n; i++)
+      all &= use_uri (forms[i], &err, NULL);
+   snprintf (uri, sizeof uri, "postgresql://%s:%s@%s:%d,%s:%d%s?target_session_attrs=standby",
+             u.user, pw, u.host, u.port, u.host, u.port, u.path);
+   bool standby = use_uri (uri, &err, NULL);
+   ll_uri_cleanup (&u);
+   if (!have_sock)
+      fprintf (stderr, "    LEASELOCK_POSTGRESQL_SOCKET_DIR is not set: no socket forms\n");
+   CHECK (all);
+   CHECK_ERR (standby, err, LEASELOCK_INVALID, "leases are taken only on a writable primary");
+   char many[1024] = "postgresql:///db?host=h0";
+   for (int i = 1; i < LL_URI_MAX_HOSTS + 1; i++)
+      snprintf (many + strlen (many), sizeof many - strlen (many), ",h%d", i);
+   CHECK_ERR (use_uri (many, &err, NULL), err, LEASELOCK_INVALID, "at most 16");
+}
+
+/* MySQL's host lists: socket= names one server, and no item is empty. */
+static void test_host_list_mysql_forms (void)
+{
+   if (!IS_MYSQL)
+      return;
+   char self[200], hosts[512], uri[1024];
+   self_host (self, sizeof self);
+   leaselock_error_t err;
+   snprintf (hosts, sizeof hosts, "%s,%s", self, self);
+   uri_hosts (uri, sizeof uri, hosts, "socket=/nonexistent-ll-dir/x.sock");
+   CHECK_ERR (use_uri (uri, &err, NULL), err, LEASELOCK_INVALID, "socket=");
+   snprintf (hosts, sizeof hosts, "%s,,%s", self, self);
+   uri_hosts (uri, sizeof uri, hosts, NULL);
+   CHECK_ERR (use_uri (uri, &err, NULL), err, LEASELOCK_INVALID, "host 2 of the list is empty");
+}
+
+/* A server that refuses writes (a replica, a demoted primary) is refused
+ * at connect, and at reconnect: a client whose connections are cut while
+ * it is read-only does not use it; once writable again it works. */
+static void test_read_only_server_refused (void)
+{
+   char self[256], hosts[512], list[1024];
+   self_host (self, sizeof self);
+   int dead = free_port ();
+   snprintf (hosts, sizeof hosts, "127.0.0.1:%d,%s", dead, self);
+   uri_hosts (list, sizeof list, hosts, NULL);
+   leaselock_error_t err, e1, e2, e3;
+   leaselock_client_t *c = leaselock_client_new (URI, NULL, &err);
+   CHECK_OK (c != NULL, err);
+   if (!raw_read_only (true)) {
+      leaselock_client_destroy (c);
+      fprintf (stderr, "    cannot make this server read-only: not tested\n");
+      return;
+   }
+   int killed = kill_other_connections ();
+   leaselock_record_t rec;
+   bool found;
+   bool reconnected = leaselock_inspect (c, key ("ro"), strlen (key ("ro")), &rec, &found, &e1);
+   if (!reconnected)
+      fprintf (stderr, "    reconnect: %s\n", e1.message);
+   bool single = use_uri (URI, &e2, NULL);
+   bool listed = use_uri (list, &e3, NULL);
+   bool undone = raw_read_only (false);
+   bool again = leaselock_inspect (c, key ("ro"), strlen (key ("ro")), &rec, &found, &err);
+   leaselock_client_destroy (c);
+   CHECK (undone);
+   CHECK (killed >= 1);
+   const char *why =
+     IS_MYSQL ? "the server is read-only (read_only=ON)" : "the server gives read-only sessions";
+   CHECK_ERR (reconnected, e1, LEASELOCK_BACKEND, why);
+   CHECK_ERR (single, e2, LEASELOCK_BACKEND, why);
+   CHECK_ERR (listed, e3, LEASELOCK_BACKEND, "no writable server among 2 hosts");
+   CHECK (strstr (e3.message, IS_MYSQL ? "read_only=ON" : "read-only"));
+   CHECK_OK (again, err);
+}
+
 /* Holder info with quotes and UTF-8 comes back as given. */
 static void test_holder_info (void)
 {
@@ -2096,11 +2462,18 @@ int main (int argc, char **argv)
    RUN (test_hold_odd_keys);
    RUN_SLOW (test_clock_skew);
    RUN (test_reconnect_after_kill);
+   RUN (test_new_primary);
    RUN (test_failed_in_flight);
    RUN (test_stalled_server);
    RUN_SLOW (test_stalled_server_default_bound);
    notify_cases_run ();
    RUN (test_scheme_aliases_and_socket);
+   RUN (test_host_list_dead_first);
+   RUN (test_host_list_all_dead);
+   RUN (test_host_list_silent_host);
+   RUN (test_host_list_libpq_forms);
+   RUN (test_host_list_mysql_forms);
+   RUN (test_read_only_server_refused);
    RUN (test_abandon_after_fork);
    RUN (test_bad_uris);
    RUN (test_table_option_and_schema);

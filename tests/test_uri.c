@@ -197,6 +197,94 @@ static void test_uri_redaction (void)
    leaselock_client_destroy (c);
 }
 
+/* A host list in the authority: each item host[:port], IPv6 in brackets;
+ * host and port name the first. */
+static void test_host_lists (void)
+{
+   ll_uri_t u;
+   leaselock_error_t err;
+   bool ok = ll_uri_parse ("postgresql://u:p,w@h1:5432,h%2D2,[::1]:6543,:7/db?x=1", &u, &err);
+   CHECK_OK (ok, err);
+   bool same = u.n_hosts == 4 && !strcmp (u.password, "p,w") && !strcmp (u.hosts[0], "h1") &&
+               u.ports[0] == 5432 && !strcmp (u.hosts[1], "h-2") && u.ports[1] == 0 &&
+               !strcmp (u.hosts[2], "::1") && u.ports[2] == 6543 && !strcmp (u.hosts[3], "") &&
+               u.ports[3] == 7 && u.host == u.hosts[0] && u.port == 5432 &&
+               !strcmp (u.path, "/db") && u.n_params == 1;
+   ll_uri_cleanup (&u);
+   CHECK (same);
+   /* One host, and none: one item. */
+   CHECK (ll_uri_parse ("mysql://h:3306/db", &u, &err));
+   same = u.n_hosts == 1 && !strcmp (u.host, "h") && u.port == 3306;
+   ll_uri_cleanup (&u);
+   CHECK (same);
+   CHECK (ll_uri_parse ("postgresql:///db?host=h1,h2&port=1,2", &u, &err));
+   same = u.n_hosts == 1 && !strcmp (u.host, "") && u.port == 0;
+   ll_uri_cleanup (&u);
+   CHECK (same);
+   /* 16 hosts are fine, 17 are not. */
+   char text[512] = "mysql://";
+   for (int i = 0; i < LL_URI_MAX_HOSTS; i++)
+      snprintf (text + strlen (text), sizeof text - strlen (text), "%sh%d:%d", i ? "," : "", i,
+                1000 + i);
+   strcat (text, "/db");
+   CHECK (ll_uri_parse (text, &u, &err));
+   same = u.n_hosts == LL_URI_MAX_HOSTS && !strcmp (u.hosts[15], "h15") && u.ports[15] == 1015;
+   ll_uri_cleanup (&u);
+   CHECK (same);
+   memmove (strstr (text, "/db"), ",h16/db", 8);
+   CHECK_ERR (ll_uri_parse (text, &u, &err), err, LEASELOCK_INVALID, "more than 16 hosts");
+   const struct
+   {
+      const char *uri, *why;
+   } bad[] = {
+      { "postgresql://u:SECRETq@h1:1,h2:x/db", "the port must be a number from 1 to 65535" },
+      { "mysql://u:SECRETq@h1:1,h2:70000/db", "the port must be a number from 1 to 65535" },
+      { "mysql://u:SECRETq@h1,[::1/db", "unterminated [" },
+      { "mysql://u:SECRETq@[::1]x,h2/db", "unexpected text after ]" },
+      { "mysql://u:SECRETq@h1,h2:/db", "empty port" },
+   };
+   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      CHECK_ERR (ll_uri_parse (bad[i].uri, &u, &err), err, LEASELOCK_INVALID, bad[i].why);
+      CHECK (!shows (err.message, "SECRETq"));
+   }
+}
+
+/* A host list changes nothing of what is hidden. */
+static void test_host_lists_redacted (void)
+{
+   static const struct
+   {
+      const char *in, *out;
+   } cases[] = {
+      { "postgresql://u:pw@h1:1,h2:2/db", "postgresql://u:***@h1:1,h2:2/db" },
+      { "mysql://u:p,w:x@[::1]:3306,[fe80::1%25eth0],h3/db?password=z",
+        "mysql://u:***@[::1]:3306,[fe80::1%25eth0],h3/db?password=***" },
+      { "postgresql:///db?host=h1,h2&port=1,2&password=pw",
+        "postgresql:///db?host=h1,h2&port=1,2&password=***" },
+   };
+   char shown[256];
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      ll_uri_redact (cases[i].in, shown, sizeof shown);
+      if (strcmp (shown, cases[i].out))
+         fprintf (stderr, "    redact(%s) = %s\n", cases[i].in, shown);
+      CHECK (!strcmp (shown, cases[i].out));
+   }
+   ll_secrets_t s;
+   ll_secrets_init (&s);
+   CHECK (ll_secrets_from_uri (&s, "postgresql://u:SECRETr@h1:1,h2:2/db?sslpassword=SECRETs"));
+   char out[128];
+   ll_scrub_secrets ("h1:1 said SECRETr, h2:2 said SECRETs", &s, out, sizeof out);
+   ll_secrets_clear (&s);
+   CHECK (!strcmp (out, "h1:1 said ***, h2:2 said ***"));
+   leaselock_error_t err;
+   CHECK (ll_uri_check_at ("postgresql://u:pw@h1:1,h2:2/db", &err));
+   CHECK_ERR (ll_uri_check_at ("postgresql://u:pw@h1:1,u2@h2:2/db", &err), err, LEASELOCK_INVALID,
+              "ambiguous URI");
+   /* SQLite names no host, not even an empty list. */
+   leaselock_client_t *c = leaselock_client_new ("sqlite://,/tmp/x.db", NULL, &err);
+   CHECK_ERR (c != NULL, err, LEASELOCK_INVALID, "a host");
+}
+
 static void test_bad_uris (void)
 {
    leaselock_error_t err;
@@ -332,6 +420,8 @@ int main (void)
    RUN (test_duration_max);
    RUN (test_owner_tokens);
    RUN (test_uri_redaction);
+   RUN (test_host_lists);
+   RUN (test_host_lists_redacted);
    RUN (test_bad_uris);
    RUN (test_durations);
    RUN (test_default_uri);

@@ -9,7 +9,13 @@
 
 One round: the C, Python and Lua workers (8 processes by default, C and
 Python ones with 2 threads each) take leases on a few fresh keys for
---seconds, then check.py proves the history. Rounds repeat until
+--seconds, then check.py proves the history. With --topology NAME (a
+replicated test topology, tests/topology/) instead of --uri, the run
+starts it, points the workers at its multi-host URI (max_ttl
+--max-ttl), and fails its primary over --failovers times per round,
+evenly spread (SIGKILL and cut-off in turn, each followed by a restore):
+the checker then proves that no failover gave a key to two holders, lost
+an update or sent a fence back. Rounds repeat until
 --until-grants grants are checked or --max-seconds have passed (default:
 one round). The round's directory is removed when it passed and kept
 (its path printed) when it did not. Exits 1 on any violation.
@@ -89,6 +95,35 @@ class ClockWatch:
         return self.steps
 
 
+class FailoverDriver:
+    """Fails the topology's primary over `count` times within `seconds`,
+    evenly spread, in a thread of its own; what it did is in `done` and
+    `errors` once joined."""
+
+    def __init__(self, topo, count, seconds):
+        self.topo, self.count, self.seconds = topo, count, seconds
+        self.done, self.errors = [], []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        gap = self.seconds / (self.count + 1)
+        t0 = time.monotonic()
+        for i in range(self.count):
+            time.sleep(max(0.0, t0 + gap * (i + 1) - time.monotonic()))
+            how = "kill" if i % 2 == 0 else "cut"
+            try:
+                t = self.topo.failover(how)
+                self.topo.restore()
+                self.done.append((how, t.promoted - t.began))
+            except Exception as e:  # noqa: BLE001 - reported as a problem
+                self.errors.append(f"failover {i} ({how}): {type(e).__name__}: {e}")
+                return
+
+    def join(self):
+        self.thread.join()
+
+
 def one_round(a, n, totals):
     rundir = tempfile.mkdtemp(prefix=f"history-{a.backend}-", dir=a.workdir)
     uri = f"sqlite://{rundir}/locks.db" if a.uri == "sqlite" else a.uri
@@ -101,6 +136,7 @@ def one_round(a, n, totals):
         procs.append((wid, subprocess.Popen(argv, env={**os.environ, **env}, stdout=log,
                                             stderr=subprocess.STDOUT), log))
     failed = []
+    driver = FailoverDriver(a.topo, a.failovers, a.seconds) if a.topo else None
     limit = time.monotonic() + a.seconds + 60
     for wid, p, log in procs:
         try:
@@ -112,6 +148,13 @@ def one_round(a, n, totals):
         log.close()
         if rc != 0:
             failed.append(f"{wid} exited with {rc}")
+    if driver:
+        driver.join()
+        failed += driver.errors
+        totals["failovers"] += len(driver.done)
+        for how, took in driver.done:
+            print(f"  [{a.backend} round {n}] failover ({how}): the new primary took writes "
+                  f"{took:.2f} s after the old one went")
     for wid, p, log in procs:
         text = open(log.name).read().strip()
         if text:
@@ -143,7 +186,10 @@ def one_round(a, n, totals):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", required=True)
-    ap.add_argument("--uri", required=True, help='"sqlite": a fresh file per round')
+    ap.add_argument("--uri", help='"sqlite": a fresh file per round')
+    ap.add_argument("--topology", help="a replicated test topology (tests/topology/)")
+    ap.add_argument("--failovers", type=int, default=3, help="per round, with --topology")
+    ap.add_argument("--max-ttl", default="1s", help="the topology URI's max_ttl")
     ap.add_argument("--c-worker", required=True)
     ap.add_argument("--pythonpath", required=True)
     ap.add_argument("--lua54-cpath", required=True)
@@ -161,8 +207,31 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true", help="keep every round's directory")
     a = ap.parse_args()
+    if bool(a.uri) == bool(a.topology):
+        ap.error("give one of --uri and --topology")
     if a.workdir:
         os.makedirs(a.workdir, exist_ok=True)
+    a.topo = None
+    if a.topology:
+        sys.path.insert(0, os.path.dirname(HERE))
+        from topology import make_topology  # noqa: E402 - tests/ is on the path now
+
+        a.topo = make_topology(a.topology, tempfile.mkdtemp(prefix=f"topo-{a.topology}-",
+                                                            dir=a.workdir))
+        try:
+            a.topo.start()
+            a.uri = a.topo.uri(max_ttl=a.max_ttl, io_timeout="2s", connect_timeout="2")
+        except BaseException:
+            a.topo.stop()
+            raise
+    try:
+        return run_rounds(a)
+    finally:
+        if a.topo:
+            a.topo.stop()
+
+
+def run_rounds(a):
     totals = defaultdict(int)
     start = time.monotonic()
     n, bad = 0, 0
@@ -186,7 +255,8 @@ def main():
           f"{totals['increments']} increments; ends: {totals['end_released']} released, "
           f"{totals['end_lost']} lost, {totals['end_not_held']} not-held, "
           f"{totals['end_error']} error; {totals['late_writes']} late writes; "
-          f"{totals['errors']} worker errors; {totals['clock_steps']} wall clock steps)",
+          f"{totals['errors']} worker errors; {totals['clock_steps']} wall clock steps"
+          + (f"; {totals['failovers']} failovers" if a.topo else "") + ")",
           flush=True)
     if a.summary:
         os.makedirs(os.path.dirname(os.path.abspath(a.summary)), exist_ok=True)
@@ -194,7 +264,8 @@ def main():
             f.write(f"tool=history\nbackend={a.backend}\ngrants={totals['grants']}\n"
                     f"overlaps={totals['overlaps'] + totals['fence_errors']}\n"
                     f"lost_updates={totals['lost_updates']}\n"
-                    f"problems={totals['problems']}\n")
+                    f"problems={totals['problems']}\n"
+                    + (f"failovers={totals['failovers']}\n" if a.topo else ""))
     return 1 if bad or totals["grants"] == 0 else 0
 
 

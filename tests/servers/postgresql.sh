@@ -4,8 +4,10 @@
 # A throwaway PostgreSQL server for the suites: "start DIR" runs initdb in a
 # data directory, starts postgres on 127.0.0.1 on a free port, creates the
 # role leaselock (with a password, scram-sha-256 over TCP) and the database
-# leaselock_test, and prints POSTGRESQL_URI=... and LEASELOCK_POSTGRESQL_RESTART=...
-# (the command the SQL suite runs to restart the server mid-hold).
+# leaselock_test, and prints POSTGRESQL_URI=..., LEASELOCK_POSTGRESQL_RESTART=...
+# (the command the SQL suite runs to restart the server mid-hold) and
+# LEASELOCK_POSTGRESQL_SOCKET_DIR=... (its unix socket's directory, for the
+# socket forms of the URI).
 # "stop DIR" stops it; "restart DIR [SECONDS]" stops it, waits SECONDS
 # (default 0) and starts it again on the same port and data.
 #
@@ -71,6 +73,8 @@ start)
     -c "CREATE DATABASE leaselock_test OWNER leaselock" >/dev/null
   echo "POSTGRESQL_URI=postgresql://leaselock:$password@127.0.0.1:$port/leaselock_test"
   echo "LEASELOCK_POSTGRESQL_RESTART=bash $self restart $dir"
+  # Its unix socket directory, for the socket forms of the URI.
+  echo "LEASELOCK_POSTGRESQL_SOCKET_DIR=$pg"
   # For make bench-core, which places the server's processes on CPUs.
   echo "LEASELOCK_POSTGRESQL_SERVER_PID=$(head -1 "$pg/data/postmaster.pid")"
   ;;
