@@ -5,7 +5,8 @@ the replica the way a failover tool does (stop replication, make it
 writable) and brings the old primary back as its replica.
 
 It also holds what the Galera topology (galera.py) shares: one mariadbd
-node (Node), the Toxiproxy it is reached through, and the credentials.
+node (Node), the credentials and stop_topology(); the Toxiproxy server,
+free ports and the reaper are tests/topology/proxies.py's.
 
 Every server runs as mysql.sh's does (tests/servers/mysql.sh): its own data
 directory, socket and port, the user leaselock with a password on the
@@ -19,17 +20,12 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 
 from .base import FailoverTimes, Topology
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "faults"))
-import faultlib  # noqa: E402  (the fault suite's Toxiproxy client)
+from .proxies import (free_port, kill_all_in, set_upstream, start_reaper, start_toxiproxy,
+                      stop_reaper)
 
 DATABASE = "leaselock_test"
 USER = "leaselock"
@@ -49,12 +45,6 @@ INSTALL_DB = _which("mariadb-install-db", "mysql_install_db")
 DUMP = _which("mariadb-dump", "mysqldump")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(pred, timeout: float, what: str, step: float = 0.02):
     """pred()'s first true value; an error naming `what` after timeout s."""
     end = time.monotonic() + timeout
@@ -70,17 +60,25 @@ def wait_until(pred, timeout: float, what: str, step: float = 0.02):
         time.sleep(step)
 
 
-def start_toxiproxy(workdir: str) -> faultlib.Toxiproxy:
-    binary = os.environ.get("TOXIPROXY_BIN") or subprocess.run(
-        ["bash", os.path.join(ROOT, "tests", "faults", "install-toxiproxy.sh")],
-        check=True, capture_output=True, text=True).stdout.strip()
-    return faultlib.Toxiproxy(binary, workdir)
-
-
 def _cnf_line(arg: str) -> str:
     """--name=value as an option file's line."""
     name, eq, value = arg[2:].partition("=")
     return f'{name}="{value}"\n' if eq else f"{name}\n"
+
+
+def stop_topology(topo) -> None:
+    """stop() of this module's topologies and galera.py's: every node and
+    what it started (state transfer scripts) killed, the proxies, the work
+    directory removed (kept with LEASELOCK_TOPOLOGY_KEEP, for the logs)."""
+    stop_reaper(topo.reaper)
+    topo.reaper = None
+    for n in topo.nodes:
+        kill_all_in(n.dir, n.proc.pid if n.alive() else None, below=True)
+    if topo.tp is not None:
+        topo.tp.close()
+        topo.tp = None
+    if not os.environ.get("LEASELOCK_TOPOLOGY_KEEP"):
+        shutil.rmtree(topo.workdir, ignore_errors=True)
 
 
 class SqlError(RuntimeError):
@@ -206,14 +204,10 @@ class Node:
             return {}
         return dict(zip(lines[0].split("\t"), lines[1].split("\t")))
 
-    def kill(self, group: bool = False) -> None:
-        """SIGKILL, as a crash would; group: with what it started (a
-        state transfer's scripts), when the topology stops."""
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
         if self.alive():
-            if group:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            else:
-                self.proc.send_signal(signal.SIGKILL)
+            self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
     def shutdown(self, timeout: float = 30) -> None:
@@ -255,7 +249,8 @@ class MariaDBTopology(Topology):
         self.nodes: list[Node] = []
         self.proxies: list = []
         self.vip = None  # a proxy that failover() points at the new primary
-        self.tp: faultlib.Toxiproxy | None = None
+        self.tp = None
+        self.reaper = None
         self._primary = 0
         self.promoted_at_pos = ""  # the new primary's GTID position when promoted
         self.down: int | None = None  # the old primary until restore()
@@ -274,6 +269,7 @@ class MariaDBTopology(Topology):
     def _start(self) -> None:
         os.makedirs(self.workdir, exist_ok=True)
         self.tp = start_toxiproxy(self.workdir)
+        self.reaper = start_reaper([self.workdir], [self.tp.proc.pid])
         self.nodes = [Node(self.workdir, i, self._node_args(i)) for i in range(2)]
         for p in [n.install() for n in self.nodes]:
             if p.wait(120) != 0:
@@ -301,16 +297,7 @@ class MariaDBTopology(Topology):
         self._wait_semisync(0)
 
     def stop(self) -> None:
-        for n in self.nodes:
-            try:
-                n.kill(group=True)
-            except Exception:
-                pass
-        if self.tp is not None:
-            self.tp.close()
-            self.tp = None
-        if not os.environ.get("LEASELOCK_TOPOLOGY_KEEP"):
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        stop_topology(self)
 
     def uri(self, **options: str) -> str:
         hosts = ",".join(p.listen for p in self.proxies)
@@ -427,8 +414,7 @@ class MariaDBTopology(Topology):
         """Points the virtual address at node i; the connections it held
         to the old primary are closed, as a moved address leaves them."""
         self.vip.enable(False)
-        self.tp._call("POST", f"/proxies/{self.vip.name}",
-                      {"upstream": f"127.0.0.1:{self.nodes[i].port}", "enabled": True})
+        set_upstream(self.vip, f"127.0.0.1:{self.nodes[i].port}")
 
     def _rebuild(self, old: int, new: int) -> None:
         """The old primary committed what the new one never received:
@@ -469,20 +455,30 @@ class MariaDBTopology(Topology):
 
     # ---- for the tests -------------------------------------------------------
 
-    def stop_replication(self) -> None:
+    def standby(self) -> int:
+        return self.replica()
+
+    def pause_replication(self) -> None:
         """Stops the replica's I/O and SQL threads: what the primary
-        commits from now on stays there (each commit first waits the
+        commits from now on stays there (the next commit first waits the
         semi-sync timeout, then the primary goes on asynchronously)."""
         self.nodes[self.replica()].sql("STOP SLAVE")
 
     def resume_replication(self) -> None:
-        """Undoes stop_replication() when no failover followed it."""
+        """Undoes pause_replication() when no failover followed it."""
         if self.down is None:
             self.nodes[self.replica()].sql("START SLAVE")
             self._wait_semisync(self._primary)
 
+    def has_everything(self) -> bool:
+        """Whether the replica has received all that the primary logged so
+        far (a promotion applies what it received before it ends)."""
+        p, r = self.nodes[self._primary], self.nodes[self.replica()]
+        pos = p.var("gtid_binlog_pos")
+        return pos in (r.slave_status().get("Gtid_IO_Pos"), r.var("gtid_slave_pos"))
+
     def replicated(self) -> bool:
-        """Whether the replica has applied all the primary has logged."""
+        """Whether the replica has applied all that the primary logged."""
         p, r = self.nodes[self._primary], self.nodes[self.replica()]
         return r.var("gtid_slave_pos") == p.var("gtid_binlog_pos")
 
