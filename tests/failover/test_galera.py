@@ -32,7 +32,7 @@ pytestmark = pytest.mark.topologies("galera")
 HOWS = ["kill", "cut"]
 # Failovers each way in the cluster's own test (make stress's rounds
 # repeat it).
-CYCLES = int(os.environ.get("LEASELOCK_FAILOVER_CYCLES", "2"))
+CYCLES = int(os.environ.get("LEASELOCK_FAILOVER_CYCLES", "1"))
 # The contention's length after each failover: grants must resume within
 # the lock-delay + 2 s, and go on.
 AFTER = UNAVAILABLE_MAX + 3
