@@ -8,6 +8,7 @@ packages=(
   libsqlite3-dev sqlite3
   libmongoc-dev libbson-dev
   libmariadb-dev mariadb-server
+  galera-4 mariadb-backup socat
   libpq-dev postgresql
   lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua-compat53-dev lua-busted luarocks
   nginx libnginx-mod-http-lua
