@@ -281,8 +281,13 @@ bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
                           const char *what,
                           leaselock_error_t *err)
 {
-   if (mysql_real_query (c->db, sql, strlen (sql)))
-      return ll_mysql_fail_db (c, what, err);
+   /* Galera aborts a statement that meets another node's schema change
+    * or write with a deadlock (1213): rolled back, so running it again is
+    * exact; every statement sent here may run twice (the schema's IF NOT
+    * EXISTS / INSERT IGNORE / raising UPDATE, check_primary's). */
+   for (int attempt = 0; mysql_real_query (c->db, sql, strlen (sql)); attempt++)
+      if (mysql_errno (c->db) != 1213 /* ER_LOCK_DEADLOCK */ || attempt == 5)
+         return ll_mysql_fail_db (c, what, err);
    MYSQL_RES *res = mysql_store_result (c->db);
    if (res)
       mysql_free_result (res);
