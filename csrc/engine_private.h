@@ -42,9 +42,10 @@
 /* An owner whose acquire's outcome stayed unknown (take.c): the grant may
  * have been committed, and nobody would hold it. The client's I/O threads
  * release the key for that owner (renew.c), retrying with backoff, until
- * the release is done or answers NOT_HELD, the TTL it asked for has passed
- * (the record has expired), or the client closes. Owned by its client's
- * list; guarded by the client's mu. */
+ * a release lands, the TTL it asked for has passed (the record has
+ * expired), or the client closes; NOT_HELD does not end it (the statement
+ * may still be queued on the server). Owned by its client's list; guarded
+ * by the client's mu. */
 typedef struct ll_forget
 {
    char key[LEASELOCK_KEY_MAX + 1];

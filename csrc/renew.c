@@ -311,10 +311,11 @@ static void forget_end_locked (leaselock_client_t *c, ll_forget_t *f)
    free (f);
 }
 
-/* Sends the release of slot's forget (with c->mu let go): done when it
- * released the record or the record is not that owner's; else tried
- * again after a backoff, until the record has expired anyway. Called and
- * returns with c->mu held. */
+/* Sends the release of slot's forget (with c->mu let go): done once it
+ * released the record; else, NOT_HELD included (the statement whose
+ * outcome was unknown may still be queued on the server and run later),
+ * tried again after a backoff until the record has expired anyway. Called
+ * and returns with c->mu held. */
 static void io_forget_locked (io_slot_t *slot, pid_t me)
 {
    leaselock_client_t *c = slot->client;
@@ -322,12 +323,10 @@ static void io_forget_locked (io_slot_t *slot, pid_t me)
    pthread_mutex_unlock (&c->mu);
    leaselock_error_t err;
    bool sent;
-   bool done = ll_owner_call (c, f->key, f->key_len, f->owner, false, 0, me, &sent, &err) ||
-               err.code == LEASELOCK_NOT_HELD;
+   bool done = ll_owner_call (c, f->key, f->key_len, f->owner, false, 0, me, &sent, &err);
    if (done)
       LL_LOG (&c->obs, LEASELOCK_LOG_INFO, "unknown_outcome_released", f->key, f->key_len, 0,
-              LEASELOCK_OK, "the acquire whose outcome was unknown is undone: %s",
-              err.code == LEASELOCK_NOT_HELD ? "it had not taken the key" : "the key was released");
+              LEASELOCK_OK, "an acquire whose outcome was unknown had taken the key: released");
    pthread_mutex_lock (&c->mu);
    slot->forget = NULL;
    f->busy = false;

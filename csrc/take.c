@@ -280,15 +280,16 @@ static bool time_left (const acquire_call_t *a, int64_t took)
    return a->until - ll_now_ms () > TRY_MIN_MS;
 }
 
-/* One release of a's owner's record within a's bound: true when done
- * (released, or not that owner's). */
+/* One release of a's owner's record within a's bound: true when it
+ * released it. NOT_HELD does not end it: the statement whose outcome is
+ * unknown may still be queued on the server (a connection closed under a
+ * stalled server's statement) and run after this release. */
 static bool forget_now (const acquire_call_t *a)
 {
    leaselock_error_t err;
    bool sent;
    ll_call_bound_set (try_bound (a));
-   bool ok = ll_owner_call (a->c, a->key, a->key_len, a->owner, false, 0, a->me, &sent, &err) ||
-             err.code == LEASELOCK_NOT_HELD;
+   bool ok = ll_owner_call (a->c, a->key, a->key_len, a->owner, false, 0, a->me, &sent, &err);
    ll_call_bound_set (-1);
    return ok;
 }
