@@ -304,7 +304,9 @@ static bool forget_now (const acquire_call_t *a)
  * may go on not answering. Returns whether it was released at once. */
 static bool forget_owner (const acquire_call_t *a, int64_t took)
 {
-   if (time_left (a, took) && forget_now (a))
+   /* A one-try acquire leaves it to the I/O threads: its bound has no
+    * room for one more statement. */
+   if (a->opts->timeout_ms != 0 && time_left (a, took) && forget_now (a))
       return true;
    leaselock_client_t *c = a->c;
    ll_forget_t *f = calloc (1, sizeof *f);
@@ -314,7 +316,9 @@ static bool forget_owner (const acquire_call_t *a, int64_t took)
    f->key_len = a->key_len;
    memcpy (f->owner, a->owner, sizeof f->owner);
    /* Every send went out before now, and a statement sets the expiry from
-    * the database's clock when it runs: by then the record has expired. */
+    * the database's clock when it runs: by then the record of one that ran
+    * before now has expired (one that a stalled server runs later than
+    * that expires by its TTL). */
    int64_t ttl = a->opts->ttl_ms;
    f->until = ll_now_ms () + ttl + ll_deadline_margin_ms (ttl);
    pthread_mutex_lock (&c->mu);
