@@ -106,8 +106,10 @@ static bool ll_mysql_execute (ll_mysql_conn_t *c,
                               leaselock_error_t *err)
 {
    for (int attempt = 0;; attempt++) {
+      ll_mysql_cap_io (c); /* the prepare, on an open connection */
       if (!ll_sql_ready (&c->b, id, err))
          return false;
+      ll_mysql_cap_io (c);
       MYSQL_STMT *st = c->st[id];
       if (mysql_stmt_bind_param (st, params))
          return ll_mysql_fail_stmt (c, st, what, err);

@@ -26,6 +26,11 @@
  *   ssl=true|false      require TLS (default false: the server decides)
  * Unknown options are refused, so a typo does not go unnoticed.
  *
+ * A call that its caller bounded (an acquire with a timeout:
+ * ll_call_bound) waits no longer than that bound either: connecting
+ * within it (whole seconds, rounded up, as libmariadb counts), and each
+ * wait of a statement within what is left of it (ll_mysql_cap_io).
+ *
  */
 #include "ll_internal.h"
 
@@ -34,6 +39,7 @@
 #include "backend_mysql_private.h"
 #include "stmt_mysql.h"
 
+#include <ma_pvio.h> /* libmariadb's I/O layer, whose timeouts count milliseconds */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +78,18 @@ static bool ll_mysql_fail_with (ll_mysql_conn_t *c,
                                 const char *what,
                                 leaselock_error_t *err)
 {
-   char detail[32];
+   char detail[32], text[LEASELOCK_ERROR_MAX];
    snprintf (detail, sizeof detail, "error %u", no);
+   /* A wait cut by the caller's bound: say so, and why a write may wait
+    * (a semi-synchronous commit waits for a replica's acknowledgement). */
+   int64_t bound = ll_call_bound ();
+   if (bound >= 0 && ll_real_now_ms () >= bound && msg) {
+      snprintf (text, sizeof text, "%s; no answer before the caller's timeout%s", msg,
+                c->b.primary.durability == LL_DURABILITY_DURABLE
+                  ? " (semi-synchronous replication: a commit waits for a replica)"
+                  : "");
+      msg = text;
+   }
    ll_backend_fail (err, "mysql", what, msg, &c->b.secrets, detail);
    if (ll_mysql_is_conn_error (no))
       ll_mysql_disconnect (&c->b);
@@ -487,9 +503,39 @@ static void ll_mysql_host_name (const ll_mysql_conn_t *c, int i, char *buf, size
       snprintf (buf, size, strchr (h, ':') ? "[%.200s]:%u" : "%.200s:%u", h, c->ports[i]);
 }
 
+void ll_mysql_cap_io (ll_mysql_conn_t *c)
+{
+   MARIADB_PVIO *pvio = c->db ? c->db->net.pvio : NULL;
+   if (!pvio)
+      return;
+   int64_t r = (int64_t)c->read_timeout * 1000, w = (int64_t)c->write_timeout * 1000;
+   int64_t bound = ll_call_bound ();
+   if (bound >= 0) {
+      int64_t left = bound - ll_real_now_ms ();
+      left = left < 1 ? 1 : left;
+      r = left < r ? left : r;
+      w = left < w ? left : w;
+   }
+   pvio->timeout[PVIO_READ_TIMEOUT] = (int)r;
+   pvio->timeout[PVIO_WRITE_TIMEOUT] = (int)w;
+}
+
+/* timeout_s, or fewer whole seconds (at least 1, rounded up) when the
+ * caller's bound comes first. */
+static unsigned ll_mysql_cap_s (unsigned timeout_s)
+{
+   int64_t bound = ll_call_bound ();
+   if (bound < 0)
+      return timeout_s;
+   int64_t left_s = (bound - ll_real_now_ms () + 999) / 1000;
+   left_s = left_s < 1 ? 1 : left_s;
+   return left_s < (int64_t)timeout_s ? (unsigned)left_s : timeout_s;
+}
+
 /* Host i: connects within timeout_s (libmariadb counts whole seconds: the
  * TCP connect, then each wait of the handshake) and checks that the
- * server takes writes. */
+ * server takes writes, each wait from then on within the caller's bound
+ * too. */
 static bool ll_mysql_connect_host (ll_mysql_conn_t *c,
                                    int i,
                                    unsigned timeout_s,
@@ -504,6 +550,7 @@ static bool ll_mysql_connect_host (ll_mysql_conn_t *c,
    if (!mysql_real_connect (c->db, c->socket ? NULL : c->hosts[i], c->user, c->password, c->dbname,
                             c->socket ? 0 : c->ports[i], c->socket, 0))
       return ll_mysql_fail_db (c, what, err);
+   ll_mysql_cap_io (c);
    return ll_mysql_check_writable (c, what, err);
 }
 
@@ -524,7 +571,7 @@ static void ll_mysql_reason (const char *msg, char *buf, size_t size)
  * names each one and why. */
 static bool ll_mysql_connect_list (ll_mysql_conn_t *c, leaselock_error_t *err)
 {
-   int64_t deadline = ll_real_now_ms () + (int64_t)c->connect_timeout * 1000;
+   int64_t deadline = ll_call_bound_cap (ll_real_now_ms () + (int64_t)c->connect_timeout * 1000);
    ll_host_failures_t f = { .len = 0 };
    for (int i = 0; i < c->n_hosts; i++) {
       char name[224];
@@ -554,8 +601,9 @@ static bool ll_mysql_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
    pthread_once (&lib_once, ll_mysql_lib_init);
-   bool ok = c->n_hosts > 1 ? ll_mysql_connect_list (c, err)
-                            : ll_mysql_connect_host (c, 0, c->connect_timeout, err);
+   bool ok = c->n_hosts > 1
+               ? ll_mysql_connect_list (c, err)
+               : ll_mysql_connect_host (c, 0, ll_mysql_cap_s (c->connect_timeout), err);
    /* ok: c->db is a connection to a writable server (every reconnect
     * comes here too). */
    return ok;

@@ -56,6 +56,14 @@ bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
                           const char *what,
                           leaselock_error_t *err);
 
+/* Sets the connection's read and write timeouts for the statement about
+ * to run: io_timeout (read_timeout, write_timeout), or what is left of
+ * the caller's bound (ll_call_bound) when that is less, in milliseconds
+ * (at least 1). libmariadb's options count whole seconds and are read at
+ * connect only, so this sets its I/O layer's (ma_pvio.h, installed with
+ * it): each wait of the statement is bounded by it. */
+void ll_mysql_cap_io (ll_mysql_conn_t *c);
+
 /* The driver's check_primary (backend_mysql_primary.c). */
 bool ll_mysql_check_primary (ll_sql_conn_t *b, leaselock_error_t *err);
 

@@ -42,7 +42,11 @@
  * connect_timeout + io_timeout (5 s + 5 s by default: at most the renewal
  * interval of the default 30 s TTL, so a renewal stuck on a stalled server
  * ends with time left for retries), plus name resolution (getaddrinfo,
- * which libpq runs blocking and the system resolver bounds).
+ * which libpq runs blocking and the system resolver bounds). A call that
+ * its caller bounded (an acquire with a timeout: ll_call_bound) ends by
+ * that bound too, whichever comes first, connecting included: a commit
+ * that waits for a synchronous standby that never confirms it is never
+ * answered, and no PostgreSQL setting bounds that wait.
  *
  */
 #include "ll_internal.h"
@@ -299,19 +303,47 @@ static int ll_pg_wait_socket (PGconn *db, short events, int64_t deadline_ms)
    }
 }
 
-/* BACKEND for a call that got no answer in time; the connection is closed
- * (whatever it was doing is abandoned). Returns false. */
+/* Why a write may get no answer: with synchronous replication (as the
+ * connection's last connect read it) a commit waits until a standby
+ * confirms it, and PostgreSQL bounds that wait by nothing. "" when commits
+ * do not wait, or for a step that writes nothing. */
+static const char *ll_pg_sync_note (const ll_pg_conn_t *c, const char *what)
+{
+   static const char *const reads[] = { "connecting", "checking", "reading",  "preparing",
+                                        "list",       "inspect",  "listening" };
+   if (c->b.primary.durability != LL_DURABILITY_DURABLE)
+      return "";
+   for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+      if (!strncmp (what, reads[i], strlen (reads[i])))
+         return "";
+   return "; synchronous replication: a commit waits until a standby confirms it";
+}
+
+/* BACKEND for a call that got no answer by deadline_ms (limit_ms after
+ * its start, as option says), or by the caller's bound when that came
+ * first (ll_call_bound); the connection is closed (whatever it was doing
+ * is abandoned). Returns false. */
 static bool ll_pg_timed_out (ll_pg_conn_t *c,
                              const char *what,
+                             int64_t deadline_ms,
                              int64_t limit_ms,
                              const char *option,
                              leaselock_error_t *err)
 {
+   int64_t bound = ll_call_bound ();
+   bool caller = bound >= 0 && bound <= deadline_ms;
+   char msg[200];
+   if (caller)
+      snprintf (msg, sizeof msg,
+                "no answer from the server before the caller's timeout; the connection was "
+                "closed%s",
+                ll_pg_sync_note (c, what));
+   else
+      snprintf (msg, sizeof msg,
+                "no answer from the server within %lld ms; the connection was closed%s",
+                (long long)limit_ms, ll_pg_sync_note (c, what));
    ll_pg_disconnect (&c->b);
-   char msg[96];
-   snprintf (msg, sizeof msg, "no answer from the server within %lld ms; the connection was closed",
-             (long long)limit_ms);
-   return ll_backend_fail (err, "postgresql", what, msg, NULL, option);
+   return ll_backend_fail (err, "postgresql", what, msg, NULL, caller ? "timeout" : option);
 }
 
 /* After a PQsend* call: flushes the query and reads every result by
@@ -330,7 +362,7 @@ PGresult *ll_pg_collect (ll_pg_conn_t *c,
       if (f < 0)
          return ll_pg_fail (c, NULL, what, err), NULL;
       if (!ll_pg_wait_socket (c->db, POLLIN | POLLOUT, deadline_ms))
-         return ll_pg_timed_out (c, what, limit_ms, option, err), NULL;
+         return ll_pg_timed_out (c, what, deadline_ms, limit_ms, option, err), NULL;
       if (!PQconsumeInput (c->db))
          return ll_pg_fail (c, NULL, what, err), NULL;
    }
@@ -339,7 +371,7 @@ PGresult *ll_pg_collect (ll_pg_conn_t *c,
       while (PQisBusy (c->db)) {
          if (!ll_pg_wait_socket (c->db, POLLIN, deadline_ms)) {
             PQclear (keep);
-            return ll_pg_timed_out (c, what, limit_ms, option, err), NULL;
+            return ll_pg_timed_out (c, what, deadline_ms, limit_ms, option, err), NULL;
          }
          if (!PQconsumeInput (c->db)) {
             PQclear (keep);
@@ -554,7 +586,7 @@ static bool ll_pg_connect_host (ll_pg_conn_t *c,
          return ll_pg_fail (c, NULL, "connecting", err);
       short ev = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
       if (!ll_pg_wait_socket (c->db, ev, deadline_ms))
-         return ll_pg_timed_out (c, "connecting", limit_ms, "connect_timeout", err);
+         return ll_pg_timed_out (c, "connecting", deadline_ms, limit_ms, "connect_timeout", err);
       st = PQconnectPoll (c->db);
    }
    if (PQsetnonblocking (c->db, 1) != 0)
@@ -625,7 +657,7 @@ static bool ll_pg_connect_list (ll_pg_conn_t *c, leaselock_error_t *err)
 static bool ll_pg_connect (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    ll_pg_conn_t *c = (ll_pg_conn_t *)b;
-   c->connect_deadline_ms = ll_real_now_ms () + c->connect_timeout_ms;
+   c->connect_deadline_ms = ll_call_bound_cap (ll_real_now_ms () + c->connect_timeout_ms);
    bool ok = c->n_hosts > 1
                ? ll_pg_connect_list (c, err)
                : ll_pg_connect_host (c, -1, c->connect_deadline_ms, c->connect_timeout_ms, err);
@@ -649,11 +681,12 @@ static bool ll_pg_alive (ll_sql_conn_t *b)
 }
 
 /* The deadline of the call under way: io_timeout from its first wait
- * once connected, for its prepare and execute together. */
+ * once connected, for its prepare and execute together, or the caller's
+ * bound when that comes first. */
 int64_t ll_pg_call_deadline (ll_pg_conn_t *c)
 {
    if (c->call_deadline_ms < 0)
-      c->call_deadline_ms = ll_real_now_ms () + c->io_timeout_ms;
+      c->call_deadline_ms = ll_call_bound_cap (ll_real_now_ms () + c->io_timeout_ms);
    return c->call_deadline_ms;
 }
 
@@ -676,11 +709,11 @@ static bool ll_pg_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)
  * levels): synchronous standbys named, in sync, and a commit level that
  * waits for them. sync_names with no standby in sync makes commits wait
  * (never answered before a standby has them): durable, if stalled. */
-static void ll_pg_durability (ll_primary_t *p, PGresult *res)
+static void ll_pg_durability (ll_primary_t *p, PGresult *res, int col)
 {
-   const char *commit = PQgetvalue (res, 0, 5), *names = PQgetvalue (res, 0, 6);
-   long in_sync = strtol (PQgetvalue (res, 0, 7), NULL, 10);
-   long standbys = strtol (PQgetvalue (res, 0, 8), NULL, 10);
+   const char *commit = PQgetvalue (res, 0, col), *names = PQgetvalue (res, 0, col + 1);
+   long in_sync = strtol (PQgetvalue (res, 0, col + 2), NULL, 10);
+   long standbys = strtol (PQgetvalue (res, 0, col + 3), NULL, 10);
    bool waits = strcmp (commit, "off") && strcmp (commit, "local");
    if (names[0] && waits)
       p->durability = LL_DURABILITY_DURABLE;
@@ -694,9 +727,30 @@ static void ll_pg_durability (ll_primary_t *p, PGresult *res)
              commit, names, in_sync, standbys);
 }
 
+/* Reads the durability alone (one round trip), so that a check_primary
+ * write that a synchronous standby never confirms fails with an error
+ * that says why (ll_pg_sync_note). */
+static bool ll_pg_read_durability (ll_pg_conn_t *c, leaselock_error_t *err)
+{
+   const char *what = "reading the replication settings";
+   PGresult *res = ll_pg_exec_setup (c, ll_pg_schema_sql.read_durability, what, err);
+   if (!res)
+      return false;
+   bool ok =
+     PQresultStatus (res) == PGRES_TUPLES_OK && PQntuples (res) == 1 && PQnfields (res) == 4;
+   if (ok)
+      ll_pg_durability (&c->b.primary, res, 0);
+   else
+      ll_pg_fail (c, res, what, err);
+   PQclear (res);
+   return ok;
+}
+
 static bool ll_pg_check_primary (ll_sql_conn_t *b, leaselock_error_t *err)
 {
    ll_pg_conn_t *c = (ll_pg_conn_t *)b;
+   if (b->primary.policy != LL_DURABILITY_OFF && !ll_pg_read_durability (c, err))
+      return false;
    char sql[4096];
    snprintf (sql, sizeof sql, ll_pg_schema_sql.check_primary, b->table,
              (long long)b->primary.want_max_ttl_ms);
@@ -709,7 +763,7 @@ static bool ll_pg_check_primary (ll_sql_conn_t *b, leaselock_error_t *err)
       return ok;
    }
    ll_primary_t *p = &b->primary;
-   ll_pg_durability (p, res);
+   ll_pg_durability (p, res, 5);
    snprintf (p->primary_id, sizeof p->primary_id, "%s", PQgetvalue (res, 0, 3));
    p->new_primary = !strcmp (PQgetvalue (res, 0, 4), "t");
    ll_primary_seen (p, strtoll (PQgetvalue (res, 0, 0), NULL, 10),

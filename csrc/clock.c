@@ -1,5 +1,6 @@
-/* clock.c - the engine's monotonic clock, a fake one for tests, and real
- * time for bounds on real waits and for latencies. */
+/* clock.c - the engine's monotonic clock, a fake one for tests, real
+ * time for bounds on real waits and for latencies, and the bound of the
+ * call under way on a thread. */
 #include "ll_internal.h"
 
 #include <stdatomic.h>
@@ -29,6 +30,25 @@ int64_t ll_real_now_us (void)
    struct timespec ts;
    clock_gettime (CLOCK_MONOTONIC, &ts);
    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Per thread: the engine sets it around a bounded call's I/O, on the
+ * calling thread, and the backends read it there. */
+static _Thread_local int64_t call_bound = -1;
+
+void ll_call_bound_set (int64_t deadline_ms)
+{
+   call_bound = deadline_ms;
+}
+
+int64_t ll_call_bound (void)
+{
+   return call_bound;
+}
+
+int64_t ll_call_bound_cap (int64_t deadline_ms)
+{
+   return call_bound >= 0 && call_bound < deadline_ms ? call_bound : deadline_ms;
 }
 
 void ll_clock_use_fake (bool on)

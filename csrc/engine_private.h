@@ -35,9 +35,28 @@
  * one that died or gave up holds the others back at most that long). */
 #define QUEUE_KEEP_MS 1000
 /* An automatic renewal that failed, and the forgetting of an owner
- * (take.c), try again after RETRY_MIN_MS .. RETRY_MAX_MS. */
+ * (ll_forget_t), try again after RETRY_MIN_MS .. RETRY_MAX_MS. */
 #define RETRY_MIN_MS 5
 #define RETRY_MAX_MS 1000
+
+/* An owner whose acquire's outcome stayed unknown (take.c): the grant may
+ * have been committed, and nobody would hold it. The client's I/O threads
+ * release the key for that owner (renew.c), retrying with backoff, until
+ * a release lands, the TTL it asked for has passed (the record has
+ * expired), or the client closes; NOT_HELD does not end it (the statement
+ * may still be queued on the server). Owned by its client's list; guarded
+ * by the client's mu. */
+typedef struct ll_forget
+{
+   char key[LEASELOCK_KEY_MAX + 1];
+   size_t key_len;
+   char owner[LEASELOCK_OWNER_LEN + 1];
+   int64_t until;   /* local ms after which the record has expired anyway */
+   int64_t next_ms; /* local ms of its next try */
+   int64_t wait;    /* the backoff after a failed try */
+   bool busy;       /* an I/O thread sends its release now */
+   struct ll_forget *next;
+} ll_forget_t;
 
 /* One of a client's I/O threads (renew.c), inside the client; guarded by
  * the client's mu. */
@@ -48,10 +67,11 @@ typedef struct io_slot
    bool running;
    bool failed;            /* its thread could not start: not tried again */
    leaselock_lease_t *job; /* lease it renews now (a counted reference) */
+   ll_forget_t *forget;    /* or the owner it releases for now (the client's) */
 } io_slot_t;
 
 /* A client (client.c). Owned by its user, and referenced by each of its
- * leases, waits and forget threads (refs): ll_client_unref frees it and
+ * leases and waits (refs): ll_client_unref frees it and
  * its strings. */
 struct leaselock_client
 {
@@ -88,6 +108,7 @@ struct leaselock_client
    io_slot_t io[IO_MAX];
    pthread_cond_t io_cond; /* wakes the I/O threads */
    bool stopping;
+   ll_forget_t *forgets;            /* owned: releases due for unknown outcomes */
    bool sleeping;                   /* the renewal thread waits on cond ... */
    int64_t sleep_until;             /* ... until then (< 0: until signalled) */
    leaselock_client_t *next_client; /* fork.c's list (its mutex, not mu) */
@@ -243,8 +264,8 @@ bool ll_conn_failed (const leaselock_error_t *err);
 
 /* ---- client.c ---------------------------------------------------------- */
 
-/* Drops one reference (the user's, a lease's, a wait's, a forget
- * thread's); the last frees c. */
+/* Drops one reference (the user's, a lease's, a wait's); the last
+ * frees c. */
 void ll_client_unref (leaselock_client_t *c);
 /* INVALID for a NULL or closed client. */
 bool ll_client_usable (leaselock_client_t *c, leaselock_error_t *err);
@@ -260,6 +281,14 @@ int64_t ll_first_renewal (int64_t sent, const ll_deadline_t *dl);
 /* Adds l to c's renewal list (borrowed: l stays the user's), starting the
  * threads if need be. Called with c->mu held. */
 bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err);
+/* Hands f (owned by c from now on) to c's I/O threads, starting them if
+ * need be: its first try at once. Freed at once when c is closing or no
+ * thread can start (its record then expires by its TTL). Called with
+ * c->mu held. */
+void ll_forget_locked (leaselock_client_t *c, ll_forget_t *f);
+/* Frees c's forgets (none in flight: its I/O threads are joined, or are
+ * the parent's after a fork). Called with c->mu held. */
+void ll_forgets_drop_locked (leaselock_client_t *c);
 
 /* ---- take.c ------------------------------------------------------------ */
 

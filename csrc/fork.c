@@ -126,6 +126,7 @@ void ll_reset_after_fork_locked (leaselock_client_t *c, pid_t me)
          c->io[i].job = NULL;
       }
    }
+   ll_forgets_drop_locked (c); /* the parent's to undo, not the child's */
    c->sleeping = false;
    c->stopping = false;
    c->pid = me;

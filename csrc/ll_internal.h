@@ -152,6 +152,19 @@ void ll_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dead
 /* Initialises a condition variable on CLOCK_MONOTONIC. */
 void ll_cond_init (pthread_cond_t *cond);
 
+/* The bound of the public call under way on this thread (real time,
+ * ll_real_now_ms; -1: none), so that every wait on a server is bounded
+ * by its caller's timeout, connecting included, and not only by the
+ * backend's own I/O timeouts: the engine sets it around each try of an
+ * acquire with a timeout (take.c) and clears it after; a backend caps
+ * each deadline it waits for by it (ll_call_bound_cap: the earlier of
+ * deadline_ms and the bound). A per-thread value rather than an argument
+ * because it reaches the backend's open (the pool's reconnect) as well as
+ * its statements. */
+void ll_call_bound_set (int64_t deadline_ms);
+int64_t ll_call_bound (void);
+int64_t ll_call_bound_cap (int64_t deadline_ms);
+
 /* ---- a holder's local deadline (deadline.c) ---------------------------- */
 
 /* The margin between a holder's local deadline and the database's expiry:

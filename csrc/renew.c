@@ -2,11 +2,13 @@
  * renew.c - automatic renewal: a client's renewal thread, which keeps
  * time, hands due renewals to up to IO_MAX I/O threads and runs the
  * on_lost and on_renew_failed callbacks; the I/O threads, which send the
- * renews; manual renew and extend; and the outcome of every renew, manual
- * or automatic.
+ * renews, and the releases for owners whose acquire's outcome stayed
+ * unknown (ll_forget_t); manual renew and extend; and the outcome of every
+ * renew, manual or automatic.
  */
 #include "engine_private.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -45,6 +47,7 @@ void ll_stop_renewal (leaselock_client_t *c)
    for (leaselock_lease_t *l = c->renewing; l; l = l->next)
       l->in_list = false;
    c->renewing = NULL;
+   ll_forgets_drop_locked (c); /* their records expire by their TTLs */
    pthread_mutex_unlock (&c->mu);
 }
 
@@ -170,6 +173,25 @@ static void notify_locked (leaselock_client_t *c, leaselock_lease_t *l)
    pthread_mutex_lock (&c->mu);
 }
 
+/* The first forget due (not in flight, its next try now or past), or
+ * NULL; lowers *wake (-1: none yet) to the next one's time. Called with
+ * c->mu held. */
+static ll_forget_t *forget_due_locked (leaselock_client_t *c, int64_t now, int64_t *wake)
+{
+   ll_forget_t *due = NULL;
+   for (ll_forget_t *f = c->forgets; f; f = f->next) {
+      if (f->busy)
+         continue;
+      if (f->next_ms <= now) {
+         if (!due)
+            due = f;
+      } else if (*wake < 0 || f->next_ms < *wake) {
+         *wake = f->next_ms;
+      }
+   }
+   return due;
+}
+
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
@@ -202,13 +224,14 @@ static void *renew_main (void *arg)
          notify_locked (c, notify);
          continue;
       }
+      ll_forget_t *forget = can_renew && !due ? forget_due_locked (c, now, &wake) : NULL;
       if (atomic_load_explicit (&c->obs.n_pending, memory_order_relaxed) > 0) {
          pthread_mutex_unlock (&c->mu); /* deliver the losses found above */
          ll_log_flush (&c->obs);
          pthread_mutex_lock (&c->mu);
          continue;
       }
-      if (!due) {
+      if (!due && !forget) {
          c->sleeping = true;
          c->sleep_until = wake;
          ll_cond_wait_until (&c->cond, &c->mu, wake);
@@ -220,8 +243,13 @@ static void *renew_main (void *arg)
       io_slot_t *slot = io_free_slot (c, true);
       if (!slot)
          continue; /* could not start one: plan again without it */
-      atomic_fetch_add (&due->refs, 1);
-      slot->job = due;
+      if (due) {
+         atomic_fetch_add (&due->refs, 1);
+         slot->job = due;
+      } else {
+         forget->busy = true;
+         slot->forget = forget;
+      }
       pthread_cond_broadcast (&c->io_cond);
    }
    pthread_mutex_unlock (&c->mu);
@@ -272,8 +300,48 @@ static void log_renew (const renew_op_t *r, int64_t left, int64_t retry)
    ll_log_flush (&c->obs);
 }
 
+/* Takes f out of c's forgets and frees it. Called with c->mu held. */
+static void forget_end_locked (leaselock_client_t *c, ll_forget_t *f)
+{
+   for (ll_forget_t **p = &c->forgets; *p; p = &(*p)->next)
+      if (*p == f) {
+         *p = f->next;
+         break;
+      }
+   free (f);
+}
+
+/* Sends the release of slot's forget (with c->mu let go): done once it
+ * released the record; else, NOT_HELD included (the statement whose
+ * outcome was unknown may still be queued on the server and run later),
+ * tried again after a backoff until the record has expired anyway. Called
+ * and returns with c->mu held. */
+static void io_forget_locked (io_slot_t *slot, pid_t me)
+{
+   leaselock_client_t *c = slot->client;
+   ll_forget_t *f = slot->forget;
+   pthread_mutex_unlock (&c->mu);
+   leaselock_error_t err;
+   bool sent;
+   bool done = ll_owner_call (c, f->key, f->key_len, f->owner, false, 0, me, &sent, &err);
+   if (done)
+      LL_LOG (&c->obs, LEASELOCK_LOG_INFO, "unknown_outcome_released", f->key, f->key_len, 0,
+              LEASELOCK_OK, "an acquire whose outcome was unknown had taken the key: released");
+   pthread_mutex_lock (&c->mu);
+   slot->forget = NULL;
+   f->busy = false;
+   int64_t now = ll_now_ms ();
+   if (done || now >= f->until) {
+      forget_end_locked (c, f);
+   } else {
+      f->next_ms = now + f->wait;
+      f->wait = f->wait * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : f->wait * 2;
+   }
+   pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+}
+
 /* An I/O thread: renews the leases the renewal thread hands it, one at a
- * time, and records the outcome. */
+ * time, and records the outcome; or sends a forget's release. */
 static void *io_main (void *arg)
 {
    io_slot_t *slot = arg;
@@ -281,10 +349,11 @@ static void *io_main (void *arg)
    pid_t me = getpid (); /* the thread lives in one process only */
    pthread_mutex_lock (&c->mu);
    for (;;) {
-      while (!slot->job && !c->stopping)
+      while (!slot->job && !slot->forget && !c->stopping)
          ll_cond_wait_until (&c->io_cond, &c->mu, -1);
       leaselock_lease_t *due = slot->job;
       if (c->stopping) {
+         slot->forget = NULL; /* ll_stop_renewal frees it */
          if (due) {
             slot->job = NULL;
             pthread_mutex_unlock (&c->mu);
@@ -292,6 +361,10 @@ static void *io_main (void *arg)
             pthread_mutex_lock (&c->mu);
          }
          break;
+      }
+      if (!due) {
+         io_forget_locked (slot, me);
+         continue;
       }
       leaselock_error_t err;
       renew_op_t r = { .l = due, .ttl = due->ttl_ms, .sent = ll_now_ms (), .err = &err };
@@ -313,9 +386,9 @@ static void *io_main (void *arg)
    return NULL;
 }
 
-/* Adds l to the renewal list, starting the threads in this process if
- * needed. Called with c->mu held. */
-bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
+/* Starts the renewal thread and the first I/O thread in this process
+ * unless they run. Called with c->mu held. */
+static bool threads_start_locked (leaselock_client_t *c, leaselock_error_t *err)
 {
    if (!c->io[0].running) {
       c->stopping = false;
@@ -333,6 +406,15 @@ bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_
                               strerror (rc));
       c->thread_running = true;
    }
+   return true;
+}
+
+/* Adds l to the renewal list, starting the threads in this process if
+ * needed. Called with c->mu held. */
+bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
+{
+   if (!threads_start_locked (c, err))
+      return false;
    l->next = c->renewing;
    c->renewing = l;
    l->in_list = true;
@@ -342,6 +424,32 @@ bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_
    if (c->sleeping && (c->sleep_until < 0 || l->next_renew_ms < c->sleep_until))
       pthread_cond_broadcast (&c->cond);
    return true;
+}
+
+void ll_forget_locked (leaselock_client_t *c, ll_forget_t *f)
+{
+   leaselock_error_t ignored;
+   if (atomic_load (&c->closing) || !threads_start_locked (c, &ignored)) {
+      free (f);
+      return;
+   }
+   f->next_ms = ll_now_ms ();
+   f->wait = RETRY_MIN_MS;
+   f->busy = false;
+   f->next = c->forgets;
+   c->forgets = f;
+   pthread_cond_broadcast (&c->cond);
+}
+
+void ll_forgets_drop_locked (leaselock_client_t *c)
+{
+   for (int i = 0; i < IO_MAX; i++)
+      c->io[i].forget = NULL;
+   while (c->forgets) {
+      ll_forget_t *f = c->forgets;
+      c->forgets = f->next;
+      free (f);
+   }
 }
 
 /* The minimum hold that keeps l's record taken until at least min_hold_ms

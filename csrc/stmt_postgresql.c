@@ -47,6 +47,12 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
  * primary recorded (none yet: a new table) sets max_ttl from the URI;
  * later the URI can only raise it, since leases granted under the old
  * bound may still be live. is_new: this statement set the lock-delay. */
+/* synchronous_commit, synchronous_standby_names, standbys in sync,
+ * standbys: the columns check_primary and read_durability end with. */
+#define LL_POSTGRESQL_DURABILITY                                                                   \
+   "current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "         \
+   "(SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), "           \
+   "(SELECT count(*) FROM pg_stat_replication)"
 #define LL_POSTGRESQL_CHECK_PRIMARY                                                                \
    "WITH s AS (SELECT " LL_POSTGRESQL_PRIMARY_ID " AS id, clock_timestamp() AS t), "               \
    "u AS (UPDATE \"%1$s_meta\" m SET "                                                             \
@@ -60,10 +66,12 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "m.max_ttl_ms, m.primary_id, m.grants_after IS NOT DISTINCT FROM s.t + m.max_ttl_ms * "         \
    "interval '1 millisecond' AS is_new) "                                                          \
    "SELECT u.fence_floor, GREATEST(0, (EXTRACT(EPOCH FROM u.grants_after - clock_timestamp()) "    \
-   "* 1000000)::bigint), u.max_ttl_ms, u.primary_id, u.is_new, "                                   \
-   "current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "         \
-   "(SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')), "           \
-   "(SELECT count(*) FROM pg_stat_replication) FROM u"
+   "* 1000000)::bigint), u.max_ttl_ms, u.primary_id, u.is_new, " LL_POSTGRESQL_DURABILITY          \
+   " FROM u"
+/* Durability alone, read before check_primary's write: that write waits
+ * for a synchronous standby, and when none confirms it the error can say
+ * so. */
+#define LL_POSTGRESQL_READ_DURABILITY "SELECT " LL_POSTGRESQL_DURABILITY
 
 /* A missing table fails with SQLSTATE 42P01 (undefined_table). */
 #define LL_POSTGRESQL_READ_VERSION "SELECT schema_version FROM \"%1$s_meta\" WHERE id = 1"
@@ -285,4 +293,5 @@ const ll_pg_schema_sql_t ll_pg_schema_sql = {
    .create_queue = LL_POSTGRESQL_CREATE_QUEUE,
    .listen = LL_POSTGRESQL_LISTEN,
    .check_primary = LL_POSTGRESQL_CHECK_PRIMARY,
+   .read_durability = LL_POSTGRESQL_READ_DURABILITY,
 };

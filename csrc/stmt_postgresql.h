@@ -45,6 +45,8 @@ typedef struct ll_pg_schema_sql
     * this call recorded a new primary, synchronous_commit,
     * synchronous_standby_names, standbys in sync, standbys. */
    const char *check_primary;
+   /* Before check_primary: its last four columns alone, in one row. */
+   const char *read_durability;
 } ll_pg_schema_sql_t;
 
 extern const ll_pg_schema_sql_t ll_pg_schema_sql;

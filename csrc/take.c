@@ -1,8 +1,9 @@
 /*
  * take.c - one try of an acquire call: the statement that takes the key
  * (or a waiter's claim on the key's reservation), the fair mode's queue
- * around it, the lease it makes, the resend of a statement that failed
- * once sent, and forgetting an owner whose acquire failed twice.
+ * around it, bounded by the caller's timeout, the lease it makes, the
+ * resend of a statement that failed once sent, and forgetting an owner
+ * whose acquire's outcome stayed unknown.
  */
 #include "engine_private.h"
 
@@ -13,6 +14,16 @@
 /* A waiter's claim lasts RESERVE_MS past each poll (wait.c's
  * WAIT_POLL_MS says why). */
 #define RESERVE_MS 200
+/* A try of an acquire with a timeout waits on the server no longer than
+ * what is left of that timeout (ll_call_bound), but at least TRY_MIN_MS:
+ * a waiter's last try comes at its deadline, and a healthy server answers
+ * within that. */
+#define TRY_MIN_MS 100
+/* A one-try acquire (timeout 0) is bounded by the backend's own I/O
+ * timeouts; it sends its statement once more after a lost reply only when
+ * the first send failed within RESEND_FAST_MS (a dropped connection, not a
+ * server that does not answer: the resend would wait as long again). */
+#define RESEND_FAST_MS 1000
 
 /* A lease for a's key and owner, not yet acquired (no client). */
 static leaselock_lease_t *lease_new (const acquire_call_t *a)
@@ -199,6 +210,18 @@ static bool backend_acquire (acquire_call_t *a,
    return ok;
 }
 
+/* The bound of a try of call a (ll_call_bound: real time), -1 for none:
+ * what is left of the caller's timeout, at least TRY_MIN_MS; none for a
+ * one-try acquire (the backend's I/O timeouts bound it) or one that waits
+ * forever. */
+static int64_t try_bound (const acquire_call_t *a)
+{
+   if (a->opts->timeout_ms <= 0)
+      return -1;
+   int64_t left = a->until - ll_now_ms ();
+   return ll_real_now_ms () + (left > TRY_MIN_MS ? left : TRY_MIN_MS);
+}
+
 /* One acquire statement for a's owner. *sent says whether it was handed
  * to the backend on a connection (so, on failure, it may have been
  * applied). */
@@ -232,91 +255,106 @@ static bool try_once (acquire_call_t *a,
    return true;
 }
 
-/* An acquire failed twice once sent: either attempt may have taken the
- * key for owner, which nobody would then hold. It is released for that
- * owner (no min_hold; only this owner's record can match), so that it is
- * not left blocked until its TTL runs out: at once, and when that fails
- * too (the path that lost the replies is often still broken), by a thread
- * that retries with backoff until the record would have expired anyway or
- * the client is closed. Best effort: errors are not reported. */
-typedef struct forget
+/* try_once within the try's bound (try_bound). */
+static bool try_bounded (acquire_call_t *a,
+                         leaselock_lease_t **out,
+                         bool *sent_out,
+                         leaselock_error_t *err)
 {
-   leaselock_client_t *client; /* counted reference */
-   char key[LEASELOCK_KEY_MAX + 1];
-   size_t key_len;
-   char owner[LEASELOCK_OWNER_LEN + 1];
-   int64_t until; /* local ms after which the record has expired */
-} forget_t;
+   ll_call_bound_set (try_bound (a));
+   bool ok = try_once (a, out, sent_out, err);
+   ll_call_bound_set (-1);
+   return ok;
+}
 
-/* One release of f's record; true when done (released, or not ours). */
-static bool forget_once (forget_t *f, pid_t me)
+/* Whether call a, whose last try failed after took ms, has time for one
+ * more statement in the caller's thread: while its timeout leaves more
+ * than TRY_MIN_MS, or for a one-try acquire when that try failed fast. */
+static bool time_left (const acquire_call_t *a, int64_t took)
+{
+   int64_t timeout = a->opts->timeout_ms;
+   if (timeout < 0)
+      return true;
+   if (timeout == 0)
+      return took < RESEND_FAST_MS;
+   return a->until - ll_now_ms () > TRY_MIN_MS;
+}
+
+/* One release of a's owner's record within a's bound: true when it
+ * released it. NOT_HELD does not end it: the statement whose outcome is
+ * unknown may still be queued on the server (a connection closed under a
+ * stalled server's statement) and run after this release. */
+static bool forget_now (const acquire_call_t *a)
 {
    leaselock_error_t err;
    bool sent;
-   return ll_owner_call (f->client, f->key, f->key_len, f->owner, false, 0, me, &sent, &err) ||
-          err.code == LEASELOCK_NOT_HELD;
+   ll_call_bound_set (try_bound (a));
+   bool ok = ll_owner_call (a->c, a->key, a->key_len, a->owner, false, 0, a->me, &sent, &err);
+   ll_call_bound_set (-1);
+   return ok;
 }
 
-static void *forget_main (void *arg)
+/* An acquire whose outcome stayed unknown (sent, then no answer) may
+ * have taken the key for a's owner, which nobody would then hold: it is
+ * released for that owner (no min_hold; only this owner's record can
+ * match), so that the key is not left blocked until its TTL runs out. At
+ * once when the call has time left (time_left, took: its last try's
+ * length); else, or when that fails too, by the client's I/O threads,
+ * retried with backoff, so that the caller does not wait on a server that
+ * may go on not answering. Returns whether it was released at once. */
+static bool forget_owner (const acquire_call_t *a, int64_t took)
 {
-   forget_t *f = arg;
-   leaselock_client_t *c = f->client;
-   pid_t me = getpid ();
-   for (int64_t wait = RETRY_MIN_MS;; wait = wait * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : wait * 2) {
-      pthread_mutex_lock (&c->mu);
-      int64_t at = ll_now_ms () + wait;
-      while (!atomic_load (&c->closing) && c->pid == me && ll_now_ms () < at)
-         ll_cond_wait_until (&c->cond, &c->mu, at); /* close broadcasts it */
-      bool stop = atomic_load (&c->closing) || c->pid != me || ll_now_ms () >= f->until;
-      pthread_mutex_unlock (&c->mu);
-      if (stop || forget_once (f, me))
-         break;
-   }
-   ll_client_unref (c);
-   free (f);
-   return NULL;
-}
-
-/* Forgets call a's owner (above). */
-static void forget_owner (const acquire_call_t *a)
-{
+   /* A one-try acquire leaves it to the I/O threads: its bound has no
+    * room for one more statement. */
+   if (a->opts->timeout_ms != 0 && time_left (a, took) && forget_now (a))
+      return true;
    leaselock_client_t *c = a->c;
-   forget_t *f = calloc (1, sizeof *f);
+   ll_forget_t *f = calloc (1, sizeof *f);
    if (!f)
-      return;
-   f->client = c;
+      return false; /* the record expires by its TTL */
    memcpy (f->key, a->key, a->key_len);
    f->key_len = a->key_len;
    memcpy (f->owner, a->owner, sizeof f->owner);
-   f->until = ll_now_ms () + a->opts->ttl_ms; /* both sends went out before now */
-   pthread_t tid;
-   pthread_attr_t attr;
-   if (forget_once (f, a->me) || pthread_attr_init (&attr) != 0) {
-      free (f);
-      return;
-   }
-   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
-   atomic_fetch_add (&c->refs, 1);
-   if (pthread_create (&tid, &attr, forget_main, f) != 0) {
-      atomic_fetch_sub (&c->refs, 1); /* the caller's reference keeps it alive */
-      free (f);
-   }
-   pthread_attr_destroy (&attr);
+   /* Every send went out before now, and a statement sets the expiry from
+    * the database's clock when it runs: by then the record of one that ran
+    * before now has expired (one that a stalled server runs later than
+    * that expires by its TTL). */
+   int64_t ttl = a->opts->ttl_ms;
+   f->until = ll_now_ms () + ttl + ll_deadline_margin_ms (ttl);
+   pthread_mutex_lock (&c->mu);
+   ll_forget_locked (c, f);
+   pthread_mutex_unlock (&c->mu);
+   return false;
+}
+
+/* err (BACKEND, from a statement that may have been applied and was not
+ * undone yet) says so. */
+static void say_unknown (leaselock_error_t *err)
+{
+   char was[LEASELOCK_ERROR_MAX];
+   memcpy (was, err->message, sizeof was);
+   ll_error_set (err, LEASELOCK_BACKEND,
+                 "outcome unknown (the grant may have been committed; it is being released): %s",
+                 was);
 }
 
 /* What follows an attempt that failed with err (sent: it reached a
  * connection). */
-static acquire_next_t after_failure (acquire_call_t *a, bool sent, leaselock_error_t *err)
+static acquire_next_t after_failure (acquire_call_t *a,
+                                     bool sent,
+                                     int64_t took,
+                                     leaselock_error_t *err)
 {
    a->sent_any = a->sent_any || sent;
-   if (err->code == LEASELOCK_BACKEND && sent && !a->resent) {
+   if (err->code == LEASELOCK_BACKEND && sent && !a->resent && time_left (a, took)) {
       /* Failed once sent (a dropped connection, a lost reply): send it
        * once more, at once, on a fresh connection. */
       a->resent = true;
       return NEXT_RESEND;
    }
    if (err->code == LEASELOCK_BACKEND && a->sent_any) {
-      forget_owner (a);
+      if (!forget_owner (a, took))
+         say_unknown (err);
       return NEXT_FAIL;
    }
    if (err->code != LEASELOCK_BUSY || a->opts->timeout_ms == 0)
@@ -330,9 +368,10 @@ acquire_next_t ll_call_try (acquire_call_t *a, leaselock_lease_t **lease, leasel
 {
    for (;;) {
       bool sent;
-      if (try_once (a, lease, &sent, err))
+      int64_t t0 = ll_now_ms ();
+      if (try_bounded (a, lease, &sent, err))
          return NEXT_DONE;
-      acquire_next_t next = after_failure (a, sent, err);
+      acquire_next_t next = after_failure (a, sent, ll_now_ms () - t0, err);
       if (next != NEXT_RESEND)
          return next;
    }
@@ -344,9 +383,11 @@ void ll_call_quit (acquire_call_t *a)
    if (!a->w.queued)
       return;
    leaselock_error_t ignored;
+   ll_call_bound_set (try_bound (a)); /* the entry runs out by itself */
    void *conn = ll_pool_get (a->c, a->me, &ignored);
-   if (!conn)
-      return;
-   queue_quit (a, conn);
-   ll_pool_put (a->c, conn, a->me, a->w.queued);
+   if (conn) {
+      queue_quit (a, conn);
+      ll_pool_put (a->c, conn, a->me, a->w.queued);
+   }
+   ll_call_bound_set (-1);
 }

@@ -180,12 +180,20 @@ static bool leave (fake_op_t op, bool ok, leaselock_error_t *err)
    if (lost)
       return ll_error_set (err, LEASELOCK_BACKEND, "fake backend: the reply was lost");
    if (wait) {
+      /* A real server's reply is awaited no longer than the caller's
+       * bound either: then the reply is lost. */
+      int64_t bound = ll_call_bound ();
+      bool gave_up = false;
       atomic_fetch_add (&held, 1);
-      while (atomic_load (&holding)) {
+      while (atomic_load (&holding) && !gave_up) {
          struct timespec ts = { 0, 1000000 };
          nanosleep (&ts, NULL);
+         gave_up = bound >= 0 && ll_real_now_ms () >= bound;
       }
       atomic_fetch_sub (&held, 1);
+      if (gave_up)
+         return ll_error_set (err, LEASELOCK_BACKEND,
+                              "fake backend: no answer before the caller's timeout");
    }
    return ok || ll_error_set (err, LEASELOCK_NOT_HELD, "not held");
 }

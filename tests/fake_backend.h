@@ -36,7 +36,9 @@ void fake_backend_fail_next (fake_op_t op, int n);
 /* The same for the next n calls of op (acquire, renew or release). */
 void fake_backend_lose_replies_of (fake_op_t op, int n);
 /* The next n calls of op are applied, then hold their reply (in real
- * time) until fake_backend_let_go(): a reply delayed on the way back. */
+ * time) until fake_backend_let_go(): a reply delayed on the way back (a
+ * commit that waits for a synchronous standby). A call bounded by its
+ * caller (ll_call_bound) gives up at that bound with BACKEND. */
 void fake_backend_hold_replies (fake_op_t op, int n);
 /* How many calls hold their reply now. */
 int fake_backend_held (void);

@@ -1943,6 +1943,44 @@ static void test_fork_while_call_hangs (void)
    CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
 }
 
+/* An acquire whose reply does not come before its timeout (a commit that
+ * waits for a synchronous standby that never confirms it): the call ends
+ * by its timeout with BACKEND "outcome unknown", and the grant it made is
+ * released by the client's I/O threads, not left to run out its TTL. */
+static void test_unknown_outcome_released (void)
+{
+   leaselock_client_t *c = client ("unknown-outcome"), *d = client ("unknown-outcome-2");
+   CHECK (c && d);
+   leaselock_error_t err;
+   leaselock_lease_t *l = NULL;
+   const char *k = key ("unknown-outcome");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.timeout_ms = 300;
+   /* Two: the fake clock may lag real time, leaving time for a resend. */
+   fake_backend_hold_replies (FAKE_ACQUIRE, 2);
+   int64_t t0 = ll_real_now_ms ();
+   bool ok = acq (c, k, o, &l, &err);
+   int64_t took = ll_real_now_ms () - t0;
+   fake_backend_let_go ();
+   fake_backend_hold_replies (FAKE_ACQUIRE, 0);
+   bool got = false;
+   leaselock_lease_t *ld = NULL;
+   leaselock_error_t errd;
+   for (int i = 0; i < 200 && !got; i++) {
+      got = acq (d, k, opts (5000, false), &ld, &errd);
+      if (!got)
+         t_sleep (10);
+   }
+   leaselock_lease_destroy (ld);
+   leaselock_client_destroy (d);
+   leaselock_client_destroy (c);
+   CHECK_ERR (ok, err, LEASELOCK_BACKEND, "outcome unknown");
+   CHECK (strstr (err.message, "no answer before the caller's timeout") != NULL);
+   CHECK (l == NULL);
+   CHECK (took >= 290 && took < 800);
+   CHECK_OK (got, errd); /* 200 tries 10 ms apart: released, not run out (60 s) */
+}
+
 /* An acquire applied by the database whose reply is lost is sent once
  * more with the same owner: the caller gets the lease, not a key locked by
  * nobody until its TTL. A second loss in a row is reported. (fake only) */
@@ -3653,6 +3691,7 @@ int main (int argc, char **argv)
       RUN (test_loss_when_database_down);
       RUN (test_local_deadline_exact);
       RUN (test_lost_reply_resent);
+      RUN (test_unknown_outcome_released);
       RUN (test_renew_race);
       RUN (test_release_lost_reply);
       RUN (test_loss_while_renewal_hangs);

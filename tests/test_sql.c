@@ -2020,6 +2020,57 @@ static void test_stalled_server (void)
    CHECK (found && rec.owner[0] == '\0');
 }
 
+/* An acquire whose timeout (1 s) is shorter than io_timeout (5 s by
+ * default) on a stopped server: it returns by its timeout, not the I/O
+ * bounds, saying that its outcome is unknown; once the server runs again
+ * the key is free long before the TTL (5 s) of the grant that may have
+ * run, which the client's I/O threads release. */
+static void test_stalled_acquire_in_time (void)
+{
+   leaselock_error_t err;
+   leaselock_client_t *c = client ("stall-in-time"), *d = client ("stall-in-time-2");
+   CHECK (c && d);
+   const char *k = key ("stall-in-time");
+   leaselock_record_t rec;
+   bool found;
+   bool ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err); /* warm */
+   call_t a = { .c = c, .key = k, .what = CALL_ACQUIRE };
+   stall_t s;
+   bool stalled = ok && stall_begin (&s), done = false;
+   int64_t t0 = mono_ms ();
+   if (stalled) {
+      call_start (&a);
+      done = call_wait (&a, t0, 1000 + STALL_SLACK_MS);
+   }
+   sleep_ms (300); /* the key's release, if sent, waits too */
+   stall_end (&s);
+   if (stalled)
+      call_join (&a);
+   int64_t t1 = mono_ms ();
+   leaselock_lease_t *l = NULL;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.timeout_ms = 4500;
+   bool got = leaselock_acquire (d, k, strlen (k), &o, &l, &err);
+   int64_t free_ms = mono_ms () - t1;
+   if (done)
+      fprintf (stderr,
+               "    stopped server, acquire(timeout=1 s): %s after %lld ms; the key free %lld ms "
+               "after the server ran again\n",
+               leaselock_code_name (a.err.code), (long long)a.took_ms, (long long)free_ms);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   leaselock_client_destroy (d);
+   CHECK_OK (ok, err);
+   CHECK (stalled);
+   CHECK (done);
+   CHECK (!a.ok);
+   CHECK_EQ (a.err.code, LEASELOCK_BACKEND);
+   CHECK (strstr (a.err.message, "outcome unknown") != NULL);
+   CHECK (a.took_ms < 1000 + 500);
+   CHECK_OK (got, err);
+   CHECK (free_ms < 3000); /* released, not run out (5 s after it ran) */
+}
+
 /* Without any timeout in the URI, a call on a connection to a stopped
  * server ends after the default io_timeout (5 s). */
 static void test_stalled_server_default_bound (void)
@@ -2465,6 +2516,7 @@ int main (int argc, char **argv)
    RUN (test_new_primary);
    RUN (test_failed_in_flight);
    RUN (test_stalled_server);
+   RUN (test_stalled_acquire_in_time);
    RUN_SLOW (test_stalled_server_default_bound);
    notify_cases_run ();
    RUN (test_scheme_aliases_and_socket);
