@@ -119,8 +119,9 @@ static bool ll_mongo_option_known (const char *name, size_t len)
  * 255 is the limit from MongoDB 4.4 on. MongoDB 4.2 allows only 120 bytes
  * for "db.collection"; the server version is not known here (and may differ
  * between the hosts of a URI), so on 4.2 a namespace of 121 to 255 bytes is
- * accepted at open and the first write that creates the collection fails
- * with BACKEND, carrying the server's message. */
+ * accepted here and open's first write, the failover record's in
+ * "db.collection.meta" (backend_mongodb_primary.c), fails with BACKEND,
+ * carrying the server's message. */
 static bool ll_mongo_check_collection (const char *db, const char *coll, leaselock_error_t *err)
 {
    size_t len = strlen (coll);
