@@ -303,7 +303,7 @@ static bool ll_mongo_meta_record (ll_mongo_conn_t *conn,
 bool ll_mongo_check_primary (ll_mongo_conn_t *conn, leaselock_error_t *err)
 {
    char id[sizeof conn->identity], about[160];
-   ll_mongo_topology_t topo;
+   ll_mongo_topology_t topo = LL_MONGO_TOPO_UNKNOWN;
    ll_mongo_meta_t m;
    bool is_new;
    if (!ll_mongo_read_identity (conn, id, &topo, about, sizeof about, err) ||
@@ -324,7 +324,7 @@ bool ll_mongo_check_primary (ll_mongo_conn_t *conn, leaselock_error_t *err)
 bool ll_mongo_grant_ready (ll_mongo_conn_t *conn, int64_t ttl_ms, leaselock_error_t *err)
 {
    char id[sizeof conn->identity], about[160];
-   ll_mongo_topology_t topo;
+   ll_mongo_topology_t topo = LL_MONGO_TOPO_UNKNOWN;
    if (!ll_primary_ttl_ok (&conn->primary, "mongodb", ttl_ms, err) ||
        !ll_mongo_read_identity (conn, id, &topo, about, sizeof about, err))
       return false;
