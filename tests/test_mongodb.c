@@ -2755,6 +2755,42 @@ static void test_failover_options (void)
    B->close (c);
 }
 
+/* libmongoc follows a new primary inside one client, with no reconnect:
+ * a connection that recorded one primary and whose driver now writes to
+ * another records the new one before its next grant (the meta document's
+ * read and swap), and that grant is BUSY (the lock-delay). Simulated by
+ * a connection that recorded "the old primary". */
+static void test_primary_changed_before_grant (void)
+{
+   char coll[64], u[1200], a[33];
+   np_coll (coll, sizeof coll, "follow");
+   np_uri (u, sizeof u, coll, "max_ttl=1s");
+   void *c = open_conn (u);
+   CHECK (c);
+   if (!c)
+      return;
+   ll_mongo_conn_t *conn = c;
+   leaselock_error_t err;
+   int64_t fence;
+   new_owner (a);
+   CHECK_OK (acquire (c, "k", a, 1000, &fence, &err), err);
+   CHECK (np_rewrite (c, "the old primary"));
+   snprintf (conn->identity, sizeof conn->identity, "the old primary");
+   uint32_t gen = conn->primary.generation;
+   np_capture (c);
+   CHECK_ERR (acquire (c, "k2", a, 1000, &fence, &err), err, LEASELOCK_BUSY, "lock-delay");
+   CHECK_EQ (n_cmds, 2); /* the meta document's read and swap; no take */
+   CHECK (is_meta_cmd (0, false, "$currentDate", "seenAt"));
+   CHECK (is_meta_cmd (1, false, "$set", "fenceFloor"));
+   CHECK (!strcmp (conn->identity, "standalone") && conn->primary.new_primary);
+   CHECK_EQ (conn->primary.generation, gen + 1);
+   CHECK_OK (B->renew (c, &(ll_op_t){ "k", 1, a }, 1000, &err), err); /* not a grant */
+   clear_cmds ();
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), NULL, NULL);
+   np_drop (c);
+   B->close (c);
+}
+
 int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--child"))
@@ -2816,6 +2852,7 @@ int main (int argc, char **argv)
    RUN (test_failover_command_shape);
    RUN (test_failover_options);
    RUN (test_new_primary_race);
+   RUN (test_primary_changed_before_grant);
    RUN (test_new_primary);
 
    clear_cmds ();
