@@ -62,6 +62,15 @@
  * never a pipeline update nor an upsert: valid on MongoDB 4.2+ and
  * mongo-java-server alike.
  *
+ * Failover (backend_mongodb_primary.c): before a grant, the primary the
+ * driver writes to is checked against the one recorded (BUSY during the
+ * lock-delay after a new one), and a take whose fence is below the fence
+ * floor is followed by a second findAndModify, {_id: key, owner} $max
+ * {fence: floor}, before the lease is returned: $inc and $max cannot both
+ * write the fence in one update without a pipeline, so only the first
+ * grant of a key after a failover pays the second round trip. TTLs over
+ * the collection's max_ttl are refused by acquire and renew.
+ *
  * prune's filter adds "no live reservation" to "expired", and a second
  * deleteMany removes the queue entries that ran out
  * (backend_mongodb_queue.c). force_release reads the record, then frees it
@@ -156,6 +165,8 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn,
 static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
+   if (!ll_mongo_grant_ready (conn, t->ttl_ms, err))
+      return false;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
    bool ok = ll_mongo_take_command (&q, &u, t, err) &&
@@ -166,7 +177,7 @@ static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, lease
       ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, fence, err);
    bson_destroy (&q);
    bson_destroy (&u);
-   return ok;
+   return ok && ll_mongo_fence_floor (conn, &t->op, fence, err);
 }
 
 /* The claim (ll_mongo_claim_query), a findAndModify without upsert:
@@ -228,7 +239,8 @@ static bool ll_mongo_acquire_wait (void *c,
 
    out->reserved = false;
    out->left_ms = -1;
-   bool ok = ll_mongo_take_command (&q, &u, t, err) &&
+   bool ok = ll_mongo_grant_ready (conn, t->ttl_ms, err) &&
+             ll_mongo_take_command (&q, &u, t, err) &&
              ll_mongo_fam (conn, &q, &u, false, &matched, &out->fence, err);
    if (ok && !matched) {
       ok = (ll_mongo_claim_query (&cq, t->op.key, t->op.key_len, t->op.owner, t->waited_ms) &&
@@ -244,11 +256,14 @@ static bool ll_mongo_acquire_wait (void *c,
    bson_destroy (&u);
    bson_destroy (&cq);
    bson_destroy (&cu);
-   return ok;
+   return ok && ll_mongo_fence_floor (conn, &t->op, &out->fence, err);
 }
 
 static bool ll_mongo_renew (void *c, const ll_op_t *op, int64_t ttl_ms, leaselock_error_t *err)
 {
+   ll_mongo_conn_t *conn = c;
+   if (!ll_primary_ttl_ok (&conn->primary, "mongodb", ttl_ms, err))
+      return false;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool ok = ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
              ll_mongo_renew_update (&u, ttl_ms);
@@ -540,6 +555,7 @@ const ll_backend_t ll_backend_mongodb = {
    .abandon = ll_mongo_abandon,
    .acquire = ll_mongo_acquire,
    LL_BACKEND_LEASE_OPS (ll_mongo),
+   .primary = ll_mongo_primary,
 };
 
 #else /* !LEASELOCK_WITH_MONGODB */

@@ -1,7 +1,8 @@
 /*
  * backend_mongodb_conn.c - a MongoDB connection: open (the URI read by
  * backend_mongodb_uri.c, the client, the collections, their write concern,
- * a ping), close and abandon; the one format of a driver failure; and the
+ * a ping, the primary recorded: backend_mongodb_primary.c), close and
+ * abandon; the one format of a driver failure; and the
  * round trips the lease operations and the queue share (findAndModify,
  * updateOne, deleteMany).
  *
@@ -55,6 +56,7 @@ static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
       return;
    mongoc_collection_destroy (conn->coll);
    mongoc_collection_destroy (conn->queue);
+   mongoc_collection_destroy (conn->meta);
    mongoc_client_destroy (conn->client);
    ll_secrets_clear (&conn->secrets);
    free (conn);
@@ -76,7 +78,10 @@ static ll_mongo_conn_t *ll_mongo_conn_new (const char *text, leaselock_error_t *
 /* The URI's write concern, with w=majority unless the URI sets w itself:
  * journal= and wtimeoutMS= combine with the default. safe=true (which
  * libmongoc turns into w=1) asks for acknowledged writes, which majority
- * is, so it does not lower the default. */
+ * is, so it does not lower the default. A URI's w that waits for replicas
+ * without a wtimeoutMS gets the default one: the server would otherwise
+ * hold the reply until the socket timeout, with the write applied on the
+ * primary (an unknown outcome either way; the engine cleans it up). */
 static bool ll_mongo_set_write_concern (ll_mongo_conn_t *conn,
                                         const mongoc_uri_t *uri,
                                         leaselock_error_t *err)
@@ -89,8 +94,13 @@ static bool ll_mongo_set_write_concern (ll_mongo_conn_t *conn,
         wc, mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS)
               ? (int32_t)mongoc_uri_get_option_as_int32 (uri, MONGOC_URI_WTIMEOUTMS, 0)
               : LL_MONGO_WTIMEOUT_MS);
+   else if (!mongoc_uri_has_option (uri, MONGOC_URI_WTIMEOUTMS) &&
+            (mongoc_write_concern_get_wmajority (wc) || mongoc_write_concern_get_wtag (wc) ||
+             mongoc_write_concern_get_w (wc) > 1))
+      mongoc_write_concern_set_wtimeout_int64 (wc, LL_MONGO_WTIMEOUT_MS);
    mongoc_collection_set_write_concern (conn->coll, wc);
    mongoc_collection_set_write_concern (conn->queue, wc);
+   mongoc_collection_set_write_concern (conn->meta, wc);
    mongoc_write_concern_destroy (wc);
    return true;
 }
@@ -130,7 +140,11 @@ static bool ll_mongo_connect (ll_mongo_conn_t *conn,
    char *qname = bson_strdup_printf ("%s%s", collname, LL_MONGO_QUEUE_SUFFIX);
    conn->queue = mongoc_client_get_collection (conn->client, ll_mongo_db (uri), qname);
    bson_free (qname);
-   return ll_mongo_set_write_concern (conn, uri, err) && ll_mongo_ping (conn, err);
+   char *mname = bson_strdup_printf ("%s%s", collname, LL_MONGO_META_SUFFIX);
+   conn->meta = mongoc_client_get_collection (conn->client, ll_mongo_db (uri), mname);
+   bson_free (mname);
+   return ll_mongo_set_write_concern (conn, uri, err) && ll_mongo_ping (conn, err) &&
+          ll_mongo_check_primary (conn, err);
 }
 
 void *ll_mongo_open (const char *text, leaselock_error_t *err)
@@ -142,10 +156,11 @@ void *ll_mongo_open (const char *text, leaselock_error_t *err)
    pthread_once (&ll_mongo_once, ll_mongo_init);
    if (!text)
       return ll_error_set (err, LEASELOCK_INVALID, "MongoDB URI is NULL"), NULL;
-   bool ok =
-     ll_uri_check_at (text, err) && ll_mongo_split_uri (text, &drv, &collname, err) &&
-     (conn = ll_mongo_conn_new (text, err)) && (uri = ll_mongo_read_uri (conn, text, drv, err)) &&
-     ll_mongo_settle_uri (uri, &collname, err) && ll_mongo_connect (conn, uri, collname, err);
+   bool ok = ll_uri_check_at (text, err) && (conn = ll_mongo_conn_new (text, err)) &&
+             ll_mongo_split_uri (text, &drv, &collname, &conn->primary, err) &&
+             (uri = ll_mongo_read_uri (conn, text, drv, err)) &&
+             ll_mongo_settle_uri (uri, &collname, err) &&
+             ll_mongo_connect (conn, uri, collname, err);
    mongoc_uri_destroy (uri);
    free (drv);
    free (collname);
@@ -184,8 +199,10 @@ void ll_mongo_abandon (void *c)
    if (conn->tls) {
       mongoc_collection_destroy (conn->coll); /* memory only, no I/O */
       mongoc_collection_destroy (conn->queue);
+      mongoc_collection_destroy (conn->meta);
       conn->coll = NULL;
       conn->queue = NULL;
+      conn->meta = NULL;
       conn->client = NULL; /* leaked on purpose */
    } else {
       mongoc_client_reset (conn->client);

@@ -8,6 +8,8 @@
  *   backend_mongodb_uri.c    the URI: leaselock's options, checks, defaults
  *   backend_mongodb_conn.c   open, close, abandon, errors, the round trips
  *   backend_mongodb_queue.c  the fair mode's queue
+ *   backend_mongodb_primary.c  failover: the primary, durability, the meta
+ *                            document, the fence floor
  *   stmt_mongodb.c           the commands' shapes (stmt_mongodb.h)
  *
  * Every function taking err fills it on failure (it is the caller's).
@@ -26,17 +28,25 @@ typedef struct ll_mongo_conn
    mongoc_client_t *client;    /* single-threaded, owned */
    mongoc_collection_t *coll;  /* owned; carries the write concern */
    mongoc_collection_t *queue; /* "<coll>.queue", the fair mode's; the same */
+   mongoc_collection_t *meta;  /* "<coll>.meta", the failover record; the same */
    ll_secrets_t secrets;       /* the URI's passwords, scrubbed from messages */
    bool tls;                   /* the URI asks for TLS (see ll_mongo_abandon) */
+   ll_primary_t primary;       /* failover.c's view, from the URI and the meta document */
+   char identity[80];          /* the driver's primary when primary was last recorded */
 } ll_mongo_conn_t;
 
 /* ---- backend_mongodb_uri.c ------------------------------------------------ */
 
 /* Splits text (borrowed) into the URI for the driver (without
- * leaselockCollection) and the collection name (NULL when the URI names
- * none). Refuses options the driver does not know. *drv and *coll are new
+ * leaselock's options) and the collection name (NULL when the URI names
+ * none); the options max_ttl= and durability= go to p (the caller's).
+ * Refuses options the driver does not know. *drv and *coll are new
  * strings the caller frees (free()) on success; both NULL on failure. */
-bool ll_mongo_split_uri (const char *text, char **drv, char **coll, leaselock_error_t *err);
+bool ll_mongo_split_uri (const char *text,
+                         char **drv,
+                         char **coll,
+                         ll_primary_t *p,
+                         leaselock_error_t *err);
 
 /* The driver's reading of drv (text without leaselock's options; both
  * borrowed), or NULL with INVALID; the password as libmongoc read it joins
@@ -120,6 +130,56 @@ mongoc_client_t *ll_mongo_test_client (void *conn);
 mongoc_collection_t *ll_mongo_test_collection (void *conn);
 mongoc_collection_t *ll_mongo_test_queue (void *conn);
 bool ll_mongo_test_set_password (void *conn, const char *password);
+
+/* ---- backend_mongodb_primary.c -------------------------------------------- */
+
+/* What the server a write goes to is, from its hello (or isMaster) reply. */
+typedef enum ll_mongo_topology
+{
+   LL_MONGO_TOPO_UNKNOWN = 0, /* no reply to read (a load balancer in front) */
+   LL_MONGO_TOPO_STANDALONE,
+   LL_MONGO_TOPO_REPLSET, /* a replica set's primary */
+   LL_MONGO_TOPO_SHARDED, /* a mongos */
+} ll_mongo_topology_t;
+
+/* Reads hello (borrowed; NULL or empty: unknown): the primary's identity
+ * into id ("rs/<setName>/<electionId>", "standalone", "sharded",
+ * "unknown") and, for people, what it is into about (host: the driver's
+ * address of the server, borrowed, for when the reply has no "me"). */
+ll_mongo_topology_t ll_mongo_hello_identity (const bson_t *hello,
+                                             const char *host,
+                                             char *id,
+                                             size_t id_size,
+                                             char *about,
+                                             size_t about_size);
+
+/* Sets p's durability and its text from the topology, about (borrowed)
+ * and the write concern wc (borrowed) the grants are sent with. */
+void ll_mongo_durability (ll_primary_t *p,
+                          ll_mongo_topology_t topo,
+                          const char *about,
+                          const mongoc_write_concern_t *wc);
+
+/* At open: reads the primary the driver writes to and records it in the
+ * meta document (a new one raises the fence floor and starts the
+ * lock-delay), filling conn->primary through ll_primary_seen. */
+bool ll_mongo_check_primary (ll_mongo_conn_t *conn, leaselock_error_t *err);
+
+/* Before a grant: TTL over max_ttl: INVALID; a primary other than the one
+ * recorded (the driver followed a failover): ll_mongo_check_primary
+ * again; then ll_primary_grant_ok (BUSY in the lock-delay). */
+bool ll_mongo_grant_ready (ll_mongo_conn_t *conn, int64_t ttl_ms, leaselock_error_t *err);
+
+/* After a take of op's key that returned *fence: below the fence floor,
+ * a second findAndModify raises the record's fence to the floor and
+ * *fence with it. */
+bool ll_mongo_fence_floor (ll_mongo_conn_t *conn,
+                           const ll_op_t *op,
+                           int64_t *fence,
+                           leaselock_error_t *err);
+
+/* The vtable's primary: conn's ll_primary_t. */
+struct ll_primary *ll_mongo_primary (void *conn);
 
 /* ---- backend_mongodb_queue.c ---------------------------------------------- */
 

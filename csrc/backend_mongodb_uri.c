@@ -6,18 +6,25 @@
  *
  * The database is the URI path (default "leaselock"); the collection is the
  * leaselock-only option leaselockCollection (default "leaselock"), removed
- * before the URI reaches the driver. Any other option the driver does not
- * know is refused (the driver itself would only log a warning and ignore
- * it). Defaults that differ from the driver's, each kept when the URI sets
- * its own:
+ * before the URI reaches the driver, as are max_ttl= and durability=
+ * (failover.c). Any other option the driver does not know is refused (the
+ * driver itself would only log a warning and ignore it). Defaults that
+ * differ from the driver's, each kept when the URI sets its own:
  *   socketTimeoutMS=10000          (driver: 5 minutes; a lock op must not hang)
  *   serverSelectionTimeoutMS=5000  (driver: 30 s)
  *   connectTimeoutMS=5000          (driver: 10 s)
- *   w=majority, wtimeoutMS=5000    for acquire, renew, release, force_release
- *                                  (unless the URI sets w; its journal= is
- *                                  kept; w=0, w=-1 and safe=false refused;
- *                                  set by backend_mongodb_conn.c)
+ *   w=majority, wtimeoutMS=5000    for every write (unless the URI sets w;
+ *                                  its journal= is kept, and a w that waits
+ *                                  for replicas gets wtimeoutMS=5000 unless
+ *                                  the URI sets it; w=0, w=-1 and
+ *                                  safe=false refused; set by
+ *                                  backend_mongodb_conn.c)
  *   appname=leaselock
+ * and one the URI cannot change: retryWrites=false. A retryable write that
+ * failed on the old primary would be sent again by the driver to a new
+ * one, granting there before leaselock saw the new primary and its
+ * lock-delay (backend_mongodb_primary.c); the engine resends a failed
+ * acquire itself, on a fresh connection that checks the primary first.
  * A URI's own socketTimeoutMS, serverSelectionTimeoutMS and
  * connectTimeoutMS must be 1 ms to 1 day: 0 (which libmongoc turns into its
  * own default) and negative values (a negative socket timeout waits
@@ -112,8 +119,9 @@ static bool ll_mongo_option_known (const char *name, size_t len)
  * 255 is the limit from MongoDB 4.4 on. MongoDB 4.2 allows only 120 bytes
  * for "db.collection"; the server version is not known here (and may differ
  * between the hosts of a URI), so on 4.2 a namespace of 121 to 255 bytes is
- * accepted at open and the first write that creates the collection fails
- * with BACKEND, carrying the server's message. */
+ * accepted here and open's first write, the failover record's in
+ * "db.collection.meta" (backend_mongodb_primary.c), fails with BACKEND,
+ * carrying the server's message. */
 static bool ll_mongo_check_collection (const char *db, const char *coll, leaselock_error_t *err)
 {
    size_t len = strlen (coll);
@@ -176,13 +184,45 @@ static bool ll_mongo_take_collection (const char *item,
    return true;
 }
 
+/* The options max_ttl= and durability= (failover.c) of item[0..len)
+ * (name length nlen) into p: *taken when item is one of them. */
+static bool ll_mongo_take_failover (const char *item,
+                                    size_t len,
+                                    size_t nlen,
+                                    ll_primary_t *p,
+                                    bool *taken,
+                                    leaselock_error_t *err)
+{
+   static const char *const names[] = { "max_ttl", "durability" };
+   *taken = false;
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      if (nlen != strlen (names[i]) || strncasecmp (item, names[i], nlen))
+         continue;
+      bool nomem = false;
+      const char *v = item + nlen + (nlen < len);
+      char *dec = ll_percent_decode (v, (size_t)(item + len - v), false, &nomem);
+      if (!dec)
+         return nomem ? ll_mongo_nomem (err)
+                      : ll_error_set (err, LEASELOCK_INVALID,
+                                      "MongoDB URI option %s has a bad percent-escape or an "
+                                      "encoded NUL byte",
+                                      names[i]);
+      bool ok = ll_primary_option (p, "mongodb", names[i], dec, taken, err);
+      free (dec);
+      return ok;
+   }
+   return true;
+}
+
 /* Copies the options p (after the '?') to out at *o, leaving out
- * leaselockCollection (its value goes to *coll), and the '?' too when no
- * option is left. Refuses options the driver does not know. */
+ * leaselockCollection (its value goes to *coll), max_ttl and durability
+ * (into prim), and the '?' too when no option is left. Refuses options
+ * the driver does not know. */
 static bool ll_mongo_filter_options (const char *p,
                                      char *out,
                                      size_t *o,
                                      char **coll,
+                                     ll_primary_t *prim,
                                      leaselock_error_t *err)
 {
    bool first = true;
@@ -198,6 +238,11 @@ static bool ll_mongo_filter_options (const char *p,
             return false;
          continue;
       }
+      bool taken = false;
+      if (len && !ll_mongo_take_failover (item, len, nlen, prim, &taken, err))
+         return false;
+      if (taken)
+         continue;
       /* An empty item ("a=1&&b=2") is left for the driver to judge. */
       if (len && !ll_mongo_option_known (item, nlen))
          return ll_error_set (err, LEASELOCK_INVALID, "unknown MongoDB URI option \"%.*s\"",
@@ -214,11 +259,16 @@ static bool ll_mongo_filter_options (const char *p,
 }
 
 /*
- * Splits text into the URI for the driver (without leaselockCollection) and
- * the collection name (NULL when the URI names none). Refuses options the
- * driver does not know. *drv and *coll are new strings (free()) on success.
+ * Splits text into the URI for the driver (without leaselock's options) and
+ * the collection name (NULL when the URI names none); max_ttl= and
+ * durability= go to p. Refuses options the driver does not know. *drv and
+ * *coll are new strings (free()) on success.
  */
-bool ll_mongo_split_uri (const char *text, char **drv, char **coll, leaselock_error_t *err)
+bool ll_mongo_split_uri (const char *text,
+                         char **drv,
+                         char **coll,
+                         ll_primary_t *p,
+                         leaselock_error_t *err)
 {
    const char *q = ll_mongo_query (text);
    size_t n = strlen (text), o = q ? (size_t)(q - text) + 1 : n; /* through '?' */
@@ -229,7 +279,7 @@ bool ll_mongo_split_uri (const char *text, char **drv, char **coll, leaselock_er
    if (!out)
       return ll_mongo_nomem (err);
    memcpy (out, text, o);
-   if (q && !ll_mongo_filter_options (q + 1, out, &o, coll, err)) {
+   if (q && !ll_mongo_filter_options (q + 1, out, &o, coll, p, err)) {
       free (out);
       free (*coll);
       *coll = NULL;
@@ -300,6 +350,8 @@ bool ll_mongo_settle_uri (mongoc_uri_t *uri, char **collname, leaselock_error_t 
                                       LL_MONGO_CONNECT_TIMEOUT_MS);
    if (!mongoc_uri_get_appname (uri))
       mongoc_uri_set_appname (uri, "leaselock");
+   /* Always (the top comment says why). */
+   mongoc_uri_set_option_as_bool (uri, MONGOC_URI_RETRYWRITES, false);
    return true;
 }
 

@@ -479,4 +479,60 @@ bool ll_mongo_queue_prune_filter (bson_t *q,
           ll_mongo_append_queue_cmp (q, "$expr", "$lte", older_than_ms);
 }
 
+/* ---- the failover record ------------------------------------------------- */
+
+#define LL_MONGO_META_ID "primary"
+
+bool ll_mongo_meta_id (bson_t *q)
+{
+   return BSON_APPEND_UTF8 (q, "_id", LL_MONGO_META_ID);
+}
+
+bool ll_mongo_meta_read_update (bson_t *u, int64_t want_max_ttl_ms)
+{
+   bson_t cd;
+   return BSON_APPEND_DOCUMENT_BEGIN (u, "$currentDate", &cd) &&
+          BSON_APPEND_BOOL (&cd, "seenAt", true) && bson_append_document_end (u, &cd) &&
+          (want_max_ttl_ms <= 0 ||
+           ll_mongo_append_one_int64 (u, "$max", "maxTtlMs", want_max_ttl_ms));
+}
+
+bool ll_mongo_meta_create_query (bson_t *q)
+{
+   bson_t ex;
+   return ll_mongo_meta_id (q) && BSON_APPEND_DOCUMENT_BEGIN (q, "primaryId", &ex) &&
+          BSON_APPEND_BOOL (&ex, "$exists", false) && bson_append_document_end (q, &ex);
+}
+
+bool ll_mongo_meta_create_update (bson_t *u, const char *id, int64_t max_ttl_ms)
+{
+   bson_t set;
+   return ll_mongo_dated_set_begin (u, "seenAt", NULL, &set) &&
+          BSON_APPEND_UTF8 (&set, "primaryId", id) && BSON_APPEND_INT64 (&set, "fenceFloor", 0) &&
+          BSON_APPEND_INT64 (&set, "maxTtlMs", max_ttl_ms) &&
+          BSON_APPEND_INT64 (&set, "pauseMs", 0) && bson_append_document_end (u, &set);
+}
+
+bool ll_mongo_meta_swap_query (bson_t *q, const char *old_id, int64_t old_floor)
+{
+   return ll_mongo_meta_id (q) &&
+          (old_id ? BSON_APPEND_UTF8 (q, "primaryId", old_id)
+                  : BSON_APPEND_NULL (q, "primaryId")) &&
+          BSON_APPEND_INT64 (q, "fenceFloor", old_floor);
+}
+
+bool ll_mongo_meta_swap_update (bson_t *u, const char *id, int64_t floor, int64_t pause_ms)
+{
+   bson_t set;
+   return ll_mongo_dated_set_begin (u, "seenAt", "pausedAt", &set) &&
+          BSON_APPEND_UTF8 (&set, "primaryId", id) &&
+          BSON_APPEND_INT64 (&set, "fenceFloor", floor) &&
+          BSON_APPEND_INT64 (&set, "pauseMs", pause_ms) && bson_append_document_end (u, &set);
+}
+
+bool ll_mongo_fence_floor_update (bson_t *u, int64_t floor)
+{
+   return ll_mongo_append_one_int64 (u, "$max", "fence", floor);
+}
+
 #endif /* LEASELOCK_WITH_MONGODB */

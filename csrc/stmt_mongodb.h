@@ -48,6 +48,8 @@
 #define LL_MONGO_DEFAULT_COLL "leaselock"
 /* The queue's collection: the records' name with this suffix. */
 #define LL_MONGO_QUEUE_SUFFIX ".queue"
+/* The failover record's collection (below): the records' name with this. */
+#define LL_MONGO_META_SUFFIX ".meta"
 /* The write concern's timeout with the default w=majority. */
 #define LL_MONGO_WTIMEOUT_MS 5000
 /* The server's answer to an upsert whose _id exists. */
@@ -208,5 +210,40 @@ bool ll_mongo_queue_prune_filter (bson_t *q,
                                   const char *prefix,
                                   size_t prefix_len,
                                   int64_t older_than_ms);
+
+/* ---- the failover record ------------------------------------------------- *
+ *
+ * One document in "<collection>.meta" (backend_mongodb_primary.c says how
+ * it is written):
+ *   { _id: "primary", primaryId: text, fenceFloor: int64, maxTtlMs: int64,
+ *     pausedAt: date, pauseMs: int64, seenAt: date }
+ *   no grant before pausedAt + pauseMs (the lock-delay; the sum is taken
+ *   when read, against seenAt, the reading write's own $currentDate). */
+
+/* Appends {_id: "primary"}: the read's query. */
+bool ll_mongo_meta_id (bson_t *q);
+
+/* The read, a findAndModify without upsert: seenAt = now and, when
+ * want_max_ttl_ms > 0, $max {maxTtlMs: want_max_ttl_ms}. */
+bool ll_mongo_meta_read_update (bson_t *u, int64_t want_max_ttl_ms);
+
+/* A new collection's record, an upsert whose query matches no existing
+ * document, {_id: "primary", primaryId: {$exists: false}} (one that
+ * exists answers LL_MONGO_DUPLICATE_KEY) -> primaryId = id, fenceFloor 0,
+ * maxTtlMs, pauseMs 0, seenAt = now. id: NUL-terminated, borrowed. */
+bool ll_mongo_meta_create_query (bson_t *q);
+bool ll_mongo_meta_create_update (bson_t *u, const char *id, int64_t max_ttl_ms);
+
+/* A new primary, a findAndModify without upsert conditional on what the
+ * read found, {_id: "primary", primaryId: old_id (NULL: null or missing),
+ * fenceFloor: old_floor} -> primaryId = id, fenceFloor = floor, pauseMs
+ * = pause_ms, pausedAt = seenAt = now. Strings borrowed. */
+bool ll_mongo_meta_swap_query (bson_t *q, const char *old_id, int64_t old_floor);
+bool ll_mongo_meta_swap_update (bson_t *u, const char *id, int64_t floor, int64_t pause_ms);
+
+/* The fence floor's second step after a take, a findAndModify without
+ * upsert on {_id: key, owner: owner} (ll_mongo_owned_query): $max
+ * {fence: floor}. */
+bool ll_mongo_fence_floor_update (bson_t *u, int64_t floor);
 
 #endif /* LL_STMT_MONGODB_H */

@@ -3637,8 +3637,8 @@ int main (int argc, char **argv)
    }
    tl_start ("contract", argv[1]);
    FAKE = !strncmp (URI, "fake://", 7);
-   TTL_BOUNDED =
-     !strncmp (URI, "mysql:", 6) || !strncmp (URI, "mariadb:", 8) || !strncmp (URI, "postgres", 8);
+   TTL_BOUNDED = !strncmp (URI, "mysql:", 6) || !strncmp (URI, "mariadb:", 8) ||
+                 !strncmp (URI, "postgres", 8) || !strncmp (URI, "mongodb", 7);
    pthread_t tick;
    if (FAKE) {
       ll_backend_register (&fake_backend);

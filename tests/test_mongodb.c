@@ -33,7 +33,16 @@
  *    with TLS too (a TLS front of the suite's own: the server has none);
  *  - bad input: closed port, unknown host, malformed URI, unknown option,
  *    collection names MongoDB refuses, no password in messages (from open
- *    and from operations).
+ *    and from operations);
+ *  - failover (backend_mongodb_primary.c): the identity and durability
+ *    read from hello replies of a replica set's primary, a standalone
+ *    server and a mongos; the meta document's writes and the fence
+ *    floor's second step, in the shapes above; a new primary (the meta
+ *    document rewritten, as a failover leaves it) pauses grants for
+ *    max_ttl, raises every later fence above the floor, lets a surviving
+ *    lease renew, and is reported (durability, stats); connections
+ *    meeting it at once agree on one floor and one lock-delay; the URI's
+ *    max_ttl= and durability=, retryWrites off, a bounded wtimeoutMS.
  *
  * The down/hung/lost-reply tests put a small TCP proxy (tests/tcp_proxy.c)
  * between the backend and the server, the TLS test a TLS front
@@ -41,6 +50,7 @@
  * Keys live under a per-run prefix so a persistent server can be reused.
  */
 #include "ll_internal.h"
+#include "backend_mongodb_private.h"
 #include "tcp_proxy.h"
 #include "testlib.h"
 #include "queue_cases.h"
@@ -1359,8 +1369,13 @@ static void test_collection_option (void)
       name[room] = '\0';
       uri_with (nu, sizeof nu, URI, "leaselockCollection=");
       strcat (nu, name);
-      c = open_conn (nu);
-      CHECK (c);
+      /* Open writes the failover record in "<collection>.meta": a server
+       * with a shorter limit (MongoDB 4.2, the test server: 120, 128)
+       * refuses the namespace there, with its own message; a later one
+       * takes it. Either way the URI's check let it through. */
+      leaselock_error_t le;
+      c = B->open (nu, &le);
+      CHECK (c || (le.code == LEASELOCK_BACKEND && strstr (le.message, "too long")));
       B->close (c);
       name[room] = 'n';
       name[room + 1] = '\0';
@@ -2269,6 +2284,513 @@ static void test_hold_odd_keys (void)
    B->close (c);
 }
 
+/* ---- failover (backend_mongodb_primary.c) ------------------------------ */
+
+/* A hello document from JSON (the test's; NULL: a broken literal). */
+static bson_t *hello_doc (const char *json_text)
+{
+   bson_error_t e;
+   return bson_new_from_json ((const uint8_t *)json_text, -1, &e);
+}
+
+/* Reads a hello reply as the backend does: *id and the topology. */
+static ll_mongo_topology_t identity_of (const char *json_text, char *id, size_t size)
+{
+   char about[160];
+   bson_t *h = hello_doc (json_text);
+   ll_mongo_topology_t t = ll_mongo_hello_identity (h, "h1:27017", id, size, about, sizeof about);
+   if (h)
+      bson_destroy (h);
+   return t;
+}
+
+/* The identity a hello (or isMaster) reply gives: a replica set's primary
+ * by its set and election (a new term is a new primary, the same node
+ * re-elected too), a standalone without its address, a mongos as the
+ * cluster; and the durability a write concern gives on each. */
+static void test_hello_identity (void)
+{
+   char id[80], id2[80];
+   CHECK_EQ (identity_of ("{\"isWritablePrimary\":true,\"setName\":\"rs0\",\"me\":\"h1:27017\","
+                          "\"electionId\":{\"$oid\":\"7fffffff0000000000000003\"},\"hosts\":["
+                          "\"h1:27017\",\"h2:27017\",\"h3:27017\"],\"ok\":1}",
+                          id, sizeof id),
+             LL_MONGO_TOPO_REPLSET);
+   CHECK (!strcmp (id, "rs/rs0/7fffffff0000000000000003"));
+   CHECK_EQ (identity_of ("{\"ismaster\":true,\"setName\":\"rs0\",\"me\":\"h1:27017\","
+                          "\"electionId\":{\"$oid\":\"7fffffff0000000000000004\"},\"ok\":1}",
+                          id2, sizeof id2),
+             LL_MONGO_TOPO_REPLSET);
+   CHECK (strcmp (id, id2) != 0); /* term 4: another primary, though the same node */
+   CHECK_EQ (identity_of ("{\"ismaster\":true,\"setName\":\"rs0\",\"me\":\"h2:27017\",\"ok\":1}",
+                          id, sizeof id),
+             LL_MONGO_TOPO_REPLSET);
+   CHECK (!strcmp (id, "rs/rs0/h2:27017")); /* no electionId: the node */
+   CHECK_EQ (identity_of ("{\"ismaster\":true,\"maxWireVersion\":8,\"ok\":1}", id, sizeof id),
+             LL_MONGO_TOPO_STANDALONE);
+   CHECK (!strcmp (id, "standalone"));
+   CHECK_EQ (identity_of ("{\"ismaster\":true,\"msg\":\"isdbgrid\",\"ok\":1}", id, sizeof id),
+             LL_MONGO_TOPO_SHARDED);
+   CHECK (!strcmp (id, "sharded"));
+   CHECK_EQ (identity_of ("{}", id, sizeof id), LL_MONGO_TOPO_UNKNOWN);
+
+   struct
+   {
+      ll_mongo_topology_t topo;
+      const char *w; /* "majority", "1", "2" */
+      int j;         /* -1: not set */
+      ll_durability_t want;
+      const char *text;
+   } cases[] = {
+      { LL_MONGO_TOPO_REPLSET, "majority", -1, LL_DURABILITY_DURABLE, "w=majority, j=default" },
+      { LL_MONGO_TOPO_REPLSET, "majority", 1, LL_DURABILITY_DURABLE, "j=true" },
+      { LL_MONGO_TOPO_REPLSET, "majority", 0, LL_DURABILITY_AT_RISK, "j=false" },
+      { LL_MONGO_TOPO_REPLSET, "1", -1, LL_DURABILITY_AT_RISK, "w=1" },
+      { LL_MONGO_TOPO_REPLSET, "2", 1, LL_DURABILITY_AT_RISK, "w=2" },
+      { LL_MONGO_TOPO_STANDALONE, "majority", -1, LL_DURABILITY_STANDALONE, "about" },
+      { LL_MONGO_TOPO_SHARDED, "majority", -1, LL_DURABILITY_DURABLE, "w=majority" },
+      { LL_MONGO_TOPO_SHARDED, "1", -1, LL_DURABILITY_AT_RISK, "w=1" },
+      { LL_MONGO_TOPO_UNKNOWN, "majority", -1, LL_DURABILITY_UNKNOWN, "wtimeoutMS=5000" },
+   };
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      mongoc_write_concern_t *wc = mongoc_write_concern_new ();
+      if (!strcmp (cases[i].w, "majority"))
+         mongoc_write_concern_set_wmajority (wc, 5000);
+      else
+         mongoc_write_concern_set_w (wc, (int32_t)atoi (cases[i].w));
+      if (cases[i].j >= 0)
+         mongoc_write_concern_set_journal (wc, cases[i].j);
+      ll_primary_t p;
+      memset (&p, 0, sizeof p);
+      ll_mongo_durability (&p, cases[i].topo, "about", wc);
+      mongoc_write_concern_destroy (wc);
+      if (p.durability != cases[i].want || !strstr (p.durability_text, cases[i].text)) {
+         char m[300];
+         snprintf (m, sizeof m, "case %zu: level %d, \"%s\"", i, (int)p.durability,
+                   p.durability_text);
+         tl_fail (__FILE__, __LINE__, m);
+      }
+   }
+}
+
+/* URI of the suite's server on the collection coll, with extra options. */
+static void np_uri (char *buf, size_t size, const char *coll, const char *extra)
+{
+   char o[256];
+   snprintf (o, sizeof o, "leaselockCollection=%s%s%s", coll, extra[0] ? "&" : "", extra);
+   uri_with (buf, size, URI, o);
+}
+
+/* A collection of this run's own (its meta document is the test's). */
+static void np_coll (char *buf, size_t size, const char *name)
+{
+   snprintf (buf, size, "ll_%s_%d_%s", name, (int)getpid (), PFX + strlen (PFX) - 8);
+}
+
+/* What a failover leaves: the meta document naming another primary.
+ * Through conn c's client (on that collection). */
+static bool np_rewrite (void *c, const char *old_primary)
+{
+   bson_t *q = BCON_NEW ("_id", BCON_UTF8 ("primary"));
+   bson_t *u = BCON_NEW ("$set", "{", "primaryId", BCON_UTF8 (old_primary), "}");
+   bson_error_t e;
+   bool ok = mongoc_collection_update_one (((ll_mongo_conn_t *)c)->meta, q, u, NULL, NULL, &e);
+   if (!ok)
+      fprintf (stderr, "    rewriting the meta document: %s\n", e.message);
+   bson_destroy (q);
+   bson_destroy (u);
+   return ok;
+}
+
+/* Drops the collection, its queue and its meta document's, through c. */
+static void np_drop (void *c)
+{
+   ll_mongo_conn_t *conn = c;
+   bson_error_t e;
+   mongoc_collection_drop (conn->coll, &e);
+   mongoc_collection_drop (conn->queue, &e);
+   mongoc_collection_drop (conn->meta, &e);
+}
+
+/* One try on client c for k with ttl_ms; the error code (LEASELOCK_OK:
+ * taken, *fence set and the lease released). */
+static leaselock_code_t np_try (leaselock_client_t *c,
+                                const char *k,
+                                int64_t ttl_ms,
+                                int64_t *fence)
+{
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = ttl_ms;
+   o.auto_renew = false;
+   if (!leaselock_acquire (c, k, strlen (k), &o, &l, &err))
+      return err.code;
+   *fence = leaselock_lease_fence (l);
+   leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   return LEASELOCK_OK;
+}
+
+/* After a new primary was recorded by c2 (c3 came later): both report
+ * it, the lock-delay and the floor; only c2 counted a failover. */
+static void np_check_seen (leaselock_client_t *c2, leaselock_client_t *c3)
+{
+   leaselock_durability_t d2, d3;
+   leaselock_error_t err;
+   CHECK_OK (leaselock_client_durability (c2, &d2, &err), err);
+   CHECK_OK (leaselock_client_durability (c3, &d3, &err), err);
+   CHECK (!strcmp (d2.primary, "standalone") && !strcmp (d3.primary, "standalone"));
+   CHECK (d2.lock_delay_ms > 0 && d2.lock_delay_ms <= 1500);
+   CHECK (d3.lock_delay_ms > 0 && d3.lock_delay_ms <= 1500);
+   CHECK (d2.fence_floor > 1577836800LL * 1000000 && d2.fence_floor == d3.fence_floor);
+   CHECK_EQ (d2.max_ttl_ms, 1500);
+   CHECK (!strcmp (d2.policy, "report") && !strcmp (d2.level, "standalone"));
+   CHECK (strstr (d2.detail, "standalone server") && strstr (d2.detail, "w=majority"));
+   leaselock_stats_t s2, s3;
+   CHECK_OK (leaselock_client_stats (c2, &s2, &err), err);
+   CHECK_OK (leaselock_client_stats (c3, &s3, &err), err);
+   CHECK_EQ (s2.failovers, 1);
+   CHECK_EQ (s3.failovers, 0);
+   CHECK_EQ (s2.durability_warnings, 0); /* standalone: nothing to warn of */
+}
+
+/* What a new primary shows a client: a meta document naming another
+ * primary (the one it replaced). The first connection records itself,
+ * raises the fence floor above every fence the old primary could have
+ * issued (the database clock in us) and grants nothing for max_ttl by
+ * the database clock. A lease that survived is still renewed; TTLs over
+ * max_ttl are refused; later connections see the same lock-delay, not a
+ * new one. */
+static void test_new_primary (void)
+{
+   char coll[64], u[1200];
+   np_coll (coll, sizeof coll, "np");
+   np_uri (u, sizeof u, coll, "max_ttl=1500ms");
+   leaselock_error_t err;
+   leaselock_client_t *c1 = leaselock_client_new (u, "np1", &err);
+   CHECK_OK (c1 != NULL, err);
+   void *raw = open_conn (u);
+   CHECK (raw);
+   if (!c1 || !raw)
+      return;
+   int64_t fence = 0;
+   CHECK_EQ (np_try (c1, "k", 1500, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, 1);
+   CHECK_EQ (np_try (c1, "k", 1501, &fence), LEASELOCK_INVALID);
+   leaselock_lease_t *kept;
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.ttl_ms = 1500;
+   o.auto_renew = false;
+   CHECK_OK (leaselock_acquire (c1, "kept", 4, &o, &kept, &err), err);
+   CHECK_ERR (leaselock_lease_renew (kept, 1501, &err), err, LEASELOCK_INVALID, "max_ttl");
+
+   CHECK (np_rewrite (raw, "the old primary"));
+   int64_t seen = mono_ms ();
+   leaselock_client_t *c2 = leaselock_client_new (u, "np2", &err);
+   CHECK_OK (c2 != NULL, err);
+   CHECK_EQ (np_try (c2, "k", 1000, &fence), LEASELOCK_BUSY);
+   CHECK_EQ (np_try (c2, "new", 1000, &fence), LEASELOCK_BUSY);
+   CHECK_OK (leaselock_lease_renew (kept, 1500, &err), err);
+   leaselock_client_t *c3 = leaselock_client_new (u, "np3", &err);
+   CHECK_OK (c3 != NULL, err);
+   CHECK_EQ (np_try (c3, "k", 1000, &fence), LEASELOCK_BUSY);
+   np_check_seen (c2, c3);
+   CHECK_OK (leaselock_lease_release (kept, &err), err);
+   leaselock_lease_destroy (kept);
+
+   /* A blocking acquire waits the lock-delay out; its fence is above the
+    * floor (the database clock in us: after 2020), on an old key and a
+    * new one alike. */
+   leaselock_lease_t *l;
+   o.timeout_ms = 5000;
+   CHECK_OK (leaselock_acquire (c3, "k", 1, &o, &l, &err), err);
+   int64_t waited = mono_ms () - seen;
+   CHECK (waited >= 1400 && waited < 4000);
+   CHECK (l && leaselock_lease_fence (l) > 1577836800LL * 1000000);
+   int64_t floor_fence = l ? leaselock_lease_fence (l) : 0;
+   if (l) {
+      leaselock_lease_release (l, &err);
+      leaselock_lease_destroy (l);
+   }
+   CHECK_EQ (np_try (c2, "k", 1000, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, floor_fence + 1);
+   CHECK_EQ (np_try (c2, "new", 1000, &fence), LEASELOCK_OK);
+   CHECK_EQ (fence, floor_fence); /* a new record: 1, raised to the floor */
+   leaselock_client_destroy (c1);
+   leaselock_client_destroy (c2);
+   leaselock_client_destroy (c3);
+   np_drop (raw);
+   B->close (raw);
+}
+
+/* Captures the commands of conn c from now on. */
+static void np_capture (void *c)
+{
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
+   mongoc_apm_callbacks_destroy (cbs);
+   clear_cmds ();
+}
+
+/* Whether captured command i is a findAndModify on the meta collection
+ * (upsert as asked) whose update has field under op. */
+static bool is_meta_cmd (int i, bool upsert, const char *op, const char *field)
+{
+   bson_iter_t it, u, sub;
+   if (i >= n_cmds || !bson_iter_init_find (&it, cmds[i], "findAndModify") ||
+       !BSON_ITER_HOLDS_UTF8 (&it) || !strstr (bson_iter_utf8 (&it, NULL), ".meta"))
+      return false;
+   bool up = bson_iter_init_find (&it, cmds[i], "upsert") && bson_iter_as_bool (&it);
+   return up == upsert && bson_iter_init_find (&u, cmds[i], "update") &&
+          bson_iter_recurse (&u, &sub) && bson_iter_find (&sub, op) &&
+          bson_iter_recurse (&sub, &it) && bson_iter_find (&it, field);
+}
+
+/* The meta document's writes (1 round trip on a known primary, 2 for a
+ * new collection or a new primary) and the fence floor's second step (only
+ * while a record's fence is below the floor), in the shapes every write
+ * keeps: no $expr in an upsert's query, no pipeline, no client date,
+ * w=majority. */
+static void test_failover_command_shape (void)
+{
+   char coll[64], u[1200], why[512], a[33], b[33];
+   np_coll (coll, sizeof coll, "shape");
+   np_uri (u, sizeof u, coll, "");
+   void *c = open_conn (u);
+   CHECK (c);
+   if (!c)
+      return;
+   leaselock_error_t err;
+   int64_t fence;
+   new_owner (a);
+   new_owner (b);
+   np_drop (c);
+   np_capture (c);
+   ll_mongo_conn_t *conn = c;
+   CHECK_OK (ll_mongo_check_primary (conn, &err), err); /* a new collection */
+   CHECK_EQ (n_cmds, 2);
+   CHECK (is_meta_cmd (0, false, "$currentDate", "seenAt"));
+   CHECK (is_meta_cmd (1, true, "$set", "primaryId"));
+   CHECK_EQ (conn->primary.max_ttl_ms, 60000);
+   CHECK_EQ (conn->primary.fence_floor, 0);
+   CHECK (acquire (c, "pre", a, 1000, &fence, &err));
+   CHECK_EQ (fence, 1);
+   CHECK_OK (B->release (c, &(ll_op_t){ "pre", 3, a }, 0, &err), err);
+   clear_cmds ();
+   CHECK_OK (ll_mongo_check_primary (conn, &err), err); /* the same primary */
+   CHECK_EQ (n_cmds, 1);
+   CHECK (!conn->primary.new_primary && conn->primary.paused_until == 0);
+
+   CHECK (np_rewrite (c, "rs/old/7fffffff0000000000000001"));
+   clear_cmds ();
+   CHECK_OK (ll_mongo_check_primary (conn, &err), err); /* a new primary */
+   CHECK_EQ (n_cmds, 2);
+   CHECK (is_meta_cmd (1, false, "$currentDate", "pausedAt"));
+   CHECK (is_meta_cmd (1, false, "$set", "fenceFloor"));
+   CHECK (conn->primary.new_primary && conn->primary.paused_until > 0);
+   int64_t floor = conn->primary.fence_floor;
+   CHECK (floor > 1577836800LL * 1000000);
+   /* The lock-delay is test_new_primary's: here grants go on at once. */
+   leaselock_error_t busy;
+   CHECK_ERR (acquire (c, "fresh", a, 1000, &fence, &busy), busy, LEASELOCK_BUSY, "lock-delay");
+   conn->primary.paused_until = 0;
+   clear_cmds ();
+   CHECK_OK (acquire (c, "fresh", a, 1000, &fence, &err), err); /* take, upsert, $max */
+   CHECK_EQ (fence, floor);
+   CHECK_EQ (n_cmds, 3);
+   bson_iter_t it;
+   CHECK (bson_iter_init_find (&it, cmds[2], "findAndModify") && doc_has_key (cmds[2], "$max") &&
+          !doc_has_key (cmds[2], "upsert") && doc_has_key (cmds[2], "owner"));
+   CHECK_OK (acquire (c, "pre", b, 1000, &fence, &err), err); /* released: take, $max */
+   CHECK_EQ (fence, floor);
+   CHECK_EQ (n_cmds, 5);
+   CHECK (doc_has_key (cmds[4], "$max"));
+   CHECK_OK (acquire (c, "pre", b, 1000, &fence, &err), err); /* above the floor: take */
+   CHECK_EQ (fence, floor + 1);
+   CHECK_EQ (n_cmds, 6);
+   bool reserved;
+   CHECK_OK (acquire_wait (c, "wait", b, 1000, 0, &fence, &reserved, &err), err);
+   CHECK_EQ (fence, floor); /* take, claim, upsert, $max */
+   CHECK_EQ (n_cmds, 10);
+   int writes = check_cmds (true, why, sizeof why);
+   if (writes < 0)
+      fprintf (stderr, "    %s\n", why);
+   CHECK_EQ (writes, 10);
+   clear_cmds ();
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), NULL, NULL);
+   np_drop (c);
+   B->close (c);
+}
+
+/* Connections meeting a new primary at once end with one floor and one
+ * lock-delay: only one of them swaps, the others read what it wrote. */
+#define NP_RACERS 4
+
+typedef struct
+{
+   const char *uri;
+   pthread_barrier_t *go;
+   void *conn;
+} np_racer_t;
+
+static void *np_race (void *arg)
+{
+   np_racer_t *r = arg;
+   pthread_barrier_wait (r->go);
+   r->conn = open_conn (r->uri);
+   return NULL;
+}
+
+static void test_new_primary_race (void)
+{
+   char coll[64], u[1200];
+   np_coll (coll, sizeof coll, "race");
+   np_uri (u, sizeof u, coll, "max_ttl=5s");
+   void *c = open_conn (u);
+   CHECK (c);
+   if (!c)
+      return;
+   for (int round = 0; round < 3; round++) {
+      CHECK (np_rewrite (c, round % 2 ? "sharded" : "rs/old/7fffffff0000000000000002"));
+      pthread_barrier_t go;
+      pthread_barrier_init (&go, NULL, NP_RACERS);
+      np_racer_t r[NP_RACERS];
+      pthread_t t[NP_RACERS];
+      for (int i = 0; i < NP_RACERS; i++) {
+         r[i] = (np_racer_t){ u, &go, NULL };
+         pthread_create (&t[i], NULL, np_race, &r[i]);
+      }
+      int swapped = 0;
+      for (int i = 0; i < NP_RACERS; i++) {
+         pthread_join (t[i], NULL);
+         CHECK (r[i].conn);
+      }
+      pthread_barrier_destroy (&go);
+      ll_primary_t *p0 = r[0].conn ? B->primary (r[0].conn) : NULL;
+      for (int i = 0; p0 && i < NP_RACERS; i++) {
+         ll_primary_t *p = r[i].conn ? B->primary (r[i].conn) : NULL;
+         if (!p)
+            continue;
+         swapped += p->new_primary;
+         CHECK_EQ (p->fence_floor, p0->fence_floor);
+         CHECK (p->paused_until > 0 && llabs (p->paused_until - p0->paused_until) < 1000);
+         CHECK (!strcmp (p->primary_id, "standalone"));
+      }
+      CHECK_EQ (swapped, 1);
+      for (int i = 0; i < NP_RACERS; i++)
+         B->close (r[i].conn);
+   }
+   np_drop (c);
+   B->close (c);
+}
+
+/* max_ttl= and durability= in the URI: bad values refused; the first
+ * connection to a new collection sets max_ttl, a later URI only raises
+ * it; durability=require refuses grants on a standalone server, naming
+ * what was read; retryWrites is off whatever the URI says; a w that waits
+ * for replicas gets a wtimeoutMS when the URI has none. */
+static void test_failover_options (void)
+{
+   char coll[64], u[1200];
+   np_coll (coll, sizeof coll, "opts");
+   np_uri (u, sizeof u, coll, "max_ttl=never");
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "max_ttl=\"never\"");
+   np_uri (u, sizeof u, coll, "max_ttl=500ms");
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "from 1s to 30d");
+   np_uri (u, sizeof u, coll, "durability=maybe");
+   EXPECT_OPEN_ERROR (u, LEASELOCK_INVALID, "report, require or off");
+
+   np_uri (u, sizeof u, coll, "max_ttl=2s");
+   void *c = open_conn (u);
+   CHECK (c);
+   if (!c)
+      return;
+   np_drop (c);
+   B->close (c);
+   c = open_conn (u);
+   CHECK (c && B->primary (c)->max_ttl_ms == 2000);
+   B->close (c);
+   np_uri (u, sizeof u, coll, "max_ttl=1s"); /* lower: kept */
+   c = open_conn (u);
+   CHECK (c && B->primary (c)->max_ttl_ms == 2000);
+   B->close (c);
+   np_uri (u, sizeof u, coll, "MAX_TTL=3s&durability=off"); /* higher: raised */
+   c = open_conn (u);
+   CHECK (c && B->primary (c)->max_ttl_ms == 3000);
+   CHECK (c && B->primary (c)->policy == LL_DURABILITY_OFF);
+   B->close (c);
+
+   np_uri (u, sizeof u, coll, "durability=require");
+   c = open_conn (u);
+   CHECK (c);
+   leaselock_error_t err;
+   char a[33];
+   new_owner (a);
+   CHECK_ERR (c && acquire (c, "k", a, 1000, NULL, &err), err, LEASELOCK_BACKEND,
+              "durability=require, but a grant would not survive a failover: standalone server");
+   B->close (c);
+
+   np_uri (u, sizeof u, coll, "retryWrites=true&w=majority");
+   c = open_conn (u);
+   CHECK (c);
+   if (c) {
+      const mongoc_uri_t *mu = mongoc_client_get_uri (ll_mongo_test_client (c));
+      CHECK (!mongoc_uri_get_option_as_bool (mu, MONGOC_URI_RETRYWRITES, true));
+      const mongoc_write_concern_t *wc =
+        mongoc_collection_get_write_concern (ll_mongo_test_collection (c));
+      CHECK_EQ (mongoc_write_concern_get_wtimeout_int64 (wc), 5000);
+      np_drop (c);
+      B->close (c);
+   }
+   np_uri (u, sizeof u, coll, "w=1");
+   c = open_conn (u);
+   CHECK (c && mongoc_write_concern_get_wtimeout_int64 (
+                 mongoc_collection_get_write_concern (ll_mongo_test_collection (c))) == 0);
+   if (c)
+      np_drop (c);
+   B->close (c);
+}
+
+/* libmongoc follows a new primary inside one client, with no reconnect:
+ * a connection that recorded one primary and whose driver now writes to
+ * another records the new one before its next grant (the meta document's
+ * read and swap), and that grant is BUSY (the lock-delay). Simulated by
+ * a connection that recorded "the old primary". */
+static void test_primary_changed_before_grant (void)
+{
+   char coll[64], u[1200], a[33];
+   np_coll (coll, sizeof coll, "follow");
+   np_uri (u, sizeof u, coll, "max_ttl=1s");
+   void *c = open_conn (u);
+   CHECK (c);
+   if (!c)
+      return;
+   ll_mongo_conn_t *conn = c;
+   leaselock_error_t err;
+   int64_t fence;
+   new_owner (a);
+   CHECK_OK (acquire (c, "k", a, 1000, &fence, &err), err);
+   CHECK (np_rewrite (c, "the old primary"));
+   snprintf (conn->identity, sizeof conn->identity, "the old primary");
+   uint32_t gen = conn->primary.generation;
+   np_capture (c);
+   CHECK_ERR (acquire (c, "k2", a, 1000, &fence, &err), err, LEASELOCK_BUSY, "lock-delay");
+   CHECK_EQ (n_cmds, 2); /* the meta document's read and swap; no take */
+   CHECK (is_meta_cmd (0, false, "$currentDate", "seenAt"));
+   CHECK (is_meta_cmd (1, false, "$set", "fenceFloor"));
+   CHECK (!strcmp (conn->identity, "standalone") && conn->primary.new_primary);
+   CHECK_EQ (conn->primary.generation, gen + 1);
+   CHECK_OK (B->renew (c, &(ll_op_t){ "k", 1, a }, 1000, &err), err); /* not a grant */
+   clear_cmds ();
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), NULL, NULL);
+   np_drop (c);
+   B->close (c);
+}
+
 int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--child"))
@@ -2326,6 +2848,12 @@ int main (int argc, char **argv)
    RUN_SLOW (test_queue_concurrent_joins);
    RUN_SLOW (test_queue_server_clock_only);
    RUN (test_queue_command_shape);
+   RUN (test_hello_identity);
+   RUN (test_failover_command_shape);
+   RUN (test_failover_options);
+   RUN (test_new_primary_race);
+   RUN (test_primary_changed_before_grant);
+   RUN (test_new_primary);
 
    clear_cmds ();
    mongoc_cleanup ();
