@@ -9,8 +9,10 @@
  * synchronous=NORMAL (a commit is durable against a process crash; a power
  * loss may undo the last commits, which for leases only means a lock is
  * free again earlier than its TTL said, never that two owners hold it at
- * once while the machine runs) and a busy timeout, so concurrent writers
- * from other processes queue instead of failing.
+ * once while the machine runs) and a busy handler, so concurrent writers
+ * from other processes queue instead of failing: an acquire that finds the
+ * file locked by another connection waits as for a busy key, within its
+ * caller's bound, and a one-try acquire only a moment (then BUSY).
  *
  * Every operation is one SQL statement (force_release and queue_join: one
  * short write transaction; prune: one statement for the records, one for
@@ -118,6 +120,7 @@ static bool ll_sqlite_acquire_wait (void *conn,
    bool row = false, claimed = false;
    int64_t f = 0, left = -1;
    out->left_ms = -1;
+   c->busy_waited_ms = 0;
    int rc = sqlite3_step (st);
    if (rc == SQLITE_ROW) {
       row = true;
@@ -131,7 +134,7 @@ static bool ll_sqlite_acquire_wait (void *conn,
    bool ok = false;
    out->reserved = false;
    if (rc != SQLITE_DONE) {
-      ll_sqlite_db_error (c, rc, "acquire", err);
+      ll_sqlite_busy_or_error (c, rc, "acquire", err);
    } else if (row && !claimed) {
       out->fence = f;
       ok = true;
@@ -397,7 +400,7 @@ static bool ll_sqlite_prune (void *conn,
 /* Rolls back the transaction queue_join opened, after err was filled. */
 static bool ll_sqlite_queue_fail (ll_sqlite_conn_t *c, int rc, leaselock_error_t *err)
 {
-   ll_sqlite_db_error (c, rc, "queue_join", err);
+   ll_sqlite_busy_or_error (c, rc, "queue_join", err);
    if (!sqlite3_get_autocommit (c->db))
       ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_ROLLBACK]);
    return false;
@@ -413,6 +416,7 @@ static bool ll_sqlite_queue_join (void *conn,
                                   leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
+   c->busy_waited_ms = 0;
    int rc = ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_BEGIN]);
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);

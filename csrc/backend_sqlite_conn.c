@@ -17,6 +17,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_BUSY_TIMEOUT_MS (3600 * 1000)
@@ -61,6 +62,70 @@ static bool ll_sqlite_db_error_os (ll_sqlite_conn_t *c,
 bool ll_sqlite_db_error (ll_sqlite_conn_t *c, int rc, const char *what, leaselock_error_t *err)
 {
    return ll_sqlite_db_error_os (c, rc, what, false, err);
+}
+
+bool ll_sqlite_busy_or_error (ll_sqlite_conn_t *c, int rc, const char *what, leaselock_error_t *err)
+{
+   if ((rc & 0xff) != SQLITE_BUSY)
+      return ll_sqlite_db_error (c, rc, what, err);
+   return ll_error_set (err, LEASELOCK_BUSY,
+                        "sqlite: %s: the database file is locked by another connection (a long "
+                        "transaction?); waited %lld ms (database '%s')",
+                        what, (long long)c->busy_waited_ms, c->path);
+}
+
+/* ---- waiting on the file's lock ---------------------------------------- */
+
+/* A one-try acquire waits on the file's lock no longer than a commit of
+ * another connection takes (so an OpenResty worker, which makes its SQLite
+ * tries itself, is held a moment at most); a wait that lasts
+ * WARN_AFTER_MS means a transaction that holds the file, logged once per
+ * call (ll_call_wait_warn). */
+#define ONE_TRY_WAIT_MS 5
+#define WARN_AFTER_MS 100
+
+/* How long this wait may last, from its start: busy_timeout_ms, or a
+ * moment for a one-try acquire, and never past the caller's bound. */
+static int64_t ll_sqlite_busy_until (const ll_sqlite_conn_t *c)
+{
+   const ll_call_wait_t *w = ll_call_wait ();
+   int64_t limit = c->ready && w && w->one_try ? ONE_TRY_WAIT_MS : c->busy_ms;
+   return ll_call_bound_cap (c->busy_since_ms + limit);
+}
+
+static void ll_sqlite_busy_warn (const ll_sqlite_conn_t *c, bool giving_up)
+{
+   char msg[LEASELOCK_ERROR_MAX];
+   snprintf (msg, sizeof msg,
+             "sqlite: the database file is locked by another connection (a long transaction?): "
+             "%s (database '%s')",
+             giving_up ? "gave up waiting for it" : "waiting for it", c->path);
+   ll_call_wait_warn (msg);
+}
+
+/* SQLite's busy handler: sleeps with a growing step until the wait's end
+ * (ll_sqlite_busy_until), then answers 0 (the statement fails with
+ * SQLITE_BUSY). Replaces sqlite3_busy_timeout, which knows no caller. */
+static int ll_sqlite_busy (void *data, int count)
+{
+   static const int steps[] = { 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 };
+   ll_sqlite_conn_t *c = data;
+   int64_t now = ll_real_now_ms ();
+   if (count == 0)
+      c->busy_since_ms = now;
+   c->busy_waited_ms = now - c->busy_since_ms;
+   int64_t left = ll_sqlite_busy_until (c) - now;
+   if (left <= 0 || c->busy_waited_ms >= WARN_AFTER_MS)
+      ll_sqlite_busy_warn (c, left <= 0);
+   if (left <= 0)
+      return 0;
+   int n = (int)(sizeof steps / sizeof steps[0]);
+   int64_t step = steps[count < n ? count : n - 1];
+   if (step > left)
+      step = left;
+   struct timespec ts = { (time_t)(step / 1000), (long)(step % 1000) * 1000000 };
+   nanosleep (&ts, NULL);
+   return 1;
 }
 
 /* ---- opening --------------------------------------------------------- */
@@ -146,7 +211,8 @@ static bool ll_sqlite_use_wal (ll_sqlite_conn_t *c, int timeout_ms, leaselock_er
       }
       sqlite3_finalize (st);
       int primary = rc & 0xff;
-      if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || waited >= timeout_ms)
+      if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || waited >= timeout_ms ||
+          ll_call_bound_cap (INT64_MAX) <= ll_real_now_ms ())
          return ll_sqlite_db_error (c, rc, "setting WAL mode", err);
       struct timespec ts = { 0, 5 * 1000 * 1000 };
       nanosleep (&ts, NULL);
@@ -305,7 +371,8 @@ static bool ll_sqlite_open_file (ll_sqlite_conn_t *c, int busy_ms, leaselock_err
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error_os (c, rc, "opening the database", true, err);
    sqlite3_extended_result_codes (c->db, 1);
-   sqlite3_busy_timeout (c->db, busy_ms);
+   c->busy_ms = busy_ms;
+   sqlite3_busy_handler (c->db, ll_sqlite_busy, c);
    /* The first read says whether the file is a database at all. */
    int version = 0;
    rc = ll_sqlite_read_version (c->db, &version);
@@ -333,6 +400,7 @@ static bool ll_sqlite_set_up (ll_sqlite_conn_t *c, int busy_ms, leaselock_error_
       if (rc != SQLITE_OK)
          return ll_sqlite_db_error (c, rc, "preparing a statement", err);
    }
+   c->ready = true;
    return true;
 }
 

@@ -24,6 +24,10 @@ typedef struct ll_sqlite_conn
    char *wake_path;                        /* the release channel: <path>-wake (watch ops) */
    int wake_fd;                            /* open on it, or -1 */
    int64_t wake_opened_ms;                 /* when wake_fd was last opened or tried */
+   int busy_ms;            /* the URI's busy_timeout_ms: a wait on the file's lock, at most */
+   bool ready;             /* set up: an acquire's one try waits only a moment */
+   int64_t busy_since_ms;  /* when the last wait on the file's lock began (ll_real_now_ms) */
+   int64_t busy_waited_ms; /* how long it lasted, so far */
 } ll_sqlite_conn_t;
 
 /* BACKEND in the one format of a backend failure: "sqlite: <what>: <msg>
@@ -34,6 +38,13 @@ bool ll_sqlite_fail (const char *path,
                      const char *what,
                      const char *msg,
                      leaselock_error_t *err);
+
+/* BUSY when rc says the file was locked by another connection (its
+ * wait ran out), else ll_sqlite_db_error. Returns false. */
+bool ll_sqlite_busy_or_error (ll_sqlite_conn_t *c,
+                              int rc,
+                              const char *what,
+                              leaselock_error_t *err);
 
 /* ll_sqlite_fail with the connection's path and SQLite's message for
  * rc. Returns false. */

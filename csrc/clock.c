@@ -1,6 +1,7 @@
 /* clock.c - the engine's monotonic clock, a fake one for tests, real
  * time for bounds on real waits and for latencies, and the bound of the
- * call under way on a thread. */
+ * call under way on a thread (and, for a backend's own lock waits, that
+ * call's kind and log). */
 #include "ll_internal.h"
 
 #include <stdatomic.h>
@@ -49,6 +50,28 @@ int64_t ll_call_bound (void)
 int64_t ll_call_bound_cap (int64_t deadline_ms)
 {
    return call_bound >= 0 && call_bound < deadline_ms ? call_bound : deadline_ms;
+}
+
+static _Thread_local ll_call_wait_t *call_wait;
+
+void ll_call_wait_set (ll_call_wait_t *w)
+{
+   call_wait = w;
+}
+
+ll_call_wait_t *ll_call_wait (void)
+{
+   return call_wait;
+}
+
+void ll_call_wait_warn (const char *msg)
+{
+   ll_call_wait_t *w = call_wait;
+   if (!w || w->warned || !w->obs)
+      return;
+   w->warned = true;
+   LL_LOG (w->obs, LEASELOCK_LOG_WARNING, "lock_wait", w->key, w->key_len, 0, LEASELOCK_BUSY, "%s",
+           msg);
 }
 
 void ll_clock_use_fake (bool on)

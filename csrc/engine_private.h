@@ -222,7 +222,8 @@ typedef struct acquire_call
    waiter_t w;
    ll_watch_waiter_t watch; /* a blocking acquire's entry with the client's watcher */
    bool watched;
-   local_waiter_t local; /* its entry in its bucket, while watched */
+   local_waiter_t local;     /* its entry in its bucket, while watched */
+   ll_call_wait_t lock_wait; /* what a try tells the backend (ll_call_wait) */
 } acquire_call_t;
 
 /* What follows one try of an acquire call (acquire.c). */

@@ -165,6 +165,27 @@ void ll_call_bound_set (int64_t deadline_ms);
 int64_t ll_call_bound (void);
 int64_t ll_call_bound_cap (int64_t deadline_ms);
 
+/* The acquire under way on this thread, for a backend whose statements
+ * can wait on a lock of the database itself (SQLite's file lock, held by
+ * another connection): take.c sets it around each try (the struct is the
+ * call's, borrowed until cleared with NULL). Such a wait is waiting: a
+ * one-try acquire waits a moment at most, another no longer than its
+ * bound (ll_call_bound), and the first wait of a call is logged
+ * (ll_call_wait_warn). */
+typedef struct ll_call_wait
+{
+   bool one_try;       /* a one-try acquire (timeout 0) */
+   struct ll_obs *obs; /* the client's log (borrowed) */
+   const char *key;    /* borrowed, key_len bytes */
+   size_t key_len;
+   bool warned; /* the call's WARNING was given */
+} ll_call_wait_t;
+void ll_call_wait_set (ll_call_wait_t *w);
+ll_call_wait_t *ll_call_wait (void);
+/* Logs msg at WARNING ("lock_wait") once per call, when a call is under
+ * way on this thread; nothing otherwise. */
+void ll_call_wait_warn (const char *msg);
+
 /* ---- a holder's local deadline (deadline.c) ---------------------------- */
 
 /* The margin between a holder's local deadline and the database's expiry:

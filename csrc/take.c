@@ -255,14 +255,22 @@ static bool try_once (acquire_call_t *a,
    return true;
 }
 
-/* try_once within the try's bound (try_bound). */
+/* try_once within the try's bound (try_bound), the backend told what
+ * kind of call it is (ll_call_wait). */
 static bool try_bounded (acquire_call_t *a,
                          leaselock_lease_t **out,
                          bool *sent_out,
                          leaselock_error_t *err)
 {
+   ll_call_wait_t *w = &a->lock_wait;
+   w->one_try = a->opts->timeout_ms == 0;
+   w->obs = &a->c->obs;
+   w->key = a->key;
+   w->key_len = a->key_len;
    ll_call_bound_set (try_bound (a));
+   ll_call_wait_set (w);
    bool ok = try_once (a, out, sent_out, err);
+   ll_call_wait_set (NULL);
    ll_call_bound_set (-1);
    return ok;
 }
