@@ -72,13 +72,31 @@
  * a missing file (nobody listens yet) or a refused touch only leaves the
  * waiters to their next poll. */
 #define WAKE_REOPEN_MS 1000
+
+/* Opens the channel file for writing (flags: O_CREAT or 0), never
+ * blocking and never through a link, and keeps it only when it is a
+ * regular file: anything else at that name (a FIFO, which would block
+ * an open until a reader came, or a device) is refused with ENOTSUP. An
+ * fd, or -1 with errno set. */
+static int ll_sqlite_open_wake (const char *path, int flags, mode_t mode)
+{
+   int fd = open (path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | flags, mode);
+   struct stat st;
+   if (fd >= 0 && (fstat (fd, &st) != 0 || !S_ISREG (st.st_mode))) {
+      close (fd);
+      errno = ENOTSUP;
+      return -1;
+   }
+   return fd;
+}
+
 static void ll_sqlite_wake_watchers (ll_sqlite_conn_t *c)
 {
    int64_t now = ll_real_now_ms ();
    if (c->wake_opened_ms == 0 || now - c->wake_opened_ms >= WAKE_REOPEN_MS) {
       if (c->wake_fd >= 0)
          close (c->wake_fd);
-      c->wake_fd = open (c->wake_path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      c->wake_fd = ll_sqlite_open_wake (c->wake_path, 0, 0);
       c->wake_opened_ms = now;
    }
    if (c->wake_fd >= 0)
@@ -452,7 +470,8 @@ static bool ll_sqlite_queue_leave (void *conn, const ll_op_t *op, leaselock_erro
 /* ---- release notifications ------------------------------------------- */
 
 /* A listener: inotify on the channel file <path>-wake (created here when
- * missing, with the database file's permissions), for the touches of
+ * missing, with the database file's permissions; anything but a regular
+ * file there is refused, never waited on), for the touches of
  * releases (IN_ATTRIB). Its deletion or renaming breaks the listener,
  * and the next one recreates the file. No key: a touch says only that
  * something was released. */
@@ -467,6 +486,21 @@ static void ll_sqlite_watch_close (void *listener)
    if (w && w->fd >= 0)
       close (w->fd);
    free (w);
+}
+
+/* BACKEND: the channel file could not be opened (errno), or is not a
+ * regular file. */
+static void ll_sqlite_wake_refused (const char *path, const char *wake, leaselock_error_t *err)
+{
+   char msg[PATH_MAX + 160];
+   if (errno == ENOTSUP || errno == ELOOP || errno == ENXIO)
+      snprintf (msg, sizeof msg,
+                "'%s' is not a regular file (a FIFO, a device or a link?): release "
+                "notifications are off, waiters poll; remove it",
+                wake);
+   else
+      snprintf (msg, sizeof msg, "'%s': %s", wake, strerror (errno));
+   ll_sqlite_fail (path, 0, "opening the release channel", msg, err);
 }
 
 static void *ll_sqlite_watch_open (const char *uri_text, leaselock_error_t *err)
@@ -486,13 +520,19 @@ static void *ll_sqlite_watch_open (const char *uri_text, leaselock_error_t *err)
    }
    struct stat st;
    mode_t mode = stat (uri.path, &st) == 0 ? (st.st_mode & 0666) : 0644;
-   int fd = open (wake, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
-   if (fd >= 0)
+   int fd = ll_sqlite_open_wake (wake, O_CREAT, mode);
+   bool ok = fd >= 0;
+   if (ok)
       close (fd);
-   w->fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
-   if (fd < 0 || w->fd < 0 ||
-       inotify_add_watch (w->fd, wake, IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+   else
+      ll_sqlite_wake_refused (uri.path, wake, err);
+   w->fd = ok ? inotify_init1 (IN_NONBLOCK | IN_CLOEXEC) : -1;
+   if (ok && (w->fd < 0 ||
+              inotify_add_watch (w->fd, wake, IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0)) {
       ll_sqlite_fail (uri.path, 0, "watching the release channel", strerror (errno), err);
+      ok = false;
+   }
+   if (!ok) {
       ll_sqlite_watch_close (w);
       w = NULL;
    }

@@ -108,22 +108,25 @@ static void ll_sqlite_busy_warn (const ll_sqlite_conn_t *c, bool giving_up)
  * SQLITE_BUSY). Replaces sqlite3_busy_timeout, which knows no caller. */
 static int ll_sqlite_busy (void *data, int count)
 {
-   static const int steps[] = { 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 };
+   /* Short steps first (microseconds): a commit of another connection
+    * takes well under a millisecond, and a one-try acquire has a few. */
+   static const int steps_us[] = { 100,  100,  200,   200,   500,   500,   1000,
+                                   2000, 5000, 10000, 20000, 25000, 50000, 100000 };
    ll_sqlite_conn_t *c = data;
-   int64_t now = ll_real_now_ms ();
+   int64_t now_us = ll_real_now_us (), now = now_us / 1000;
    if (count == 0)
       c->busy_since_ms = now;
    c->busy_waited_ms = now - c->busy_since_ms;
-   int64_t left = ll_sqlite_busy_until (c) - now;
-   if (left <= 0 || c->busy_waited_ms >= WARN_AFTER_MS)
-      ll_sqlite_busy_warn (c, left <= 0);
-   if (left <= 0)
+   int64_t left_us = (ll_sqlite_busy_until (c) - now) * 1000 - now_us % 1000;
+   if (left_us <= 0 || c->busy_waited_ms >= WARN_AFTER_MS)
+      ll_sqlite_busy_warn (c, left_us <= 0);
+   if (left_us <= 0)
       return 0;
-   int n = (int)(sizeof steps / sizeof steps[0]);
-   int64_t step = steps[count < n ? count : n - 1];
-   if (step > left)
-      step = left;
-   struct timespec ts = { (time_t)(step / 1000), (long)(step % 1000) * 1000000 };
+   int n = (int)(sizeof steps_us / sizeof steps_us[0]);
+   int64_t step = steps_us[count < n ? count : n - 1];
+   if (step > left_us)
+      step = left_us;
+   struct timespec ts = { (time_t)(step / 1000000), (long)(step % 1000000) * 1000 };
    nanosleep (&ts, NULL);
    return 1;
 }

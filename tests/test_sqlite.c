@@ -108,7 +108,7 @@ static void test_uri_busy_timeout_option (void)
    CHECK_OK (a != NULL, err);
 
    /* A writer holding the file: our acquire waits about 25 ms, then
-    * reports SQLite's "locked" as a BACKEND error. */
+    * reports the file locked as BUSY (waiting, not a failure). */
    sqlite3 *db = NULL;
    CHECK (sqlite3_open (path, &db) == SQLITE_OK);
    CHECK (sqlite3_exec (db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
@@ -120,7 +120,7 @@ static void test_uri_busy_timeout_option (void)
    sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
    sqlite3_close (db);
    B->close (a);
-   CHECK_ERR (ok, err, LEASELOCK_BACKEND, "locked");
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "locked by another connection");
    CHECK (strstr (err.message, path) != NULL);
    CHECK (waited >= 20);
 }
@@ -1265,7 +1265,17 @@ static void test_fork_while_busy (void)
          snprintf (k, sizeof k, "child-%d", i);
          leaselock_lease_t *l = NULL;
          leaselock_error_t cerr;
-         bool ok = one_try (c, k, &l, &cerr) && leaselock_lease_release (l, &cerr);
+         /* A wait, not one try: the hammer keeps the file's write lock
+          * nearly all the time, and a one-try acquire waits for it only a
+          * moment (test_locked_file_bounded). */
+         leaselock_acquire_opts_t o;
+         leaselock_acquire_opts_init (&o);
+         o.timeout_ms = 15000;
+         o.auto_renew = false;
+         bool ok = leaselock_acquire (c, k, strlen (k), &o, &l, &cerr) &&
+                   leaselock_lease_release (l, &cerr);
+         if (!ok)
+            fprintf (stderr, "    child: %s\n", cerr.message);
          _exit (ok ? 0 : 1);
       }
       int status = 0;
@@ -1295,6 +1305,153 @@ static int try_mode (const char *uri, const char *k)
    leaselock_lease_destroy (l);
    leaselock_client_destroy (c);
    return ok ? 0 : err.code == LEASELOCK_BUSY ? 10 : 1;
+}
+
+/* ---- the file locked by another process; the channel file ------------- */
+
+/* A child that holds BEGIN EXCLUSIVE on path until *fd_out is closed;
+ * returns its pid once the lock is taken. */
+static pid_t hold_file_lock (const char *path, int *fd_out)
+{
+   int up[2], down[2];
+   if (pipe (up) != 0 || pipe (down) != 0)
+      return -1;
+   pid_t pid = fork ();
+   if (pid == 0) {
+      close (up[0]);
+      close (down[1]);
+      sqlite3 *db = NULL;
+      int rc = sqlite3_open (path, &db);
+      if (rc == SQLITE_OK)
+         rc = sqlite3_exec (db, "BEGIN EXCLUSIVE", NULL, NULL, NULL);
+      char b = rc == SQLITE_OK;
+      if (write (up[1], &b, 1) != 1 || !b)
+         _exit (1);
+      (void)!read (down[0], &b, 1); /* until the parent closes it */
+      _exit (0);
+   }
+   close (up[1]);
+   close (down[0]);
+   char b = 0;
+   bool locked = read (up[0], &b, 1) == 1 && b;
+   close (up[0]);
+   *fd_out = down[1];
+   return locked ? pid : -1;
+}
+
+static atomic_int lock_wait_warnings;
+
+static void count_lock_waits (const leaselock_log_event_t *ev, void *data)
+{
+   (void)data;
+   if (ev->level == LEASELOCK_LOG_WARNING && !strcmp (ev->event, "lock_wait"))
+      atomic_fetch_add (&lock_wait_warnings, 1);
+}
+
+/* A wait on the file's lock is waiting: a one-try acquire answers BUSY at
+ * once, one with a timeout TIMEOUT when it runs out, each logged once at
+ * WARNING; not BACKEND after busy_timeout_ms. */
+static void test_locked_file_bounded (void)
+{
+   char path[PATH_MAX], uri[PATH_MAX + 16];
+   new_db (path, sizeof path, uri, sizeof uri);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, "t", &err);
+   CHECK_OK (c != NULL, err);
+   leaselock_lease_t *l = NULL;
+   CHECK_OK (one_try (c, "warm", &l, &err), err); /* the schema and a connection */
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   leaselock_client_set_log (c, LEASELOCK_LOG_WARNING, count_lock_waits, NULL);
+   int fd = -1;
+   pid_t pid = hold_file_lock (path, &fd);
+   CHECK (pid > 0);
+   double t0 = tl_seconds ();
+   l = NULL;
+   CHECK_ERR (one_try (c, "k", &l, &err), err, LEASELOCK_BUSY, "locked by another connection");
+   CHECK (tl_seconds () - t0 < 0.5);
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.timeout_ms = 1000;
+   t0 = tl_seconds ();
+   CHECK_ERR (leaselock_acquire (c, "k", 1, &o, &l, &err), err, LEASELOCK_TIMEOUT, "");
+   double took = tl_seconds () - t0;
+   CHECK (took > 0.9 && took < 2.5);
+   CHECK_EQ (atomic_load (&lock_wait_warnings), 2);
+   close (fd);
+   waitpid (pid, NULL, 0);
+   CHECK_OK (one_try (c, "k", &l, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
+/* In a child bounded by alarm(): a FIFO at <db>-wake is refused, never
+ * opened for writing (which blocks until a reader comes): a release that
+ * hands the key on, the listener and the client's close return. */
+typedef struct fifo_waiter
+{
+   leaselock_client_t *c;
+   bool ok;
+} fifo_waiter_t;
+
+/* A blocking acquire: it starts the client's listener and claims the
+ * key's reservation, so that the holder's release wakes the listeners. */
+static void *fifo_wait_main (void *arg)
+{
+   fifo_waiter_t *fw = arg;
+   leaselock_acquire_opts_t o;
+   leaselock_acquire_opts_init (&o);
+   o.timeout_ms = 3000;
+   o.auto_renew = false;
+   leaselock_lease_t *l = NULL;
+   leaselock_error_t err;
+   fw->ok = leaselock_acquire (fw->c, "k", 1, &o, &l, &err) && leaselock_lease_release (l, &err);
+   leaselock_lease_destroy (l);
+   return NULL;
+}
+
+static int fifo_child (const char *uri)
+{
+   alarm (10);
+   leaselock_error_t err;
+   void *listener = B->watch_open (uri, &err);
+   if (listener || !strstr (err.message, "not a regular file")) {
+      fprintf (stderr, "    watch_open: %s\n", listener ? "opened" : err.message);
+      return 1;
+   }
+   leaselock_client_t *a = leaselock_client_new (uri, "a", &err);
+   fifo_waiter_t fw = { leaselock_client_new (uri, "b", &err), false };
+   leaselock_lease_t *la = NULL;
+   if (!a || !fw.c || !one_try (a, "k", &la, &err))
+      return 2;
+   pthread_t th;
+   pthread_create (&th, NULL, fifo_wait_main, &fw);
+   usleep (300 * 1000); /* b waits, and claims the reservation */
+   bool released = leaselock_lease_release (la, &err);
+   leaselock_lease_destroy (la);
+   pthread_join (th, NULL);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (fw.c);
+   return released && fw.ok ? 0 : 3;
+}
+
+static void test_wake_fifo_refused (void)
+{
+   char path[PATH_MAX], uri[PATH_MAX + 16], wake[PATH_MAX + 8];
+   new_db (path, sizeof path, uri, sizeof uri);
+   snprintf (wake, sizeof wake, "%s-wake", path);
+   CHECK (mkfifo (wake, 0600) == 0);
+   double t0 = tl_seconds ();
+   pid_t pid = fork ();
+   if (pid == 0)
+      _exit (fifo_child (uri));
+   int status = 0;
+   waitpid (pid, &status, 0);
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   if (WIFSIGNALED (status))
+      fprintf (stderr, "    the child hung (signal %d)\n", WTERMSIG (status));
+   CHECK (tl_seconds () - t0 < 5);
 }
 
 /* ---- hand-off by notification (notify_cases.c) -------------------------- */
@@ -1365,6 +1522,8 @@ int main (int argc, char **argv)
    RUN (test_fork_client);
    RUN (test_fork_parent_closes);
    RUN_SLOW (test_fork_while_busy);
+   RUN (test_locked_file_bounded);
+   RUN (test_wake_fifo_refused);
    char notify_path[PATH_MAX];
    new_db (notify_path, sizeof notify_path, notify_uri, sizeof notify_uri);
    tl_start ("sqlite", notify_uri);
