@@ -196,6 +196,10 @@ static inline void close_fd (int *fd)
  * follows. */
 bool run_reentered (const run_opts_t *o, int *status);
 
+/* What kind of holder run o is, as its command sees it in LEASELOCK_MODE:
+ * "lock", "slots", "shared" or "exclusive" (a static string). */
+const char *run_mode_name (const run_opts_t *o);
+
 /* ---- spawn.c ---------------------------------------------------------- */
 
 /* Starts o->cmd into ch (see the function). On failure the command, if it

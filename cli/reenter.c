@@ -10,6 +10,10 @@
  * no renewal, watchdog or deadline of its own. If it is killed before it
  * lets its hold go, the count stays one too high until the outer run
  * releases the lease, which ends every hold.
+ *
+ * A read-write run inside a run of the same KEY's read-write lock that
+ * would wait for it (a writer inside either, a reader inside the writer)
+ * is refused at once: such a lock is never entered again.
  */
 #include "cli.h"
 
@@ -45,40 +49,86 @@ static int run_plain (char **cmd)
    return WIFSIGNALED (ws) ? 128 + WTERMSIG (ws) : EXIT_INTERNAL;
 }
 
-/* Without --reentrant, a run of the key the run around it holds would
- * wait for itself (until --wait runs out, or for ever): it is refused at
- * once instead, as busy. True when it was (*status set). */
+const char *run_mode_name (const run_opts_t *o)
+{
+   if (o->slots)
+      return "slots";
+   if (o->rw)
+      return o->rw == LEASELOCK_SHARED ? "shared" : "exclusive";
+   return "lock";
+}
+
+/* A run of the key the run around it holds (its record rec_key, owned by
+ * owner) would wait for itself (until --wait runs out, or for ever): it is
+ * refused at once instead, as busy, when that record is still owner's on
+ * this database. hint says what to do instead. True when it was (*status
+ * set). */
 static bool refuse_self_wait (leaselock_client_t *client,
                               const run_opts_t *o,
+                              const char *rec_key,
                               const char *owner,
+                              const char *hint,
                               int *status)
 {
    leaselock_record_t rec;
    bool found = false;
    leaselock_error_t err;
-   if (!leaselock_inspect (client, o->key, strlen (o->key), &rec, &found, &err) || !found ||
+   if (!leaselock_inspect (client, rec_key, strlen (rec_key), &rec, &found, &err) || !found ||
        strcmp (rec.owner, owner) != 0 || rec.expires_in_ms <= 0)
       return false;
    if (!o->quiet) {
       fprintf (stderr, "%s: ", cmd_name);
       put_text (stderr, o->key, strlen (o->key));
-      fprintf (stderr, " is held by the leaselock run around this one (its LEASELOCK_OWNER): "
-                       "this run would wait for itself; pass --reentrant to enter it again\n");
+      fprintf (stderr,
+               " is held by the leaselock run around this one (its LEASELOCK_OWNER): "
+               "this run would wait for itself; %s\n",
+               hint);
    }
    *status = o->conflict_exit;
    return true;
 }
 
+/* --shared or --exclusive inside a run of the same KEY's read-write lock
+ * (LEASELOCK_LOCK and LEASELOCK_MODE): a writer waits for every reader and
+ * a reader for the writer, so unless both are readers the inner run would
+ * wait for the outer one. A read-write lock is not entered again: refused
+ * as busy. True when it was (*status set). */
+static bool rw_self_wait (const run_opts_t *o, int *status)
+{
+   const char *rec_key = getenv ("LEASELOCK_KEY"), *owner = getenv ("LEASELOCK_OWNER");
+   const char *lock = getenv ("LEASELOCK_LOCK"), *mode = getenv ("LEASELOCK_MODE");
+   if (!rec_key || !owner || !lock || !mode || strcmp (lock, o->key) != 0)
+      return false;
+   bool outer_writes = !strcmp (mode, "exclusive");
+   if (!outer_writes && !(strcmp (mode, "shared") == 0 && o->rw == LEASELOCK_EXCLUSIVE))
+      return false;
+   leaselock_client_t *client = open_client (o->uri, o->label, status);
+   if (!client)
+      return true;
+   bool refused = refuse_self_wait (
+     client, o, rec_key, owner,
+     outer_writes ? "it holds the read-write lock --exclusive, and such a lock is not entered "
+                    "again (run CMD directly)"
+                  : "it holds the read-write lock --shared, and a reader cannot become the writer",
+     status);
+   leaselock_client_destroy (client);
+   return refused;
+}
+
 bool run_reentered (const run_opts_t *o, int *status)
 {
+   if (o->rw)
+      return rw_self_wait (o, status);
    const char *key = getenv ("LEASELOCK_KEY"), *owner = getenv ("LEASELOCK_OWNER");
-   if (!key || !owner || strcmp (key, o->key) != 0)
+   const char *mode = getenv ("LEASELOCK_MODE");
+   if (!key || !owner || strcmp (key, o->key) != 0 || o->slots || (mode && strcmp (mode, "lock")))
       return false;
    leaselock_client_t *client = open_client (o->uri, o->label, status);
    if (!client)
       return true;
    if (!o->reentrant) {
-      bool refused = refuse_self_wait (client, o, owner, status);
+      bool refused =
+        refuse_self_wait (client, o, key, owner, "pass --reentrant to enter it again", status);
       leaselock_client_destroy (client);
       return refused;
    }

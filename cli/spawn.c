@@ -19,29 +19,44 @@
 
 extern char **environ;
 
-/* A copy of environ without LEASELOCK_KEY/FENCE/OWNER plus the three new
- * ones. Returns a NULL-terminated array to free with free_env, or NULL. */
-static char **child_env (const leaselock_lease_t *lease)
+/* The variables a run sets for its command: every one of them is
+ * replaced, never inherited from a run around this one. */
+static const char *const own_vars[] = { "LEASELOCK_KEY=", "LEASELOCK_FENCE=", "LEASELOCK_OWNER=",
+                                        "LEASELOCK_LOCK=", "LEASELOCK_MODE=" };
+#define N_OWN_VARS (sizeof own_vars / sizeof own_vars[0])
+
+static bool is_own_var (const char *e)
+{
+   for (size_t i = 0; i < N_OWN_VARS; i++)
+      if (!strncmp (e, own_vars[i], strlen (own_vars[i])))
+         return true;
+   return false;
+}
+
+/* A copy of environ without the run's own variables plus the new ones:
+ * the lease's record (LEASELOCK_KEY), fence and owner, and the KEY and
+ * holder kind this run was given (LEASELOCK_LOCK, LEASELOCK_MODE: an
+ * inner run compares them with its own). Returns a NULL-terminated array
+ * to free with free_env, or NULL. */
+static char **child_env (const run_opts_t *o, const leaselock_lease_t *lease)
 {
    size_t n = 0;
    while (environ[n])
       n++;
-   char **env = calloc (n + 4, sizeof *env);
+   char **env = calloc (n + N_OWN_VARS + 1, sizeof *env);
    if (!env)
       return NULL;
    size_t k = 0;
-   for (size_t i = 0; i < n; i++) {
-      const char *e = environ[i];
-      if (!strncmp (e, "LEASELOCK_KEY=", 14) || !strncmp (e, "LEASELOCK_FENCE=", 16) ||
-          !strncmp (e, "LEASELOCK_OWNER=", 16))
-         continue;
-      env[k++] = (char *)e;
-   }
+   for (size_t i = 0; i < n; i++)
+      if (!is_own_var (environ[i]))
+         env[k++] = environ[i];
    size_t first_own = k;
    int ok = 1;
    ok &= asprintf (&env[k++], "LEASELOCK_KEY=%s", leaselock_lease_key (lease)) >= 0;
    ok &= asprintf (&env[k++], "LEASELOCK_FENCE=%" PRId64, leaselock_lease_fence (lease)) >= 0;
    ok &= asprintf (&env[k++], "LEASELOCK_OWNER=%s", leaselock_lease_owner (lease)) >= 0;
+   ok &= asprintf (&env[k++], "LEASELOCK_LOCK=%s", o->key) >= 0;
+   ok &= asprintf (&env[k++], "LEASELOCK_MODE=%s", run_mode_name (o)) >= 0;
    if (!ok) {
       /* asprintf leaves the pointer undefined on failure: clear them all. */
       for (size_t i = first_own; i < k; i++)
@@ -53,7 +68,8 @@ static char **child_env (const leaselock_lease_t *lease)
    return env;
 }
 
-/* Frees what child_env allocated (the last three entries and the array). */
+/* Frees what child_env allocated (the last N_OWN_VARS entries and the
+ * array). */
 static void free_env (char **env)
 {
    if (!env)
@@ -61,7 +77,7 @@ static void free_env (char **env)
    size_t n = 0;
    while (env[n])
       n++;
-   for (size_t i = n - 3; i < n; i++)
+   for (size_t i = n - N_OWN_VARS; i < n; i++)
       free (env[i]);
    free (env);
 }
@@ -236,7 +252,7 @@ bool start_command (const run_opts_t *o,
 {
    int go[2] = { -1, -1 }, err[2] = { -1, -1 };
    exec_plan_t plan = { .argv = o->cmd,
-                        .env = child_env (lease),
+                        .env = child_env (o, lease),
                         .paths = exec_paths (o->cmd[0]),
                         .mask = *mask,
                         .parent = getpid () };

@@ -242,6 +242,30 @@ test_reentrant() {
   expect_rc 0
 }
 
+# A read-write run inside a run of the same KEY's read-write lock that
+# would wait for it (a reader or writer inside the writer, a writer inside
+# a reader) is refused at once as busy, even with a --wait; readers inside
+# a reader go together; the command sees the KEY and holder kind.
+test_rw_self_wait() {
+  local inner="'$BIN' --uri '$URI'"
+  ll run --exclusive rwself/key -- sh -c "$inner run --shared --wait 3s rwself/key -- true"
+  expect_rc 75 || return
+  expect_err "is held by the leaselock run around this one" || return
+  expect_err "not entered again" || return
+  ll run --exclusive rwself/key -- sh -c "$inner run --exclusive --wait 3s rwself/key -- true"
+  expect_rc 75 || return
+  ll run --shared rwself/key -- sh -c "$inner run --exclusive --wait 3s rwself/key -- true"
+  expect_rc 75 || return
+  expect_err "a reader cannot become the writer" || return
+  ll run --shared rwself/key -- sh -c "$inner run --shared rwself/key -- \
+    sh -c 'echo \"\$LEASELOCK_LOCK \$LEASELOCK_MODE\"'"
+  expect_rc 0 || return
+  expect_out "rwself/key shared" || return
+  # Another key: an ordinary run.
+  ll run --exclusive rwself/key -- sh -c "$inner run --exclusive rwself/other -- true"
+  expect_rc 0
+}
+
 # run --slots 2: two runs hold a slot each (KEY/.slot/<i>, the lease's key
 # in LEASELOCK_KEY), a third is busy (75) and comes in once one has left.
 test_slots() {
