@@ -288,6 +288,30 @@ for _, backend in ipairs(H.backends()) do
     end)
 
     if backend.name == "sqlite" then
+      it("answers BUSY at once while another process holds the file locked", function()
+        local key = H.key("file-locked")
+        local path = assert(backend.uri:match("^sqlite://(/.*)$"))
+        local c = assert(leaselock.connect(backend.uri))
+        assert(assert(c:lock("warm"):try_acquire()):release())
+        local p = assert(io.popen(("printf 'BEGIN EXCLUSIVE;\\n.print locked\\n"
+          .. ".shell sleep 4\\nCOMMIT;\\n' | sqlite3 '%s'"):format(path)))
+        assert.equals("locked", p:read("*l"))
+        -- A one-try acquire (what an OpenResty worker makes) waits a
+        -- moment at most: 20 of them within a second, not 10 s each.
+        local t0 = os.time()
+        for _ = 1, 20 do
+          local l, msg, code = c:lock(key):try_acquire()
+          assert.is_nil(l)
+          assert.equals("BUSY", code, msg)
+        end
+        local l, _, code = c:lock(key):acquire { timeout = 1 }
+        assert.is_nil(l)
+        assert.equals("TIMEOUT", code)
+        assert.is_true(os.time() - t0 <= 3)
+        p:close()
+        c:close()
+      end)
+
       it("lock:with returns nil, msg, BACKEND when the final release fails", function()
         local key = H.key("with-backend")
         local path = assert(backend.uri:match("^sqlite://(/.*)$"))
