@@ -13,6 +13,12 @@ during the wait (the client's stats); they get the lock one after
 another after the release (no overlap, fences increasing); the short
 waiter gets nil, msg, "TIMEOUT".
 
+On SQLite, then: this process holds the file with BEGIN EXCLUSIVE while
+a request waits with acquire_nb (timeout LOCKED_WAIT): its tries, made on
+the worker, each wait a moment at most for the file's lock, so /ping is
+answered meanwhile (none slower than LOCKED_PING_MAX) and the request
+gets "TIMEOUT" after about LOCKED_WAIT.
+
 On a server backend (NAME is not sqlite) the database is reached through
 a proxy here that holds each reply back DELAY seconds, so that a try made
 on the event loop would stall it for at least that long: with 40 waiters
@@ -28,6 +34,7 @@ trying, the pings would starve. Then also:
 Prints one "ok: ..." line with the figures, or "FAIL: ..." and exits 1.
 """
 import asyncio
+import sqlite3
 import sys
 import threading
 import time
@@ -37,6 +44,7 @@ import urllib.request
 HOLD, WAITERS, PINGERS, SHORT = 3.0, 40, 2, 0.3
 MIN_PINGS, PING_MAX, DELAY = 50, 1.0, 0.025
 PARKED_AGE = 5.0
+LOCKED_WAIT, LOCKED_PING_MAX = 1.0, 0.1
 
 port, name, uri, key = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 base = f"http://127.0.0.1:{port}"
@@ -236,6 +244,40 @@ def wait_phase(uri):
             f"..{got[-1][2] if got else '-'}); a {SHORT} s waiter got TIMEOUT after {waited:.3f} s")
 
 
+# ---- the file locked by another process (SQLite) ----------------------
+
+def locked_phase(uri):
+    db = sqlite3.connect(uri[len("sqlite://"):], isolation_level=None, timeout=10)
+    db.execute("BEGIN EXCLUSIVE")
+    result, pings = {}, []
+    try:
+        t = threading.Thread(target=lambda: result.update(
+            r=get("/nb/take", uri=uri, key=key + "/locked", timeout=LOCKED_WAIT, hold=0)))
+        t.start()
+        while t.is_alive():
+            t0 = time.time()
+            get("/ping")
+            pings.append(time.time() - t0)
+        t.join()
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    status, body = result.get("r", (0, "no answer"))
+    f = body.split()
+    worst = max(pings, default=0)
+    if f[:2] != ["fail", "TIMEOUT"]:
+        problems.append(f"locked file: expected fail TIMEOUT, got {status} {body!r}")
+        return None
+    waited = float(f[3]) - float(f[2])
+    if not LOCKED_WAIT - 0.05 <= waited <= LOCKED_WAIT + 1:
+        problems.append(f"locked file: TIMEOUT after {waited:.3f} s (timeout {LOCKED_WAIT} s)")
+    if worst > LOCKED_PING_MAX:
+        problems.append(f"locked file: slowest /ping took {worst * 1000:.1f} ms "
+                        f"(> {LOCKED_PING_MAX * 1000:.0f} ms): a try held the worker")
+    return (f"the file locked by another process: TIMEOUT after {waited:.3f} s, "
+            f"{len(pings)} /ping answered meanwhile (slowest {worst * 1000:.1f} ms)")
+
+
 # ---- bad arguments and the parked lease (server backends) -------------
 
 def bad_phase(uri):
@@ -312,6 +354,8 @@ def reaped_phase(uri):
 if server:
     uri = through_proxy(uri)
 report = [wait_phase(uri)]
+if not server:
+    report.append(locked_phase(uri))
 if server:
     report.append(bad_phase(uri))
     report.append(parked_phase(uri, timer=name == "postgresql"))
