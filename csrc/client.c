@@ -117,7 +117,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
       snprintf (c->host, sizeof c->host, "unknown");
    atomic_init (&c->refs, 1);
    ll_obs_init (&c->obs, c);
-   ll_watch_init (&c->watch, backend, c->uri);
+   ll_watch_init (&c->watch, backend, c->uri, &c->obs);
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
    ll_cond_init (&c->drained);

@@ -508,7 +508,7 @@ extern "C"
     *    and leaselock_client_stats);
     *  - event: a static string: "acquire", "busy", "wait", "timeout",
     *    "renew", "renew_failed", "lost", "release", "release_failed",
-    *    "backend_error", "lock_wait";
+    *    "backend_error", "lock_wait", "watch_failed";
     *  - key: key_len bytes, NUL-terminated as well; NULL (key_len 0) when
     *    the event concerns no key;
     *  - fence: the lease's fence, 0 when there is no lease;

@@ -978,6 +978,8 @@ typedef struct ll_watch
    pid_t pid;      /* the process the thread and listener belong to */
    uint64_t opens; /* listeners opened (tests read it) */
    uint64_t heard; /* releases its listeners reported (tests read it) */
+   ll_obs_t *obs;  /* borrowed: the client's log, for a listener that fails */
+   bool warned;    /* the failure of the listener's last open was logged */
 } ll_watch_t;
 
 /* Tests only: a waiter sleeps this long between its tries when > 0 (so a
@@ -985,7 +987,7 @@ typedef struct ll_watch
  * much longer. */
 extern _Atomic int64_t ll_test_wait_poll_ms;
 
-void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri);
+void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs);
 /* Registers e (key, key_len, owner, since, mu, cond set by the caller)
  * before a blocking acquire's first try, so a release during a try is
  * not missed; nothing for a backend without watch ops. */

@@ -28,11 +28,12 @@
 
 _Atomic int64_t ll_test_wait_poll_ms;
 
-void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri)
+void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs)
 {
    memset (w, 0, sizeof *w);
    w->backend = backend;
    w->uri = uri;
+   w->obs = obs;
    pthread_mutex_init (&w->mu, NULL);
    ll_cond_init (&w->cond);
    w->pid = getpid ();
@@ -142,7 +143,18 @@ static void *open_listener (ll_watch_t *w, int64_t *backoff_ms)
       /* Releases may have gone unheard before: the waiters that can
        * take a key try now. */
       on_release (w, NULL, 0, NULL);
-   } else {
+   }
+   /* A failure is logged once until a listener opens again: waiters
+    * poll meanwhile, and the open is retried with backoff. */
+   bool warn = !l && !w->warned && !w->stopping && w->obs;
+   w->warned = !l;
+   if (warn) {
+      pthread_mutex_unlock (&w->mu); /* the hook runs with no lock held */
+      LL_LOG (w->obs, LEASELOCK_LOG_WARNING, "watch_failed", NULL, 0, 0, err.code,
+              "release notifications are off (waiters poll): %s", err.message);
+      pthread_mutex_lock (&w->mu);
+   }
+   if (!l) {
       pause_locked (w, *backoff_ms);
       *backoff_ms = *backoff_ms * 2 > REOPEN_MAX_MS ? REOPEN_MAX_MS : *backoff_ms * 2;
    }

@@ -1411,6 +1411,16 @@ static void *fifo_wait_main (void *arg)
    return NULL;
 }
 
+static atomic_int watch_failures;
+
+static void count_watch_failures (const leaselock_log_event_t *ev, void *data)
+{
+   (void)data;
+   if (ev->level == LEASELOCK_LOG_WARNING && !strcmp (ev->event, "watch_failed") &&
+       strstr (ev->message, "not a regular file"))
+      atomic_fetch_add (&watch_failures, 1);
+}
+
 static int fifo_child (const char *uri)
 {
    alarm (10);
@@ -1425,6 +1435,7 @@ static int fifo_child (const char *uri)
    leaselock_lease_t *la = NULL;
    if (!a || !fw.c || !one_try (a, "k", &la, &err))
       return 2;
+   leaselock_client_set_log (fw.c, LEASELOCK_LOG_WARNING, count_watch_failures, NULL);
    pthread_t th;
    pthread_create (&th, NULL, fifo_wait_main, &fw);
    usleep (300 * 1000); /* b waits, and claims the reservation */
@@ -1433,7 +1444,9 @@ static int fifo_child (const char *uri)
    pthread_join (th, NULL);
    leaselock_client_destroy (a);
    leaselock_client_destroy (fw.c);
-   return released && fw.ok ? 0 : 3;
+   if (atomic_load (&watch_failures) != 1)
+      fprintf (stderr, "    %d watch_failed warnings (want 1)\n", atomic_load (&watch_failures));
+   return released && fw.ok ? atomic_load (&watch_failures) == 1 ? 0 : 4 : 3;
 }
 
 static void test_wake_fifo_refused (void)
