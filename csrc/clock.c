@@ -52,6 +52,20 @@ int64_t ll_call_bound_cap (int64_t deadline_ms)
    return call_bound >= 0 && call_bound < deadline_ms ? call_bound : deadline_ms;
 }
 
+static _Thread_local int64_t mode_bound = LL_MODE_NONE;
+
+int64_t ll_mode_bound_set (int64_t bound)
+{
+   int64_t was = mode_bound;
+   mode_bound = bound;
+   return was;
+}
+
+int64_t ll_mode_bound (void)
+{
+   return mode_bound;
+}
+
 static _Thread_local ll_call_wait_t *call_wait;
 
 void ll_call_wait_set (ll_call_wait_t *w)

@@ -182,6 +182,14 @@ typedef struct ll_call_wait
 } ll_call_wait_t;
 void ll_call_wait_set (ll_call_wait_t *w);
 ll_call_wait_t *ll_call_wait (void);
+/* A semaphore's or read-write lock's acquire that waits (modes.c) makes
+ * one-try acquires of its records as steps of its wait: those are bounded
+ * by the mode's call, not cut short as a caller's one try. The bound of
+ * such a call on this thread (real time; -1: none; LL_MODE_NONE: no such
+ * call); ll_mode_bound_set returns the previous one, to restore after. */
+#define LL_MODE_NONE INT64_MIN
+int64_t ll_mode_bound_set (int64_t bound);
+int64_t ll_mode_bound (void);
 /* Logs msg at WARNING ("lock_wait") once per call, when a call is under
  * way on this thread; nothing otherwise. */
 void ll_call_wait_warn (const char *msg);

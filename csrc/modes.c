@@ -414,6 +414,14 @@ static bool sem_gate (sem_call_t *s, leaselock_lease_t **gate, leaselock_error_t
    return leaselock_acquire (s->c, gk, gk_len, &g, gate, err);
 }
 
+/* The bound of a mode's call with opts for its steps (ll_mode_bound):
+ * none of a one-try call (its steps are one-try calls too). */
+static int64_t mode_bound_of (const leaselock_acquire_opts_t *o)
+{
+   if (o->timeout_ms == 0)
+      return LL_MODE_NONE;
+   return o->timeout_ms < 0 ? -1 : ll_real_now_ms () + o->timeout_ms;
+}
 bool leaselock_semaphore_acquire (leaselock_client_t *c,
                                   const char *key,
                                   size_t key_len,
@@ -441,7 +449,9 @@ bool leaselock_semaphore_acquire (leaselock_client_t *c,
    s->one.timeout_ms = 0;
    s->one.fair = false;
    s->one.min_hold_ms = 0;
+   int64_t was = ll_mode_bound_set (mode_bound_of (opts));
    ok = ok && sem_loop (s, &w, lease, err) && keep_min_hold (lease, opts->min_hold_ms, err);
+   ll_mode_bound_set (was);
    leaselock_lease_destroy (gate); /* releases it */
    free (s);
    return mode_done (&w, ok, err);
@@ -668,7 +678,10 @@ bool leaselock_rwlock_acquire (leaselock_client_t *c,
    rw_call_t r = { .c = c, .key = key, .key_len = key_len, .o = opts };
    r.wk_len = record_key (r.wk, key, key_len, W_SFX);
    r.rp_len = record_key (r.rp, key, key_len, R_SFX);
-   if (mode == LEASELOCK_EXCLUSIVE)
-      return rw_writer (&r, lease, err);
-   return rw_reader (&r, lease, err) && keep_min_hold (lease, opts->min_hold_ms, err);
+   int64_t was = ll_mode_bound_set (mode_bound_of (opts));
+   bool ok = mode == LEASELOCK_EXCLUSIVE
+               ? rw_writer (&r, lease, err)
+               : rw_reader (&r, lease, err) && keep_min_hold (lease, opts->min_hold_ms, err);
+   ll_mode_bound_set (was);
+   return ok;
 }

@@ -212,10 +212,13 @@ static bool backend_acquire (acquire_call_t *a,
 
 /* The bound of a try of call a (ll_call_bound: real time), -1 for none:
  * what is left of the caller's timeout, at least TRY_MIN_MS; none for a
- * one-try acquire (the backend's I/O timeouts bound it) or one that waits
- * forever. */
+ * one-try acquire (the backend's I/O timeouts bound it; a mode's step
+ * the mode's call) or one that waits forever. */
 static int64_t try_bound (const acquire_call_t *a)
 {
+   /* A mode's step (ll_mode_bound) is bounded by the mode's call. */
+   if (a->opts->timeout_ms == 0 && ll_mode_bound () != LL_MODE_NONE)
+      return ll_mode_bound ();
    if (a->opts->timeout_ms <= 0)
       return -1;
    int64_t left = a->until - ll_now_ms ();
@@ -263,7 +266,7 @@ static bool try_bounded (acquire_call_t *a,
                          leaselock_error_t *err)
 {
    ll_call_wait_t *w = &a->lock_wait;
-   w->one_try = a->opts->timeout_ms == 0;
+   w->one_try = a->opts->timeout_ms == 0 && ll_mode_bound () == LL_MODE_NONE;
    w->obs = &a->c->obs;
    w->key = a->key;
    w->key_len = a->key_len;
