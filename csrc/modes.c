@@ -637,8 +637,14 @@ static bool rw_reader (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
    one.min_hold_ms = 0;
    for (;;) {
       bool in = false, again = false;
-      if (!leaselock_acquire (r->c, rk, rk_len, &one, lease, err))
-         return false;
+      if (!leaselock_acquire (r->c, rk, rk_len, &one, lease, err)) {
+         /* Its own record is nobody else's: BUSY is the database's own
+          * lock (SQLite's file), which a waiting call waits for. */
+         if (err->code != LEASELOCK_BUSY || r->o->timeout_ms == 0 ||
+             !mode_sleep (&w, "the database to let the reader in", err))
+            return false;
+         continue;
+      }
       /* The take precedes the inspect (the comment above). */
       if (!rw_writer_in (r, &in, err) || in) {
          drop (*lease);

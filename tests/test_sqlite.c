@@ -1378,6 +1378,15 @@ static void test_locked_file_bounded (void)
    double took = tl_seconds () - t0;
    CHECK (took > 0.9 && took < 2.5);
    CHECK_EQ (atomic_load (&lock_wait_warnings), 2);
+   /* A mode's waiting acquire waits too, within its timeout. */
+   o.timeout_ms = 500;
+   t0 = tl_seconds ();
+   CHECK_ERR (leaselock_rwlock_acquire (c, "rw", 2, LEASELOCK_SHARED, &o, &l, &err), err,
+              LEASELOCK_TIMEOUT, "");
+   CHECK_ERR (leaselock_semaphore_acquire (c, "sem", 3, 2, &o, &l, &err), err, LEASELOCK_TIMEOUT,
+              "");
+   took = tl_seconds () - t0;
+   CHECK (took > 0.9 && took < 3);
    close (fd);
    waitpid (pid, NULL, 0);
    CHECK_OK (one_try (c, "k", &l, &err), err);
