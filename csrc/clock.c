@@ -51,6 +51,21 @@ int64_t ll_call_bound_cap (int64_t deadline_ms)
    return call_bound >= 0 && call_bound < deadline_ms ? call_bound : deadline_ms;
 }
 
+/* Per thread too: set by a backend on the thread of the call. */
+static _Thread_local bool call_unsent;
+
+void ll_call_unsent_mark (void)
+{
+   call_unsent = true;
+}
+
+bool ll_call_unsent_take (void)
+{
+   bool unsent = call_unsent;
+   call_unsent = false;
+   return unsent;
+}
+
 void ll_clock_use_fake (bool on)
 {
    atomic_store (&fake_on, on);
