@@ -126,10 +126,12 @@ class Lock(_Named):
     `lock.release()`, `async with lock:`.
 
     Not reentrant unless reentrant=True: a thread (or asyncio task) that
-    holds it through this Lock object and asks again gets RuntimeError
-    instead of waiting for itself. With reentrant=True it enters again: the
-    same Lease (and fence), one more hold counted in the record, and each
-    release (or with-block exit) lets one hold go, the last the key.
+    holds the key through this Lock object, or another Lock of the same
+    client, and asks again gets RuntimeError instead of waiting for itself
+    (a task also holds what its thread took outside any task). With
+    reentrant=True it enters again: the same Lease (and fence), one more
+    hold counted in the record, and each release (or with-block exit) lets
+    one hold go, the last the key.
     Several threads may share one Lock object; each waits its turn.
 
     on_lost(lease) is called from the renewal thread when a lease taken

@@ -30,10 +30,11 @@ class RWLockSide(_ModeLock):
     Not reentrant (no reentrant argument). The shared side may be held
     several times by one thread, each a holder of its own (but a writer
     waiting in between makes the later ones wait for it). A thread (or
-    task) that holds the exclusive side through this RWLock and asks for
-    either side again, or holds the shared side and asks for the exclusive
-    one, gets RuntimeError instead of waiting for itself: there is no
-    upgrade or downgrade; release first.
+    task) that holds the exclusive side through this RWLock (or another of
+    the same client on the key) and asks for either side again, or holds
+    the shared side and asks for the exclusive one, gets RuntimeError
+    instead of waiting for itself: there is no upgrade or downgrade;
+    release first.
     """
 
     __slots__ = ("_rwlock",)

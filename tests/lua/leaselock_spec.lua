@@ -135,6 +135,19 @@ for _, backend in ipairs(H.backends()) do
       next_lease:release()
     end)
 
+    it("keeps refusing a held key after many other keys came and went", function()
+      local key = H.key("kept")
+      local lease = assert(client:lock(key):try_acquire())
+      for i = 1, 200 do -- past the sweeps of released names
+        assert(client:lock(key .. "/" .. i):try_acquire()):release()
+      end
+      collectgarbage()
+      local ok, err = pcall(function() return client:lock(key):try_acquire() end)
+      assert.is_false(ok)
+      assert.matches("through another lock of this client", err)
+      lease:release()
+    end)
+
     it("refuses a read-write lock's self-wait through another rwlock of the client", function()
       local key = H.key("rwagain")
       local w = assert(client:rwlock(key).exclusive:try_acquire())
