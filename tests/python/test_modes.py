@@ -317,7 +317,7 @@ def test_ctrl_c_stops_a_blocking_semaphore_wait(uri, key, tmp_path):
 # ---- read-write locks ---------------------------------------------------------
 
 
-def test_readers_share_and_exclude_a_writer(client, other, key):
+def test_readers_share_and_exclude_a_writer(client, other, key, uri):
     rw = client.rwlock(key, ttl=10)
     theirs = other.rwlock(key, ttl=10)
     assert rw.key == key and rw.shared.mode == "shared" and rw.exclusive.mode == "exclusive"
@@ -331,7 +331,7 @@ def test_readers_share_and_exclude_a_writer(client, other, key):
     # where an exclusive acquire would wait for itself: RuntimeError.)
     with pytest.raises(RuntimeError, match="held shared by this thread"):
         other.rwlock(key, ttl=10).exclusive.try_acquire()
-    third = leaselock.connect(client.uri)
+    third = leaselock.connect(uri)
     writer = third.rwlock(key, ttl=10)
     assert writer.exclusive.try_acquire() is None
     with pytest.raises(leaselock.LockTimeout) as e:
