@@ -162,6 +162,27 @@ static const char *ll_mongo_query (const char *text)
    return strchr (slash ? slash : sep + 3, '?');
 }
 
+/* The value of the option name, item[0..len) (name length nlen),
+ * percent-decoded into *value (the caller frees it). */
+static bool ll_mongo_option_value (const char *item,
+                                   size_t len,
+                                   size_t nlen,
+                                   const char *name,
+                                   char **value,
+                                   leaselock_error_t *err)
+{
+   bool nomem = false;
+   const char *v = item + nlen + (nlen < len);
+   *value = ll_percent_decode (v, (size_t)(item + len - v), false, &nomem);
+   if (!*value)
+      return nomem ? ll_mongo_nomem (err)
+                   : ll_error_set (err, LEASELOCK_INVALID,
+                                   "MongoDB URI option %s has a bad percent-escape or an encoded "
+                                   "NUL byte",
+                                   name);
+   return true;
+}
+
 /* The value of the leaselockCollection option item[0..len) (name length
  * nlen), percent-decoded, into *coll (the last one wins). */
 static bool ll_mongo_take_collection (const char *item,
@@ -170,15 +191,9 @@ static bool ll_mongo_take_collection (const char *item,
                                       char **coll,
                                       leaselock_error_t *err)
 {
-   bool nomem = false;
-   const char *v = item + nlen + (nlen < len);
-   char *dec = ll_percent_decode (v, (size_t)(item + len - v), false, &nomem);
-   if (!dec)
-      return nomem ? ll_mongo_nomem (err)
-                   : ll_error_set (err, LEASELOCK_INVALID,
-                                   "MongoDB URI option %s has a bad percent-escape or an encoded "
-                                   "NUL byte",
-                                   LL_MONGO_COLL_OPTION);
+   char *dec;
+   if (!ll_mongo_option_value (item, len, nlen, LL_MONGO_COLL_OPTION, &dec, err))
+      return false;
    free (*coll);
    *coll = dec;
    return true;
@@ -198,15 +213,9 @@ static bool ll_mongo_take_failover (const char *item,
    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
       if (nlen != strlen (names[i]) || strncasecmp (item, names[i], nlen))
          continue;
-      bool nomem = false;
-      const char *v = item + nlen + (nlen < len);
-      char *dec = ll_percent_decode (v, (size_t)(item + len - v), false, &nomem);
-      if (!dec)
-         return nomem ? ll_mongo_nomem (err)
-                      : ll_error_set (err, LEASELOCK_INVALID,
-                                      "MongoDB URI option %s has a bad percent-escape or an "
-                                      "encoded NUL byte",
-                                      names[i]);
+      char *dec;
+      if (!ll_mongo_option_value (item, len, nlen, names[i], &dec, err))
+         return false;
       bool ok = ll_primary_option (p, "mongodb", names[i], dec, taken, err);
       free (dec);
       return ok;

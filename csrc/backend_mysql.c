@@ -259,18 +259,18 @@ static bool ll_mysql_acquire_wait (void *conn,
    return true;
 }
 
-/* Renew and release: (microseconds, key, owner) bound, then executed. */
+/* Renew, release and hold: (n, key, owner) bound, then executed; n the
+ * microseconds of a TTL or min_hold, or a hold's delta. */
 static bool ll_mysql_execute_owned (ll_mysql_conn_t *c,
                                     int id,
                                     const ll_op_t *op,
-                                    int64_t ms,
+                                    int64_t n,
                                     const char *what,
                                     leaselock_error_t *err)
 {
    unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
-   int64_t us = ms * 1000;
    MYSQL_BIND p[3];
-   ll_mysql_bind_i64 (&p[0], &us);
+   ll_mysql_bind_i64 (&p[0], &n);
    ll_mysql_bind_blob (&p[1], op->key, &klen);
    ll_mysql_bind_str (&p[2], op->owner, &olen);
    return ll_mysql_execute (c, id, p, what, err);
@@ -285,7 +285,7 @@ static bool ll_mysql_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, lease
 {
    ll_mysql_conn_t *c = conn;
    if (!ll_primary_ttl_ok (&c->b.primary, "mysql", ttl_ms, err) ||
-       !ll_mysql_execute_owned (c, LL_SQL_RENEW, op, ttl_ms, "renew", err))
+       !ll_mysql_execute_owned (c, LL_SQL_RENEW, op, ttl_ms * 1000, "renew", err))
       return false;
    /* Not the rows changed (an expiry could in theory be rewritten with the
     * same value): LAST_INSERT_ID(fence) ran iff the row matched. */
@@ -298,7 +298,7 @@ static bool ll_mysql_release (void *conn,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, op, min_hold_ms, "release", err))
+   if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, op, min_hold_ms * 1000, "release", err))
       return false;
    /* The owner column always changes (ours -> NULL) when it matched. */
    return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || ll_mysql_not_held (err);
@@ -313,13 +313,7 @@ static bool ll_mysql_hold (void *conn,
                            leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
-   unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
-   int64_t d = delta;
-   MYSQL_BIND p[3];
-   ll_mysql_bind_i64 (&p[0], &d);
-   ll_mysql_bind_blob (&p[1], op->key, &klen);
-   ll_mysql_bind_str (&p[2], op->owner, &olen);
-   if (!ll_mysql_execute (c, LL_SQL_HOLD, p, "hold", err))
+   if (!ll_mysql_execute_owned (c, LL_SQL_HOLD, op, delta, "hold", err))
       return false;
    my_ulonglong id = mysql_stmt_insert_id (c->st[LL_SQL_HOLD]);
    if (id == 0)

@@ -102,7 +102,8 @@ bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t
    return true;
 }
 
-bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
+/* ll_sql_ready's steps; on failure nothing was sent (ll_call_unsent). */
+static bool sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
 {
    if (!b->driver->alive (b)) {
       b->driver->disconnect (b);
@@ -112,6 +113,14 @@ bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
    if (id == LL_SQL_ACQUIRE && !ll_primary_grant_ok (&b->primary, b->driver->name, err))
       return false;
    return b->driver->prepare (b, id, err);
+}
+
+bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
+{
+   if (sql_ready (b, id, err))
+      return true;
+   ll_call_unsent_mark ();
+   return false;
 }
 
 void ll_sql_close (void *conn)

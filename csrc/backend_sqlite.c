@@ -110,6 +110,15 @@ static inline void ll_sqlite_bind_key_owner (sqlite3_stmt *st, const ll_op_t *op
    sqlite3_bind_text (st, 2, op->owner, LEASELOCK_OWNER_LEN, SQLITE_STATIC);
 }
 
+/* Renew, release and hold: binds ?1 key, ?2 owner and ?3 n, then takes
+ * the first step; the caller reads the row, if any, and resets st. */
+static int ll_sqlite_step_owned (sqlite3_stmt *st, const ll_op_t *op, int64_t n)
+{
+   ll_sqlite_bind_key_owner (st, op);
+   sqlite3_bind_int64 (st, 3, n);
+   return sqlite3_step (st);
+}
+
 /* acquire (reserve_ms < 0: ?7 and ?8 NULL) and acquire_wait: one
  * statement. A row without a reservation is a take; a row with one is a
  * claim (BUSY, reserved); no row is BUSY. */
@@ -176,9 +185,7 @@ static bool ll_sqlite_run_update (ll_sqlite_conn_t *c,
                                   leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[which];
-   ll_sqlite_bind_key_owner (st, op);
-   sqlite3_bind_int64 (st, 3, ms);
-   int rc = sqlite3_step (st);
+   int rc = ll_sqlite_step_owned (st, op, ms);
    bool ok = rc == SQLITE_DONE;
    if (ok)
       *changed = sqlite3_changes (c->db) > 0;
@@ -206,9 +213,7 @@ static bool ll_sqlite_release (void *conn,
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_RELEASE];
-   ll_sqlite_bind_key_owner (st, op);
-   sqlite3_bind_int64 (st, 3, min_hold_ms);
-   int rc = sqlite3_step (st);
+   int rc = ll_sqlite_step_owned (st, op, min_hold_ms);
    bool ours = rc == SQLITE_ROW;
    /* Only a release that leaves a waiter next (a live reservation, or a
     * fair queue's first) wakes anybody: the watchers wake that waiter, and
@@ -259,9 +264,7 @@ static bool ll_sqlite_hold (void *conn,
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_HOLD];
-   ll_sqlite_bind_key_owner (st, op);
-   sqlite3_bind_int (st, 3, delta);
-   int rc = sqlite3_step (st);
+   int rc = ll_sqlite_step_owned (st, op, delta);
    bool ok = rc == SQLITE_ROW;
    if (ok)
       *holds = sqlite3_column_int64 (st, 0);

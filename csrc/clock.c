@@ -52,6 +52,21 @@ int64_t ll_call_bound_cap (int64_t deadline_ms)
    return call_bound >= 0 && call_bound < deadline_ms ? call_bound : deadline_ms;
 }
 
+/* Per thread too: set by a backend on the thread of the call. */
+static _Thread_local bool call_unsent;
+
+void ll_call_unsent_mark (void)
+{
+   call_unsent = true;
+}
+
+bool ll_call_unsent_take (void)
+{
+   bool unsent = call_unsent;
+   call_unsent = false;
+   return unsent;
+}
+
 static _Thread_local int64_t mode_bound = LL_MODE_NONE;
 
 int64_t ll_mode_bound_set (int64_t bound)

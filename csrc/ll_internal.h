@@ -164,6 +164,14 @@ void ll_cond_init (pthread_cond_t *cond);
 void ll_call_bound_set (int64_t deadline_ms);
 int64_t ll_call_bound (void);
 int64_t ll_call_bound_cap (int64_t deadline_ms);
+/* A backend call that failed before its statement left (its reconnect
+ * failed, or a grant was refused before it was sent) says so on its
+ * thread (ll_call_unsent_mark); the engine reads and clears it after the
+ * call (ll_call_unsent_take): such a failure did nothing, its outcome is
+ * known. A backend that never says so leaves every failure after the
+ * connection was taken unknown (the safe reading). */
+void ll_call_unsent_mark (void);
+bool ll_call_unsent_take (void);
 
 /* The acquire under way on this thread, for a backend whose statements
  * can wait on a lock of the database itself (SQLite's file lock, held by

@@ -245,8 +245,9 @@ static bool try_once (acquire_call_t *a,
       return false;
    }
    int64_t sent = ll_now_ms ();
-   *sent_out = true;
+   (void)ll_call_unsent_take (); /* what an earlier call left */
    bool ok = backend_acquire (a, conn, l, &holder, err);
+   *sent_out = ok || !ll_call_unsent_take ();
    ll_pool_put (c, conn, a->me, !ok && ll_conn_failed (err));
    if (!ok) {
       free (l);

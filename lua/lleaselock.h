@@ -51,8 +51,10 @@
 #define UV_ON_LOST 2         /* on_lost function or nil */
 #define UV_ON_RENEW_FAILED 3 /* on_renew_failed function or nil */
 #define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
-/* The client handle's user value: its log function. */
+/* The client handle's user value: its log function, and the holds of its
+ * coroutines (lock.c: record name -> {coroutine -> lease handle}). */
 #define UV_LOG_FN 1
+#define UV_HOLDS 2
 
 /* The log queue of a client handle (logq.c); opaque. */
 typedef struct ll_lua_log ll_lua_log_t;
@@ -256,12 +258,14 @@ int ll_lua_do_acquire (lua_State *L,
                        const char *fname,
                        int64_t timeout_ms);
 
-/* Pushes the lease the running coroutine took through the lock at 1 and
- * still holds and returns 1; pushes nothing and returns 0 when none. */
+/* Pushes the lease the running coroutine took through the lock at 1 (else
+ * through another lock of its client on the same records) and still
+ * holds and returns 1; pushes nothing and returns 0 when none. */
 int ll_lua_push_my_lease (lua_State *L);
 
 /* Remembers the lease handle on top as the running coroutine's through
- * the lock at 1 (UV_HELD, weak keys). Leaves the stack as it was. */
+ * the lock at 1 (UV_HELD, weak keys) and its client (UV_HOLDS). Leaves the
+ * stack as it was. */
 void ll_lua_set_my_lease (lua_State *L);
 
 /* Whether leases of the lock k at 1 report renewal failures to Lua. */

@@ -3,7 +3,8 @@
  * resource): its constructors client:lock, :semaphore and :rwlock, and
  * its acquires (acquire, try_acquire, the C half of with that takes the
  * lease). A lock remembers, per coroutine, the lease taken through it,
- * for reentrant locks and for refusing a coroutine's wait on itself.
+ * and so does its client for all its locks (by key and mode), for
+ * reentrant locks and for refusing a coroutine's wait on itself.
  */
 #include "lleaselock.h"
 
@@ -245,9 +246,21 @@ bool ll_lua_wants_renew_failed (lua_State *L, const ll_lua_lock_t *k)
    return yes;
 }
 
+/* The lease handle on top, popped, when it is a lease still held; else
+ * it and the table under it popped too, and 0. */
+static int held_or_pop (lua_State *L)
+{
+   ll_lua_lease_t *ls = luaL_testudata (L, -1, LEASE_MT);
+   if (!ls || !ls->lease || leaselock_lease_state (ls->lease) != LEASELOCK_STATE_HELD) {
+      lua_pop (L, 2);
+      return 0;
+   }
+   return 1;
+}
+
 /* The lease the running coroutine took through the lock at index 1 and
  * still holds, pushed; nothing pushed (0) when there is none. */
-int ll_lua_push_my_lease (lua_State *L)
+static int push_own_lease (lua_State *L)
 {
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_HELD);
@@ -257,9 +270,8 @@ int ll_lua_push_my_lease (lua_State *L)
    }
    lua_pushthread (L);
    lua_rawget (L, -2);
-   ll_lua_lease_t *ls = luaL_testudata (L, -1, LEASE_MT);
-   if (!ls || !ls->lease || leaselock_lease_state (ls->lease) != LEASELOCK_STATE_HELD) {
-      lua_pop (L, 3);
+   if (!held_or_pop (L)) {
+      lua_pop (L, 1);
       return 0;
    }
    lua_replace (L, -3);
@@ -267,10 +279,145 @@ int ll_lua_push_my_lease (lua_State *L)
    return 1;
 }
 
+/* Pushes the client's table of holds (UV_HOLDS of the client handle of the
+ * lock at 1), created at its first use. Several lock objects of a client
+ * on one key share it: a coroutine that holds the key through one of them
+ * and asks through another would wait for itself, as through one. */
+static void push_client_holds (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   lua_getuservalue (L, -1);
+   lua_rawgeti (L, -1, UV_HOLDS);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 1);
+      lua_createtable (L, 2, 0);
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, -3, UV_HOLDS);
+   }
+   lua_replace (L, -4);
+   lua_pop (L, 2);
+}
+
+/* The name of the records of the lock k taken as mode says, pushed: the
+ * key, and for a mode a NUL (in no key) and the mode's letter. */
+static void push_hold_name (lua_State *L, const ll_lua_lock_t *k, ll_lock_mode_t mode)
+{
+   char tag[2] = { '\0', "lsrw"[mode] };
+   lua_pushlstring (L, k->key, k->key_len);
+   if (mode != LL_PLAIN) {
+      lua_pushlstring (L, tag, 2);
+      lua_concat (L, 2);
+   }
+}
+
+/* The lease the running coroutine holds on the records of the lock at 1
+ * taken as mode says, through any lock of its client, pushed (1); nothing
+ * pushed (0) when there is none. */
+static int push_client_hold (lua_State *L, ll_lock_mode_t mode)
+{
+   const ll_lua_lock_t *k = lua_touserdata (L, 1);
+   push_client_holds (L);
+   push_hold_name (L, k, mode);
+   lua_rawget (L, -2);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 2);
+      return 0;
+   }
+   lua_pushthread (L);
+   lua_rawget (L, -2);
+   if (!held_or_pop (L)) {
+      lua_pop (L, 1);
+      return 0;
+   }
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+   return 1;
+}
+
+int ll_lua_push_my_lease (lua_State *L)
+{
+   const ll_lua_lock_t *k = lua_touserdata (L, 1);
+   return push_own_lease (L) || push_client_hold (L, k->mode);
+}
+
+/* A name is about to be added to the client's holds table at top: drops
+ * the names whose holds are all gone once there are twice as many as
+ * after the last sweep (counts kept at [1] and [2]), so that a client
+ * used on ever new keys does not grow. */
+static void sweep_client_holds (lua_State *L)
+{
+   lua_Integer names = 1, limit;
+   lua_rawgeti (L, -1, 1);
+   names += lua_tointeger (L, -1);
+   lua_rawgeti (L, -2, 2);
+   limit = lua_isnil (L, -1) ? 64 : lua_tointeger (L, -1);
+   lua_pop (L, 2);
+   if (names > limit) {
+      names = 1; /* the name about to be added */
+      lua_pushnil (L);
+      while (lua_next (L, -2)) {
+         bool empty = !lua_istable (L, -1);
+         if (!empty) {
+            lua_pushnil (L);
+            empty = !lua_next (L, -2);
+            if (!empty)
+               lua_pop (L, 2);
+         }
+         lua_pop (L, 1);
+         if (lua_type (L, -1) == LUA_TSTRING) {
+            if (empty) {
+               lua_pushvalue (L, -1);
+               lua_pushnil (L);
+               lua_rawset (L, -4); /* clearing a field during next is allowed */
+            } else {
+               names++;
+            }
+         }
+      }
+      lua_pushinteger (L, names * 2 > 64 ? names * 2 : 64);
+      lua_rawseti (L, -2, 2);
+   }
+   lua_pushinteger (L, names);
+   lua_rawseti (L, -2, 1);
+}
+
+/* Remembers the lease handle on top as the running coroutine's in its
+ * client's holds (coroutine -> lease, weak keys and values: a finished
+ * coroutine or a collected lease goes). Leaves the stack as it was. */
+static void set_client_hold (lua_State *L, const ll_lua_lock_t *k)
+{
+   int lease = lua_gettop (L);
+   push_client_holds (L);
+   push_hold_name (L, k, k->mode);
+   lua_pushvalue (L, -1);
+   lua_rawget (L, -3);
+   if (!lua_istable (L, -1)) {
+      lua_pop (L, 1);
+      lua_pushvalue (L, -2);
+      sweep_client_holds (L); /* before the new name: it is empty yet */
+      lua_pop (L, 1);
+      lua_createtable (L, 0, 1);
+      lua_createtable (L, 0, 1);
+      lua_pushliteral (L, "kv");
+      lua_setfield (L, -2, "__mode");
+      lua_setmetatable (L, -2);
+      lua_pushvalue (L, -2);
+      lua_pushvalue (L, -2);
+      lua_rawset (L, -5);
+   }
+   lua_pushthread (L);
+   lua_pushvalue (L, lease);
+   lua_rawset (L, -3);
+   lua_settop (L, lease);
+}
+
 /* Remembers the lease at the top as the running coroutine's through the
- * lock at index 1 (a table with weak keys: a finished coroutine goes). */
+ * lock at index 1 (a table with weak keys: a finished coroutine goes),
+ * and in its client's holds. */
 void ll_lua_set_my_lease (lua_State *L)
 {
+   set_client_hold (L, lua_touserdata (L, 1));
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_HELD);
    if (!lua_istable (L, -1)) {
@@ -289,17 +436,42 @@ void ll_lua_set_my_lease (lua_State *L)
    lua_pop (L, 2);
 }
 
-/* The running coroutine asks again for a lock it holds: with reentrant,
- * one more hold of the same lease (pushed: 1 result, or 3 on failure);
- * without, an error (it would wait for itself). 0 when it holds none. */
+/* A read-write lock's side asked by a coroutine that holds the other side
+ * of the key through a lock of its client (the exclusive side, for either;
+ * the shared side, for the exclusive one): it would wait for itself. */
+static void check_other_side (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
+{
+   if (k->mode != LL_SHARED && k->mode != LL_EXCLUSIVE)
+      return;
+   if (push_client_hold (L, LL_EXCLUSIVE)) {
+      ll_lua_raise_at (L, level,
+                       "%s: \"%s\" is held exclusively by this coroutine through a read-write "
+                       "lock of this client: it would wait for itself (read-write locks are "
+                       "not reentrant)",
+                       fname, k->key);
+   }
+   if (k->mode == LL_EXCLUSIVE && push_client_hold (L, LL_SHARED)) {
+      ll_lua_raise_at (L, level,
+                       "%s: \"%s\" is held shared by this coroutine through a read-write lock "
+                       "of this client: an exclusive acquire would wait for itself (release "
+                       "the shared hold first)",
+                       fname, k->key);
+   }
+}
+
+/* The running coroutine asks again for a lock it holds, through this lock
+ * object or another of its client: with reentrant, one more hold of the
+ * same lease (pushed: 1 result, or 3 on failure); without, an error (it
+ * would wait for itself). 0 when it holds none. */
 static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
 {
-   if (!ll_lua_push_my_lease (L))
+   bool own = push_own_lease (L);
+   if (!own && !push_client_hold (L, k->mode))
       return 0;
    if (!k->reentrant) {
       return ll_lua_raise_at (L, level,
-                              "%s: \"%s\" is already held by this coroutine through this lock (%s)",
-                              fname, k->key,
+                              "%s: \"%s\" is already held by this coroutine through %s (%s)", fname,
+                              k->key, own ? "this lock" : "another lock of this client",
                               k->mode == LL_PLAIN ? "pass reentrant = true to enter it again"
                                                   : "the exclusive side of a read-write lock is "
                                                     "not reentrant");
@@ -359,6 +531,7 @@ int ll_lua_do_acquire (lua_State *L,
    int again = one_holder ? acquire_again (L, k, level, fname) : 0;
    if (again > 0)
       return again;
+   check_other_side (L, k, level, fname);
    ls = ll_lua_push_lease_handle (L, level, fname, &client_idx, &client);
    o = k->opts;
    o.timeout_ms = timeout_ms;
@@ -383,6 +556,8 @@ int ll_lua_do_acquire (lua_State *L,
    lua_settop (L, client_idx + 1);
    if (one_holder)
       ll_lua_set_my_lease (L);
+   else if (k->mode == LL_SHARED)
+      set_client_hold (L, k); /* for check_other_side */
    return 1;
 }
 

@@ -2031,9 +2031,15 @@ static void test_stalled_acquire_in_time (void)
    leaselock_client_t *c = client ("stall-in-time"), *d = client ("stall-in-time-2");
    CHECK (c && d);
    const char *k = key ("stall-in-time");
-   leaselock_record_t rec;
-   bool found;
-   bool ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err); /* warm */
+   /* Warm: the acquire statement prepared on the connection, so that the
+    * stall meets the statement itself (a failed prepare sends nothing:
+    * its outcome is known). */
+   leaselock_lease_t *w = NULL;
+   leaselock_acquire_opts_t wo = opts (5000, false);
+   const char *wk = key ("stall-in-time-warm");
+   bool ok =
+     leaselock_acquire (c, wk, strlen (wk), &wo, &w, &err) && leaselock_lease_release (w, &err);
+   leaselock_lease_destroy (w);
    call_t a = { .c = c, .key = k, .what = CALL_ACQUIRE };
    stall_t s;
    bool stalled = ok && stall_begin (&s), done = false;

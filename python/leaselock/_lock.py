@@ -28,6 +28,80 @@ from ._leaselock import Lease, LockError, LockTimeout, NotHeld
 _locks: "weakref.WeakSet[Lock]" = weakref.WeakSet()
 
 
+_Hold = tuple["weakref.ref[Any]", "weakref.ref[Lease]", str]
+
+
+class _Holds:
+    """What this process's threads and asyncio tasks took through the lock
+    objects of one client, by the name of their records (a Lock's _wake):
+    [(holder, lease, mode)], both weak: a dropped Lease is released, a
+    gone thread or task holds nothing. A holder that asks again through
+    another object of the client would wait for itself, as through one
+    object; a lock object may be gone while its lease is held, so the
+    leases are noted here, not with their objects."""
+
+    __slots__ = ("by_name", "prune_at")
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, list[_Hold]] = {}
+        self.prune_at = 64  # names kept before the released ones are dropped
+
+
+_holds: "weakref.WeakKeyDictionary[_leaselock.Client, _Holds]" = weakref.WeakKeyDictionary()
+_holds_mu = threading.Lock()
+
+
+def _holder() -> Any:
+    """Who holds what the caller takes: its asyncio task, else its thread
+    (the objects, not their ids, which are reused)."""
+    task = _current_task()
+    return task if task is not None else threading.current_thread()
+
+
+def _live(entries: list[_Hold]) -> list[_Hold]:
+    out = []
+    for who, lease, mode in entries:
+        held = lease()
+        if who() is not None and held is not None and held.held:
+            out.append((who, lease, mode))
+    return out
+
+
+def _note_hold(client: _leaselock.Client, name: str, lease: Lease, mode: str) -> None:
+    """Records that the caller holds lease on the records name."""
+    with _holds_mu:
+        holds = _holds.get(client)
+        if holds is None:
+            holds = _holds[client] = _Holds()
+        holds.by_name[name] = _live(holds.by_name.get(name, [])) + \
+            [(weakref.ref(_holder()), weakref.ref(lease), mode)]
+        if len(holds.by_name) > holds.prune_at:
+            for n in list(holds.by_name):
+                holds.by_name[n] = _live(holds.by_name[n])
+                if not holds.by_name[n]:
+                    del holds.by_name[n]
+            holds.prune_at = max(64, 2 * len(holds.by_name))
+
+
+def _my_holds(client: _leaselock.Client, name: str) -> list[tuple[Lease, str]]:
+    """The leases (and modes) the caller holds on the records name through
+    any lock object of client, innermost first. An asyncio task also holds
+    what its thread took outside any task: that code runs again only once
+    the loop returns, so the task would wait for itself."""
+    task = _current_task()
+    thread = threading.current_thread()
+    with _holds_mu:
+        holds = _holds.get(client)
+        entries = list(holds.by_name.get(name, ())) if holds is not None else []
+    mine = []
+    for ref, lease_ref, mode in reversed(entries):
+        who, lease = ref(), lease_ref()
+        if who is not None and (who is task or who is thread) and lease is not None and \
+                lease.held:
+            mine.append((lease, mode))
+    return mine
+
+
 class _Named:
     """The key and client of a lock object (Lock, RWLock)."""
 
@@ -52,10 +126,12 @@ class Lock(_Named):
     `lock.release()`, `async with lock:`.
 
     Not reentrant unless reentrant=True: a thread (or asyncio task) that
-    holds it through this Lock object and asks again gets RuntimeError
-    instead of waiting for itself. With reentrant=True it enters again: the
-    same Lease (and fence), one more hold counted in the record, and each
-    release (or with-block exit) lets one hold go, the last the key.
+    holds the key through this Lock object, or another Lock of the same
+    client, and asks again gets RuntimeError instead of waiting for itself
+    (a task also holds what its thread took outside any task). With
+    reentrant=True it enters again: the same Lease (and fence), one more
+    hold counted in the record, and each release (or with-block exit) lets
+    one hold go, the last the key.
     Several threads may share one Lock object; each waits its turn.
 
     on_lost(lease) is called from the renewal thread when a lease taken
@@ -176,25 +252,33 @@ class Lock(_Named):
         return bool(stack) and any(lease.held for lease, _ in stack or ())
 
     def _check_not_mine(self) -> None:
-        if self._mine():
+        mine = _my_holds(self._client, self._wake)
+        if self._mine() or mine:
+            ours = [lease for lease, _ in (self._stack() or []) +
+                    (getattr(self._threads, "stack", None) or [])]
+            through = "this Lock" if self._mine() or any(
+                lease is m for m, _ in mine for lease in ours) else "another Lock of this client"
             raise _error(RuntimeError,
-                         f'"{self._key}" is already held by this {_who()} through this Lock; '
+                         f'"{self._key}" is already held by this {_who()} through {through}; '
                          "pass reentrant=True to enter it again")
 
     def _held_by_me(self) -> Optional[Lease]:
-        """With reentrant=True, the lease the caller holds through this Lock
-        (the innermost); None when it holds none (or may not re-enter)."""
+        """With reentrant=True, the lease the caller holds on the key through
+        this Lock, else through another Lock of its client (the innermost);
+        None when it holds none (or may not re-enter)."""
         if not self._reentrant:
             self._check_not_mine()
             return None
         for lease, _ in reversed(self._stack() or ()):
             if lease.held:
                 return lease
-        return None
+        mine = _my_holds(self._client, self._wake)
+        return mine[0][0] if mine else None
 
     def _push(self, lease: Lease, block: bool) -> None:
         """Records a lease the caller took; block: by entering a with-block
         on the Lock, whose exit reports and releases that one lease."""
+        _note_hold(self._client, self._wake, lease, getattr(self, "_mode", "lock"))
         stack = self._stack(True)
         assert stack is not None
         if stack:

@@ -8,7 +8,7 @@ from . import _leaselock
 from ._aio import _who
 from ._args import Duration, _error
 from ._leaselock import Lease, LockError, LockTimeout
-from ._lock import _Named
+from ._lock import _my_holds, _Named
 from ._modes import _ModeLock, _live
 
 # The longest suffix it adds to the key for its records (leaselock.h).
@@ -30,10 +30,11 @@ class RWLockSide(_ModeLock):
     Not reentrant (no reentrant argument). The shared side may be held
     several times by one thread, each a holder of its own (but a writer
     waiting in between makes the later ones wait for it). A thread (or
-    task) that holds the exclusive side through this RWLock and asks for
-    either side again, or holds the shared side and asks for the exclusive
-    one, gets RuntimeError instead of waiting for itself: there is no
-    upgrade or downgrade; release first.
+    task) that holds the exclusive side through this RWLock (or another of
+    the same client on the key) and asks for either side again, or holds
+    the shared side and asks for the exclusive one, gets RuntimeError
+    instead of waiting for itself: there is no upgrade or downgrade;
+    release first.
     """
 
     __slots__ = ("_rwlock",)
@@ -67,6 +68,16 @@ class RWLockSide(_ModeLock):
             raise _error(RuntimeError, f'"{self._key}" is held shared by this {who} through '
                          "this read-write lock: an exclusive acquire would wait for itself "
                          "(release the shared hold first)")
+        # Through another RWLock of the client on the key (its records).
+        modes = {mode for _, mode in _my_holds(self._client, self._wake)}
+        if "exclusive" in modes:
+            raise _error(RuntimeError, f'"{self._key}" is held exclusively by this {who} '
+                         "through another read-write lock of this client: it would wait "
+                         "for itself (read-write locks are not reentrant)")
+        if self._mode == "exclusive" and "shared" in modes:
+            raise _error(RuntimeError, f'"{self._key}" is held shared by this {who} through '
+                         "another read-write lock of this client: an exclusive acquire "
+                         "would wait for itself (release the shared hold first)")
 
     def locked(self) -> bool:
         """True when an acquire of this side would wait now (by the

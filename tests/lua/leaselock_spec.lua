@@ -58,11 +58,11 @@ for _, backend in ipairs(H.backends()) do
       assert.is_true(lease:held())
       assert.is_false(lease:lost())
 
-      local other, msg, code = client:lock(key):try_acquire()
+      local other, msg, code = admin:lock(key):try_acquire()
       assert.is_nil(other)
       assert.equals("busy", msg)
       assert.equals("BUSY", code)
-      local none, tmsg, tcode = client:lock(key):acquire { timeout = 0.2 }
+      local none, tmsg, tcode = admin:lock(key):acquire { timeout = 0.2 }
       assert.is_nil(none)
       assert.is_string(tmsg)
       assert.equals("TIMEOUT", tcode)
@@ -102,6 +102,74 @@ for _, backend in ipairs(H.backends()) do
       local again = assert(lock:try_acquire()) -- released: a new lease
       assert.are_not.equal(lease.owner, again.owner)
       again:release()
+    end)
+
+    it("refuses at once an acquire through another lock of the client", function()
+      local key = H.key("again2")
+      local lease = assert(client:lock(key, { ttl = 5 }):try_acquire())
+      collectgarbage() -- the first lock object is gone: its lease is held
+      local t0 = os.time()
+      local ok, err = pcall(function() return client:lock(key):acquire { timeout = 30 } end)
+      assert.is_false(ok)
+      assert.matches('acquire: "[^"]*again2[^"]*" is already held by this coroutine through '
+        .. 'another lock of this client %(pass reentrant = true', err)
+      ok, err = pcall(function()
+        return client:lock(key):with(function() end, { timeout = 30 })
+      end)
+      assert.is_false(ok)
+      assert.matches("with: .* is already held by this coroutine through another lock", err)
+      assert.is_true(os.time() - t0 < 5)
+      -- reentrant = true on the new object enters the same lease again
+      local again = assert(client:lock(key, { reentrant = true }):acquire { timeout = 1 })
+      assert.equals(lease, again)
+      assert.equals(2, lease:holds())
+      assert.is_true(again:release())
+      -- another coroutine is another holder: it finds the key busy
+      local co = coroutine.wrap(function() return client:lock(key):try_acquire() end)
+      local none, _, code = co()
+      assert.is_nil(none)
+      assert.equals("BUSY", code)
+      assert.is_true(lease:release())
+      local next_lease = assert(client:lock(key):try_acquire())
+      assert.is_true(next_lease.fence > lease.fence)
+      next_lease:release()
+    end)
+
+    it("keeps refusing a held key after many other keys came and went", function()
+      local key = H.key("kept")
+      local lease = assert(client:lock(key):try_acquire())
+      for i = 1, 200 do -- past the sweeps of released names
+        assert(client:lock(key .. "/" .. i):try_acquire()):release()
+      end
+      collectgarbage()
+      local ok, err = pcall(function() return client:lock(key):try_acquire() end)
+      assert.is_false(ok)
+      assert.matches("through another lock of this client", err)
+      lease:release()
+    end)
+
+    it("refuses a read-write lock's self-wait through another rwlock of the client", function()
+      local key = H.key("rwagain")
+      local w = assert(client:rwlock(key).exclusive:try_acquire())
+      local ok, err = pcall(function() return client:rwlock(key).shared:acquire { timeout = 30 } end)
+      assert.is_false(ok)
+      assert.matches("held exclusively by this coroutine", err)
+      ok, err = pcall(function() return client:rwlock(key).exclusive:acquire { timeout = 30 } end)
+      assert.is_false(ok)
+      assert.matches("already held by this coroutine through another lock", err)
+      assert.is_true(w:release())
+      local r = assert(client:rwlock(key).shared:try_acquire())
+      local r2 = assert(client:rwlock(key).shared:acquire { timeout = 5 }) -- readers: holders of their own
+      ok, err = pcall(function() return client:rwlock(key).exclusive:acquire { timeout = 30 } end)
+      assert.is_false(ok)
+      assert.matches("held shared by this coroutine", err)
+      r:release()
+      r2:release()
+      -- a semaphore slot more, while slots remain, is no self-wait
+      local s1 = assert(client:semaphore(key, { limit = 2 }):try_acquire())
+      local s2 = assert(client:semaphore(key, { limit = 2 }):acquire { timeout = 5 })
+      s1:release()
+      s2:release()
     end)
 
     it("enters again with reentrant = true: the same lease, counted holds", function()
@@ -171,7 +239,7 @@ for _, backend in ipairs(H.backends()) do
       local ok2, took2 = admin:force_release(key)
       assert.is_true(ok2)
       assert.is_false(took2)
-      local after = assert(client:lock(key):try_acquire())
+      local after = assert(admin:lock(key):try_acquire())
       assert.is_true(after.fence > lease.fence)
       after:release()
     end)
@@ -228,7 +296,7 @@ for _, backend in ipairs(H.backends()) do
 
     it("lock:with returns nil, msg, code when the lock is not acquired", function()
       local key = H.key("with-busy")
-      local holder = assert(client:lock(key):try_acquire())
+      local holder = assert(admin:lock(key):try_acquire())
       local ran = false
       local r, msg, code = client:lock(key):with(function() ran = true end, { timeout = 0 })
       assert.is_nil(r)
@@ -1171,14 +1239,18 @@ end
 -- each take a lease on a record of their own beside the key.
 for _, backend in ipairs(H.backends()) do
   describe("semaphores and read-write locks on " .. backend.name, function()
-    local client
+    local client, admin
 
     setup(function()
       client = assert(leaselock.connect(backend.uri, { label = "busted-modes" }))
+      -- another owner: a coroutine asking through its own client for what
+      -- it holds would wait for itself (refused)
+      admin = assert(leaselock.connect(backend.uri))
     end)
 
     teardown(function()
       client:close()
+      admin:close()
     end)
 
     it("lets limit holders in, answers BUSY, then TIMEOUT, and frees a slot on release", function()
@@ -1271,10 +1343,11 @@ for _, backend in ipairs(H.backends()) do
       local r2 = assert(client:rwlock(key).shared:acquire { timeout = 5 })
       assert.are_not.equal(r1.key, r2.key)
       assert.matches("/%.rw/r/%x+$", r1.key)
-      local w, _, code = client:rwlock(key).exclusive:try_acquire()
+      -- (a writer of another client: this coroutine's would wait for itself)
+      local w, _, code = admin:rwlock(key).exclusive:try_acquire()
       assert.is_nil(w)
       assert.equals("BUSY", code)
-      local w2, _, tcode = client:rwlock(key).exclusive:acquire { timeout = 0.3 }
+      local w2, _, tcode = admin:rwlock(key).exclusive:acquire { timeout = 0.3 }
       assert.is_nil(w2)
       assert.equals("TIMEOUT", tcode)
       r1:release()
@@ -1288,17 +1361,18 @@ for _, backend in ipairs(H.backends()) do
       local key = H.key("rw-w")
       local rw = client:rwlock(key)
       local w = assert(rw.exclusive:try_acquire())
-      local _, _, code = client:rwlock(key).shared:try_acquire()
+      -- (another client's: this coroutine's would wait for itself)
+      local _, _, code = admin:rwlock(key).shared:try_acquire()
       assert.equals("BUSY", code)
-      local _, _, tcode = client:rwlock(key).shared:acquire { timeout = 0.3 }
+      local _, _, tcode = admin:rwlock(key).shared:acquire { timeout = 0.3 }
       assert.equals("TIMEOUT", tcode)
-      local _, _, wcode = client:rwlock(key).exclusive:try_acquire()
+      local _, _, wcode = admin:rwlock(key).exclusive:try_acquire()
       assert.equals("BUSY", wcode)
       -- asked again by its holder: it would wait for itself
       local ok, err = pcall(rw.exclusive.try_acquire, rw.exclusive)
       assert.is_false(ok)
       assert.matches("already held by this coroutine through this lock %(the exclusive side", err)
-      local r = client:rwlock(key).exclusive:with(function() end, { timeout = 0 })
+      local r = admin:rwlock(key).exclusive:with(function() end, { timeout = 0 })
       assert.is_nil(r)
       w:release()
       local got = rw.shared:with(function(lease)

@@ -181,7 +181,10 @@ def test_lease_of_another_client_is_independent(client, key):
     a = client.lock(key)
     b = client.lock(key)
     lease = a.acquire()
-    assert b.try_acquire() is None  # another Lock on the same key: another owner
+    # Another Lock of the client on the same key, asked by the same thread:
+    # it would wait for itself, so an error at once.
+    with pytest.raises(RuntimeError, match="through another Lock of this client"):
+        b.try_acquire()
     lease.release()
     lease2 = b.try_acquire()
     assert lease2 is not None

@@ -36,7 +36,8 @@ def test_timedelta_and_number_give_the_same_lock(c, key):
 
 
 def test_timedelta_timeouts(c, key):
-    held = c.lock(key).acquire()
+    holder = leaselock.connect(c.uri)  # another owner
+    held = holder.lock(key).acquire()
     with pytest.raises(leaselock.LockTimeout) as e:
         c.lock(key).acquire(timeout=timedelta(milliseconds=200))
     assert e.value.code == "TIMEOUT"
@@ -58,6 +59,7 @@ def test_timedelta_timeouts(c, key):
 
     asyncio.run(main())
     held.release()
+    holder.close()
     assert job() == "ran"
     lease = c.lock(key).acquire(timeout=timedelta(seconds=1))
     lease.release()

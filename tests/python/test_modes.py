@@ -317,7 +317,7 @@ def test_ctrl_c_stops_a_blocking_semaphore_wait(uri, key, tmp_path):
 # ---- read-write locks ---------------------------------------------------------
 
 
-def test_readers_share_and_exclude_a_writer(client, other, key):
+def test_readers_share_and_exclude_a_writer(client, other, key, uri):
     rw = client.rwlock(key, ttl=10)
     theirs = other.rwlock(key, ttl=10)
     assert rw.key == key and rw.shared.mode == "shared" and rw.exclusive.mode == "exclusive"
@@ -327,9 +327,12 @@ def test_readers_share_and_exclude_a_writer(client, other, key):
     assert len({r.owner for r in readers}) == 3
     assert all(r.key.startswith(f"{key}/.rw/r/") for r in readers)
     assert rw.exclusive.locked() and not rw.shared.locked()
-    # (Another object: this thread holds theirs.shared, and an exclusive
-    # acquire through the same object would raise RuntimeError.)
-    writer = other.rwlock(key, ttl=10)
+    # (A third client: this thread holds a shared side through `other`,
+    # where an exclusive acquire would wait for itself: RuntimeError.)
+    with pytest.raises(RuntimeError, match="held shared by this thread"):
+        other.rwlock(key, ttl=10).exclusive.try_acquire()
+    third = leaselock.connect(uri)
+    writer = third.rwlock(key, ttl=10)
     assert writer.exclusive.try_acquire() is None
     with pytest.raises(leaselock.LockTimeout) as e:
         writer.exclusive.acquire(timeout=0.2)
@@ -369,6 +372,7 @@ def test_readers_share_and_exclude_a_writer(client, other, key):
         with rw.exclusive as lease:
             fences.append(lease.fence)
     assert fences == sorted(fences) and len(set(fences)) == 4
+    third.close()
 
 
 def test_with_on_both_sides(client, other, key):

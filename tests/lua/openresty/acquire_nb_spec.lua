@@ -8,14 +8,19 @@ local leaselock = require "leaselock"
 local H = require "ll_helpers"
 
 describe("lock:acquire_nb", function()
-  local client, sleeps
+  local client, other, sleeps
   local function fake_sleep(s) sleeps[#sleeps + 1] = s end
 
   before_each(function()
     client = assert(leaselock.connect(H.backends()[1].uri))
+    -- the holder the waits wait for (this coroutine's would be refused)
+    other = assert(leaselock.connect(H.backends()[1].uri))
     sleeps = {}
   end)
-  after_each(function() client:close() end)
+  after_each(function()
+    client:close()
+    other:close()
+  end)
 
   it("takes a free lock at once, without sleeping", function()
     local lease = assert(client:lock(H.key("nb")):acquire_nb { sleep = fake_sleep })
@@ -26,7 +31,7 @@ describe("lock:acquire_nb", function()
 
   it("backs off by step * ratio up to max_step and times out with TIMEOUT", function()
     local key = H.key("nb")
-    local holder = assert(client:lock(key):try_acquire())
+    local holder = assert(other:lock(key):try_acquire())
     local lease, msg, code = client:lock(key):acquire_nb {
       timeout = 0.1, step = 0.01, ratio = 3, max_step = 0.04, sleep = fake_sleep }
     assert.is_nil(lease)
@@ -42,7 +47,7 @@ describe("lock:acquire_nb", function()
 
   it("timeout = 0 tries once: nil, 'busy', 'BUSY'", function()
     local key = H.key("nb")
-    local holder = assert(client:lock(key):try_acquire())
+    local holder = assert(other:lock(key):try_acquire())
     local lease, msg, code = client:lock(key):acquire_nb { timeout = 0, sleep = fake_sleep }
     assert.is_nil(lease)
     assert.equals("busy", msg)
@@ -53,7 +58,7 @@ describe("lock:acquire_nb", function()
 
   it("gets the lock when the holder releases during the wait", function()
     local key = H.key("nb")
-    local holder = assert(client:lock(key):try_acquire())
+    local holder = assert(other:lock(key):try_acquire())
     local lease = assert(client:lock(key):acquire_nb { sleep = function(s)
       fake_sleep(s)
       if #sleeps == 3 then assert(holder:release()) end
