@@ -108,6 +108,13 @@ class State:
             lease = lock.acquire(timeout=timeout)
         except leaselock.LockError as e:
             return None, getattr(e, "code", type(e).__name__)
+        except RuntimeError as e:
+            # A release whose statement reached no connection leaves the
+            # lease held (and renewed): asking again from this thread would
+            # wait for itself, which the binding refuses at once.
+            if "already held by this" not in str(e):
+                raise
+            return None, "SELF_WAIT"
         self.track(lease, mono())
         return lease, None
 
