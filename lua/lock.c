@@ -258,6 +258,22 @@ static int held_or_pop (lua_State *L)
    return 1;
 }
 
+/* With [outer, t] on top (t a table by coroutine): the running
+ * coroutine's lease in t that is still held, pushed in their place (1);
+ * else both popped (0). */
+static int take_coroutine_lease (lua_State *L)
+{
+   lua_pushthread (L);
+   lua_rawget (L, -2);
+   if (!held_or_pop (L)) {
+      lua_pop (L, 1);
+      return 0;
+   }
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+   return 1;
+}
+
 /* The lease the running coroutine took through the lock at index 1 and
  * still holds, pushed; nothing pushed (0) when there is none. */
 static int push_own_lease (lua_State *L)
@@ -268,15 +284,7 @@ static int push_own_lease (lua_State *L)
       lua_pop (L, 2);
       return 0;
    }
-   lua_pushthread (L);
-   lua_rawget (L, -2);
-   if (!held_or_pop (L)) {
-      lua_pop (L, 1);
-      return 0;
-   }
-   lua_replace (L, -3);
-   lua_pop (L, 1);
-   return 1;
+   return take_coroutine_lease (L);
 }
 
 /* Pushes the client's table of holds (UV_HOLDS of the client handle of the
@@ -324,15 +332,7 @@ static int push_client_hold (lua_State *L, ll_lock_mode_t mode)
       lua_pop (L, 2);
       return 0;
    }
-   lua_pushthread (L);
-   lua_rawget (L, -2);
-   if (!held_or_pop (L)) {
-      lua_pop (L, 1);
-      return 0;
-   }
-   lua_replace (L, -3);
-   lua_pop (L, 1);
-   return 1;
+   return take_coroutine_lease (L);
 }
 
 int ll_lua_push_my_lease (lua_State *L)

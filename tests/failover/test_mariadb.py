@@ -30,9 +30,8 @@ import uuid
 
 import pytest
 
-from conftest import (LOST_SLACK, MAX_TTL, UNAVAILABLE_MAX, client_uri, deadline_of, report,
-                      unavailable_for)
-from test_postgresql import CALL_BOUND, LossWatch, first_grant
+from conftest import (CALL_BOUND, MAX_TTL, UNAVAILABLE_MAX, check_lost_grant, client_uri,
+                      report)
 from topology.mariadb import CLIENT
 
 pytestmark = pytest.mark.topologies("mariadb-semisync")
@@ -147,40 +146,9 @@ def test_no_second_holder_while_the_lost_grant_may_live(topology, connect, how, 
     its deadline."""
     topo = topology
     uri = uri_of(topo, form)
-    key = "failover/unreplicated-grant"
     a = connect(uri, "A")
-    a.lock("failover/warm-up", ttl=MAX_TTL).acquire(timeout=5).release()
-    topo.wait_replicated()
-    lost = LossWatch()
-    topo.pause_replication()
-    lease_a = a.lock(key, ttl=MAX_TTL, on_lost=lost).acquire(timeout=5)
-    a_deadline = deadline_of(lease_a)
-    assert not topo.has_everything(), "A's grant reached the replica: the scenario did not run"
-    times = topo.failover(how)
-    a_deadline = max(a_deadline, deadline_of(lease_a) or 0.0)
-    b = connect(uri, "B")
-    lease_b, granted, busy, errors = first_grant(b.lock(key, ttl=MAX_TTL),
-                                                 times.promoted + UNAVAILABLE_MAX + CALL_BOUND)
-    if lease_b is None:
-        pytest.fail(f"B was never granted the key ({busy} tries refused, errors: {errors[-3:]})")
-    after = granted - times.promoted
-    unavailable_for(topo, after)
-    report(f"mariadb-semisync ({form}): {how} failover {times.promoted - times.began:.3f} s; "
-           f"B granted fence {lease_b.fence} {after:.2f} s after the promotion ({busy} tries "
-           f"refused before); A's lease ran until {a_deadline - times.promoted:+.2f} s")
-    assert granted >= a_deadline, (
-        f"double grant: B was granted the key (fence {lease_b.fence}) {after:.2f} s after the "
-        f"promotion while A's lease (fence {lease_a.fence}) had {a_deadline - granted:.2f} s "
-        "left; the grant the old primary made was lost with it")
-    assert after <= UNAVAILABLE_MAX, (
-        f"the key was unavailable {after:.2f} s after the promotion (lock-delay + 2 s allowed)")
-    assert not lease_a.held
-    with lost.mu:
-        at = lost.at.get(lease_a.fence)
-    assert at is not None, "A's on_lost never ran"
-    assert at <= a_deadline + LOST_SLACK, (
-        f"A's loss was reported {at - a_deadline:.2f} s after its deadline")
-    lease_b.release()
+    check_lost_grant(topo, connect, uri, a, "failover/unreplicated-grant", how,
+                     f"mariadb-semisync ({form})", "replica")
 
 
 @pytest.mark.parametrize("how,form", [("kill", "hosts"), ("cut", "vip")])

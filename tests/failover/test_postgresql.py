@@ -21,50 +21,13 @@ time is time.monotonic().
 from __future__ import annotations
 
 import re
-import threading
 import time
 
 import pytest
 
 import leaselock
-from conftest import (LOCK_DELAY, LOST_SLACK, MAX_TTL, UNAVAILABLE_MAX, client_uri,
-                      deadline_of, report, unavailable_for)
-
-# One call's longest run with the bounds of conftest.BOUNDS (connect 2 s
-# + I/O 1 s, and a resend), with slack for a loaded machine.
-CALL_BOUND = 7.0
-
-
-class LossWatch:
-    """on_lost of a Lock: when each fence was reported lost."""
-
-    def __init__(self) -> None:
-        self.at: dict = {}
-        self.mu = threading.Lock()
-
-    def __call__(self, lease) -> None:
-        with self.mu:
-            self.at[lease.fence] = time.monotonic()
-
-
-def first_grant(lock, give_up: float) -> tuple:
-    """Tries the key once every 50 ms until granted or give_up (a
-    monotonic time): (lease or None, when the granting try returned, how
-    many tries were refused as busy, the errors seen)."""
-    busy, errors = 0, []
-    while time.monotonic() < give_up:
-        try:
-            lease = lock.try_acquire()
-        except leaselock.LockError as e:  # the new primary not reached yet
-            errors.append(f"{type(e).__name__}: {e}")
-            lease = None
-        else:
-            if lease is not None:
-                return lease, time.monotonic(), busy, errors
-            busy += 1
-        time.sleep(0.05)
-    return None, None, busy, errors
-
+from conftest import (CALL_BOUND, LOCK_DELAY, MAX_TTL, UNAVAILABLE_MAX, LossWatch,
+                      check_lost_grant, client_uri, first_grant, report, unavailable_for)
 
 @pytest.mark.topologies("pg-async")
 @pytest.mark.parametrize("how", ["kill", "cut"])
@@ -73,43 +36,10 @@ def test_no_second_holder_while_the_lost_grant_may_live(topology, connect, how, 
     off) and the standby promoted. B, a new client, must be refused the key until A's
     lease has run out (the lock-delay), then granted within the lock-delay
     + 2 s of the promotion; A learns of its loss by its deadline."""
-    topo = topology
-    uri = client_uri(topo)
-    key = "failover/async-grant"
+    uri = client_uri(topology)
     a = connect(uri, "A")
-    lost = LossWatch()
-    topo.pause_replication()
-    lease_a = a.lock(key, ttl=MAX_TTL, on_lost=lost).acquire(timeout=5)
-    a_deadline = deadline_of(lease_a)
-    assert not topo.has_everything(), "A's grant reached the standby: the scenario did not run"
-    times = topo.failover(how)
-    # A's renewals may have moved its deadline before the kill.
-    a_deadline = max(a_deadline, deadline_of(lease_a) or 0.0)
-    b = connect(uri, "B")
-    lease_b, granted, busy, errors = first_grant(b.lock(key, ttl=MAX_TTL),
-                                                 times.promoted + UNAVAILABLE_MAX + CALL_BOUND)
-    if lease_b is None:
-        pytest.fail(f"B was never granted the key ({busy} tries refused, errors: {errors[-3:]})")
-    after = granted - times.promoted
-    unavailable_for(topo, after)
-    report(f"pg-async: {how} failover {times.promoted - times.began:.3f} s; B granted fence "
-           f"{lease_b.fence} {after:.2f} s after the promotion ({busy} tries refused before); "
-           f"A's lease ran until {a_deadline - times.promoted:+.2f} s")
-    assert granted >= a_deadline, (
-        f"double grant: B was granted the key (fence {lease_b.fence}) {after:.2f} s after the "
-        f"promotion while A's lease (fence {lease_a.fence}) had {a_deadline - granted:.2f} s "
-        f"left; the grant the old primary made was lost with it")
-    assert after <= UNAVAILABLE_MAX, (
-        f"the key was unavailable {after:.2f} s after the promotion (lock-delay "
-        f"{LOCK_DELAY:g} s + 2 s allowed)")
-    # A's renewals found the loss, by its deadline.
-    assert not lease_a.held
-    with lost.mu:
-        at = lost.at.get(lease_a.fence)
-    assert at is not None, "A's on_lost never ran"
-    assert at <= a_deadline + LOST_SLACK, (
-        f"A's loss was reported {at - a_deadline:.2f} s after its deadline")
-    lease_b.release()
+    check_lost_grant(topology, connect, uri, a, "failover/async-grant", how, "pg-async",
+                     "standby")
 
 
 @pytest.mark.topologies("pg-async")

@@ -32,9 +32,18 @@ class Topology(abc.ABC):
     #: "pg-async", "pg-sync", "mariadb-semisync", "galera"
     name: str = ""
 
-    @abc.abstractmethod
     def start(self) -> None:
-        """Starts every node, waits until replication runs."""
+        """Starts every node, waits until replication runs; a start that
+        fails stops what it started."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """start()'s work, in each kind of topology."""
 
     @abc.abstractmethod
     def stop(self) -> None:

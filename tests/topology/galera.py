@@ -49,13 +49,6 @@ class GaleraTopology(Topology):
 
     # ---- the interface -------------------------------------------------------
 
-    def start(self) -> None:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
     def _start(self) -> None:
         if not os.path.exists(PROVIDER):
             raise RuntimeError(f"{PROVIDER} is missing (apt-get install galera-4)")

@@ -259,13 +259,6 @@ class MariaDBTopology(Topology):
 
     # ---- the interface -------------------------------------------------------
 
-    def start(self) -> None:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
     def _start(self) -> None:
         os.makedirs(self.workdir, exist_ok=True)
         self.tp = start_toxiproxy(self.workdir)

@@ -293,7 +293,7 @@ class PgTopology(Topology):
 
     # ---- the interface ------------------------------------------------------
 
-    def start(self) -> None:
+    def _start(self) -> None:
         os.makedirs(self.workdir, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="leaselock-pgtopo.", dir=_tmp())
         with open(os.path.join(self.workdir, "pgdir"), "w") as f:
