@@ -5,6 +5,7 @@
  */
 #include "engine_private.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -96,6 +97,66 @@ static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const lea
    return false;
 }
 
+/* "held by host pid 1 (label), fence 1, expires in 29.7s" for rec, into
+ * buf: the CLI's words (cli/run.c). Host and label are cut as keys are. */
+static void holder_text (const leaselock_record_t *rec, char *buf, size_t size)
+{
+   char ms[32];
+   ll_fmt_duration (rec->expires_in_ms, ms, sizeof ms);
+   const char *label = rec->label[0] ? LL_KEY_SHOWN (rec->label, strlen (rec->label)) : NULL;
+   snprintf (buf, size, "%s %s pid %lld%s%s%s, fence %lld, expires in %s",
+             rec->owner[0] ? "held by" : "released but kept by min_hold of",
+             LL_KEY_SHOWN (rec->host, strlen (rec->host)), (long long)rec->pid, label ? " (" : "",
+             label ? label : "", label ? ")" : "", (long long)rec->fence, ms);
+}
+
+bool leaselock_explain_busy (leaselock_client_t *c,
+                             const char *key,
+                             size_t key_len,
+                             int64_t waited_ms,
+                             leaselock_error_t *error)
+{
+   if (!error || (error->code != LEASELOCK_BUSY && error->code != LEASELOCK_TIMEOUT))
+      return true;
+   leaselock_record_t rec;
+   bool found = false;
+   leaselock_error_t e;
+   if (!leaselock_inspect (c, key, key_len, &rec, &found, &e) || !found || rec.expires_in_ms <= 0)
+      return false;
+   char who[LEASELOCK_ERROR_MAX];
+   holder_text (&rec, who, sizeof who);
+   const char *shown = LL_KEY_SHOWN (key, key_len);
+   if (error->code == LEASELOCK_BUSY) {
+      /* keeps what the try added: "(fair mode: 2 waiter(s) queued ...)" */
+      const char *more = strstr (error->message, " (");
+      char was[LEASELOCK_ERROR_MAX];
+      snprintf (was, sizeof was, "%s", more ? more : "");
+      ll_error_set (error, LEASELOCK_BUSY, "\"%s\" is %s%s", shown, who, was);
+   } else {
+      ll_error_set (error, LEASELOCK_TIMEOUT, "timed out after %lld ms waiting for \"%s\" (%s)",
+                    (long long)waited_ms, shown, who);
+   }
+   leaselock_holder_t *h = &error->holder;
+   *h = (leaselock_holder_t){ .known = true,
+                              .released = !rec.owner[0],
+                              .fence = rec.fence,
+                              .expires_in_ms = rec.expires_in_ms,
+                              .pid = rec.pid };
+   memcpy (h->host, rec.host, sizeof h->host);
+   memcpy (h->label, rec.label, sizeof h->label);
+   return true;
+}
+
+/* The end of a call that gave up, BUSY or TIMEOUT in err: names the
+ * holder (one read, on this failure path only) when the caller asked for
+ * the error (error: the caller's, NULL when it did not). */
+static void call_explain (acquire_call_t *a, const leaselock_error_t *error, leaselock_error_t *err)
+{
+   if (!error || (err->code != LEASELOCK_BUSY && err->code != LEASELOCK_TIMEOUT))
+      return;
+   leaselock_explain_busy (a->c, a->key, a->key_len, ll_now_ms () - a->start, err);
+}
+
 /* Sets up call a for key with opts (already checked). */
 static bool call_init (acquire_call_t *a,
                        leaselock_client_t *c,
@@ -140,12 +201,15 @@ leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
    return err;
 }
 
-bool leaselock_acquire (leaselock_client_t *c,
-                        const char *key,
-                        size_t key_len,
-                        const leaselock_acquire_opts_t *opts,
-                        leaselock_lease_t **lease,
-                        leaselock_error_t *error)
+/* leaselock_acquire; explain: name the holder when it gives up (not for
+ * the records of a mode, modes.c, whose one tries are not the end). */
+static bool acquire_run (leaselock_client_t *c,
+                         const char *key,
+                         size_t key_len,
+                         const leaselock_acquire_opts_t *opts,
+                         leaselock_lease_t **lease,
+                         leaselock_error_t *error,
+                         bool explain)
 {
    ll_acquire_frame_t f;
    leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);
@@ -162,9 +226,31 @@ bool leaselock_acquire (leaselock_client_t *c,
          return acquire_done (&a, *lease, err);
       if (next == NEXT_FAIL || !ll_wait_next (&a, err)) {
          ll_call_quit (&a);
+         if (explain)
+            call_explain (&a, error, err);
          return acquire_done (&a, NULL, err);
       }
    }
+}
+
+bool leaselock_acquire (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        const leaselock_acquire_opts_t *opts,
+                        leaselock_lease_t **lease,
+                        leaselock_error_t *error)
+{
+   return acquire_run (c, key, key_len, opts, lease, error, true);
+}
+
+bool ll_acquire_record (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        const leaselock_acquire_opts_t *opts,
+                        leaselock_lease_t **lease,
+                        leaselock_error_t *error)
+{
+   return acquire_run (c, key, key_len, opts, lease, error, false);
 }
 
 struct leaselock_wait
@@ -240,6 +326,7 @@ bool leaselock_wait_try (leaselock_wait_t *w,
    }
    w->over = true;
    ll_call_quit (a);
+   call_explain (a, error, err);
    return acquire_done (a, NULL, err);
 }
 

@@ -2,6 +2,7 @@
 #include "ll_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,4 +56,37 @@ bool leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t 
                            (long long)LEASELOCK_TTL_MAX_MS);
    *ms = (int64_t)total;
    return true;
+}
+
+/* The CLI's way of showing a duration (cli/output.c, fmt_duration): "750ms",
+ * "29.7s", "3.2m", "2.08h", "1.13d", rounded to the nearest step of the
+ * unit shown, trailing zeros dropped; a negative ms shows its absolute
+ * value. */
+void ll_fmt_duration (int64_t ms, char *buf, size_t size)
+{
+   static const struct
+   {
+      int64_t below, step, per_unit; /* per_unit: steps in one unit */
+      const char *unit;
+   } units[] = {
+      { 1000, 1, 1, "ms" },          { 60000, 100, 10, "s" },         { 3600000, 600, 100, "m" },
+      { 86400000, 36000, 100, "h" }, { INT64_MAX, 864000, 100, "d" },
+   };
+   if (ms < 0)
+      ms = ms == INT64_MIN ? INT64_MAX : -ms;
+   size_t u = 0;
+   while (ms >= units[u].below)
+      u++;
+   int64_t q = ms / units[u].step;
+   if (ms % units[u].step >= (units[u].step + 1) / 2)
+      q++;
+   int64_t whole = q / units[u].per_unit, frac = q % units[u].per_unit;
+   if (frac == 0)
+      snprintf (buf, size, "%lld%s", (long long)whole, units[u].unit);
+   else if (units[u].per_unit == 10)
+      snprintf (buf, size, "%lld.%lld%s", (long long)whole, (long long)frac, units[u].unit);
+   else if (frac % 10 == 0)
+      snprintf (buf, size, "%lld.%lld%s", (long long)whole, (long long)(frac / 10), units[u].unit);
+   else
+      snprintf (buf, size, "%lld.%02lld%s", (long long)whole, (long long)frac, units[u].unit);
 }

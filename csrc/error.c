@@ -41,6 +41,7 @@ bool ll_error_set (leaselock_error_t *err, leaselock_code_t code, const char *fm
    if (!err)
       return false;
    err->code = code;
+   err->holder.known = false; /* a new error names no holder until one is read */
    va_list ap;
    va_start (ap, fmt);
    int n = vsnprintf (err->message, sizeof err->message, fmt, ap);
@@ -55,6 +56,7 @@ void ll_error_clear (leaselock_error_t *err)
    if (err) {
       err->code = LEASELOCK_OK;
       err->message[0] = '\0';
+      err->holder.known = false;
    }
 }
 

@@ -57,10 +57,30 @@ extern "C"
       LEASELOCK_INTERRUPTED = 9, /* a blocking wait was stopped by its caller */
    } leaselock_code_t;
 
+   /* Who held a key when an acquire of it failed with BUSY or TIMEOUT, as
+    * the one read of its record made then saw it (leaselock_error_t's
+    * holder). The strings are NUL-terminated copies. */
+   typedef struct leaselock_holder
+   {
+      bool known;    /* false: nothing below is set (another code, the
+                      * record was gone or free by then, or the read failed) */
+      bool released; /* released, but its min_hold keeps the key until it ends */
+      int64_t fence;
+      int64_t expires_in_ms; /* by the database clock, > 0 */
+      int64_t pid;
+      char host[256];
+      char label[256]; /* "" without a label */
+   } leaselock_holder_t;
+
    typedef struct leaselock_error
    {
       leaselock_code_t code;
       char message[LEASELOCK_ERROR_MAX]; /* NUL-terminated, never a password */
+      /* BUSY and TIMEOUT of leaselock_acquire (and leaselock_wait_try's
+       * last failure): the key's holder, also named in message ("held by
+       * vm pid 11858 (job), fence 1, expires in 29.7s"). Semaphores and
+       * read-write locks leave it unknown (no one holder to name). */
+      leaselock_holder_t holder;
    } leaselock_error_t;
 
    /* "BUSY", "TIMEOUT", ...; "UNKNOWN" for a value outside the enum. Static. */
@@ -423,6 +443,24 @@ extern "C"
       char label[256];
       int64_t holds; /* reentrant holds of its owner: >= 1 while owned, 0 when released */
    } leaselock_record_t;
+
+   /*
+    * Names the holder of key in error, an acquire's failure of code BUSY or
+    * TIMEOUT (any other code: nothing happens, true): one read of the
+    * key's record, and when a holder or a min_hold keeps it, error->holder
+    * is filled and error->message becomes '"key" is held by HOLDER' (BUSY)
+    * or 'timed out after waited_ms ms waiting for "key" (held by HOLDER)'
+    * (TIMEOUT), HOLDER being "host pid N (label), fence F, expires in
+    * 29.7s". leaselock_acquire and leaselock_wait_try do this themselves
+    * when they give up; it is for a binding that makes its own tries (an
+    * event loop's one-try acquires). False, with error left as it was,
+    * when the read failed or the key is free by then.
+    */
+   LEASELOCK_API bool leaselock_explain_busy (leaselock_client_t *client,
+                                              const char *key,
+                                              size_t key_len,
+                                              int64_t waited_ms,
+                                              leaselock_error_t *error);
 
    /* Fills *record and sets *found. Never fails for a missing key. */
    LEASELOCK_API bool leaselock_inspect (leaselock_client_t *client,

@@ -83,6 +83,8 @@ bool ll_check_key (const char *key,
 bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
 /* min_hold and other durations that may be 0. */
 bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
+/* ms as the CLI shows a duration ("750ms", "29.7s", "3.2m"), into buf. */
+void ll_fmt_duration (int64_t ms, char *buf, size_t size);
 
 /* Fills out with 32 hex chars + NUL from getrandom(2). */
 bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);
@@ -114,6 +116,15 @@ bool ll_acquire_target_ok (leaselock_client_t *c,
                            size_t key_len,
                            leaselock_lease_t **lease,
                            leaselock_error_t *err);
+
+/* leaselock_acquire without naming the holder when it gives up: the
+ * acquires of a mode's records (modes.c), which are not the caller's end. */
+bool ll_acquire_record (leaselock_client_t *c,
+                        const char *key,
+                        size_t key_len,
+                        const leaselock_acquire_opts_t *opts,
+                        leaselock_lease_t **lease,
+                        leaselock_error_t *error);
 
 /* ---- the waiters' sleeps (wait.c) ------------------------------------ */
 

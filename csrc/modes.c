@@ -338,7 +338,7 @@ static bool sem_take (sem_call_t *s,
    snprintf (sfx, sizeof sfx, SLOT_SFX "%lld", (long long)i);
    size_t sk_len = record_key (sk, s->key, s->key_len, sfx);
    *raced = false;
-   if (!leaselock_acquire (s->c, sk, sk_len, &s->one, lease, err)) {
+   if (!ll_acquire_record (s->c, sk, sk_len, &s->one, lease, err)) {
       *raced = err->code == LEASELOCK_BUSY;
       return false;
    }
@@ -411,7 +411,7 @@ static bool sem_gate (sem_call_t *s, leaselock_lease_t **gate, leaselock_error_t
    g.should_stop_data = s->one.should_stop_data;
    char gk[LEASELOCK_KEY_MAX + 1];
    size_t gk_len = record_key (gk, s->key, s->key_len, GATE_SFX);
-   return leaselock_acquire (s->c, gk, gk_len, &g, gate, err);
+   return ll_acquire_record (s->c, gk, gk_len, &g, gate, err);
 }
 
 /* The bound of a mode's call with opts for its steps (ll_mode_bound):
@@ -552,7 +552,7 @@ static bool rw_writer (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
     * lease the caller gets. */
    leaselock_acquire_opts_t o = *r->o;
    o.min_hold_ms = 0;
-   if (!leaselock_acquire (r->c, r->wk, r->wk_len, &o, lease, err))
+   if (!ll_acquire_record (r->c, r->wk, r->wk_len, &o, lease, err))
       return false;
    bool ok = rw_drain (r, &w, err);
    if (ok && leaselock_lease_state (*lease) != LEASELOCK_STATE_HELD)
@@ -606,9 +606,9 @@ static bool rw_reader_pass (rw_call_t *r,
    if (p.timeout_ms == 0 && r->o->timeout_ms != 0)
       return ll_error_set (err, LEASELOCK_TIMEOUT, "timed out waiting for the writer of \"%s\"",
                            LL_KEY_SHOWN (r->key, r->key_len));
-   if (!leaselock_acquire (r->c, r->wk, r->wk_len, &p, &pass, err))
+   if (!ll_acquire_record (r->c, r->wk, r->wk_len, &p, &pass, err))
       return false;
-   bool ok = leaselock_acquire (r->c, rk, rk_len, one, lease, err);
+   bool ok = ll_acquire_record (r->c, rk, rk_len, one, lease, err);
    leaselock_error_t rel;
    if (!leaselock_lease_release (pass, &rel) && ok) {
       drop (*lease);
@@ -637,7 +637,7 @@ static bool rw_reader (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
    one.min_hold_ms = 0;
    for (;;) {
       bool in = false, again = false;
-      if (!leaselock_acquire (r->c, rk, rk_len, &one, lease, err)) {
+      if (!ll_acquire_record (r->c, rk, rk_len, &one, lease, err)) {
          /* Its own record is nobody else's: BUSY is the database's own
           * lock (SQLite's file), which a waiting call waits for. */
          if (err->code != LEASELOCK_BUSY || r->o->timeout_ms == 0 ||
