@@ -102,7 +102,7 @@ static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const lea
 static void holder_text (const leaselock_record_t *rec, char *buf, size_t size)
 {
    char ms[32];
-   ll_fmt_duration (rec->expires_in_ms, ms, sizeof ms);
+   leaselock_format_duration (rec->expires_in_ms, ms, sizeof ms);
    const char *label = rec->label[0] ? LL_KEY_SHOWN (rec->label, strlen (rec->label)) : NULL;
    snprintf (buf, size, "%s %s pid %lld%s%s%s, fence %lld, expires in %s",
              rec->owner[0] ? "held by" : "released but kept by min_hold of",

@@ -58,11 +58,9 @@ bool leaselock_parse_duration (const char *text, int64_t *ms, leaselock_error_t 
    return true;
 }
 
-/* The CLI's way of showing a duration (cli/output.c, fmt_duration): "750ms",
- * "29.7s", "3.2m", "2.08h", "1.13d", rounded to the nearest step of the
- * unit shown, trailing zeros dropped; a negative ms shows its absolute
- * value. */
-void ll_fmt_duration (int64_t ms, char *buf, size_t size)
+/* The CLI's way (cli/output.c, fmt_duration, which also rounds down for
+ * limits typed back); see leaselock.h. */
+void leaselock_format_duration (int64_t ms, char *buf, size_t size)
 {
    static const struct
    {

@@ -521,6 +521,13 @@ extern "C"
                                            size_t key_len,
                                            leaselock_error_t *error);
 
+   /* ms as the CLI and the core's messages show a duration: "750ms",
+    * "29.7s", "3.2m", "2.08h", "1.13d", rounded to the nearest step of the
+    * unit shown (1ms, 100ms, 0.01 of the unit), trailing zeros dropped; a
+    * negative ms shows its absolute value. Writes at most size bytes to
+    * buf (NUL-terminated; 32 is always enough). */
+   LEASELOCK_API void leaselock_format_duration (int64_t ms, char *buf, size_t size);
+
    /* Parses "30s", "500ms", "2m", "1h", "1d", or a bare number of seconds
     * ("1.5") into milliseconds. Used by the CLI; exposed for the bindings. */
    LEASELOCK_API bool leaselock_parse_duration (const char *text,

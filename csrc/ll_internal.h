@@ -83,8 +83,6 @@ bool ll_check_key (const char *key,
 bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
 /* min_hold and other durations that may be 0. */
 bool ll_check_duration (int64_t ms, const char *what, leaselock_error_t *err);
-/* ms as the CLI shows a duration ("750ms", "29.7s", "3.2m"), into buf. */
-void ll_fmt_duration (int64_t ms, char *buf, size_t size);
 
 /* Fills out with 32 hex chars + NUL from getrandom(2). */
 bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err);

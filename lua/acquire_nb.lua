@@ -53,7 +53,7 @@ end
 local reaping = false
 local function reap(premature, pool)
   if not premature then
-    local ok, left = ngx.run_worker_thread(pool, 'leaselock', '_pool_reap')
+    local ok, left = ngx.run_worker_thread(pool, 'leaselock.pool', '_pool_reap')
     if (ok and left > 0 or not ok and full[left]) and ngx.timer.at(5, reap, pool) then
       return
     end
@@ -80,7 +80,7 @@ local function try(self, pool)
           .. 'threads)', 3)
   end
   arm_reaper(pool)
-  local ok, id, msg, code = run(pool, 'leaselock', '_pool_try', cid, key, ttl, hold, renew, rf)
+  local ok, id, msg, code = run(pool, 'leaselock.pool', '_pool_try', cid, key, ttl, hold, renew, rf)
   if not ok then
     if full[id] then return nil, fmt('thread pool %q has no room (%s)', pool, id), 'FULL' end
     if type(id) == 'string' and id:find('not found', 1, true) then

@@ -286,6 +286,7 @@ static void push_record (lua_State *L, const leaselock_record_t *r)
       lua_setfield (L, -2, "label");
    }
    lua_setfield (L, -2, "holder");
+   ll_lua_set_record_mt (L); /* its __tostring */
 }
 
 /* client:info(key) -> record | nil (never used) | nil, msg, code */
@@ -464,6 +465,8 @@ static int client_index (lua_State *L)
       lua_pushstring (L, leaselock_client_uri (c->client));
    } else if (c->client && strcmp (lua_tostring (L, 2), "backend") == 0) {
       lua_pushstring (L, leaselock_client_backend (c->client));
+   } else if (c->client) {
+      return ll_lua_no_field (L, CLIENT_MT);
    } else {
       lua_pushnil (L);
    }

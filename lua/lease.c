@@ -279,7 +279,7 @@ static int lease_tostring (lua_State *L)
 }
 
 /* The state of the lease handle at 1 (also in *out when out is not NULL)
- * as the method fname sees it: on_lost and the other callbacks may run. */
+ * as the field fname reads it: on_lost and the other callbacks may run. */
 static leaselock_state_t observed (lua_State *L, const char *fname, ll_lua_lease_t **out)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, fname, false);
@@ -289,36 +289,38 @@ static leaselock_state_t observed (lua_State *L, const char *fname, ll_lua_lease
    return observe (L, 1, ls, true);
 }
 
-/* lease:held() -> boolean (false once released, lost, or its client closed) */
-static int lease_held (lua_State *L)
-{
-   lua_pushboolean (L, observed (L, "held", NULL) == LEASELOCK_STATE_HELD);
-   return 1;
-}
-
-/* lease:lost() -> boolean */
-static int lease_lost (lua_State *L)
-{
-   lua_pushboolean (L, observed (L, "lost", NULL) == LEASELOCK_STATE_LOST);
-   return 1;
-}
-
-/* lease:state() -> "held" | "released" | "lost" | "closed" (held when its
- * client was closed without releasing it) */
-static int lease_state_method (lua_State *L)
-{
-   lua_pushstring (L, leaselock_state_name (observed (L, "state", NULL)));
-   return 1;
-}
-
-/* lease:holds() -> reentrant holds: 1 once acquired, one more per re-entry,
- * 0 once released or lost */
-static int lease_holds (lua_State *L)
+/*
+ * The fields that read the lease's state, as Python's properties do
+ * (lease.held, never lease:held(): a method read as a value would be a
+ * function, always true): held (false once released, lost, or its client
+ * closed), lost, state ("held", "released", "lost", "closed": held when
+ * its client was closed without releasing it), holds (reentrant holds: 1
+ * once acquired, one more per re-entry, 0 once released or lost),
+ * expires_in (seconds to the local deadline, 0 unless held). Pushes the
+ * value and returns true; false for another name.
+ */
+static bool push_state_field (lua_State *L, const char *name)
 {
    ll_lua_lease_t *ls;
-   observed (L, "holds", &ls);
-   lua_pushinteger (L, ls->lease ? (lua_Integer)leaselock_lease_holds (ls->lease) : 0);
-   return 1;
+   leaselock_state_t st;
+   if (strcmp (name, "held") && strcmp (name, "lost") && strcmp (name, "state") &&
+       strcmp (name, "holds") && strcmp (name, "expires_in")) {
+      return false;
+   }
+   st = observed (L, name, &ls);
+   if (strcmp (name, "held") == 0) {
+      lua_pushboolean (L, st == LEASELOCK_STATE_HELD);
+   } else if (strcmp (name, "lost") == 0) {
+      lua_pushboolean (L, st == LEASELOCK_STATE_LOST);
+   } else if (strcmp (name, "state") == 0) {
+      lua_pushstring (L, leaselock_state_name (st));
+   } else if (strcmp (name, "holds") == 0) {
+      lua_pushinteger (L, ls->lease ? (lua_Integer)leaselock_lease_holds (ls->lease) : 0);
+   } else {
+      int64_t left = st == LEASELOCK_STATE_HELD ? leaselock_lease_remaining_ms (ls->lease) : 0;
+      lua_pushnumber (L, left > 0 ? (lua_Number)left / 1000.0 : 0.0);
+   }
+   return true;
 }
 
 /* lease:renew([ttl [, min_hold]]) -> true | nil, msg, code. With
@@ -363,15 +365,19 @@ static int lease_release (lua_State *L)
    return 1;
 }
 
-/* lease.key, lease.owner, lease.fence, then the methods. */
+/* The methods, then the fields: key, owner, fence, ttl (seconds; 0 once
+ * closed) and the state's (push_state_field); any other name raises. */
 static int lease_index (lua_State *L)
 {
    ll_lua_lease_t *ls = check_lease (L, 1, 1, "__index", false);
    const char *name;
    lua_pushvalue (L, 2);
    lua_rawget (L, lua_upvalueindex (1));
-   if (!lua_isnil (L, -1) || lua_type (L, 2) != LUA_TSTRING) {
+   if (!lua_isnil (L, -1)) {
       return 1;
+   }
+   if (lua_type (L, 2) != LUA_TSTRING) {
+      return ll_lua_no_field (L, LEASE_MT);
    }
    name = lua_tostring (L, 2);
    if (strcmp (name, "key") == 0) {
@@ -380,20 +386,18 @@ static int lease_index (lua_State *L)
       lua_pushstring (L, ls->owner);
    } else if (strcmp (name, "fence") == 0) {
       lua_pushinteger (L, (lua_Integer)ls->fence);
-   } else {
-      lua_pushnil (L);
+   } else if (strcmp (name, "ttl") == 0) {
+      lua_pushnumber (L, ls->lease ? (lua_Number)leaselock_lease_ttl_ms (ls->lease) / 1000.0 : 0);
+   } else if (!push_state_field (L, name)) {
+      return ll_lua_no_field (L, LEASE_MT);
    }
    return 1;
 }
 
 /* ---- registration --------------------------------------------------- */
 
-static const luaL_Reg lease_methods[] = { { "held", lease_held },
-                                          { "lost", lease_lost },
-                                          { "state", lease_state_method },
-                                          { "renew", lease_renew },
+static const luaL_Reg lease_methods[] = { { "renew", lease_renew },
                                           { "release", lease_release },
-                                          { "holds", lease_holds },
                                           { NULL, NULL } };
 
 static const luaL_Reg lease_meta[] = { { "__tostring", lease_tostring },

@@ -23,7 +23,7 @@
  *  - The core may declare a lease lost from its renewal thread. That thread
  *    never touches a lua_State: the binding passes no C callback and reads
  *    the lease state (leaselock_lease_state) when Lua next looks at the
- *    lease (lease:held(), lease:lost(), lease:renew(), lease:release(), the
+ *    lease (lease.held, lease.lost, lease:renew(), lease:release(), the
  *    end of lock:with, __close); the Lua on_lost callback runs then, once,
  *    on the Lua thread, protected (its error is reported, not raised).
  *  - The same holds for on_renew_failed and the log function
@@ -313,7 +313,7 @@ static int l_on_warning (lua_State *L)
  * Reports an error raised by on_lost (on top of the stack, popped): as a
  * warning on Lua 5.4 (like an error in __gc; shown once warnings are on,
  * `lua -W` or warn("@on")), on stderr on 5.1/LuaJIT (nginx: the error log).
- * on_lost runs from held(), lost(), renew(), release(), __close and the end
+ * on_lost runs from lease.held, .lost, renew(), release(), __close and the end
  * of lock:with: its error must not replace what those return or raise.
  * A function set with leaselock.on_warning receives the text instead.
  */
@@ -391,6 +391,8 @@ void ll_lua_new_type (lua_State *L,
    lua_newtable (L);
    luaL_setfuncs (L, methods, 0);
    lua_pushvalue (L, -1);
+   lua_setfield (L, -3, "__methods");
+   lua_pushvalue (L, -1);
    lua_pushcclosure (L, index_fn, 1);
    lua_setfield (L, -3, "__index");
    lua_pushliteral (L, "leaselock handles are read-only");
@@ -400,9 +402,14 @@ void ll_lua_new_type (lua_State *L,
 
 static const luaL_Reg module_functions[] = { { "connect", ll_lua_connect },
                                              { "on_warning", l_on_warning },
-                                             { "_pool_try", ll_lua_pool_try },
-                                             { "_pool_reap", ll_lua_pool_reap_old },
                                              { NULL, NULL } };
+
+/* What lock:acquire_nb runs in an nginx thread pool's Lua VM
+ * (ngx.run_worker_thread(pool, "leaselock.pool", "_pool_try", ...)):
+ * internal, so not in the module table a user sees. */
+static const luaL_Reg pool_functions[] = { { "_pool_try", ll_lua_pool_try },
+                                           { "_pool_reap", ll_lua_pool_reap_old },
+                                           { NULL, NULL } };
 
 /*
  * The one symbol Lua needs. The core's leaselock_* API is declared with
@@ -415,8 +422,18 @@ __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
    ll_lua_client_setup (L);
    ll_lua_lock_setup (L);
    ll_lua_lease_setup (L);
+   ll_lua_fields_setup (L);
    luaL_newlib (L, module_functions);
+   ll_lua_fields_register (L);
    lua_pushliteral (L, LEASELOCK_VERSION);
    lua_setfield (L, -2, "_VERSION");
+   return 1;
+}
+
+/* require "leaselock.pool": Lua's all-in-one C loader finds it in
+ * leaselock.so (the same library, so the same registry of clients). */
+__attribute__ ((visibility ("default"))) int luaopen_leaselock_pool (lua_State *L)
+{
+   luaL_newlib (L, pool_functions);
    return 1;
 }

@@ -12,7 +12,10 @@
  *                 log queue and a lease's last renewal failure
  *   pool.c        the registry of clients and parked leases shared with
  *                 OpenResty's pool threads
- *   acquire_nb.c  lock:acquire_nb's C halves and leaselock._pool_try/_reap
+ *   acquire_nb.c  lock:acquire_nb's C halves and leaselock.pool's
+ *                 _pool_try/_pool_reap
+ *   fields.c      the fields each handle answers, leaselock.methods,
+ *                 records, holders and read-write locks as tables
  *   *.lua         Lua code embedded at build time (ll_lua_load_chunk)
  *
  * Nothing here is exported from the module (lua/leaselock.map keeps only
@@ -41,6 +44,11 @@
 #define CLIENT_MT "leaselock.client"
 #define LOCK_MT "leaselock.lock"
 #define LEASE_MT "leaselock.lease"
+/* Metatables of plain tables (fields.c): an acquire's holder, a record
+ * (client:info, client:locks), a read-write lock ({key, shared, exclusive}). */
+#define HOLDER_MT "leaselock.holder"
+#define RECORD_MT "leaselock.record"
+#define RWLOCK_MT "leaselock.rwlock"
 
 /* The longest label the core stores (holder info, leaselock_record_t). */
 #define LL_LABEL_MAX (sizeof ((leaselock_record_t *)0)->label - 1)
@@ -212,8 +220,9 @@ void ll_lua_report_callback_error (lua_State *L, const char *what);
 void ll_lua_load_chunk (lua_State *L, const char *name);
 
 /* Creates metatable tname: __name, the metamethods meta, __index =
- * index_fn closed over a new table of methods, __metatable. Leaves the
- * methods table on the stack (for more methods), not the metatable. */
+ * index_fn closed over a new table of methods (also __methods, for
+ * leaselock.methods), __metatable. Leaves the methods table on the stack
+ * (for more methods), not the metatable. */
 void ll_lua_new_type (lua_State *L,
                       const char *tname,
                       const luaL_Reg *methods,
@@ -223,6 +232,31 @@ void ll_lua_new_type (lua_State *L,
 /* The userdata of type tname at idx (borrowed); raises "tname expected"
  * for anything else. */
 void *ll_lua_check_udata (lua_State *L, int idx, int level, const char *fname, const char *tname);
+
+/* ---- fields.c ------------------------------------------------------- */
+
+/* The __index of handle type tname for the name at 2 that is neither a
+ * method nor a field: raises "tname has no field or method 'name' ...",
+ * placed at the Lua code that read it. Never returns. */
+int ll_lua_no_field (lua_State *L, const char *tname);
+
+/* Pushes holder h as a table {host, pid, label, fence, expires_in,
+ * released} whose tostring is "vm pid 1 (job), fence 1, expires in 29.7s". */
+void ll_lua_push_holder (lua_State *L, const leaselock_holder_t *h);
+
+/* ll_lua_push_failure, then the holder when err names one (BUSY and
+ * TIMEOUT of an acquire): nil, msg, code [, holder]; returns 3 or 4. */
+int ll_lua_push_acquire_failure (lua_State *L, const leaselock_error_t *err);
+
+/* Sets RECORD_MT on the record table on top. */
+void ll_lua_set_record_mt (lua_State *L);
+
+/* Registers HOLDER_MT, RECORD_MT and RWLOCK_MT; leaves the stack as it
+ * was. */
+void ll_lua_fields_setup (lua_State *L);
+
+/* Sets leaselock.methods in the module table on top. */
+void ll_lua_fields_register (lua_State *L);
 
 /* ---- client.c ------------------------------------------------------- */
 
@@ -392,8 +426,8 @@ void ll_lua_pool_drop_handle (ll_lua_client_t *c);
  * its C halves. */
 void ll_lua_push_acquire_nb (lua_State *L);
 
-/* leaselock._pool_try(...) and leaselock._pool_reap(): a pool thread's
- * side of acquire_nb. */
+/* leaselock.pool's _pool_try(...) and _pool_reap(): a pool thread's side
+ * of acquire_nb (require "leaselock.pool", kept out of the module table). */
 int ll_lua_pool_try (lua_State *L);
 int ll_lua_pool_reap_old (lua_State *L);
 

@@ -183,6 +183,7 @@ int ll_lua_client_rwlock (lua_State *L)
    const char *key =
      check_mode_args (L, "rwlock", "read-write lock", LEASELOCK_KEY_MAX - 39, allowed, &len);
    lua_createtable (L, 0, 3); /* 4 */
+   luaL_setmetatable (L, RWLOCK_MT);
    lua_pushlstring (L, key, len);
    lua_setfield (L, 4, "key");
    new_lock (L, "rwlock", key, len, LL_SHARED, 0);
@@ -228,9 +229,16 @@ static int lock_index (lua_State *L)
          lua_pushlstring (L, k->key, k->key_len);
       } else if (strcmp (name, "mode") == 0) {
          lua_pushstring (L, modes[k->mode]);
-      } else if (strcmp (name, "limit") == 0 && k->mode == LL_SEMAPHORE) {
-         lua_pushinteger (L, (lua_Integer)k->limit);
+      } else if (strcmp (name, "limit") == 0) {
+         if (k->mode == LL_SEMAPHORE)
+            lua_pushinteger (L, (lua_Integer)k->limit);
+         else
+            lua_pushnil (L); /* a semaphore's field, nil on the others */
+      } else {
+         return ll_lua_no_field (L, LOCK_MT);
       }
+   } else if (lua_isnil (L, -1)) {
+      return ll_lua_no_field (L, LOCK_MT);
    }
    return 1;
 }
@@ -550,7 +558,9 @@ int ll_lua_do_acquire (lua_State *L,
    if (!ok) {
       ll_lua_rf_free (ls->rf);
       ls->rf = NULL;
-      return ll_lua_fail (L, level, fname, &err);
+      if (err.code == LEASELOCK_INVALID)
+         return ll_lua_fail (L, level, fname, &err);
+      return ll_lua_push_acquire_failure (L, &err); /* BUSY, TIMEOUT: and the holder */
    }
    ll_lua_lease_handle_set (ls, lease);
    lua_settop (L, client_idx + 1);

@@ -1,4 +1,4 @@
--- lock:with(fn [, {timeout=}]) -> fn's results | nil, msg, code.
+-- lock:with(fn [, {timeout=}]) -> fn's results | nil, msg, code [, holder].
 --
 -- Written in Lua so that fn may yield (coroutine schedulers, OpenResty
 -- cosockets after a try): pcall is yieldable in Lua 5.4 and LuaJIT, a
@@ -7,7 +7,7 @@
 --
 -- Embedded in the module at build time (chunk "=leaselock.with") and
 -- called once by luaopen_leaselock with its C halves (lock.c, lease.c):
---   begin(lock, fn, opts) -> lease | nil, msg, code
+--   begin(lock, fn, opts) -> lease | nil, msg, code [, holder] (BUSY, TIMEOUT)
 --   finish(lease) -> true | nil, msg, code (closes the lease in any case)
 -- Returns the method.
 local begin, finish = ...
@@ -19,7 +19,7 @@ local function done(lease, ok, ...)
   return ...
 end
 return function(self, fn, opts)
-  local lease, msg, code = begin(self, fn, opts)
-  if not lease then return nil, msg, code end
+  local lease, msg, code, holder = begin(self, fn, opts)
+  if not lease then return nil, msg, code, holder end
   return done(lease, pcall(fn, lease))
 end

@@ -67,7 +67,8 @@ static int keyword_arg (PyObject *kw,
 }
 
 /* _acquire(key, *, ttl_ms, timeout_ms, min_hold_ms=0, auto_renew=True,
- *          on_lost=None, cancel=None, on_renew_failed=None, fair=False): the key
+ *          on_lost=None, cancel=None, on_renew_failed=None, fair=False,
+ *          busy_raises=False): the key
  * positional, the rest by keyword only (METH_FASTCALL | METH_KEYWORDS).
  * fn names the method for its messages; _acquire_mode (modes) also takes
  * mode (required) and limit (0 unless given). */
@@ -78,34 +79,36 @@ int pyll_acquire_parse (PyObject *const *args,
                         bool modes,
                         pyll_acquire_args_t *a)
 {
-   static const char *const names[] = { "ttl_ms",  "timeout_ms", "min_hold_ms",     "auto_renew",
-                                        "on_lost", "cancel",     "on_renew_failed", "fair",
-                                        "mode",    "limit" };
-   PyObject *v[10] = { NULL, NULL, NULL, Py_True, Py_None, Py_None, Py_None, Py_False, NULL, NULL };
+   static const char *const names[] = {
+      "ttl_ms",          "timeout_ms", "min_hold_ms", "auto_renew", "on_lost", "cancel",
+      "on_renew_failed", "fair",       "busy_raises", "mode",       "limit"
+   };
+   PyObject *v[11] = { NULL,    NULL,     NULL,     Py_True, Py_None, Py_None,
+                       Py_None, Py_False, Py_False, NULL,    NULL };
    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE (kwnames) : 0;
    if (nargs != 1) {
       pyll_raise_type ("%s() takes the key as its one positional argument (%zd given)", fn, nargs);
       return -1;
    }
    for (Py_ssize_t i = 0; i < nkw; i++)
-      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, modes ? 10 : 8,
+      if (keyword_arg (PyTuple_GET_ITEM (kwnames, i), args[nargs + i], names, v, modes ? 11 : 9,
                        fn) < 0)
          return -1;
-   if (!v[0] || !v[1] || (modes && !v[8])) {
+   if (!v[0] || !v[1] || (modes && !v[9])) {
       pyll_raise_type (modes ? "%s() needs the keyword arguments ttl_ms, timeout_ms and mode"
                              : "%s() needs the keyword arguments ttl_ms and timeout_ms",
                        fn);
       return -1;
    }
-   a->mode = v[8];
+   a->mode = v[9];
    a->limit = 0;
-   if (v[9]) {
-      if (!PyLong_Check (v[9]) || PyBool_Check (v[9])) {
-         pyll_raise_type ("limit must be an int, not %.100s", Py_TYPE (v[9])->tp_name);
+   if (v[10]) {
+      if (!PyLong_Check (v[10]) || PyBool_Check (v[10])) {
+         pyll_raise_type ("limit must be an int, not %.100s", Py_TYPE (v[10])->tp_name);
          return -1;
       }
       int overflow = 0;
-      long long limit = PyLong_AsLongLongAndOverflow (v[9], &overflow);
+      long long limit = PyLong_AsLongLongAndOverflow (v[10], &overflow);
       if (limit == -1 && PyErr_Occurred ())
          return -1;
       /* Out of range either way: the core says so with its own message. */
@@ -124,6 +127,10 @@ int pyll_acquire_parse (PyObject *const *args,
    if (fair < 0)
       return -1;
    a->o.fair = fair;
+   int busy_raises = PyObject_IsTrue (v[8]);
+   if (busy_raises < 0)
+      return -1;
+   a->busy_raises = busy_raises;
    a->on_lost = v[4];
    a->cancel = v[5];
    a->on_renew_failed = v[6];
@@ -154,7 +161,7 @@ static PyObject *acquire_failed (pyll_state_t *st,
    Py_XDECREF (stop->exc_type);
    Py_XDECREF (stop->exc_value);
    Py_XDECREF (stop->exc_tb);
-   if (err->code == LEASELOCK_BUSY && a->o.timeout_ms == 0)
+   if (err->code == LEASELOCK_BUSY && a->o.timeout_ms == 0 && !a->busy_raises)
       Py_RETURN_NONE;
    return pyll_raise_error (st, err);
 }

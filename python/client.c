@@ -231,6 +231,28 @@ static PyObject *Client_inspect (ClientObject *self, PyObject *key_o)
    return res;
 }
 
+/* _explain(key, timed_out, waited_ms, message) -> LockTimeout (not raised):
+ * the error of an acquire that gave up after tries of the package's own
+ * (asyncio), code TIMEOUT or BUSY, naming the key's holder as the core's
+ * acquires do (leaselock_explain_busy: one read); message is kept when no
+ * holder is found. */
+static PyObject *Client_explain (ClientObject *self, PyObject *args)
+{
+   PyObject *key_o;
+   int timed_out;
+   long long waited_ms;
+   const char *message;
+   const char *key;
+   Py_ssize_t n;
+   if (!PyArg_ParseTuple (args, "OpLs:_explain", &key_o, &timed_out, &waited_ms, &message) ||
+       pyll_key_arg (key_o, "key", false, &key, &n) < 0 || pyll_client_check (self) < 0)
+      return NULL;
+   leaselock_error_t err = { .code = timed_out ? LEASELOCK_TIMEOUT : LEASELOCK_BUSY };
+   snprintf (err.message, sizeof err.message, "%s", message);
+   LL_NOGIL (leaselock_explain_busy (self->c, key, (size_t)n, (int64_t)waited_ms, &err));
+   return pyll_error_object (pyll_state (self->module), &err);
+}
+
 /* The list being built by leaselock_list's callback. The core calls it
  * with no connection held, on this thread: it takes the GIL back for
  * each record. */
@@ -488,6 +510,7 @@ static PyMethodDef Client_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, NULL },
    { "_wait", (PyCFunction)(void (*) (void))pyll_client_wait, METH_FASTCALL | METH_KEYWORDS, NULL },
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
+   { "_explain", (PyCFunction)Client_explain, METH_VARARGS, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
    { "_durability", (PyCFunction)Client_durability, METH_NOARGS, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,

@@ -65,9 +65,65 @@ PyObject *pyll_raise_code (PyObject *cls, leaselock_code_t code, const char *mes
    return NULL;
 }
 
+/* leaselock.Holder(host, pid, label), from the package (a NamedTuple):
+ * a plain tuple if it cannot be had. New reference, or NULL. */
+static PyObject *holder_tuple (const leaselock_holder_t *h)
+{
+   PyObject *t = Py_BuildValue ("(s#Ls#)", h->host, (Py_ssize_t)strnlen (h->host, sizeof h->host),
+                                (long long)h->pid, h->label[0] ? h->label : NULL,
+                                (Py_ssize_t)strnlen (h->label, sizeof h->label));
+   if (!t)
+      return NULL;
+   PyObject *mod = PyImport_ImportModule ("leaselock._client");
+   PyObject *cls = mod ? PyObject_GetAttrString (mod, "Holder") : NULL;
+   Py_XDECREF (mod);
+   if (!cls) {
+      PyErr_Clear ();
+      return t;
+   }
+   PyObject *holder = PyObject_Call (cls, t, NULL);
+   Py_DECREF (cls);
+   Py_DECREF (t);
+   return holder;
+}
+
+/* An acquire's BUSY or TIMEOUT that named the holder: exc.holder (Holder),
+ * .fence and .expires_in (seconds); LockTimeout's class attributes leave
+ * them None otherwise. 0 or -1. */
+static int set_holder (PyObject *exc, const leaselock_holder_t *h)
+{
+   if (!h->known)
+      return 0;
+   PyObject *holder = holder_tuple (h);
+   PyObject *fence = PyLong_FromLongLong (h->fence);
+   PyObject *left = PyFloat_FromDouble ((double)h->expires_in_ms / 1000.0);
+   int rc = holder && fence && left && PyObject_SetAttrString (exc, "holder", holder) == 0 &&
+                PyObject_SetAttrString (exc, "fence", fence) == 0 &&
+                PyObject_SetAttrString (exc, "expires_in", left) == 0
+              ? 0
+              : -1;
+   Py_XDECREF (holder);
+   Py_XDECREF (fence);
+   Py_XDECREF (left);
+   return rc;
+}
+
+PyObject *pyll_error_object (pyll_state_t *st, const leaselock_error_t *err)
+{
+   PyObject *exc = pyll_new_error (pyll_exc_class (st, err->code), err->code, err->message);
+   if (exc && set_holder (exc, &err->holder) < 0)
+      Py_CLEAR (exc);
+   return exc;
+}
+
 PyObject *pyll_raise_error (pyll_state_t *st, const leaselock_error_t *err)
 {
-   return pyll_raise_code (pyll_exc_class (st, err->code), err->code, err->message);
+   PyObject *exc = pyll_error_object (st, err);
+   if (!exc)
+      return NULL;
+   PyErr_SetObject ((PyObject *)Py_TYPE (exc), exc);
+   Py_DECREF (exc);
+   return NULL;
 }
 
 /* cls(message) with code INVALID like the core's: the errors of bad

@@ -155,10 +155,17 @@ static int module_exec (PyObject *m)
       return -1;
    st->LockTimeout = new_exception (m, "LockTimeout", bases,
                                     "The lock stayed busy until the timeout ran out (code "
-                                    "TIMEOUT, or BUSY for a single try).");
+                                    "TIMEOUT, or BUSY for a single try). holder (a Holder: "
+                                    "host, pid, label), fence and expires_in (seconds) say who "
+                                    "held the key then, when known (else None).");
    Py_DECREF (bases);
    if (!st->LockTimeout)
       return -1;
+   /* Who held the key, when the core could tell (errors.c sets them). */
+   static const char *const holder_attrs[] = { "holder", "fence", "expires_in" };
+   for (size_t i = 0; i < 3; i++)
+      if (PyObject_SetAttrString (st->LockTimeout, holder_attrs[i], Py_None) < 0)
+         return -1;
    st->NotHeld = new_exception (m, "NotHeld", st->LockError,
                                 "This owner no longer holds the lease (released, expired and "
                                 "taken, or force-released).");

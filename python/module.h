@@ -149,6 +149,8 @@ PyObject *pyll_new_error (PyObject *cls, leaselock_code_t code, const char *mess
  * pyll_raise_type: TypeError) with a printf message and code INVALID, as
  * the core names a bad argument. Each returns NULL. */
 PyObject *pyll_raise_code (PyObject *cls, leaselock_code_t code, const char *message);
+/* The exception object (not raised) of err, as pyll_raise_error raises it. */
+PyObject *pyll_error_object (pyll_state_t *st, const leaselock_error_t *err);
 PyObject *pyll_raise_error (pyll_state_t *st, const leaselock_error_t *err);
 __attribute__ ((format (printf, 2, 3))) PyObject *pyll_raise_as (PyObject *cls,
                                                                  const char *fmt,
@@ -233,6 +235,7 @@ typedef struct
    PyObject *on_renew_failed; /* callable or None */
    PyObject *mode;            /* _acquire_mode only: "semaphore", "shared", "exclusive" */
    int64_t limit;             /* _acquire_mode only: the semaphore's limit */
+   bool busy_raises;          /* a one try's BUSY raises (naming the holder), not None */
 } pyll_acquire_args_t;
 
 /* Parses a vectorcall's (args, nargs, kwnames) into *a; fn names the

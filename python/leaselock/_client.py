@@ -254,7 +254,8 @@ class Client(_leaselock.Client):
             @functools.wraps(fn)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 try:
-                    lease = lock._acquire_ms(timeout_ms, None)
+                    # raising for a busy one try names the holder (one read)
+                    lease = lock._acquire_ms(timeout_ms, None, raise_on_busy)
                 except LockTimeout:  # waited timeout_ms: busy all along
                     if raise_on_busy:
                         raise

@@ -214,11 +214,29 @@ class Lock(_Named):
         return self._reentrant
 
     # -- core calls --------------------------------------------------------
-    def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
+    def _acquire_ms(self, timeout_ms: int, cancel: Any,
+                    busy_raises: bool = False) -> Optional[Lease]:
+        """The core's acquire: None for a busy one try, unless busy_raises
+        (then the core's LockTimeout, code BUSY, naming the holder)."""
         return self._client._acquire(self._key, ttl_ms=self._ttl_ms, timeout_ms=timeout_ms,
                                      min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,
                                      on_lost=self._on_lost, cancel=cancel,
-                                     on_renew_failed=self._on_renew_failed, fair=self._fair)
+                                     on_renew_failed=self._on_renew_failed, fair=self._fair,
+                                     busy_raises=busy_raises)
+
+    async def _timeout_async(self, loop: asyncio.AbstractEventLoop, start: float) -> LockTimeout:
+        """An asyncio wait's timeout, naming the key's holder as the core's
+        acquires do (one read, in the pool); a mode's names none."""
+        waited = loop.time() - start
+        e = self._timeout_error(waited)
+        if isinstance(self, _modes_base()):
+            return e
+        try:
+            explained: LockTimeout = await loop.run_in_executor(
+                _executor(), self._client._explain, self._key, True, round(waited * 1000), str(e))
+        except LockError:
+            return e  # the read failed: the error without the holder
+        return explained
 
     def _busy_error(self) -> LockTimeout:
         return _error(LockTimeout, f'"{self._key}" is held by another owner', "BUSY")
@@ -293,7 +311,7 @@ class Lock(_Named):
             mine._reenter()
             self._push(mine, block)
             return mine
-        lease = self._acquire_ms(timeout_ms, None)
+        lease = self._acquire_ms(timeout_ms, None, True)
         if lease is None:
             raise self._busy_error()
         self._push(lease, block)
@@ -357,9 +375,12 @@ class Lock(_Named):
                 _notify(self._wake)
 
     # -- asyncio -------------------------------------------------------------
-    async def _try_async(self, loop: asyncio.AbstractEventLoop) -> Optional[Lease]:
-        """One try (timeout 0) in the pool: the Lease, or None when busy."""
-        lease, _ = await _in_pool(loop, lambda: (self._acquire_ms(0, None), 0.0), self._wake)
+    async def _try_async(self, loop: asyncio.AbstractEventLoop,
+                         busy_raises: bool = False) -> Optional[Lease]:
+        """One try (timeout 0) in the pool: the Lease, or None when busy
+        (busy_raises: the core's LockTimeout naming the holder)."""
+        lease, _ = await _in_pool(loop, lambda: (self._acquire_ms(0, None, busy_raises), 0.0),
+                                  self._wake)
         return lease
 
     async def _poll(self, loop: asyncio.AbstractEventLoop, start: float,
@@ -386,14 +407,14 @@ class Lock(_Named):
         timeout once the deadline passed (_aio._poll_tries)."""
         lease = await _poll_tries(loop, deadline, try_, self._wake)
         if lease is None:
-            raise self._timeout_error(loop.time() - start)
+            raise await self._timeout_async(loop, start)
         return lease
 
     async def _acquire_async_ms(self, timeout_ms: int, register: bool,
                                 block: bool = False) -> Lease:
         loop = asyncio.get_running_loop()
         if timeout_ms == 0:
-            lease = await self._try_async(loop)
+            lease = await self._try_async(loop, True)
             if lease is None:
                 raise self._busy_error()
         else:
@@ -412,7 +433,7 @@ class Lock(_Named):
                     # before us: one last try of our own.
                     lease_or_none = await self._try_async(loop)
                     if lease_or_none is None:
-                        raise self._timeout_error(loop.time() - start)
+                        raise await self._timeout_async(loop, start)
                     lease = lease_or_none
             finally:
                 _gate_done(where, gate)
@@ -458,3 +479,9 @@ class Lock(_Named):
         if self._client.closed:
             return "client closed"
         return f"held by this {_who()}" if self._mine() else "not held here"
+
+
+def _modes_base() -> type:
+    """_modes._ModeLock (imported late: it subclasses Lock)."""
+    from ._modes import _ModeLock
+    return _ModeLock

@@ -63,7 +63,10 @@ class _ModeLock(Lock):
         # NUL is in no key: a lock named so is not woken nor queued with it.
         self._wake = f"{self._key}\0{what}"
 
-    def _acquire_ms(self, timeout_ms: int, cancel: Any) -> Optional[Lease]:
+    def _acquire_ms(self, timeout_ms: int, cancel: Any,
+                    busy_raises: bool = False) -> Optional[Lease]:
+        # busy_raises is not passed: a mode's busy one try keeps the
+        # package's own message (no one holder to name)
         return self._client._acquire_mode(
             self._key, mode=self._mode, limit=self._limit, ttl_ms=self._ttl_ms,
             timeout_ms=timeout_ms, min_hold_ms=self._min_hold_ms, auto_renew=self._auto_renew,

@@ -24,7 +24,7 @@ describe("lock:acquire_nb", function()
 
   it("takes a free lock at once, without sleeping", function()
     local lease = assert(client:lock(H.key("nb")):acquire_nb { sleep = fake_sleep })
-    assert.is_true(lease:held())
+    assert.is_true(lease.held)
     assert.equals(0, #sleeps)
     assert(lease:release())
   end)
@@ -96,11 +96,17 @@ describe("lock:acquire_nb", function()
   end)
 end)
 
-describe("leaselock._pool_try", function()
-  local pool_try = leaselock._pool_try
+describe("leaselock.pool._pool_try", function()
+  local pool = require "leaselock.pool"  -- internal: out of the module table
+  local pool_try = pool._pool_try
+
+  it("is not in the module table", function()
+    assert.is_nil(rawget(leaselock, "_pool_try"))
+    assert.is_nil(rawget(leaselock, "_pool_reap"))
+  end)
 
   it("has a companion that reaps and counts what is parked", function()
-    local n = leaselock._pool_reap()
+    local n = pool._pool_reap()
     assert.equals("number", type(n))
     assert.is_true(n >= 0)
   end)
@@ -178,7 +184,7 @@ for _, b in ipairs(H.backends()) do
         local lease = assert(client:lock(key, { ttl = 10 }):acquire_nb { pool = "llnb" })
         assert.equals(server and 1 or 0, fake.runs)
         if server then assert.equals("llnb", fake.pool) end
-        assert.is_true(lease:held())
+        assert.is_true(lease.held)
         assert.equals(key, lease.key)
         assert.is_true(held(key))
         assert(lease:renew())
@@ -198,7 +204,7 @@ for _, b in ipairs(H.backends()) do
       local key = H.key("nbpool")
       local lease = assert(client:lock(key, { on_renew_failed = function() end }):acquire_nb())
       assert.is_true(held(key))
-      assert.is_true(lease:held())
+      assert.is_true(lease.held)
       lease = nil -- luacheck: ignore
       collectgarbage()
       collectgarbage()

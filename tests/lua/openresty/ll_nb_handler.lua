@@ -97,12 +97,12 @@ function M.bad(a)
   ngx.say(err(lock.acquire_nb, lock, { pool = 5 }))
   ngx.say(err(lock.acquire_nb, lock, { timeout = -1 }))
   -- The pool function checks its arguments too.
-  local ok, e = ngx.run_worker_thread("default", "leaselock", "_pool_try", "x")
+  local ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", "x")
   ngx.say(tostring(ok), " ", tostring(e))
-  ok, e = ngx.run_worker_thread("default", "leaselock", "_pool_try", 2 ^ 40, a.key, 1000, 0,
+  ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", 2 ^ 40, a.key, 1000, 0,
     true, false)
   ngx.say(tostring(ok), " ", tostring(e))
-  ok, e = ngx.run_worker_thread("default", "leaselock", "_pool_try", 1, a.key, 0, 0, true, false)
+  ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", 1, a.key, 0, 0, true, false)
   ngx.say(tostring(ok), " ", tostring(e))
 end
 
