@@ -106,17 +106,19 @@ static bool should_stop (void *user_data)
    return w->signo != 0;
 }
 
-/* After BUSY: says who holds the key (best effort). */
-static void report_busy (leaselock_client_t *client, const char *key, const char *why)
+/* After BUSY: says who holds the key, as the core read it when the
+ * acquire gave up (err->holder; nothing when it could not tell). */
+static void report_busy (const char *key, const char *why, const leaselock_error_t *err)
 {
-   leaselock_record_t rec;
-   bool found = false;
-   leaselock_error_t err;
+   const leaselock_holder_t *h = &err->holder;
+   leaselock_record_t rec = { .fence = h->fence, .expires_in_ms = h->expires_in_ms, .pid = h->pid };
    fprintf (stderr, "%s: ", cmd_name);
    put_text (stderr, key, strlen (key));
    fprintf (stderr, " is busy%s", why);
-   if (leaselock_inspect (client, key, strlen (key), &rec, &found, &err) && found &&
-       rec.expires_in_ms > 0) {
+   if (h->known) {
+      memcpy (rec.host, h->host, sizeof rec.host);
+      memcpy (rec.label, h->label, sizeof rec.label);
+      rec.owner[0] = h->released ? '\0' : '?';
       char when[32];
       fmt_ms (rec.expires_in_ms, when, sizeof when);
       if (rec.owner[0])
@@ -192,7 +194,7 @@ static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
       if (!o->quiet && (o->slots || o->rw))
          report_mode_busy (o, why);
       else if (!o->quiet)
-         report_busy (client, o->key, why);
+         report_busy (o->key, why, &err);
       *status = o->conflict_exit;
    } else if (err.code == LEASELOCK_INTERRUPTED && wctx.signo) {
       say ("interrupted by signal %d while waiting for the lock", wctx.signo);

@@ -152,7 +152,8 @@ bool leaselock_explain_busy (leaselock_client_t *c,
  * the error (error: the caller's, NULL when it did not). */
 static void call_explain (acquire_call_t *a, const leaselock_error_t *error, leaselock_error_t *err)
 {
-   if (!error || (err->code != LEASELOCK_BUSY && err->code != LEASELOCK_TIMEOUT))
+   if (!error || a->opts->no_holder ||
+       (err->code != LEASELOCK_BUSY && err->code != LEASELOCK_TIMEOUT))
       return;
    leaselock_explain_busy (a->c, a->key, a->key_len, ll_now_ms () - a->start, err);
 }

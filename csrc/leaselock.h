@@ -217,6 +217,10 @@ extern "C"
        * the queue may take the key. A one-try acquire also defers to
        * queued waiters. UNSUPPORTED on a backend without queues. */
       bool fair;
+      /* BUSY and TIMEOUT without error->holder: no read of the key's
+       * record when the acquire gives up (a poller's one tries, whose
+       * failure nobody shows). */
+      bool no_holder;
    } leaselock_acquire_opts_t;
 
    /* Fills opts with the defaults: ttl 30 s, timeout 0, min_hold 0,

@@ -146,6 +146,7 @@ int ll_lua_pool_try (lua_State *L)
    o.auto_renew = check_bool (L, 5, 5, "auto_renew");
    want_rf = check_bool (L, 6, 6, "on_renew_failed");
    o.timeout_ms = 0;
+   o.no_holder = true; /* a poll: its busy try names nobody (no read) */
    ll_lua_pool_reap (NULL, PARKED_MAX_MS);
    sc = ll_lua_pool_get (cid);
    if (!sc) {

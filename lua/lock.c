@@ -543,6 +543,8 @@ int ll_lua_do_acquire (lua_State *L,
    ls = ll_lua_push_lease_handle (L, level, fname, &client_idx, &client);
    o = k->opts;
    o.timeout_ms = timeout_ms;
+   /* acquire_nb's tries poll: its busy ones name nobody (no read each) */
+   o.no_holder = strcmp (fname, "acquire_nb") == 0;
    /* No on_lost callback: the state is read on the Lua side (lease.c);
     * on_renew_failed only records (ll_lua_rf_hook). */
    if (ll_lua_wants_renew_failed (L, k)) {

@@ -225,6 +225,8 @@ static PyObject *acquire_impl (ClientObject *self,
    pyll_lease_hooks (lease, &a.o);
    pyll_log_refresh (self);
    stop_ctx_t stop = { NULL, a.cancel == Py_None ? NULL : a.cancel, NULL, NULL, NULL, STOP_NONE };
+   /* try_acquire's None shows nobody the holder: no read for it */
+   a.o.no_holder = a.o.timeout_ms == 0 && !a.busy_raises;
    if (a.o.timeout_ms != 0) {
       a.o.should_stop = stop_trampoline;
       a.o.should_stop_data = &stop;

@@ -581,14 +581,19 @@ static void test_busy_names_holder (void)
    CHECK (a && b);
    leaselock_error_t err;
    leaselock_lease_t *la, *lb = NULL;
+   long inspects = FAKE ? fake_backend_calls (FAKE_INSPECT) : 0;
    bool ok = acq (a, key ("who"), opts (60000, false), &la, &err);
    CHECK_OK (ok, err);
+   if (FAKE) /* never a read on the success path */
+      CHECK_EQ (fake_backend_calls (FAKE_INSPECT), inspects);
    char host[64] = "", want[256];
    gethostname (host, sizeof host - 1);
    snprintf (want, sizeof want, "\"%s\" is held by %s pid %d (holder-job), fence %lld, expires in ",
              key ("who"), host, (int)getpid (), (long long)leaselock_lease_fence (la));
    ok = acq (b, key ("who"), opts (5000, false), &lb, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, want);
+   if (FAKE) /* one read, when it gave up */
+      CHECK_EQ (fake_backend_calls (FAKE_INSPECT), inspects + 1);
    CHECK (err.holder.known && !err.holder.released);
    CHECK_EQ (err.holder.pid, getpid ());
    CHECK (!strcmp (err.holder.host, host) && !strcmp (err.holder.label, "holder-job"));
@@ -629,9 +634,16 @@ static void test_busy_names_holder (void)
    ok = leaselock_semaphore_acquire (b, key ("who-sem"), strlen (key ("who-sem")), 1,
                                      &(leaselock_acquire_opts_t){ .ttl_ms = 5000 }, &s2, &err);
    CHECK (!ok && err.code == LEASELOCK_BUSY && !err.holder.known);
-   /* No error asked for: no read, no crash. */
+   /* A poller's tries ask for no holder: none read. */
+   leaselock_acquire_opts_t quiet = opts (5000, false);
+   quiet.no_holder = true;
+   inspects = FAKE ? fake_backend_calls (FAKE_INSPECT) : 0;
+   ok = acq (b, key ("who"), quiet, &lb, &err);
+   CHECK (!ok && err.code == LEASELOCK_BUSY && !err.holder.known);
    ok = acq (b, key ("who"), opts (5000, false), &lb, NULL);
    CHECK (!ok && lb == NULL);
+   if (FAKE)
+      CHECK_EQ (fake_backend_calls (FAKE_INSPECT), inspects);
    leaselock_lease_destroy (s1);
    leaselock_lease_destroy (la);
    leaselock_client_destroy (a);

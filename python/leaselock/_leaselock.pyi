@@ -19,7 +19,14 @@ class LockError(Exception):
     code: Optional[str]
 
 class LockTimeout(LockError, TimeoutError):
-    holder: Optional[Any]  # leaselock.Holder when known
+    """The lock stayed busy until the timeout ran out (code TIMEOUT, or BUSY
+    for a single try). When the core could read who held the key (one read,
+    only when the acquire gives up): holder (a leaselock.Holder: host, pid,
+    label), fence and expires_in (seconds by the database's clock), also
+    named in the message; else None (a semaphore, a read-write lock, a key
+    free again by then)."""
+
+    holder: Optional[Any]
     fence: Optional[int]
     expires_in: Optional[float]
 

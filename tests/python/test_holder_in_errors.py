@@ -42,7 +42,13 @@ def test_busy_one_try_names_holder(client, other, key):
     assert e.code == "BUSY"
     assert str(e).startswith(f'"{key}" is {_held_by(lease)}')
     _check(e, lease)
-    assert other.lock(key).try_acquire() is None  # unchanged: None, no error
+    before = other.stats()["requests"]
+    assert other.lock(key).try_acquire() is None  # unchanged: None, no error,
+    assert other.stats()["requests"] == before + 1  # and no read for a holder
+    before = other.stats()["requests"]
+    with pytest.raises(leaselock.LockTimeout):
+        other.lock(key).acquire(timeout=0)
+    assert other.stats()["requests"] == before + 2  # the try, the one read
 
     @other.locked(key, timeout=0, raise_on_busy=True)
     def job():
