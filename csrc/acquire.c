@@ -110,6 +110,31 @@ static void holder_text (const leaselock_record_t *rec, char *buf, size_t size)
              label ? label : "", label ? ")" : "", (long long)rec->fence, ms);
 }
 
+/* The read that names a holder comes after the caller's time ran out (or
+ * after its one try): a locked SQLite file holds it a moment at most, as
+ * a one try, and a server no longer than this (a healthy one answers
+ * well within it; the message then names nobody). */
+#define EXPLAIN_MAX_MS 100
+
+/* leaselock_inspect of key, bounded as EXPLAIN_MAX_MS says. */
+static bool inspect_bounded (leaselock_client_t *c,
+                             const char *key,
+                             size_t key_len,
+                             leaselock_record_t *rec,
+                             bool *found)
+{
+   ll_call_wait_t w = { .one_try = true, .warned = true /* no lock_wait WARNING for it */ };
+   ll_call_wait_t *was_wait = ll_call_wait ();
+   int64_t was_bound = ll_call_bound ();
+   ll_call_bound_set (ll_call_bound_cap (ll_real_now_ms () + EXPLAIN_MAX_MS));
+   ll_call_wait_set (&w);
+   leaselock_error_t e;
+   bool ok = leaselock_inspect (c, key, key_len, rec, found, &e);
+   ll_call_wait_set (was_wait);
+   ll_call_bound_set (was_bound);
+   return ok;
+}
+
 bool leaselock_explain_busy (leaselock_client_t *c,
                              const char *key,
                              size_t key_len,
@@ -120,8 +145,7 @@ bool leaselock_explain_busy (leaselock_client_t *c,
       return true;
    leaselock_record_t rec;
    bool found = false;
-   leaselock_error_t e;
-   if (!leaselock_inspect (c, key, key_len, &rec, &found, &e) || !found || rec.expires_in_ms <= 0)
+   if (!inspect_bounded (c, key, key_len, &rec, &found) || !found || rec.expires_in_ms <= 0)
       return false;
    char who[LEASELOCK_ERROR_MAX];
    holder_text (&rec, who, sizeof who);

@@ -457,8 +457,9 @@ extern "C"
     * (TIMEOUT), HOLDER being "host pid N (label), fence F, expires in
     * 29.7s". leaselock_acquire and leaselock_wait_try do this themselves
     * when they give up; it is for a binding that makes its own tries (an
-    * event loop's one-try acquires). False, with error left as it was,
-    * when the read failed or the key is free by then.
+    * event loop's one-try acquires). The read is bounded: a locked SQLite
+    * file holds it a moment at most, a server 100 ms. False, with error
+    * left as it was, when the read failed or the key is free by then.
     */
    LEASELOCK_API bool leaselock_explain_busy (leaselock_client_t *client,
                                               const char *key,
