@@ -2,7 +2,7 @@
  * acquire_nb.c - lock:acquire_nb, the waiting acquire for OpenResty: the
  * C halves of a try that its Lua wait loop (acquire_nb.lua) is closed
  * over, and the module functions a pool thread runs for it
- * (leaselock._pool_try, leaselock._pool_reap). A try on SQLite, or
+ * (leaselock.pool._pool_try, ._pool_reap). A try on SQLite, or
  * outside nginx, is made in the worker (lock_try_nb); else lock_plan_nb
  * gives the arguments of _pool_try, run in a thread of an nginx thread
  * pool, which parks the lease in the registry (pool.c) for lock_adopt_nb.
@@ -88,7 +88,7 @@ static bool check_bool (lua_State *L, int idx, int arg, const char *what)
 /*
  * acquire_nb's plan for one try of the lock at 1: nothing when the try is
  * made here (SQLite: one short local statement), else the arguments of
- * leaselock._pool_try for a pool thread: client id, key, ttl_ms,
+ * leaselock.pool._pool_try for a pool thread: client id, key, ttl_ms,
  * min_hold_ms, auto_renew, on_renew_failed (whether the lock has one).
  * Registers the client on first use.
  */
@@ -121,7 +121,7 @@ static int lock_plan_nb (lua_State *L)
 }
 
 /*
- * leaselock._pool_try(client_id, key, ttl_ms, min_hold_ms, auto_renew,
+ * leaselock.pool._pool_try(client_id, key, ttl_ms, min_hold_ms, auto_renew,
  * on_renew_failed) -> parked_id | nil, msg, code. What lock:acquire_nb
  * runs in a pool thread (ngx.run_worker_thread): one one-try acquire on
  * the registered client (blocking this thread only), the lease parked for
@@ -177,7 +177,7 @@ int ll_lua_pool_try (lua_State *L)
    return 1;
 }
 
-/* leaselock._pool_reap() -> the count of leases still parked or about to
+/* leaselock.pool._pool_reap() -> the count of leases still parked or about to
  * be (ll_lua_pool_parked), which keeps the timer going. What
  * acquire_nb's timer runs in a pool thread: releases the parked leases
  * nobody adopted once PARKED_MAX_MS old. Not for direct use. */

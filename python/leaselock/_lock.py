@@ -234,8 +234,8 @@ class Lock(_Named):
         try:
             explained: LockTimeout = await loop.run_in_executor(
                 _executor(), self._client._explain, self._key, True, round(waited * 1000), str(e))
-        except LockError:
-            return e  # the read failed: the error without the holder
+        except (LockError, ValueError):
+            return e  # the read failed, or the client was closed: no holder named
         return explained
 
     def _busy_error(self) -> LockTimeout:
