@@ -266,6 +266,21 @@ test_rw_self_wait() {
   expect_rc 0
 }
 
+# --slots 1 inside a run holding the same KEY's only slot would wait for
+# it: refused at once as busy, even with a --wait; with more slots a
+# nested run takes a slot of its own.
+test_slots_self_wait() {
+  local inner="'$BIN' --uri '$URI'"
+  ll run --slots 1 slotself/key -- sh -c "$inner run --slots 1 --wait 3s slotself/key -- true"
+  expect_rc 75 || return
+  expect_err "is held by the leaselock run around this one" || return
+  expect_err "only slot" || return
+  ll run --slots 2 slotself/key -- sh -c "$inner run --slots 2 slotself/key -- \
+    sh -c 'echo \"\$LEASELOCK_LOCK \$LEASELOCK_MODE\"'"
+  expect_rc 0 || return
+  expect_out "slotself/key slots"
+}
+
 # run --slots 2: two runs hold a slot each (KEY/.slot/<i>, the lease's key
 # in LEASELOCK_KEY), a third is busy (75) and comes in once one has left.
 test_slots() {
