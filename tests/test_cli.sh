@@ -787,7 +787,7 @@ test_prune() {
   expect_rc 0 || return
   expect_out "pruned 2 records" || return
   ll list
-  [ "$(wc -l <"$OUT")" = 3 ] || { fail "left: $(cat "$OUT")"; return; }
+  [ "$(wc -l <"$OUT")" = 4 ] || { fail "left: $(cat "$OUT")"; return; }
   expect_out "jobs/hold" && expect_out "jobs/live" && expect_out "other/c" || return
   ll status jobs/a; expect_rc 2 || return
   ll prune
@@ -998,8 +998,6 @@ test_database_shown() {
   expect_err "db/key is busy: held by" || return
   expect_err "(database $URI)" || return
   kill -TERM "$holder"; reap "$holder"
-  # The default, unusable: the message names it.
-  HOME=/nonexistent "$BIN" --help >/dev/null
 }
 
 # The default database is the account's, whatever HOME and XDG_STATE_HOME
@@ -1031,6 +1029,14 @@ test_default_ignores_home() {
   expect_err "DEBUG database $want (the default, in the home directory of user $u)" || return
   kill -TERM "$holder"; reap "$holder"
   [ ! -e /a ] && [ ! -e /b ] && [ ! -e /c ] || fail "a directory was made from HOME or XDG_STATE_HOME"
+  # A default that cannot be opened: the message names it, and why it is
+  # the one (the user did not choose it).
+  make_user n || return
+  chown root: "$T/home-n" && chmod 555 "$T/home-n"
+  as "$NEWUSER" env -u LEASELOCK_URI "$BIN" status backup >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 69 || return
+  expect_err "cannot open the lock database sqlite://$T/home-n/.local/state/leaselock/locks.db (the default, in the home directory of user $NEWUSER)" || return
 }
 
 # Several users share one database through a group: a setgid directory of
