@@ -118,7 +118,8 @@ def run(cmd, env, cwd, what):
         r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True,
                            timeout=TIMEOUT)
     except subprocess.TimeoutExpired as e:
-        out = (e.stderr or b"")[-2000:]
+        out = e.stderr or b""  # bytes, even with text=True
+        out = (out.decode(errors="replace") if isinstance(out, bytes) else out)[-2000:]
         return f"{what}: still running after {TIMEOUT} s (waits forever?)\n{out}"
     if r.returncode != 0:
         return f"{what}: exit status {r.returncode}\n{(r.stdout + r.stderr)[-3000:]}"
