@@ -54,11 +54,12 @@ static bool ll_sqlite_db_error_os (ll_sqlite_conn_t *c,
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory in SQLite (%s)", what);
    if ((rc & 0xff) == SQLITE_READONLY && c->readonly) {
       ll_call_unsent_mark (); /* refused before any change: the outcome is known */
-      return ll_sqlite_fail (c->path, rc, what,
-                             "the database is read-only for this user: status and list read it, "
-                             "anything else needs write access to the file, its -wal and -shm "
-                             "files and its directory (docs/operations.md, \"Sharing a database\")",
-                             err);
+      return ll_sqlite_fail (
+        c->path, rc, what,
+        "the database is read-only for this user: reads (status, list, info) "
+        "work, anything else needs write access to the file, its -wal and -shm "
+        "files and its directory (docs/operations.md, \"Sharing a database\")",
+        err);
    }
    char msg[LEASELOCK_ERROR_MAX];
    int e = with_os ? sqlite3_system_errno (c->db) : 0;
@@ -455,9 +456,10 @@ static bool ll_sqlite_open_file (ll_sqlite_conn_t *c, int busy_ms, leaselock_err
    int version = 0;
    rc = ll_sqlite_read_version (c->db, &version);
    bool writable = access (c->path, W_OK) == 0;
+   /* READONLY: the file, or the directory where its -wal and -shm would
+    * be made, is not this user's to write. */
    if ((rc == SQLITE_OK && sqlite3_db_readonly (c->db, "main") == 1) ||
-       ((rc & 0xff) == SQLITE_READONLY && !writable) ||
-       ((rc & 0xff) == SQLITE_CANTOPEN && !writable))
+       (rc & 0xff) == SQLITE_READONLY || ((rc & 0xff) == SQLITE_CANTOPEN && !writable))
       rc = ll_sqlite_open_readonly (c, &version);
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error_os (c, rc, "opening the database", true, err);
