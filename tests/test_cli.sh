@@ -21,7 +21,9 @@ BG=()
 USERS=() GROUPS_MADE=()
 cleanup() {
   for p in "${BG[@]+"${BG[@]}"}"; do kill -KILL "$p" 2>/dev/null; done
-  for u in "${USERS[@]+"${USERS[@]}"}"; do userdel "$u" 2>/dev/null; done
+  # gone before their users are (a command dies with its leaselock run)
+  for p in "${BG[@]+"${BG[@]}"}"; do wait "$p" 2>/dev/null; done
+  for u in "${USERS[@]+"${USERS[@]}"}"; do userdel -f "$u" 2>/dev/null; done
   for g in "${GROUPS_MADE[@]+"${GROUPS_MADE[@]}"}"; do groupdel "$g" 2>/dev/null; done
   [ -n "${KEEP:-}" ] && echo "files kept in $TOP" >&2 || rm -rf "$TOP"
 }
