@@ -126,7 +126,7 @@ static void report_busy (leaselock_client_t *client, const char *key, const char
       put_holder (stderr, &rec);
       fprintf (stderr, ", fence %" PRId64 ", expires in %s", rec.fence, when);
    }
-   fputc ('\n', stderr);
+   fprintf (stderr, " (database %s)\n", leaselock_client_uri (client));
 }
 
 /* The core's acquire for run's kind of holder (--slots, --shared,
