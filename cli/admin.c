@@ -95,6 +95,8 @@ static int status_call (leaselock_client_t *client, const admin_args_t *a)
    if (a->verbose && !leaselock_client_durability (client, &dur, &err))
       return fail ("status", &err);
    int status = print_status (a->arg, &rec, found, a->flag);
+   if (!a->flag)
+      put_database (stdout, client);
    if (a->verbose)
       put_durability_lines (&dur);
    return status;
@@ -136,6 +138,8 @@ static int list_call (leaselock_client_t *client, const admin_args_t *a)
    leaselock_error_t err;
    if (ctx.json)
       fputc ('[', stdout);
+   else
+      put_database (stdout, client);
    bool ok = leaselock_list (client, prefix ? prefix : "", prefix ? strlen (prefix) : 0, list_one,
                              &ctx, &err);
    if (ctx.json)

@@ -147,6 +147,9 @@ int64_t kill_margin_ms (int64_t ttl_ms);
 /* A new client for the caller to destroy (its log on stderr under
  * --verbose), or NULL with the message printed and *status set. */
 leaselock_client_t *open_client (const char *uri, const char *label, int *status);
+/* Prints "database:   URI" (the client's) on out: the text forms of status
+ * and list say which database they read. */
+void put_database (FILE *out, leaselock_client_t *client);
 
 /* ---- admin.c ---------------------------------------------------------- */
 

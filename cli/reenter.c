@@ -115,10 +115,35 @@ static bool rw_self_wait (const run_opts_t *o, int *status)
    return refused;
 }
 
+/* --slots 1 inside a run holding the same KEY's semaphore (its one slot,
+ * LEASELOCK_KEY): the inner run would wait for the outer one, so it is
+ * refused as busy. With more slots a nested run takes a slot of its own
+ * (a semaphore counts its holders, as threading.Semaphore does). True
+ * when it was (*status set). */
+static bool slot_self_wait (const run_opts_t *o, int *status)
+{
+   const char *rec_key = getenv ("LEASELOCK_KEY"), *owner = getenv ("LEASELOCK_OWNER");
+   const char *lock = getenv ("LEASELOCK_LOCK"), *mode = getenv ("LEASELOCK_MODE");
+   if (o->slots != 1 || !rec_key || !owner || !lock || !mode || strcmp (lock, o->key) != 0 ||
+       strcmp (mode, "slots") != 0)
+      return false;
+   leaselock_client_t *client = open_client (o->uri, o->label, status);
+   if (!client)
+      return true;
+   bool refused = refuse_self_wait (
+     client, o, rec_key, owner,
+     "it holds the semaphore's only slot (run CMD directly, or give the semaphore more --slots)",
+     status);
+   leaselock_client_destroy (client);
+   return refused;
+}
+
 bool run_reentered (const run_opts_t *o, int *status)
 {
    if (o->rw)
       return rw_self_wait (o, status);
+   if (o->slots)
+      return slot_self_wait (o, status);
    const char *key = getenv ("LEASELOCK_KEY"), *owner = getenv ("LEASELOCK_OWNER");
    const char *mode = getenv ("LEASELOCK_MODE");
    if (!key || !owner || strcmp (key, o->key) != 0 || o->slots || (mode && strcmp (mode, "lock")))

@@ -128,7 +128,7 @@ static void report_busy (const char *key, const char *why, const leaselock_error
       put_holder (stderr, &rec);
       fprintf (stderr, ", fence %" PRId64 ", expires in %s", rec.fence, when);
    }
-   fputc ('\n', stderr);
+   fprintf (stderr, " (database %s)\n", leaselock_client_uri (client));
 }
 
 /* The core's acquire for run's kind of holder (--slots, --shared,

@@ -506,6 +506,29 @@ static void ll_sqlite_wake_refused (const char *path, const char *wake, leaseloc
    ll_sqlite_fail (path, 0, "opening the release channel", msg, err);
 }
 
+/* Opens the channel file, made when missing with the database file's
+ * mode and (by root) owner, as SQLite makes its -wal and -shm: whoever may
+ * use the database may touch it, whatever this process's umask. An fd, or
+ * -1 with errno set. */
+static int ll_sqlite_make_wake (const char *path, const char *wake)
+{
+   int fd = ll_sqlite_open_wake (wake, 0, 0);
+   if (fd >= 0 || errno != ENOENT)
+      return fd;
+   struct stat st;
+   bool have_db = stat (path, &st) == 0;
+   mode_t mode = have_db ? (st.st_mode & 0666) : 0644;
+   fd = ll_sqlite_open_wake (wake, O_CREAT | O_EXCL, mode);
+   if (fd < 0)
+      return errno == EEXIST ? ll_sqlite_open_wake (wake, 0, 0) : -1;
+   if (have_db) {
+      (void)fchmod (fd, mode); /* the umask took bits away */
+      if (geteuid () == 0)
+         (void)fchown (fd, st.st_uid, st.st_gid);
+   }
+   return fd;
+}
+
 static void *ll_sqlite_watch_open (const char *uri_text, leaselock_error_t *err)
 {
    ll_uri_t uri;
@@ -521,9 +544,7 @@ static void *ll_sqlite_watch_open (const char *uri_text, leaselock_error_t *err)
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
       goto done;
    }
-   struct stat st;
-   mode_t mode = stat (uri.path, &st) == 0 ? (st.st_mode & 0666) : 0644;
-   int fd = ll_sqlite_open_wake (wake, O_CREAT, mode);
+   int fd = ll_sqlite_make_wake (uri.path, wake);
    bool ok = fd >= 0;
    if (ok)
       close (fd);

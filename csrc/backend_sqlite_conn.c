@@ -52,6 +52,15 @@ static bool ll_sqlite_db_error_os (ll_sqlite_conn_t *c,
 {
    if ((rc & 0xff) == SQLITE_NOMEM || !c->db)
       return ll_error_set (err, LEASELOCK_NOMEM, "out of memory in SQLite (%s)", what);
+   if ((rc & 0xff) == SQLITE_READONLY && c->readonly) {
+      ll_call_unsent_mark (); /* refused before any change: the outcome is known */
+      return ll_sqlite_fail (
+        c->path, rc, what,
+        "the database is read-only for this user: reads (status, list, info) "
+        "work, anything else needs write access to the file, its -wal and -shm "
+        "files and its directory (docs/operations.md, \"Sharing a database\")",
+        err);
+   }
    char msg[LEASELOCK_ERROR_MAX];
    int e = with_os ? sqlite3_system_errno (c->db) : 0;
    snprintf (msg, sizeof msg, "%s%s%s", sqlite3_errmsg (c->db), e ? ": " : "",
@@ -140,7 +149,11 @@ static bool ll_sqlite_dir_error (const char *path, const char *dir, int e, lease
    return ll_sqlite_fail (path, 0, "making its directory", msg, err);
 }
 
-/* Creates the missing parent directories of path (mode 0700). */
+/* Creates the missing parent directories of path: 0775 less the umask, so
+ * that a umask of 002 or 007 lets a group share what is made (never
+ * writable by others: whoever can write the directory can replace the
+ * database). A directory made inside a setgid one inherits its group and
+ * setgid bit (Linux does that). */
 static bool ll_sqlite_make_parents (const char *path, leaselock_error_t *err)
 {
    char dir[PATH_MAX];
@@ -158,7 +171,7 @@ static bool ll_sqlite_make_parents (const char *path, leaselock_error_t *err)
          continue;
       char saved = *p;
       *p = '\0';
-      int e = mkdir (dir, 0700) != 0 && errno != EEXIST ? errno : 0;
+      int e = mkdir (dir, 0775) != 0 && errno != EEXIST ? errno : 0;
       if (!e && (stat (dir, &st) != 0 || !S_ISDIR (st.st_mode)))
          e = ENOTDIR;
       if (e)
@@ -364,10 +377,72 @@ static ll_sqlite_conn_t *ll_sqlite_conn_new (const char *path, leaselock_error_t
    return c;
 }
 
-/* Opens the file read-write (created when missing) and checks that it is
- * a database this user may write. */
+/* Creates a missing database file with 0666 less the umask: SQLite would
+ * make it 0644 whatever the umask, which no group could write. Its -wal
+ * and -shm files get the database file's mode and owner from SQLite, its
+ * -wake file from ll_sqlite_watch_open. Best effort: a failure here is
+ * SQLite's to report. */
+static void ll_sqlite_create_file (const char *path)
+{
+   int fd = open (path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+   if (fd >= 0)
+      close (fd);
+}
+
+/* file:<path>?<query>, the path percent-encoded (SQLite's URI filename):
+ * a new string, NULL when out of memory. */
+static char *ll_sqlite_file_uri (const char *path, const char *query)
+{
+   size_t n = strlen (path);
+   char *u = malloc (sizeof "file:" + 3 * n + 1 + strlen (query));
+   if (!u)
+      return NULL;
+   char *o = u + sprintf (u, "file:");
+   for (const char *p = path; *p; p++)
+      o += strchr ("%?#", *p) ? sprintf (o, "%%%02X", (unsigned char)*p) : sprintf (o, "%c", *p);
+   sprintf (o, "?%s", query);
+   return u;
+}
+
+/* Opens the file read-only for a caller that may only read it. With
+ * mode=ro SQLite reads it as it would read-write (under the file's locks,
+ * the -wal included) while the -shm file exists, which it does while any
+ * connection has the database open; when it does not and the caller
+ * cannot create it (no write access to the directory), nobody has the
+ * file open and everything is in it: it is read as immutable, a snapshot.
+ * Returns SQLite's code of the first read. */
+static int ll_sqlite_open_readonly (ll_sqlite_conn_t *c, int *version)
+{
+   static const char *const queries[] = { "mode=ro", "mode=ro&immutable=1" };
+   int rc = SQLITE_CANTOPEN;
+   for (int i = 0; i < 2; i++) {
+      char *u = ll_sqlite_file_uri (c->path, queries[i]);
+      if (!u)
+         return SQLITE_NOMEM;
+      sqlite3_close (c->db);
+      c->db = NULL;
+      rc = sqlite3_open_v2 (u, &c->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX,
+                            NULL);
+      free (u);
+      if (rc == SQLITE_OK) {
+         sqlite3_extended_result_codes (c->db, 1);
+         sqlite3_busy_handler (c->db, ll_sqlite_busy, c);
+         rc = ll_sqlite_read_version (c->db, version);
+      }
+      int primary = rc & 0xff;
+      if (primary != SQLITE_READONLY && primary != SQLITE_CANTOPEN)
+         break;
+   }
+   c->readonly = true;
+   return rc;
+}
+
+/* Opens the file read-write (created when missing); a file this user may
+ * only read is opened read-only (ll_sqlite_open_readonly): status and
+ * list read it, a write fails saying why. */
 static bool ll_sqlite_open_file (ll_sqlite_conn_t *c, int busy_ms, leaselock_error_t *err)
 {
+   ll_sqlite_create_file (c->path);
    /* NOMUTEX: the engine gives a connection to one thread at a time. */
    int rc = sqlite3_open_v2 (
      c->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -376,26 +451,37 @@ static bool ll_sqlite_open_file (ll_sqlite_conn_t *c, int busy_ms, leaselock_err
    sqlite3_extended_result_codes (c->db, 1);
    c->busy_ms = busy_ms;
    sqlite3_busy_handler (c->db, ll_sqlite_busy, c);
-   /* The first read says whether the file is a database at all. */
+   /* The first read says whether the file is a database at all, and
+    * whether this user may write it (and create its -wal and -shm). */
    int version = 0;
    rc = ll_sqlite_read_version (c->db, &version);
+   bool writable = access (c->path, W_OK) == 0;
+   /* READONLY: the file, or the directory where its -wal and -shm would
+    * be made, is not this user's to write. */
+   if ((rc == SQLITE_OK && sqlite3_db_readonly (c->db, "main") == 1) ||
+       (rc & 0xff) == SQLITE_READONLY || ((rc & 0xff) == SQLITE_CANTOPEN && !writable))
+      rc = ll_sqlite_open_readonly (c, &version);
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error_os (c, rc, "opening the database", true, err);
-   if (sqlite3_db_readonly (c->db, "main") == 1)
+   if (c->readonly && version != LL_SQLITE_SCHEMA_VERSION)
       return ll_sqlite_fail (c->path, 0, "opening the database",
-                             "the file is read-only for this user", err);
+                             "the file is read-only for this user, and its schema (version "
+                             "0 when new) is not this leaselock's: open it once with write access",
+                             err);
    return true;
 }
 
 /* WAL, synchronous=NORMAL, the schema, the statements. */
 static bool ll_sqlite_set_up (ll_sqlite_conn_t *c, int busy_ms, leaselock_error_t *err)
 {
-   if (!ll_sqlite_use_wal (c, busy_ms, err))
+   /* Read-only: a WAL switch or a migration would be writes, and the
+    * schema's version was checked (ll_sqlite_open_file). */
+   if (!c->readonly && !ll_sqlite_use_wal (c, busy_ms, err))
       return false;
    int rc = ll_sqlite_exec_simple (c->db, ll_sqlite_synchronous);
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error (c, rc, "setting synchronous=NORMAL", err);
-   if (!ll_sqlite_migrate (c, err))
+   if (!c->readonly && !ll_sqlite_migrate (c, err))
       return false;
    for (int i = 0; i < LL_SQLITE_ST_COUNT; i++) {
       rc = sqlite3_prepare_v3 (c->db, ll_sqlite_statements[i], -1, SQLITE_PREPARE_PERSISTENT,

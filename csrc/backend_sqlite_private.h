@@ -26,6 +26,7 @@ typedef struct ll_sqlite_conn
    int64_t wake_opened_ms;                 /* when wake_fd was last opened or tried */
    int busy_ms;            /* the URI's busy_timeout_ms: a wait on the file's lock, at most */
    bool ready;             /* set up: an acquire's one try waits only a moment */
+   bool readonly;          /* opened read-only: this user may only read the file */
    int64_t busy_since_ms;  /* when the last wait on the file's lock began (ll_real_now_ms) */
    int64_t busy_waited_ms; /* how long it lasted, so far */
 } ll_sqlite_conn_t;

@@ -5,6 +5,8 @@
  */
 #include "engine_private.h"
 
+#include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,30 +46,45 @@ static bool append_path (char *buf, size_t size, size_t *len, const char *path)
    return true;
 }
 
+/* The home directory of the effective user's account (getpwuid_r), not
+ * $HOME or $XDG_STATE_HOME: cron, sudo and systemd set those differently
+ * for the same user, and a job must find the same database from each. */
+static bool account_home (char *home, size_t size, leaselock_error_t *error)
+{
+   uid_t uid = geteuid ();
+   struct passwd pw, *found = NULL;
+   char buf[4096];
+   int e = getpwuid_r (uid, &pw, buf, sizeof buf, &found);
+   if (e || !found || !pw.pw_dir || pw.pw_dir[0] != '/')
+      return ll_error_set (error, LEASELOCK_INVALID,
+                           "no default database: user id %lu has %s; give a URI or set "
+                           "LEASELOCK_URI",
+                           (unsigned long)uid,
+                           e        ? strerror (e)
+                           : !found ? "no entry in the password database"
+                                    : "no absolute home directory there");
+   if (strlen (pw.pw_dir) >= size)
+      return ll_error_set (error, LEASELOCK_INVALID, "no default database: home too long");
+   strcpy (home, pw.pw_dir);
+   return true;
+}
+
 bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
 {
    if (!buf)
       return ll_error_set (error, LEASELOCK_INVALID, "buf is NULL");
-   const char *state = getenv ("XDG_STATE_HOME");
-   const char *home = getenv ("HOME");
-   const char *base, *rest;
-   if (state && state[0] == '/') {
-      base = state;
-      rest = "/leaselock/locks.db";
-   } else if (home && home[0] == '/') {
-      base = home;
-      rest = "/.local/state/leaselock/locks.db";
-   } else {
-      return ll_error_set (error, LEASELOCK_INVALID,
-                           "no default database: neither XDG_STATE_HOME nor HOME is an "
-                           "absolute path; give a URI or set LEASELOCK_URI");
-   }
+   char home[PATH_MAX];
+   if (!account_home (home, sizeof home, error))
+      return false;
+   /* "/" as a home (daemons' accounts) gives no "//" */
+   const char *base = strcmp (home, "/") ? home : "";
    size_t len = sizeof "sqlite://" - 1;
    if (size <= len)
       return ll_error_set (error, LEASELOCK_INVALID, "the default URI does not fit in %zu bytes",
                            size);
    memcpy (buf, "sqlite://", len + 1);
-   if (!append_path (buf, size, &len, base) || !append_path (buf, size, &len, rest))
+   if (!append_path (buf, size, &len, base) ||
+       !append_path (buf, size, &len, "/.local/state/leaselock/locks.db"))
       return ll_error_set (error, LEASELOCK_INVALID, "the default URI does not fit in %zu bytes",
                            size);
    return true;

@@ -159,8 +159,8 @@ extern "C"
     */
    LEASELOCK_API void leaselock_client_destroy (leaselock_client_t *client);
 
-   /* The URI actually used, with any password replaced by "***". Owned by the
-    * client. */
+   /* The URI actually used (the default resolved: the database this client
+    * works on), with any password replaced by "***". Owned by the client. */
    LEASELOCK_API const char *leaselock_client_uri (const leaselock_client_t *client);
 
    /* Backend name: "sqlite", "mongodb", "mysql", "postgresql". Static. */
@@ -168,9 +168,12 @@ extern "C"
 
    /*
     * The default URI when none is given and LEASELOCK_URI is unset:
-    * sqlite://$XDG_STATE_HOME/leaselock/locks.db, with XDG_STATE_HOME
-    * defaulting to $HOME/.local/state. Writes at most size bytes to buf
-    * (NUL-terminated). Returns false if it did not fit or HOME is unknown.
+    * sqlite://<home>/.local/state/leaselock/locks.db, where <home> is the
+    * home directory of the effective user's account (the password
+    * database), whatever $HOME and $XDG_STATE_HOME say: cron, sudo and
+    * systemd change those, and the same user must find the same database.
+    * Writes at most size bytes to buf (NUL-terminated). Returns false
+    * (INVALID) if it did not fit or the account has no home directory.
     */
    LEASELOCK_API bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error);
 

@@ -7,7 +7,7 @@
 #   make bench                   the full run (about 15 minutes on 2 CPUs)
 #   BENCH_QUICK=1 make bench     short runs: checks that it all works
 #   BENCH_ONLY=scale,memory make bench
-#                                some of: engine python lua alternatives
+#                                some of: engine python lua alternatives startup
 #                                contention scale memory safety
 
 BENCH_VENV := $(BUILD)/bench-venv

@@ -107,7 +107,8 @@ static PyMethodDef module_methods[] = {
    { "_seconds", (PyCFunction)(void (*) (void))mod_seconds, METH_FASTCALL, NULL },
    { "default_uri", (PyCFunction)mod_default_uri, METH_NOARGS,
      "default_uri($module, /)\n--\n\nThe embedded SQLite URI used when no URI and no "
-     "$LEASELOCK_URI are given." },
+     "$LEASELOCK_URI are given: ~/.local/state/leaselock/locks.db in the home directory of "
+     "the process's account (not $HOME)." },
    { "_shutdown", (PyCFunction)mod_shutdown, METH_NOARGS, NULL },
    { NULL, NULL, 0, NULL },
 };

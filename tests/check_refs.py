@@ -13,7 +13,8 @@
   its #anchor a heading of it (the docs site checks its own pages again,
   strictly; README.md and CONTRIBUTING.md are not part of it), and every
   Python and Lua sample parses (Python with top-level await allowed, Lua
-  by luac when it is installed).
+  by luac when it is installed; tests/check_samples.py, the samples suite,
+  runs them).
 Prints one line per broken reference and exits 1 when there is any.
 """
 import ast

@@ -18,8 +18,13 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 TOP=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-cli.XXXXXX")
 unset LEASELOCK_URI LEASELOCK_KEY LEASELOCK_FENCE LEASELOCK_OWNER
 BG=()
+USERS=() GROUPS_MADE=()
 cleanup() {
   for p in "${BG[@]+"${BG[@]}"}"; do kill -KILL "$p" 2>/dev/null; done
+  # gone before their users are (a command dies with its leaselock run)
+  for p in "${BG[@]+"${BG[@]}"}"; do wait "$p" 2>/dev/null; done
+  for u in "${USERS[@]+"${USERS[@]}"}"; do userdel -f "$u" 2>/dev/null; done
+  for g in "${GROUPS_MADE[@]+"${GROUPS_MADE[@]}"}"; do groupdel "$g" 2>/dev/null; done
   [ -n "${KEEP:-}" ] && echo "files kept in $TOP" >&2 || rm -rf "$TOP"
 }
 trap cleanup EXIT
@@ -264,6 +269,21 @@ test_rw_self_wait() {
   # Another key: an ordinary run.
   ll run --exclusive rwself/key -- sh -c "$inner run --exclusive rwself/other -- true"
   expect_rc 0
+}
+
+# --slots 1 inside a run holding the same KEY's only slot would wait for
+# it: refused at once as busy, even with a --wait; with more slots a
+# nested run takes a slot of its own.
+test_slots_self_wait() {
+  local inner="'$BIN' --uri '$URI'"
+  ll run --slots 1 slotself/key -- sh -c "$inner run --slots 1 --wait 3s slotself/key -- true"
+  expect_rc 75 || return
+  expect_err "is held by the leaselock run around this one" || return
+  expect_err "only slot" || return
+  ll run --slots 2 slotself/key -- sh -c "$inner run --slots 2 slotself/key -- \
+    sh -c 'echo \"\$LEASELOCK_LOCK \$LEASELOCK_MODE\"'"
+  expect_rc 0 || return
+  expect_out "slotself/key slots"
 }
 
 # run --slots 2: two runs hold a slot each (KEY/.slot/<i>, the lease's key
@@ -577,7 +597,8 @@ test_status_list_json() {
   expect_out "state:      free" || return
 
   ll list app/; expect_rc 0 || return
-  [ "$(wc -l <"$OUT")" = 3 ] || { fail "list app/: $(cat "$OUT")"; return; }
+  [ "$(wc -l <"$OUT")" = 4 ] || { fail "list app/: $(cat "$OUT")"; return; }
+  [ "$(head -1 "$OUT")" = "database:   $URI" ] || { fail "list's first line: $(cat "$OUT")"; return; }
   grep -q '^app/b  held  fence=1' "$OUT" || { fail "list line: $(cat "$OUT")"; return; }
   grep -qF 'app/we"ird\key\x0a\x09tab-é  free' "$OUT" || { fail "escaping: $(cat "$OUT")"; return; }
 
@@ -605,7 +626,7 @@ EOF
   ll list --json nothing/; expect_rc 0 || return
   [ "$(cat "$OUT")" = "[]" ] || { fail "empty list: $(cat "$OUT")"; return; }
   ll list; expect_rc 0 || return
-  [ "$(wc -l <"$OUT")" = 5 ] || { fail "list: $(cat "$OUT")"; return; }
+  [ "$(wc -l <"$OUT")" = 6 ] || { fail "list: $(cat "$OUT")"; return; }
   ll status --json app/b; expect_rc 0 || return
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["key"]=="app/b" and r["state"]=="held"' "$OUT" ||
     fail "status --json: $(cat "$OUT")"
@@ -783,7 +804,7 @@ test_prune() {
   expect_rc 0 || return
   expect_out "pruned 2 records" || return
   ll list
-  [ "$(wc -l <"$OUT")" = 3 ] || { fail "left: $(cat "$OUT")"; return; }
+  [ "$(wc -l <"$OUT")" = 4 ] || { fail "left: $(cat "$OUT")"; return; }
   expect_out "jobs/hold" && expect_out "jobs/live" && expect_out "other/c" || return
   ll status jobs/a; expect_rc 2 || return
   ll prune
@@ -896,7 +917,7 @@ test_status_verbose() {
   wait_state d/key 0 || return
   ll status d/key --verbose; expect_rc 0 || return
   expect_out "state:      held" || return
-  [ "$(sed -n 7p "$OUT")" = "durability: standalone (durability=report)" ] ||
+  [ "$(sed -n 8p "$OUT")" = "durability: standalone (durability=report)" ] ||
     { fail "the durability lines follow the record's: $(cat "$OUT")"; return; }
   kill -TERM "$holder"; reap "$holder"
   ll status; expect_rc 64
@@ -922,6 +943,218 @@ test_status_verbose() {
     expect_err "over this table's max_ttl of 60000 ms" || return
     [ ! -e "$T/ran" ] || { fail "$name: the command ran with a TTL over max_ttl"; return; }
   done
+}
+
+# ---- which database; several users -------------------------------------
+
+# Accounts of their own (useradd) for the tests that need other users:
+# root only. A skip says why, once per test.
+as_root_or_skip() {
+  [ "$(id -u)" = 0 ] && command -v useradd >/dev/null && command -v setpriv >/dev/null && return 0
+  echo "    skip ${FUNCNAME[1]}: needs root (useradd, setpriv) to make users of its own" >&2
+  return 1
+}
+# with_retry CMD...: useradd and groupadd refuse while another process
+# holds /etc/passwd's lock (another suite may be making users too).
+with_retry() {
+  local i
+  for i in 1 2 3 4 5 6 7 8 9 10; do "$@" 2>"$T/useradd.err" && return 0; sleep 0.3; done
+  fail "$* failed: $(cat "$T/useradd.err")"; return 1
+}
+# make_group NAME: a throwaway group llt<pid><NAME>, its name in GROUP.
+make_group() {
+  GROUP=llt$$$1
+  with_retry groupadd "$GROUP" || return 1
+  GROUPS_MADE+=("$GROUP")
+}
+# make_user NAME [GROUP]: a throwaway account llt<pid><NAME> whose home
+# directory is $T/home-NAME (made, its own), in GROUP too when given; its
+# name in NEWUSER. $T and the directories above it become searchable.
+make_user() {
+  NEWUSER=llt$$$1
+  with_retry useradd -M -d "$T/home-$1" -s /bin/sh ${2:+-G "$2"} "$NEWUSER" || return 1
+  USERS+=("$NEWUSER")
+  mkdir -p "$T/home-$1" && chown "$NEWUSER:" "$T/home-$1"
+  chmod 755 "$TOP" "$T"
+}
+# as_cmd USER: AS, the command prefix that runs a command as USER (its
+# groups too) in this environment; setpriv execs it, so that the pid of a
+# background "${AS[@]}" CMD & is CMD's.
+as_cmd() {
+  AS=(setpriv --reuid="$1" --regid="$(id -g "$1")" --init-groups --)
+}
+# as USER CMD... / as_g USER CMD...: CMD as USER, as_g with the umask of a
+# group's work (002).
+as() {
+  local u=$1; shift
+  as_cmd "$u"; "${AS[@]}" "$@"
+}
+as_g() {
+  local u=$1; shift
+  as_cmd "$u"; (umask 002 && exec "${AS[@]}" "$@")
+}
+
+# status and list name the database they read (text forms), -v says which
+# one and where it came from, and a busy run names it: the same job run
+# from cron, a shell and sudo may otherwise be on different databases
+# without a word.
+test_database_shown() {
+  ll status db/key; expect_rc 2 || return
+  expect_out "database:   $URI" || return
+  ll list; expect_rc 0 || return
+  [ "$(head -1 "$OUT")" = "database:   $URI" ] || { fail "list: $(cat "$OUT")"; return; }
+  ll -v status db/key; expect_rc 2 || return
+  expect_err "leaselock status: DEBUG database $URI (--uri)" || return
+  LEASELOCK_URI=$URI "$BIN" -v list >"$OUT" 2>"$ERR"; RC=$?
+  expect_rc 0 || return
+  expect_err "leaselock list: DEBUG database $URI (LEASELOCK_URI)" || return
+  ll_bg run db/key -- sleep 60
+  local holder=$BGPID
+  wait_state db/key 0 || return
+  ll run db/key -- true; expect_rc 75 || return
+  expect_err "db/key is busy: held by" || return
+  expect_err "(database $URI)" || return
+  kill -TERM "$holder"; reap "$holder"
+}
+
+# The default database is the account's, whatever HOME and XDG_STATE_HOME
+# say: "HOME=/a leaselock run backup" and "HOME=/b leaselock run backup"
+# are one lock (they were two databases, and both ran). Under a user of
+# its own, whose home is a throwaway directory.
+test_default_ignores_home() {
+  as_root_or_skip || return
+  make_user h || return
+  local u=$NEWUSER want="sqlite://$T/home-h/.local/state/leaselock/locks.db"
+  as_cmd "$u"
+  "${AS[@]}" env -u LEASELOCK_URI HOME=/a "$BIN" run backup -- sleep 60 >"$T/bg.out" 2>"$T/bg.err" &
+  local holder=$!
+  BG+=("$holder")
+  local i
+  for i in $(seq 100); do
+    as "$u" env -u LEASELOCK_URI HOME=/b "$BIN" status backup >"$OUT" 2>"$ERR" && break
+    sleep 0.2
+  done
+  expect_out "state:      held" || return
+  expect_out "database:   $want" || return
+  as "$u" env -u LEASELOCK_URI HOME=/b XDG_STATE_HOME=/c "$BIN" run backup -- true >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 75 || return
+  expect_err "(database $want)" || return
+  as "$u" env -u LEASELOCK_URI -u HOME "$BIN" -v run --wait 0 backup -- true >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 75 || return
+  expect_err "DEBUG database $want (the default, in the home directory of user $u)" || return
+  kill -TERM "$holder"; reap "$holder"
+  [ ! -e /a ] && [ ! -e /b ] && [ ! -e /c ] || fail "a directory was made from HOME or XDG_STATE_HOME"
+  # A default that cannot be opened: the message names it, and why it is
+  # the one (the user did not choose it).
+  make_user n || return
+  chown root: "$T/home-n" && chmod 555 "$T/home-n"
+  as "$NEWUSER" env -u LEASELOCK_URI "$BIN" status backup >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 69 || return
+  expect_err "cannot open the lock database sqlite://$T/home-n/.local/state/leaselock/locks.db (the default, in the home directory of user $NEWUSER)" || return
+}
+
+# Several users share one database through a group: a setgid directory of
+# the group, and a umask of 002. The directories and files leaselock makes
+# (the database, -wal, -shm, -wake) are the group's to write: a second
+# user gets the lock, not "Permission denied" (directories were 0700 and
+# the file 0644 whatever the umask).
+test_shared_database_group() {
+  as_root_or_skip || return
+  make_group g || return
+  local g=$GROUP
+  make_user a "$g" || return
+  local a=$NEWUSER
+  make_user b "$g" || return
+  local b=$NEWUSER
+  install -d -m 2770 -g "$g" "$T/shared"
+  local u="sqlite://$T/shared/app/locks.db"
+  as_cmd "$a"
+  (umask 002 && exec "${AS[@]}" "$BIN" --uri "$u" run share/key -- sleep 60) >"$T/bg.out" 2>"$T/bg.err" &
+  local holder=$!
+  BG+=("$holder")
+  local i
+  for i in $(seq 100); do
+    as_g "$b" "$BIN" --uri "$u" status share/key >"$OUT" 2>"$ERR" && break
+    sleep 0.2
+  done
+  expect_out "state:      held" || { cat "$T/bg.err" >&2; return; }
+  as_g "$b" "$BIN" --uri "$u" run --wait 0 share/key -- true >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 75 || return
+  # b waits (its listener makes -wake), and gets the key once a is gone.
+  as_cmd "$b"
+  (umask 002 && exec "${AS[@]}" "$BIN" --uri "$u" run --wait 30s share/key -- true) \
+    >"$OUT" 2>"$ERR" &
+  local waiter=$!
+  BG+=("$waiter")
+  for i in $(seq 100); do
+    [ -e "$T/shared/app/locks.db-wake" ] && break
+    sleep 0.1
+  done
+  kill -TERM "$holder"; reap "$holder"
+  reap "$waiter"
+  [ "$BGRC" = 0 ] || { fail "b's waiting run: exit $BGRC: $(cat "$ERR")"; return; }
+  local f want
+  [ "$(stat -c '%a %G' "$T/shared/app")" = "2775 $g" ] ||
+    { fail "directory: $(stat -c '%a %G' "$T/shared/app")"; return; }
+  for f in locks.db locks.db-wake; do
+    [ "$(stat -c '%a %G' "$T/shared/app/$f")" = "664 $g" ] ||
+      { fail "$f: $(stat -c '%a %G' "$T/shared/app/$f")"; return; }
+  done
+  # -wal and -shm exist while a connection is open
+  as_g "$a" "$BIN" --uri "$u" run share/key -- sh -c \
+    'stat -c "%n %a %G" "$0"-wal "$0"-shm' "$T/shared/app/locks.db" >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 0 || return
+  [ "$(grep -c " 664 $g\$" "$OUT")" = 2 ] || fail "-wal, -shm: $(cat "$OUT")"
+}
+
+# A user who may only read the database (0644 in a 0755 directory) gets
+# status and list; anything else fails saying the file is read-only for
+# it (status failed with "attempt to write a readonly database").
+test_readonly_status() {
+  as_root_or_skip || return
+  make_user r || return
+  local r=$NEWUSER
+  mkdir -m 755 "$T/ro"
+  local u="sqlite://$T/ro/locks.db"
+  "$BIN" --uri "$u" run ro/key -- true || { fail "run as root"; return; }
+  # No connection open: no -shm, and the reader cannot make one.
+  as "$r" "$BIN" --uri "$u" status ro/key >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 1 || return
+  expect_out "state:      free" || return
+  as "$r" "$BIN" --uri "$u" list --json >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 0 || return
+  expect_out '"key":"ro/key"' || return
+  # While a holder has it open (its -wal and -shm there, read-only to r).
+  "$BIN" --uri "$u" run ro/key -- sleep 60 >"$T/bg.out" 2>"$T/bg.err" &
+  local holder=$!
+  BG+=("$holder")
+  wait_state_uri "$u" ro/key 0 || return
+  as "$r" "$BIN" --uri "$u" status ro/key >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 0 || return
+  expect_out "state:      held" || return
+  as "$r" "$BIN" --uri "$u" run --wait 0 ro/other -- true >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_rc 69 || return
+  expect_err "the database is read-only for this user" || return
+  # refused before anything changed: not an acquire of unknown outcome
+  ! grep -q "outcome unknown" "$ERR" || { fail "read-only write: $(cat "$ERR")"; return; }
+  kill -TERM "$holder"; reap "$holder"
+}
+# wait_state_uri URI KEY WANT_RC: wait_state on another database.
+wait_state_uri() {
+  local saved=$URI rc=0
+  URI=$1
+  wait_state "$2" "$3" || rc=1
+  URI=$saved
+  return $rc
 }
 
 for t in $(declare -F | awk '{print $3}' | grep '^test_'); do

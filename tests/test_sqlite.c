@@ -941,47 +941,65 @@ static void test_concurrent_migration_v2 (void)
    CHECK_EQ (q_rows ("old"), 6);
 }
 
-/* ---- the default file -------------------------------------------------- */
+/* ---- the files' modes -------------------------------------------------- */
 
-static void test_default_uri_creates_directories (void)
+/* The mode of path & 07777, or -1 when it is missing. */
+static int mode_of (const char *path)
 {
-   char state[600], dir[700], file[800];
-   snprintf (state, sizeof state, "%s/home/.state", tmp);
-   snprintf (dir, sizeof dir, "%s/leaselock", state);
-   snprintf (file, sizeof file, "%s/locks.db", dir);
-   char *old_state = getenv ("XDG_STATE_HOME") ? strdup (getenv ("XDG_STATE_HOME")) : NULL;
-   char *old_uri = getenv ("LEASELOCK_URI") ? strdup (getenv ("LEASELOCK_URI")) : NULL;
-   setenv ("XDG_STATE_HOME", state, 1);
-   unsetenv ("LEASELOCK_URI");
+   struct stat st;
+   return stat (path, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+}
+
+/* Under umask u, a database at <tmp>/<name>/a/b/locks.db: the missing
+ * directories and the file, then its -wal and -shm (while a lease is held)
+ * and -wake (a listener's) are made with *dir_mode and *file_mode. */
+static void modes_under_umask (mode_t u, const char *name, int *dir_mode, int *file_mode)
+{
+   char dir[512], file[600], uri[640], side[640];
+   snprintf (dir, sizeof dir, "%s/%s/a", tmp, name);
+   snprintf (file, sizeof file, "%s/b/locks.db", dir);
+   snprintf (uri, sizeof uri, "sqlite://%s", file);
+   mode_t old = umask (u);
    leaselock_error_t err = { 0 };
-   char uri[1024];
-   bool have_uri = leaselock_default_uri (uri, sizeof uri, &err);
-   leaselock_client_t *c = leaselock_client_new (NULL, NULL, &err);
+   leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
    leaselock_lease_t *l = NULL;
-   bool ok = c && leaselock_acquire (c, "default", 7, NULL, &l, &err);
+   bool ok = c && leaselock_acquire (c, "modes", 5, NULL, &l, &err);
+   void *listener = ok ? B->watch_open (uri, &err) : NULL;
+   umask (old);
+   CHECK_OK (ok && listener, err);
+   *dir_mode = mode_of (dir);
+   snprintf (side, sizeof side, "%s/b", dir);
+   CHECK_EQ (mode_of (side), *dir_mode);
+   *file_mode = mode_of (file);
+   static const char *const sides[] = { "-wal", "-shm", "-wake" };
+   for (int i = 0; i < 3; i++) {
+      snprintf (side, sizeof side, "%s%s", file, sides[i]);
+      CHECK_EQ (mode_of (side), *file_mode);
+   }
+   if (listener)
+      B->watch_close (listener);
+   if (l)
+      leaselock_lease_release (l, &err);
    leaselock_lease_destroy (l);
    leaselock_client_destroy (c);
-   if (old_state)
-      setenv ("XDG_STATE_HOME", old_state, 1);
-   else
-      unsetenv ("XDG_STATE_HOME");
-   if (old_uri)
-      setenv ("LEASELOCK_URI", old_uri, 1);
-   free (old_state);
-   free (old_uri);
-   CHECK_OK (have_uri, err);
-   char want[1024];
-   snprintf (want, sizeof want, "sqlite://%s", file);
-   CHECK (!strcmp (uri, want));
-   CHECK_OK (c != NULL, err);
-   CHECK_OK (ok, err);
-   struct stat st;
-   CHECK (stat (dir, &st) == 0 && S_ISDIR (st.st_mode));
-   CHECK_EQ (st.st_mode & 0777, 0700);
-   CHECK (stat (state, &st) == 0 && S_ISDIR (st.st_mode));
-   CHECK_EQ (st.st_mode & 0777, 0700);
-   CHECK (stat (file, &st) == 0 && S_ISREG (st.st_mode));
-   CHECK_EQ (raw_int (file, "SELECT fence FROM leaselock_locks WHERE key = 'default'"), 1);
+}
+
+/* The directories and files a database is made of follow the umask (0775
+ * and 0666 less it), so that a group can share one (umask 002); they were
+ * 0700 and 0644 whatever the umask, which kept every other user out. A
+ * directory is never made writable by others, whatever the umask. */
+static void test_new_files_follow_umask (void)
+{
+   int dir_mode, file_mode;
+   modes_under_umask (002, "um002", &dir_mode, &file_mode);
+   CHECK_EQ (dir_mode, 0775);
+   CHECK_EQ (file_mode, 0664);
+   modes_under_umask (077, "um077", &dir_mode, &file_mode);
+   CHECK_EQ (dir_mode, 0700);
+   CHECK_EQ (file_mode, 0600);
+   modes_under_umask (0, "um000", &dir_mode, &file_mode);
+   CHECK_EQ (dir_mode, 0775);
+   CHECK_EQ (file_mode, 0666);
 }
 
 /* ---- several openers at once ------------------------------------------- */
@@ -1538,7 +1556,7 @@ int main (int argc, char **argv)
    RUN_SLOW (test_queue_concurrent_joins);
    RUN (test_migrate_v2);
    RUN (test_concurrent_migration_v2);
-   RUN (test_default_uri_creates_directories);
+   RUN (test_new_files_follow_umask);
    RUN (test_concurrent_first_open);
    RUN (test_fork_abandon);
    RUN (test_fork_client);

@@ -11,7 +11,12 @@
 #include "ll_internal.h"
 #include "testlib.h"
 
+#include <pwd.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* The error of a client that cannot be created. */
 static leaselock_error_t open_error (const char *uri)
@@ -339,28 +344,29 @@ static void test_durations (void)
    }
 }
 
+/* The default comes from the account's home directory (the password
+ * database), never from $HOME or $XDG_STATE_HOME, which cron, sudo and
+ * systemd set differently for the same user: one user, one database. */
 static void test_default_uri (void)
 {
-   char buf[512];
+   char buf[512], first[512], want[512];
    leaselock_error_t err;
+   struct passwd *pw = getpwuid (geteuid ());
+   CHECK (pw != NULL);
+   if (!pw)
+      return;
+   snprintf (want, sizeof want, "sqlite://%s/.local/state/leaselock/locks.db",
+             strcmp (pw->pw_dir, "/") ? pw->pw_dir : "");
    char *old_home = getenv ("HOME") ? strdup (getenv ("HOME")) : NULL;
    char *old_state = getenv ("XDG_STATE_HOME") ? strdup (getenv ("XDG_STATE_HOME")) : NULL;
    setenv ("HOME", "/home/someone", 1);
    unsetenv ("XDG_STATE_HOME");
-   bool ok1 = leaselock_default_uri (buf, sizeof buf, &err);
-   bool same1 = ok1 && !strcmp (buf, "sqlite:///home/someone/.local/state/leaselock/locks.db");
+   bool ok1 = leaselock_default_uri (first, sizeof first, &err);
    setenv ("XDG_STATE_HOME", "/var/state", 1);
+   unsetenv ("HOME");
    bool ok2 = leaselock_default_uri (buf, sizeof buf, &err);
-   bool same2 = ok2 && !strcmp (buf, "sqlite:///var/state/leaselock/locks.db");
+   bool same2 = ok2 && !strcmp (buf, first);
    bool small = !leaselock_default_uri (buf, 10, &err) && err.code == LEASELOCK_INVALID;
-   setenv ("XDG_STATE_HOME", "/tmp/a b%c?d#e", 1);
-   bool ok3 = leaselock_default_uri (buf, sizeof buf, &err);
-   bool same3 = ok3 && !strcmp (buf, "sqlite:///tmp/a%20b%25c%3Fd%23e/leaselock/locks.db");
-   ll_uri_t parsed;
-   bool round = ok3 && ll_uri_parse (buf, &parsed, &err);
-   bool path_back = round && !strcmp (parsed.path, "/tmp/a b%c?d#e/leaselock/locks.db");
-   if (round)
-      ll_uri_cleanup (&parsed);
    if (old_home)
       setenv ("HOME", old_home, 1);
    if (old_state)
@@ -369,11 +375,10 @@ static void test_default_uri (void)
       unsetenv ("XDG_STATE_HOME");
    free (old_home);
    free (old_state);
-   CHECK (same1);
+   CHECK (ok1);
+   CHECK (!strcmp (first, want));
    CHECK (same2);
    CHECK (small);
-   CHECK (same3);
-   CHECK (path_back);
 }
 
 static int cmp_token (const void *a, const void *b)

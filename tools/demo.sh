@@ -40,7 +40,8 @@ rmdir "$d/in-cs" 2>/dev/null
 exit 0
 EOF
 
-db=$(printf '%s' "${XDG_STATE_HOME:-$HOME/.local/state}/leaselock/locks.db")
+# the default database, as leaselock resolves it (the account's home)
+db=$(getent passwd "$(id -u)" | cut -d: -f6)/.local/state/leaselock/locks.db
 echo "leaselock demo: $WORKERS workers x $RUNS runs of"
 echo "  leaselock run --wait 60s $KEY -- sh critical.sh"
 echo "on the embedded default database ($db)"

@@ -195,6 +195,25 @@ def goals(res):
                     "met" if not beaten else "NOT met", fig,
                     "" if not beaten else f"As fair or fairer: {', '.join(beaten)}. Fairness is "
                     "fewest/most grants per process over the cell." + noisy))
+    cron = res.get("alternatives-cron", variant="leaselock run/flock(1)", metric="ratio_median")
+    ratio_goal("`leaselock run KEY -- true` on SQLite <= 2x `flock FILE true` per run",
+               [dict(r, value=1 / r["value"]) for r in cron if r["value"]],
+               lambda v: v <= 2.0, lambda r: f"{r['value']:.2f}x",
+               lambda m: ("The CLI's start (dynamic loading), the database's open and schema "
+                          "check, the acquire and release and the child's fork and exec, each "
+                          "shown in the cron table."), "the cron comparison did not run")
+    ratio_goal("`import leaselock` <= 1.5x `import sqlite3`",
+               res.get("startup", variant="import leaselock/import sqlite3",
+                       metric="ratio_median"),
+               lambda v: v <= 1.5, lambda r: f"{r['value']:.2f}x",
+               lambda m: "What the import loads: python -X importtime -c 'import leaselock'.",
+               "the start-up comparison did not run")
+    ratio_goal("`require \"leaselock\"` <= 3x the bare interpreter's start (Lua 5.4, LuaJIT)",
+               [r for r in res.get("startup", metric="ratio_median")
+                if r["variant"].endswith("require/alone")],
+               lambda v: v <= 3.0, lambda r: f"{r['variant'].split()[0]} {r['value']:.2f}x",
+               lambda m: "The shared libraries the module maps (ldd on it).",
+               "the start-up comparison did not run")
     ratio_goal("100,000 live keys within 1.1x of the 100-key latency, every backend",
                res.get("scale", metric="ratio_median"), lambda v: v <= 1.1,
                lambda r: f"{r['backend']} {r['value']:.3f}",
@@ -603,6 +622,16 @@ def write(res, out_dir, path):
                         for r in cr]) + "\n")
     L.append(notes(res, "alternatives-uncontended", "alternatives-fairness", "alternatives-cron",
                    "alternatives"))
+    st = res.get("startup", metric="ms_per_run")
+    if st:
+        L.append("**Start-up**: a new process that loads leaselock beside one that does not, "
+                 "each run one after another from Python, interleaved rounds (medians):\n")
+        L.append(table(["process", "ms per run"], [[r["variant"], fmt(r["value"])] for r in st])
+                 + "\n")
+        L.append(table(["ratio", "median of paired rounds"],
+                       [[r["variant"], f"{r['value']:.2f}"]
+                        for r in res.get("startup", metric="ratio_median")]) + "\n")
+    L.append(notes(res, "startup"))
 
     # 3. contention
     L.append("## 3. Contention (`make bench-contention`)\n")

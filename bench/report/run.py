@@ -594,6 +594,44 @@ def alternatives_cron(res, tmp):
             paired_ratio(s["leaselock run"], s["flock(1)"]), "ratio")
 
 
+def startup(res):
+    """A process's start: `import leaselock` beside `import sqlite3` and the
+    bare interpreter, `require "leaselock"` beside the bare Lua 5.4 and
+    LuaJIT, each a new process run one after another, interleaved."""
+    c = "startup"
+    unpin_client()
+    n = q(10, 30)
+    env = dict(os.environ)
+
+    def runs(cmd, e=env):
+        t = time.perf_counter()
+        for _ in range(n):
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=e)
+        return 1e3 * (time.perf_counter() - t) / n
+
+    py = sys.executable
+    sides = {"python: import leaselock": lambda: runs([py, "-c", "import leaselock"]),
+             "python: import sqlite3": lambda: runs([py, "-c", "import sqlite3"]),
+             "python alone": lambda: runs([py, "-c", "pass"])}
+    for interp, sub in (("lua5.4", "5.4"), ("luajit", "jit")):
+        if shutil.which(interp) and os.path.exists(os.path.join(BUILD, "lua", sub, "leaselock.so")):
+            e = dict(env, LUA_CPATH=f"{BUILD}/lua/{sub}/?.so")
+            sides[f"{interp}: require"] = (
+                lambda i=interp, e=e: runs([i, "-e", 'require "leaselock"'], e))
+            sides[f"{interp} alone"] = lambda i=interp, e=e: runs([i, "-e", ""], e)
+        else:
+            res.note(c, f"{interp} or its built module missing, left out")
+    s = interleave(sides, q(3, 9))
+    for side, v in s.items():
+        res.add(c, "local", side, "ms_per_run", statistics.median(v), "ms")
+    pairs = [("import leaselock/import sqlite3", "python: import leaselock",
+              "python: import sqlite3")]
+    pairs += [(f"{i} require/alone", f"{i}: require", f"{i} alone")
+              for i in ("lua5.4", "luajit") if f"{i}: require" in s]
+    for name, a, b in pairs:
+        res.add(c, "local", name, "ratio_median", paired_ratio(s[a], s[b]), "ratio")
+
+
 # ---- 3. contention (make bench-contention) ---------------------------------------
 
 def parse_table(text):
@@ -959,7 +997,7 @@ def machine_info(res, targets, redis_srv):
 
 # ---- main ---------------------------------------------------------------------------
 
-COMPARISONS = ["engine", "python", "lua", "alternatives", "contention", "scale", "memory", "safety"]
+COMPARISONS = ["engine", "python", "lua", "alternatives", "startup", "contention", "scale", "memory", "safety"]
 
 
 def main():
@@ -990,6 +1028,7 @@ def main():
             "alternatives": lambda: (alternatives_uncontended(res, tmp, redis_srv),
                                      alternatives_fairness(res, tmp, redis_srv),
                                      alternatives_cron(res, tmp)),
+            "startup": lambda: startup(res),
             "contention": lambda: contention(res, tmp),
             "scale": lambda: scale(res, tmp, targets),
             "memory": lambda: memory(res, tmp),

@@ -21,6 +21,8 @@ one round). The round's directory is removed when it passed and kept
 (its path printed) when it did not. Exits 1 on any violation.
 """
 import argparse
+import bisect
+import math
 import os
 import secrets
 import shutil
@@ -115,13 +117,38 @@ class FailoverDriver:
             try:
                 t = self.topo.failover(how)
                 self.topo.restore()
-                self.done.append((how, t.promoted - t.began))
+                self.done.append((how, t.promoted - t.began, (int(t.began * 1e9), int(t.promoted * 1e9))))
             except Exception as e:  # noqa: BLE001 - reported as a problem
                 self.errors.append(f"failover {i} ({how}): {type(e).__name__}: {e}")
                 return
 
     def join(self):
         self.thread.join()
+
+
+def unavailability(rundir, failovers):
+    """For each failover ((went, promoted), CLOCK_MONOTONIC ns: the
+    workers' clock), the seconds from the old primary's loss to the first
+    grant of any key acquired once the new primary took writes: how long
+    a waiting client could get nothing. (A reply of the old primary's that
+    returned after the loss is no grant of the new one's.) A failover
+    after the workers' last grant is left out."""
+    by_key, _, _ = check.load(rundir, [])
+    acquired = sorted(g.t_acq for grants in by_key.values() for g in grants)
+    gaps = []
+    for went, promoted in failovers:
+        i = bisect.bisect_right(acquired, promoted)
+        if i < len(acquired):
+            gaps.append((acquired[i] - went) / 1e9)
+    return gaps
+
+
+def percentile(values, p):
+    """The nearest-rank percentile p (0-100) of values (0 when none)."""
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return v[max(0, math.ceil(p / 100 * len(v)) - 1)]
 
 
 def one_round(a, n, totals):
@@ -152,7 +179,7 @@ def one_round(a, n, totals):
         driver.join()
         failed += driver.errors
         totals["failovers"] += len(driver.done)
-        for how, took in driver.done:
+        for how, took, _ in driver.done:
             print(f"  [{a.backend} round {n}] failover ({how}): the new primary took writes "
                   f"{took:.2f} s after the old one went")
     for wid, p, log in procs:
@@ -165,6 +192,11 @@ def one_round(a, n, totals):
               f"(monotonic {at})")
     totals["clock_steps"] += len(steps)
     t = check.check([rundir])
+    if driver:
+        gaps = unavailability(rundir, [times for _, _, times in driver.done])
+        totals.setdefault("unavailable_s", []).extend(gaps)
+        print(f"  [{a.backend} round {n}] keys unavailable after each failover: "
+              + ", ".join(f"{g:.2f} s" for g in gaps))
     for k in COUNTS:
         totals[k] += t[k]
     totals["overlap_max_ns"] = max(totals["overlap_max_ns"], t["overlap_max_ns"])
@@ -258,14 +290,22 @@ def run_rounds(a):
           f"{totals['errors']} worker errors; {totals['clock_steps']} wall clock steps"
           + (f"; {totals['failovers']} failovers" if a.topo else "") + ")",
           flush=True)
+    gaps = totals.get("unavailable_s", [])
+    p50, p99 = percentile(gaps, 50), percentile(gaps, 99)
+    if a.topo:
+        print(f"history {a.backend}: keys unavailable after a failover: p50 {p50:.2f} s, "
+              f"p99 {p99:.2f} s, max {max(gaps, default=0):.2f} s ({len(gaps)} measured)")
     if a.summary:
         os.makedirs(os.path.dirname(os.path.abspath(a.summary)), exist_ok=True)
         with open(a.summary, "w", encoding="utf-8") as f:
             f.write(f"tool=history\nbackend={a.backend}\ngrants={totals['grants']}\n"
-                    f"overlaps={totals['overlaps'] + totals['fence_errors']}\n"
+                    f"overlaps={totals['overlaps']}\n"
+                    f"fence_regressions={totals['fence_errors']}\n"
                     f"lost_updates={totals['lost_updates']}\n"
                     f"problems={totals['problems']}\n"
-                    + (f"failovers={totals['failovers']}\n" if a.topo else ""))
+                    + (f"failovers={totals['failovers']}\n"
+                       f"max_unavailable_p50_ms={round(p50 * 1000)}\n"
+                       f"max_unavailable_p99_ms={round(p99 * 1000)}\n" if a.topo else ""))
     return 1 if bad or totals["grants"] == 0 else 0
 
 

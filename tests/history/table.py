@@ -14,7 +14,11 @@ them:
     grants overlaps lost_updates faults_injected simulated_steps
     fuzz_executions crashes
 
-Violation columns (overlaps, lost_updates, crashes, and any column whose
+A column whose name starts with "max_" (a figure, such as the history
+across failovers' max_unavailable_p99_ms) is combined by its largest
+value, in the rows and the total, never summed.
+
+Violation columns (overlaps, lost_updates, fence_regressions, crashes, and any column whose
 name ends in "violations", "failures" or "problems") must add up to 0.
 --goal COLUMN=N: the total of COLUMN must reach N (e.g. grants=1000000).
 Exits 1 when a violation column is not 0, a goal is missed, or a summary
@@ -29,7 +33,7 @@ from collections import defaultdict
 
 COLUMNS = ("grants", "overlaps", "lost_updates", "faults_injected", "simulated_steps",
            "fuzz_executions", "crashes")
-VIOLATIONS = ("overlaps", "lost_updates", "crashes")
+VIOLATIONS = ("overlaps", "lost_updates", "fence_regressions", "crashes")
 
 
 def is_violation(col):
@@ -65,6 +69,11 @@ def read_summaries(d, bad):
     return out
 
 
+def combine(row, col, n):
+    """Adds n into row[col], or keeps the larger for a "max_" column."""
+    row[col] = max(row[col], n) if col.startswith("max_") else row[col] + n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--goal", action="append", default=[], metavar="COLUMN=N")
@@ -84,14 +93,14 @@ def main():
                 n = int(v)
             except (TypeError, ValueError):
                 continue  # text fields (a seed, a note) are not counts
-            rows[backend][k] += n
+            combine(rows[backend], k, n)
             if k not in COLUMNS and k not in extra:
                 extra.append(k)
     cols = list(COLUMNS) + sorted(extra)
     total = defaultdict(int)
     for r in rows.values():
         for c in cols:
-            total[c] += r.get(c, 0)
+            combine(total, c, r.get(c, 0))
     width = {c: max(len(c), len(f"{total[c]:,}")) for c in cols}
     names = sorted(rows) + ["total"]
     nw = max(len(n) for n in names + ["backend"])

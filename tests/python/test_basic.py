@@ -1,4 +1,7 @@
 """The API on one client: acquire/release, with-blocks, leases, info."""
+import os
+import pwd
+
 import pytest
 
 import leaselock
@@ -163,12 +166,16 @@ def test_password_never_shown():
 
 
 def test_default_uri_and_env(tmp_path, monkeypatch, key):
+    # The account's home directory, whatever HOME and XDG_STATE_HOME say
+    # (cron, sudo and systemd change them): one user, one default database.
+    home = pwd.getpwuid(os.geteuid()).pw_dir.rstrip("/")
+    want = f"sqlite://{home}/.local/state/leaselock/locks.db"
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("LEASELOCK_URI", raising=False)
-    assert leaselock.default_uri().startswith("sqlite://")
-    with leaselock.connect() as c:
-        assert c.backend == "sqlite" and str(tmp_path) in c.uri
+    assert leaselock.default_uri() == want
+    monkeypatch.delenv("HOME")
+    assert leaselock.default_uri() == want
     monkeypatch.setenv("LEASELOCK_URI", f"sqlite://{tmp_path}/env.db")
     with leaselock.connect() as c:
         assert c.uri.endswith("/env.db")
