@@ -107,8 +107,12 @@ static bool should_stop (void *user_data)
 }
 
 /* After BUSY: says who holds the key, as the core read it when the
- * acquire gave up (err->holder; nothing when it could not tell). */
-static void report_busy (const char *key, const char *why, const leaselock_error_t *err)
+ * acquire gave up (err->holder; nothing when it could not tell), and in
+ * which database. */
+static void report_busy (leaselock_client_t *client,
+                         const char *key,
+                         const char *why,
+                         const leaselock_error_t *err)
 {
    const leaselock_holder_t *h = &err->holder;
    leaselock_record_t rec = { .fence = h->fence, .expires_in_ms = h->expires_in_ms, .pid = h->pid };
@@ -194,7 +198,7 @@ static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
       if (!o->quiet && (o->slots || o->rw))
          report_mode_busy (o, why);
       else if (!o->quiet)
-         report_busy (o->key, why, &err);
+         report_busy (client, o->key, why, &err);
       *status = o->conflict_exit;
    } else if (err.code == LEASELOCK_INTERRUPTED && wctx.signo) {
       say ("interrupted by signal %d while waiting for the lock", wctx.signo);
