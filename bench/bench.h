@@ -196,17 +196,20 @@ static inline void bench_run (leaselock_client_t *client,
 #define BENCH_RENEW_GOAL 0.97 /* auto_renew on at most 3% slower than off */
 
 /* What auto-renewal (the default) costs an acquire+release pair: ROUNDS
- * interleaved rounds of PAIRS pairs with auto_renew on and off, on keys of
- * their own on one client (on first in even rounds, off first in odd
- * ones), after a warm-up of each; prints both sides' us/pair and the
- * median of the paired ratios off/on (1: free). */
-static inline void bench_auto_renew (leaselock_client_t *c, const char *key, long pairs, int rounds)
+ * interleaved rounds of PAIRS pairs with auto_renew on and off (on first
+ * in even rounds, off first in odd ones), after a warm-up of each, on keys
+ * of their own and on clients of their own on URI: the off side's client
+ * never starts a renewal thread, as a program that never asks for
+ * renewal. Prints both sides' us/pair and the median of the paired
+ * ratios off/on (1: free). */
+static inline void bench_auto_renew (const char *uri, const char *key, long pairs, int rounds)
 {
    char k_on[128], k_off[128];
    snprintf (k_on, sizeof k_on, "%s-renew-on", key);
    snprintf (k_off, sizeof k_off, "%s-renew-off", key);
+   leaselock_client_t *c = bench_client (uri), *c_off = bench_client (uri);
    bench_engine_round_renew (c, k_on, pairs / 2 + 1, true);
-   bench_engine_round_renew (c, k_off, pairs / 2 + 1, false);
+   bench_engine_round_renew (c_off, k_off, pairs / 2 + 1, false);
    double t_on = 0, t_off = 0;
    double *ratios = calloc ((size_t)rounds, sizeof *ratios);
    if (!ratios)
@@ -215,9 +218,9 @@ static inline void bench_auto_renew (leaselock_client_t *c, const char *key, lon
       double on, off;
       if (r % 2 == 0) {
          on = bench_engine_round_renew (c, k_on, pairs, true);
-         off = bench_engine_round_renew (c, k_off, pairs, false);
+         off = bench_engine_round_renew (c_off, k_off, pairs, false);
       } else {
-         off = bench_engine_round_renew (c, k_off, pairs, false);
+         off = bench_engine_round_renew (c_off, k_off, pairs, false);
          on = bench_engine_round_renew (c, k_on, pairs, true);
       }
       t_on += on;
@@ -226,6 +229,8 @@ static inline void bench_auto_renew (leaselock_client_t *c, const char *key, lon
    }
    double median = bench_median (ratios, rounds);
    free (ratios);
+   leaselock_client_destroy (c);
+   leaselock_client_destroy (c_off);
    double n = (double)pairs * rounds;
    printf ("auto-renewal, %d interleaved rounds of %ld pairs each:\n", rounds, pairs);
    printf ("  auto_renew on (the default): %.1f us/pair   auto_renew off: %.1f us/pair\n",

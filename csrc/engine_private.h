@@ -114,9 +114,14 @@ struct leaselock_client
    io_slot_t io[IO_MAX];
    pthread_cond_t io_cond; /* wakes the I/O threads */
    bool stopping;
-   ll_forget_t *forgets;            /* owned: releases due for unknown outcomes */
-   bool sleeping;                   /* the renewal thread waits on renew_cond ... */
-   int64_t sleep_until;             /* ... until then (< 0: until signalled) */
+   ll_forget_t *forgets; /* owned: releases due for unknown outcomes */
+   bool sleeping;        /* the renewal thread waits on renew_cond ... */
+   int64_t sleep_until;  /* ... until then (< 0: until signalled) */
+   /* The earliest first renewal of the leases added since the renewal
+    * thread last planned (0: none, or already past then): it plans for
+    * it even when the lease was let go meanwhile, so that the next
+    * leases (due later) need not wake it. */
+   int64_t added_due;
    leaselock_client_t *next_client; /* fork.c's list (its mutex, not mu) */
    ll_obs_t obs;                    /* log hook and counters (observe.c) */
    ll_watch_t watch;                /* release notifications (watch.c) */

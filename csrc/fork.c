@@ -129,6 +129,7 @@ void ll_reset_after_fork_locked (leaselock_client_t *c, pid_t me)
    }
    ll_forgets_drop_locked (c); /* the parent's to undo, not the child's */
    c->sleeping = false;
+   c->added_due = 0;
    c->stopping = false;
    c->pid = me;
 }

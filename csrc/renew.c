@@ -195,6 +195,19 @@ static ll_forget_t *forget_due_locked (leaselock_client_t *c, int64_t now, int64
    return due;
 }
 
+/* The wake-up the renewal thread plans at now: wake (its leases' and
+ * forgets' next time, -1 none), or sooner the first renewal of a lease
+ * added since it last planned, even if let go since: a thread that found
+ * no lease would sleep until signalled, and then each next acquire would
+ * wake it, the lease of each gone again when it looks. Called with c->mu
+ * held. */
+static int64_t plan_wake_locked (leaselock_client_t *c, int64_t now, int64_t wake)
+{
+   int64_t added = c->added_due;
+   c->added_due = 0;
+   return added > now && (wake < 0 || added < wake) ? added : wake;
+}
+
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
@@ -236,8 +249,8 @@ static void *renew_main (void *arg)
       }
       if (!due && !forget) {
          c->sleeping = true;
-         c->sleep_until = wake;
-         ll_cond_wait_until (&c->renew_cond, &c->mu, wake);
+         c->sleep_until = plan_wake_locked (c, now, wake);
+         ll_cond_wait_until (&c->renew_cond, &c->mu, c->sleep_until);
          c->sleeping = false;
          atomic_fetch_add_explicit (&ll_test_renewal_wakes, 1, memory_order_relaxed);
          continue;
@@ -431,6 +444,8 @@ bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_
       return false;
    LL_LIST_PUSH (c->renewing, l, prev, next);
    l->in_list = true;
+   if (c->added_due == 0 || l->next_renew_ms < c->added_due)
+      c->added_due = l->next_renew_ms;
    ll_renewal_wake_locked (c, l->next_renew_ms);
    return true;
 }
