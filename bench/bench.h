@@ -10,6 +10,9 @@
  *   - each side's pairs/s and us/pair over all rounds,
  *   - "ratio engine/bare: median of N rounds Y, best rounds X, all rounds
  *     together Z (goal: median >= 0.90: met|NOT met)".
+ * bench_auto_renew puts the engine with auto-renewal on (the default)
+ * beside itself with it off, the same way, and bench_modes the reentrant
+ * re-acquire and the semaphore beside the plain lock.
  * Each round of one side is paired with the round of the other run beside
  * it, so the two see the same machine; the goal is judged on the median of
  * those paired ratios. The ratio of each side's fastest round is printed
@@ -77,14 +80,18 @@ static inline leaselock_client_t *bench_client (const char *uri)
 }
 
 /* One round through the engine: PAIRS acquire+release pairs on KEY with
- * the options every bench uses. Returns the seconds it took. */
-static inline double bench_engine_round (leaselock_client_t *client, const char *key, long pairs)
+ * the options every bench uses, auto-renewal on or off. Returns the
+ * seconds it took. */
+static inline double bench_engine_round_renew (leaselock_client_t *client,
+                                               const char *key,
+                                               long pairs,
+                                               bool auto_renew)
 {
    leaselock_acquire_opts_t o;
    leaselock_acquire_opts_init (&o);
    o.ttl_ms = BENCH_TTL_MS;
    o.timeout_ms = 0;
-   o.auto_renew = false;
+   o.auto_renew = auto_renew;
    leaselock_error_t err;
    size_t klen = strlen (key);
    double t0 = bench_now ();
@@ -97,6 +104,12 @@ static inline double bench_engine_round (leaselock_client_t *client, const char 
       leaselock_lease_destroy (l);
    }
    return bench_now () - t0;
+}
+
+/* One round through the engine, auto-renewal off as the bare programs. */
+static inline double bench_engine_round (leaselock_client_t *client, const char *key, long pairs)
+{
+   return bench_engine_round_renew (client, key, pairs, false);
 }
 
 /* The bare program's side: ROUND (CTX, PAIRS) does PAIRS acquire+release
@@ -176,6 +189,54 @@ static inline void bench_run (leaselock_client_t *client,
    printf ("ratio engine/bare: median of %d rounds %.3f, best rounds %.3f, all rounds together "
            "%.3f (goal: median >= %.2f: %s)\n",
            rounds, median, best, pe / pb, BENCH_GOAL, median >= BENCH_GOAL ? "met" : "NOT met");
+}
+
+/* ---- auto-renewal on beside off ----------------------------------------- */
+
+#define BENCH_RENEW_GOAL 0.97 /* auto_renew on at most 3% slower than off */
+
+/* What auto-renewal (the default) costs an acquire+release pair: ROUNDS
+ * interleaved rounds of PAIRS pairs with auto_renew on and off (on first
+ * in even rounds, off first in odd ones), after a warm-up of each, on keys
+ * of their own and on clients of their own on URI: the off side's client
+ * never starts a renewal thread, as a program that never asks for
+ * renewal. Prints both sides' us/pair and the median of the paired
+ * ratios off/on (1: free). */
+static inline void bench_auto_renew (const char *uri, const char *key, long pairs, int rounds)
+{
+   char k_on[128], k_off[128];
+   snprintf (k_on, sizeof k_on, "%s-renew-on", key);
+   snprintf (k_off, sizeof k_off, "%s-renew-off", key);
+   leaselock_client_t *c = bench_client (uri), *c_off = bench_client (uri);
+   bench_engine_round_renew (c, k_on, pairs / 2 + 1, true);
+   bench_engine_round_renew (c_off, k_off, pairs / 2 + 1, false);
+   double t_on = 0, t_off = 0;
+   double *ratios = calloc ((size_t)rounds, sizeof *ratios);
+   if (!ratios)
+      bench_die ("bench", "out of memory");
+   for (int r = 0; r < rounds; r++) {
+      double on, off;
+      if (r % 2 == 0) {
+         on = bench_engine_round_renew (c, k_on, pairs, true);
+         off = bench_engine_round_renew (c_off, k_off, pairs, false);
+      } else {
+         off = bench_engine_round_renew (c_off, k_off, pairs, false);
+         on = bench_engine_round_renew (c, k_on, pairs, true);
+      }
+      t_on += on;
+      t_off += off;
+      ratios[r] = off / on;
+   }
+   double median = bench_median (ratios, rounds);
+   free (ratios);
+   leaselock_client_destroy (c);
+   leaselock_client_destroy (c_off);
+   double n = (double)pairs * rounds;
+   printf ("auto-renewal, %d interleaved rounds of %ld pairs each:\n", rounds, pairs);
+   printf ("  auto_renew on (the default): %.1f us/pair   auto_renew off: %.1f us/pair\n",
+           1e6 * t_on / n, 1e6 * t_off / n);
+   printf ("ratio auto_renew on/off: median of %d rounds %.3f (goal: median >= %.2f: %s)\n", rounds,
+           median, BENCH_RENEW_GOAL, median >= BENCH_RENEW_GOAL ? "met" : "NOT met");
 }
 
 /* ---- the lock modes beside the plain lock ----------------------------- */

@@ -164,6 +164,7 @@ int main (int argc, char **argv)
            MONGOC_VERSION_S, leaselock_client_uri (c), rounds, pairs);
    bench_bare_t bare = { "bare libmongoc", "bare libmongoc (same commands)", bare_round, &b };
    bench_run (c, engine_key, &bare, pairs, rounds, WARMUP_PAIRS);
+   bench_auto_renew (uri, engine_key, pairs / 2 + 1, rounds);
    bench_modes (c, engine_key, pairs / 2 + 1, rounds / 4 + 1);
 
    bare_close (&b);

@@ -176,6 +176,7 @@ int main (int argc, char **argv)
    bench_bare_t bare = { "bare libmariadb", "bare libmariadb (same two statements)", bare_round,
                          &b };
    bench_run (c, "bench-engine", &bare, pairs, rounds, pairs / 10 + 1);
+   bench_auto_renew (uri, "bench-renew", pairs / 2 + 1, rounds);
    bench_modes (c, "bench-modes", pairs / 2 + 1, rounds / 4 + 1);
    bare_close (&b);
    leaselock_client_destroy (c);

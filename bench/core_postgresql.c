@@ -101,6 +101,7 @@ int main (int argc, char **argv)
            PQserverVersion (b.db), PQlibVersion (), leaselock_client_uri (c), rounds, pairs);
    bench_bare_t bare = { "bare libpq", "bare libpq (same two statements)", bare_round, &b };
    bench_run (c, "bench-engine", &bare, pairs, rounds, pairs / 10 + 1);
+   bench_auto_renew (uri, "bench-renew", pairs / 2 + 1, rounds);
    bench_modes (c, "bench-modes", pairs / 2 + 1, rounds / 4 + 1);
    PQfinish (b.db);
    free (b.sql[0]);

@@ -135,6 +135,7 @@ int main (int argc, char **argv)
    /* Half a round of warm-up: page cache, WAL file, statement caches. */
    bench_bare_t bare = { "bare sqlite3", "bare sqlite3 (same two statements)", bare_round, &b };
    bench_run (c, "bench-engine", &bare, pairs, rounds, pairs / 2 + 1);
+   bench_auto_renew (uri, "bench-renew", pairs / 2 + 1, rounds);
    bench_modes (c, "bench-modes", pairs / 2 + 1, rounds / 4 + 1);
 
    leaselock_error_t err;

@@ -18,6 +18,7 @@ void ll_client_unref (leaselock_client_t *c)
       return;
    pthread_mutex_destroy (&c->mu);
    pthread_cond_destroy (&c->cond);
+   pthread_cond_destroy (&c->renew_cond);
    pthread_cond_destroy (&c->drained);
    pthread_cond_destroy (&c->io_cond);
    ll_obs_destroy (&c->obs);
@@ -137,6 +138,7 @@ leaselock_client_t *leaselock_client_new (const char *uri,
    ll_watch_init (&c->watch, backend, c->uri, &c->obs);
    pthread_mutex_init (&c->mu, NULL);
    ll_cond_init (&c->cond);
+   ll_cond_init (&c->renew_cond);
    ll_cond_init (&c->drained);
    ll_cond_init (&c->io_cond);
    c->pid = getpid ();

@@ -97,7 +97,13 @@ struct leaselock_client
    bool fork_busy;              /* one was still in use when fork() ran */
    pthread_cond_t drained;      /* signalled when in_use drops to 0 */
    leaselock_lease_t *renewing; /* auto-renewed leases of this process (borrowed) */
-   pthread_cond_t cond;         /* wakes the renewal thread */
+   /* Wakes the user's threads waiting on c: for a release in flight, a
+    * callback, a close under way. Never the renewal thread, so that a
+    * release's broadcast costs no wake-up of it. */
+   pthread_cond_t cond;
+   /* Wakes the renewal thread (it alone waits on it), only when it must
+    * plan again: ll_renewal_wake_locked. */
+   pthread_cond_t renew_cond;
    pthread_t thread;
    bool thread_running;
    /* The renewal thread keeps time and calls on_lost; its database calls
@@ -108,9 +114,14 @@ struct leaselock_client
    io_slot_t io[IO_MAX];
    pthread_cond_t io_cond; /* wakes the I/O threads */
    bool stopping;
-   ll_forget_t *forgets;            /* owned: releases due for unknown outcomes */
-   bool sleeping;                   /* the renewal thread waits on cond ... */
-   int64_t sleep_until;             /* ... until then (< 0: until signalled) */
+   ll_forget_t *forgets; /* owned: releases due for unknown outcomes */
+   bool sleeping;        /* the renewal thread waits on renew_cond ... */
+   int64_t sleep_until;  /* ... until then (< 0: until signalled) */
+   /* The earliest first renewal of the leases added since the renewal
+    * thread last planned (0: none, or already past then): it plans for
+    * it even when the lease was let go meanwhile, so that the next
+    * leases (due later) need not wake it. */
+   int64_t added_due;
    leaselock_client_t *next_client; /* fork.c's list (its mutex, not mu) */
    ll_obs_t obs;                    /* log hook and counters (observe.c) */
    ll_watch_t watch;                /* release notifications (watch.c) */
@@ -152,7 +163,7 @@ struct leaselock_lease
    int64_t holds;                          /* reentrant holds (1 once acquired) */
    bool close_tried;                       /* leaselock_client_close tried to release it */
    bool released_by_close;                 /* and that release ended it */
-   leaselock_lease_t *next;                /* in client->renewing */
+   leaselock_lease_t *prev, *next;         /* in client->renewing */
    leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };
 
@@ -282,6 +293,11 @@ int64_t ll_first_renewal (int64_t sent, const ll_deadline_t *dl);
 /* Adds l to c's renewal list (borrowed: l stays the user's), starting the
  * threads if need be. Called with c->mu held. */
 bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err);
+/* Wakes c's renewal thread if it sleeps past at (local ms; -1: whatever
+ * it planned), so that it plans again: a lease's renewal or deadline, or a
+ * forget, come due then. A thread awake plans again anyway. Called with
+ * c->mu held. */
+void ll_renewal_wake_locked (leaselock_client_t *c, int64_t at);
 /* Hands f (owned by c from now on) to c's I/O threads, starting them if
  * need be: its first try at once. Freed at once when c is closing or no
  * thread can start (its record then expires by its TTL). Called with

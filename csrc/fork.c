@@ -73,6 +73,7 @@ static void fork_child (void)
    }
    for (leaselock_client_t *c = clients; c; c = c->next_client) {
       ll_cond_init (&c->cond);
+      ll_cond_init (&c->renew_cond);
       ll_cond_init (&c->drained);
       ll_cond_init (&c->io_cond);
       /* The watcher's thread is gone; the rest of the watcher is reset on
@@ -114,7 +115,7 @@ void ll_reset_after_fork_locked (leaselock_client_t *c, pid_t me)
    for (leaselock_lease_t *l = c->renewing, *next; l; l = next) {
       next = l->next;
       l->in_list = false;
-      l->next = NULL;
+      l->prev = l->next = NULL;
    }
    c->renewing = NULL;
    c->thread_running = false; /* they exist only in the parent */
@@ -128,6 +129,7 @@ void ll_reset_after_fork_locked (leaselock_client_t *c, pid_t me)
    }
    ll_forgets_drop_locked (c); /* the parent's to undo, not the child's */
    c->sleeping = false;
+   c->added_due = 0;
    c->stopping = false;
    c->pid = me;
 }

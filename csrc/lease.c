@@ -21,12 +21,7 @@ void ll_list_remove_locked (leaselock_client_t *c, leaselock_lease_t *l)
 {
    if (!l->in_list)
       return;
-   for (leaselock_lease_t **p = &c->renewing; *p; p = &(*p)->next)
-      if (*p == l) {
-         *p = l->next;
-         break;
-      }
-   l->next = NULL;
+   LL_LIST_UNLINK (c->renewing, l, prev, next); /* no wake-up: the thread finds it gone */
    l->in_list = false;
 }
 
@@ -70,7 +65,7 @@ void ll_mark_lost_locked (leaselock_client_t *c, leaselock_lease_t *l)
    l->state = LEASELOCK_STATE_LOST;
    if (l->on_lost && l->auto_renew && l->in_list) {
       l->lost_notify = true;
-      pthread_cond_broadcast (&c->cond);
+      ll_renewal_wake_locked (c, -1); /* it calls on_lost */
    } else {
       ll_list_remove_locked (c, l);
    }

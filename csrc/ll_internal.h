@@ -1012,6 +1012,9 @@ typedef struct ll_watch
  * much longer. */
 extern _Atomic int64_t ll_test_wait_poll_ms;
 
+/* Tests only: how many times a renewal thread woke from its sleep. */
+extern _Atomic uint64_t ll_test_renewal_wakes;
+
 void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs);
 /* Registers e (key, key_len, owner, since, mu, cond set by the caller)
  * before a blocking acquire's first try, so a release during a try is

@@ -14,6 +14,8 @@
 
 static void *io_main (void *arg);
 
+_Atomic uint64_t ll_test_renewal_wakes;
+
 bool ll_on_renewal_thread (leaselock_client_t *c)
 {
    return c->thread_running && pthread_equal (c->thread, pthread_self ());
@@ -31,6 +33,7 @@ void ll_stop_renewal (leaselock_client_t *c)
    for (int i = 0; i < IO_MAX; i++)
       join_io[i] = c->io[i].running;
    pthread_cond_broadcast (&c->cond);
+   pthread_cond_signal (&c->renew_cond);
    pthread_cond_broadcast (&c->io_cond);
    pthread_mutex_unlock (&c->mu);
    if (join)
@@ -192,6 +195,19 @@ static ll_forget_t *forget_due_locked (leaselock_client_t *c, int64_t now, int64
    return due;
 }
 
+/* The wake-up the renewal thread plans at now: wake (its leases' and
+ * forgets' next time, -1 none), or sooner the first renewal of a lease
+ * added since it last planned, even if let go since: a thread that found
+ * no lease would sleep until signalled, and then each next acquire would
+ * wake it, the lease of each gone again when it looks. Called with c->mu
+ * held. */
+static int64_t plan_wake_locked (leaselock_client_t *c, int64_t now, int64_t wake)
+{
+   int64_t added = c->added_due;
+   c->added_due = 0;
+   return added > now && (wake < 0 || added < wake) ? added : wake;
+}
+
 static void *renew_main (void *arg)
 {
    leaselock_client_t *c = arg;
@@ -233,9 +249,10 @@ static void *renew_main (void *arg)
       }
       if (!due && !forget) {
          c->sleeping = true;
-         c->sleep_until = wake;
-         ll_cond_wait_until (&c->cond, &c->mu, wake);
+         c->sleep_until = plan_wake_locked (c, now, wake);
+         ll_cond_wait_until (&c->renew_cond, &c->mu, c->sleep_until);
          c->sleeping = false;
+         atomic_fetch_add_explicit (&ll_test_renewal_wakes, 1, memory_order_relaxed);
          continue;
       }
 
@@ -337,7 +354,7 @@ static void io_forget_locked (io_slot_t *slot, pid_t me)
       f->next_ms = now + f->wait;
       f->wait = f->wait * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : f->wait * 2;
    }
-   pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+   ll_renewal_wake_locked (c, -1); /* a thread free, the forget's next try */
 }
 
 /* An I/O thread: renews the leases the renewal thread hands it, one at a
@@ -376,7 +393,7 @@ static void *io_main (void *arg)
       pthread_mutex_lock (&c->mu);
       int64_t left = renew_outcome_locked (&r);
       slot->job = NULL;
-      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
+      ll_renewal_wake_locked (c, -1); /* a thread free, the lease's next renewal */
       pthread_mutex_unlock (&c->mu);
       log_renew (&r, left, retry_interval (r.ttl));
       ll_lease_unref (due);
@@ -409,20 +426,27 @@ static bool threads_start_locked (leaselock_client_t *c, leaselock_error_t *err)
    return true;
 }
 
+/* Only when the thread sleeps past at: a wake-up per acquire (or per
+ * release) would cost a context switch on every lock. A thread that plans
+ * an earlier wake-up than it needs just plans again then; one that sleeps
+ * until signalled (no lease then) is woken by the first lease after. */
+void ll_renewal_wake_locked (leaselock_client_t *c, int64_t at)
+{
+   if (c->sleeping && (at < 0 || c->sleep_until < 0 || at < c->sleep_until))
+      pthread_cond_signal (&c->renew_cond); /* the renewal thread alone waits on it */
+}
+
 /* Adds l to the renewal list, starting the threads in this process if
  * needed. Called with c->mu held. */
 bool ll_schedule_locked (leaselock_client_t *c, leaselock_lease_t *l, leaselock_error_t *err)
 {
    if (!threads_start_locked (c, err))
       return false;
-   l->next = c->renewing;
-   c->renewing = l;
+   LL_LIST_PUSH (c->renewing, l, prev, next);
    l->in_list = true;
-   /* Wake the thread only if it sleeps past this lease's first renewal: an
-    * awake thread rescans the list anyway, and a wakeup per acquire costs
-    * a context switch on every lock. */
-   if (c->sleeping && (c->sleep_until < 0 || l->next_renew_ms < c->sleep_until))
-      pthread_cond_broadcast (&c->cond);
+   if (c->added_due == 0 || l->next_renew_ms < c->added_due)
+      c->added_due = l->next_renew_ms;
+   ll_renewal_wake_locked (c, l->next_renew_ms);
    return true;
 }
 
@@ -438,7 +462,7 @@ void ll_forget_locked (leaselock_client_t *c, ll_forget_t *f)
    f->busy = false;
    f->next = c->forgets;
    c->forgets = f;
-   pthread_cond_broadcast (&c->cond);
+   ll_renewal_wake_locked (c, -1);
 }
 
 void ll_forgets_drop_locked (leaselock_client_t *c)
@@ -515,7 +539,6 @@ bool leaselock_lease_extend (leaselock_lease_t *l,
       l->ttl_ms = ttl_ms;
       if (min_hold_ms >= 0)
          l->min_hold_ms = hold_after_renew (l, ll_now_ms (), min_hold_ms);
-      pthread_cond_broadcast (&c->cond); /* the renewal thread plans again */
    } else if (r.ok && l->state == LEASELOCK_STATE_CLOSED) {
       r.ok =
         ll_error_set (err, LEASELOCK_NOT_HELD, "the client of this lease was closed meanwhile");
@@ -524,6 +547,9 @@ bool leaselock_lease_extend (leaselock_lease_t *l,
                            LL_KEY_SHOWN (l->key, l->key_len));
    }
    int64_t left = l->state == LEASELOCK_STATE_HELD ? l->dl.at_ms - ll_now_ms () : -1;
+   /* Its next renewal moved, or a shorter TTL pulled its deadline in. */
+   if (l->in_list && l->state == LEASELOCK_STATE_HELD)
+      ll_renewal_wake_locked (c, l->next_renew_ms < l->dl.at_ms ? l->next_renew_ms : l->dl.at_ms);
    pthread_mutex_unlock (&c->mu);
    if (renewed || left >= 0)
       log_renew (&r, left, 0); /* r.ok is renewed now */

@@ -5,22 +5,69 @@
  * for, read when the client is created and again at each acquire, renew
  * and release (isEnabledFor, cached by logging), so that a disabled level
  * costs the core one load and compare and Python nothing.
+ *
+ * The logging module is not imported by `import leaselock` (it was a
+ * third of its start-up): until the program imports it, no logger can be
+ * configured, so the level is the one an unconfigured logging reports
+ * (WARNING, the root logger's default) and the first event imports it and
+ * goes where logging then sends it (its last-resort handler: stderr).
  */
 #include "module.h"
 
 #include <string.h>
 
-/* logging.getLogger("leaselock") and its bound methods, set once by the
- * first module exec and kept for the life of the process (the logging
- * module keeps the logger alive anyway). */
+/* logging.getLogger("leaselock") and its bound methods, set once logging
+ * is imported (by the program, or by the first event) and kept for the
+ * life of the process (the logging module keeps the logger alive
+ * anyway). */
 static PyObject *py_logger_log, *py_logger_enabled;
+
+/* Binds the logger of the logging module m. With the GIL; 0 or -1 with an
+ * exception set. */
+static int log_bind (PyObject *m)
+{
+   if (py_logger_log)
+      return 0; /* another thread bound it while the import let go of the GIL */
+   PyObject *logger = PyObject_CallMethod (m, "getLogger", "s", "leaselock");
+   if (!logger)
+      return -1;
+   PyObject *log = PyObject_GetAttrString (logger, "log");
+   PyObject *enabled = log ? PyObject_GetAttrString (logger, "isEnabledFor") : NULL;
+   Py_DECREF (logger);
+   if (!enabled) {
+      Py_XDECREF (log);
+      return -1;
+   }
+   py_logger_log = log;
+   py_logger_enabled = enabled;
+   return 0;
+}
+
+/* Binds the logger once the program has imported logging (a look-up in
+ * sys.modules until then). With the GIL; never leaves an exception set. */
+static bool log_bound (void)
+{
+   static PyObject *name;
+   if (py_logger_enabled)
+      return true;
+   if (!name && !(name = PyUnicode_InternFromString ("logging"))) {
+      PyErr_Clear ();
+      return false;
+   }
+   PyObject *m = PyImport_GetModule (name);
+   int rc = m ? log_bind (m) : -1;
+   Py_XDECREF (m);
+   if (rc < 0)
+      PyErr_Clear ();
+   return rc == 0;
+}
 
 /* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
  * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
 int pyll_log_level (void)
 {
-   if (!py_logger_enabled)
-      return LEASELOCK_LOG_OFF;
+   if (!log_bound ())
+      return LEASELOCK_LOG_WARNING; /* logging not imported: not configured */
    for (int level = LEASELOCK_LOG_DEBUG; level <= LEASELOCK_LOG_ERROR; level += 10) {
       PyObject *lv = PyLong_FromLong (level);
       PyObject *r = lv ? PyObject_CallOneArg (py_logger_enabled, lv) : NULL;
@@ -57,6 +104,12 @@ void pyll_log_hook (const leaselock_log_event_t *ev, void *data)
    PyGILState_STATE g = PyGILState_Ensure ();
    PyObject *et, *ev_, *tb;
    PyErr_Fetch (&et, &ev_, &tb); /* a caller's exception in flight, if any */
+   if (!py_logger_log) {         /* the first event: logging as configured by then */
+      PyObject *m = PyImport_ImportModule ("logging");
+      if (!m || log_bind (m) < 0)
+         PyErr_WriteUnraisable (NULL);
+      Py_XDECREF (m);
+   }
    PyObject *key = ev->key ? PyUnicode_DecodeUTF8 (ev->key, (Py_ssize_t)ev->key_len, "replace")
                            : Py_NewRef (Py_None);
    PyObject *msg = PyUnicode_DecodeUTF8 (ev->message, (Py_ssize_t)strlen (ev->message), "replace");
@@ -69,9 +122,9 @@ void pyll_log_hook (const leaselock_log_event_t *ev, void *data)
    if (args)
       kw = Py_BuildValue ("{s{sssOsL}}", "extra", "event", ev->event, "key", key, "fence",
                           (long long)ev->fence);
-   if (kw)
+   if (kw && py_logger_log)
       r = PyObject_Call (py_logger_log, args, kw);
-   if (!r)
+   if (!r && PyErr_Occurred ())
       PyErr_WriteUnraisable (py_logger_log);
    Py_XDECREF (r);
    Py_XDECREF (kw);
@@ -80,20 +133,4 @@ void pyll_log_hook (const leaselock_log_event_t *ev, void *data)
    Py_XDECREF (msg);
    PyErr_Restore (et, ev_, tb);
    PyGILState_Release (g);
-}
-
-/* logging.getLogger("leaselock").log and .isEnabledFor, once. */
-int pyll_log_init (void)
-{
-   if (py_logger_log)
-      return 0;
-   PyObject *logging = PyImport_ImportModule ("logging");
-   PyObject *logger = logging ? PyObject_CallMethod (logging, "getLogger", "s", "leaselock") : NULL;
-   Py_XDECREF (logging);
-   if (!logger)
-      return -1;
-   py_logger_log = PyObject_GetAttrString (logger, "log");
-   py_logger_enabled = PyObject_GetAttrString (logger, "isEnabledFor");
-   Py_DECREF (logger);
-   return py_logger_log && py_logger_enabled ? 0 : -1;
 }

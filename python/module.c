@@ -140,8 +140,6 @@ static int module_exec (PyObject *m)
    if (pyll_args_init () < 0)
       return -1;
    pyll_fork_init ();
-   if (pyll_log_init () < 0)
-      return -1;
    pyll_state_t *st = pyll_state (m);
    if (pyll_client_setup_types (m, st) < 0 || pyll_lease_setup_types (m, st) < 0 ||
        pyll_wait_setup_types (m, st) < 0)

@@ -196,9 +196,6 @@ pid_t pyll_pid (void);
 
 /* ---- log.c --------------------------------------------------------------- */
 
-/* Binds logging.getLogger("leaselock"), once per process. 0 or -1. */
-int pyll_log_init (void);
-
 /* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for, else
  * LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
 int pyll_log_level (void);

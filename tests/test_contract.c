@@ -1214,6 +1214,65 @@ static void test_auto_renew (void)
    leaselock_client_destroy (b);
 }
 
+/* Real clock only (on the fake one the renewal thread polls): a lease due
+ * for renewal before the renewal thread's planned wake-up (the first
+ * renewal of a long lease) wakes it earlier: the short lease is renewed
+ * on time, never lost. */
+static void test_renewal_rearms_earlier (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *long_l, *short_l;
+   CHECK_OK (acq (a, key ("rearm-long"), opts (60000, true), &long_l, &err), err);
+   sleep_ms (100); /* the thread now sleeps until the long lease's first renewal */
+   lost_t L = { 0 };
+   leaselock_acquire_opts_t o = opts (900, true);
+   o.on_lost = on_lost;
+   o.on_lost_data = &L;
+   leaselock_stats_t before, after;
+   CHECK_OK (leaselock_client_stats (a, &before, &err), err);
+   CHECK_OK (acq (a, key ("rearm-short"), o, &short_l, &err), err);
+   sleep_ms (2000); /* two TTLs: renewed about every 300 ms */
+   CHECK_EQ (leaselock_lease_state (short_l), LEASELOCK_STATE_HELD);
+   CHECK_EQ (atomic_load (&L.calls), 0);
+   CHECK_OK (leaselock_client_stats (a, &after, &err), err);
+   CHECK (after.renewals - before.renewals >= 3);
+   CHECK_OK (leaselock_lease_release (short_l, &err), err);
+   CHECK_OK (leaselock_lease_release (long_l, &err), err);
+   leaselock_lease_destroy (short_l);
+   leaselock_lease_destroy (long_l);
+   leaselock_client_destroy (a);
+}
+
+/* Real clock only: auto-renewed leases taken and let go one after another
+ * leave the renewal thread asleep (each one's first renewal comes after
+ * the thread's planned wake-up, and a release does not wake it): the
+ * default path pays no thread wake-up per pair. */
+static void test_pairs_leave_renewal_asleep (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   const char *k = key ("renewal-asleep");
+   for (int i = 0; i < 201; i++) {
+      if (i == 1) {
+         sleep_ms (100); /* the thread, started by the first, sleeps */
+         atomic_store (&ll_test_renewal_wakes, 0);
+      }
+      CHECK_OK (acq (a, k, opts (30000, true), &l, &err), err);
+      CHECK_OK (leaselock_lease_release (l, &err), err);
+      leaselock_lease_destroy (l);
+   }
+   uint64_t wakes = atomic_load (&ll_test_renewal_wakes);
+   if (wakes > 2) /* a spurious wake-up or two is not one per pair */
+      fprintf (stderr, "    renewal thread woke %llu times in 200 pairs\n",
+               (unsigned long long)wakes);
+   CHECK (wakes <= 2);
+   leaselock_client_destroy (a);
+}
+
 static void test_loss_on_takeover (void)
 {
    leaselock_client_t *a = client ("a"), *b = client ("b");
@@ -3765,6 +3824,10 @@ int main (int argc, char **argv)
    if (FAKE)
       RUN (test_fair_unsupported);
    RUN_SLOW (test_auto_renew);
+   if (!FAKE) {
+      RUN_SLOW (test_renewal_rearms_earlier);
+      RUN (test_pairs_leave_renewal_asleep);
+   }
    RUN (test_loss_on_takeover);
    if (FAKE) {
       RUN (test_loss_when_database_down);

@@ -157,6 +157,12 @@ def goals(res):
     ratio_goal("Engine >= 0.95 of the bare program, every backend",
                res.get("engine-vs-bare", metric="ratio_median"), lambda v: v >= 0.95, lbl,
                engine_why, "the core benchmarks did not run")
+    ratio_goal("`auto_renew` on (the default) at most 3% slower than off, every backend",
+               res.get("auto-renew", variant="on/off", metric="ratio_median"),
+               lambda v: v >= 0.97, lbl,
+               lambda m: ("Taking a lease into renewal and out again should cost no wake-up of "
+                          "the renewal thread (csrc/renew.c)."),
+               "the core benchmarks did not run")
     py = res.get("python-vs-engine", variant="python/engine", metric="ratio_median")
     lua = [r for r in res.get("lua-vs-engine", metric="ratio_median")]
     ratio_goal("Python `with lock:` >= 0.92 of the engine", py, lambda v: v >= 0.92, lbl,
@@ -544,6 +550,17 @@ def write(res, out_dir, path):
                  "libmongoc, libmariadb, libpq; the bench-core programs, bench/core_*.c):\n")
         L.append(table(["backend", "placement", "engine pairs/s", "bare pairs/s",
                         "engine/bare (median of paired rounds)"], rows) + "\n")
+    rows = []
+    for r in res.get("auto-renew", variant="on/off", metric="ratio_median"):
+        on = res.value("auto-renew", r["backend"], "on", "us_per_pair", r["placement"])
+        off = res.value("auto-renew", r["backend"], "off", "us_per_pair", r["placement"])
+        rows.append([r["backend"], where(r["placement"]), fmt(on, "us"), fmt(off, "us"),
+                     fmt(r["value"], "ratio")])
+    if rows:
+        L.append("**Auto-renewal's cost**: the engine with `auto_renew` on (the default) beside "
+                 "off, interleaved rounds in the same bench-core program:\n")
+        L.append(table(["backend", "placement", "on µs/pair", "off µs/pair",
+                        "on/off (median of paired rounds)"], rows) + "\n")
     rows = []
     for r in res.get("python-vs-engine", metric="pairs_per_s", variant="python"):
         b, p = r["backend"], r["placement"]

@@ -240,6 +240,10 @@ def rate_peer(peer, key, n):
 CORE_LINE = re.compile(r"^(engine|bare)[^:]*:\s+(\d+) pairs/s")
 CORE_RATIO = re.compile(r"ratio engine/bare: median of (\d+) rounds ([\d.]+), best rounds ([\d.]+), "
                         r"all rounds together ([\d.]+)")
+# bench_auto_renew's lines (bench/bench.h): the engine with auto_renew on
+# beside off, in the same program.
+RENEW_US = re.compile(r"auto_renew on \(the default\): ([\d.]+) us/pair\s+auto_renew off: ([\d.]+) us/pair")
+RENEW_RATIO = re.compile(r"ratio auto_renew on/off: median of (\d+) rounds ([\d.]+)")
 
 
 def overhead_engine(res, targets):
@@ -274,6 +278,14 @@ def overhead_engine(res, targets):
                     res.add(c, name, "engine/bare", "ratio_best_rounds", float(m.group(3)), "ratio",
                             label)
                     res.add(c, name, "engine/bare", "ratio_all_rounds", float(m.group(4)), "ratio",
+                            label)
+                m = RENEW_US.search(line)
+                if m:
+                    res.add("auto-renew", name, "on", "us_per_pair", float(m.group(1)), "us", label)
+                    res.add("auto-renew", name, "off", "us_per_pair", float(m.group(2)), "us", label)
+                m = RENEW_RATIO.search(line)
+                if m:
+                    res.add("auto-renew", name, "on/off", "ratio_median", float(m.group(2)), "ratio",
                             label)
     spread_servers()
 

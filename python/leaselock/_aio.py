@@ -7,30 +7,49 @@ A child process does not have the pool's threads nor its parent's event
 loops: _fork.py gives it a new pool, new mutexes and no waiters. Code
 here reads _pool, _pool_mu, _wakers_mu and _gates_mu as this module's
 globals at each use (never a copy of them) for that reason.
+
+asyncio and concurrent.futures (which imports logging) are imported by
+the code that runs on an event loop, when it first runs, not by `import
+leaselock`: together they would be most of its start-up. A program that
+never imported asyncio runs no event loop, so it has no task (_current_task).
 """
 from __future__ import annotations
 
-import asyncio
+import sys
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ._leaselock import Lease, LockError
 
-_get_running_loop = asyncio._get_running_loop
+if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+_modules = sys.modules
 
 
 def _current_task() -> Optional["asyncio.Task[Any]"]:
     """The asyncio task running on this thread, if any."""
-    loop = _get_running_loop()
-    return None if loop is None else asyncio.current_task(loop)
+    aio = _modules.get("asyncio")
+    if aio is None:  # never imported: no event loop runs
+        return None
+    loop = aio._get_running_loop()
+    task: Optional[asyncio.Task[Any]] = None if loop is None else aio.current_task(loop)
+    return task
 
 
 def _who() -> str:
     """What holds a lease in the calling context: "task" in an asyncio
     task, else "thread"."""
     return "task" if _current_task() is not None else "thread"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    """asyncio.get_running_loop(), for the code that runs on one."""
+    import asyncio
+
+    return asyncio.get_running_loop()
 
 
 # ---- asyncio: the wait without a thread per waiter ---------------------------
@@ -53,6 +72,8 @@ def _executor() -> ThreadPoolExecutor:
     global _pool
     pool = _pool
     if pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         with _pool_mu:
             if _pool is None:
                 _pool = ThreadPoolExecutor(max_workers=_POOL_THREADS,
@@ -108,6 +129,8 @@ class _Gate:
     async def enter(self, loop: asyncio.AbstractEventLoop, deadline: Optional[float]) -> bool:
         """Waits for the turn: True once it is ours, False when the
         deadline (loop time) passed first."""
+        import asyncio
+
         if not self.busy and not self.queue:
             self.busy = True
             return True
@@ -166,6 +189,8 @@ def _gate_done(where: tuple[asyncio.AbstractEventLoop, Any, str], gate: _Gate) -
 
 async def _release_off_loop(lease: Lease, wake: Optional[str] = None) -> None:
     """Releases lease in the pool, and waits for it even if cancelled."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     try:
         done = loop.run_in_executor(_executor(), _release_quietly, lease, wake)
@@ -184,6 +209,8 @@ async def _in_pool(loop: asyncio.AbstractEventLoop,
     """call() (a try: the Lease or None, and the time to sleep before the
     next) in the pool. A lease that arrives after the caller was cancelled
     is released (waking the waiters of wake)."""
+    import asyncio
+
     fut: asyncio.Future[tuple[Optional[Lease], float]] = loop.create_future()
 
     def deliver(lease: Optional[Lease], sleep: float,
@@ -231,6 +258,8 @@ async def _poll_tries(loop: asyncio.AbstractEventLoop, deadline: Optional[float]
     deadline (loop time) passed, sleeping on the loop for the delay each
     try asks for, or until a release in this process wakes the waiters of
     wake."""
+    import asyncio
+
     event = asyncio.Event()
     me = (loop, event)
     _waiting(wake, me, True)
@@ -267,7 +296,7 @@ class _AsyncLease:
         return self.lease
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        loop = asyncio.get_running_loop()
+        loop = _running_loop()
         try:
             await loop.run_in_executor(_executor(), self.lease.__exit__, et, ev, tb)
         finally:

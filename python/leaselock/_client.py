@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import inspect
 import weakref
 from typing import (
     Any,
@@ -237,6 +236,8 @@ class Client(_leaselock.Client):
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(fn):
                 raise _error(TypeError, f"locked() decorates a callable, not {type(fn).__name__}")
+            import inspect  # here, not at import: a tenth of `import leaselock`
+
             if inspect.iscoroutinefunction(fn):
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

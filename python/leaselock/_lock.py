@@ -3,10 +3,9 @@ and machines; the base of Semaphore and RWLockSide (_modes.py). Its asyncio
 methods wait through _aio.py."""
 from __future__ import annotations
 
-import asyncio
 import threading
 import weakref
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _leaselock
 from ._aio import (
@@ -18,10 +17,14 @@ from ._aio import (
     _in_pool,
     _notify,
     _poll_tries,
+    _running_loop,
     _who,
 )
 from ._args import Duration, _check_key, _error, _ms
 from ._leaselock import Lease, LockError, LockTimeout, NotHeld
+
+if TYPE_CHECKING:
+    import asyncio
 
 # Every Lock, so that a forked child can forget what its parent's threads
 # held (_fork.py).
@@ -412,7 +415,7 @@ class Lock(_Named):
 
     async def _acquire_async_ms(self, timeout_ms: int, register: bool,
                                 block: bool = False) -> Lease:
-        loop = asyncio.get_running_loop()
+        loop = _running_loop()
         if timeout_ms == 0:
             lease = await self._try_async(loop, True)
             if lease is None:
@@ -458,7 +461,7 @@ class Lock(_Named):
         mine = self._held_by_me()
         if mine is None:
             return None
-        await asyncio.get_running_loop().run_in_executor(_executor(), mine._reenter)
+        await _running_loop().run_in_executor(_executor(), mine._reenter)
         self._push(mine, block)
         return mine
 

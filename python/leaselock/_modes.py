@@ -3,15 +3,17 @@ over the core's mode acquires (_ModeLock), the checks of their keys, and
 the count of live holders."""
 from __future__ import annotations
 
-import asyncio
 import random
-from typing import Any, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 from . import _leaselock
 from ._aio import _who
 from ._args import Duration, _error
 from ._leaselock import Lease, LockError
 from ._lock import Lock
+
+if TYPE_CHECKING:
+    import asyncio
 
 # The core does the work (csrc/modes.c, docs/contract.md "Semaphores and
 # read-write locks"): each holder holds an ordinary lease on a record of its
