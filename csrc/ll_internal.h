@@ -646,6 +646,11 @@ typedef struct ll_backend
    .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
    .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
 
+/* Tests only: when set, a backend's queue_join calls it between its round
+ * trips (tests/test_sql.c stops the process there, SIGSTOP, to prove that
+ * a waiter stopped mid-join holds no other waiter back). NULL otherwise. */
+extern void (*ll_test_queue_join_hook) (void);
+
 /* Backends compiled into the core (each file defines its table even when
  * its library is missing, with available = false). */
 extern const ll_backend_t ll_backend_sqlite;
