@@ -32,8 +32,9 @@
 #define IO_MAX 4          /* I/O threads per client, started as renewals need them */
 #define FORK_WAIT_MS 2000 /* fork() waits this long for calls in flight */
 /* Fair mode: a waiter's queue entry lasts QUEUE_KEEP_MS past each try (so
- * one that died or gave up holds the others back at most that long). */
-#define QUEUE_KEEP_MS 1000
+ * one that died, stopped or gave up holds the others back at most that
+ * long: LL_WAITER_KEEP_MS, the bound of every mode). */
+#define QUEUE_KEEP_MS LL_WAITER_KEEP_MS
 /* An automatic renewal that failed, and the forgetting of an owner
  * (ll_forget_t), try again after RETRY_MIN_MS .. RETRY_MAX_MS. */
 #define RETRY_MIN_MS 5

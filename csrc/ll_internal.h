@@ -646,6 +646,12 @@ typedef struct ll_backend
    .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
    .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
 
+/* The longest a waiter that stopped (SIGSTOP, a debugger, a paused VM) or
+ * died holds the other waiters back, in every mode (docs/contract.md): a
+ * fair queue entry's keep (QUEUE_KEEP_MS), the TTL of a fair semaphore's
+ * gate and of a reader's pass through a writer's record (modes.c). */
+#define LL_WAITER_KEEP_MS 1000
+
 /* Tests only: when set, a backend's queue_join calls it between its round
  * trips (tests/test_sql.c stops the process there, SIGSTOP, to prove that
  * a waiter stopped mid-join holds no other waiter back). NULL otherwise. */
