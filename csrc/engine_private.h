@@ -216,6 +216,11 @@ typedef struct acquire_call
     * TTL runs out. */
    char owner[LEASELOCK_OWNER_LEN + 1];
    bool resent, sent_any;
+   /* A wait its caller drives (leaselock_wait_try): the caller sleeps
+    * between tries, on an event loop that a try must not hold, so a try
+    * waits on a database's own lock (SQLite's file) a moment at most, as
+    * a one-try acquire does, and comes back BUSY. */
+   bool driven;
    int attempt;          /* waits so far: the backoff grows with it */
    int64_t start, until; /* the call's start and deadline */
    int64_t waited_from;  /* when it first found the key busy and waited */

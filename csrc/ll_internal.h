@@ -182,7 +182,7 @@ bool ll_call_unsent_take (void);
  * (ll_call_wait_warn). */
 typedef struct ll_call_wait
 {
-   bool one_try;       /* a one-try acquire (timeout 0) */
+   bool one_try;       /* a one-try acquire (timeout 0), or a try of a driven wait */
    struct ll_obs *obs; /* the client's log (borrowed) */
    const char *key;    /* borrowed, key_len bytes */
    size_t key_len;
