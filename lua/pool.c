@@ -261,13 +261,14 @@ void ll_lua_pool_wait_give_up (uint64_t id)
 }
 
 /* Takes out of the registry the waits of sc (every client's when NULL)
- * that the reaper destroys (ll_lua_pool_reap says which). */
+ * that the reaper destroys (ll_lua_pool_reap says which; and those of a
+ * collected client handle, back from a try that ran meanwhile). */
 static ll_nbwait_t *waits_to_reap (ll_shared_client_t *sc, int64_t max_age_ms, int64_t now)
 {
    ll_nbwait_t *old = NULL, **p, *w;
    for (p = &reg_waits; (w = *p);) {
-      if ((!sc || w->sc == sc) &&
-          (max_age_ms == 0 || w->given_up || now - w->used_ms >= WAIT_IDLE_MAX_MS)) {
+      if ((!sc || w->sc == sc) && (max_age_ms == 0 || w->given_up || w->sc->handle_gone ||
+                                   now - w->used_ms >= WAIT_IDLE_MAX_MS)) {
          *p = w->next;
          w->next = old;
          old = w;
