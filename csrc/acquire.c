@@ -307,6 +307,7 @@ leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
       free (w);
       return NULL;
    }
+   w->a.driven = true;
    atomic_fetch_add (&c->refs, 1);
    return w;
 }

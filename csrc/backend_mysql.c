@@ -49,7 +49,7 @@
  * a plain BUSY changes no column (0 affected rows). Renew, hold and
  * force_release use the LAST_INSERT_ID device to tell whether their row
  * matched (hold's insert id is also the count after). One round trip per
- * call: taken or BUSY, reserving or not, and hold. queue_join takes three
+ * call: taken or BUSY, reserving or not, and hold. queue_join takes two
  * (ll_mysql_queue_join says why), queue_leave one, prune two (the records, then
  * the queue entries that ran out).
  *
@@ -547,26 +547,22 @@ static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c,
    return ok;
 }
 
-/* The named lock is the session's until released: a join that fails after
- * taking it drops the connection, which lets it go. Returns false. */
-static bool ll_mysql_queue_drop (ll_mysql_conn_t *c)
-{
-   ll_mysql_disconnect (&c->b);
-   return false;
-}
-
 /*
- * queue_join: three statements, three round trips. The key's queue lock
- * (GET_LOCK, waited for at most the read timeout less a second), then the
- * upsert, autocommitted under it, then the count, which lets the lock go.
- * Why the lock: the count reads what was committed when it starts, and an
- * arrival is the upsert's start time. Without the lock a join that
- * arrived earlier could commit after a later one counted (each would see
- * none of the other: two waiters both first). With it, each arrival is
- * read after the previous join of the key committed, so every earlier
- * arrival is there for the count. A transaction would not do it: its
- * plain reads do not wait for the other's uncommitted entry, and locking
- * reads deadlock against each other's inserts.
+ * queue_join: two statements, two round trips, and between them nothing
+ * held. The upsert (stmt_mysql.c) writes the key's head row first: its
+ * row lock orders the joins of the key, and it hands each join an arrival
+ * after the key's latest (so arrivals follow commits), within the one
+ * autocommitted statement: the server runs it to its commit whatever the
+ * client does, so a waiter stopped in its join (SIGSTOP, a debugger, a
+ * paused VM) holds no other join back; its entry runs out after keep like
+ * any. Then the count, which starts after the upsert committed, when
+ * every earlier arrival has. A named lock (GET_LOCK) held across the
+ * round trips, as before, made every other join of the key wait for a
+ * stopped waiter; plain reads in one transaction do not wait for another
+ * join's uncommitted entry, and locking reads deadlock against each
+ * other's inserts. A deadlock on the head row (two first joins of a key)
+ * is retried (ll_mysql_execute); every wait ends within the caller's
+ * bound (ll_mysql_cap_io).
  */
 static bool ll_mysql_queue_join (void *conn,
                                  const ll_op_t *op,
@@ -576,30 +572,21 @@ static bool ll_mysql_queue_join (void *conn,
 {
    ll_mysql_conn_t *c = conn;
    unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
-   int64_t wait_s = c->read_timeout > 1 ? c->read_timeout - 1 : 1, keep_us = keep_ms * 1000;
-   int64_t v[2] = { -1, -1 };
-   MYSQL_BIND p[4];
+   int64_t keep_us = keep_ms * 1000, v[1] = { -1 };
+   MYSQL_BIND p[5];
    ll_mysql_bind_blob (&p[0], op->key, &klen);
-   ll_mysql_bind_i64 (&p[1], &wait_s);
-   if (!ll_mysql_execute (c, LL_SQL_QUEUE_LOCK, p, "queue_join", err))
-      return false;
-   if (!ll_mysql_fetch_row_i64 (c, LL_SQL_QUEUE_LOCK, v, 1, err))
-      return ll_mysql_queue_drop (c);
-   if (v[0] != 1) {
-      char msg[96];
-      snprintf (msg, sizeof msg, "the key's queue lock stayed taken for %lld s", (long long)wait_s);
-      ll_backend_fail (err, "mysql", "queue_join", msg, NULL, NULL);
-      return ll_mysql_queue_drop (c);
-   }
-   ll_mysql_bind_str (&p[1], op->owner, &olen);
-   ll_mysql_bind_i64 (&p[2], &keep_us);
+   ll_mysql_bind_blob (&p[1], op->key, &klen);
+   ll_mysql_bind_str (&p[2], op->owner, &olen);
    ll_mysql_bind_i64 (&p[3], &keep_us);
+   ll_mysql_bind_i64 (&p[4], &keep_us);
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err))
-      return ll_mysql_queue_drop (c);
-   ll_mysql_bind_blob (&p[2], op->key, &klen);
+      return false;
+   if (ll_test_queue_join_hook)
+      ll_test_queue_join_hook ();
+   ll_mysql_bind_str (&p[1], op->owner, &olen);
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_AHEAD, p, "queue_join", err) ||
-       !ll_mysql_fetch_row_i64 (c, LL_SQL_QUEUE_AHEAD, v, 2, err))
-      return ll_mysql_queue_drop (c);
+       !ll_mysql_fetch_row_i64 (c, LL_SQL_QUEUE_AHEAD, v, 1, err))
+      return false;
    *ahead = v[0];
    return true;
 }

@@ -404,7 +404,9 @@ static bool ll_pg_prune (void *conn,
 /* ---- the fair mode's queue --------------------------------------------- */
 
 /* queue_join: two statements, two round trips (stmt_postgresql.c says why
- * the count cannot be in the first). */
+ * the count cannot be in the first). The advisory lock that orders the
+ * joins is the first statement's transaction's, so nothing is held
+ * between them: a waiter stopped there holds no other join back. */
 static bool ll_pg_queue_join (void *conn,
                               const ll_op_t *op,
                               int64_t keep_ms,
@@ -416,6 +418,8 @@ static bool ll_pg_queue_join (void *conn,
    if (!res)
       return false;
    PQclear (res);
+   if (ll_test_queue_join_hook)
+      ll_test_queue_join_hook ();
    res = ll_pg_run_key (conn, LL_SQL_QUEUE_AHEAD, op, NULL, "queue_join", err);
    if (!res)
       return false;

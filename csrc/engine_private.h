@@ -32,8 +32,9 @@
 #define IO_MAX 4          /* I/O threads per client, started as renewals need them */
 #define FORK_WAIT_MS 2000 /* fork() waits this long for calls in flight */
 /* Fair mode: a waiter's queue entry lasts QUEUE_KEEP_MS past each try (so
- * one that died or gave up holds the others back at most that long). */
-#define QUEUE_KEEP_MS 1000
+ * one that died, stopped or gave up holds the others back at most that
+ * long: LL_WAITER_KEEP_MS, the bound of every mode). */
+#define QUEUE_KEEP_MS LL_WAITER_KEEP_MS
 /* An automatic renewal that failed, and the forgetting of an owner
  * (ll_forget_t), try again after RETRY_MIN_MS .. RETRY_MAX_MS. */
 #define RETRY_MIN_MS 5
@@ -226,6 +227,11 @@ typedef struct acquire_call
     * TTL runs out. */
    char owner[LEASELOCK_OWNER_LEN + 1];
    bool resent, sent_any;
+   /* A wait its caller drives (leaselock_wait_try): the caller sleeps
+    * between tries, on an event loop that a try must not hold, so a try
+    * waits on a database's own lock (SQLite's file) a moment at most, as
+    * a one-try acquire does, and comes back BUSY. */
+   bool driven;
    int attempt;          /* waits so far: the backoff grows with it */
    int64_t start, until; /* the call's start and deadline */
    int64_t waited_from;  /* when it first found the key busy and waited */

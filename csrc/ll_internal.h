@@ -191,7 +191,7 @@ bool ll_call_unsent_take (void);
  * (ll_call_wait_warn). */
 typedef struct ll_call_wait
 {
-   bool one_try;       /* a one-try acquire (timeout 0) */
+   bool one_try;       /* a one-try acquire (timeout 0), or a try of a driven wait */
    struct ll_obs *obs; /* the client's log (borrowed) */
    const char *key;    /* borrowed, key_len bytes */
    size_t key_len;
@@ -654,6 +654,17 @@ typedef struct ll_backend
    .acquire_wait = p##_acquire_wait, .queue_join = p##_queue_join, .queue_leave = p##_queue_leave, \
    .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
    .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
+
+/* The longest a waiter that stopped (SIGSTOP, a debugger, a paused VM) or
+ * died holds the other waiters back, in every mode (docs/contract.md): a
+ * fair queue entry's keep (QUEUE_KEEP_MS), the TTL of a fair semaphore's
+ * gate and of a reader's pass through a writer's record (modes.c). */
+#define LL_WAITER_KEEP_MS 1000
+
+/* Tests only: when set, a backend's queue_join calls it between its round
+ * trips (tests/test_sql.c stops the process there, SIGSTOP, to prove that
+ * a waiter stopped mid-join holds no other waiter back). NULL otherwise. */
+extern void (*ll_test_queue_join_hook) (void);
 
 /* Backends compiled into the core (each file defines its table even when
  * its library is missing, with available = false). */

@@ -42,11 +42,14 @@
 #define STOP_POLL_MS 100
 /* A fair semaphore waiter holds the gate while it waits for a slot; the
  * gate is auto-renewed, so its TTL only bounds how long a waiter that died
- * holds the others back. */
-#define GATE_TTL_MS 5000
+ * or stopped holds the others back: no longer than a fair lock's waiter
+ * (LL_WAITER_KEEP_MS, the bound of every mode). */
+#define GATE_TTL_MS LL_WAITER_KEEP_MS
 /* A reader waiting for a writer takes the exclusive record for the time
- * of one statement (PASS below); this TTL bounds it if that reader dies. */
-#define PASS_TTL_MS 10000
+ * of one statement (PASS below); this TTL bounds it if that reader dies
+ * or stops there. A statement slower than that only makes the reader try
+ * again (its release of the pass fails: rw_reader_pass). */
+#define PASS_TTL_MS LL_WAITER_KEEP_MS
 /* Released readers leave expired records: a writer's drain prunes them
  * when it has to wait anyway, or when they are this many; one reader
  * acquire in READER_PRUNE_EVERY prunes after it succeeded. */

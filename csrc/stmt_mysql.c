@@ -223,30 +223,34 @@
 
 /* ---- the fair mode's queue ------------------------------------------------ */
 
-/* The name of the key's queue lock: a named lock (GET_LOCK) per table and
- * key, hashed to fit the server's 64 characters. Parameter: key. */
-#define LL_MYSQL_QUEUE_LOCK_NAME "CONCAT('leaselock queue ', SHA1(CONCAT('%1$s', 0x00, ?)))"
-/* queue_join, three statements on one connection (backend_mysql.c's
- * queue_join says why):
- * 1. the key's queue lock. Parameters: key, timeout (s). 1 when taken. */
-#define LL_MYSQL_QUEUE_LOCK "SELECT GET_LOCK(" LL_MYSQL_QUEUE_LOCK_NAME ", ?)"
-/* 2. the upsert, autocommitted under the lock: a new entry, or one that ran
- * out, arrives now; a live one keeps its arrival (arrived is assigned
- * first, from the old alive_until); alive_until = now + keep. Parameters:
- * key, owner, keep (us), keep (us). */
+/* No queue lock statement: the join's order comes from its head row. */
+#define LL_MYSQL_QUEUE_LOCK NULL
+/* queue_join, two statements, two round trips, no lock held between them
+ * (backend_mysql.c's queue_join says why):
+ * 1. the upsert, one autocommitted statement of two rows, written in
+ *    order. First the key's head row (owner '', never live: alive_until =
+ *    arrived), whose row lock orders the joins of the key until the
+ *    statement commits, and which keeps the key's latest arrival: the
+ *    arrival of this join, @ll_arrived, is now, or 1 us after that when
+ *    now is not later. Then owner's entry: a new entry, or one that ran
+ *    out, arrives at @ll_arrived; a live one keeps its arrival (arrived is
+ *    assigned first, from the old alive_until); alive_until = now + keep.
+ *    Parameters: key, key, owner, keep (us), keep (us). */
 #define LL_MYSQL_QUEUE_JOIN                                                                        \
-   "INSERT INTO `%s_queue` (lock_key, owner, arrived, alive_until) VALUES (?, ?, " LL_MYSQL_NOW    \
-   ", " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE "                         \
-   "arrived = IF(alive_until > " LL_MYSQL_NOW ", arrived, " LL_MYSQL_NOW "), "                     \
-   "alive_until = " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND"
-/* 3. the live entries of the key ordered before owner's (arrived, owner),
- * then the lock let go (RELEASE_LOCK after the count, left to right).
- * Parameters: key, owner, key. */
+   "INSERT INTO `%s_queue` (lock_key, owner, arrived, alive_until) VALUES "                        \
+   "(?, '', @ll_arrived := " LL_MYSQL_NOW ", @ll_arrived), "                                       \
+   "(?, ?, @ll_arrived, " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE "       \
+   "arrived = IF(owner = '', @ll_arrived := GREATEST(" LL_MYSQL_NOW                                \
+   ", arrived + INTERVAL 1 MICROSECOND), IF(alive_until > " LL_MYSQL_NOW                           \
+   ", arrived, @ll_arrived)), "                                                                    \
+   "alive_until = IF(owner = '', @ll_arrived, " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND)"
+/* 2. the live entries of the key ordered before owner's (arrived, owner);
+ * never the head row. Parameters: key, owner. */
 #define LL_MYSQL_QUEUE_AHEAD                                                                       \
-   "SELECT (SELECT COUNT(*) FROM `%1$s_queue` q, `%1$s_queue` me "                                 \
-   "WHERE me.lock_key = ? AND me.owner = ? AND q.lock_key = me.lock_key "                          \
+   "SELECT COUNT(*) FROM `%1$s_queue` q, `%1$s_queue` me "                                         \
+   "WHERE me.lock_key = ? AND me.owner = ? AND q.lock_key = me.lock_key AND q.owner <> '' "        \
    "AND q.alive_until > " LL_MYSQL_NOW " AND (q.arrived < me.arrived OR "                          \
-   "(q.arrived = me.arrived AND q.owner < me.owner))), RELEASE_LOCK(" LL_MYSQL_QUEUE_LOCK_NAME ")"
+   "(q.arrived = me.arrived AND q.owner < me.owner))"
 /* Parameters: key, owner. */
 #define LL_MYSQL_QUEUE_LEAVE "DELETE FROM `%s_queue` WHERE lock_key = ? AND owner = ?"
 /* prune's second statement: the queue entries under a prefix that ran out

@@ -267,7 +267,7 @@ static bool try_bounded (acquire_call_t *a,
                          leaselock_error_t *err)
 {
    ll_call_wait_t *w = &a->lock_wait;
-   w->one_try = a->opts->timeout_ms == 0 && ll_mode_bound () == LL_MODE_NONE;
+   w->one_try = (a->opts->timeout_ms == 0 && ll_mode_bound () == LL_MODE_NONE) || a->driven;
    w->obs = &a->c->obs;
    w->key = a->key;
    w->key_len = a->key_len;

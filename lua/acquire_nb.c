@@ -1,11 +1,13 @@
 /*
  * acquire_nb.c - lock:acquire_nb, the waiting acquire for OpenResty: the
- * C halves of a try that its Lua wait loop (acquire_nb.lua) is closed
- * over, and the module functions a pool thread runs for it
- * (leaselock.pool._pool_try, ._pool_reap). A try on SQLite, or
- * outside nginx, is made in the worker (lock_try_nb); else lock_plan_nb
- * gives the arguments of _pool_try, run in a thread of an nginx thread
- * pool, which parks the lease in the registry (pool.c) for lock_adopt_nb.
+ * C halves of its Lua wait loop (acquire_nb.lua), and the module
+ * functions a pool thread runs for it (leaselock.pool._pool_try,
+ * leaselock.pool._pool_reap). The loop drives one waiter of the core
+ * (leaselock_wait_new / _try / _destroy), registered in pool.c: its tries
+ * claim the key's reservation and keep a fair place as a blocking
+ * acquire's do. A try on SQLite, or outside nginx, is made in the worker
+ * (lock_try_wait_nb); else in a thread of an nginx thread pool
+ * (_pool_try), which parks the lease in the registry for lock_adopt_nb.
  * The halves are called from the loop's `try`, two Lua frames below
  * acquire_nb's caller: their errors point three levels up.
  */
@@ -57,121 +59,137 @@ static uint64_t check_id (lua_State *L,
    return (uint64_t)v;
 }
 
-/* Milliseconds as _pool_try takes them: an integer lo .. 30 days. */
-static int64_t check_ms (lua_State *L, int idx, int arg, const char *what, int64_t lo)
-{
-   double v;
-   if (lua_type (L, idx) != LUA_TNUMBER) {
-      ll_lua_arg_error (L, 1, "_pool_try", arg, "%s: number expected, got %s", what,
-                        luaL_typename (L, idx));
-   }
-   v = (double)lua_tonumber (L, idx);
-   if (!(v >= (double)lo && v <= (double)LEASELOCK_TTL_MAX_MS) || v != floor (v)) {
-      /* lua_pushfstring's %d is an int: 30 days in ms is not. */
-      char max[32];
-      snprintf (max, sizeof max, "%lld", (long long)LEASELOCK_TTL_MAX_MS);
-      ll_lua_arg_error (L, 1, "_pool_try", arg, "%s must be an integer from %d to %s", what,
-                        (int)lo, max);
-   }
-   return (int64_t)v;
-}
-
-static bool check_bool (lua_State *L, int idx, int arg, const char *what)
-{
-   if (lua_type (L, idx) != LUA_TBOOLEAN) {
-      ll_lua_arg_error (L, 1, "_pool_try", arg, "%s: boolean expected, got %s", what,
-                        luaL_typename (L, idx));
-   }
-   return lua_toboolean (L, idx);
-}
-
 /*
- * acquire_nb's plan for one try of the lock at 1: nothing when the try is
- * made here (SQLite: one short local statement), else the arguments of
- * leaselock.pool._pool_try for a pool thread: client id, key, ttl_ms,
- * min_hold_ms, auto_renew, on_renew_failed (whether the lock has one).
- * Registers the client on first use.
+ * begin(lock, under_nginx, one_try) -> wait id, here | nothing. The wait
+ * of one acquire_nb (no I/O): the lock's options (fair included), no
+ * timeout of its own (the Lua loop counts the time; one_try: timeout 0,
+ * its one try ends it). here: its tries are made in the worker (SQLite:
+ * one short local statement, a moment at most on the file's lock; or no
+ * nginx). Nothing when this coroutine holds the lock already: the one try
+ * in the worker enters it again, or refuses.
  */
-static int lock_plan_nb (lua_State *L)
+static int lock_begin_nb (lua_State *L)
 {
    ll_lua_lock_t *k = check_plain_nb (L);
-   ll_lua_client_t *c;
-   ll_shared_client_t *sc;
+   bool nginx = lua_toboolean (L, 2), one_try = lua_toboolean (L, 3);
+   ll_lua_renew_failed_t *rf = NULL;
+   leaselock_error_t err;
    lua_settop (L, 1);
    lua_getuservalue (L, 1);
    lua_rawgeti (L, 2, UV_CLIENT); /* 3 */
    ll_lua_check_open_client (L, 3, 3, "acquire_nb");
-   c = lua_touserdata (L, 3);
-   /* SQLite (instant), and a lock this coroutine holds already (entered
-    * again, or refused, by the one try on the worker): no pool thread. */
-   if (strcmp (leaselock_client_backend (c->client), "sqlite") == 0 || ll_lua_push_my_lease (L)) {
+   ll_lua_client_t *c = lua_touserdata (L, 3);
+   if (ll_lua_push_my_lease (L)) {
       return 0;
    }
-   sc = ll_lua_pool_share (c);
+   ll_shared_client_t *sc = ll_lua_pool_share (c);
    if (!sc) {
       return luaL_error (L, "acquire_nb: out of memory");
    }
-   lua_pushinteger (L, (lua_Integer)sc->id);
-   lua_pushlstring (L, k->key, k->key_len);
-   lua_pushinteger (L, (lua_Integer)k->opts.ttl_ms);
-   lua_pushinteger (L, (lua_Integer)k->opts.min_hold_ms);
-   lua_pushboolean (L, k->opts.auto_renew);
-   lua_pushboolean (L, ll_lua_wants_renew_failed (L, k));
-   return 6;
-}
-
-/*
- * leaselock.pool._pool_try(client_id, key, ttl_ms, min_hold_ms, auto_renew,
- * on_renew_failed) -> parked_id | nil, msg, code. What lock:acquire_nb
- * runs in a pool thread (ngx.run_worker_thread): one one-try acquire on
- * the registered client (blocking this thread only), the lease parked for
- * the request to adopt. First it reaps the parked leases nobody adopted.
- * Not for direct use; arguments are checked all the same.
- */
-int ll_lua_pool_try (lua_State *L)
-{
-   uint64_t cid = check_id (L, 1, 1, "_pool_try", 1, "client id"), id;
-   size_t len;
-   const char *key = ll_lua_check_key (L, 2, "_pool_try", 2, &len);
-   leaselock_acquire_opts_t o;
-   ll_shared_client_t *sc;
-   ll_lua_renew_failed_t *rf = NULL;
-   leaselock_lease_t *lease = NULL;
-   leaselock_error_t err;
-   bool want_rf;
-
-   leaselock_acquire_opts_init (&o);
-   o.ttl_ms = check_ms (L, 3, 3, "ttl_ms", 1);
-   o.min_hold_ms = check_ms (L, 4, 4, "min_hold_ms", 0);
-   o.auto_renew = check_bool (L, 5, 5, "auto_renew");
-   want_rf = check_bool (L, 6, 6, "on_renew_failed");
-   o.timeout_ms = 0;
-   o.no_holder = true; /* a poll: its busy try names nobody (no read) */
-   ll_lua_pool_reap (NULL, PARKED_MAX_MS);
-   sc = ll_lua_pool_get (cid);
-   if (!sc) {
-      ll_lua_arg_error (L, 1, "_pool_try", 1, "no " CLIENT_MT " has this id");
-   }
-   if (want_rf && o.auto_renew) {
+   leaselock_acquire_opts_t o = k->opts;
+   o.timeout_ms = one_try ? 0 : -1;
+   if (ll_lua_wants_renew_failed (L, k)) {
       if (!(rf = ll_lua_rf_new ())) {
-         ll_lua_pool_put (sc);
-         return luaL_error (L, "_pool_try: out of memory");
+         return luaL_error (L, "acquire_nb: out of memory");
       }
       o.on_renew_failed = ll_lua_rf_hook;
       o.on_renew_failed_data = rf;
    }
-   ll_lua_pool_trying (true);
-   if (!leaselock_acquire (sc->client, key, len, &o, &lease, &err)) {
-      ll_lua_pool_trying (false);
+   leaselock_wait_t *w = leaselock_wait_new (c->client, k->key, k->key_len, &o, &err);
+   if (!w) {
       ll_lua_rf_free (rf);
-      ll_lua_pool_put (sc);
-      return ll_lua_push_failure (L, &err);
+      return ll_lua_fail (L, 3, "acquire_nb", &err);
    }
-   id = ll_lua_pool_park (sc, lease, rf, &err);
-   ll_lua_pool_trying (false);
-   ll_lua_pool_put (sc);
+   uint64_t id = ll_lua_pool_wait_add (sc, w, rf, one_try);
    if (!id) {
-      return ll_lua_push_failure (L, &err);
+      return luaL_error (L, "acquire_nb: out of memory");
+   }
+   lua_pushinteger (L, (lua_Integer)id);
+   lua_pushboolean (L, !nginx || strcmp (leaselock_client_backend (c->client), "sqlite") == 0);
+   return 2;
+}
+
+/* One try of the wait w (taken out of the registry): true with *lease
+ * (w destroyed, its rf in *rf); false with err, w back in the registry
+ * when it waits on (BUSY of a wait with a timeout: *sleep_ms), else
+ * destroyed (over: no round trip). */
+static bool wait_try (ll_nbwait_t *w,
+                      leaselock_lease_t **lease,
+                      ll_lua_renew_failed_t **rf,
+                      int64_t *sleep_ms,
+                      leaselock_error_t *err)
+{
+   if (leaselock_wait_try (w->wait, lease, sleep_ms, err)) {
+      *rf = w->rf;
+      w->rf = NULL;
+      ll_lua_pool_wait_free (w);
+      return true;
+   }
+   if (err->code == LEASELOCK_BUSY && !w->one_try) {
+      ll_lua_pool_wait_back (w);
+   } else {
+      ll_lua_pool_wait_free (w);
+   }
+   return false;
+}
+
+/* nil, msg, code[, sleep (s)]: a failed try; the sleep the core chose
+ * when the wait goes on (BUSY). */
+static int push_try_failure (lua_State *L, const leaselock_error_t *err, int64_t sleep_ms)
+{
+   int n = ll_lua_push_failure (L, err);
+   if (err->code == LEASELOCK_BUSY) {
+      lua_pushnumber (L, (lua_Number)sleep_ms / 1000);
+      n++;
+   }
+   return n;
+}
+
+static int push_gone (lua_State *L)
+{
+   lua_pushnil (L);
+   lua_pushliteral (L, "the wait was given up (idle too long)");
+   lua_pushliteral (L, "GONE");
+   return 3;
+}
+
+/*
+ * leaselock.pool._pool_try(wait_id) -> parked_id | nil, msg, code[, sleep].
+ * What lock:acquire_nb runs in a pool thread (ngx.run_worker_thread): one
+ * try of its wait (blocking this thread only), the lease parked for the
+ * request to adopt. First it reaps what nobody will adopt or use. Not for
+ * direct use; its argument is checked all the same.
+ */
+int ll_lua_pool_try (lua_State *L)
+{
+   uint64_t wid = check_id (L, 1, 1, "_pool_try", 1, "wait id");
+   leaselock_lease_t *lease = NULL;
+   ll_lua_renew_failed_t *rf = NULL;
+   leaselock_error_t err;
+   int64_t sleep_ms = 0;
+   ll_lua_pool_reap (NULL, PARKED_MAX_MS);
+   ll_nbwait_t *w = ll_lua_pool_wait_take (wid);
+   if (!w) {
+      return push_gone (L);
+   }
+   ll_shared_client_t *sc = w->sc;
+   /* The wait's reference to sc goes with it: park needs one of its own. */
+   ll_shared_client_t *ref = ll_lua_pool_get (sc->id);
+   bool ok = wait_try (w, &lease, &rf, &sleep_ms, &err);
+   uint64_t id = 0;
+   if (ok && ref) {
+      id = ll_lua_pool_park (ref, lease, rf, &err);
+   } else if (ok) {
+      leaselock_lease_destroy (lease); /* the handle was collected meanwhile */
+      ll_lua_rf_free (rf);
+      err = (leaselock_error_t){ .code = LEASELOCK_INVALID };
+      snprintf (err.message, sizeof err.message, "the client was closed while acquiring");
+   }
+   if (ref) {
+      ll_lua_pool_put (ref);
+   }
+   if (!id) {
+      return push_try_failure (L, &err, sleep_ms);
    }
    lua_pushinteger (L, (lua_Integer)id);
    return 1;
@@ -188,30 +206,15 @@ int ll_lua_pool_reap_old (lua_State *L)
    return 1;
 }
 
-/*
- * acquire_nb's end of a try in the pool: adopt(lock, parked_id) -> the
- * parked lease in a lease handle, as ll_lua_do_acquire makes it, | nil,
- * "busy", "BUSY" if it is no longer there (reaped while the worker was too busy to
- * adopt it, or released by a close: a busy try, the wait goes on).
- */
-static int lock_adopt_nb (lua_State *L)
+/* The lease handle ls (pushed by ll_lua_push_lease_handle, its client at
+ * client_idx) takes lease and rf, as ll_lua_do_acquire's does; returns 1
+ * with it on top. */
+static int adopt_lease (lua_State *L,
+                        ll_lua_lease_t *ls,
+                        int client_idx,
+                        leaselock_lease_t *lease,
+                        ll_lua_renew_failed_t *rf)
 {
-   ll_lua_check_lock (L, 1, 3, "acquire_nb");
-   uint64_t id = check_id (L, 2, 3, "acquire_nb", 1, "parked lease id");
-   ll_lua_client_t *c;
-   ll_lua_lease_t *ls;
-   leaselock_client_t *client;
-   leaselock_lease_t *lease;
-   ll_lua_renew_failed_t *rf;
-   int client_idx;
-
-   lua_settop (L, 1);
-   ls = ll_lua_push_lease_handle (L, 3, "acquire_nb", &client_idx, &client);
-   c = lua_touserdata (L, client_idx);
-   if (!c->shared || !ll_lua_pool_unpark (id, c->shared, &lease, &rf)) {
-      leaselock_error_t busy = { .code = LEASELOCK_BUSY };
-      return ll_lua_push_failure (L, &busy);
-   }
    ls->rf = rf;
    ll_lua_lease_handle_set (ls, lease);
    ll_lua_drain_log (L, client_idx);
@@ -220,12 +223,88 @@ static int lock_adopt_nb (lua_State *L)
    return 1;
 }
 
+/*
+ * acquire_nb's end of a try in the pool: adopt(lock, parked_id) -> the
+ * parked lease in a lease handle, as ll_lua_do_acquire makes it, | nil,
+ * "busy", "BUSY" if it is no longer there (reaped while the worker was too
+ * busy to adopt it, or released by a close: a busy try, the wait goes on).
+ */
+static int lock_adopt_nb (lua_State *L)
+{
+   ll_lua_check_lock (L, 1, 3, "acquire_nb");
+   uint64_t id = check_id (L, 2, 3, "acquire_nb", 1, "parked lease id");
+   leaselock_client_t *client;
+   leaselock_lease_t *lease;
+   ll_lua_renew_failed_t *rf;
+   int client_idx;
+
+   lua_settop (L, 1);
+   ll_lua_lease_t *ls = ll_lua_push_lease_handle (L, 3, "acquire_nb", &client_idx, &client);
+   ll_lua_client_t *c = lua_touserdata (L, client_idx);
+   if (!c->shared || !ll_lua_pool_unpark (id, c->shared, &lease, &rf)) {
+      leaselock_error_t busy = { .code = LEASELOCK_BUSY };
+      return ll_lua_push_failure (L, &busy);
+   }
+   return adopt_lease (L, ls, client_idx, lease, rf);
+}
+
+/*
+ * try_wait(lock, wait_id) -> lease | nil, msg, code[, sleep (s)]: one try
+ * of the wait made here (SQLite, or outside nginx), the lease in a lease
+ * handle; code "GONE" when the wait was reaped.
+ */
+static int lock_try_wait_nb (lua_State *L)
+{
+   check_plain_nb (L);
+   uint64_t wid = check_id (L, 2, 3, "acquire_nb", 1, "wait id");
+   leaselock_client_t *client;
+   leaselock_lease_t *lease = NULL;
+   ll_lua_renew_failed_t *rf = NULL;
+   leaselock_error_t err;
+   int64_t sleep_ms = 0;
+   int client_idx;
+
+   lua_settop (L, 1);
+   ll_lua_lease_t *ls = ll_lua_push_lease_handle (L, 3, "acquire_nb", &client_idx, &client);
+   ll_nbwait_t *w = ll_lua_pool_wait_take (wid);
+   if (!w) {
+      return push_gone (L);
+   }
+   if (wait_try (w, &lease, &rf, &sleep_ms, &err)) {
+      return adopt_lease (L, ls, client_idx, lease, rf);
+   }
+   ll_lua_drain_log (L, client_idx);
+   if (err.code == LEASELOCK_INVALID) {
+      return ll_lua_fail (L, 3, "acquire_nb", &err);
+   }
+   return push_try_failure (L, &err, sleep_ms);
+}
+
+/* give_up(wait_id, here): acquire_nb ends its wait without the lock. Made
+ * here (here: SQLite or no nginx, where leaving a fair queue may take its
+ * round trip), else left to the reaper in a pool thread. */
+static int lock_give_up_nb (lua_State *L)
+{
+   uint64_t wid = check_id (L, 1, 3, "acquire_nb", 1, "wait id");
+   if (!lua_toboolean (L, 2)) {
+      ll_lua_pool_wait_give_up (wid);
+      return 0;
+   }
+   ll_nbwait_t *w = ll_lua_pool_wait_take (wid);
+   if (w) {
+      ll_lua_pool_wait_free (w);
+   }
+   return 0;
+}
+
 /* lock:acquire_nb: acquire_nb.lua's function, closed over the halves. */
 void ll_lua_push_acquire_nb (lua_State *L)
 {
    ll_lua_load_chunk (L, "acquire_nb");
+   lua_pushcfunction (L, lock_begin_nb);
+   lua_pushcfunction (L, lock_try_wait_nb);
+   lua_pushcfunction (L, lock_give_up_nb);
    lua_pushcfunction (L, lock_try_nb);
-   lua_pushcfunction (L, lock_plan_nb);
    lua_pushcfunction (L, lock_adopt_nb);
-   lua_call (L, 3, 1);
+   lua_call (L, 5, 1);
 }

@@ -1,31 +1,39 @@
 -- lock:acquire_nb([opts]) -> lease | nil, msg, code: the waiting acquire
 -- for OpenResty.
 --
--- Between tries it sleeps with ngx.sleep (or opts.sleep), so a waiting
--- request yields to the worker's event loop. A try on SQLite (or outside
--- nginx) is a one-try acquire made in the worker (one short local
--- statement); under OpenResty a try on a server backend runs in a thread
--- of the pool opts.pool (ngx.run_worker_thread; lua/pool.c), so its
--- round trip does not block the event loop either. A C function cannot
--- yield across ngx.sleep or ngx.run_worker_thread, so the loop is here.
+-- It is one waiter of the core (leaselock_wait_new / _try / _destroy),
+-- like a blocking acquire: one owner for all its tries, each busy try
+-- claims the key's reservation (its next owner), and with the lock's
+-- `fair` it keeps its place in the key's queue. Between tries it sleeps
+-- with ngx.sleep (or opts.sleep), so a waiting request yields to the
+-- worker's event loop. A try on SQLite (or outside nginx) is made in the
+-- worker (one short local statement, a moment at most on the file's
+-- lock); under OpenResty a try on a server backend runs in a thread of
+-- the pool opts.pool (ngx.run_worker_thread; lua/pool.c), so its round
+-- trip does not block the event loop either. A C function cannot yield
+-- across ngx.sleep or ngx.run_worker_thread, so the loop is here.
 --
 -- The knobs are lua-resty-lock's: timeout (seconds slept in all, default
 -- 5; 0 tries once; math.huge waits forever), step (the first sleep,
 -- default 0.001), ratio (each sleep is the last times ratio, default 2),
 -- max_step (the longest sleep, default 0.5); and pool, the nginx thread
--- pool of the tries on a server backend (default "default"). A pool with
--- no room for a try now (its queue full, or no free Lua VM) counts as a
--- busy try.
+-- pool of the tries on a server backend (default "default"). A sleep is
+-- also never longer than the core asks (a waiter next for the key polls
+-- often enough to keep its claim). A pool with no room for a try now (its
+-- queue full, or no free Lua VM) counts as a busy try.
 --
 -- Embedded in the module at build time (chunk "=leaselock.acquire_nb")
 -- and called once by luaopen_leaselock with the C halves of a try
 -- (acquire_nb.c):
+--   begin(lock, nginx, one_try) -> wait id, here | nothing (this
+--     coroutine holds the lock: try_here once)
+--   try_wait(lock, wait id) -> lease | nil, msg, code[, sleep]: a try here
+--   give_up(wait id, here) -> nothing: the wait ends without the lock
 --   try_here(lock) -> lease | nil, msg, code: a one-try acquire here
---   plan(lock) -> nothing (try here) | the arguments of _pool_try
 --   adopt(lock, parked_id) -> lease | nil, "busy", "BUSY"
 -- They are called from `try` below, two Lua frames under acquire_nb's
 -- caller: their errors point three levels up. Returns the method.
-local try_here, plan, adopt = ...
+local begin, try_wait, give_up, try_here, adopt = ...
 -- ngx is read when called, not captured: a test outside nginx may set it
 local type, error, pairs, tostring = type, error, pairs, tostring
 local min, max, huge, fmt = math.min, math.max, math.huge, string.format
@@ -65,14 +73,13 @@ local function arm_reaper(pool)
     reaping = ngx.timer.at(6, reap, pool) and true or false
   end
 end
--- One try: lease | nil, msg, code; code 'FULL' when the pool had no
--- room for it. No tail calls: errors count their levels from here.
-local function try(self, pool)
-  local cid, key, ttl, hold, renew, rf
-  if pool then cid, key, ttl, hold, renew, rf = plan(self) end
-  if not cid then
-    local lease, msg, code = try_here(self)
-    return lease, msg, code
+-- One try of the wait wid: lease | nil, msg, code[, sleep]; code 'FULL'
+-- when the pool had no room for it, 'GONE' when the wait was reaped. No
+-- tail calls: errors count their levels from here.
+local function try(self, pool, wid)
+  if not pool then
+    local lease, msg, code, pause = try_wait(self, wid)
+    return lease, msg, code, pause
   end
   local run = ngx.run_worker_thread
   if type(run) ~= 'function' then
@@ -80,7 +87,7 @@ local function try(self, pool)
           .. 'threads)', 3)
   end
   arm_reaper(pool)
-  local ok, id, msg, code = run(pool, 'leaselock.pool', '_pool_try', cid, key, ttl, hold, renew, rf)
+  local ok, id, msg, code, pause = run(pool, 'leaselock.pool', '_pool_try', wid)
   if not ok then
     if full[id] then return nil, fmt('thread pool %q has no room (%s)', pool, id), 'FULL' end
     if type(id) == 'string' and id:find('not found', 1, true) then
@@ -91,12 +98,14 @@ local function try(self, pool)
   end
   if id == nil then
     if code == 'INVALID' then error('acquire_nb: ' .. tostring(msg), 3) end
-    return nil, msg, code
+    return nil, msg, code, pause
   end
   local lease, m, c = adopt(self, id)
   return lease, m, c
 end
-local function waits(lease, code) return not lease and (code == 'BUSY' or code == 'FULL') end
+local function waits(lease, code)
+  return not lease and (code == 'BUSY' or code == 'FULL' or code == 'GONE')
+end
 local function timed_out(self, waited, msg, code)
   return nil, fmt('timed out after %.3f s waiting for %q (%s)', waited, self.key,
                   code == 'FULL' and msg or 'held by another owner'), 'TIMEOUT'
@@ -134,23 +143,32 @@ return function(self, opts)
   elseif type(pool) ~= 'string' then bad('pool: string expected, got ' .. type(pool)) end
   if type(ngx) ~= 'table' then pool = nil end
   local started = clock()
-  local lease, msg, code = try(self, pool)
+  local wid, here = begin(self, pool ~= nil, timeout == 0)
+  if not wid then
+    local lease, msg, code = try_here(self)
+    return lease, msg, code
+  end
+  if here then pool = nil end
+  local lease, msg, code, pause = try(self, pool, wid)
   if not waits(lease, code) then return lease, msg, code end
-  if timeout == 0 then return nil, msg, code == 'FULL' and 'TIMEOUT' or code end
+  if timeout == 0 then
+    if code ~= 'BUSY' then give_up(wid, here) end -- BUSY ended the one try's wait
+    return nil, msg, code == 'BUSY' and code or 'TIMEOUT'
+  end
   local slept, waited = 0, started and clock() - started or 0
-  if waited >= timeout then return timed_out(self, waited, msg, code) end
   step = min(step, max_step)
-  while true do
-    local s = min(step, timeout - waited)
+  while waited < timeout do
     -- ngx.sleep counts whole milliseconds: less would be a sleep(0), a
     -- busy loop through the last millisecond of the wait.
-    if started and s < 0.001 then s = 0.001 end
+    local s = max(min(step, pause or step, timeout - waited), 0.001)
+    if code == 'GONE' then wid = begin(self, pool ~= nil, false) end
     sleep(s)
     slept = slept + s
-    lease, msg, code = try(self, pool)
+    lease, msg, code, pause = try(self, pool, wid)
     if not waits(lease, code) then return lease, msg, code end
     waited = started and max(slept, clock() - started) or slept
-    if waited >= timeout then return timed_out(self, waited, msg, code) end
     step = min(step * ratio, max_step)
   end
+  give_up(wid, here)
+  return timed_out(self, waited, msg, code)
 end

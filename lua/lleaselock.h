@@ -404,16 +404,57 @@ bool ll_lua_pool_unpark (uint64_t id,
                          ll_lua_renew_failed_t **rf);
 
 /* Destroys (releasing) the leases parked for sc (for every client when
- * sc is NULL) at least max_age_ms ago. One round trip each: never on an
- * nginx worker's event loop. */
+ * sc is NULL) at least max_age_ms ago, and its waits given up, idle for
+ * WAIT_IDLE_MAX_MS, or all of them when max_age_ms is 0 (a close). One
+ * round trip each: never on an nginx worker's event loop. */
 void ll_lua_pool_reap (ll_shared_client_t *sc, int64_t max_age_ms);
 
-/* A pool try begins (begin) or ends its acquire-and-park: while one
- * runs, a lease may be parked any moment, which the reaping timer must
- * still be there to see (an aborted request's try is never adopted). */
-void ll_lua_pool_trying (bool begin);
+/* A wait of lock:acquire_nb (the core's leaselock_wait_t: one waiter for
+ * all its tries, its claim to be next, its place in a fair queue),
+ * registered under an id so that whichever thread makes a try (the
+ * worker, or a pool thread) finds it. Taken out of the registry while a
+ * try runs (ll_lua_pool_wait_take), so one thread at a time uses it. */
+typedef struct ll_nbwait
+{
+   uint64_t id;
+   ll_shared_client_t *sc;    /* one reference */
+   leaselock_wait_t *wait;    /* owned */
+   ll_lua_renew_failed_t *rf; /* owned until a lease takes it; may be NULL */
+   bool one_try;              /* timeout 0: its one try ends it */
+   bool given_up;             /* acquire_nb ended it: the reaper destroys it */
+   int64_t used_ms;           /* monotonic: the end of its last try */
+   struct ll_nbwait *next;
+} ll_nbwait_t;
 
-/* How many leases are parked, or about to be (pool tries running). */
+/* A wait unused this long is one whose request ended (nginx dropped it
+ * between tries): the reaper destroys it. A live wait tries at least every
+ * second (its sleeps are the core's, at most 1 s). */
+#define WAIT_IDLE_MAX_MS 30000
+
+/* Registers wait and rf (owned by the registry from now on) for sc and
+ * returns their id; 0 when out of memory (both destroyed). */
+uint64_t ll_lua_pool_wait_add (ll_shared_client_t *sc,
+                               leaselock_wait_t *wait,
+                               ll_lua_renew_failed_t *rf,
+                               bool one_try);
+
+/* Takes the wait id out of the registry for one try (owned by the caller
+ * until ll_lua_pool_wait_back or _free); NULL when it is gone (reaped). */
+ll_nbwait_t *ll_lua_pool_wait_take (uint64_t id);
+
+/* Puts w back after a try that left it waiting. */
+void ll_lua_pool_wait_back (ll_nbwait_t *w);
+
+/* Destroys w (a wait not over leaves the key's fair queue: one round trip,
+ * never on an nginx worker's event loop unless on SQLite). */
+void ll_lua_pool_wait_free (ll_nbwait_t *w);
+
+/* Marks the wait id given up, for the reaper (ll_lua_pool_reap) to
+ * destroy where a round trip may block. */
+void ll_lua_pool_wait_give_up (uint64_t id);
+
+/* How many leases are parked, or about to be (tries running), and waits
+ * registered: while any, the reaping timer goes on. */
 size_t ll_lua_pool_parked (void);
 
 /* The client handle c has been collected: no more parking for it, its

@@ -9,17 +9,22 @@
  * cross between VMs; but every VM of the process runs this one copy of the
  * module (one dlopen), so the two sides meet here, in C:
  *  - the request's VM registers its client (an id for a refcounted
- *    leaselock_client_t) and passes the id, the key and the lock's options
- *    (lock_plan_nb);
- *  - the pool thread makes one one-try leaselock_acquire on that same
- *    client and parks the lease under a new id (ll_lua_pool_try);
+ *    leaselock_client_t);
+ *  - the request's VM begins a wait on that client (leaselock_wait_new,
+ *    no I/O) and registers it under an id (ll_lua_pool_wait_add): the one
+ *    waiter of all the tries of that acquire_nb, its claim to be next and
+ *    its place in a fair queue;
+ *  - the pool thread makes one try of that wait (leaselock_wait_try) and
+ *    parks the lease it took under a new id (ll_lua_pool_try);
  *  - back in the request's VM, the lock adopts the parked lease into an
  *    ordinary lease handle (lock_adopt_nb).
  * A parked lease that is never adopted (nginx drops the thread's results
  * when the request was aborted while the thread ran) is released, not
  * leaked: in a pool thread once it is PARKED_MAX_MS old, by the next pool
  * try or by acquire_nb's timer (ll_lua_pool_reap_old); else by client:close(), or
- * when the client handle is collected.
+ * when the client handle is collected. So is a wait that acquire_nb gave
+ * up on nginx (its destroy leaves a fair queue: a round trip) or whose
+ * request ended between tries (idle WAIT_IDLE_MAX_MS).
  */
 #include "lleaselock.h"
 
@@ -43,6 +48,9 @@ typedef struct ll_parked
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static ll_shared_client_t *reg_clients;
 static ll_parked_t *reg_parked;
+static ll_nbwait_t *reg_waits; /* idle ones: a wait in a try is out */
+/* Tries between their acquire and their park, and waits out for a try. */
+static size_t reg_trying;
 static uint64_t reg_next_id = 1;
 
 static int64_t monotonic_ms (void)
@@ -174,6 +182,103 @@ bool ll_lua_pool_unpark (uint64_t id,
    return true;
 }
 
+uint64_t ll_lua_pool_wait_add (ll_shared_client_t *sc,
+                               leaselock_wait_t *wait,
+                               ll_lua_renew_failed_t *rf,
+                               bool one_try)
+{
+   ll_nbwait_t *w = calloc (1, sizeof *w);
+   if (!w) {
+      leaselock_wait_destroy (wait); /* no try yet: nothing to leave */
+      ll_lua_rf_free (rf);
+      return 0;
+   }
+   w->sc = sc;
+   w->wait = wait;
+   w->rf = rf;
+   w->one_try = one_try;
+   w->used_ms = monotonic_ms ();
+   pthread_mutex_lock (&reg_mu);
+   sc->refs++;
+   w->id = reg_next_id++;
+   w->next = reg_waits;
+   reg_waits = w;
+   pthread_mutex_unlock (&reg_mu);
+   return w->id;
+}
+
+ll_nbwait_t *ll_lua_pool_wait_take (uint64_t id)
+{
+   ll_nbwait_t **p, *w;
+   pthread_mutex_lock (&reg_mu);
+   for (p = &reg_waits; (w = *p) && w->id != id; p = &w->next) {
+   }
+   if (w) {
+      *p = w->next;
+      reg_trying++; /* a lease may be parked by this try */
+   }
+   pthread_mutex_unlock (&reg_mu);
+   return w;
+}
+
+void ll_lua_pool_wait_back (ll_nbwait_t *w)
+{
+   w->used_ms = monotonic_ms ();
+   pthread_mutex_lock (&reg_mu);
+   w->next = reg_waits;
+   reg_waits = w;
+   reg_trying--;
+   pthread_mutex_unlock (&reg_mu);
+}
+
+/* Destroys w, out of the registry. */
+static void wait_destroy (ll_nbwait_t *w)
+{
+   leaselock_wait_destroy (w->wait);
+   ll_lua_rf_free (w->rf);
+   ll_lua_pool_put (w->sc);
+   free (w);
+}
+
+void ll_lua_pool_wait_free (ll_nbwait_t *w)
+{
+   pthread_mutex_lock (&reg_mu);
+   reg_trying--;
+   pthread_mutex_unlock (&reg_mu);
+   wait_destroy (w);
+}
+
+void ll_lua_pool_wait_give_up (uint64_t id)
+{
+   ll_nbwait_t *w;
+   pthread_mutex_lock (&reg_mu);
+   for (w = reg_waits; w && w->id != id; w = w->next) {
+   }
+   if (w) {
+      w->given_up = true;
+   }
+   pthread_mutex_unlock (&reg_mu);
+}
+
+/* Takes out of the registry the waits of sc (every client's when NULL)
+ * that the reaper destroys (ll_lua_pool_reap says which; and those of a
+ * collected client handle, back from a try that ran meanwhile). */
+static ll_nbwait_t *waits_to_reap (ll_shared_client_t *sc, int64_t max_age_ms, int64_t now)
+{
+   ll_nbwait_t *old = NULL, **p, *w;
+   for (p = &reg_waits; (w = *p);) {
+      if ((!sc || w->sc == sc) && (max_age_ms == 0 || w->given_up || w->sc->handle_gone ||
+                                   now - w->used_ms >= WAIT_IDLE_MAX_MS)) {
+         *p = w->next;
+         w->next = old;
+         old = w;
+      } else {
+         p = &w->next;
+      }
+   }
+   return old;
+}
+
 /* Destroys the parked leases of sc (of every client when sc is NULL)
  * parked at least max_age_ms ago, which releases those still held (one
  * round trip each: never called on an nginx worker's event loop but from
@@ -181,8 +286,10 @@ bool ll_lua_pool_unpark (uint64_t id,
 void ll_lua_pool_reap (ll_shared_client_t *sc, int64_t max_age_ms)
 {
    ll_parked_t *old = NULL, **p, *pk;
+   ll_nbwait_t *w;
    int64_t now = monotonic_ms ();
    pthread_mutex_lock (&reg_mu);
+   ll_nbwait_t *waits = waits_to_reap (sc, max_age_ms, now);
    for (p = &reg_parked; (pk = *p);) {
       if ((!sc || pk->sc == sc) && now - pk->parked_at_ms >= max_age_ms) {
          *p = pk->next;
@@ -193,6 +300,10 @@ void ll_lua_pool_reap (ll_shared_client_t *sc, int64_t max_age_ms)
       }
    }
    pthread_mutex_unlock (&reg_mu);
+   while ((w = waits)) {
+      waits = w->next;
+      wait_destroy (w);
+   }
    while ((pk = old)) {
       old = pk->next;
       leaselock_lease_destroy (pk->lease); /* no hook runs after it */
@@ -215,16 +326,6 @@ void ll_lua_pool_drop_handle (ll_lua_client_t *c)
    c->shared = NULL;
 }
 
-/* Pool tries between their acquire and their park (guarded by reg_mu). */
-static size_t reg_trying;
-
-void ll_lua_pool_trying (bool begin)
-{
-   pthread_mutex_lock (&reg_mu);
-   reg_trying = begin ? reg_trying + 1 : reg_trying - 1;
-   pthread_mutex_unlock (&reg_mu);
-}
-
 size_t ll_lua_pool_parked (void)
 {
    ll_parked_t *pk;
@@ -232,6 +333,9 @@ size_t ll_lua_pool_parked (void)
    pthread_mutex_lock (&reg_mu);
    n = reg_trying;
    for (pk = reg_parked; pk; pk = pk->next) {
+      n++;
+   }
+   for (ll_nbwait_t *w = reg_waits; w; w = w->next) {
       n++;
    }
    pthread_mutex_unlock (&reg_mu);

@@ -3580,6 +3580,50 @@ static void test_semaphore_fair_order (void)
    leaselock_client_destroy (a);
 }
 
+/* A fair semaphore waiter that stops (SIGSTOP, a debugger, a paused VM)
+ * while it holds the waiters' turn (key/.sem/fair) holds the others back
+ * no longer than a fair lock's stopped waiter (LL_WAITER_KEEP_MS, 1 s):
+ * once the slot is free, the next fair waiter gets it within a timeout of
+ * 3 s (the gate's TTL was 5 s). Real processes only. */
+static void test_semaphore_stopped_waiter (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *la = NULL, *lb = NULL;
+   const char *k = key ("sem-stopped");
+   CHECK_OK (sem (a, k, 1, opts (60000, false), &la, &err), err);
+   int ready[2], order[2];
+   CHECK (pipe (ready) == 0 && pipe (order) == 0);
+   fair_waiter_t f = {
+      .key = k, .tag = 'S', .ready = ready[1], .order = order[1], .timeout_ms = 60000, .limit = 1
+   };
+   /* Waiting for a slot: it holds the gate. */
+   bool started = fair_start (&f, ready[0]);
+   bool stopped = started && kill (f.pid, SIGSTOP) == 0;
+   int st = 0;
+   stopped = stopped && waitpid (f.pid, &st, WUNTRACED) == f.pid && WIFSTOPPED (st);
+   bool released = leaselock_lease_release (la, &err);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   o.timeout_ms = 3000;
+   int64_t t0 = mono_ms ();
+   bool ok = stopped && released && sem (a, k, 1, o, &lb, &err);
+   int64_t waited = mono_ms () - t0;
+   if (started) {
+      kill (f.pid, SIGKILL); /* before any check: a check ends the test */
+      waitpid (f.pid, &st, 0);
+   }
+   CHECK (stopped);
+   CHECK (released);
+   CHECK_OK (ok, err);
+   fprintf (stderr, "    the next fair waiter got the slot in %lld ms\n", (long long)waited);
+   close (ready[0]), close (ready[1]), close (order[0]), close (order[1]);
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lb);
+   leaselock_client_destroy (a);
+}
+
 /* min_hold: a holder's released record keeps its place until the minimum
  * hold ends; a try that failed (a verify, a writer found) leaves nothing
  * behind, whatever the caller's min_hold. */
@@ -3821,6 +3865,8 @@ int main (int argc, char **argv)
    RUN_SLOW (test_fair_dead_waiter);
    RUN (test_wait_steps_fair);
    RUN (test_semaphore_fair_order);
+   if (!FAKE)
+      RUN (test_semaphore_stopped_waiter);
    if (FAKE)
       RUN (test_fair_unsupported);
    RUN_SLOW (test_auto_renew);

@@ -907,12 +907,14 @@ static void test_concurrent_migration (void)
 /* ---- the fair mode's queue -------------------------------------------- */
 
 /* The entries stored for k in the default table's queue, run-out ones
- * too. k is one of the suite's plain keys (letters, digits, '-', '/'), so
- * it is spelled into the text of this raw query. */
+ * too (not MySQL's head row of the key, owner '': no entry). k is one of
+ * the suite's plain keys (letters, digits, '-', '/'), so it is spelled
+ * into the text of this raw query. */
 static long long q_rows (const char *k)
 {
    char sql[512], out[64] = "";
-   snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM leaselock_queue WHERE lock_key = '%s'", k);
+   snprintf (sql, sizeof sql,
+             "SELECT COUNT(*) FROM leaselock_queue WHERE lock_key = '%s' AND owner <> ''", k);
    return raw_query (sql, out, sizeof out) ? atoll (out) : -1;
 }
 
@@ -933,6 +935,82 @@ Q_TEST (odd_keys)
 static void test_queue_concurrent_joins (void)
 {
    qc_concurrent_joins (URI);
+}
+
+/* The fair waiter of fair_stop_helper stops itself (SIGSTOP) between the
+ * round trips of its first join, once. */
+static void stop_self (void)
+{
+   static bool stopped;
+   if (!stopped) {
+      stopped = true;
+      raise (SIGSTOP);
+   }
+}
+
+/* --fair-stop-helper URI KEY: a fair acquire of KEY (free) that stops in
+ * its first queue join; it never gets further before the test kills it. */
+static int fair_stop_helper (int argc, char **argv)
+{
+   if (argc < 4)
+      return 2;
+   ll_test_queue_join_hook = stop_self;
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (argv[2], "stopped", &err);
+   if (!c)
+      _exit (3);
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.fair = true;
+   o.timeout_ms = 10000;
+   leaselock_lease_t *l;
+   _exit (leaselock_acquire (c, argv[3], strlen (argv[3]), &o, &l, &err) ? 0 : 1);
+}
+
+/* A fair waiter stopped in the middle of its join (SIGSTOP, a debugger, a
+ * paused VM) holds no other fair acquire of the key back for longer than
+ * its entry's keep (1 s): a one-try fair acquire answers at once (BUSY
+ * while the stopped entry is live, not BACKEND after the queue's lock
+ * wait), and a fair acquire with a timeout gets the key within it. MySQL
+ * held its named queue lock across the join's round trips (issue 25). */
+static void test_queue_stopped_joiner (void)
+{
+   char k[300];
+   snprintf (k, sizeof k, "%s", key ("q/stopped"));
+   pid_t pid = fork ();
+   if (pid == 0) {
+      execl (SELF, SELF, "--fair-stop-helper", URI, k, (char *)NULL);
+      _exit (127);
+   }
+   CHECK (pid > 0);
+   int st = 0;
+   bool stopped = waitpid (pid, &st, WUNTRACED) == pid && WIFSTOPPED (st);
+   leaselock_client_t *c = client ("fair");
+   leaselock_error_t e1 = { 0 }, e2 = { 0 };
+   leaselock_lease_t *l = NULL;
+   leaselock_acquire_opts_t o = opts (5000, false);
+   o.fair = true;
+   o.timeout_ms = 0;
+   int64_t t0 = mono_ms ();
+   bool one = stopped && c && leaselock_acquire (c, k, strlen (k), &o, &l, &e1);
+   int64_t one_ms = mono_ms () - t0;
+   leaselock_lease_destroy (l); /* releases it */
+   l = NULL;
+   o.timeout_ms = 4000;
+   t0 = mono_ms ();
+   bool ok = stopped && c && leaselock_acquire (c, k, strlen (k), &o, &l, &e2);
+   int64_t waited_ms = mono_ms () - t0;
+   leaselock_lease_destroy (l); /* releases it */
+   leaselock_client_destroy (c);
+   kill (pid, SIGKILL); /* before any check: a check ends the test */
+   waitpid (pid, &st, 0);
+   CHECK (stopped); /* stopped in its join */
+   if (!one)
+      fprintf (stderr, "    one-try: %s %s\n", leaselock_code_name (e1.code), e1.message);
+   CHECK (one || e1.code == LEASELOCK_BUSY);
+   CHECK_OK (ok, e2);
+   fprintf (stderr,
+            "    stopped joiner: the one-try answered in %lld ms, the fair acquire in %lld ms\n",
+            (long long)one_ms, (long long)waited_ms);
 }
 
 /* The database clock decides: a client whose clock is an hour ahead or
@@ -1070,7 +1148,8 @@ static void test_migrate_v2 (void)
       qc_run (uri_with (opt), q_on_migrated, q_rows);
       snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
       raw_query (sql, out, sizeof out);
-      snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE lock_key = 'old'", table);
+      snprintf (sql, sizeof sql,
+                "SELECT COUNT(*) FROM %s_queue WHERE lock_key = 'old' AND owner <> ''", table);
       raw_query (sql, rows_out, sizeof rows_out);
    }
    snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
@@ -1117,7 +1196,7 @@ static void test_concurrent_migration_v2 (void)
    }
    snprintf (sql, sizeof sql, "SELECT schema_version FROM %s_meta", table);
    raw_query (sql, out, sizeof out);
-   snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue", table);
+   snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE owner <> ''", table);
    raw_query (sql, rows_out, sizeof rows_out);
    long long holds = raw_holds (table, "old");
    snprintf (sql, sizeof sql, "DROP TABLE IF EXISTS %s, %s_meta, %s_queue", table, table, table);
@@ -2466,6 +2545,8 @@ int main (int argc, char **argv)
       return helper (argc, argv);
    if (argc >= 2 && !strcmp (argv[1], "--queue-helper"))
       return queue_helper (argc, argv);
+   if (argc >= 2 && !strcmp (argv[1], "--fair-stop-helper"))
+      return fair_stop_helper (argc, argv);
    if (argc < 2) {
       fprintf (stderr, "usage: %s %s://...\n", argv[0], raw_scheme);
       return 2;
@@ -2511,6 +2592,7 @@ int main (int argc, char **argv)
    RUN (test_queue_odd_keys);
    RUN_SLOW (test_queue_concurrent_joins);
    RUN_SLOW (test_queue_clock_skew);
+   RUN (test_queue_stopped_joiner);
    RUN (test_migrate_v2);
    RUN (test_concurrent_migration_v2);
    RUN (test_migrate_v3);

@@ -79,11 +79,12 @@ function M.close(a)
   ngx.say("closed")
 end
 
--- "<busy> <started>": the client's count of busy tries (each try, in a
--- pool thread or not, goes through the worker's one client) and the
--- count of take requests for a.key that have begun.
+-- "<requests> <started>": the client's count of statements sent (each
+-- try of a wait, in a pool thread or not, goes through the worker's one
+-- client; while the holder holds, only the waiters' tries send any) and
+-- the count of take requests for a.key that have begun.
 function M.stats(a)
-  ngx.say(client_for(a.uri):stats().busy, " ", started[a.key] or 0)
+  ngx.say(client_for(a.uri):stats().requests, " ", started[a.key] or 0)
 end
 
 -- Misuse under nginx, one error message per line.
@@ -99,11 +100,12 @@ function M.bad(a)
   -- The pool function checks its arguments too.
   local ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", "x")
   ngx.say(tostring(ok), " ", tostring(e))
-  ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", 2 ^ 40, a.key, 1000, 0,
-    true, false)
+  ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", 0)
   ngx.say(tostring(ok), " ", tostring(e))
-  ok, e = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", 1, a.key, 0, 0, true, false)
-  ngx.say(tostring(ok), " ", tostring(e))
+  -- A wait that is not registered: a busy try, GONE.
+  local _, code
+  ok, e, _, code = ngx.run_worker_thread("default", "leaselock.pool", "_pool_try", 2 ^ 40)
+  ngx.say(tostring(ok), " ", tostring(e), " ", tostring(code))
 end
 
 return M

@@ -143,10 +143,10 @@ def wait_phase(uri):
             results[who] = (0, repr(e))
 
     def stats():
-        busy, begun = get("/nb/stats", uri=uri, key=key)[1].split()
-        return int(busy), int(begun)
+        sent, begun = get("/nb/stats", uri=uri, key=key)[1].split()
+        return int(sent), int(begun)
 
-    busy_before = stats()[0]
+    sent_before = stats()[0]
     holder = threading.Thread(target=run, args=("holder", 5, HOLD))
     holder.start()
     time.sleep(0.2)
@@ -182,7 +182,7 @@ def wait_phase(uri):
     for t in pingers:
         t.start()
     holder.join()
-    busy_at_release = stats()[0]
+    sent_at_release = stats()[0]
     for t in pingers + waiters:
         t.join()
 
@@ -208,9 +208,9 @@ def wait_phase(uri):
                         f"the waiters waited (< {MIN_PINGS}): the event loop was blocked")
     if worst > PING_MAX:
         problems.append(f"slowest /ping took {worst * 1000:.1f} ms (> {PING_MAX * 1000:.0f} ms)")
-    busy = busy_at_release - busy_before
+    busy = sent_at_release - sent_before
     if busy < WAITERS:
-        problems.append(f"only {busy} busy tries while {WAITERS} waited")
+        problems.append(f"only {busy} statements sent by busy tries while {WAITERS} waited")
     got = []
     for i in range(WAITERS):
         w = parsed.get(f"w{i}")
@@ -238,7 +238,7 @@ def wait_phase(uri):
         waited = float(s[3]) - float(s[2])
         if waited < SHORT - 0.05:
             problems.append(f"short waiter timed out after {waited:.3f} s (timeout {SHORT} s)")
-    return (f"{WAITERS} waiters, {busy} busy tries during the {h_rel - window_from:.2f} s "
+    return (f"{WAITERS} waiters, {busy} statements of busy tries during the {h_rel - window_from:.2f} s "
             f"wait; {len(during)} /ping answered on the same worker meanwhile (slowest "
             f"{worst * 1000:.1f} ms); then {len(got)} turns in order (fences {got[0][2] if got else '-'}"
             f"..{got[-1][2] if got else '-'}); a {SHORT} s waiter got TIMEOUT after {waited:.3f} s")
@@ -285,9 +285,9 @@ def bad_phase(uri):
         "bad argument #1 to 'acquire_nb' (pool: no thread pool \"ll_no_such_pool\" (nginx.conf",
         "bad argument #1 to 'acquire_nb' (pool: string expected, got number)",
         "bad argument #1 to 'acquire_nb' (timeout must be a finite number >= 0, got -1)",
-        "false bad argument #1 to '_pool_try' (client id: number expected, got string)",
-        "false bad argument #1 to '_pool_try' (no leaselock.client has this id)",
-        "false bad argument #3 to '_pool_try' (ttl_ms must be an integer from 1 to ",
+        "false bad argument #1 to '_pool_try' (wait id: number expected, got string)",
+        "false bad argument #1 to '_pool_try' (wait id must be an integer from 1 to 2^53)",
+        "true nil GONE",
     ]
     lines = get("/nb/bad", uri=uri, key=key + "/bad")[1].splitlines()
     for want, line in zip(expected, lines + [""] * len(expected)):
