@@ -91,6 +91,11 @@ void put_holder (FILE *f, const leaselock_record_t *r);
 /* s as a JSON string (bytes that are not UTF-8 become U+FFFD). */
 void put_json_string (FILE *f, const char *s, size_t len);
 
+/* ---- top.c ------------------------------------------------------------ */
+
+/* leaselock top: the locks of the database, refreshed (or once). */
+int cmd_top (const char *uri, int argc, char **argv);
+
 /* ---- view.c: a lock as status, list and top show it ------------------- */
 
 /* The record that stands for the lock (a lock's own, a read-write lock's
@@ -129,6 +134,11 @@ typedef struct run_opts
 } run_opts_t;
 
 bool is_help (const char *a);
+/* "--name VALUE" or "--name=VALUE" at argv[*i]: 1 (*value set, *i past
+ * it), 0 another argument, -1 the value is missing (message printed). */
+int opt_value (int argc, char **argv, int *i, const char *name, const char **value);
+/* A duration option within [min, max] ms; prints and returns false on error. */
+bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out);
 /* --uri at argv[*i]: 1 matched (*uri points into argv), 0 not, -1 error. */
 int opt_uri (int argc, char **argv, int *i, const char **uri);
 

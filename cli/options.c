@@ -18,7 +18,7 @@
  * *value set (and *i moved past the value), 0 when argv[*i] is another
  * argument, -1 when the value is missing (message printed).
  */
-static int opt_value (int argc, char **argv, int *i, const char *name, const char **value)
+int opt_value (int argc, char **argv, int *i, const char *name, const char **value)
 {
    const char *a = argv[*i];
    size_t n = strlen (name);
@@ -41,7 +41,7 @@ static int opt_value (int argc, char **argv, int *i, const char *name, const cha
 
 /* Parses a duration option; min/max in ms. Prints and returns false on
  * error. */
-static bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
+bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
 {
    leaselock_error_t err;
    if (!leaselock_parse_duration (text, out, &err)) {

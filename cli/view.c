@@ -40,7 +40,7 @@ void fmt_waiters (const leaselock_lock_info_t *l, char *buf, size_t size)
       snprintf (buf, size, "unknown");
    else if (!l->next_owner[0] && l->queued <= 0)
       snprintf (buf, size, "none");
-   else if (l->queued < 0)
+   else if (l->queued <= 0)
       snprintf (buf, size, "next %.8s", l->next_owner);
    else if (!l->next_owner[0])
       snprintf (buf, size, "%" PRId64 " queued", l->queued);
