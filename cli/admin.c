@@ -174,7 +174,8 @@ static const admin_cmd_t release_cmd = {
 static int run_admin (const admin_cmd_t *cmd, const char *uri, int argc, char **argv)
 {
    admin_args_t a = { .uri = uri };
-   int parsed = parse_admin_args (argc, argv, cmd->flag, cmd->flag2, cmd->verbose_ok, cmd->takes, &a);
+   int parsed =
+     parse_admin_args (argc, argv, cmd->flag, cmd->flag2, cmd->verbose_ok, cmd->takes, &a);
    if (parsed != PARSED)
       return parsed;
    if (a.verbose && a.flag)

@@ -30,7 +30,7 @@ static const struct
 } commands[] = {
    { "run", "leaselock run", cmd_run },       { "status", "leaselock status", cmd_status },
    { "list", "leaselock list", cmd_list },    { "release", "leaselock release", cmd_release },
-   { "prune", "leaselock prune", cmd_prune },     { "top", "leaselock top", cmd_top },
+   { "prune", "leaselock prune", cmd_prune }, { "top", "leaselock top", cmd_top },
 };
 
 /* Reads the options before the command (--help, --version, --uri,

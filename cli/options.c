@@ -82,9 +82,9 @@ bool is_help (const char *a)
 typedef struct admin_opt
 {
    const char *name;
-   bool *flag;    /* a boolean option, or NULL */
+   bool *flag; /* a boolean option, or NULL */
    const char *name2;
-   bool *flag2; /* a second boolean option (list --held), or NULL */
+   bool *flag2;   /* a second boolean option (list --held), or NULL */
    int64_t *ms;   /* else a duration option */
    bool *verbose; /* -v, --verbose: taken when not NULL */
 } admin_opt_t;

@@ -73,7 +73,9 @@ static void on_signal (int sig)
 }
 
 /* The holder column: "host pid N (label)", "+K" for a mode's other holders. */
-static void holder_text (const leaselock_lock_info_t *l, const leaselock_record_t *lead, top_row_t *row)
+static void holder_text (const leaselock_lock_info_t *l,
+                         const leaselock_record_t *lead,
+                         top_row_t *row)
 {
    row->holder[0] = '\0';
    if (!lead || !lead->owner[0] || lead->expires_in_ms <= 0)
@@ -133,14 +135,29 @@ static int row_cmp (const void *a_, const void *b_)
    const top_row_t *a = a_, *b = b_;
    int c = 0;
    switch (sort_col) {
-      case COL_MODE: c = strcmp (a->mode, b->mode); break;
-      case COL_HOLDER: c = strcmp (a->holder, b->holder); break;
-      case COL_FENCE: c = cmp_i64 (a->fence, b->fence); break;
-      case COL_SINCE: c = cmp_i64 (a->held_ms, b->held_ms); break;
-      case COL_LEFT: c = cmp_i64 (a->left_ms, b->left_ms); break;
-      case COL_HOLDS: c = cmp_i64 (a->holds, b->holds); break;
-      case COL_WAITERS: c = cmp_i64 (a->queued, b->queued); break;
-      default: break;
+      case COL_MODE:
+         c = strcmp (a->mode, b->mode);
+         break;
+      case COL_HOLDER:
+         c = strcmp (a->holder, b->holder);
+         break;
+      case COL_FENCE:
+         c = cmp_i64 (a->fence, b->fence);
+         break;
+      case COL_SINCE:
+         c = cmp_i64 (a->held_ms, b->held_ms);
+         break;
+      case COL_LEFT:
+         c = cmp_i64 (a->left_ms, b->left_ms);
+         break;
+      case COL_HOLDS:
+         c = cmp_i64 (a->holds, b->holds);
+         break;
+      case COL_WAITERS:
+         c = cmp_i64 (a->queued, b->queued);
+         break;
+      default:
+         break;
    }
    if (c == 0)
       c = strcmp (a->key, b->key);
@@ -371,7 +388,11 @@ static int top_live (leaselock_client_t *client, int64_t interval_ms, top_view_t
 }
 
 /* --once or --json: a table or a JSON array, once or per interval. */
-static int top_print (leaselock_client_t *client, int64_t interval_ms, bool json, bool once, top_view_t *v)
+static int top_print (leaselock_client_t *client,
+                      int64_t interval_ms,
+                      bool json,
+                      bool once,
+                      top_view_t *v)
 {
    top_rows_t rows = { .json = json };
    leaselock_error_t err;

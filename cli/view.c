@@ -21,7 +21,9 @@ const leaselock_record_t *lock_lead (const leaselock_lock_info_t *l)
 
 const char *lock_mode_name (leaselock_lock_mode_t m)
 {
-   return m == LEASELOCK_MODE_SEMAPHORE ? "semaphore" : m == LEASELOCK_MODE_RWLOCK ? "rwlock" : "lock";
+   return m == LEASELOCK_MODE_SEMAPHORE ? "semaphore"
+          : m == LEASELOCK_MODE_RWLOCK  ? "rwlock"
+                                        : "lock";
 }
 
 bool holder_dead (const leaselock_record_t *r)
@@ -88,7 +90,8 @@ void put_lock_json (FILE *f, const leaselock_lock_info_t *l)
    if (l->mode == LEASELOCK_MODE_SEMAPHORE)
       fprintf (f, ",\"used\":%zu,\"slots\":%" PRId64, l->n_holders, l->slots);
    if (l->mode == LEASELOCK_MODE_RWLOCK)
-      fprintf (f, ",\"readers\":%" PRId64 ",\"writer\":%s", l->readers, l->writer ? "true" : "false");
+      fprintf (f, ",\"readers\":%" PRId64 ",\"writer\":%s", l->readers,
+               l->writer ? "true" : "false");
    fputs (",\"holders\":[", f);
    for (size_t i = 0; i < l->n_holders; i++) {
       fputs (i ? ",{\"key\":" : "{\"key\":", f);
@@ -127,7 +130,8 @@ static void put_holder_line (FILE *f, const char *name, const leaselock_record_t
 static void put_mode_lines (FILE *f, const leaselock_lock_info_t *l)
 {
    if (l->mode == LEASELOCK_MODE_SEMAPHORE)
-      fprintf (f, "slots:      %zu used (the limit is at least %" PRId64 ", the slots used so far)\n",
+      fprintf (f,
+               "slots:      %zu used (the limit is at least %" PRId64 ", the slots used so far)\n",
                l->n_holders, l->slots);
    else
       fprintf (f, "readers:    %" PRId64 "\nwriter:     %s\n", l->readers,

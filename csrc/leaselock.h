@@ -425,7 +425,7 @@ extern "C"
       /* Who waits (0 / "" when nobody; -1 when the backend does not say:
        * SQLite says, the server backends do not yet). */
       char next_owner[LEASELOCK_OWNER_LEN + 1]; /* the live reservation's waiter, or "" */
-      int64_t queued;  /* live entries in the key's fair queue */
+      int64_t queued;                           /* live entries in the key's fair queue */
       int64_t held_ms; /* since its owner took it, by the database clock; -1 when released */
    } leaselock_record_t;
 
@@ -507,7 +507,9 @@ extern "C"
                                        leaselock_error_t *error);
 
    /* The lock named key, whatever its mode: calls fn once when key or its
-    * mode's records have a record and sets *found (one list statement). */
+    * mode's records have a record and sets *found (one list statement). A
+    * mode's record named by its own key (a lease's key) is shown alone, as
+    * a lock. */
    LEASELOCK_API bool leaselock_lock_inspect (leaselock_client_t *client,
                                               const char *key,
                                               size_t key_len,

@@ -19,7 +19,7 @@
 
 /* ---- the modes' records (modes.c takes them, locks.c reads them) ------ */
 
-#define LL_SLOT_SFX "/.slot/"  /* + <i>: a semaphore's slot i */
+#define LL_SLOT_SFX "/.slot/"    /* + <i>: a semaphore's slot i */
 #define LL_GATE_SFX "/.sem/fair" /* the turn of a semaphore's fair waiters */
 #define LL_W_SFX "/.rw/w"        /* a read-write lock's exclusive record */
 #define LL_R_SFX "/.rw/r/"       /* + <token>: one shared holder */

@@ -33,6 +33,8 @@ typedef struct rec_all
    rec_entry_t *e;
    size_t n, cap;
    bool failed;
+   const char *only; /* leaselock_lock_inspect's key, or NULL */
+   size_t only_len;
 } rec_all_t;
 
 /* Whether key (len bytes) ends with sfx; sets *base_len when it does and
@@ -73,8 +75,8 @@ static role_t role_of (const leaselock_record_t *r, size_t *base_len)
       return ROLE_GATE;
    if (ends_with_tail (k, n, LL_SLOT_SFX, "0123456789", 1, 3, base_len))
       return ROLE_SLOT;
-   if (ends_with_tail (k, n, LL_R_SFX, "0123456789abcdef", LEASELOCK_OWNER_LEN,
-                       LEASELOCK_OWNER_LEN, base_len))
+   if (ends_with_tail (k, n, LL_R_SFX, "0123456789abcdef", LEASELOCK_OWNER_LEN, LEASELOCK_OWNER_LEN,
+                       base_len))
       return ROLE_R;
    *base_len = n;
    return ROLE_PLAIN;
@@ -96,6 +98,11 @@ static bool rec_add (const leaselock_record_t *rec, void *all_)
    rec_entry_t *e = &all->e[all->n];
    e->rec = *rec;
    e->role = role_of (rec, &e->base_len);
+   /* A mode's record inspected by its own name (a lease's key) is itself. */
+   if (all->only && rec->key_len == all->only_len && !memcmp (rec->key, all->only, rec->key_len)) {
+      e->role = ROLE_PLAIN;
+      e->base_len = rec->key_len;
+   }
    e->order = all->n++;
    return true;
 }
@@ -218,7 +225,7 @@ static bool locks_run (leaselock_client_t *c,
 {
    if (!fn)
       return ll_error_set (err, LEASELOCK_INVALID, "fn (the lock callback) is NULL");
-   rec_all_t all = { 0 };
+   rec_all_t all = { .only = only, .only_len = prefix_len };
    bool ok = leaselock_list (c, prefix, prefix_len, rec_add, &all, err);
    if (ok && all.failed)
       ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory reading %zu records", all.n);
