@@ -318,8 +318,8 @@ static void push_record (lua_State *L, const leaselock_record_t *r)
 static void push_lock (lua_State *L, const leaselock_lock_info_t *l)
 {
    static const leaselock_record_t none = { .queued = -1, .held_ms = -1 };
-   const leaselock_record_t *lead = l->mode != LEASELOCK_MODE_LOCK && l->n_holders ? l->holders[0]
-                                                                                   : l->record;
+   const leaselock_record_t *lead =
+     l->mode != LEASELOCK_MODE_LOCK && l->n_holders ? l->holders[0] : l->record;
    push_record (L, lead ? lead : &none);
    lua_pushlstring (L, l->key, l->key_len);
    lua_setfield (L, -2, "key");

@@ -357,7 +357,8 @@ static PyObject *locks_call (ClientObject *self, PyObject *arg_o, bool inspect)
    }
    if (!inspect)
       return x.list;
-   PyObject *res = PyList_GET_SIZE (x.list) ? Py_NewRef (PyList_GET_ITEM (x.list, 0)) : Py_NewRef (Py_None);
+   PyObject *res =
+     PyList_GET_SIZE (x.list) ? Py_NewRef (PyList_GET_ITEM (x.list, 0)) : Py_NewRef (Py_None);
    Py_DECREF (x.list);
    return res;
 }
