@@ -356,10 +356,9 @@ static bool wait_key (int64_t interval_ms, top_view_t *v, bool *redraw_only)
    ssize_t n = read (STDIN_FILENO, &c, 1);
    if (n <= 0)
       return false; /* the terminal is gone */
-   bool editing = v->editing;
    if (!on_key (c, v))
       return false;
-   *redraw_only = v->editing || editing;
+   *redraw_only = v->editing; /* a typed prefix is read once it is entered */
    return true;
 }
 
