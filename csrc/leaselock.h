@@ -238,7 +238,8 @@ extern "C"
     * read-write lock's 216 (INVALID otherwise). Arguments are checked as
     * leaselock_acquire checks them, before any I/O. An uncontended
     * acquire costs two statements (take the record, then read the
-    * others'; one more to apply a min_hold), a release one. docs/contract.md, "Semaphores and
+    * others'; one more to apply a min_hold), a release one (a reader's
+    * then deletes its one-use record: a prune of that key). docs/contract.md, "Semaphores and
     * read-write locks", gives the algorithms and why they are safe.
     *
     * leaselock_semaphore_acquire: at most limit (1 ..

@@ -710,7 +710,7 @@ test_man_page_matches_help() {
   for st in $(sed -n 's/^  \([0-9][0-9+N-]*\) .*/\1/p' "$T/h"); do
     grep -A1 -x '\.TP' "$T/man.txt" | grep -qxF -- "$st" || fail "the man page lacks exit status $st"
   done
-  for c in run status list release prune; do
+  for c in run status list top release prune; do
     grep -q "^\.SS.*$c" "$T/man.txt" || fail "the man page has no section for $c"
   done
   if command -v groff >/dev/null; then
