@@ -8,6 +8,8 @@
  *   options.c    options, durations, the arguments of each command
  *   client.c     opening a client (every command)
  *   admin.c      status, list, release --force, prune
+ *   view.c       a lock (a mode's records as one) as status, list and top show it
+ *   top.c        top: the live view of the locks (ANSI escapes, termios)
  *   run.c        run: signals, acquire, exit status (and its design note)
  *   reenter.c    run --reentrant inside a run of the same KEY
  *   spawn.c      run: starting the command
