@@ -3492,7 +3492,10 @@ static void test_lock_inspect_modes (void)
    s = inspect_lock (c, q, &found);
    CHECK (found && s.writer && s.readers == 0 && s.n_holders == 1);
    CHECK_EQ (s.fence, leaselock_lease_fence (w));
-   CHECK (FAKE ? s.queued == -1 : s.queued == 0); /* the fake backend does not say */
+   /* Who waits: read by SQLite, PostgreSQL and MySQL; not (yet) by the
+    * fake backend and MongoDB. */
+   bool says = !FAKE && strncmp (URI, "mongodb", 7) != 0;
+   CHECK_EQ (s.queued, says ? 0 : -1);
    leaselock_lease_destroy (w);
    leaselock_client_destroy (c);
 }

@@ -241,7 +241,7 @@ for _, backend in ipairs(H.backends()) do
       assert.equals(2, #locks)
       assert.equals(key .. "/rw", locks[1].key)
       assert.equals(key .. "/s", locks[2].key)
-      if backend.name == "sqlite" then
+      if backend.name ~= "mongodb" then -- MongoDB does not read them yet
         assert.is_number(info.held_for)
         assert.equals(0, info.queued)
       end
