@@ -424,7 +424,7 @@ extern "C"
       char label[256];
       int64_t holds; /* reentrant holds of its owner: >= 1 while owned, 0 when released */
       /* Who waits (0 / "" when nobody; -1 when the backend does not say:
-       * SQLite says, the server backends do not yet). */
+       * SQLite, PostgreSQL and MySQL say, MongoDB does not yet). */
       char next_owner[LEASELOCK_OWNER_LEN + 1]; /* the live reservation's waiter, or "" */
       int64_t queued;                           /* live entries in the key's fair queue */
       int64_t held_ms; /* since its owner took it, by the database clock; -1 when released */

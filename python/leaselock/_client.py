@@ -60,7 +60,7 @@ class Record(TypedDict):
     #: Reentrant holds of its owner: 1 or more while owned, 0 once released.
     holds: int
     #: Seconds since its owner took it, by the database's clock (None when
-    #: released, or when the backend does not say: only SQLite says yet).
+    #: released, or when the backend does not say: MongoDB does not yet).
     held_for: Optional[float]
     #: Who waits: the waiter reserved as next owner (its owner token), and
     #: how many wait in the fair queue (None when the backend does not say).
