@@ -182,7 +182,8 @@ static bool top_read (leaselock_client_t *client,
    }
    sort_col = view->sort;
    sort_sign = view->reverse ? -1 : 1;
-   qsort (rows->r, rows->n, sizeof *rows->r, row_cmp);
+   if (rows->n > 1)
+      qsort (rows->r, rows->n, sizeof *rows->r, row_cmp);
    return true;
 }
 
@@ -199,7 +200,7 @@ static void fmt_cell_ms (int64_t ms, char *buf, size_t size)
  * columns (0: no limit), ending with "\r\n" on a terminal. */
 static void put_row (const top_row_t *row, int width, const char *eol)
 {
-   char line[1024], held[32], left[32];
+   char line[2048], held[32], left[32];
    if (!row) {
       snprintf (line, sizeof line, "%-24s %-9s %-8s %-34s %6s %8s %8s %5s %s", col_names[COL_KEY],
                 col_names[COL_MODE], "STATE", col_names[COL_HOLDER], col_names[COL_FENCE],
@@ -284,7 +285,7 @@ static void draw (const top_rows_t *rows, const top_view_t *v, const char *error
    for (size_t i = 0; i < rows->n; i++)
       held += rows->r[i].live > 0;
    fputs ("\033[H\033[2J", stdout);
-   char head[600];
+   char head[1024];
    snprintf (head, sizeof head, "leaselock top: %zu locks, %zu held; sort %s%s; prefix \"%s\"%s",
              rows->n, held, col_names[v->sort], v->reverse ? " (reversed)" : "", v->prefix,
              error ? error : "");
