@@ -508,7 +508,8 @@ extern "C"
                                        leaselock_error_t *error);
 
    /* The lock named key, whatever its mode: calls fn once when key or its
-    * mode's records have a record and sets *found (one list statement). A
+    * mode's records have a record and sets *found (two statements: an
+    * inspect of key, a list of key + "/."). A
     * mode's record named by its own key (a lease's key) is shown alone, as
     * a lock. */
    LEASELOCK_API bool leaselock_lock_inspect (leaselock_client_t *client,

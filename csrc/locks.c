@@ -213,7 +213,31 @@ static bool locks_report (rec_all_t *all,
    return true;
 }
 
-/* One list of prefix, grouped into locks for fn. */
+/* The records of the lock named key: its own (inspect) and its mode's,
+ * all under key + "/." (a list of that prefix alone, so that a key with
+ * many keys under it costs no more than one without). */
+static bool lock_records (leaselock_client_t *c,
+                          const char *key,
+                          size_t key_len,
+                          rec_all_t *all,
+                          leaselock_error_t *err)
+{
+   leaselock_record_t rec;
+   bool there = false;
+   if (!leaselock_inspect (c, key, key_len, &rec, &there, err))
+      return false;
+   if (there)
+      rec_add (&rec, all);
+   if (key_len + 2 > LEASELOCK_KEY_MAX)
+      return true; /* too long for any mode's records */
+   char p[LEASELOCK_KEY_MAX + 1];
+   memcpy (p, key, key_len);
+   memcpy (p + key_len, "/.", 2);
+   return leaselock_list (c, p, key_len + 2, rec_add, all, err);
+}
+
+/* The records under prefix (or of the lock only), grouped into locks for
+ * fn. */
 static bool locks_run (leaselock_client_t *c,
                        const char *prefix,
                        size_t prefix_len,
@@ -226,7 +250,8 @@ static bool locks_run (leaselock_client_t *c,
    if (!fn)
       return ll_error_set (err, LEASELOCK_INVALID, "fn (the lock callback) is NULL");
    rec_all_t all = { .only = only, .only_len = prefix_len };
-   bool ok = leaselock_list (c, prefix, prefix_len, rec_add, &all, err);
+   bool ok = only ? lock_records (c, only, prefix_len, &all, err)
+                  : leaselock_list (c, prefix, prefix_len, rec_add, &all, err);
    if (ok && all.failed)
       ok = ll_error_set (err, LEASELOCK_NOMEM, "out of memory reading %zu records", all.n);
    if (ok)
