@@ -3456,6 +3456,13 @@ static void test_lock_inspect_modes (void)
    leaselock_lease_t *s1, *s2, *r[3], *w;
    const char *k = key ("info-sem");
    bool found = true;
+   char near[2][300];
+   snprintf (near[0], sizeof near[0], "%sx", k); /* keys that start with k */
+   snprintf (near[1], sizeof near[1], "%s/child", k);
+   for (int i = 0; i < 2; i++) {
+      CHECK_OK (acq (c, near[i], opts (5000, false), &s1, &err), err);
+      leaselock_lease_destroy (s1);
+   }
    seen_lock_t s = inspect_lock (c, k, &found);
    CHECK (!found && s.calls == 0);
    CHECK_OK (sem (c, k, 3, opts (5000, false), &s1, &err), err);
