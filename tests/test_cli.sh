@@ -965,6 +965,28 @@ test_status_modes() {
   [ ! -s "$OUT" ] || { fail "released readers left records: $(cat "$OUT")"; return; }
 }
 
+# A semaphore's fair waiters: the one holding its turn is next, the others
+# are queued behind it (status's waiters).
+test_status_fair_semaphore() {
+  ll_bg run --slots 1 fs/k -- sleep 60
+  local holder=$BGPID
+  wait_state fs/k 0 || return
+  "$BIN" --uri "$URI" run --slots 1 --fair --wait 30s fs/k -- true 2>/dev/null &
+  local w1=$!; BG+=("$w1")
+  "$BIN" --uri "$URI" run --slots 1 --fair --wait 30s fs/k -- true 2>/dev/null &
+  local w2=$!; BG+=("$w2")
+  local i
+  for ((i = 0; i < 400; i++)); do
+    ll status fs/k
+    grep -qE '^waiters:    next [0-9a-f]{8}, 1 queued$' "$OUT" && break
+    sleep 0.05
+  done
+  grep -qE '^waiters:    next [0-9a-f]{8}, 1 queued$' "$OUT" || { fail "waiters: $(cat "$OUT")"; return; }
+  expect_out "slots:      1 used" || return
+  kill -TERM "$holder"; reap "$holder"; reap "$w1"; reap "$w2"
+  [ "$BGRC" = 0 ] || fail "a fair waiter exited $BGRC"
+}
+
 # status shows how long the key has been held and who waits (the reserved
 # next owner, the fair queue); list --held lists the held keys only.
 test_status_waiters() {
