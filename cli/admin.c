@@ -10,47 +10,27 @@
 
 /* ---- status ----------------------------------------------------------- */
 
-/* One field a line, for a record that was found. */
-static void put_status_lines (const leaselock_record_t *rec)
+/* What status found about its key: the lock, whatever its mode
+ * (leaselock_lock_inspect), printed at once and its exit status kept. */
+typedef struct status_ctx
 {
-   char when[32];
-   fmt_ms (rec->expires_in_ms, when, sizeof when);
-   fputs ("key:        ", stdout);
-   put_text (stdout, rec->key, rec->key_len);
-   fprintf (stdout, "\nstate:      %s\n", record_state (rec));
-   fprintf (stdout, "owner:      %s\n", rec->owner[0] ? rec->owner : "-");
-   fprintf (stdout, "fence:      %" PRId64 "\n", rec->fence);
-   if (rec->holds > 1)
-      fprintf (stdout, "holds:      %" PRId64 " (entered again by leaselock run --reentrant)\n",
-               rec->holds);
-   if (rec->expires_in_ms > 0)
-      fprintf (stdout, "expires in: %s\n", when);
-   else
-      fprintf (stdout, "expired:    %s ago\n", when);
-   fputs ("holder:     ", stdout);
-   put_holder (stdout, rec);
-   fputc ('\n', stdout);
-}
+   bool json;
+   int status;
+} status_ctx_t;
 
-/* Prints what status found about key (rec is read only when found): a JSON
- * object (null without a record) or one field a line. Returns status's exit
- * status. */
-static int print_status (const char *key, const leaselock_record_t *rec, bool found, bool json)
+/* Prints the lock as a JSON object or one field a line; a lock that blocks
+ * an acquire (a live record: held, or inside a min_hold) is held (0). */
+static bool status_one (const leaselock_lock_info_t *l, void *user_data)
 {
-   if (json) {
-      if (found)
-         put_record_json (stdout, rec);
-      else
-         fputs ("null", stdout);
+   status_ctx_t *ctx = user_data;
+   if (ctx->json) {
+      put_lock_json (stdout, l);
       fputc ('\n', stdout);
-   } else if (!found) {
-      fputs ("key:        ", stdout);
-      put_text (stdout, key, strlen (key));
-      fputs ("\nstate:      free (no record)\n", stdout);
    } else {
-      put_status_lines (rec);
+      put_lock_lines (stdout, l);
    }
-   return !found ? EXIT_NO_RECORD : rec->expires_in_ms > 0 ? EXIT_HELD_OK : EXIT_FREE;
+   ctx->status = l->live > 0 ? EXIT_HELD_OK : EXIT_FREE;
+   return false;
 }
 
 /* status -v: how the database makes a grant survive a failover, one field
@@ -85,47 +65,48 @@ static void put_durability_lines (const leaselock_durability_t *d)
 
 static int status_call (leaselock_client_t *client, const admin_args_t *a)
 {
-   leaselock_record_t rec;
    leaselock_durability_t dur;
    bool found = false;
    leaselock_error_t err;
-   if (!leaselock_inspect (client, a->arg, strlen (a->arg), &rec, &found, &err))
-      return fail ("status", &err);
    /* Read before anything is printed: a failure prints only its message. */
    if (a->verbose && !leaselock_client_durability (client, &dur, &err))
       return fail ("status", &err);
-   int status = print_status (a->arg, &rec, found, a->flag);
+   status_ctx_t ctx = { a->flag, EXIT_NO_RECORD };
+   if (!leaselock_lock_inspect (client, a->arg, strlen (a->arg), status_one, &ctx, &found, &err))
+      return fail ("status", &err);
+   if (!found && a->flag) {
+      fputs ("null\n", stdout);
+   } else if (!found) {
+      fputs ("key:        ", stdout);
+      put_text (stdout, a->arg, strlen (a->arg));
+      fputs ("\nstate:      free (no record)\n", stdout);
+   }
    if (!a->flag)
       put_database (stdout, client);
    if (a->verbose)
       put_durability_lines (&dur);
-   return status;
+   return ctx.status;
 }
 
 /* ---- list ------------------------------------------------------------- */
 
 typedef struct list_ctx
 {
-   bool json;
+   bool json, held;
    size_t count;
 } list_ctx_t;
 
-static bool list_one (const leaselock_record_t *r, void *user_data)
+/* One lock (a mode's records as one), or none with --held when free. */
+static bool list_one (const leaselock_lock_info_t *l, void *user_data)
 {
    list_ctx_t *ctx = user_data;
+   if (ctx->held && l->live == 0)
+      return true;
    if (ctx->json) {
       fputs (ctx->count ? ",\n" : "\n", stdout);
-      put_record_json (stdout, r);
+      put_lock_json (stdout, l);
    } else {
-      char when[32] = "-";
-      if (r->expires_in_ms > 0)
-         fmt_ms (r->expires_in_ms, when, sizeof when);
-      put_text (stdout, r->key, r->key_len);
-      fprintf (stdout,
-               "  %s  fence=%" PRId64 "  expires_in=%s  owner=%s  holder=", record_state (r),
-               r->fence, when, r->owner[0] ? r->owner : "-");
-      put_holder (stdout, r);
-      fputc ('\n', stdout);
+      put_lock_list_lines (stdout, l);
    }
    ctx->count++;
    return true;
@@ -134,14 +115,14 @@ static bool list_one (const leaselock_record_t *r, void *user_data)
 static int list_call (leaselock_client_t *client, const admin_args_t *a)
 {
    const char *prefix = a->arg;
-   list_ctx_t ctx = { a->flag, 0 };
+   list_ctx_t ctx = { a->flag, a->held, 0 };
    leaselock_error_t err;
    if (ctx.json)
       fputc ('[', stdout);
    else
       put_database (stdout, client);
-   bool ok = leaselock_list (client, prefix ? prefix : "", prefix ? strlen (prefix) : 0, list_one,
-                             &ctx, &err);
+   bool ok = leaselock_locks (client, prefix ? prefix : "", prefix ? strlen (prefix) : 0, list_one,
+                              &ctx, &err);
    if (ctx.json)
       fputs (ctx.count ? "\n]\n" : "]\n", stdout);
    return ok ? 0 : fail ("list", &err);
@@ -167,6 +148,7 @@ static int release_call (leaselock_client_t *client, const admin_args_t *a)
 typedef struct admin_cmd
 {
    const char *flag;         /* their one boolean option */
+   const char *flag2;        /* list's second: --held */
    bool verbose_ok;          /* -v/--verbose is theirs too */
    const char *takes;        /* for a second positional argument */
    bool needs_key;           /* the positional argument must be there */
@@ -180,6 +162,7 @@ static const admin_cmd_t status_cmd = { .flag = "--json",
                                         .needs_key = true,
                                         .call = status_call };
 static const admin_cmd_t list_cmd = { .flag = "--json",
+                                      .flag2 = "--held",
                                       .takes = "list takes one PREFIX",
                                       .call = list_call };
 static const admin_cmd_t release_cmd = {
@@ -195,7 +178,8 @@ static const admin_cmd_t release_cmd = {
 static int run_admin (const admin_cmd_t *cmd, const char *uri, int argc, char **argv)
 {
    admin_args_t a = { .uri = uri };
-   int parsed = parse_admin_args (argc, argv, cmd->flag, cmd->verbose_ok, cmd->takes, &a);
+   int parsed =
+     parse_admin_args (argc, argv, cmd->flag, cmd->flag2, cmd->verbose_ok, cmd->takes, &a);
    if (parsed != PARSED)
       return parsed;
    if (a.verbose && a.flag)

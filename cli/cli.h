@@ -8,6 +8,8 @@
  *   options.c    options, durations, the arguments of each command
  *   client.c     opening a client (every command)
  *   admin.c      status, list, release --force, prune
+ *   view.c       a lock (a mode's records as one) as status, list and top show it
+ *   top.c        top: the live view of the locks (ANSI escapes, termios)
  *   run.c        run: signals, acquire, exit status (and its design note)
  *   reenter.c    run --reentrant inside a run of the same KEY
  *   spawn.c      run: starting the command
@@ -88,6 +90,31 @@ void put_text (FILE *f, const char *s, size_t len);
 const char *record_state (const leaselock_record_t *r);
 void put_record_json (FILE *f, const leaselock_record_t *r);
 void put_holder (FILE *f, const leaselock_record_t *r);
+/* s as a JSON string (bytes that are not UTF-8 become U+FFFD). */
+void put_json_string (FILE *f, const char *s, size_t len);
+
+/* ---- top.c ------------------------------------------------------------ */
+
+/* leaselock top: the locks of the database, refreshed (or once). */
+int cmd_top (const char *uri, int argc, char **argv);
+
+/* ---- view.c: a lock as status, list and top show it ------------------- */
+
+/* The record that stands for the lock (a lock's own, a read-write lock's
+ * writer, else the first holder; NULL when none). */
+const leaselock_record_t *lock_lead (const leaselock_lock_info_t *l);
+/* "lock", "semaphore", "rwlock" (static). */
+const char *lock_mode_name (leaselock_lock_mode_t m);
+/* Whether r's holder is a process of this host that no longer exists. */
+bool holder_dead (const leaselock_record_t *r);
+/* "next <owner>, N queued", "none" or "unknown" into buf. */
+void fmt_waiters (const leaselock_lock_info_t *l, char *buf, size_t size);
+/* The lock as one JSON object (with dead: whether each holder is dead). */
+void put_lock_json (FILE *f, const leaselock_lock_info_t *l);
+/* status: one field a line. */
+void put_lock_lines (FILE *f, const leaselock_lock_info_t *l);
+/* list: one line, and a line per holder of a mode. */
+void put_lock_list_lines (FILE *f, const leaselock_lock_info_t *l);
 
 /* ---- options.c -------------------------------------------------------- */
 
@@ -109,6 +136,11 @@ typedef struct run_opts
 } run_opts_t;
 
 bool is_help (const char *a);
+/* "--name VALUE" or "--name=VALUE" at argv[*i]: 1 (*value set, *i past
+ * it), 0 another argument, -1 the value is missing (message printed). */
+int opt_value (int argc, char **argv, int *i, const char *name, const char **value);
+/* A duration option within [min, max] ms; prints and returns false on error. */
+bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out);
 /* --uri at argv[*i]: 1 matched (*uri points into argv), 0 not, -1 error. */
 int opt_uri (int argc, char **argv, int *i, const char **uri);
 
@@ -120,11 +152,13 @@ typedef struct admin_args
    const char *arg; /* KEY or PREFIX; NULL: none */
    bool flag;       /* --json, or release's --force */
    bool verbose;    /* status -v: the durability lines too */
+   bool held;       /* list --held: held keys only */
 } admin_args_t;
 
 int parse_admin_args (int argc,
                       char **argv,
                       const char *flag,
+                      const char *flag2,
                       bool verbose_ok,
                       const char *takes,
                       admin_args_t *a);

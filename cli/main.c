@@ -4,7 +4,8 @@
  *
  *   leaselock run [options] KEY -- CMD [ARGS...]
  *   leaselock status [--json | -v] KEY
- *   leaselock list [--json] [PREFIX]
+ *   leaselock list [--json] [--held] [PREFIX]
+ *   leaselock top [--once] [--json] [--interval D] [--prefix P]
  *   leaselock release --force KEY
  *   leaselock prune [--older-than D] [PREFIX]
  *
@@ -29,7 +30,7 @@ static const struct
 } commands[] = {
    { "run", "leaselock run", cmd_run },       { "status", "leaselock status", cmd_status },
    { "list", "leaselock list", cmd_list },    { "release", "leaselock release", cmd_release },
-   { "prune", "leaselock prune", cmd_prune },
+   { "prune", "leaselock prune", cmd_prune }, { "top", "leaselock top", cmd_top },
 };
 
 /* Reads the options before the command (--help, --version, --uri,
@@ -69,12 +70,13 @@ int main (int argc, char **argv)
    if (status != PARSED)
       return status;
    if (i >= argc)
-      return usage_error ("missing command (run, status, list, release or prune)");
+      return usage_error ("missing command (run, status, list, top, release or prune)");
    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
       if (!strcmp (argv[i], commands[c].name)) {
          cmd_name = commands[c].cmd_name;
          return commands[c].run (uri, argc - i - 1, argv + i + 1);
       }
    }
-   return usage_error ("unknown command \"%s\" (run, status, list, release or prune)", argv[i]);
+   return usage_error ("unknown command \"%s\" (run, status, list, top, release or prune)",
+                       argv[i]);
 }

@@ -18,7 +18,7 @@
  * *value set (and *i moved past the value), 0 when argv[*i] is another
  * argument, -1 when the value is missing (message printed).
  */
-static int opt_value (int argc, char **argv, int *i, const char *name, const char **value)
+int opt_value (int argc, char **argv, int *i, const char *name, const char **value)
 {
    const char *a = argv[*i];
    size_t n = strlen (name);
@@ -41,7 +41,7 @@ static int opt_value (int argc, char **argv, int *i, const char *name, const cha
 
 /* Parses a duration option; min/max in ms. Prints and returns false on
  * error. */
-static bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
+bool parse_ms (const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
 {
    leaselock_error_t err;
    if (!leaselock_parse_duration (text, out, &err)) {
@@ -82,7 +82,9 @@ bool is_help (const char *a)
 typedef struct admin_opt
 {
    const char *name;
-   bool *flag;    /* a boolean option, or NULL */
+   bool *flag; /* a boolean option, or NULL */
+   const char *name2;
+   bool *flag2;   /* a second boolean option (list --held), or NULL */
    int64_t *ms;   /* else a duration option */
    bool *verbose; /* -v, --verbose: taken when not NULL */
 } admin_opt_t;
@@ -95,6 +97,10 @@ static int admin_option (int argc, char **argv, int *i, const admin_opt_t *opt)
    int r;
    if (opt->verbose && (!strcmp (argv[*i], "-v") || !strcmp (argv[*i], "--verbose"))) {
       *opt->verbose = true;
+      return 1;
+   }
+   if (opt->flag2 && !strcmp (argv[*i], opt->name2)) {
+      *opt->flag2 = true;
       return 1;
    }
    if (opt->flag) {
@@ -144,11 +150,16 @@ static int parse_admin_loop (int argc,
 int parse_admin_args (int argc,
                       char **argv,
                       const char *flag,
+                      const char *flag2,
                       bool verbose_ok,
                       const char *takes,
                       admin_args_t *a)
 {
-   admin_opt_t opt = { .name = flag, .flag = &a->flag, .verbose = verbose_ok ? &a->verbose : NULL };
+   admin_opt_t opt = { .name = flag,
+                       .flag = &a->flag,
+                       .name2 = flag2,
+                       .flag2 = flag2 ? &a->held : NULL,
+                       .verbose = verbose_ok ? &a->verbose : NULL };
    return parse_admin_loop (argc, argv, &opt, takes, &a->uri, &a->arg);
 }
 

@@ -154,7 +154,7 @@ static const char *json_escape (unsigned char c, char buf[8])
 /* Writes s as a JSON string: escapes quotes, backslashes and control
  * characters; each byte that is not part of valid UTF-8 (as the core
  * judges it) becomes U+FFFD. */
-static void put_json_string (FILE *f, const char *s, size_t len)
+void put_json_string (FILE *f, const char *s, size_t len)
 {
    fputc ('"', f);
    for (size_t i = 0; i < len;) {

@@ -70,13 +70,21 @@ bool leaselock_client_stats (leaselock_client_t *c,
 }
 
 /* A record's hold count as the contract has it: 0 without an owner, at
- * least 1 with one (a backend that keeps no count reports none). */
-static void holds_fix (leaselock_record_t *r)
+ * least 1 with one (a backend that keeps no count reports none); its
+ * waiters and held time unknown (-1) when the backend does not read them. */
+static void record_fix (const ll_backend_t *b, leaselock_record_t *r)
 {
    if (!r->owner[0])
       r->holds = 0;
    else if (r->holds < 1)
       r->holds = 1;
+   if (!b->record_waiters) {
+      r->next_owner[0] = '\0';
+      r->queued = -1;
+      r->held_ms = -1;
+   }
+   if (!r->owner[0] || r->held_ms < 0)
+      r->held_ms = -1;
 }
 
 /* leaselock_durability_t from a connection's view of its primary. */
@@ -137,13 +145,14 @@ bool leaselock_inspect (leaselock_client_t *c,
    if (!admin_begin (c, &a, err))
       return false;
    bool ok = c->backend->inspect (a.conn, &(ll_op_t){ key, key_len, NULL }, record, found, err);
-   holds_fix (record);
+   record_fix (c->backend, record);
    admin_end (c, &a, "inspect", key, key_len, ok, err);
    return ok;
 }
 
 typedef struct records
 {
+   const ll_backend_t *backend;
    leaselock_record_t *recs;
    size_t n, cap;
    bool failed;
@@ -163,7 +172,7 @@ static bool records_add (const leaselock_record_t *rec, void *all_)
       all->cap = cap;
    }
    all->recs[all->n] = *rec;
-   holds_fix (&all->recs[all->n++]);
+   record_fix (all->backend, &all->recs[all->n++]);
    return true;
 }
 
@@ -195,7 +204,7 @@ bool leaselock_list (leaselock_client_t *c,
       return ll_error_set (err, LEASELOCK_INVALID, "fn (the record callback) is NULL");
    /* Read everything first and call fn with no connection held: fn may
     * call leaselock itself, or fork. */
-   records_t all = { 0 };
+   records_t all = { .backend = c->backend };
    admin_conn_t a;
    if (!admin_begin (c, &a, err))
       return false;

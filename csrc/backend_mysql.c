@@ -328,10 +328,11 @@ typedef struct
    char key[LEASELOCK_KEY_MAX + 1];
    char owner[LEASELOCK_OWNER_LEN + 1];
    char host[256], label[256];
-   unsigned long key_len, owner_len, host_len, label_len;
-   my_bool owner_null;
-   int64_t fence, diff_us, pid, holds;
-   MYSQL_BIND b[8];
+   char next[LEASELOCK_OWNER_LEN + 1];
+   unsigned long key_len, owner_len, host_len, label_len, next_len;
+   my_bool owner_null, next_null;
+   int64_t fence, diff_us, pid, holds, queued, held_us;
+   MYSQL_BIND b[11];
 } ll_mysql_row_t;
 
 static void ll_mysql_row_bind (ll_mysql_row_t *r)
@@ -358,6 +359,13 @@ static void ll_mysql_row_bind (ll_mysql_row_t *r)
    r->b[6].buffer_length = sizeof r->label - 1;
    r->b[6].length = &r->label_len;
    ll_mysql_bind_i64 (&r->b[7], &r->holds);
+   r->b[8].buffer_type = MYSQL_TYPE_STRING;
+   r->b[8].buffer = r->next;
+   r->b[8].buffer_length = sizeof r->next;
+   r->b[8].length = &r->next_len;
+   r->b[8].is_null = &r->next_null;
+   ll_mysql_bind_i64 (&r->b[9], &r->queued);
+   ll_mysql_bind_i64 (&r->b[10], &r->held_us);
 }
 
 static void ll_mysql_row_to_record (ll_mysql_row_t *r, leaselock_record_t *rec)
@@ -373,6 +381,10 @@ static void ll_mysql_row_to_record (ll_mysql_row_t *r, leaselock_record_t *rec)
    ll_copy_clipped (rec->label, sizeof rec->label, r->label, r->label_len);
    /* A released record's stored count is stale: it shows no holds. */
    rec->holds = r->owner_null ? 0 : r->holds;
+   if (!r->next_null)
+      ll_copy_clipped (rec->next_owner, sizeof rec->next_owner, r->next, r->next_len);
+   rec->queued = r->queued;
+   rec->held_ms = r->held_us / 1000;
 }
 
 /* Executes a SELECT, buffers its rows, and calls fn for each (fn returns
@@ -608,6 +620,7 @@ const ll_backend_t ll_backend_mysql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    LL_BACKEND_LEASE_OPS (ll_mysql),
+   .record_waiters = true,
    .primary = ll_sql_primary,
 };
 

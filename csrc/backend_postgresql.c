@@ -231,6 +231,10 @@ static void ll_pg_row_to_record (PGresult *res, int row, leaselock_record_t *rec
    ll_pg_copy_field (rec->label, sizeof rec->label, NULL, res, row, 6);
    /* A released record's stored count is stale: it shows no holds. */
    rec->holds = rec->owner[0] ? strtoll (PQgetvalue (res, row, 7), NULL, 10) : 0;
+   if (!PQgetisnull (res, row, 8))
+      ll_pg_copy_field (rec->next_owner, sizeof rec->next_owner, NULL, res, row, 8);
+   rec->queued = strtoll (PQgetvalue (res, row, 9), NULL, 10);
+   rec->held_ms = strtoll (PQgetvalue (res, row, 10), NULL, 10);
 }
 
 /* One statement, one round trip: the count after, or no row (NOT_HELD). */
@@ -495,6 +499,7 @@ const ll_backend_t ll_backend_postgresql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    LL_BACKEND_LEASE_OPS (ll_pg),
+   .record_waiters = true,
    .primary = ll_sql_primary,
    .watch_open = ll_pg_watch_open,
    .watch_fd = ll_pg_watch_fd,

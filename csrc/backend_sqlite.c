@@ -35,8 +35,9 @@
  * schema version 1 or 2 is migrated in place on open (migrate()).
  *
  * The fair mode's queue (queue_join, queue_leave) is the table
- * leaselock_queue beside the records, never in them: plain acquires,
- * renewals, releases, inspect and list never read it.
+ * leaselock_queue beside the records, never in them: plain acquires and
+ * renewals never read it; releases ask whether it has a waiter to wake,
+ * inspect and list count a key's live entries (who waits).
  *
  * Keys are TEXT with the default BINARY collation, which compares bytes
  * (memcmp): key order and prefix ranges are byte-wise, and LIKE is never
@@ -254,6 +255,9 @@ static void ll_sqlite_read_record (sqlite3_stmt *st, leaselock_record_t *rec)
    rec->pid = sqlite3_column_int64 (st, 5);
    ll_sqlite_copy_text (st, 6, rec->label, sizeof rec->label);
    rec->holds = rec->owner[0] ? sqlite3_column_int64 (st, 7) : 0;
+   ll_sqlite_copy_text (st, 8, rec->next_owner, sizeof rec->next_owner);
+   rec->queued = sqlite3_column_int64 (st, 9);
+   rec->held_ms = sqlite3_column_int64 (st, 10);
 }
 
 static bool ll_sqlite_hold (void *conn,
@@ -619,6 +623,7 @@ const ll_backend_t ll_backend_sqlite = {
    .abandon = ll_sqlite_abandon,
    .close_before_fork = true,
    LL_BACKEND_LEASE_OPS (ll_sqlite),
+   .record_waiters = true,
    .watch_open = ll_sqlite_watch_open,
    .watch_fd = ll_sqlite_watch_fd,
    .watch_drain = ll_sqlite_watch_drain,

@@ -164,6 +164,7 @@ struct leaselock_lease
    int64_t holds;                          /* reentrant holds (1 once acquired) */
    bool close_tried;                       /* leaselock_client_close tried to release it */
    bool released_by_close;                 /* and that release ended it */
+   bool drop_on_release;                   /* a one-use record: its release deletes it */
    leaselock_lease_t *prev, *next;         /* in client->renewing */
    leaselock_lease_t *prev_all, *next_all; /* in client->leases */
 };

@@ -265,7 +265,8 @@ extern "C"
     * read-write lock's 216 (INVALID otherwise). Arguments are checked as
     * leaselock_acquire checks them, before any I/O. An uncontended
     * acquire costs two statements (take the record, then read the
-    * others'; one more to apply a min_hold), a release one. docs/contract.md, "Semaphores and
+    * others'; one more to apply a min_hold), a release one (a reader's
+    * then deletes its one-use record: a prune of that key). docs/contract.md, "Semaphores and
     * read-write locks", gives the algorithms and why they are safe.
     *
     * leaselock_semaphore_acquire: at most limit (1 ..
@@ -449,6 +450,11 @@ extern "C"
       int64_t pid;
       char label[256];
       int64_t holds; /* reentrant holds of its owner: >= 1 while owned, 0 when released */
+      /* Who waits (0 / "" when nobody; -1 when the backend does not say:
+       * SQLite, PostgreSQL and MySQL say, MongoDB does not yet). */
+      char next_owner[LEASELOCK_OWNER_LEN + 1]; /* the live reservation's waiter, or "" */
+      int64_t queued;                           /* live entries in the key's fair queue */
+      int64_t held_ms; /* since its owner took it, by the database clock; -1 when released */
    } leaselock_record_t;
 
    /*
@@ -490,6 +496,75 @@ extern "C"
                                       leaselock_record_cb fn,
                                       void *user_data,
                                       leaselock_error_t *error);
+
+   /*
+    * A lock as its records make it up: a semaphore's and a read-write lock's
+    * records (key + "/.slot/<i>", "/.sem/fair", "/.rw/w", "/.rw/r/<token>")
+    * count as one lock named key, an ordinary key's record as itself.
+    * Every pointer in it points into memory the core owns and frees when
+    * the callback returns: copy what must outlive the call.
+    */
+   typedef enum leaselock_lock_mode
+   {
+      LEASELOCK_MODE_LOCK = 1,
+      LEASELOCK_MODE_SEMAPHORE = 2,
+      LEASELOCK_MODE_RWLOCK = 3
+   } leaselock_lock_mode_t;
+
+   typedef struct leaselock_lock_info
+   {
+      const char *key; /* the lock's key, without a mode's suffix (NUL-terminated) */
+      size_t key_len;
+      leaselock_lock_mode_t mode;
+      /* "held" (a live record with an owner), "min-hold" (live records, all
+       * released inside their min_hold: still blocking) or "free". */
+      const char *state;
+      int64_t live; /* live records that block an acquire (not the fair gate) */
+      /* The live records with an owner: a lock's record; a read-write
+       * lock's writer first, then its readers; a semaphore's slots. */
+      const leaselock_record_t *const *holders;
+      size_t n_holders;
+      /* A lock's record, a read-write lock's exclusive record, NULL for a
+       * semaphore or when there is none: its fence is the lock's fence. */
+      const leaselock_record_t *record;
+      int64_t slots;   /* semaphore: slot records (its limit is at least this) */
+      int64_t readers; /* read-write lock: live shared holders */
+      bool writer;     /* read-write lock: a writer holds the exclusive record
+                        * (and may still wait in it for readers to leave) */
+      /* Waiters: the reserved next owner ("" when none) and the fair queue's
+       * length (-1 when the backend does not say) of the record waiters
+       * wait on: a lock's, the exclusive record (writers, and readers
+       * waiting for a writer), a semaphore's fair gate (its holder is the
+       * next fair waiter, shown as next_owner). */
+      const char *next_owner;
+      int64_t queued;
+      size_t records; /* the records read for it (released ones included) */
+   } leaselock_lock_info_t;
+
+   typedef bool (*leaselock_lock_cb) (const leaselock_lock_info_t *lock, void *user_data);
+
+   /* Calls fn once per lock with a record whose key starts with prefix
+    * (prefix_len may be 0), in key order: one list statement, then fn with
+    * no connection held (as leaselock_list). fn returns false to stop. */
+   LEASELOCK_API bool leaselock_locks (leaselock_client_t *client,
+                                       const char *prefix,
+                                       size_t prefix_len,
+                                       leaselock_lock_cb fn,
+                                       void *user_data,
+                                       leaselock_error_t *error);
+
+   /* The lock named key, whatever its mode: calls fn once when key or its
+    * mode's records have a record and sets *found (two statements: an
+    * inspect of key, a list of key + "/."). A
+    * mode's record named by its own key (a lease's key) is shown alone, as
+    * a lock. */
+   LEASELOCK_API bool leaselock_lock_inspect (leaselock_client_t *client,
+                                              const char *key,
+                                              size_t key_len,
+                                              leaselock_lock_cb fn,
+                                              void *user_data,
+                                              bool *found,
+                                              leaselock_error_t *error);
 
    /* Admin: clears the owner of key whoever holds it and makes it free now; the
     * fence survives. *took (may be NULL) tells whether a live lease was taken. */

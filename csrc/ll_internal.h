@@ -17,6 +17,19 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 
+/* ---- the modes' records (modes.c takes them, locks.c reads them) ------ */
+
+#define LL_SLOT_SFX "/.slot/"    /* + <i>: a semaphore's slot i */
+#define LL_GATE_SFX "/.sem/fair" /* the turn of a semaphore's fair waiters */
+#define LL_W_SFX "/.rw/w"        /* a read-write lock's exclusive record */
+#define LL_R_SFX "/.rw/r/"       /* + <token>: one shared holder */
+
+/* A reader's record is one-use (its key holds a token nobody takes again):
+ * once its release lands, the release deletes it too (a prune of that
+ * key, which deletes it only when it is free: not inside a min_hold), so
+ * released readers leave no records behind. (release.c) */
+void ll_lease_drop_on_release (leaselock_lease_t *lease);
+
 /* ---- errors ---------------------------------------------------------- */
 
 /* Sets code and a printf-style message (truncated to fit). err may be NULL.
@@ -607,7 +620,10 @@ typedef struct ll_backend
    /* When the record is ours: owner cleared, expiry = max(now, acquired_at +
     * min_hold). */
    bool (*release) (void *conn, const ll_op_t *op, int64_t min_hold_ms, leaselock_error_t *err);
-   /* Reads one record; *found false when the key has no record. */
+   /* Reads one record; *found false when the key has no record. With
+    * record_waiters, inspect and list fill the record's next_owner, queued
+    * and held_ms; else the engine marks them unknown. */
+   bool record_waiters;
    bool (*inspect) (void *conn,
                     const ll_op_t *op,
                     leaselock_record_t *rec,

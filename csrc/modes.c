@@ -32,10 +32,10 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define SLOT_SFX "/.slot/"
-#define GATE_SFX "/.sem/fair"
-#define W_SFX "/.rw/w"
-#define R_SFX "/.rw/r/"
+#define SLOT_SFX LL_SLOT_SFX
+#define GATE_SFX LL_GATE_SFX
+#define W_SFX LL_W_SFX
+#define R_SFX LL_R_SFX
 #define SLOT_DIGITS_MAX 3 /* LEASELOCK_SEMAPHORE_MAX - 1 = 999 */
 #define SEM_SFX_MAX (sizeof SLOT_SFX - 1 + SLOT_DIGITS_MAX)
 #define RW_SFX_MAX (sizeof R_SFX - 1 + LEASELOCK_OWNER_LEN)
@@ -612,6 +612,8 @@ static bool rw_reader_pass (rw_call_t *r,
    if (!ll_acquire_record (r->c, r->wk, r->wk_len, &p, &pass, err))
       return false;
    bool ok = ll_acquire_record (r->c, rk, rk_len, one, lease, err);
+   if (ok)
+      ll_lease_drop_on_release (*lease);
    leaselock_error_t rel;
    if (!leaselock_lease_release (pass, &rel) && ok) {
       drop (*lease);
@@ -648,6 +650,7 @@ static bool rw_reader (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
             return false;
          continue;
       }
+      ll_lease_drop_on_release (*lease);
       /* The take precedes the inspect (the comment above). */
       if (!rw_writer_in (r, &in, err) || in) {
          drop (*lease);

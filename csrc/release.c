@@ -112,10 +112,15 @@ bool ll_release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leaselock_
    release_done_locked (c, l, ok, was_sent, resent, err);
    l->released_by_close = by_close && l->state == LEASELOCK_STATE_RELEASED;
    l->releasing--;
+   bool drop = ok && l->drop_on_release && l->min_hold_ms == 0;
    pthread_cond_broadcast (&c->cond); /* a release waiting for this one */
    pthread_mutex_unlock (&c->mu);
    if (ok) {
       ll_bucket_wake (l->key, l->key_len);
+      /* Best effort: a record left (a failed statement, a closing client)
+       * is pruned later (modes.c). */
+      if (drop)
+         leaselock_prune (c, l->key, l->key_len, 0, NULL, NULL);
    } else if (err->code == LEASELOCK_NOT_HELD) {
       ll_error_set (err, LEASELOCK_NOT_HELD,
                     "the lease on \"%s\" is no longer held by this owner (it expired and was "
@@ -172,6 +177,13 @@ static bool lease_holds (leaselock_lease_t *l, int64_t *holds, leaselock_error_t
                            LL_KEY_SHOWN (l->key, l->key_len));
    return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease on \"%s\" is no longer held",
                         LL_KEY_SHOWN (l->key, l->key_len));
+}
+
+void ll_lease_drop_on_release (leaselock_lease_t *l)
+{
+   pthread_mutex_lock (&l->client->mu);
+   l->drop_on_release = true;
+   pthread_mutex_unlock (&l->client->mu);
 }
 
 bool leaselock_lease_reenter (leaselock_lease_t *l, leaselock_error_t *error)

@@ -191,17 +191,22 @@
 
 /* The columns of a record, the time left in microseconds. */
 #define LL_MYSQL_COLS                                                                              \
-   "lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), "            \
-   "holder_host, holder_pid, holder_label, holds"
+   "t.lock_key, owner, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), "          \
+   "holder_host, holder_pid, holder_label, holds, "                                                \
+   "IF(next_until > UTC_TIMESTAMP(6), next_owner, NULL), "                                         \
+   "(SELECT COUNT(*) FROM `%1$s_queue` q WHERE q.lock_key = t.lock_key AND "                       \
+   "q.alive_until > UTC_TIMESTAMP(6)), "                                                           \
+   "TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))"
 
-/* Parameter: key. */
-#define LL_MYSQL_INSPECT "SELECT " LL_MYSQL_COLS " FROM `%s` WHERE lock_key = ?"
+/* Parameter: key. (The table is t; then who waits and the time held,
+ * as the columns above say.) */
+#define LL_MYSQL_INSPECT "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key = ?"
 /* Parameter: prefix (no upper bound: an empty or all-0xff prefix). */
 #define LL_MYSQL_LIST_FROM                                                                         \
-   "SELECT " LL_MYSQL_COLS " FROM `%s` WHERE lock_key >= ? ORDER BY lock_key"
+   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? ORDER BY lock_key"
 /* Parameters: prefix, upper bound (ll_prefix_upper). */
 #define LL_MYSQL_LIST_RANGE                                                                        \
-   "SELECT " LL_MYSQL_COLS " FROM `%s` WHERE lock_key >= ? AND lock_key < ? ORDER BY lock_key"
+   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND lock_key < ? ORDER BY lock_key"
 
 /* Parameter: key. LAST_INSERT_ID(fence) (>= 1) runs only when a live lease
  * is taken. */

@@ -205,20 +205,26 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "UPDATE \"%1$s\" SET holds = GREATEST(1, holds + $3::int) WHERE lock_key = $1 AND "             \
    "owner = $2 AND expires_at > clock_timestamp() RETURNING holds"
 
-/* The columns of a record, the time left in microseconds. */
+/* The columns of a record (the table is t), the time left in
+ * microseconds; then who waits (the live reservation's owner, the key's
+ * live fair queue entries) and how long the owner has held it (ms). */
 #define LL_POSTGRESQL_COLS                                                                         \
-   "lock_key, owner, fence, "                                                                      \
+   "t.lock_key, owner, fence, "                                                                    \
    "(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000000)::bigint, holder_host, "         \
-   "holder_pid, holder_label, holds"
+   "holder_pid, holder_label, holds, "                                                             \
+   "CASE WHEN next_until > clock_timestamp() THEN next_owner END, "                                \
+   "(SELECT count(*) FROM \"%1$s_queue\" q WHERE q.lock_key = t.lock_key AND "                     \
+   "q.alive_until > clock_timestamp()), "                                                          \
+   "(EXTRACT(EPOCH FROM clock_timestamp() - acquired_at) * 1000)::bigint"
 
 /* Parameter: $1 key. */
-#define LL_POSTGRESQL_INSPECT "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" WHERE lock_key = $1"
+#define LL_POSTGRESQL_INSPECT "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" t WHERE lock_key = $1"
 /* Parameter: $1 prefix (when nothing bounds it above: see prefix_upper). */
 #define LL_POSTGRESQL_LIST_FROM                                                                    \
-   "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" WHERE lock_key >= $1 ORDER BY lock_key"
+   "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" t WHERE lock_key >= $1 ORDER BY lock_key"
 /* Parameters: $1 prefix, $2 upper bound. */
 #define LL_POSTGRESQL_LIST_RANGE                                                                   \
-   "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" WHERE lock_key >= $1 AND lock_key < $2 "           \
+   "SELECT " LL_POSTGRESQL_COLS " FROM \"%1$s\" t WHERE lock_key >= $1 AND lock_key < $2 "         \
    "ORDER BY lock_key"
 
 /* Parameter: $1 key. Returns whether a live lease was taken (and

@@ -112,8 +112,13 @@
    "UPDATE leaselock_locks SET holds = MAX(1, holds + ?3)"                                         \
    " WHERE key = ?1 AND owner = ?2 AND expires_at > " LL_SQLITE_NOW_MS " RETURNING holds"
 
+/* The record, then who waits: the live reservation's owner, the key's
+ * live fair queue entries, and how long the owner has held it. */
 #define LL_SQLITE_RECORD_COLUMNS                                                                   \
-   "key, owner, fence, expires_at - " LL_SQLITE_NOW_MS ", host, pid, label, holds"
+   "key, owner, fence, expires_at - " LL_SQLITE_NOW_MS ", host, pid, label, holds,"                \
+   " CASE WHEN next_until > " LL_SQLITE_NOW_MS " THEN next_owner END,"                             \
+   " (SELECT count(*) FROM leaselock_queue q WHERE q.key = leaselock_locks.key"                    \
+   " AND q.alive_until > " LL_SQLITE_NOW_MS "), " LL_SQLITE_NOW_MS " - acquired_at"
 
 /* ?1 key */
 #define LL_SQLITE_INSPECT "SELECT " LL_SQLITE_RECORD_COLUMNS " FROM leaselock_locks WHERE key = ?1"

@@ -258,12 +258,33 @@ static int client_tostring (lua_State *L)
 
 /* ---- admin calls ---------------------------------------------------- */
 
+/* t.name = v / 1000 (seconds), unless v is -1 (not known). */
+static void set_seconds (lua_State *L, const char *name, int64_t v)
+{
+   if (v >= 0) {
+      lua_pushnumber (L, (lua_Number)v / 1000.0);
+      lua_setfield (L, -2, name);
+   }
+}
+
 /* A record as a Lua table: key, owner (nil when released), fence,
  * expires_in (seconds by the database clock, <= 0 when expired), holder =
- * {host, pid, label}, holds (reentrant holds, 0 when released). */
+ * {host, pid, label}, holds (reentrant holds, 0 when released), held_for
+ * (seconds; nil when released or not known), next_owner (the reserved
+ * waiter, nil when none), queued (the fair queue's length, nil when not
+ * known). */
 static void push_record (lua_State *L, const leaselock_record_t *r)
 {
-   lua_createtable (L, 0, 6);
+   lua_createtable (L, 0, 9);
+   set_seconds (L, "held_for", r->held_ms);
+   if (r->next_owner[0]) {
+      lua_pushstring (L, r->next_owner);
+      lua_setfield (L, -2, "next_owner");
+   }
+   if (r->queued >= 0) {
+      lua_pushinteger (L, (lua_Integer)r->queued);
+      lua_setfield (L, -2, "queued");
+   }
    lua_pushinteger (L, (lua_Integer)r->holds);
    lua_setfield (L, -2, "holds");
    lua_pushlstring (L, r->key, r->key_len);
@@ -289,27 +310,50 @@ static void push_record (lua_State *L, const leaselock_record_t *r)
    ll_lua_set_record_mt (L); /* its __tostring */
 }
 
-/* client:info(key) -> record | nil (never used) | nil, msg, code */
-static int client_info (lua_State *L)
+/* A lock, a mode's records as one (leaselock_lock_info_t): the fields of
+ * its own record (a read-write lock's writer, else its first holder;
+ * fence 0 when none), key the lock's, next_owner and queued its waiters,
+ * and mode ("lock", "semaphore", "rwlock"), state ("held", "min-hold",
+ * "free"), live, holders = {record...}, slots (a semaphore's), readers and
+ * writer (a read-write lock's). */
+static void push_lock (lua_State *L, const leaselock_lock_info_t *l)
 {
-   leaselock_client_t *client = ll_lua_check_open_client (L, 1, 1, "info");
-   size_t len;
-   const char *key = ll_lua_check_key (L, 2, "info", 1, &len);
-   leaselock_record_t rec;
-   leaselock_error_t err;
-   bool found = false;
-
-   bool ok = leaselock_inspect (client, key, len, &rec, &found, &err);
-   ll_lua_drain_log (L, 1);
-   if (!ok) {
-      return ll_lua_fail (L, 1, "info", &err);
-   }
-   if (!found) {
+   static const leaselock_record_t none = { .queued = -1, .held_ms = -1 };
+   const leaselock_record_t *lead =
+     l->mode != LEASELOCK_MODE_LOCK && l->n_holders ? l->holders[0] : l->record;
+   push_record (L, lead ? lead : &none);
+   lua_pushlstring (L, l->key, l->key_len);
+   lua_setfield (L, -2, "key");
+   lua_pushstring (L, l->next_owner[0] ? l->next_owner : NULL);
+   lua_setfield (L, -2, "next_owner");
+   if (l->queued >= 0)
+      lua_pushinteger (L, (lua_Integer)l->queued);
+   else
       lua_pushnil (L);
-      return 1;
+   lua_setfield (L, -2, "queued");
+   lua_pushstring (L, l->mode == LEASELOCK_MODE_SEMAPHORE ? "semaphore"
+                      : l->mode == LEASELOCK_MODE_RWLOCK  ? "rwlock"
+                                                          : "lock");
+   lua_setfield (L, -2, "mode");
+   lua_pushstring (L, l->state);
+   lua_setfield (L, -2, "state");
+   lua_pushinteger (L, (lua_Integer)l->live);
+   lua_setfield (L, -2, "live");
+   lua_createtable (L, (int)l->n_holders, 0);
+   for (size_t i = 0; i < l->n_holders; i++) {
+      push_record (L, l->holders[i]);
+      lua_rawseti (L, -2, (int)i + 1);
    }
-   push_record (L, &rec);
-   return 1;
+   lua_setfield (L, -2, "holders");
+   if (l->mode == LEASELOCK_MODE_SEMAPHORE) {
+      lua_pushinteger (L, (lua_Integer)l->slots);
+      lua_setfield (L, -2, "slots");
+   } else if (l->mode == LEASELOCK_MODE_RWLOCK) {
+      lua_pushinteger (L, (lua_Integer)l->readers);
+      lua_setfield (L, -2, "readers");
+      lua_pushboolean (L, l->writer);
+      lua_setfield (L, -2, "writer");
+   }
 }
 
 /* leaselock_list's callback runs on this thread with no connection held:
@@ -323,43 +367,48 @@ typedef struct
    bool failed;
 } ll_lua_list_t;
 
-/* append_record(list, record) with the record a light userdata. */
-static int append_record (lua_State *L)
+/* append_lock(list, lock) with the lock a light userdata. */
+static int append_lock (lua_State *L)
 {
-   push_record (L, lua_touserdata (L, 2));
+   push_lock (L, lua_touserdata (L, 2));
    lua_rawseti (L, 1, (int)lua_rawlen (L, 1) + 1);
    return 0;
 }
 
-static bool list_append (const leaselock_record_t *record, void *user_data)
+static bool list_append (const leaselock_lock_info_t *lock, void *user_data)
 {
    ll_lua_list_t *x = user_data;
    lua_pushvalue (x->L, x->append);
    lua_pushvalue (x->L, x->list);
-   lua_pushlightuserdata (x->L, (void *)record);
+   lua_pushlightuserdata (x->L, (void *)lock);
    /* On failure the error stays on top, raised once the core returns. */
    x->failed = lua_pcall (x->L, 2, 0, 0) != 0;
    return !x->failed;
 }
 
-/* client:locks([prefix]) -> {record...} | nil, msg, code */
-static int client_locks (lua_State *L)
+/* client:locks([prefix]) -> {lock...} | nil, msg, code, and client:info(key)
+ * -> lock | nil (no record) | nil, msg, code: with the list at index 4. */
+static int locks_call (lua_State *L, const char *what, bool inspect)
 {
-   leaselock_client_t *client = ll_lua_check_open_client (L, 1, 1, "locks");
+   leaselock_client_t *client = ll_lua_check_open_client (L, 1, 1, what);
    size_t len = 0;
-   const char *prefix = "";
+   const char *arg = "";
    ll_lua_list_t x = { L, 3, 4, false };
    leaselock_error_t err;
-   bool ok;
+   bool ok, found = false;
 
-   if (!lua_isnoneornil (L, 2)) {
-      prefix = ll_lua_check_prefix (L, 2, "locks", 1, &len);
-   }
+   if (inspect)
+      arg = ll_lua_check_key (L, 2, what, 1, &len);
+   else if (!lua_isnoneornil (L, 2))
+      arg = ll_lua_check_prefix (L, 2, what, 1, &len);
    lua_settop (L, 2);
-   lua_pushcfunction (L, append_record); /* 3 */
-   lua_newtable (L);                     /* 4 */
+   lua_pushcfunction (L, append_lock); /* 3 */
+   lua_newtable (L);                   /* 4 */
    luaL_checkstack (L, 4, "leaselock: locks");
-   ok = leaselock_list (client, prefix, len, list_append, &x, &err);
+   if (inspect)
+      ok = leaselock_lock_inspect (client, arg, len, list_append, &x, &found, &err);
+   else
+      ok = leaselock_locks (client, arg, len, list_append, &x, &err);
    if (!x.failed) {
       ll_lua_drain_log (L, 1);
    }
@@ -367,9 +416,23 @@ static int client_locks (lua_State *L)
       return lua_error (L);
    }
    if (!ok) {
-      return ll_lua_fail (L, 1, "locks", &err);
+      return ll_lua_fail (L, 1, what, &err);
    }
+   if (inspect)
+      lua_rawgeti (L, 4, 1); /* nil when none */
    return 1;
+}
+
+/* client:info(key) */
+static int client_info (lua_State *L)
+{
+   return locks_call (L, "info", true);
+}
+
+/* client:locks([prefix]) */
+static int client_locks (lua_State *L)
+{
+   return locks_call (L, "locks", false);
 }
 
 /* client:force_release(key) -> true, took | nil, msg, code */

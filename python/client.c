@@ -186,9 +186,15 @@ static PyObject *Client_exit (ClientObject *self, PyObject *args)
    return Client_close (self, NULL);
 }
 
+/* -1 (not known) as None. */
+static PyObject *known_i64 (int64_t v)
+{
+   return v < 0 ? Py_NewRef (Py_None) : PyLong_FromLongLong ((long long)v);
+}
+
 /* A record as a tuple: (key, owner|None, fence, expires_in_ms, host, pid,
- * label|None). The one conversion of a record (the package makes it a
- * dict). */
+ * label|None, holds, next_owner|None, queued|None, held_ms|None). The one
+ * conversion of a record (the package makes it a dict). */
 static PyObject *record_tuple (const leaselock_record_t *r)
 {
    PyObject *key = PyUnicode_DecodeUTF8 (r->key, (Py_ssize_t)r->key_len, "replace");
@@ -197,15 +203,54 @@ static PyObject *record_tuple (const leaselock_record_t *r)
    PyObject *label = r->label[0]
                        ? PyUnicode_DecodeUTF8 (r->label, (Py_ssize_t)strlen (r->label), "replace")
                        : Py_NewRef (Py_None);
+   PyObject *next = r->next_owner[0] ? PyUnicode_FromString (r->next_owner) : Py_NewRef (Py_None);
+   PyObject *queued = known_i64 (r->queued), *held = known_i64 (r->held_ms);
    PyObject *t = NULL;
-   if (key && owner && host && label)
-      t = Py_BuildValue ("(OOLLOLOL)", key, owner, (long long)r->fence, (long long)r->expires_in_ms,
-                         host, (long long)r->pid, label, (long long)r->holds);
+   if (key && owner && host && label && next && queued && held)
+      t = Py_BuildValue ("(OOLLOLOLOOO)", key, owner, (long long)r->fence,
+                         (long long)r->expires_in_ms, host, (long long)r->pid, label,
+                         (long long)r->holds, next, queued, held);
    Py_XDECREF (key);
    Py_XDECREF (owner);
    Py_XDECREF (host);
    Py_XDECREF (label);
+   Py_XDECREF (next);
+   Py_XDECREF (queued);
+   Py_XDECREF (held);
    return t;
+}
+
+/* A lock (a mode's records as one) as a tuple: (key, mode, state, live,
+ * record|None, [holder record...], slots, readers, writer,
+ * next_owner|None, queued|None). */
+static PyObject *lock_tuple (const leaselock_lock_info_t *l)
+{
+   static const char *const modes[] = { [LEASELOCK_MODE_LOCK] = "lock",
+                                        [LEASELOCK_MODE_SEMAPHORE] = "semaphore",
+                                        [LEASELOCK_MODE_RWLOCK] = "rwlock" };
+   PyObject *holders = PyList_New ((Py_ssize_t)l->n_holders);
+   for (size_t i = 0; holders && i < l->n_holders; i++) {
+      PyObject *h = record_tuple (l->holders[i]);
+      if (!h)
+         Py_CLEAR (holders);
+      else
+         PyList_SET_ITEM (holders, (Py_ssize_t)i, h);
+   }
+   PyObject *rec = l->record ? record_tuple (l->record) : Py_NewRef (Py_None);
+   PyObject *key = PyUnicode_DecodeUTF8 (l->key, (Py_ssize_t)l->key_len, "replace");
+   PyObject *next = l->next_owner[0] ? PyUnicode_FromString (l->next_owner) : Py_NewRef (Py_None);
+   PyObject *queued = known_i64 (l->queued);
+   if (!holders || !rec || !key || !next || !queued) {
+      Py_XDECREF (holders);
+      Py_XDECREF (rec);
+      Py_XDECREF (key);
+      Py_XDECREF (next);
+      Py_XDECREF (queued);
+      return NULL;
+   }
+   return Py_BuildValue ("(NssLNNLLONN)", key, modes[l->mode], l->state, (long long)l->live, rec,
+                         holders, (long long)l->slots, (long long)l->readers,
+                         l->writer ? Py_True : Py_False, next, queued);
 }
 
 static PyObject *Client_inspect (ClientObject *self, PyObject *key_o)
@@ -293,6 +338,61 @@ static PyObject *Client_list (ClientObject *self, PyObject *prefix_o)
          pyll_raise_error (pyll_state (self->module), &err);
    }
    return x.list;
+}
+
+/* leaselock_lock_cb: appends the lock's tuple, with the GIL, to the list
+ * (found is set for _lock_info). */
+static bool lock_append (const leaselock_lock_info_t *l, void *data)
+{
+   list_ctx_t *x = data;
+   PyEval_RestoreThread (x->ts);
+   PyObject *t = lock_tuple (l);
+   x->failed = !t || PyList_Append (x->list, t) < 0;
+   Py_XDECREF (t);
+   x->ts = PyEval_SaveThread ();
+   return !x->failed;
+}
+
+/* _locks(prefix) -> [lock tuple], or _lock_info(key) -> lock tuple | None
+ * (inspect). */
+static PyObject *locks_call (ClientObject *self, PyObject *arg_o, bool inspect)
+{
+   const char *arg;
+   Py_ssize_t n;
+   if (pyll_key_arg (arg_o, inspect ? "key" : "prefix", !inspect, &arg, &n) < 0 ||
+       pyll_client_check (self) < 0)
+      return NULL;
+   list_ctx_t x = { NULL, PyList_New (0), false };
+   if (!x.list)
+      return NULL;
+   leaselock_error_t err;
+   bool found = false, ok;
+   x.ts = PyEval_SaveThread ();
+   if (inspect)
+      ok = leaselock_lock_inspect (self->c, arg, (size_t)n, lock_append, &x, &found, &err);
+   else
+      ok = leaselock_locks (self->c, arg, (size_t)n, lock_append, &x, &err);
+   PyEval_RestoreThread (x.ts);
+   if (x.failed || !ok) {
+      Py_CLEAR (x.list);
+      return x.failed ? NULL : pyll_raise_error (pyll_state (self->module), &err);
+   }
+   if (!inspect)
+      return x.list;
+   PyObject *res =
+     PyList_GET_SIZE (x.list) ? Py_NewRef (PyList_GET_ITEM (x.list, 0)) : Py_NewRef (Py_None);
+   Py_DECREF (x.list);
+   return res;
+}
+
+static PyObject *Client_lock_info (ClientObject *self, PyObject *key_o)
+{
+   return locks_call (self, key_o, true);
+}
+
+static PyObject *Client_locks (ClientObject *self, PyObject *prefix_o)
+{
+   return locks_call (self, prefix_o, false);
 }
 
 static PyObject *Client_force_release (ClientObject *self, PyObject *key_o)
@@ -512,6 +612,8 @@ static PyMethodDef Client_methods[] = {
    { "_inspect", (PyCFunction)Client_inspect, METH_O, NULL },
    { "_explain", (PyCFunction)Client_explain, METH_VARARGS, NULL },
    { "_list", (PyCFunction)Client_list, METH_O, NULL },
+   { "_lock_info", (PyCFunction)Client_lock_info, METH_O, NULL },
+   { "_locks", (PyCFunction)Client_locks, METH_O, NULL },
    { "_durability", (PyCFunction)Client_durability, METH_NOARGS, NULL },
    { "force_release", (PyCFunction)Client_force_release, METH_O,
      "force_release($self, key, /)\n--\n\nClears the owner of key whoever holds it and makes it "

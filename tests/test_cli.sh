@@ -731,7 +731,7 @@ test_man_page_matches_help() {
   for st in $(sed -n 's/^  \([0-9][0-9+N-]*\) .*/\1/p' "$T/h"); do
     grep -A1 -x '\.TP' "$T/man.txt" | grep -qxF -- "$st" || fail "the man page lacks exit status $st"
   done
-  for c in run status list release prune; do
+  for c in run status list top release prune; do
     grep -q "^\.SS.*$c" "$T/man.txt" || fail "the man page has no section for $c"
   done
   if command -v groff >/dev/null; then
@@ -862,7 +862,7 @@ test_bad_input() {
   bad 64 'unknown option --bogus' "${U[@]}" run --bogus k -- touch "$T/ran"
   bad 64 'unknown option --bogus' --bogus status k
   bad 64 'unknown command "frob"' "${U[@]}" frob
-  bad 64 'missing command (run, status, list, release or prune)'
+  bad 64 'missing command (run, status, list, top, release or prune)'
   bad 64 'missing KEY' "${U[@]}" status
   bad 64 'status takes one KEY' "${U[@]}" status a b
   bad 64 'key is empty' "${U[@]}" status ""
@@ -917,7 +917,7 @@ test_status_verbose() {
   wait_state d/key 0 || return
   ll status d/key --verbose; expect_rc 0 || return
   expect_out "state:      held" || return
-  [ "$(sed -n 8p "$OUT")" = "durability: standalone (durability=report)" ] ||
+  [ "$(sed -n 10p "$OUT")" = "durability: standalone (durability=report)" ] ||
     { fail "the durability lines follow the record's: $(cat "$OUT")"; return; }
   kill -TERM "$holder"; reap "$holder"
   ll status; expect_rc 64
@@ -1155,6 +1155,191 @@ wait_state_uri() {
   wait_state "$2" "$3" || rc=1
   URI=$saved
   return $rc
+}
+
+# status of a semaphore or read-write lock adds up its records (held: exit
+# 0, with its holders), list shows it as one lock, and a released --shared
+# run leaves no record behind.
+test_status_modes() {
+  ll_bg run --slots 3 m/sem -- sleep 60
+  local s=$BGPID
+  wait_state m/sem 0 || return
+  ll status m/sem; expect_rc 0 || return
+  expect_out "mode:       semaphore" || return
+  expect_out "state:      held" || return
+  expect_out "slots:      1 used" || return
+  expect_out "holder:     m/sem/.slot/" || return
+  ll status --json m/sem; expect_rc 0 || return
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["mode"]=="semaphore" and r["state"]=="held" and r["used"]==1 and len(r["holders"])==1 and r["holders"][0]["pid"] > 0, r' "$OUT" ||
+    { fail "status --json: $(cat "$OUT")"; return; }
+  ll_bg run --shared m/rw -- sleep 60
+  local r1=$BGPID
+  ll_bg run --shared m/rw -- sleep 60
+  local r2=$BGPID
+  local i
+  for ((i = 0; i < 400; i++)); do
+    ll status m/rw
+    [ "$RC" = 0 ] && grep -q "^readers:    2" "$OUT" && break
+    sleep 0.05
+  done
+  expect_rc 0 || return
+  expect_out "mode:       rwlock" || return
+  expect_out "readers:    2" || return
+  ll list m/; expect_rc 0 || return
+  grep -q '^m/rw  held  rwlock  readers=2  writer=no' "$OUT" || { fail "list: $(cat "$OUT")"; return; }
+  grep -q '^m/sem  held  semaphore  used=1' "$OUT" || { fail "list: $(cat "$OUT")"; return; }
+  kill -TERM "$s" "$r1" "$r2"; reap "$s"; reap "$r1"; reap "$r2"
+  ll status m/sem; expect_rc 1 || return
+  expect_out "state:      free" || return
+  # Released readers delete their records: nothing left of m/rw at all.
+  ll status m/rw; expect_rc 2 || return
+  for ((i = 0; i < 10; i++)); do ll run --shared m/rw -- true; expect_rc 0 || return; done
+  ll list m/rw; expect_rc 0 || return
+  [ "$(grep -vc '^database: ' "$OUT")" = 0 ] ||
+    { fail "released readers left records: $(cat "$OUT")"; return; }
+}
+
+# A semaphore's fair waiters: the one holding its turn is next, the others
+# are queued behind it (status's waiters).
+test_status_fair_semaphore() {
+  ll_bg run --slots 1 fs/k -- sleep 60
+  local holder=$BGPID
+  wait_state fs/k 0 || return
+  "$BIN" --uri "$URI" run --slots 1 --fair --wait 30s fs/k -- true 2>/dev/null &
+  local w1=$!; BG+=("$w1")
+  "$BIN" --uri "$URI" run --slots 1 --fair --wait 30s fs/k -- true 2>/dev/null &
+  local w2=$!; BG+=("$w2")
+  local i
+  for ((i = 0; i < 400; i++)); do
+    ll status fs/k
+    grep -qE '^waiters:    next [0-9a-f]{8}, 1 queued$' "$OUT" && break
+    sleep 0.05
+  done
+  grep -qE '^waiters:    next [0-9a-f]{8}, 1 queued$' "$OUT" || { fail "waiters: $(cat "$OUT")"; return; }
+  expect_out "slots:      1 used" || return
+  kill -TERM "$holder"; reap "$holder"; reap "$w1"; reap "$w2"
+  [ "$BGRC" = 0 ] || fail "a fair waiter exited $BGRC"
+}
+
+# status shows how long the key has been held and who waits (the reserved
+# next owner, the fair queue); list --held lists the held keys only.
+test_status_waiters() {
+  ll run free/k -- true; expect_rc 0 || return
+  ll_bg run w/k -- sleep 60
+  local holder=$BGPID
+  wait_state w/k 0 || return
+  ll status w/k; expect_rc 0 || return
+  expect_out "waiters:    none" || return
+  grep -qE '^held for:   [0-9.]+(ms|s) \(since [0-9:]{8}\)$' "$OUT" || { fail "held for: $(cat "$OUT")"; return; }
+  "$BIN" --uri "$URI" run --fair --wait 30s w/k -- true 2>/dev/null &
+  local w1=$!; BG+=("$w1")
+  "$BIN" --uri "$URI" run --fair --wait 30s w/k -- true 2>/dev/null &
+  local w2=$!; BG+=("$w2")
+  local i
+  for ((i = 0; i < 400; i++)); do
+    ll status w/k
+    grep -qE '^waiters:    next [0-9a-f]{8}, 2 queued$' "$OUT" && break
+    sleep 0.05
+  done
+  grep -qE '^waiters:    next [0-9a-f]{8}, 2 queued$' "$OUT" || { fail "waiters: $(cat "$OUT")"; return; }
+  ll list --held; expect_rc 0 || return
+  [ "$(grep -vc '^database: ' "$OUT")" = 1 ] && grep -q '^w/k  held  .*waiters=next' "$OUT" ||
+    { fail "list --held: $(cat "$OUT")"; return; }
+  ll list --held --json; expect_rc 0 || return
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert [x["key"] for x in r]==["w/k"] and r[0]["queued"]==2 and len(r[0]["next_owner"])==32, r' "$OUT" ||
+    { fail "list --held --json: $(cat "$OUT")"; return; }
+  kill -TERM "$holder"; reap "$holder"; reap "$w1"; reap "$w2"
+}
+
+# top --once prints a table, --json an array; a dead local holder is marked.
+test_top_once_json() {
+  ll top --once; expect_rc 0 || return
+  [ "$(wc -l <"$OUT")" = 1 ] && expect_out "KEY" || { fail "empty top: $(cat "$OUT")"; return; }
+  ll_bg run --label job t/a -- sleep 60
+  local holder=$BGPID
+  wait_state t/a 0 || return
+  ll run --slots 2 t/sem -- true; expect_rc 0 || return
+  ll top --once; expect_rc 0 || return
+  grep -qE "^t/a +lock +held +$(hostname) pid $holder \(job\) +1 " "$OUT" || { fail "top --once: $(cat "$OUT")"; return; }
+  grep -qE '^t/sem +semaphore +free ' "$OUT" || { fail "top --once: $(cat "$OUT")"; return; }
+  ll top --once --prefix t/s; expect_rc 0 || return
+  ! grep -q '^t/a ' "$OUT" && expect_out "t/sem" || { fail "top --prefix: $(cat "$OUT")"; return; }
+  ll top --json --once; expect_rc 0 || return
+  python3 - "$OUT" "$holder" <<'PY' || { fail "top --json: $(cat "$OUT")"; return; }
+import json, sys
+locks = json.load(open(sys.argv[1]))
+assert [l["key"] for l in locks] == ["t/a", "t/sem"], locks
+a = locks[0]
+assert a["mode"] == "lock" and a["state"] == "held" and a["pid"] == int(sys.argv[2]), a
+assert a["label"] == "job" and a["fence"] == 1 and a["dead"] is False and a["held_ms"] >= 0, a
+assert locks[1]["mode"] == "semaphore" and locks[1]["state"] == "free", locks[1]
+PY
+  # Its holder killed without a release: the record lives on, marked dead.
+  kill -KILL "$holder"; reap "$holder"
+  ll top --once; expect_rc 0 || return
+  grep -qE "^t/a +lock +held +$(hostname) pid $holder \(job\) DEAD " "$OUT" || { fail "dead holder: $(cat "$OUT")"; return; }
+  ll top --json --once; expect_rc 0 || return
+  python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))[0]["dead"] is True' "$OUT" ||
+    { fail "dead in --json: $(cat "$OUT")"; return; }
+  ll top --interval 10ms --once; expect_rc 64 || return
+  expect_err '--interval "10ms": must be at least 100ms' || return
+  ll top extra; expect_rc 64 || return
+  ll top </dev/null; expect_rc 64 || return
+  expect_err "top needs a terminal" || return
+}
+
+# top in a real terminal (tmux): shows a held key, refreshes after its
+# release, sorts on a key, filters by a typed prefix, quits on q with
+# status 0 and the terminal restored; Ctrl-C quits as cleanly.
+test_top_terminal() {
+  command -v tmux >/dev/null || { fail "tmux is missing (make deps)"; return; }
+  TM=(tmux -S "$T/tmux.sock")
+  ll run other/x -- true; expect_rc 0 || return
+  ll_bg run --label first tt/k -- sleep 60
+  local holder=$BGPID
+  wait_state tt/k 0 || return
+  "${TM[@]}" new-session -d -s top -x 160 -y 30 \
+    "echo before; '$BIN' --uri '$URI' top --interval 100ms; echo \"top exited \$?\"; sleep 60" ||
+    { fail "tmux new-session"; return; }
+  top_terminal_steps "$holder"
+  "${TM[@]}" kill-server 2>/dev/null
+  [ "$cur_failed" = 0 ] || return
+  # Ctrl-C quits as cleanly, the terminal's modes restored.
+  TM=(tmux -S "$T/tmux2.sock")
+  "${TM[@]}" new-session -d -s top -x 160 -y 30 \
+    "'$BIN' --uri '$URI' top; echo \"top exited \$?\"; stty -a | grep -o ' icanon '; sleep 60" ||
+    { fail "tmux new-session"; return; }
+  until_screen '^tt/k ' && "${TM[@]}" send-keys -t top C-c && until_screen '^top exited 0$' &&
+    until_screen '^ icanon *$'
+  "${TM[@]}" kill-server 2>/dev/null
+}
+
+# until_screen ERE: waits (at most about 10 s) for the tmux pane to match.
+until_screen() {
+  local i
+  for ((i = 0; i < 200; i++)); do
+    "${TM[@]}" capture-pane -p -t top >"$T/screen"
+    grep -qE -- "$1" "$T/screen" && return 0
+    sleep 0.05
+  done
+  fail "the screen never matched $1: $(cat "$T/screen")"
+  return 1
+}
+
+# test_top_terminal's keys and what each must show.
+top_terminal_steps() {
+  until_screen "^tt/k +lock +held +$(hostname) pid $1 \(first\)" || return
+  ! grep -q "^before" "$T/screen" || { fail "top is not on the alternate screen"; return; }
+  kill -TERM "$1"; reap "$1"
+  until_screen '^tt/k +lock +free ' || return
+  "${TM[@]}" send-keys -t top s
+  until_screen 'sort MODE' || return
+  "${TM[@]}" send-keys -t top / t t / Enter
+  until_screen 'prefix "tt/"' || return
+  ! grep -q '^other/x' "$T/screen" || { fail "prefix tt/ still shows other/x"; return; }
+  "${TM[@]}" send-keys -t top q
+  until_screen '^top exited 0$' || return
+  grep -q '^before' "$T/screen" || fail "the terminal was not restored: $(cat "$T/screen")"
 }
 
 for t in $(declare -F | awk '{print $3}' | grep '^test_'); do

@@ -3490,12 +3490,17 @@ static void test_rwlock_writer_timeout (void)
    CHECK_ERR (ok, err, LEASELOCK_INTERRUPTED, "interrupted");
    CHECK_EQ (records_under (c, k, "/.rw/w").live, 0);
    leaselock_lease_destroy (r);
-   /* A reader prunes now and then too: go on until 16 dead records wait. */
+   /* A released reader deletes its record, unless a min_hold kept it
+    * (as one that died leaves it): a reader prunes now and then too, so go
+    * on until 16 dead records wait. */
+   leaselock_acquire_opts_t kept = opts (5000, false);
+   kept.min_hold_ms = 50;
    for (int i = 0; i < 200 && records_under (c, k, "/.rw/r/").all < 16; i++) {
-      CHECK_OK (rw (c, k, LEASELOCK_SHARED, opts (5000, false), &r, &err), err);
+      CHECK_OK (rw (c, k, LEASELOCK_SHARED, kept, &r, &err), err);
       leaselock_lease_destroy (r);
    }
    CHECK (records_under (c, k, "/.rw/r/").all >= 16);
+   t_sleep (100); /* the last ones' min_hold runs out */
    CHECK_OK (rw (c, k, LEASELOCK_EXCLUSIVE, opts (5000, false), &w, &err), err);
    n_live_t n = records_under (c, k, "/.rw/r/");
    CHECK_EQ (n.all, 0); /* 16 or more dead records: the writer pruned them */
@@ -3535,6 +3540,107 @@ static void test_modes_round_trips (void)
    leaselock_lease_destroy (l);
    uint64_t d = requests (c) - n;
    CHECK (d == 3 || d == 4); /* one reader in 64 prunes the dead readers' records */
+   leaselock_client_destroy (c);
+}
+
+/* What leaselock_lock_inspect saw: a copy of the lock's counts. */
+typedef struct
+{
+   int calls;
+   leaselock_lock_mode_t mode;
+   char state[16], key[LEASELOCK_KEY_MAX + 1];
+   int64_t live, slots, readers, n_holders, fence, queued;
+   bool writer;
+} seen_lock_t;
+
+static bool see_lock (const leaselock_lock_info_t *l, void *ud)
+{
+   seen_lock_t *s = ud;
+   s->calls++;
+   s->mode = l->mode;
+   snprintf (s->state, sizeof s->state, "%s", l->state);
+   snprintf (s->key, sizeof s->key, "%s", l->key);
+   s->live = l->live;
+   s->slots = l->slots;
+   s->readers = l->readers;
+   s->writer = l->writer;
+   s->n_holders = (int64_t)l->n_holders;
+   s->fence = l->record ? l->record->fence : 0;
+   s->queued = l->queued;
+   return true;
+}
+
+/* The lock k as leaselock_lock_inspect calls back once (calls -1 on a
+ * failure, or a second call). */
+static seen_lock_t inspect_lock (leaselock_client_t *c, const char *k, bool *found)
+{
+   seen_lock_t s = { 0 };
+   leaselock_error_t err;
+   if (!leaselock_lock_inspect (c, k, strlen (k), see_lock, &s, found, &err) ||
+       s.calls != (*found ? 1 : 0))
+      s.calls = -1;
+   return s;
+}
+
+/* A semaphore's and a read-write lock's records are one lock to inspect
+ * (held, its holders counted), a mode's record named by its own key is
+ * itself, and a released reader leaves no record behind. */
+static void test_lock_inspect_modes (void)
+{
+   leaselock_client_t *c = client ("lock-info");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *s1, *s2, *r[3], *w;
+   const char *k = key ("info-sem");
+   bool found = true;
+   char near[2][300];
+   snprintf (near[0], sizeof near[0], "%sx", k); /* keys that start with k */
+   snprintf (near[1], sizeof near[1], "%s/child", k);
+   for (int i = 0; i < 2; i++) {
+      CHECK_OK (acq (c, near[i], opts (5000, false), &s1, &err), err);
+      leaselock_lease_destroy (s1);
+   }
+   seen_lock_t s = inspect_lock (c, k, &found);
+   CHECK (!found && s.calls == 0);
+   CHECK_OK (sem (c, k, 3, opts (5000, false), &s1, &err), err);
+   CHECK_OK (sem (c, k, 3, opts (5000, false), &s2, &err), err);
+   s = inspect_lock (c, k, &found);
+   CHECK (found && s.mode == LEASELOCK_MODE_SEMAPHORE && !strcmp (s.state, "held"));
+   CHECK (!strcmp (s.key, k));
+   CHECK_EQ (s.live, 2);
+   CHECK_EQ (s.n_holders, 2);
+   CHECK (s.slots >= 2);
+   s = inspect_lock (c, leaselock_lease_key (s1), &found);
+   CHECK (found && s.mode == LEASELOCK_MODE_LOCK && s.n_holders == 1);
+   leaselock_lease_destroy (s1);
+   leaselock_lease_destroy (s2);
+   s = inspect_lock (c, k, &found);
+   CHECK (found && !strcmp (s.state, "free") && s.live == 0);
+
+   const char *q = key ("info-rw");
+   for (int i = 0; i < 10; i++) { /* released readers leave nothing */
+      CHECK_OK (rw (c, q, LEASELOCK_SHARED, opts (5000, false), &r[0], &err), err);
+      CHECK_OK (leaselock_lease_release (r[0], &err), err);
+      leaselock_lease_destroy (r[0]);
+   }
+   CHECK_EQ (records_under (c, q, "/.rw/r/").all, 0);
+   for (int i = 0; i < 3; i++)
+      CHECK_OK (rw (c, q, LEASELOCK_SHARED, opts (5000, false), &r[i], &err), err);
+   s = inspect_lock (c, q, &found);
+   CHECK (found && s.mode == LEASELOCK_MODE_RWLOCK && !strcmp (s.state, "held"));
+   CHECK (s.readers == 3 && !s.writer && s.n_holders == 3);
+   for (int i = 0; i < 3; i++)
+      leaselock_lease_destroy (r[i]);
+   CHECK_EQ (records_under (c, q, "/.rw/r/").all, 0);
+   CHECK_OK (rw (c, q, LEASELOCK_EXCLUSIVE, opts (5000, false), &w, &err), err);
+   s = inspect_lock (c, q, &found);
+   CHECK (found && s.writer && s.readers == 0 && s.n_holders == 1);
+   CHECK_EQ (s.fence, leaselock_lease_fence (w));
+   /* Who waits: read by SQLite, PostgreSQL and MySQL; not (yet) by the
+    * fake backend and MongoDB. */
+   bool says = !FAKE && strncmp (URI, "mongodb", 7) != 0;
+   CHECK_EQ (s.queued, says ? 0 : -1);
+   leaselock_lease_destroy (w);
    leaselock_client_destroy (c);
 }
 
@@ -3921,6 +4027,7 @@ int main (int argc, char **argv)
    RUN (test_rwlock_writer_timeout);
    RUN (test_modes_round_trips);
    RUN (test_modes_min_hold);
+   RUN (test_lock_inspect_modes);
 
    if (FAKE) {
       atomic_store (&ticker_stop, true);

@@ -13,7 +13,7 @@ packages=(
   lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua-compat53-dev lua-busted luarocks
   nginx libnginx-mod-http-lua
   python3-dev python3-venv
-  faketime libfaketime
+  faketime libfaketime tmux
   clang libclang-rt-14-dev clang-format valgrind
   default-jre-headless maven curl
   golang-go

@@ -23,7 +23,7 @@ durations), _args (argument checks) and _fork (what a forked child
 forgets).
 """
 from . import _fork, _lease  # noqa: F401  (imported for what they set up)
-from ._client import Client, Durability, Holder, Record, connect
+from ._client import Client, Durability, Holder, LockInfo, Record, connect
 from ._leaselock import BackendError, Lease, LockError, LockLost, LockTimeout, NotHeld
 from ._leaselock import __version__, default_uri
 from ._lock import Lock
@@ -40,6 +40,7 @@ __all__ = [
     "Lease",
     "Holder",
     "Record",
+    "LockInfo",
     "Durability",
     "LockError",
     "LockTimeout",
@@ -50,6 +51,6 @@ __all__ = [
 ]
 
 # The public classes of the pure-Python layer show as leaselock's own.
-for _cls in (Client, Durability, Holder, Lock, Record, RWLock, RWLockSide, Semaphore):
+for _cls in (Client, Durability, Holder, Lock, LockInfo, Record, RWLock, RWLockSide, Semaphore):
     _cls.__module__ = __name__
 del _cls

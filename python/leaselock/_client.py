@@ -58,6 +58,35 @@ class Record(TypedDict):
     holder: Holder
     #: Reentrant holds of its owner: 1 or more while owned, 0 once released.
     holds: int
+    #: Seconds since its owner took it, by the database's clock (None when
+    #: released, or when the backend does not say: MongoDB does not yet).
+    held_for: Optional[float]
+    #: Who waits: the waiter reserved as next owner (its owner token), and
+    #: how many wait in the fair queue (None when the backend does not say).
+    next_owner: Optional[str]
+    queued: Optional[int]
+
+
+class LockInfo(Record):
+    """A lock as its records make it up (client.info(), client.locks()): a
+    semaphore's slots and a read-write lock's records count as one lock
+    under its key. The Record's keys describe the lock's own record (a
+    read-write lock's writer, else its first holder; owner None and fence 0
+    when there is none); next_owner and queued are the lock's waiters (a
+    semaphore's next fair waiter). mode: "lock", "semaphore" or "rwlock";
+    state: "held", "min-hold" (released, still kept by a min_hold) or
+    "free"; live: records that block an acquire; holders: the live holders'
+    records (a writer first); slots: a semaphore's slot records (its limit
+    is at least this many); readers and writer: a read-write lock's shared
+    holders and whether a writer holds it."""
+
+    mode: Literal["lock", "semaphore", "rwlock"]
+    state: Literal["held", "min-hold", "free"]
+    live: int
+    holders: list[Record]
+    slots: Optional[int]
+    readers: Optional[int]
+    writer: Optional[bool]
 
 
 class Durability(TypedDict):
@@ -91,8 +120,8 @@ def connect(uri: Optional[str] = None, *, label: Optional[str] = None) -> "Clien
     return Client(uri, label=label)
 
 
-def _record(t: tuple[str, Optional[str], int, int, str, int, Optional[str], int]) -> Record:
-    key, owner, fence, expires_ms, host, pid, label, holds = t
+def _record(t: _leaselock._Record) -> Record:
+    key, owner, fence, expires_ms, host, pid, label, holds, next_owner, queued, held_ms = t
     return {
         "key": key,
         "owner": owner,
@@ -100,6 +129,28 @@ def _record(t: tuple[str, Optional[str], int, int, str, int, Optional[str], int]
         "expires_in": expires_ms / 1000.0,
         "holder": Holder(host, pid, label),
         "holds": holds,
+        "held_for": None if held_ms is None else held_ms / 1000.0,
+        "next_owner": next_owner,
+        "queued": queued,
+    }
+
+
+def _lock_info(t: _leaselock._LockTuple) -> LockInfo:
+    key, mode, state, live, rec, holders, slots, readers, writer, next_owner, queued = t
+    lead = holders[0] if mode != "lock" and holders else rec
+    base = _record(lead) if lead else _record((key, None, 0, 0, "", 0, None, 0, None, None, None))
+    return {
+        **base,
+        "key": key,
+        "next_owner": next_owner,
+        "queued": queued,
+        "mode": mode,
+        "state": state,
+        "live": live,
+        "holders": [_record(h) for h in holders],
+        "slots": slots if mode == "semaphore" else None,
+        "readers": readers if mode == "rwlock" else None,
+        "writer": writer if mode == "rwlock" else None,
     }
 
 
@@ -275,16 +326,22 @@ class Client(_leaselock.Client):
 
         return decorate
 
-    def info(self, key: str) -> Optional[Record]:
-        """The record of key as the database holds it, or None: key, owner
-        (None once released), fence, expires_in (seconds by the database's
-        clock, <= 0 when expired) and holder (host, pid, label)."""
-        t = self._inspect(key)
-        return None if t is None else _record(t)
+    def info(self, key: str) -> Optional[LockInfo]:
+        """The lock key as the database holds it, whatever its mode, or None
+        when it has no record: key, owner (None once released), fence,
+        expires_in (seconds by the database's clock, <= 0 when expired),
+        holder (host, pid, label), holds, held_for, its waiters (next_owner,
+        queued), and as a LockInfo its mode, state and holders (a
+        semaphore's slots used, a read-write lock's readers and writer). A
+        mode's record asked for by its own key (lease.key) is shown alone."""
+        t = self._lock_info(key)
+        return None if t is None else _lock_info(t)
 
-    def locks(self, prefix: str = "") -> list[Record]:
-        """The records whose key starts with prefix, in key order."""
-        return [_record(t) for t in self._list(prefix)]
+    def locks(self, prefix: str = "", *, held: bool = False) -> list[LockInfo]:
+        """The locks with a record whose key starts with prefix, in key
+        order, a mode's records as one lock (as info()); held=True: only
+        those that block an acquire (held, or kept by a min_hold)."""
+        return [i for i in map(_lock_info, self._locks(prefix)) if not held or i["live"] > 0]
 
     def durability(self) -> Durability:
         """How the database makes a grant survive a failover, as one of the

@@ -34,7 +34,27 @@ class NotHeld(LockError): ...
 class LockLost(LockError): ...
 class BackendError(LockError): ...
 
-_Record = tuple[str, Optional[str], int, int, str, int, Optional[str], int]
+# (key, owner, fence, expires_in_ms, host, pid, label, holds, next_owner,
+# queued, held_ms): None where nobody waits or the backend does not say.
+_Record = tuple[
+    str, Optional[str], int, int, str, int, Optional[str], int, Optional[str], Optional[int],
+    Optional[int],
+]
+# (key, mode, state, live, record, holders, slots, readers, writer,
+# next_owner, queued): a lock with a mode's records as one (leaselock_locks).
+_LockTuple = tuple[
+    str,
+    Literal["lock", "semaphore", "rwlock"],
+    Literal["held", "min-hold", "free"],
+    int,
+    Optional[_Record],
+    list[_Record],
+    int,
+    int,
+    bool,
+    Optional[str],
+    Optional[int],
+]
 # (level, policy, detail, primary ("" when none), fence_floor,
 # lock_delay_ms, max_ttl_ms (0: no bound)): the package's Durability.
 _Durability = tuple[
@@ -107,6 +127,8 @@ class Client:
     def _inspect(self, key: str) -> Optional[_Record]: ...
     def _explain(self, key: str, timed_out: bool, waited_ms: int, message: str, /) -> LockTimeout: ...
     def _list(self, prefix: str) -> list[_Record]: ...
+    def _lock_info(self, key: str) -> Optional[_LockTuple]: ...
+    def _locks(self, prefix: str) -> list[_LockTuple]: ...
     def _durability(self) -> _Durability: ...
 
 @final

@@ -9,7 +9,7 @@ import leaselock
 PUBLIC = {
     "connect", "Client", "Lock", "Lease", "Holder", "Record", "LockError", "LockTimeout",
     "NotHeld", "LockLost", "BackendError", "default_uri", "Semaphore", "RWLock", "RWLockSide",
-    "Durability",
+    "Durability", "LockInfo",
 }
 
 
@@ -42,7 +42,12 @@ def test_public_classes_show_as_leaselock():
 def test_records_are_typed_dicts(client, key):
     assert typing.is_typeddict(leaselock.Record)
     assert set(typing.get_type_hints(leaselock.Record)) == {
-        "key", "owner", "fence", "expires_in", "holder", "holds"}
+        "key", "owner", "fence", "expires_in", "holder", "holds", "held_for", "next_owner",
+        "queued"}
+    assert typing.is_typeddict(leaselock.LockInfo)
+    assert set(typing.get_type_hints(leaselock.LockInfo)) - set(
+        typing.get_type_hints(leaselock.Record)) == {
+        "mode", "state", "live", "holders", "slots", "readers", "writer"}
     with client.lock(key) as lease:
         rec = client.info(key)
         assert type(rec) is dict  # dict-style access as before
