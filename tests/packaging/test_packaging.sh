@@ -148,16 +148,16 @@ check "leaselock list shows packaging-job" grep -q packaging-job <<<"$listed"
 for b in $(PKG_CONFIG=$PKG_CONFIG bash tools/backends.sh modules); do
   buri="$b://u:p@127.0.0.1:1/db"
   [ "$b" = mongodb ] && buri="mongodb://127.0.0.1:1/db?serverSelectionTimeoutMS=300"
-  out=$(cd "$tmp" && PATH=$venv/bin:$PATH leaselock --uri "$buri" list 2>&1)
+  res=$(cd "$tmp" && PATH=$venv/bin:$PATH leaselock --uri "$buri" list 2>&1)
   check "the venv's leaselock loads the $b module from $venv/lib/leaselock-backends" \
-    grep -q "BACKEND: $b: connect" <<<"$out"
-  out=$(cd "$tmp" && "$venv/bin/python" -c '
+    grep -q "BACKEND: $b: connect" <<<"$res"
+  res=$(cd "$tmp" && "$venv/bin/python" -c '
 import sys, leaselock
 try:
     leaselock.connect(sys.argv[1])
 except Exception as e:
     print(getattr(e, "code", "?"), e)' "$buri" 2>&1)
-  check "the venv's leaselock package loads its $b module: $out" grep -q "^BACKEND $b: connect" <<<"$out"
+  check "the venv's leaselock package loads its $b module: $res" grep -q "^BACKEND $b: connect" <<<"$res"
 done
 py=$(cd "$tmp" && "$venv/bin/python" -c '
 import sys, leaselock
