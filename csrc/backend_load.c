@@ -29,9 +29,11 @@
 #include <strings.h>
 #include <unistd.h>
 
-#pragma weak ll_backend_mongodb
-#pragma weak ll_backend_mysql
-#pragma weak ll_backend_postgresql
+/* NULL unless a white-box program links the backend in; hidden, so that
+ * no other object of the process can stand in for them. */
+extern const ll_backend_t ll_backend_mongodb __attribute__ ((weak, visibility ("hidden")));
+extern const ll_backend_t ll_backend_mysql __attribute__ ((weak, visibility ("hidden")));
+extern const ll_backend_t ll_backend_postgresql __attribute__ ((weak, visibility ("hidden")));
 
 #define LL_CORE_API_INIT(f) .f = f,
 static const ll_core_api_t core_api = { .version = LL_CORE_API_VERSION,

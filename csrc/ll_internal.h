@@ -646,8 +646,11 @@ typedef struct ll_backend
    .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
    .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
 
-/* Backends compiled into the core (each file defines its table even when
- * its library is missing, with available = false). */
+/* The backends' tables. SQLite's is in the core; the others are each in
+ * their module (leaselock_backend_<name>.so, loaded by backend_load.c:
+ * ll_core_api.h), or linked in by a white-box program (the core then uses
+ * that table). Each file defines its table even when its library is
+ * missing, with available = false. */
 extern const ll_backend_t ll_backend_sqlite;
 extern const ll_backend_t ll_backend_mongodb;
 extern const ll_backend_t ll_backend_mysql;

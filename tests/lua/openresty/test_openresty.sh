@@ -43,6 +43,10 @@ load_module $modules/ngx_http_lua_module.so;
 $user_line
 daemon off;
 worker_processes 3;
+# nginx clears its workers' environment: the build tree's backend modules
+# are found through this variable (the Makefile sets it), where an installed
+# rock finds them beside leaselock.so.
+env LEASELOCK_BACKEND_PATH;
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log notice;
 # Blocking leaselock calls run here, never on a worker's event loop.
