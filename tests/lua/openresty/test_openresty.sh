@@ -158,6 +158,7 @@ load_module $modules/ngx_http_lua_module.so;
 $user_line
 daemon off;
 worker_processes 1;
+env LEASELOCK_BACKEND_PATH;  # as above
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log notice;
 # acquire_nb's pool by default, and one named by its pool option.
