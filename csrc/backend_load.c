@@ -44,12 +44,13 @@ static const ll_core_api_t core_api = { .version = LL_CORE_API_VERSION,
 
 typedef struct ll_module
 {
-   const char *name;        /* "mongodb": leaselock_backend_mongodb.so */
-   const char *label;       /* "MongoDB" */
-   const char *schemes[3];  /* NULL-terminated */
-   const char *library;     /* the client library's soname */
-   const char *runtime_pkg; /* the Debian package that ships it */
-   const char *dev_pkg;     /* the one the build needs */
+   const char *name;       /* "mongodb": leaselock_backend_mongodb.so */
+   const char *label;      /* "MongoDB" */
+   const char *schemes[3]; /* NULL-terminated */
+   /* {soname, the Debian package that ships it}: the client library, and
+    * one of its own it needs (NULL: none), each named when missing. */
+   const char *libraries[2][2];
+   const char *dev_pkg; /* the one the build needs */
    const ll_backend_t *linked;
    pthread_once_t once;
    const ll_backend_t *backend; /* once loaded; NULL: why says why */
@@ -60,8 +61,7 @@ static ll_module_t modules[] = {
    { "mongodb",
      "MongoDB",
      { "mongodb", "mongodb+srv", NULL },
-     "libmongoc-1.0.so.0",
-     "libmongoc-1.0-0",
+     { { "libmongoc-1.0.so.0", "libmongoc-1.0-0" }, { "libbson-1.0.so.0", "libbson-1.0-0" } },
      "libmongoc-dev",
      &ll_backend_mongodb,
      PTHREAD_ONCE_INIT,
@@ -70,8 +70,7 @@ static ll_module_t modules[] = {
    { "mysql",
      "MySQL/MariaDB",
      { "mysql", "mariadb", NULL },
-     "libmariadb.so.3",
-     "libmariadb3",
+     { { "libmariadb.so.3", "libmariadb3" }, { NULL, NULL } },
      "libmariadb-dev",
      &ll_backend_mysql,
      PTHREAD_ONCE_INIT,
@@ -80,8 +79,7 @@ static ll_module_t modules[] = {
    { "postgresql",
      "PostgreSQL",
      { "postgresql", "postgres", NULL },
-     "libpq.so.5",
-     "libpq5",
+     { { "libpq.so.5", "libpq5" }, { NULL, NULL } },
      "libpq-dev",
      &ll_backend_postgresql,
      PTHREAD_ONCE_INIT,
@@ -111,7 +109,8 @@ static bool core_dir (char *dir)
 /* Writes the directories to search into dirs, ':'-separated. */
 static void search_dirs (char *dirs, size_t size)
 {
-   const char *env = getenv ("LEASELOCK_BACKEND_PATH");
+   /* Not in a setuid or setgid program: no library from the caller's say. */
+   const char *env = secure_getenv ("LEASELOCK_BACKEND_PATH");
    char dir[PATH_MAX];
    size_t n = 0;
    dirs[0] = '\0';
@@ -142,11 +141,11 @@ static const ll_backend_t *module_open (ll_module_t *m, const char *path)
    void *h = dlopen (path, RTLD_NOW | RTLD_LOCAL);
    if (!h) {
       const char *e = dlerror ();
-      if (e && strstr (e, m->library))
-         module_why (m, "%s needs its client library %s: install %s (Debian/Ubuntu) [%s]", m->label,
-                     m->library, m->runtime_pkg, e);
-      else
-         module_why (m, "cannot load the %s backend: %s", m->label, e ? e : path);
+      module_why (m, "cannot load the %s backend: %s", m->label, e ? e : path);
+      for (int i = 0; i < 2 && e; i++)
+         if (m->libraries[i][0] && strstr (e, m->libraries[i][0]))
+            module_why (m, "%s needs its client library %s: install %s (Debian/Ubuntu) [%s]",
+                        m->label, m->libraries[i][0], m->libraries[i][1], e);
       return NULL;
    }
    ll_module_entry_fn entry;

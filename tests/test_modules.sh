@@ -134,15 +134,19 @@ done
 # In a mount namespace of our own (unshare -rm), the library's file is
 # /dev/null: the module is there, dlopen cannot load what it needs.
 if unshare -rm true 2>/dev/null; then
-  for b in $MODULES; do
-    runtime=$(runtime_of "$b")
+  cases=()
+  for b in $MODULES; do cases+=("$b $(lib_of "$b") $(runtime_of "$b")"); done
+  # libmongoc's own libbson, named too.
+  [[ " $MODULES " == *" mongodb "* ]] && cases+=("mongodb libbson-1.0 libbson-1.0-0")
+  for c in "${cases[@]}"; do
+    read -r b lib runtime <<<"$c"
     so=$(ldd "$BUILD/leaselock-backends/leaselock_backend_$b.so" |
-      awk -v l="$(lib_of "$b")" 'index($1, l ".so") == 1 {print $3; exit}')
-    if [ -z "$so" ]; then bad "$b's client library" "not in ldd of its module"; continue; fi
+      awk -v l="$lib" 'index($1, l ".so") == 1 {print $3; exit}')
+    if [ -z "$so" ]; then bad "$b's $lib" "not in ldd of its module"; continue; fi
     unshare -rm sh -c 'mount --bind /dev/null "$1" && shift && exec "$@"' _ "$so" \
       "$CLI" --uri "$(uri_of "$b")" list >"$D/lib.out" 2>&1
     grep -q "UNSUPPORTED: .*install $runtime" "$D/lib.out" &&
-      ok "$b's client library unloadable: UNSUPPORTED, install $runtime" ||
+      ok "$b with $lib unloadable: UNSUPPORTED, install $runtime" ||
       bad "$b without $so: UNSUPPORTED with install $runtime" "$(cat "$D/lib.out")"
   done
 else
