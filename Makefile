@@ -23,8 +23,9 @@
 # `make check-mk-order` checks both rules (tools/check_mk_order.py): every
 # rule's prerequisites and every variable read in sorted and in reversed
 # order, and where each suite's recipe is.
-# - A new source file is listed once: the core's in csrc/SOURCES (the
-#   Makefile, setup.py and the rock read it); the CLI's, the Python and
+# - A new source file is listed once: the core's in csrc/SOURCES, a backend
+#   module's in csrc/SOURCES.<backend> (the Makefile, setup.py and the rock
+#   read them); the CLI's, the Python and
 #   Lua bindings' and the C that `make format` checks are found by
 #   wildcard; a suite's program names its helper objects (tests/*.o) as
 #   prerequisites.
@@ -45,13 +46,18 @@ CSTD := -std=c11 -D_GNU_SOURCE
 OPT ?= -O2 -g
 SANFLAGS ?=
 
-# Backends: SQLite always, the others when pkg-config finds their client
-# library (tools/backends.sh, which setup.py asks too); a backend left out
-# reports UNSUPPORTED with the reason. LL_BACKENDS names those compiled in.
+# Backends: SQLite always, in the core; the others when pkg-config finds
+# their client library (tools/backends.sh, which setup.py asks too), each a
+# module of its own that the core loads at the first URI of its scheme
+# (csrc/ll_core_api.h, csrc/backend_load.c); a backend left out reports
+# UNSUPPORTED with the reason. LL_BACKENDS names those built, LL_MODULES
+# the modules among them; PKG_LIBS is the core's (SQLite's) libraries.
 BACKENDS_SH := PKG_CONFIG=$(PKG_CONFIG) bash tools/backends.sh
 LL_BACKENDS := $(shell $(BACKENDS_SH) names)
+LL_MODULES := $(shell $(BACKENDS_SH) modules)
 PKG_CFLAGS := $(shell $(BACKENDS_SH) cflags)
 PKG_LIBS := $(shell $(BACKENDS_SH) libs)
+$(foreach b,$(LL_MODULES),$(eval LL_MODULE_LIBS_$(b) := $(shell $(BACKENDS_SH) libs $(b))))
 
 CFLAGS_ALL := $(CSTD) $(WARN) $(OPT) $(SANFLAGS) -fPIC -fvisibility=hidden -pthread \
 	-Icsrc $(PKG_CFLAGS) $(CFLAGS)
@@ -60,6 +66,27 @@ LDLIBS_ALL := $(PKG_LIBS) -pthread -lm $(LDLIBS)
 LL_OBJS := $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(LL_SOURCES))
 LIB_SO := $(BUILD)/libleaselock.so
 LIB_A := $(BUILD)/libleaselock.a
+
+# The backend modules: $(BUILD)/leaselock-backends/leaselock_backend_<b>.so,
+# beside libleaselock.so and the CLI, where the core looks (next to the
+# file that holds it); programs elsewhere in $(BUILD) (tests, benchmarks)
+# find them through LEASELOCK_BACKEND_PATH, set for every recipe here.
+# Their objects are compiled with LL_MODULE (core calls through the table
+# the core hands them: ll_core_api.h) into $(BUILD)/mod.
+LL_MODULE_DIR := $(BUILD)/leaselock-backends
+LL_MODULE_SOS := $(foreach b,$(LL_MODULES),$(LL_MODULE_DIR)/leaselock_backend_$(b).so)
+export LEASELOCK_BACKEND_PATH := $(abspath $(LL_MODULE_DIR))
+ll_module_srcs = $(shell grep -v '^\#' csrc/SOURCES.$(1))
+ll_module_objs = $(patsubst csrc/%.c,$(BUILD)/mod/%.o,$(call ll_module_srcs,$(1))) \
+	$(BUILD)/mod/backend_module_$(1).o
+# White-box programs (tests and benchmarks that call a backend's own
+# functions) link its objects as the core builds them instead,
+# $(BUILD)/libleaselock_<b>.a, before $(LIB_A): the core then uses those
+# tables (weak symbols, backend_load.c) and loads no module.
+ll_whitebox_objs = $(patsubst csrc/%.c,$(BUILD)/obj/%.o,$(call ll_module_srcs,$(1)))
+LL_WHITEBOX_A := $(foreach b,$(LL_MODULES),$(BUILD)/libleaselock_$(b).a)
+LL_WHITEBOX_LINK = $(foreach b,$(LL_MODULES),-Wl,-u,ll_backend_$(b)) $(LL_WHITEBOX_A)
+LL_WHITEBOX_LIBS = $(foreach b,$(LL_MODULES),$(LL_MODULE_LIBS_$(b)))
 
 # The lists the mk files add to (see above).
 TEST_SUITES :=
@@ -84,17 +111,24 @@ DEMOS :=
 BENCH_PIN := $(shell command -v taskset >/dev/null && echo taskset -c 0)
 
 .PHONY: all deps test test-suites demo bench-core stress check-mk-order clean
-all: $(LIB_SO) $(LIB_A)
+all: $(LIB_SO) $(LIB_A) $(LL_MODULE_SOS)
 
 $(BUILD)/obj/%.o: csrc/%.c $(wildcard csrc/*.h) | $(BUILD)/obj
 	@echo "  CC $<"
 	@$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
+$(BUILD)/mod/%.o: csrc/%.c $(wildcard csrc/*.h) | $(BUILD)/mod
+	@echo "  CC $< (module)"
+	@$(CC) $(CFLAGS_ALL) -DLL_MODULE -include csrc/ll_core_api.h -c $< -o $@
+
+$(BUILD)/mod/backend_module_%.o: csrc/backend_module.c $(wildcard csrc/*.h) | $(BUILD)/mod
+	@$(CC) $(CFLAGS_ALL) -DLL_MODULE -DLL_MODULE_BACKEND=ll_backend_$* -c $< -o $@
+
+$(BUILD)/obj $(BUILD)/mod $(BUILD)/tests $(BUILD)/bench $(LL_MODULE_DIR):
 	@mkdir -p $@
 
-$(LIB_SO): $(LL_OBJS)
-	$(CC) -shared -o $@ $^ $(SANFLAGS) $(LDLIBS_ALL)
+$(LIB_SO): $(LL_OBJS) | $(LL_MODULE_SOS)
+	$(CC) -shared -o $@ $(LL_OBJS) $(SANFLAGS) $(LDLIBS_ALL)
 
 $(LIB_A): $(LL_OBJS)
 	rm -f $@ && ar rcs $@ $^
@@ -106,6 +140,17 @@ deps:
 
 # Prerequisites written $$(VAR) are expanded again once every file is read.
 .SECONDEXPANSION:
+# A module (its objects from csrc/SOURCES.<b>; $$* is <b>). -z defs: a core
+# function called without the table (ll_core_api.h) fails here, by name.
+$(LL_MODULE_DIR)/leaselock_backend_%.so: $$(call ll_module_objs,$$*) | $(LL_MODULE_DIR)
+	$(CC) -shared -Wl,-z,defs -o $@ $^ $(SANFLAGS) $(LL_MODULE_LIBS_$*) -pthread
+
+# Kept: make would delete them as intermediates of the pattern rule above.
+.SECONDARY: $(foreach b,$(LL_MODULES),$(call ll_module_objs,$(b)))
+
+# A backend's objects as the core builds them, for white-box programs.
+$(BUILD)/libleaselock_%.a: $$(call ll_whitebox_objs,$$*)
+	rm -f $@ && ar rcs $@ $^
 
 # MK_FILES is a variable so that check-mk-order can read them reversed.
 MK_FILES ?= $(sort $(wildcard mk/*.mk))
@@ -124,9 +169,12 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@for d in $(DEMOS); do $(MAKE) --no-print-directory demo-$$d || exit 1; done
 
-# bench/core_<backend>.c: one program each.
-$(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(wildcard csrc/*.h) $(LIB_A) | $(BUILD)/bench
-	$(CC) $(CFLAGS_ALL) $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
+# bench/core_<backend>.c: one program each, white-box (its backend's
+# objects linked in, and its client library, which it calls directly).
+$(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(wildcard csrc/*.h) $(LIB_A) $(LL_WHITEBOX_A) \
+  | $(BUILD)/bench
+	$(CC) $(CFLAGS_ALL) $< $(LL_WHITEBOX_LINK) $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) \
+	  $(LL_WHITEBOX_LIBS) -o $@
 
 # Each backend adds bench-core-<name> to BENCH_CORE; one run prints them all.
 bench-core: deps

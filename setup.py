@@ -6,9 +6,15 @@ dynamic (the version from csrc/leaselock.h, and the license) and the build:
 - the extension leaselock._leaselock, from python/*.c (module.c and a file
   per type and concern; any new file there is compiled) and the C core's
   own sources (the list in csrc/SOURCES, which the Makefile compiles
-  too), with the backends tools/backends.sh finds with pkg-config, which the
-  Makefile asks too: SQLite always, MongoDB, MySQL/MariaDB and PostgreSQL
-  when their client library is there;
+  too), with SQLite built in;
+- the backend modules tools/backends.sh finds with pkg-config, which the
+  Makefile asks too (MongoDB, MySQL/MariaDB and PostgreSQL when their client
+  library is there): leaselock_backend_<name>.so from csrc/SOURCES.<name>,
+  installed inside the package (leaselock/leaselock-backends/, where the
+  extension's core looks, beside it) and as data files in
+  <prefix>/lib/leaselock-backends (where the command, in <prefix>/bin,
+  looks); the core loads one at the first URI of its scheme, so `import
+  leaselock` on SQLite maps none of their client libraries;
 - the `leaselock` command line tool, from cli/*.c linked with the same core
   objects (same flags, same backends) as the extension, installed into the
   environment's bin/ (a data file of the wheel: <name>.data/data/bin), with
@@ -38,8 +44,9 @@ CLI_NAME = "leaselock"
 MAN_PAGE = "docs/leaselock.1"  # the command's manual page, beside it in <prefix>/share/man
 
 
-def core_sources():
-    with open(os.path.join(HERE, "csrc", "SOURCES"), encoding="utf-8") as f:
+def core_sources(name="SOURCES"):
+    """csrc/SOURCES (the core's), or csrc/SOURCES.<backend> (a module's)."""
+    with open(os.path.join(HERE, "csrc", name), encoding="utf-8") as f:
         lines = [line.strip() for line in f]
     return [line for line in lines if line and not line.startswith("#")]
 
@@ -65,15 +72,15 @@ def license_metadata():
     return {"license_expression": "MIT"} if major >= 77 else {"license": "MIT"}
 
 
-def backends(what):
-    """tools/backends.sh's answer (names, cflags or libs), split into words."""
+def backends(*what):
+    """tools/backends.sh's answer (names, modules, cflags, libs [NAME]), split into words."""
     script = os.path.join(HERE, "tools", "backends.sh")
     try:
-        out = subprocess.run(["bash", script, what], check=True, capture_output=True, text=True)
+        out = subprocess.run(["bash", script, *what], check=True, capture_output=True, text=True)
     except OSError as e:
         raise SystemExit(f"leaselock: cannot run {script}: {e}")
     except subprocess.CalledProcessError as e:
-        raise SystemExit(e.stderr.strip() or f"leaselock: {script} {what} failed")
+        raise SystemExit(e.stderr.strip() or f"leaselock: {script} {' '.join(what)} failed")
     return shlex.split(out.stdout)
 
 
@@ -121,10 +128,41 @@ class build_ext_with_cli(build_ext):
 
         self.compiler.compile = compile_parallel
         super().build_extensions()
+        modules = [self.build_module(self.extensions[0], name) for name in MODULES]
         self.build_cli(self.extensions[0])
+        if modules:
+            self.distribution.data_files.append(("lib/" + MODULE_DIR, modules))
         os.makedirs(self.build_temp, exist_ok=True)
         with open(stamp, "w", encoding="utf-8") as f:
             f.write(flags)
+
+    def build_module(self, ext, name):
+        """leaselock_backend_<name>.so into the package's leaselock-backends/
+        (the build's, or the source tree's with --inplace); returns its path.
+        Compiled with LL_MODULE (core calls through the table the core hands
+        it: csrc/ll_core_api.h); -z defs names any core call left outside it."""
+        out_dir = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), MODULE_DIR)
+        target = os.path.join(out_dir, f"leaselock_backend_{name}.so")
+        temp = os.path.join(self.build_temp, f"module-{name}")
+        args = dict(output_dir=temp, include_dirs=ext.include_dirs, debug=self.debug,
+                    depends=ext.depends)
+        objs = self.compiler.compile(
+            core_sources(f"SOURCES.{name}"),
+            extra_postargs=[*ext.extra_compile_args, "-DLL_MODULE", "-include", "csrc/ll_core_api.h"],
+            **args,
+        )
+        objs += self.compiler.compile(
+            ["csrc/backend_module.c"],
+            macros=[("LL_MODULE", None), ("LL_MODULE_BACKEND", f"ll_backend_{name}")],
+            extra_postargs=ext.extra_compile_args,
+            **args,
+        )
+        os.makedirs(out_dir, exist_ok=True)
+        self.compiler.link_shared_object(
+            objs, target, extra_postargs=["-Wl,-z,defs", *backends("libs", name), "-pthread"],
+            target_lang="c",
+        )
+        return target
 
     def build_cli(self, ext):
         core = core_sources()
@@ -164,6 +202,8 @@ class build_ext_with_cli(build_ext):
 
 
 pkg_cflags, pkg_libs = backends("cflags"), backends("libs")
+MODULES = backends("modules")
+MODULE_DIR = "leaselock-backends"  # beside the file that holds the core (csrc/backend_load.c)
 extra_compile = ["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden", "-pthread", *pkg_cflags]
 if os.environ.get("LEASELOCK_WERROR"):
     extra_compile += ["-Wall", "-Wextra", "-Werror"]
@@ -175,7 +215,7 @@ ext = Extension(
     extra_compile_args=extra_compile,
     extra_link_args=[*pkg_libs, "-pthread", "-lm"],
     depends=[*sorted(glob.glob("csrc/*.h")), *sorted(glob.glob("python/*.h")), "csrc/SOURCES",
-             "tools/backends.sh"],
+             *sorted(glob.glob("csrc/SOURCES.*")), "tools/backends.sh"],
 )
 
 setup(

@@ -1,6 +1,7 @@
-/* backend.c - finds the backend for a URI's scheme, and the calls every
- * caller makes alike through a backend's table. */
-#include "ll_internal.h"
+/* backend.c - finds the backend for a URI's scheme (SQLite built in, the
+ * others modules loaded at their first URI: backend_load.c), and the calls
+ * every caller makes alike through a backend's table. */
+#include "ll_core_api.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -10,9 +11,6 @@
 
 static const ll_backend_t *const builtin[] = {
    &ll_backend_sqlite,
-   &ll_backend_mongodb,
-   &ll_backend_mysql,
-   &ll_backend_postgresql,
 };
 
 static const ll_backend_t *extra[MAX_EXTRA];
@@ -56,6 +54,11 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0] && !found; i++)
       if (answers (builtin[i], uri, len))
          found = builtin[i];
+   if (!found) {
+      int module = ll_backend_module_for_scheme (uri, len, &found, err);
+      if (module)
+         return found;
+   }
    pthread_mutex_lock (&extra_mu);
    for (int i = 0; i < n_extra && !found; i++)
       if (answers (extra[i], uri, len))

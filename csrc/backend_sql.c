@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Tests only (ll_internal.h): in each module that joins a SQL queue. */
+void (*ll_test_queue_join_hook) (void);
+
 /* Reads the schema version and refuses a version other than the driver's.
  * When there is none, or an older one, create_schema runs first: it is
  * also the migration hook. Under the same lock or transaction as the

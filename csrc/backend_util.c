@@ -13,8 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-void (*ll_test_queue_join_hook) (void);
-
 bool ll_backend_fail (leaselock_error_t *err,
                       const char *backend,
                       const char *what,

@@ -682,8 +682,11 @@ typedef struct ll_backend
  * a waiter stopped mid-join holds no other waiter back). NULL otherwise. */
 extern void (*ll_test_queue_join_hook) (void);
 
-/* Backends compiled into the core (each file defines its table even when
- * its library is missing, with available = false). */
+/* The backends' tables. SQLite's is in the core; the others are each in
+ * their module (leaselock_backend_<name>.so, loaded by backend_load.c:
+ * ll_core_api.h), or linked in by a white-box program (the core then uses
+ * that table). Each file defines its table even when its library is
+ * missing, with available = false. */
 extern const ll_backend_t ll_backend_sqlite;
 extern const ll_backend_t ll_backend_mongodb;
 extern const ll_backend_t ll_backend_mysql;

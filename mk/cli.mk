@@ -6,7 +6,8 @@ all: $(LEASELOCK_CLI)
 
 CLI_SRCS := $(wildcard cli/*.c)
 
-$(LEASELOCK_CLI): $(CLI_SRCS) cli/cli.h csrc/leaselock.h $(LIB_A)
+# It loads the backend modules from $(BUILD)/leaselock-backends, beside it.
+$(LEASELOCK_CLI): $(CLI_SRCS) cli/cli.h csrc/leaselock.h $(LIB_A) | $(LL_MODULE_SOS)
 	$(CC) $(CFLAGS_ALL) $(CLI_SRCS) -o $@ $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL)
 
 .PHONY: test-cli demo-cli

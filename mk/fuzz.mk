@@ -25,16 +25,21 @@ FUZZ_CFLAGS = $(CSTD) $(WARN) -O1 -g -fno-omit-frame-pointer -Icsrc -Itests -Ite
 # The core again, instrumented for coverage (fuzzer-no-link), by a make of
 # its own into $(FUZZ_CORE) (which must not see this rule).
 FUZZ_CORE := $(FUZZ_BUILD)/core
+# The fuzzers link every backend's objects (white-box, as the C suites that
+# call the drivers do: LL_WHITEBOX_LINK), so they load no module.
+FUZZ_WHITEBOX_A := $(foreach b,$(LL_MODULES),$(FUZZ_CORE)/libleaselock_$(b).a)
 ifneq ($(BUILD),$(FUZZ_CORE))
-$(FUZZ_CORE)/libleaselock.a: $(LL_SOURCES) csrc/leaselock.h csrc/ll_internal.h
+$(FUZZ_CORE)/libleaselock.a: $(LL_SOURCES) $(foreach b,$(LL_MODULES),$(call ll_module_srcs,$(b))) \
+  csrc/leaselock.h csrc/ll_internal.h
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_CORE) CC=$(FUZZ_CC) OPT="-O1 -g -fno-omit-frame-pointer" \
-	  SANFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" $(FUZZ_CORE)/libleaselock.a
+	  SANFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" $(FUZZ_CORE)/libleaselock.a $(FUZZ_WHITEBOX_A)
 endif
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_drivers.h $(FUZZ_CORE)/libleaselock.a
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) is missing (make deps)"; exit 1; }
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer $< $(FUZZ_CORE)/libleaselock.a \
-	  $(LDLIBS_ALL) -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer $< \
+	  $(foreach b,$(LL_MODULES),-Wl,-u,ll_backend_$(b)) $(FUZZ_WHITEBOX_A) $(FUZZ_CORE)/libleaselock.a \
+	  $(LDLIBS_ALL) $(LL_WHITEBOX_LIBS) -o $@
 
 fuzz-build: $(addprefix $(FUZZ_BUILD)/,$(FUZZERS))
 

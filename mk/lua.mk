@@ -74,7 +74,7 @@ $(BUILD)/lua/jit/%.o: lua/%.c $(LUA_MOD_DEPS)
 # % is the build (5.4, jit, luarocks): make puts it in each object's path.
 # Each module names its objects too, so that make keeps them (it deletes
 # what only a pattern rule's prerequisites name).
-$(BUILD)/lua/%/leaselock.so: $(call lua_mod_objs,%) $(LL_OBJS) $(LUA_MOD_MAP)
+$(BUILD)/lua/%/leaselock.so: $(call lua_mod_objs,%) $(LL_OBJS) $(LUA_MOD_MAP) | $(LL_MODULE_SOS)
 	$(CC) -shared -Wl,-Bsymbolic -Wl,--version-script=$(LUA_MOD_MAP) -o $@ \
 	  $(filter %.o,$^) $(SANFLAGS) $(LDLIBS_ALL)
 $(LUA54_MOD): $(call lua_mod_objs,5.4)

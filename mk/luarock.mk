@@ -8,9 +8,11 @@
 #                        for Lua 5.4 and for LuaJIT
 #
 # Backends as everywhere (tools/backends.sh): SQLite always, MongoDB,
-# MySQL/MariaDB and PostgreSQL when pkg-config finds their client library;
-# the build log names those compiled in, and the objects are recompiled
-# when that set (or any flag) changes. Without SQLite's (libsqlite3-dev)
+# MySQL/MariaDB and PostgreSQL when pkg-config finds their client library,
+# each a module (leaselock_backend_<name>.so) installed beside the Lua
+# module in leaselock-backends/, where the core looks; the build log names
+# those built, and the objects are recompiled when that set (or any flag)
+# changes. Without SQLite's (libsqlite3-dev)
 # the rock stops at once and says so.
 
 LUA_ROCK_MOD := $(BUILD)/lua/luarocks/leaselock.so
@@ -39,7 +41,7 @@ LUA_ROCK_FLAGS_TEXT := $(CFLAGS_ALL) -- $(LDLIBS_ALL)
 $(LUA_ROCK_FLAGS): lua-rock-flags
 	@mkdir -p $(@D)
 	@echo '$(LUA_ROCK_FLAGS_TEXT)' | cmp -s - $@ || echo '$(LUA_ROCK_FLAGS_TEXT)' >$@
-$(LL_OBJS) $(LUA_ROCK_OBJS): $(LUA_ROCK_FLAGS)
+$(LL_OBJS) $(LUA_ROCK_OBJS) $(foreach b,$(LL_MODULES),$(call ll_module_objs,$(b))): $(LUA_ROCK_FLAGS)
 endif
 
 # The module's objects as mk/lua.mk builds them (every lua/*.c, the
@@ -49,13 +51,15 @@ $(BUILD)/lua/luarocks/%.o: lua/%.c $$(LUA_MOD_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(LUA_MOD_CFLAGS) -I$(LUA_INCDIR) -c $< -o $@
 
-lua-rock: $(LUA_ROCK_MOD)
+lua-rock: $(LUA_ROCK_MOD) $(LL_MODULE_SOS)
 	@echo "lua-rock: backends compiled in: $(LL_BACKENDS)"
 
-lua-rock-install: $(LUA_ROCK_MOD)
+lua-rock-install: $(LUA_ROCK_MOD) $(LL_MODULE_SOS)
 	@[ -n "$(INST_LIBDIR)" ] || { echo "lua-rock-install: INST_LIBDIR is not set (luarocks sets it)"; exit 1; }
 	install -d '$(INST_LIBDIR)'
 	install -m 755 $< '$(INST_LIBDIR)/leaselock.so'
+	$(if $(LL_MODULE_SOS),install -d '$(INST_LIBDIR)/leaselock-backends' && \
+	  install -m 755 $(LL_MODULE_SOS) '$(INST_LIBDIR)/leaselock-backends/')
 
 TEST_SUITES += luarock
 .PHONY: test-luarock
@@ -79,8 +83,8 @@ test-luarock:
 	@cd $(LUA_ROCK_DIR)/src-jit && $(LUAROCKS) --lua-version 5.1 make \
 	  --tree $(LUA_ROCK_DIR)/tree-jit leaselock-scm-1.rockspec \
 	  LUA_INCDIR='$(LUAJIT_INCDIR)' >build.log 2>&1 || { cat build.log; exit 1; }
-	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-5.4/lib/lua/5.4/?.so' $(LUA54) tests/lua/rock_smoke.lua \
-	  'sqlite://$(LUA_ROCK_DIR)/rock-5.4.db'
-	@LUA_CPATH='$(LUA_ROCK_DIR)/tree-jit/lib/lua/5.1/?.so' $(LUAJIT) tests/lua/rock_smoke.lua \
-	  'sqlite://$(LUA_ROCK_DIR)/rock-jit.db'
+	@env -u LEASELOCK_BACKEND_PATH LUA_CPATH='$(LUA_ROCK_DIR)/tree-5.4/lib/lua/5.4/?.so' $(LUA54) \
+	  tests/lua/rock_smoke.lua 'sqlite://$(LUA_ROCK_DIR)/rock-5.4.db' $(LL_MODULES)
+	@env -u LEASELOCK_BACKEND_PATH LUA_CPATH='$(LUA_ROCK_DIR)/tree-jit/lib/lua/5.1/?.so' $(LUAJIT) \
+	  tests/lua/rock_smoke.lua 'sqlite://$(LUA_ROCK_DIR)/rock-jit.db' $(LL_MODULES)
 	@echo "2 passed, 0 failed"

@@ -11,7 +11,9 @@ MONGODB_TEST := $(BUILD)/tests/test_mongodb
 
 # OpenSSL (a dependency of libmongoc-dev): the suite's own TLS front.
 $(MONGODB_TEST): $(BUILD)/tests/tcp_proxy.o $(BUILD)/tests/tls_proxy.o $(BUILD)/tests/queue_cases.o
-$(MONGODB_TEST): TEST_LIBS = $(shell $(PKG_CONFIG) --libs openssl)
+$(MONGODB_TEST): $(LL_WHITEBOX_A)
+$(MONGODB_TEST): TEST_WHITEBOX = $(LL_WHITEBOX_LINK)
+$(MONGODB_TEST): TEST_LIBS = $(LL_WHITEBOX_LIBS) $(shell $(PKG_CONFIG) --libs openssl)
 
 .PHONY: test-mongodb bench-core-mongodb mongodb-server
 

@@ -23,7 +23,7 @@ PY_BUILD = $(BUILD)/python
 PY_LIB = $(PY_BUILD)/lib
 PY_VENV = $(BUILD)/venv
 PY_SRCS = setup.py $(wildcard python/*.c python/*.h python/leaselock/*.py python/leaselock/*.pyi) \
-	csrc/SOURCES $(LL_SOURCES) csrc/leaselock.h csrc/ll_internal.h
+	csrc/SOURCES $(LL_SOURCES) $(wildcard csrc/SOURCES.* csrc/*.h csrc/*.c)
 PYTEST_ARGS ?=
 
 .PHONY: python-ext test-python test-python-typing test-python-versions demo-python bench-python

@@ -2,7 +2,9 @@
 # make install into a temporary DESTDIR, then use what it installed: a C
 # program built with "pkg-config --cflags --libs leaselock" (and one linked
 # with the static library and "pkg-config --static"), the CLI's --version,
-# the man page; then make uninstall leaves nothing behind.
+# the man page; the backend modules in lib/leaselock-backends, found there
+# (LEASELOCK_BACKEND_PATH unset) by the installed CLI and libleaselock.so;
+# then make uninstall leaves nothing behind.
 #
 #   bash tests/test_install.sh [MAKE [BUILD]]   (make test-install runs it)
 #
@@ -30,12 +32,20 @@ for f in bin/leaselock lib/libleaselock.so lib/libleaselock.a include/leaselock.
   [ -f "$ROOT$PREFIX/$f" ] && ok "installed $f" || bad "installed $f" "missing"
 done
 
-# The .pc file: this PREFIX (no DESTDIR in it), and the backends compiled in.
+# Found where the install put them, not through the build tree's path.
+unset LEASELOCK_BACKEND_PATH
+modules=$(bash tools/backends.sh modules)
+for b in $modules; do
+  [ -f "$ROOT$PREFIX/lib/leaselock-backends/leaselock_backend_$b.so" ] &&
+    ok "installed lib/leaselock-backends/leaselock_backend_$b.so" ||
+    bad "installed leaselock_backend_$b.so" "missing"
+done
+
+# The .pc file: this PREFIX (no DESTDIR in it), and the core's one library
+# (SQLite's: the modules bring their own).
 pc=$ROOT$PREFIX/lib/pkgconfig/leaselock.pc
 grep -qx "prefix=$PREFIX" "$pc" && ok "leaselock.pc prefix" || bad "leaselock.pc prefix" "$(cat "$pc")"
-want=$(for b in $(bash tools/backends.sh names); do
-  awk -v b="$b" 'NF == 3 && $1 == b && ($3 == "-" || $3 ~ /^LEASELOCK_WITH_/) {print $2}' tools/backends.sh
-done | tr '\n' ' ' | sed 's/ $//')
+want=$(bash tools/backends.sh package sqlite)
 grep -qx "Requires.private: $want" "$pc" && ok "leaselock.pc Requires.private" ||
   bad "leaselock.pc Requires.private" "want \"$want\": $(grep Requires "$pc")"
 
@@ -88,6 +98,21 @@ check "build against the installed static library ($static)" \
 "$D/t_static" "sqlite://$D/t2.db" >"$D/run.out" 2>&1
 [ "$(cat "$D/run.out")" = "$version fence 1 pruned 1" ] && ok "run the static build" ||
   bad "run the static build" "$(cat "$D/run.out")"
+
+# A server URI with nothing listening (port 1 of loopback): a loaded module
+# answers BACKEND (cannot connect), a missing one UNSUPPORTED.
+for b in $modules; do
+  uri="$b://u@127.0.0.1:1/db"
+  LD_LIBRARY_PATH=$ROOT$PREFIX/lib "$D/t" "$uri" >"$D/run.out" 2>&1
+  grep -q "^$b: connect" "$D/run.out" && ok "libleaselock.so loads the installed $b module" ||
+    bad "libleaselock.so, $b" "$(cat "$D/run.out")"
+  "$ROOT$PREFIX/bin/leaselock" --uri "$uri" list >"$D/run.out" 2>&1
+  grep -q "BACKEND: $b: connect" "$D/run.out" && ok "the installed CLI loads the installed $b module" ||
+    bad "the installed CLI, $b" "$(cat "$D/run.out")"
+done
+libs=$(ldd "$ROOT$PREFIX/bin/leaselock")
+! grep -qE "libmongoc|libmariadb|libpq" <<<"$libs" &&
+  ok "the installed CLI links no backend's client library" || bad "the installed CLI's libraries" "$libs"
 
 "$ROOT$PREFIX/bin/leaselock" --version >"$D/v" 2>&1
 [ "$(cat "$D/v")" = "leaselock $version" ] && ok "installed CLI --version" ||

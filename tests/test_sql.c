@@ -2470,6 +2470,7 @@ static void test_read_only_server_refused (void)
       return;
    }
    int killed = kill_other_connections ();
+   sleep_ms (100); /* the kill lands: PostgreSQL's pg_terminate_backend is asynchronous */
    leaselock_record_t rec;
    bool found;
    bool reconnected = leaselock_inspect (c, key ("ro"), strlen (key ("ro")), &rec, &found, &e1);

@@ -84,6 +84,13 @@ vg "cli bad option" 64 "$CLI" --uri "$DB" run --bogus jobs/a -- true
 vg "cli bad URI" 64 "$CLI" --uri "nosuch://x:secret@h/db" status jobs/a
 : >"$TOP/plain-file"
 vg "cli unusable database" 69 "$CLI" --uri "sqlite://$TOP/plain-file/x.db" status jobs/a
+# A backend module loaded (dlopen, its client library) at the first URI of
+# its scheme; nothing listens on port 1 of loopback.
+for b in $(bash "$HERE/../tools/backends.sh" modules); do
+  uri="$b://u:p@127.0.0.1:1/db?connect_timeout=1"
+  [ "$b" = mongodb ] && uri="mongodb://127.0.0.1:1/db?serverSelectionTimeoutMS=300"
+  vg "cli loads the $b module" 69 "$CLI" --uri "$uri" list
+done
 
 if [ "$MODE" = full ]; then
   vg "cli run (no such command)" 127 "$CLI" --uri "$DB" run jobs/a -- /nonexistent/cmd

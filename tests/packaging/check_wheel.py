@@ -6,7 +6,10 @@ usage: check_wheel.py WHEEL AUDITWHEEL_JSON VERSION "BACKEND..."
   639 expression) and its file, authors, project URLs, keywords, Python
   3.11-3.13 classifiers, each classifier a known one (trove-classifiers);
 - the contents: the package, its typing files, the extension and the
-  `leaselock` command as an executable data file for <prefix>/bin;
+  `leaselock` command as an executable data file for <prefix>/bin; each
+  backend module (every backend but SQLite, built in) inside the package
+  (leaselock/leaselock-backends/, for the extension) and as a data file for
+  <prefix>/lib/leaselock-backends (for the command);
 - the tags: the honest linux_x86_64, never a manylinux one, since the
   extension and the command link the system's client libraries: auditwheel
   must say the same, and list the library of every backend compiled in.
@@ -102,6 +105,15 @@ def main():
         check(zf.read(cli)[:4] == b"\x7fELF", f"{cli} is the compiled command")
     else:
         check(False, f"wheel has {cli}")
+    for b in BACKEND_LIBS:
+        for where in ("leaselock/leaselock-backends", f"leaselock-{version}.data/data/lib/leaselock-backends"):
+            module = f"{where}/leaselock_backend_{b}.so"
+            if b == "sqlite":
+                continue
+            if b in backends:
+                check(module in names and zf.read(module)[:4] == b"\x7fELF", f"wheel has {module}")
+            else:
+                check(module not in names, f"backend {b} not built: no {module}")
 
     check(audit.get("overall_tag") == "linux_x86_64",
           f"auditwheel: consistent with {audit.get('overall_tag')} (the honest tag)")

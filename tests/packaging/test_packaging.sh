@@ -15,7 +15,10 @@
 #            pkg-config (the module loads, takes a lease, and refuses the
 #            other backends with UNSUPPORTED and what to install), then again
 #            in the same tree with every library pkg-config finds (each of
-#            them compiled in: the objects built without them are redone).
+#            them a backend module installed beside the Lua module, which
+#            itself links none of their libraries).
+# The backend modules are found where each install put them:
+# LEASELOCK_BACKEND_PATH (which the Makefile sets for the suites) is unset.
 #
 # usage: test_packaging.sh OUT_DIR TOOLS_VENV
 #   OUT_DIR     scratch directory (build/packaging), kept between runs
@@ -30,6 +33,7 @@ LUAROCKS=${LUAROCKS:-luarocks}
 LUA54=${LUA54:-lua5.4}
 PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 export LEASELOCK_BUILD_JOBS=${LEASELOCK_BUILD_JOBS:-2} PIP_DISABLE_PIP_VERSION_CHECK=1
+unset LEASELOCK_BACKEND_PATH
 src=$(pwd)
 passed=0 failed=0
 
@@ -139,6 +143,22 @@ if [ -f docs/leaselock.1 ]; then
 fi
 listed=$(cd "$tmp" && PATH=$venv/bin:$PATH leaselock --uri "$uri" list)
 check "leaselock list shows packaging-job" grep -q packaging-job <<<"$listed"
+# Each backend module where pip put it: nothing listens on port 1 of
+# loopback, so a module found fails to connect (BACKEND), never UNSUPPORTED.
+for b in $(PKG_CONFIG=$PKG_CONFIG bash tools/backends.sh modules); do
+  buri="$b://u:p@127.0.0.1:1/db"
+  [ "$b" = mongodb ] && buri="mongodb://127.0.0.1:1/db?serverSelectionTimeoutMS=300"
+  res=$(cd "$tmp" && PATH=$venv/bin:$PATH leaselock --uri "$buri" list 2>&1)
+  check "the venv's leaselock loads the $b module from $venv/lib/leaselock-backends" \
+    grep -q "BACKEND: $b: connect" <<<"$res"
+  res=$(cd "$tmp" && "$venv/bin/python" -c '
+import sys, leaselock
+try:
+    leaselock.connect(sys.argv[1])
+except Exception as e:
+    print(getattr(e, "code", "?"), e)' "$buri" 2>&1)
+  check "the venv's leaselock package loads its $b module: $res" grep -q "^BACKEND $b: connect" <<<"$res"
+done
 py=$(cd "$tmp" && "$venv/bin/python" -c '
 import sys, leaselock
 assert leaselock.__file__.startswith(sys.prefix + "/"), leaselock.__file__
@@ -151,8 +171,9 @@ print(leaselock.__version__)' "$uri" 2>&1)
 check "python -c 'import leaselock' in the venv (installed package, version $py), takes a lease" \
   test "$py" = "$version"
 if logged "$out/uninstall.log" "$venv/bin/pip" uninstall -y leaselock; then
-  check "pip uninstall leaselock removes bin/leaselock and the man page" \
-    test ! -e "$venv/bin/leaselock" -a ! -e "$venv/share/man/man1/leaselock.1"
+  check "pip uninstall leaselock removes bin/leaselock, the man page and the modules" \
+    test ! -e "$venv/bin/leaselock" -a ! -e "$venv/share/man/man1/leaselock.1" \
+    -a -z "$(ls "$venv/lib/leaselock-backends" 2>/dev/null)"
 else
   fail "pip uninstall leaselock"
 fi
@@ -195,12 +216,14 @@ rock() { # rock NAME EXPECTED_BACKENDS [ENV...]: build, install and try the rock
     fail "rock ($name) loads, takes a lease, backends as built"
   fi
   for b in mongodb mysql postgresql; do
-    local lib
+    local lib bmod=$dir/tree/lib/lua/5.4/leaselock-backends/leaselock_backend_$b.so
     case $b in mongodb) lib=libmongoc ;; mysql) lib=libmariadb ;; postgresql) lib=libpq ;; esac
+    check "rock ($name): the Lua module does not link $lib" bash -c '! grep -q "$1" <<<"$2"' _ "$lib" "$libs"
     if [[ " $expect " == *" $b "* ]]; then
-      check "rock ($name) links $lib" grep -q "$lib" <<<"$libs"
+      check "rock ($name) installs leaselock-backends/leaselock_backend_$b.so, linking $lib" \
+        bash -c 'ldd "$1" | grep -q "$2"' _ "$bmod" "$lib"
     else
-      check "rock ($name) does not link $lib" bash -c '! grep -q "$1" <<<"$2"' _ "$lib" "$libs"
+      check "rock ($name) installs no $b module" test ! -e "$bmod"
     fi
   done
 }

@@ -43,6 +43,10 @@ load_module $modules/ngx_http_lua_module.so;
 $user_line
 daemon off;
 worker_processes 3;
+# nginx clears its workers' environment: the build tree's backend modules
+# are found through this variable (the Makefile sets it), where an installed
+# rock finds them beside leaselock.so.
+env LEASELOCK_BACKEND_PATH;
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log notice;
 # Blocking leaselock calls run here, never on a worker's event loop.
@@ -154,6 +158,7 @@ load_module $modules/ngx_http_lua_module.so;
 $user_line
 daemon off;
 worker_processes 1;
+env LEASELOCK_BACKEND_PATH;  # as above
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log notice;
 # acquire_nb's pool by default, and one named by its pool option.
