@@ -82,8 +82,8 @@ int usage_error (const char *fmt, ...) PRINTF_LIKE;
 int fail (const char *what, const leaselock_error_t *err);
 
 /* Write into the caller's buf (32 bytes hold any duration). */
-void fmt_duration (int64_t ms, bool round_down, char *buf, size_t size);
 void fmt_ms (int64_t ms, char *buf, size_t size);
+void fmt_limit (int64_t ms, char *buf, size_t size);
 
 void put_text (FILE *f, const char *s, size_t len);
 /* A static string. */

@@ -323,7 +323,7 @@ static bool fit_grace (run_opts_t *o)
       return true;
    }
    char m[32];
-   fmt_duration (max, true, m, sizeof m);
+   fmt_limit (max, m, sizeof m);
    usage_error ("--grace %s does not fit in --ttl %s: at most %s (SIGKILL must come before the "
                 "lease can expire)",
                 o->grace_text, o->ttl_text, m);

@@ -80,46 +80,21 @@ int fail (const char *what, const leaselock_error_t *err)
    return exit_for (err);
 }
 
-/*
- * Formats a duration as one number and one unit, so that the CLI reads back
- * whatever it prints (leaselock_parse_duration takes no "3m12s"): "750ms",
- * "28.4s", "3.2m", "2.08h", "1.13d", trailing zeros dropped. Rounds to the
- * nearest step of the unit shown (100ms, 0.01m, 0.01h, 0.01d), or down with
- * round_down, for limits that must still be accepted when typed back. A
- * negative ms shows its absolute value.
- */
-void fmt_duration (int64_t ms, bool round_down, char *buf, size_t size)
-{
-   static const struct
-   {
-      int64_t below, step, per_unit; /* per_unit: steps in one unit */
-      const char *unit;
-   } units[] = {
-      { 1000, 1, 1, "ms" },          { 60000, 100, 10, "s" },         { 3600000, 600, 100, "m" },
-      { 86400000, 36000, 100, "h" }, { INT64_MAX, 864000, 100, "d" },
-   };
-   if (ms < 0)
-      ms = ms == INT64_MIN ? INT64_MAX : -ms;
-   size_t u = 0;
-   while (ms >= units[u].below)
-      u++;
-   int64_t q = ms / units[u].step;
-   if (!round_down && ms % units[u].step >= (units[u].step + 1) / 2)
-      q++;
-   int64_t whole = q / units[u].per_unit, frac = q % units[u].per_unit;
-   if (frac == 0)
-      snprintf (buf, size, "%" PRId64 "%s", whole, units[u].unit);
-   else if (units[u].per_unit == 10)
-      snprintf (buf, size, "%" PRId64 ".%" PRId64 "%s", whole, frac, units[u].unit);
-   else if (frac % 10 == 0)
-      snprintf (buf, size, "%" PRId64 ".%" PRId64 "%s", whole, frac / 10, units[u].unit);
-   else
-      snprintf (buf, size, "%" PRId64 ".%02" PRId64 "%s", whole, frac, units[u].unit);
-}
-
+/* A duration as the core shows it (leaselock_format_duration: one number
+ * and one unit, which the CLI reads back), rounded to the nearest step. */
 void fmt_ms (int64_t ms, char *buf, size_t size)
 {
-   fmt_duration (ms, false, buf, size);
+   leaselock_format_duration (ms, buf, size);
+}
+
+/* A limit, shown so that it is still accepted when typed back: rounded to
+ * the nearest step unless that went over it, then in whole ms. */
+void fmt_limit (int64_t ms, char *buf, size_t size)
+{
+   int64_t back;
+   leaselock_format_duration (ms, buf, size);
+   if (!leaselock_parse_duration (buf, &back, NULL) || back > ms)
+      snprintf (buf, size, "%" PRId64 "ms", ms);
 }
 
 /* Writes s (len bytes) for a terminal: control bytes become \xNN. */

@@ -88,6 +88,22 @@ static bool refuse_self_wait (leaselock_client_t *client,
    return true;
 }
 
+/* refuse_self_wait on a client of its own (a failure to open one ends the
+ * run: *status set, true). */
+static bool refuse_on_client (const run_opts_t *o,
+                              const char *rec_key,
+                              const char *owner,
+                              const char *hint,
+                              int *status)
+{
+   leaselock_client_t *client = open_client (o->uri, o->label, status);
+   if (!client)
+      return true;
+   bool refused = refuse_self_wait (client, o, rec_key, owner, hint, status);
+   leaselock_client_destroy (client);
+   return refused;
+}
+
 /* --shared or --exclusive inside a run of the same KEY's read-write lock
  * (LEASELOCK_LOCK and LEASELOCK_MODE): a writer waits for every reader and
  * a reader for the writer, so unless both are readers the inner run would
@@ -102,17 +118,12 @@ static bool rw_self_wait (const run_opts_t *o, int *status)
    bool outer_writes = !strcmp (mode, "exclusive");
    if (!outer_writes && !(strcmp (mode, "shared") == 0 && o->rw == LEASELOCK_EXCLUSIVE))
       return false;
-   leaselock_client_t *client = open_client (o->uri, o->label, status);
-   if (!client)
-      return true;
-   bool refused = refuse_self_wait (
-     client, o, rec_key, owner,
+   return refuse_on_client (
+     o, rec_key, owner,
      outer_writes ? "it holds the read-write lock --exclusive, and such a lock is not entered "
                     "again (run CMD directly)"
                   : "it holds the read-write lock --shared, and a reader cannot become the writer",
      status);
-   leaselock_client_destroy (client);
-   return refused;
 }
 
 /* --slots 1 inside a run holding the same KEY's semaphore (its one slot,
@@ -127,15 +138,10 @@ static bool slot_self_wait (const run_opts_t *o, int *status)
    if (o->slots != 1 || !rec_key || !owner || !lock || !mode || strcmp (lock, o->key) != 0 ||
        strcmp (mode, "slots") != 0)
       return false;
-   leaselock_client_t *client = open_client (o->uri, o->label, status);
-   if (!client)
-      return true;
-   bool refused = refuse_self_wait (
-     client, o, rec_key, owner,
+   return refuse_on_client (
+     o, rec_key, owner,
      "it holds the semaphore's only slot (run CMD directly, or give the semaphore more --slots)",
      status);
-   leaselock_client_destroy (client);
-   return refused;
 }
 
 bool run_reentered (const run_opts_t *o, int *status)

@@ -81,13 +81,16 @@ static bool ll_mysql_fail_with (ll_mysql_conn_t *c,
    char detail[32], text[LEASELOCK_ERROR_MAX];
    snprintf (detail, sizeof detail, "error %u", no);
    /* A wait cut by the caller's bound: say so, and why a write may wait
-    * (a semi-synchronous commit waits for a replica's acknowledgement). */
+    * (a semi-synchronous commit waits for a replica's acknowledgement, a
+    * Galera one for the cluster's certification). */
    int64_t bound = ll_call_bound ();
    if (bound >= 0 && ll_real_now_ms () >= bound && msg) {
+      const ll_primary_t *p = &c->b.primary;
+      bool galera = !strncmp (p->durability_text, "galera", 6);
       snprintf (text, sizeof text, "%s; no answer before the caller's timeout%s", msg,
-                c->b.primary.durability == LL_DURABILITY_DURABLE
-                  ? " (semi-synchronous replication: a commit waits for a replica)"
-                  : "");
+                p->durability != LL_DURABILITY_DURABLE ? ""
+                : galera ? " (Galera: a commit waits for the cluster to certify it)"
+                         : " (semi-synchronous replication: a commit waits for a replica)");
       msg = text;
    }
    ll_backend_fail (err, "mysql", what, msg, &c->b.secrets, detail);
