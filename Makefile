@@ -90,7 +90,8 @@ LL_WHITEBOX_LIBS = $(foreach b,$(LL_MODULES),$(LL_MODULE_LIBS_$(b)))
 
 # The lists the mk files add to (see above).
 TEST_SUITES :=
-# Suites that mostly wait, on servers of their own: run beside the others
+# Suites that mostly wait (on servers of their own) or build (pip, the
+# compiler) and time nothing: run one after another beside the others
 # (tests/run-suites.sh --side).
 TEST_SUITES_SIDE :=
 ASAN_SUITES :=

@@ -10,7 +10,8 @@
 # install step's venv is made afresh each run and fetches its build
 # requirements from PyPI as `pip install .` does for a user.
 
-TEST_SUITES += packaging
+# Mostly pip and the compiler, timing nothing: run beside the others.
+TEST_SUITES_SIDE += packaging
 
 PKG_TEST_DIR = $(BUILD)/packaging
 PKG_TOOLS_VENV = $(PKG_TEST_DIR)/venv

@@ -16,7 +16,9 @@
 #
 # Development build in the source tree: python3 setup.py build_ext --inplace
 
-TEST_SUITES += python python-typing python-versions
+TEST_SUITES += python python-typing
+# Builds for each CPython (mostly the compiler and pip): beside the others.
+TEST_SUITES_SIDE += python-versions
 DEMOS += python
 
 PY_BUILD = $(BUILD)/python
