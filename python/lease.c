@@ -194,6 +194,17 @@ static bool lease_held (LeaseObject *self)
    return !lease_foreign (self) && lease_state (self) == LEASELOCK_STATE_HELD;
 }
 
+bool pyll_lease_held (PyObject *lease)
+{
+   return lease_held ((LeaseObject *)lease);
+}
+
+bool pyll_lease_lost (PyObject *lease)
+{
+   LeaseObject *self = (LeaseObject *)lease;
+   return !lease_foreign (self) && lease_state (self) == LEASELOCK_STATE_LOST;
+}
+
 static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
 {
    static char *kwlist[] = { "ttl", "min_hold", NULL };

@@ -191,6 +191,15 @@ int pyll_seconds_arg (PyObject *v, const char *name, pyll_secs_t kind, int64_t *
 /* Sets the cached process id up, once per process (module exec). */
 void pyll_fork_init (void);
 
+/* with.c: Lock's with-block bookkeeping (the per-pair path of _lock.py in
+ * C) and the holds registry. */
+int pyll_with_init (void);
+extern PyMethodDef pyll_with_methods[];
+
+/* The held / lost state of a Lease (lease must be a LeaseObject; borrowed). */
+bool pyll_lease_held (PyObject *lease);
+bool pyll_lease_lost (PyObject *lease);
+
 /* This process's id, without a system call (refreshed in every child). */
 pid_t pyll_pid (void);
 
