@@ -305,6 +305,11 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    return pyll_raise_error (st, &err);
 }
 
+PyObject *pyll_lease_exit (PyObject *lease)
+{
+   return Lease_exit ((LeaseObject *)lease, NULL, 0);
+}
+
 static PyObject *Lease_get_key (LeaseObject *self, void *c)
 {
    (void)c;

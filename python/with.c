@@ -15,24 +15,53 @@
  */
 #include "module.h"
 
+#include <stddef.h>
+#include <structmember.h>
+
+/* _LockBase: Lock's base, with the fields its with-block reads (Lock's
+ * attributes of the same names, set by Lock.__init__; strong, NULL until
+ * set), so that the block reads them without an attribute lookup. */
+typedef struct
+{
+   PyObject_HEAD PyObject *client; /* _client: the Client */
+   PyObject *key;                  /* _key: str */
+   PyObject *wake;                 /* _wake: str, the name of its records */
+   PyObject *ttl_ms;               /* _ttl_ms: int */
+   PyObject *min_hold_ms;          /* _min_hold_ms: int */
+   PyObject *auto_renew;           /* _auto_renew: bool */
+   PyObject *on_lost;              /* _on_lost: callable or None */
+   PyObject *on_renew_failed;      /* _on_renew_failed: callable or None */
+   PyObject *fair;                 /* _fair: bool */
+   PyObject *reentrant;            /* _reentrant: bool */
+   PyObject *threads;              /* _threads: threading.local, .stack per thread */
+} LockBaseObject;
+
+/* A field of lock (a _LockBase) as a new reference; AttributeError when
+ * unset, as its attribute would raise. */
+static PyObject *field (PyObject *lock, size_t offset, const char *name)
+{
+   PyObject *v = *(PyObject **)((char *)lock + offset);
+   if (v)
+      return Py_NewRef (v);
+   PyErr_Format (PyExc_AttributeError, "'%.100s' object has no attribute '%s'",
+                 Py_TYPE (lock)->tp_name, name);
+   return NULL;
+}
+#define FIELD(lock, f) field ((lock), offsetof (LockBaseObject, f), "_" #f)
+
+/* sys.modules[name] as a new reference, NULL (no error) when missing. */
+static PyObject *sys_module (PyObject *name)
+{
+   PyObject *mods = PyImport_GetModuleDict ();
+   PyObject *m = mods ? PyDict_GetItemWithError (mods, name) : NULL;
+   return Py_XNewRef (m);
+}
+
 /* Interned names, made once (pyll_with_init). */
 #define WITH_NAMES(X)                                                                              \
-   X (_reentrant)                                                                                  \
-   X (_threads)                                                                                    \
    X (stack)                                                                                       \
    X (by_name)                                                                                     \
-   X (_client)                                                                                     \
-   X (_key)                                                                                        \
-   X (_wake)                                                                                       \
-   X (_ttl_ms)                                                                                     \
-   X (_min_hold_ms)                                                                                \
-   X (_auto_renew)                                                                                 \
-   X (_on_lost)                                                                                    \
-   X (_on_renew_failed)                                                                            \
-   X (_fair)                                                                                       \
-   X (_take)                                                                                       \
    X (_exit_py)                                                                                    \
-   X (_acquire)                                                                                    \
    X (_get_running_loop)                                                                           \
    X (_wakers)                                                                                     \
    X (_notify)                                                                                     \
@@ -44,8 +73,8 @@
 WITH_NAMES (WITH_NAME_VAR)
 #undef WITH_NAME_VAR
 
-/* The keywords of Client._acquire as Lock._acquire_ms passes them. */
-static PyObject *acquire_kwnames;
+/* The key of a thread's registry in its thread state's dict. */
+static PyObject *sholds_key;
 
 int pyll_with_init (void)
 {
@@ -54,11 +83,9 @@ int pyll_with_init (void)
       return -1;
    WITH_NAMES (WITH_NAME_MAKE)
 #undef WITH_NAME_MAKE
-   if (!acquire_kwnames)
-      acquire_kwnames =
-        Py_BuildValue ("(sssssssss)", "ttl_ms", "timeout_ms", "min_hold_ms", "auto_renew",
-                       "on_lost", "cancel", "on_renew_failed", "fair", "busy_raises");
-   return acquire_kwnames ? 0 : -1;
+   if (!sholds_key && !(sholds_key = PyUnicode_InternFromString ("leaselock._holds")))
+      return -1;
+   return 0;
 }
 
 /* The Lease an entry (weakref, mode) points to when it is alive and held,
@@ -93,6 +120,8 @@ static bool nargs_ok (const char *fn, Py_ssize_t nargs, Py_ssize_t want)
  * grew past its threshold (then twice what is left, at least 64). */
 static int holds_prune (PyObject *reg)
 {
+   if (PyDict_GET_SIZE (reg) <= 65) /* within the least threshold (and its None) */
+      return 0;
    PyObject *at = PyDict_GetItemWithError (reg, Py_None);
    if (!at && PyErr_Occurred ())
       return -1;
@@ -132,31 +161,26 @@ static int holds_prune (PyObject *reg)
  * name in mode; the entries of leases no longer held are dropped. */
 static int holds_note (PyObject *reg, PyObject *name, PyObject *lease, PyObject *mode)
 {
-   PyObject *old = PyDict_GetItemWithError (reg, name);
-   if (!old && PyErr_Occurred ())
+   PyObject *entries = PyDict_GetItemWithError (reg, name);
+   if (!entries && PyErr_Occurred ())
       return -1;
-   PyObject *entries = PyList_New (0);
-   if (!entries)
-      return -1;
-   for (Py_ssize_t i = 0; old && i < PyList_GET_SIZE (old); i++) {
-      PyObject *e = PyList_GET_ITEM (old, i);
-      if (entry_held (e) && PyList_Append (entries, e) < 0)
-         goto fail;
-   }
+   if (entries && PyList_Check (entries)) {
+      Py_INCREF (entries);
+      for (Py_ssize_t i = PyList_GET_SIZE (entries) - 1; i >= 0; i--)
+         if (!entry_held (PyList_GET_ITEM (entries, i)) &&
+             PyList_SetSlice (entries, i, i + 1, NULL) < 0)
+            goto fail;
+   } else if (!(entries = PyList_New (0)) || PyDict_SetItem (reg, name, entries) < 0)
+      goto fail;
    PyObject *ref = PyWeakref_NewRef (lease, NULL);
    PyObject *e = ref ? PyTuple_Pack (2, ref, mode) : NULL;
    Py_XDECREF (ref);
-   if (!e || PyList_Append (entries, e) < 0) {
-      Py_XDECREF (e);
-      goto fail;
-   }
-   Py_DECREF (e);
-   if (PyDict_SetItem (reg, name, entries) < 0)
-      goto fail;
+   int rc = e ? PyList_Append (entries, e) : -1;
+   Py_XDECREF (e);
    Py_DECREF (entries);
-   return holds_prune (reg);
+   return rc < 0 ? -1 : holds_prune (reg);
 fail:
-   Py_DECREF (entries);
+   Py_XDECREF (entries);
    return -1;
 }
 
@@ -223,7 +247,7 @@ static int loop_running (void)
    static PyObject *name;
    if (!name && !(name = PyUnicode_InternFromString ("asyncio")))
       return -1;
-   PyObject *aio = PyImport_GetModule (name);
+   PyObject *aio = sys_module (name);
    if (!aio)
       return PyErr_Occurred () ? -1 : 0;
    PyObject *loop = PyObject_CallMethodNoArgs (aio, s_get_running_loop);
@@ -254,42 +278,94 @@ static int stack_holds (PyObject *stack)
    return 0;
 }
 
-/* The registry of the calling thread: holds.by_name, made when missing. */
-static PyObject *thread_registry (PyObject *holds)
+/* The registry of the calling thread, in its thread state's dict (which
+ * threading.local also keeps its values in: it goes with the thread),
+ * made when missing (new reference). */
+static PyObject *thread_registry (void)
 {
-   PyObject *reg = attr_or_none (holds, sby_name);
-   if (!reg || reg != Py_None)
-      return reg;
-   Py_DECREF (reg);
+   PyObject *tsd = PyThreadState_GetDict ();
+   if (!tsd)
+      return pyll_raise_type ("no thread state dict");
+   PyObject *reg = PyDict_GetItemWithError (tsd, sholds_key);
+   if (reg || PyErr_Occurred ())
+      return Py_XNewRef (reg);
    reg = PyDict_New ();
-   if (reg && PyObject_SetAttr (holds, sby_name, reg) < 0)
+   if (reg && PyDict_SetItem (tsd, sholds_key, reg) < 0)
       Py_CLEAR (reg);
    return reg;
 }
 
-/* Lock._acquire_ms(-1, None, True): the core's blocking acquire. */
-static PyObject *lock_acquire (PyObject *lock, PyObject *client)
+/* _thread_holds(): the calling thread's registry. */
+static PyObject *mod_thread_holds (PyObject *m, PyObject *unused)
 {
-   PyObject *v[12] = { NULL, client };
-   PyObject *const names[] = { s_key,         s_ttl_ms,          NULL,
-                               s_min_hold_ms, s_auto_renew,      s_on_lost,
-                               NULL,          s_on_renew_failed, s_fair };
+   (void)m;
+   (void)unused;
+   return thread_registry ();
+}
+
+/* _thread_holds_reset(): a forked child's thread forgets its registry
+ * (the other threads are not in the child). */
+static PyObject *mod_thread_holds_reset (PyObject *m, PyObject *unused)
+{
+   (void)m;
+   (void)unused;
+   PyObject *tsd = PyThreadState_GetDict ();
+   int has = tsd ? PyDict_Contains (tsd, sholds_key) : 0;
+   if (has < 0 || (has && PyDict_DelItem (tsd, sholds_key) < 0))
+      return NULL;
+   Py_RETURN_NONE;
+}
+
+/* The int field o (a new reference, or NULL) into *v. */
+static int int_field (PyObject *o, int64_t *v)
+{
+   if (!o)
+      return -1;
+   *v = PyLong_AsLongLong (o);
+   Py_DECREF (o);
+   return *v == -1 && PyErr_Occurred () ? -1 : 0;
+}
+
+/* The bool field o (a new reference, or NULL) into *v. */
+static int bool_field (PyObject *o, bool *v)
+{
+   int t = o ? PyObject_IsTrue (o) : -1;
+   Py_XDECREF (o);
+   *v = t > 0;
+   return t < 0 ? -1 : 0;
+}
+
+/* Lock._acquire_ms(-1, None, True): the core's blocking acquire, with the
+ * arguments _acquire would get, checked as it checks them. */
+static PyObject *lock_acquire (PyObject *m, PyObject *lock, PyObject *client)
+{
+   pyll_acquire_args_t a = { 0 };
+   leaselock_acquire_opts_init (&a.o);
+   a.cancel = a.mode = Py_None;
+   a.busy_raises = true;
+   a.o.timeout_ms = -1; /* wait without end */
    PyObject *result = NULL;
-   int n = 2;
-   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++, n++) {
-      if (!names[i])
-         v[n] = Py_NewRef (Py_None);
-      else if (!(v[n] = PyObject_GetAttr (lock, names[i])))
-         goto done;
-   }
-   Py_SETREF (v[4], PyLong_FromLong (-1)); /* timeout_ms: wait without end */
-   v[n++] = Py_NewRef (Py_True);           /* busy_raises */
-   if (v[4])
-      result = PyObject_VectorcallMethod (s_acquire, v + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                          acquire_kwnames);
+   if (!PyObject_TypeCheck (client, pyll_state (m)->client_type))
+      return pyll_raise_type ("_acquire needs a leaselock.Client");
+   if (!(a.key = FIELD (lock, key)) || !(a.on_lost = FIELD (lock, on_lost)) ||
+       !(a.on_renew_failed = FIELD (lock, on_renew_failed)) ||
+       int_field (FIELD (lock, ttl_ms), &a.o.ttl_ms) < 0 ||
+       int_field (FIELD (lock, min_hold_ms), &a.o.min_hold_ms) < 0 ||
+       bool_field (FIELD (lock, auto_renew), &a.o.auto_renew) < 0 ||
+       bool_field (FIELD (lock, fair), &a.o.fair) < 0)
+      goto done;
+   if (a.on_lost != Py_None && !PyCallable_Check (a.on_lost))
+      pyll_raise_type ("on_lost must be callable or None, not %.100s",
+                       Py_TYPE (a.on_lost)->tp_name);
+   else if (a.on_renew_failed != Py_None && !PyCallable_Check (a.on_renew_failed))
+      pyll_raise_type ("on_renew_failed must be callable or None, not %.100s",
+                       Py_TYPE (a.on_renew_failed)->tp_name);
+   else
+      result = pyll_acquire_lock ((ClientObject *)client, &a);
 done:
-   for (int i = 2; i < n; i++)
-      Py_XDECREF (v[i]);
+   Py_XDECREF (a.key);
+   Py_XDECREF (a.on_lost);
+   Py_XDECREF (a.on_renew_failed);
    return result;
 }
 
@@ -333,7 +409,7 @@ static int enter_slow (PyObject *lock,
    int r = loop_running ();
    if (r != 0)
       return r;
-   PyObject *re = PyObject_GetAttr (lock, s_reentrant);
+   PyObject *re = FIELD (lock, reentrant);
    if (!re)
       return -1;
    r = PyObject_IsTrue (re);
@@ -345,22 +421,19 @@ static int enter_slow (PyObject *lock,
    return holds_any (reg, client, wake);
 }
 
-/* _lock_enter(lock, holds): Lock.__enter__ for a plain Lock (holds: the
- * thread-local storage of the thread registries, _lock._thread_holds). */
-static PyObject *mod_lock_enter (PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+/* Lock.__enter__ (m: the extension's module): _take(-1, True) in C for a
+ * thread's plain Lock; its Python path for the rest (enter_slow). */
+static PyObject *lock_enter (PyObject *m, PyObject *lock)
 {
-   if (!nargs_ok ("_lock_enter", nargs, 2))
-      return NULL;
-   PyObject *lock = args[0], *lease = NULL, *stack = NULL, *reg = NULL, *client = NULL;
-   PyObject *wake = NULL, *threads = PyObject_GetAttr (lock, s_threads);
-   if (!threads || !(stack = attr_or_none (threads, sstack)) ||
-       !(reg = thread_registry (args[1])) || !(client = PyObject_GetAttr (lock, s_client)) ||
-       !(wake = PyObject_GetAttr (lock, s_wake)))
+   PyObject *lease = NULL, *stack = NULL, *reg = NULL, *client = NULL, *wake = NULL;
+   PyObject *threads = FIELD (lock, threads);
+   if (!threads || !(stack = attr_or_none (threads, sstack)) || !(reg = thread_registry ()) ||
+       !(client = FIELD (lock, client)) || !(wake = FIELD (lock, wake)))
       goto done;
    int slow = PyDict_Check (reg) ? enter_slow (lock, stack, reg, client, wake) : 1;
    if (slow > 0)
       lease = PyObject_CallMethod (lock, "_take", "iO", -1, Py_True);
-   else if (slow == 0 && (lease = lock_acquire (lock, client)) != NULL &&
+   else if (slow == 0 && (lease = lock_acquire (m, lock, client)) != NULL &&
             !PyObject_TypeCheck (lease, pyll_state (m)->lease_type)) {
       /* None (busy) cannot come from a wait without end; as _take would. */
       PyObject *e = PyObject_CallMethodNoArgs (lock, s_busy_error);
@@ -384,7 +457,7 @@ done:
  * off its stack (NULL without error when there is none). */
 static PyObject *stack_pop_block (PyObject *lock)
 {
-   PyObject *threads = PyObject_GetAttr (lock, s_threads);
+   PyObject *threads = FIELD (lock, threads);
    PyObject *stack = threads ? attr_or_none (threads, sstack) : NULL;
    PyObject *lease = NULL;
    Py_XDECREF (threads);
@@ -409,8 +482,10 @@ static int notify_waiters (PyObject *wake)
    static PyObject *name;
    if (!name && !(name = PyUnicode_InternFromString ("leaselock._aio")))
       return -1;
-   PyObject *aio = PyImport_GetModule (name);
+   PyObject *aio = sys_module (name);
    PyObject *wakers = aio ? PyObject_GetAttr (aio, s_wakers) : NULL;
+   if (!aio && !PyErr_Occurred ())
+      return 0; /* not imported yet: no task waits */
    int rc = wakers ? 0 : -1;
    if (wakers && PyDict_Check (wakers) && PyDict_GET_SIZE (wakers) > 0) {
       rc = PyDict_Contains (wakers, wake);
@@ -423,22 +498,23 @@ static int notify_waiters (PyObject *wake)
    return rc;
 }
 
-/* _lock_exit(lock, et, ev, tb): Lock.__exit__ outside an event loop. */
-static PyObject *mod_lock_exit (PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+/* Lock.__exit__(et, ev, tb) (args[0] the lock): _exit_py in C outside an
+ * event loop. */
+static PyObject *lock_exit (pyll_state_t *st, PyObject *const *args)
 {
-   (void)m;
-   if (!nargs_ok ("_lock_exit", nargs, 4))
-      return NULL;
    int r = loop_running ();
    if (r != 0)
       return r < 0 ? NULL : PyObject_VectorcallMethod (s_exit_py, args, 4, NULL);
    PyObject *lease = stack_pop_block (args[0]);
    if (!lease)
       return PyErr_Occurred () ? NULL : Py_NewRef (Py_None);
-   PyObject *v[4] = { lease, args[1], args[2], args[3] };
-   PyObject *res = PyObject_VectorcallMethod (s__exit__, v, 4, NULL);
+   /* Lease.__exit__ reads none of its arguments: the extension's own. */
+   PyObject *res = PyObject_TypeCheck (lease, st->lease_type)
+                     ? pyll_lease_exit (lease)
+                     : PyObject_VectorcallMethod (
+                         s__exit__, (PyObject *[]){ lease, args[1], args[2], args[3] }, 4, NULL);
    Py_DECREF (lease);
-   PyObject *wake = PyObject_GetAttr (args[0], s_wake);
+   PyObject *wake = FIELD (args[0], wake);
    /* finally: the waiters are woken whether the release raised or not;
     * an error of the wake-up itself replaces the release's. */
 #if PY_VERSION_HEX >= 0x030C0000
@@ -475,7 +551,103 @@ static PyObject *mod_lock_exit (PyObject *m, PyObject *const *args, Py_ssize_t n
 PyMethodDef pyll_with_methods[] = {
    { "_holds_note", (PyCFunction)(void (*) (void))mod_holds_note, METH_FASTCALL, NULL },
    { "_holds_find", (PyCFunction)(void (*) (void))mod_holds_find, METH_FASTCALL, NULL },
-   { "_lock_enter", (PyCFunction)(void (*) (void))mod_lock_enter, METH_FASTCALL, NULL },
-   { "_lock_exit", (PyCFunction)(void (*) (void))mod_lock_exit, METH_FASTCALL, NULL },
+   { "_thread_holds", mod_thread_holds, METH_NOARGS, NULL },
+   { "_thread_holds_reset", mod_thread_holds_reset, METH_NOARGS, NULL },
    { NULL, NULL, 0, NULL },
 };
+
+/* _LockBase: the with-block of Lock (its base), as methods of a type, so
+ * that `with lock:` runs no Python code of the package. */
+static PyObject *LockBase_enter (PyObject *self,
+                                 PyTypeObject *cls,
+                                 PyObject *const *args,
+                                 Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+   (void)args;
+   if (nargs || (kwnames && PyTuple_GET_SIZE (kwnames)))
+      return pyll_raise_type ("__enter__() takes no arguments");
+   PyObject *m = PyType_GetModule (cls);
+   return m ? lock_enter (m, self) : NULL;
+}
+
+static PyObject *LockBase_exit (PyObject *self,
+                                PyTypeObject *cls,
+                                PyObject *const *args,
+                                Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+   if (nargs != 3 || (kwnames && PyTuple_GET_SIZE (kwnames)))
+      return pyll_raise_type ("__exit__() takes 3 positional arguments");
+   PyObject *m = PyType_GetModule (cls);
+   PyObject *v[4] = { self, args[0], args[1], args[2] };
+   return m ? lock_exit (pyll_state (m), v) : NULL;
+}
+
+static PyMethodDef LockBase_methods[] = {
+   { "__enter__", (PyCFunction)(void (*) (void))LockBase_enter,
+     METH_METHOD | METH_FASTCALL | METH_KEYWORDS, NULL },
+   { "__exit__", (PyCFunction)(void (*) (void))LockBase_exit,
+     METH_METHOD | METH_FASTCALL | METH_KEYWORDS, NULL },
+   { NULL, NULL, 0, NULL },
+};
+
+#define LOCKBASE_MEMBER(f) { "_" #f, T_OBJECT_EX, offsetof (LockBaseObject, f), 0, NULL },
+#define LOCKBASE_FIELDS(X)                                                                         \
+   X (client)                                                                                      \
+   X (key)                                                                                         \
+   X (wake)                                                                                        \
+   X (ttl_ms)                                                                                      \
+   X (min_hold_ms)                                                                                 \
+   X (auto_renew)                                                                                  \
+   X (on_lost)                                                                                     \
+   X (on_renew_failed)                                                                             \
+   X (fair)                                                                                        \
+   X (reentrant)                                                                                   \
+   X (threads)
+
+static PyMemberDef LockBase_members[] = { LOCKBASE_FIELDS (LOCKBASE_MEMBER){ NULL } };
+
+static int LockBase_traverse (LockBaseObject *self, visitproc visit, void *arg)
+{
+   Py_VISIT (Py_TYPE (self));
+#define LOCKBASE_VISIT(f) Py_VISIT (self->f);
+   LOCKBASE_FIELDS (LOCKBASE_VISIT)
+#undef LOCKBASE_VISIT
+   return 0;
+}
+
+static int LockBase_clear (LockBaseObject *self)
+{
+#define LOCKBASE_CLEAR(f) Py_CLEAR (self->f);
+   LOCKBASE_FIELDS (LOCKBASE_CLEAR)
+#undef LOCKBASE_CLEAR
+   return 0;
+}
+
+static void LockBase_dealloc (LockBaseObject *self)
+{
+   PyTypeObject *tp = Py_TYPE (self);
+   PyObject_GC_UnTrack (self);
+   LockBase_clear (self);
+   tp->tp_free ((PyObject *)self);
+   Py_DECREF (tp);
+}
+
+static PyType_Slot LockBase_slots[] = {
+   { Py_tp_methods, LockBase_methods },   { Py_tp_members, LockBase_members },
+   { Py_tp_traverse, LockBase_traverse }, { Py_tp_clear, LockBase_clear },
+   { Py_tp_dealloc, LockBase_dealloc },   { 0, NULL },
+};
+
+static PyType_Spec LockBase_spec = {
+   .name = "leaselock._leaselock._LockBase",
+   .basicsize = sizeof (LockBaseObject),
+   .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+   .slots = LockBase_slots,
+};
+
+int pyll_with_setup_types (PyObject *m, pyll_state_t *st)
+{
+   return pyll_add_type (m, &LockBase_spec, &st->lockbase_type, true);
+}

@@ -21,7 +21,7 @@ import os
 import threading
 import weakref
 
-from . import _aio
+from . import _aio, _leaselock
 from . import _lock
 from ._lock import _locks
 
@@ -33,7 +33,7 @@ def _after_fork_child() -> None:
     for lock in list(_locks):
         lock._threads = threading.local()
         lock._tasks = weakref.WeakKeyDictionary()
-    _lock._thread_holds = threading.local()
+    _leaselock._thread_holds_reset()
     _lock._task_holds = weakref.WeakKeyDictionary()
     _aio._pool = None
     _aio._pool_mu = threading.Lock()

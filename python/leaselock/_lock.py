@@ -36,11 +36,12 @@ _locks: "weakref.WeakSet[Lock]" = weakref.WeakSet()
 # through another object of the client gets the self-wait error, as through
 # one object (a lock object may be gone while its lease is held, so the
 # leases are noted here, not with their objects). A holder is a thread
-# (its registry in this thread-local storage, .by_name) or an asyncio task
-# (in _task_holds, weakly keyed): a gone thread or task holds nothing. The
-# registry is a dict the extension keeps (_holds_note, _holds_find: with.c):
-# {name: [(weakref to the Lease, mode)]}, weak: a dropped Lease is released.
-_thread_holds = threading.local()
+# (its registry kept by the extension with the thread's state, as
+# threading.local keeps its values: _leaselock._thread_holds()) or an
+# asyncio task (in _task_holds, weakly keyed): a gone thread or task holds
+# nothing. The registry is a dict the extension keeps (_holds_note,
+# _holds_find: with.c): {name: [(weakref to the Lease, mode)]}, weak: a
+# dropped Lease is released.
 _task_holds: "weakref.WeakKeyDictionary[asyncio.Task[Any], dict[Any, Any]]" = \
     weakref.WeakKeyDictionary()
 
@@ -53,9 +54,7 @@ def _note_hold(client: _leaselock.Client, name: str, lease: Lease, mode: str) ->
         if reg is None:
             reg = _task_holds[task] = {}
     else:
-        reg = getattr(_thread_holds, "by_name", None)
-        if reg is None:
-            reg = _thread_holds.by_name = {}
+        reg = _leaselock._thread_holds()
     _leaselock._holds_note(reg, name, lease, mode)
 
 
@@ -70,10 +69,7 @@ def _my_holds(client: _leaselock.Client, name: str) -> list[tuple[Lease, str]]:
         reg = _task_holds.get(task)
         if reg is not None:
             mine = _leaselock._holds_find(reg, client, name)
-    reg = getattr(_thread_holds, "by_name", None)
-    if reg is not None:
-        mine += _leaselock._holds_find(reg, client, name)
-    return mine
+    return mine + _leaselock._holds_find(_leaselock._thread_holds(), client, name)
 
 
 class _Named:
@@ -94,7 +90,7 @@ class _Named:
         return self._client
 
 
-class Lock(_Named):
+class Lock(_Named, _leaselock._LockBase):
     """A named lock on a client, like threading.Lock across processes and
     machines: `with lock:`, `lock.acquire(timeout=...)` (returns the Lease),
     `lock.release()`, `async with lock:`.
@@ -113,9 +109,10 @@ class Lock(_Named):
     auto_renew=False raises ValueError.
     """
 
-    __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_on_renew_failed", "_fair", "_reentrant", "_threads", "_tasks", "_wake",
-                 "__weakref__")
+    # _client, _key, _wake, _ttl_ms, _min_hold_ms, _auto_renew, _on_lost,
+    # _on_renew_failed, _fair, _reentrant and _threads are _LockBase's
+    # fields (with.c), which its with-block reads directly.
+    __slots__ = ("_tasks", "__weakref__")
 
     #: What the messages call this object.
     _NOUN = "Lock"
@@ -337,16 +334,13 @@ class Lock(_Named):
         t = self._client._inspect(self._key)
         return t is not None and t[3] > 0  # expires_in (ms) by the database's clock
 
-    def __enter__(self) -> Lease:
-        # The extension's path (with.c): the steps of _take(-1, True), in C
-        # for a thread; an asyncio task, re-entry and a self-wait take _take.
-        return _leaselock._lock_enter(self, _thread_holds)
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        # _exit_py's steps, in C outside an event loop (with.c).
-        _leaselock._lock_exit(self, et, ev, tb)
+    # __enter__ and __exit__ are _LockBase's (the extension's, with.c): the
+    # steps of _take(-1, True) and _exit_py in C for a thread's plain Lock,
+    # so that `with lock:` runs no Python code of the package; an asyncio
+    # task, re-entry and a self-wait take _take and _exit_py.
 
     def _exit_py(self, et: Any, ev: Any, tb: Any) -> None:
+        """__exit__ in an event loop's thread: the task's, else the thread's."""
         lease = self._pop_block()
         if lease is not None:
             try:
