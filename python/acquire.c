@@ -204,20 +204,12 @@ static int mode_arg (PyObject *mode, acquire_kind_t *kind)
  * its waits. A mode's lease is named by its record (the core's
  * leaselock_lease_key: key/.slot/<i>, key/.rw/w, key/.rw/r/<token>),
  * whose fence it carries. */
-static PyObject *acquire_impl (ClientObject *self,
-                               PyObject *const *args,
-                               Py_ssize_t nargs,
-                               PyObject *kwnames,
-                               bool modes)
+static PyObject *acquire_run (ClientObject *self, pyll_acquire_args_t *ap, acquire_kind_t kind)
 {
-   pyll_acquire_args_t a;
+   pyll_acquire_args_t a = *ap;
    const char *key;
    Py_ssize_t key_len;
-   acquire_kind_t kind = ACQ_LOCK;
-   if (pyll_acquire_parse (args, nargs, kwnames, modes ? "_acquire_mode" : "_acquire", modes, &a) <
-         0 ||
-       (modes && mode_arg (a.mode, &kind) < 0) ||
-       pyll_key_arg (a.key, "key", false, &key, &key_len) < 0 || pyll_client_check (self) < 0)
+   if (pyll_key_arg (a.key, "key", false, &key, &key_len) < 0 || pyll_client_check (self) < 0)
       return NULL;
    LeaseObject *lease = pyll_lease_new (self, a.key, a.on_lost, a.on_renew_failed);
    if (!lease)
@@ -266,6 +258,27 @@ static PyObject *acquire_impl (ClientObject *self,
       Py_SETREF (lease->key, rk);
    }
    return (PyObject *)lease;
+}
+
+static PyObject *acquire_impl (ClientObject *self,
+                               PyObject *const *args,
+                               Py_ssize_t nargs,
+                               PyObject *kwnames,
+                               bool modes)
+{
+   pyll_acquire_args_t a;
+   acquire_kind_t kind = ACQ_LOCK;
+   if (pyll_acquire_parse (args, nargs, kwnames, modes ? "_acquire_mode" : "_acquire", modes, &a) <
+         0 ||
+       (modes && mode_arg (a.mode, &kind) < 0))
+      return NULL;
+   return acquire_run (self, &a, kind);
+}
+
+/* A lock's acquire from arguments already in *a (with.c: Lock's with-block). */
+PyObject *pyll_acquire_lock (ClientObject *self, pyll_acquire_args_t *a)
+{
+   return acquire_run (self, a, ACQ_LOCK);
 }
 
 /* _acquire(...) -> Lease | None (see pyll_acquire_parse). None when one try

@@ -194,6 +194,17 @@ static bool lease_held (LeaseObject *self)
    return !lease_foreign (self) && lease_state (self) == LEASELOCK_STATE_HELD;
 }
 
+bool pyll_lease_held (PyObject *lease)
+{
+   return lease_held ((LeaseObject *)lease);
+}
+
+bool pyll_lease_lost (PyObject *lease)
+{
+   LeaseObject *self = (LeaseObject *)lease;
+   return !lease_foreign (self) && lease_state (self) == LEASELOCK_STATE_LOST;
+}
+
 static PyObject *Lease_renew (LeaseObject *self, PyObject *args, PyObject *kwds)
 {
    static char *kwlist[] = { "ttl", "min_hold", NULL };
@@ -292,6 +303,11 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    if (err.code == LEASELOCK_NOT_HELD)
       return pyll_raise_code (st->LockLost, LEASELOCK_NOT_HELD, err.message);
    return pyll_raise_error (st, &err);
+}
+
+PyObject *pyll_lease_exit (PyObject *lease)
+{
+   return Lease_exit ((LeaseObject *)lease, NULL, 0);
 }
 
 static PyObject *Lease_get_key (LeaseObject *self, void *c)

@@ -73,6 +73,7 @@
    X (PyTypeObject, client_type)                                                                   \
    X (PyTypeObject, lease_type)                                                                    \
    X (PyTypeObject, wait_type)                                                                     \
+   X (PyTypeObject, lockbase_type)                                                                 \
    X (PyObject, LockError)                                                                         \
    X (PyObject, LockTimeout)                                                                       \
    X (PyObject, NotHeld)                                                                           \
@@ -191,6 +192,18 @@ int pyll_seconds_arg (PyObject *v, const char *name, pyll_secs_t kind, int64_t *
 /* Sets the cached process id up, once per process (module exec). */
 void pyll_fork_init (void);
 
+/* with.c: Lock's with-block bookkeeping (the per-pair path of _lock.py in
+ * C) and the holds registry. */
+int pyll_with_init (void);
+extern PyMethodDef pyll_with_methods[];
+
+/* The held / lost state of a Lease (lease must be a LeaseObject; borrowed). */
+bool pyll_lease_held (PyObject *lease);
+bool pyll_lease_lost (PyObject *lease);
+
+/* Lease.__exit__ of a LeaseObject: releases it (see lease.c). */
+PyObject *pyll_lease_exit (PyObject *lease);
+
 /* This process's id, without a system call (refreshed in every child). */
 pid_t pyll_pid (void);
 
@@ -244,6 +257,10 @@ int pyll_acquire_parse (PyObject *const *args,
                         bool modes,
                         pyll_acquire_args_t *a);
 
+/* Client._acquire with its arguments in *a (checked as pyll_acquire_parse
+ * checks them): a new Lease, or NULL with the exception set. */
+PyObject *pyll_acquire_lock (ClientObject *self, pyll_acquire_args_t *a);
+
 /* Client._acquire and Client._acquire_mode (METH_FASTCALL|METH_KEYWORDS):
  * a new Lease, None (one try found the key busy), or NULL. */
 PyObject *pyll_client_acquire (ClientObject *self,
@@ -278,6 +295,10 @@ void pyll_lease_hooks (LeaseObject *lease, leaselock_acquire_opts_t *o);
 /* Creates the _Wait type into st->wait_type (a new reference, kept by the
  * state; not added to the module: only Client._wait makes one). 0 or -1. */
 int pyll_wait_setup_types (PyObject *m, pyll_state_t *st);
+
+/* Creates the _LockBase type (with.c: Lock's with-block) into
+ * st->lockbase_type (a new reference, kept by the state). */
+int pyll_with_setup_types (PyObject *m, pyll_state_t *st);
 
 /* Client._wait (METH_FASTCALL|METH_KEYWORDS): a new _Wait, or NULL. */
 PyObject *pyll_client_wait (ClientObject *self,

@@ -43,7 +43,7 @@ LL_BENCH_API double llbench_core_loop (const char *uri,
                                        char *errbuf,
                                        size_t errlen)
 {
-   leaselock_error_t err = { LEASELOCK_OK, "" };
+   leaselock_error_t err = { 0 };
    leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
    struct timespec t0, t1;
    bool ok = c && pairs (c, key, key_len, 20, &err);

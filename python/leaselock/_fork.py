@@ -21,7 +21,7 @@ import os
 import threading
 import weakref
 
-from . import _aio
+from . import _aio, _leaselock
 from . import _lock
 from ._lock import _locks
 
@@ -33,8 +33,8 @@ def _after_fork_child() -> None:
     for lock in list(_locks):
         lock._threads = threading.local()
         lock._tasks = weakref.WeakKeyDictionary()
-    _lock._holds = weakref.WeakKeyDictionary()
-    _lock._holds_mu = threading.Lock()
+    _leaselock._thread_holds_reset()
+    _lock._task_holds = weakref.WeakKeyDictionary()
     _aio._pool = None
     _aio._pool_mu = threading.Lock()
     _aio._wakers_mu = threading.Lock()

@@ -31,59 +31,31 @@ if TYPE_CHECKING:
 _locks: "weakref.WeakSet[Lock]" = weakref.WeakSet()
 
 
-_Hold = tuple["weakref.ref[Any]", "weakref.ref[Lease]", str]
-
-
-class _Holds:
-    """What this process's threads and asyncio tasks took through the lock
-    objects of one client, by the name of their records (a Lock's _wake):
-    [(holder, lease, mode)], both weak: a dropped Lease is released, a
-    gone thread or task holds nothing. A holder that asks again through
-    another object of the client would wait for itself, as through one
-    object; a lock object may be gone while its lease is held, so the
-    leases are noted here, not with their objects."""
-
-    __slots__ = ("by_name", "prune_at")
-
-    def __init__(self) -> None:
-        self.by_name: dict[str, list[_Hold]] = {}
-        self.prune_at = 64  # names kept before the released ones are dropped
-
-
-_holds: "weakref.WeakKeyDictionary[_leaselock.Client, _Holds]" = weakref.WeakKeyDictionary()
-_holds_mu = threading.Lock()
-
-
-def _holder() -> Any:
-    """Who holds what the caller takes: its asyncio task, else its thread
-    (the objects, not their ids, which are reused)."""
-    task = _current_task()
-    return task if task is not None else threading.current_thread()
-
-
-def _live(entries: list[_Hold]) -> list[_Hold]:
-    out = []
-    for who, lease, mode in entries:
-        held = lease()
-        if who() is not None and held is not None and held.held:
-            out.append((who, lease, mode))
-    return out
+# What each holder took through the lock objects of any client, by the
+# name of their records (a Lock's _wake), so that a holder that asks again
+# through another object of the client gets the self-wait error, as through
+# one object (a lock object may be gone while its lease is held, so the
+# leases are noted here, not with their objects). A holder is a thread
+# (its registry kept by the extension with the thread's state, as
+# threading.local keeps its values: _leaselock._thread_holds()) or an
+# asyncio task (in _task_holds, weakly keyed): a gone thread or task holds
+# nothing. The registry is a dict the extension keeps (_holds_note,
+# _holds_find: with.c): {name: [(weakref to the Lease, mode)]}, weak: a
+# dropped Lease is released.
+_task_holds: "weakref.WeakKeyDictionary[asyncio.Task[Any], dict[Any, Any]]" = \
+    weakref.WeakKeyDictionary()
 
 
 def _note_hold(client: _leaselock.Client, name: str, lease: Lease, mode: str) -> None:
     """Records that the caller holds lease on the records name."""
-    with _holds_mu:
-        holds = _holds.get(client)
-        if holds is None:
-            holds = _holds[client] = _Holds()
-        holds.by_name[name] = _live(holds.by_name.get(name, [])) + \
-            [(weakref.ref(_holder()), weakref.ref(lease), mode)]
-        if len(holds.by_name) > holds.prune_at:
-            for n in list(holds.by_name):
-                holds.by_name[n] = _live(holds.by_name[n])
-                if not holds.by_name[n]:
-                    del holds.by_name[n]
-            holds.prune_at = max(64, 2 * len(holds.by_name))
+    task = _current_task()
+    if task is not None:
+        reg = _task_holds.get(task)
+        if reg is None:
+            reg = _task_holds[task] = {}
+    else:
+        reg = _leaselock._thread_holds()
+    _leaselock._holds_note(reg, name, lease, mode)
 
 
 def _my_holds(client: _leaselock.Client, name: str) -> list[tuple[Lease, str]]:
@@ -92,17 +64,12 @@ def _my_holds(client: _leaselock.Client, name: str) -> list[tuple[Lease, str]]:
     what its thread took outside any task: that code runs again only once
     the loop returns, so the task would wait for itself."""
     task = _current_task()
-    thread = threading.current_thread()
-    with _holds_mu:
-        holds = _holds.get(client)
-        entries = list(holds.by_name.get(name, ())) if holds is not None else []
-    mine = []
-    for ref, lease_ref, mode in reversed(entries):
-        who, lease = ref(), lease_ref()
-        if who is not None and (who is task or who is thread) and lease is not None and \
-                lease.held:
-            mine.append((lease, mode))
-    return mine
+    mine: list[tuple[Lease, str]] = []
+    if task is not None:
+        reg = _task_holds.get(task)
+        if reg is not None:
+            mine = _leaselock._holds_find(reg, client, name)
+    return mine + _leaselock._holds_find(_leaselock._thread_holds(), client, name)
 
 
 class _Named:
@@ -123,7 +90,7 @@ class _Named:
         return self._client
 
 
-class Lock(_Named):
+class Lock(_Named, _leaselock._LockBase):
     """A named lock on a client, like threading.Lock across processes and
     machines: `with lock:`, `lock.acquire(timeout=...)` (returns the Lease),
     `lock.release()`, `async with lock:`.
@@ -142,9 +109,10 @@ class Lock(_Named):
     auto_renew=False raises ValueError.
     """
 
-    __slots__ = ("_client", "_key", "_ttl_ms", "_min_hold_ms", "_auto_renew", "_on_lost",
-                 "_on_renew_failed", "_fair", "_reentrant", "_threads", "_tasks", "_wake",
-                 "__weakref__")
+    # _client, _key, _wake, _ttl_ms, _min_hold_ms, _auto_renew, _on_lost,
+    # _on_renew_failed, _fair, _reentrant and _threads are _LockBase's
+    # fields (with.c), which its with-block reads directly.
+    __slots__ = ("_tasks", "__weakref__")
 
     #: What the messages call this object.
     _NOUN = "Lock"
@@ -366,10 +334,13 @@ class Lock(_Named):
         t = self._client._inspect(self._key)
         return t is not None and t[3] > 0  # expires_in (ms) by the database's clock
 
-    def __enter__(self) -> Lease:
-        return self._take(-1, True)
+    # __enter__ and __exit__ are _LockBase's (the extension's, with.c): the
+    # steps of _take(-1, True) and _exit_py in C for a thread's plain Lock,
+    # so that `with lock:` runs no Python code of the package; an asyncio
+    # task, re-entry and a self-wait take _take and _exit_py.
 
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+    def _exit_py(self, et: Any, ev: Any, tb: Any) -> None:
+        """__exit__ in an event loop's thread: the task's, else the thread's."""
         lease = self._pop_block()
         if lease is not None:
             try:

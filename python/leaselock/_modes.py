@@ -78,6 +78,11 @@ class _ModeLock(Lock):
     def _check_not_mine(self) -> None:
         pass  # several holds of one thread are several holders
 
+    def __enter__(self) -> Lease:
+        # Lock's C path (with.c) is a plain lock's: a mode acquires and
+        # checks its own way (_acquire_ms, _check_not_mine).
+        return self._take(-1, True)
+
     async def _poll(self, loop: asyncio.AbstractEventLoop, start: float,
                     deadline: Optional[float]) -> Lease:
         """One-try acquires in the pool, with the core's backoff between

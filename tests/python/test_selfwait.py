@@ -137,3 +137,39 @@ def test_semaphore_second_object_is_another_holder(client, key):
     assert a.key != b.key
     a.release()
     b.release()
+
+
+def test_with_blocks_of_two_objects_see_each_other(client, key):
+    # `with lock:` notes and checks its holds in the extension (with.c),
+    # acquire() and the asyncio paths in _lock.py: each sees the others'.
+    a, b = client.lock(key), client.lock(key)
+    with a as outer:
+        with pytest.raises(RuntimeError, match="through this Lock"):
+            with a:
+                pass
+        with pytest.raises(RuntimeError, match="through another Lock"):
+            with b:
+                pass
+        with pytest.raises(RuntimeError, match="through another Lock"):
+            b.acquire(timeout=2)
+        assert outer.held
+    assert not outer.held
+    lease = b.acquire()
+    with pytest.raises(RuntimeError, match="through another Lock"):
+        with a:
+            pass
+    lease.release()
+    # Taken by the thread outside any task: a task of its event loop holds
+    # it too (it would wait for itself).
+    with a:
+        async def inner():
+            with pytest.raises(RuntimeError, match="through this Lock"):
+                with a:
+                    pass
+            with pytest.raises(RuntimeError, match="through another Lock"):
+                async with b:
+                    pass
+
+        asyncio.run(inner())
+    with b:
+        pass
