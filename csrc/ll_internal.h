@@ -491,6 +491,11 @@ typedef struct ll_take
    const ll_holder_t *holder; /* written to the record */
    int64_t reserve_ms;        /* acquire_wait only: how long a claim holds */
    int64_t waited_ms;         /* acquire_wait only: how long owner has waited */
+   /* A fair acquire's first try (backends with fair_take): the take is
+    * also refused (BUSY, nothing written, no claim) while the key's fair
+    * queue holds a live entry of another owner, a key without a record
+    * too, so that it never goes ahead of a queued waiter. */
+   bool fair;
 } ll_take_t;
 
 /* What acquire_wait tells its caller (a struct of the caller's). */
@@ -588,6 +593,12 @@ typedef struct ll_backend
    /* Deletes owner's entry of key's queue (after its acquire succeeded or
     * it gave up); succeeds when there is none. */
    bool (*queue_leave) (void *conn, const ll_op_t *op, leaselock_error_t *err);
+   /* Whether acquire (or acquire_wait with reserve_ms = -1) honours
+    * ll_take_t's fair in the take's own statement: a fair acquire's first
+    * try is then that one statement, and it joins the queue only when it
+    * found the key busy (take.c). Without it, every try of a fair acquire
+    * joins first. */
+   bool fair_take;
    /* Notification of releases (an optimisation: a lost one only delays a
     * waiter to its next poll). NULL in a backend that cannot notify; all
     * five are set or none. A listener is a backend object of its own, not
