@@ -96,15 +96,14 @@
 /* A fair acquire's first try (ll_take_t's fair): LL_SQLITE_ACQUIRE whose
  * new row is there only while the key's fair queue has no live entry of
  * another owner, so that nothing is inserted or taken (no row back: BUSY)
- * while one waits, a key without a record too; or when the record is
- * already the owner's (a resent try whose first send took it). Same
- * parameters, ?7 and ?8 NULL. (The WHERE clause also keeps SQLite from
- * reading the upsert's ON as a join's.) */
+ * while one waits, a key without a record too. Same parameters, ?7 and ?8
+ * NULL. (The WHERE clause also keeps SQLite from reading the upsert's ON
+ * as a join's.) */
 #define LL_SQLITE_ACQUIRE_FAIR                                                                     \
    LL_SQLITE_INSERT                                                                                \
    " SELECT " LL_SQLITE_NEW_ROW " WHERE NOT EXISTS (SELECT 1 FROM"                                 \
    " leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND q.alive_until > " LL_SQLITE_NOW_MS   \
-   ") OR EXISTS (SELECT 1 FROM leaselock_locks WHERE key = ?1 AND owner = ?2)" LL_SQLITE_UPSERT
+   ")" LL_SQLITE_UPSERT
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 #define LL_SQLITE_RENEW                                                                            \

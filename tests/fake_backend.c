@@ -251,7 +251,7 @@ static bool take (const ll_take_t *t,
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
    bool mine = r && !strcmp (r->owner, owner);
-   if ((t->fair && !mine && queued_for_other (key, key_len, owner, now)) ||
+   if ((t->fair && queued_for_other (key, key_len, owner, now)) ||
        (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now)))) {
       out->reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, t->waited_ms, now);
       if (out->reserved)

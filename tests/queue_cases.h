@@ -61,9 +61,8 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows);
 /* A fair take (ll_take_t's fair, backends with fair_take) reads the
  * queue: refused (BUSY, nothing written) while another owner's entry is
  * live, on a key without a record or a free record alike; taken when the
- * only entry is its own, when the record is already its own (a resent
- * try), and once the other's entry left or ran out; a plain take ignores
- * the queue. */
+ * only entry is its own, and once the other's entry left or ran out; a
+ * plain take ignores the queue. */
 void qc_fair_take (const ll_backend_t *b, void *c, qc_rows_fn rows);
 
 /* prune deletes the entries under its prefix that ran out (older_than

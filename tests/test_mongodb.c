@@ -869,6 +869,7 @@ Q_TEST (runs_out)
 Q_TEST (leave_missing)
 Q_TEST (keys_isolated)
 Q_TEST (records_unaffected)
+Q_TEST (fair_take)
 Q_TEST (prune)
 Q_TEST (odd_keys)
 
@@ -2845,6 +2846,7 @@ int main (int argc, char **argv)
    RUN (test_queue_leave_missing);
    RUN (test_queue_keys_isolated);
    RUN (test_queue_records_unaffected);
+   RUN (test_queue_fair_take);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
    RUN_SLOW (test_queue_concurrent_joins);

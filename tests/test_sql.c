@@ -931,6 +931,7 @@ Q_TEST (runs_out)
 Q_TEST (leave_missing)
 Q_TEST (keys_isolated)
 Q_TEST (records_unaffected)
+Q_TEST (fair_take)
 Q_TEST (prune)
 Q_TEST (odd_keys)
 
@@ -950,8 +951,10 @@ static void stop_self (void)
    }
 }
 
-/* --fair-stop-helper URI KEY: a fair acquire of KEY (free) that stops in
- * its first queue join; it never gets further before the test kills it. */
+/* --fair-stop-helper URI KEY: a fair acquire of KEY that stops in its
+ * first queue join; it never gets further before the test kills it. The
+ * helper holds KEY for 300 ms first (a lease that runs out by itself), so
+ * that the fair acquire's first take finds it busy and joins. */
 static int fair_stop_helper (int argc, char **argv)
 {
    if (argc < 4)
@@ -961,10 +964,13 @@ static int fair_stop_helper (int argc, char **argv)
    leaselock_client_t *c = leaselock_client_new (argv[2], "stopped", &err);
    if (!c)
       _exit (3);
-   leaselock_acquire_opts_t o = opts (5000, false);
+   leaselock_acquire_opts_t o = opts (300, false);
+   leaselock_lease_t *held, *l;
+   if (!leaselock_acquire (c, argv[3], strlen (argv[3]), &o, &held, &err))
+      _exit (4);
+   o.ttl_ms = 5000;
    o.fair = true;
    o.timeout_ms = 10000;
-   leaselock_lease_t *l;
    _exit (leaselock_acquire (c, argv[3], strlen (argv[3]), &o, &l, &err) ? 0 : 1);
 }
 
@@ -2593,6 +2599,7 @@ int main (int argc, char **argv)
    RUN (test_queue_leave_missing);
    RUN (test_queue_keys_isolated);
    RUN (test_queue_records_unaffected);
+   RUN (test_queue_fair_take);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
    RUN_SLOW (test_queue_concurrent_joins);
