@@ -304,8 +304,9 @@ static inline const char *bench_mode_goal (int m, double per, double ratio)
 
 /* The reentrant re-acquire, the semaphore and the fair mode beside the
  * plain lock, in ROUNDS interleaved rounds of PAIRS pairs each on the same
- * client: pairs per second, the ratio to the plain lock, and the
- * statements per pair (bench_mode_goal). */
+ * client (odd rounds in the reverse order): pairs per second, the ratio
+ * to the plain lock (the median of the rounds' paired ratios: the machine
+ * may be loaded), and the statements per pair (bench_mode_goal). */
 static inline void bench_modes (leaselock_client_t *c, const char *key, long pairs, int rounds)
 {
    static const char *const names[4] = { "plain lock acquire + release",
@@ -315,24 +316,33 @@ static inline void bench_modes (leaselock_client_t *c, const char *key, long pai
    char keys[4][128];
    double t[4] = { 0, 0, 0, 0 };
    uint64_t req[4] = { 0, 0, 0, 0 };
+   double *rt = calloc ((size_t)rounds * 5, sizeof *rt); /* rounds x 4 times, then ratios */
+   if (!rt)
+      bench_die ("bench", "out of memory");
    for (int m = 0; m < 4; m++) {
       snprintf (keys[m], sizeof keys[m], "%s-mode%d", key, m);
       bench_mode_round (c, keys[m], m, pairs / 10 + 1); /* warm-up */
    }
    for (int r = 0; r < rounds; r++)
-      for (int m = 0; m < 4; m++) {
+      for (int i = 0; i < 4; i++) {
+         int m = r % 2 ? 3 - i : i;
          uint64_t before = bench_requests (c);
-         t[m] += bench_mode_round (c, keys[m], m, pairs);
+         t[m] += rt[r * 4 + m] = bench_mode_round (c, keys[m], m, pairs);
          req[m] += bench_requests (c) - before;
       }
    printf ("modes, %d interleaved rounds of %ld pairs each:\n", rounds, pairs);
-   double plain = (double)pairs * rounds / t[0];
+   double *ratios = rt + (size_t)rounds * 4;
    for (int m = 0; m < 4; m++) {
       double ps = (double)pairs * rounds / t[m];
       double per = (double)req[m] / ((double)pairs * rounds);
-      printf ("  %-44s %9.0f pairs/s (%.1f us/pair)  ratio to plain %.3f  statements/pair %.2f%s\n",
-              names[m], ps, 1e6 / ps, ps / plain, per, bench_mode_goal (m, per, ps / plain));
+      for (int r = 0; r < rounds; r++)
+         ratios[r] = rt[r * 4] / rt[r * 4 + m];
+      double ratio = bench_median (ratios, rounds);
+      printf ("  %-44s %9.0f pairs/s (%.1f us/pair)  ratio to plain (median) %.3f  "
+              "statements/pair %.2f%s\n",
+              names[m], ps, 1e6 / ps, ratio, per, bench_mode_goal (m, per, ratio));
    }
+   free (rt);
 }
 
 #endif /* LEASELOCK_BENCH_H */
