@@ -167,6 +167,14 @@ static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, lease
    ll_mongo_conn_t *conn = c;
    if (!ll_mongo_grant_ready (conn, t->ttl_ms, err))
       return false;
+   /* A fair first take: BUSY while another owner is queued. A round trip
+    * of its own (no command reads one collection and writes another): a
+    * waiter that joins between the two arrived after this take asked. */
+   bool queued = false;
+   if (t->fair && !ll_mongo_queue_others (conn, &t->op, &queued, err))
+      return false;
+   if (queued)
+      return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
    bool ok = ll_mongo_take_command (&q, &u, t, err) &&
@@ -554,6 +562,7 @@ const ll_backend_t ll_backend_mongodb = {
    .close = ll_mongo_close,
    .abandon = ll_mongo_abandon,
    .acquire = ll_mongo_acquire,
+   .fair_take = true,
    LL_BACKEND_LEASE_OPS (ll_mongo),
    .primary = ll_mongo_primary,
 };

@@ -192,6 +192,13 @@ bool ll_mongo_queue_join (void *conn,
                           int64_t *ahead,
                           leaselock_error_t *err);
 
+/* A fair acquire's first take asks first (one round trip): *any, whether
+ * op's key has a live queue entry of another owner than op's. */
+bool ll_mongo_queue_others (ll_mongo_conn_t *conn,
+                            const ll_op_t *op,
+                            bool *any,
+                            leaselock_error_t *err);
+
 /* The vtable's queue_leave: deletes op's owner's entry of its key's queue,
  * if any. op is borrowed. */
 bool ll_mongo_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err);

@@ -1,7 +1,8 @@
 /*
  * backend_mongodb_queue.c - the MongoDB backend's fair-mode queue: the
  * collection "<collection>.queue" (its documents in stmt_mongodb.h),
- * beside the records and never read by the lease operations. queue_join
+ * beside the records and read by no lease operation but a fair acquire's
+ * first take (ll_mongo_queue_others, asked before it). queue_join
  * (2 or 3 round trips) says how it is written. Like the records'
  * collection it gets no index of leaselock's: it holds only the entries of
  * waiters (each deletes its own when done) and those that ran out until a
@@ -107,6 +108,28 @@ bool ll_mongo_queue_join (void *c,
    bson_destroy (&aq);
    bson_destroy (&au);
    bson_destroy (&cq);
+   return ok;
+}
+
+bool ll_mongo_queue_others (ll_mongo_conn_t *conn,
+                            const ll_op_t *op,
+                            bool *any,
+                            leaselock_error_t *err)
+{
+   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+   bson_error_t e;
+   bool ok = (ll_mongo_queue_others_filter (&q, op->key, op->key_len, op->owner) &&
+              BSON_APPEND_INT64 (&opts, "limit", 1)) ||
+             ll_mongo_nomem (err);
+   if (ok) {
+      int64_t n = mongoc_collection_count_documents (conn->queue, &q, &opts, NULL, NULL, &e);
+      if (n >= 0)
+         *any = n > 0;
+      else
+         ok = ll_mongo_fail (conn, err, "countDocuments", &e);
+   }
+   bson_destroy (&q);
+   bson_destroy (&opts);
    return ok;
 }
 

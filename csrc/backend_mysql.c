@@ -15,7 +15,8 @@
  *   holds INT                              its owner's reentrant holds
  * and beside it <table>_queue, the fair mode's queue of waiters
  * (lock_key, owner, arrived, alive_until DATETIME(6); live while
- * alive_until > now), which the lease operations never read. A table of
+ * alive_until > now), which no lease operation reads but a fair acquire's
+ * first take (LL_SQL_ACQUIRE_FAIR: refused while another owner waits). A table of
  * version 1 (no reservation columns), 2 (no queue) or 3 (no holds) is
  * brought to version 4 in place by the first connection that sees it
  * (ll_mysql_create_schema).
@@ -176,11 +177,11 @@ static void ll_mysql_bind_null_i64 (MYSQL_BIND *b, int64_t *v, my_bool *is_null)
    b->is_null = is_null;
 }
 
-/* Binds p[] by ll_mysql_acquire_params. */
-static void ll_mysql_bind_acquire (MYSQL_BIND *p, ll_mysql_acquire_t *a)
+/* Binds p[] by params (ll_mysql_acquire_params or _fair_params). */
+static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_acquire_t *a)
 {
    int i = 0;
-   for (const char *s = ll_mysql_acquire_params; *s; s++) {
+   for (const char *s = params; *s; s++) {
       switch (*s) {
          case 'k':
             ll_mysql_bind_blob (&p[i++], a->key, &a->key_len);
@@ -244,11 +245,12 @@ static bool ll_mysql_acquire_wait (void *conn,
       .fence_floor = &c->b.primary.fence_floor,
    };
    MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
-   ll_mysql_bind_acquire (p, &a);
+   int which = t->fair ? LL_SQL_ACQUIRE_FAIR : LL_SQL_ACQUIRE;
+   ll_mysql_bind_acquire (p, t->fair ? ll_mysql_acquire_fair_params : ll_mysql_acquire_params, &a);
    out->reserved = false;
-   if (!ll_mysql_execute (c, LL_SQL_ACQUIRE, p, "acquire", err))
+   if (!ll_mysql_execute (c, which, p, "acquire", err))
       return false;
-   MYSQL_STMT *st = c->st[LL_SQL_ACQUIRE];
+   MYSQL_STMT *st = c->st[which];
    my_ulonglong id = mysql_stmt_insert_id (st);
    out->reserved = id >= LL_MYSQL_RESERVED_MIN;
    if (out->reserved) /* rounded up: a part of a millisecond is still left */
@@ -620,6 +622,7 @@ const ll_backend_t ll_backend_mysql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    LL_BACKEND_LEASE_OPS (ll_mysql),
+   .fair_take = true,
    .record_waiters = true,
    .primary = ll_sql_primary,
 };

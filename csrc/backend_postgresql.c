@@ -14,8 +14,9 @@
  *   holds int: its owner's reentrant holds (1 from the acquire).
  * and beside it <table>_queue, the fair mode's queue of waiters (lock_key,
  * owner, arrived, alive_until timestamptz; an entry is live while
- * alive_until is ahead of the server's clock), never read by the lease
- * operations. A version-1 table (without the next_* columns), -2 table
+ * alive_until is ahead of the server's clock), read by no lease operation
+ * but a fair acquire's first take (LL_SQL_ACQUIRE_FAIR: refused while
+ * another owner waits). A version-1 table (without the next_* columns), -2 table
  * (without the queue) or -3 table (without holds) is migrated in place on
  * open (ll_pg_create_schema, under the creation's advisory lock and
  * transaction); a newer version is refused.
@@ -155,7 +156,7 @@ static bool ll_pg_acquire_wait (void *conn,
                         t->reserve_ms < 0 ? NULL : res_us,
                         t->reserve_ms < 0 ? NULL : wait_us,
                         c->b.primary.floor_text };
-   PGresult *res = ll_pg_run (c, LL_SQL_ACQUIRE, p, "acquire", err);
+   PGresult *res = ll_pg_run (c, t->fair ? LL_SQL_ACQUIRE_FAIR : LL_SQL_ACQUIRE, p, "acquire", err);
    if (!res)
       return false;
    out->reserved = PQntuples (res) == 1 && !strcmp (PQgetvalue (res, 0, 1), "t");
@@ -499,6 +500,7 @@ const ll_backend_t ll_backend_postgresql = {
    .close = ll_sql_close,
    .abandon = ll_sql_abandon,
    LL_BACKEND_LEASE_OPS (ll_pg),
+   .fair_take = true,
    .record_waiters = true,
    .primary = ll_sql_primary,
    .watch_open = ll_pg_watch_open,

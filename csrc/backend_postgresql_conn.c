@@ -428,6 +428,7 @@ static const int n_params[LL_SQL_COUNT] = {
    [LL_SQL_QUEUE_PRUNE_FROM] = 2,
    [LL_SQL_QUEUE_PRUNE_RANGE] = 3,
    [LL_SQL_HOLD] = 3,
+   [LL_SQL_ACQUIRE_FAIR] = 9,
 };
 
 static const char *const st_names[LL_SQL_COUNT] = {
@@ -446,6 +447,7 @@ static const char *const st_names[LL_SQL_COUNT] = {
    [LL_SQL_QUEUE_PRUNE_FROM] = "leaselock_queue_prune_from",
    [LL_SQL_QUEUE_PRUNE_RANGE] = "leaselock_queue_prune_range",
    [LL_SQL_HOLD] = "leaselock_hold",
+   [LL_SQL_ACQUIRE_FAIR] = "leaselock_acquire_fair",
 };
 
 static bool ll_pg_read_version (ll_sql_conn_t *b, long *version, leaselock_error_t *err)

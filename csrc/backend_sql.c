@@ -113,7 +113,8 @@ static bool sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
       if (!sql_connect (b, err))
          return false;
    }
-   if (id == LL_SQL_ACQUIRE && !ll_primary_grant_ok (&b->primary, b->driver->name, err))
+   if ((id == LL_SQL_ACQUIRE || id == LL_SQL_ACQUIRE_FAIR) &&
+       !ll_primary_grant_ok (&b->primary, b->driver->name, err))
       return false;
    return b->driver->prepare (b, id, err);
 }

@@ -35,9 +35,11 @@
  * schema version 1 or 2 is migrated in place on open (migrate()).
  *
  * The fair mode's queue (queue_join, queue_leave) is the table
- * leaselock_queue beside the records, never in them: plain acquires and
- * renewals never read it; releases ask whether it has a waiter to wake,
- * inspect and list count a key's live entries (who waits).
+ * leaselock_queue beside the records, never in them: a fair acquire's
+ * first take refuses the key while another owner has a live entry
+ * (LL_SQLITE_ACQUIRE_FAIR), the one acquire that reads it; renewals never
+ * do; releases ask whether it has a waiter to wake, inspect and list count
+ * a key's live entries (who waits).
  *
  * Keys are TEXT with the default BINARY collation, which compares bytes
  * (memcmp): key order and prefix ranges are byte-wise, and LIKE is never
@@ -120,9 +122,9 @@ static int ll_sqlite_step_owned (sqlite3_stmt *st, const ll_op_t *op, int64_t n)
    return sqlite3_step (st);
 }
 
-/* acquire (reserve_ms < 0: ?7 and ?8 NULL) and acquire_wait: one
- * statement. A row without a reservation is a take; a row with one is a
- * claim (BUSY, reserved); no row is BUSY. */
+/* acquire (reserve_ms < 0: ?7 and ?8 NULL; a fair first take,
+ * LL_SQLITE_ACQUIRE_FAIR) and acquire_wait: one statement. A row without a reservation is a take; a
+ * row with one is a claim (BUSY, reserved); no row is BUSY. */
 static bool ll_sqlite_acquire_wait (void *conn,
                                     const ll_take_t *t,
                                     ll_taken_t *out,
@@ -130,7 +132,7 @@ static bool ll_sqlite_acquire_wait (void *conn,
 {
    ll_sqlite_conn_t *c = conn;
    out->reserved = false;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_ACQUIRE];
+   sqlite3_stmt *st = c->stmt[t->fair ? LL_SQLITE_ST_ACQUIRE_FAIR : LL_SQLITE_ST_ACQUIRE];
    const char *host = t->holder && t->holder->host ? t->holder->host : "";
    const char *label = t->holder && t->holder->label ? t->holder->label : "";
    ll_sqlite_bind_key_owner (st, &t->op);
@@ -623,6 +625,7 @@ const ll_backend_t ll_backend_sqlite = {
    .abandon = ll_sqlite_abandon,
    .close_before_fork = true,
    LL_BACKEND_LEASE_OPS (ll_sqlite),
+   .fair_take = true,
    .record_waiters = true,
    .watch_open = ll_sqlite_watch_open,
    .watch_fd = ll_sqlite_watch_fd,

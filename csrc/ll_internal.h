@@ -491,6 +491,11 @@ typedef struct ll_take
    const ll_holder_t *holder; /* written to the record */
    int64_t reserve_ms;        /* acquire_wait only: how long a claim holds */
    int64_t waited_ms;         /* acquire_wait only: how long owner has waited */
+   /* A fair acquire's first try (backends with fair_take): the take is
+    * also refused (BUSY, nothing written, no claim) while the key's fair
+    * queue holds a live entry of another owner, a key without a record
+    * too, so that it never goes ahead of a queued waiter. */
+   bool fair;
 } ll_take_t;
 
 /* What acquire_wait tells its caller (a struct of the caller's). */
@@ -588,6 +593,13 @@ typedef struct ll_backend
    /* Deletes owner's entry of key's queue (after its acquire succeeded or
     * it gave up); succeeds when there is none. */
    bool (*queue_leave) (void *conn, const ll_op_t *op, leaselock_error_t *err);
+   /* Whether acquire (or acquire_wait with reserve_ms = -1) honours
+    * ll_take_t's fair, in the take's own statement (SQLite, PostgreSQL,
+    * MySQL) or a query of the queue just before it (MongoDB): a fair
+    * acquire's first try is then that one call, and it joins the queue
+    * only when it found the key busy (take.c). Without it, every try of a
+    * fair acquire joins first. */
+   bool fair_take;
    /* Notification of releases (an optimisation: a lost one only delays a
     * waiter to its next poll). NULL in a backend that cannot notify; all
     * five are set or none. A listener is a backend object of its own, not
@@ -804,6 +816,9 @@ typedef enum ll_sql_st
    LL_SQL_QUEUE_PRUNE_RANGE,
    /* Reentrant holds (hold). */
    LL_SQL_HOLD,
+   /* A fair acquire's first try (ll_take_t's fair): the acquire, refused
+    * while another owner is queued. */
+   LL_SQL_ACQUIRE_FAIR,
    LL_SQL_COUNT
 } ll_sql_st_t;
 
@@ -820,6 +835,7 @@ typedef enum ll_sql_st
       [LL_SQL_QUEUE_AHEAD] = P##_QUEUE_AHEAD, [LL_SQL_QUEUE_LEAVE] = P##_QUEUE_LEAVE,              \
       [LL_SQL_QUEUE_PRUNE_FROM] = P##_QUEUE_PRUNE_FROM,                                            \
       [LL_SQL_QUEUE_PRUNE_RANGE] = P##_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = P##_HOLD,                \
+      [LL_SQL_ACQUIRE_FAIR] = P##_ACQUIRE_FAIR,                                                    \
    }
 
 typedef struct ll_sql_conn ll_sql_conn_t;
@@ -971,7 +987,7 @@ bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t
 /* Before statement id: reconnects (and checks the schema and the
  * primary, as open does) when the connection is gone or the server closed
  * it while idle, then prepares the statement. Before a grant
- * (LL_SQL_ACQUIRE) also ll_primary_grant_ok: a statement that binds
+ * (LL_SQL_ACQUIRE, LL_SQL_ACQUIRE_FAIR) also ll_primary_grant_ok: a statement that binds
  * b->primary's fence floor reads it after this call. */
 bool ll_sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err);
 /* The backend's close (ll_backend_t): disconnects and frees everything;

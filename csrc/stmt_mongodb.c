@@ -470,6 +470,15 @@ bool ll_mongo_queue_ahead_filter (bson_t *q,
    return ok;
 }
 
+bool ll_mongo_queue_others_filter (bson_t *q, const char *key, size_t key_len, const char *owner)
+{
+   bson_t ne;
+   return bson_append_utf8 (q, "k", 1, key, (int)key_len) &&
+          BSON_APPEND_DOCUMENT_BEGIN (q, "o", &ne) &&
+          bson_append_utf8 (&ne, "$ne", 3, owner, LL_MONGO_OWNER_LEN) &&
+          bson_append_document_end (q, &ne) && ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0);
+}
+
 bool ll_mongo_queue_prune_filter (bson_t *q,
                                   const char *prefix,
                                   size_t prefix_len,

@@ -204,6 +204,10 @@ bool ll_mongo_queue_ahead_filter (bson_t *q,
                                   const char *owner,
                                   int64_t arrived);
 
+/* A fair acquire's first take: whether key has a live entry of another
+ * owner than owner: {k: key, o: {$ne: owner}, $expr: live}. */
+bool ll_mongo_queue_others_filter (bson_t *q, const char *key, size_t key_len, const char *owner);
+
 /* prune's deleteMany of the queue: {k: /^prefix/ (none for the empty
  * prefix), $expr: run out at least older_than_ms ago}. */
 bool ll_mongo_queue_prune_filter (bson_t *q,

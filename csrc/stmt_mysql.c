@@ -143,10 +143,16 @@
  * (LAST_INSERT_ID(expr) not run) when neither.
  * Parameters: LL_MYSQL_ACQUIRE_PARAMS; reserve and waited are NULL for
  * acquire, which never reserves. */
-#define LL_MYSQL_ACQUIRE                                                                           \
-   "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "              \
-   "holder_pid, holder_label) VALUES (?, ?, LAST_INSERT_ID(GREATEST(1, ?)), " LL_MYSQL_NOW " + "   \
-   "INTERVAL ? MICROSECOND, " LL_MYSQL_NOW ", ?, ?, ?) ON DUPLICATE KEY UPDATE "                   \
+#define LL_MYSQL_ACQUIRE LL_MYSQL_INSERT ("%s") "VALUES (" LL_MYSQL_NEW_ROW ") " LL_MYSQL_UPSERT
+/* The insert into table T's records, and the new row's values. */
+#define LL_MYSQL_INSERT(T)                                                                         \
+   "INSERT INTO `" T "` (lock_key, owner, fence, expires_at, acquired_at, holder_host, "           \
+   "holder_pid, holder_label) "
+#define LL_MYSQL_NEW_ROW                                                                           \
+   "?, ?, LAST_INSERT_ID(GREATEST(1, ?)), " LL_MYSQL_NOW                                           \
+   " + INTERVAL ? MICROSECOND, " LL_MYSQL_NOW ", ?, ?, ?"
+#define LL_MYSQL_UPSERT                                                                            \
+   "ON DUPLICATE KEY UPDATE "                                                                      \
    "owner = IF(" LL_MYSQL_TAKEABLE ", ?, owner), "                                                 \
    "expires_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW " + INTERVAL ? MICROSECOND, expires_at), "          \
    "acquired_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW ", acquired_at), "                                 \
@@ -167,7 +173,21 @@
  * a fence granted after a failover is above any the old primary issued),
  * t ttl (us), h holder host, p pid, l label, r reserve (us), w waited
  * (us); a space between the insert and each assignment. */
-#define LL_MYSQL_ACQUIRE_PARAMS "kofthpl ooo ot o oh op ol o orowo oror orow ofro"
+#define LL_MYSQL_ACQUIRE_PARAMS "kofthpl" LL_MYSQL_UPSERT_PARAMS
+#define LL_MYSQL_UPSERT_PARAMS " ooo ot o oh op ol o orowo oror orow ofro"
+
+/* A fair acquire's first try (ll_take_t's fair): LL_MYSQL_ACQUIRE whose
+ * new row is there only while the key's fair queue has no live entry of
+ * another owner (the head row, owner '', is none), so that nothing is
+ * inserted or taken (insert id 0: BUSY) while one waits, a key without a
+ * record too. Parameters: LL_MYSQL_ACQUIRE_FAIR_PARAMS, the acquire's
+ * with key and owner for the queue's test after the row's. */
+#define LL_MYSQL_ACQUIRE_FAIR                                                                      \
+   LL_MYSQL_INSERT ("%1$s")                                                                        \
+   "SELECT " LL_MYSQL_NEW_ROW " FROM DUAL WHERE NOT EXISTS (SELECT 1 "                             \
+   "FROM `%1$s_queue` q WHERE q.lock_key = ? AND q.owner <> ? AND "                                \
+   "q.owner <> '' AND q.alive_until > " LL_MYSQL_NOW ") " LL_MYSQL_UPSERT
+#define LL_MYSQL_ACQUIRE_FAIR_PARAMS "kofthpl ko" LL_MYSQL_UPSERT_PARAMS
 
 /* Parameters: ttl (us), key, owner. LAST_INSERT_ID(fence) (>= 1) runs only
  * when the row matched. */
@@ -266,10 +286,11 @@
    "INTERVAL ? MICROSECOND"
 #define LL_MYSQL_QUEUE_PRUNE_RANGE LL_MYSQL_QUEUE_PRUNE_FROM " AND lock_key < ?"
 
-_Static_assert(sizeof LL_MYSQL_ACQUIRE_PARAMS <= LL_MYSQL_ACQUIRE_BINDS,
+_Static_assert(sizeof LL_MYSQL_ACQUIRE_FAIR_PARAMS <= LL_MYSQL_ACQUIRE_BINDS,
                "LL_MYSQL_ACQUIRE_BINDS holds every parameter of the acquire");
 
 const char ll_mysql_acquire_params[] = LL_MYSQL_ACQUIRE_PARAMS;
+const char ll_mysql_acquire_fair_params[] = LL_MYSQL_ACQUIRE_FAIR_PARAMS;
 
 const char *const ll_mysql_statements[LL_SQL_COUNT] = LL_SQL_STATEMENT_TABLE (LL_MYSQL);
 

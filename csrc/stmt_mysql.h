@@ -37,6 +37,8 @@ extern const char *const ll_mysql_statements[LL_SQL_COUNT];
  * are NULL for a plain acquire, which never reserves. LL_MYSQL_ACQUIRE_BINDS is room for every one
  * (an array bound). */
 extern const char ll_mysql_acquire_params[];
+/* The same for a fair acquire's first try (LL_SQL_ACQUIRE_FAIR). */
+extern const char ll_mysql_acquire_fair_params[];
 #define LL_MYSQL_ACQUIRE_BINDS 52
 
 /* The schema's statements, run unprepared when a connection finds no

@@ -140,12 +140,16 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
  * claim of the reservation alone; neither: no row. Returns the fence,
  * whether a reservation is left (only a claim leaves one: no row, or a
  * reservation, means BUSY), and the record's time left (us). */
-#define LL_POSTGRESQL_ACQUIRE                                                                      \
+#define LL_POSTGRESQL_ACQUIRE LL_POSTGRESQL_NEW_ROW LL_POSTGRESQL_UPSERT
+/* The proposed row, n.t its "now". */
+#define LL_POSTGRESQL_NEW_ROW                                                                      \
    "INSERT INTO \"%1$s\" AS l (lock_key, owner, fence, expires_at, acquired_at, holder_host, "     \
    "holder_pid, holder_label) SELECT $1::text, $2::text, GREATEST(1, $9::bigint), n.t + "          \
    "$3::bigint * "                                                                                 \
    "interval '1 microsecond', n.t, $4::text, $5::bigint, $6::text "                                \
-   "FROM (SELECT clock_timestamp() AS t) n ON CONFLICT (lock_key) DO UPDATE SET "                  \
+   "FROM (SELECT clock_timestamp() AS t) n "
+#define LL_POSTGRESQL_UPSERT                                                                       \
+   "ON CONFLICT (lock_key) DO UPDATE SET "                                                         \
    "owner = " LL_POSTGRESQL_IF_TAKE "excluded.owner ELSE l.owner END, "                            \
    "fence = " LL_POSTGRESQL_IF_TAKE "GREATEST(l.fence + 1, $9::bigint) ELSE l.fence END, "         \
    "expires_at = " LL_POSTGRESQL_IF_TAKE "excluded.expires_at ELSE l.expires_at END, "             \
@@ -162,6 +166,16 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "WHERE " LL_POSTGRESQL_TAKE " OR " LL_POSTGRESQL_CLAIM                                          \
    " RETURNING fence, next_owner IS NOT NULL, "                                                    \
    "(EXTRACT(EPOCH FROM l.expires_at - clock_timestamp()) * 1000000)::bigint"
+
+/* A fair acquire's first try (ll_take_t's fair): LL_POSTGRESQL_ACQUIRE
+ * whose proposed row is there only while the key's fair queue has no live
+ * entry of another owner by its "now", so that nothing is inserted or
+ * taken (no row back: BUSY) while one waits, a key without a record too.
+ * Same parameters, $7 and $8 NULL. A join that commits after this
+ * statement's snapshot arrived after it. */
+#define LL_POSTGRESQL_ACQUIRE_FAIR                                                                 \
+   LL_POSTGRESQL_NEW_ROW "WHERE NOT EXISTS (SELECT 1 FROM \"%1$s_queue\" q WHERE q.lock_key = $1 " \
+                         "AND q.owner <> $2 AND q.alive_until > n.t) " LL_POSTGRESQL_UPSERT
 
 /* Parameters: $1 key, $2 owner, $3 ttl (us). One row when it was ours. */
 #define LL_POSTGRESQL_RENEW                                                                        \

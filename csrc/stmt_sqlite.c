@@ -73,9 +73,11 @@
  * record's time left (ms). (Not
  * "next_owner IS NOT NULL": SQLite 3.40 answers 1 for a NULL column of a
  * WITHOUT ROWID table in RETURNING.) */
-#define LL_SQLITE_ACQUIRE                                                                          \
-   "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"    \
-   " VALUES (?1, ?2, 1, " LL_SQLITE_NOW_MS ", " LL_SQLITE_NOW_MS " + ?3, ?4, ?5, ?6)"              \
+#define LL_SQLITE_INSERT                                                                           \
+   "INSERT INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid, label)"
+#define LL_SQLITE_NEW_ROW "?1, ?2, 1, " LL_SQLITE_NOW_MS ", " LL_SQLITE_NOW_MS " + ?3, ?4, ?5, ?6"
+#define LL_SQLITE_ACQUIRE LL_SQLITE_INSERT " VALUES (" LL_SQLITE_NEW_ROW ")" LL_SQLITE_UPSERT
+#define LL_SQLITE_UPSERT                                                                           \
    " ON CONFLICT (key) DO UPDATE SET"                                                              \
    " owner = " LL_SQLITE_IF_TAKE "excluded.owner ELSE owner END,"                                  \
    " fence = " LL_SQLITE_IF_TAKE "fence + 1 ELSE fence END,"                                       \
@@ -90,6 +92,18 @@
    " next_since = " LL_SQLITE_IF_TAKE "NULL ELSE excluded.acquired_at - ?8 END"                    \
    " WHERE " LL_SQLITE_TAKE " OR " LL_SQLITE_CLAIM                                                 \
    " RETURNING fence, next_owner, expires_at - " LL_SQLITE_NOW_MS
+
+/* A fair acquire's first try (ll_take_t's fair): LL_SQLITE_ACQUIRE whose
+ * new row is there only while the key's fair queue has no live entry of
+ * another owner, so that nothing is inserted or taken (no row back: BUSY)
+ * while one waits, a key without a record too. Same parameters, ?7 and ?8
+ * NULL. (The WHERE clause also keeps SQLite from reading the upsert's ON
+ * as a join's.) */
+#define LL_SQLITE_ACQUIRE_FAIR                                                                     \
+   LL_SQLITE_INSERT                                                                                \
+   " SELECT " LL_SQLITE_NEW_ROW " WHERE NOT EXISTS (SELECT 1 FROM"                                 \
+   " leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND q.alive_until > " LL_SQLITE_NOW_MS   \
+   ")" LL_SQLITE_UPSERT
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 #define LL_SQLITE_RENEW                                                                            \
@@ -218,6 +232,7 @@ const char *const ll_sqlite_statements[] = {
    LL_SQLITE_QUEUE_LEAVE,
    LL_SQLITE_QUEUE_PRUNE,
    LL_SQLITE_HOLD,
+   LL_SQLITE_ACQUIRE_FAIR,
 };
 static_assert (sizeof ll_sqlite_statements / sizeof ll_sqlite_statements[0] == LL_SQLITE_ST_COUNT,
                "a statement per ll_sqlite_st_t");

@@ -58,6 +58,7 @@ typedef enum ll_sqlite_st
    LL_SQLITE_ST_QUEUE_LEAVE,
    LL_SQLITE_ST_QUEUE_PRUNE,
    LL_SQLITE_ST_HOLD,
+   LL_SQLITE_ST_ACQUIRE_FAIR,
    LL_SQLITE_ST_COUNT
 } ll_sqlite_st_t;
 

@@ -121,7 +121,7 @@ static bool take_or_claim (acquire_call_t *a,
    int64_t reserve_ms = w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
    bool rejoin = w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
    w->behind = false;
-   ll_take_t t = { { l->key, l->key_len, l->owner }, ttl_ms, holder, reserve_ms, 0 };
+   ll_take_t t = { { l->key, l->key_len, l->owner }, ttl_ms, holder, reserve_ms, 0, false };
    if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
       bool ok = ll_backend_acquire (b, conn, &t, &l->fence, err);
       if (rejoin && !ok && err->code == LEASELOCK_BUSY)
@@ -190,8 +190,36 @@ static void queue_quit (acquire_call_t *a, void *conn)
               e.message);
 }
 
+/* Fair mode, a call not in the key's queue (its first try), on a backend
+ * whose take honours the queue (fair_take): the plain take, refused while
+ * another owner is queued, so that it never goes ahead of a waiter. An
+ * uncontended fair acquire is thus the plain one's one statement, and it
+ * never joined: nothing to leave. *done: the try ends here (taken, failed,
+ * or BUSY for a call that does not wait); else the key was busy and the
+ * waiter joins the queue now, in the same try. */
+static bool fair_first_take (acquire_call_t *a,
+                             void *conn,
+                             leaselock_lease_t *l,
+                             const ll_holder_t *holder,
+                             bool *done,
+                             leaselock_error_t *err)
+{
+   ll_take_t t = { { l->key, l->key_len, l->owner }, a->opts->ttl_ms, holder, -1, 0, true };
+   int64_t t0 = ll_real_now_us ();
+   bool ok = ll_backend_acquire (a->c->backend, conn, &t, &l->fence, err);
+   ll_obs_request (&a->c->obs, t0, ok, err);
+   a->w.behind = false;
+   bool busy = !ok && err->code == LEASELOCK_BUSY;
+   *done = !busy || !a->w.waits;
+   if (busy && !a->w.waits) /* one statement cannot tell which */
+      ll_error_set (err, LEASELOCK_BUSY,
+                    "held by another owner (fair mode: or fair waiters are queued for it)");
+   return ok;
+}
+
 /* One try of call a on conn into l, each statement counted: in fair mode
- * the queue first, then the take. */
+ * the queue first (after a first take that found the key busy, on a
+ * backend with fair_take), then the take. */
 static bool backend_acquire (acquire_call_t *a,
                              void *conn,
                              leaselock_lease_t *l,
@@ -199,6 +227,12 @@ static bool backend_acquire (acquire_call_t *a,
                              leaselock_error_t *err)
 {
    bool fair = a->w.fair;
+   if (fair && !a->w.queued && a->c->backend->fair_take) {
+      bool done;
+      bool ok = fair_first_take (a, conn, l, holder, &done, err);
+      if (done)
+         return ok;
+   }
    bool ok = !fair || queue_turn (a, conn, l, err);
    if (ok) {
       int64_t t0 = ll_real_now_us ();

@@ -231,6 +231,10 @@ static bool claim (rec_t *r, const char *owner, int64_t reserve_ms, int64_t wait
    return false;
 }
 
+/* Whether key's queue has a live entry of another owner than owner (mu
+ * held): a fair first take (ll_take_t's fair) is then refused. */
+static bool queued_for_other (const char *key, size_t key_len, const char *owner, int64_t now);
+
 /* acquire, and acquire_wait when reserve_ms > 0. */
 static bool take (const ll_take_t *t,
                   int64_t reserve_ms,
@@ -247,7 +251,8 @@ static bool take (const ll_take_t *t,
    int64_t now = db_now ();
    rec_t *r = find (key, key_len);
    bool mine = r && !strcmp (r->owner, owner);
-   if (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now))) {
+   if ((t->fair && queued_for_other (key, key_len, owner, now)) ||
+       (r && !mine && (r->expires_at > now || reserved_for_other (r, owner, now)))) {
       out->reserved = reserve_ms > 0 && claim (r, owner, reserve_ms, t->waited_ms, now);
       if (out->reserved)
          out->left_ms = r->expires_at > now ? r->expires_at - now : 0;
@@ -451,6 +456,15 @@ static void queue_sweep (int64_t now)
    n_queued = kept;
 }
 
+static bool queued_for_other (const char *key, size_t key_len, const char *owner, int64_t now)
+{
+   for (int i = 0; i < n_queued; i++)
+      if (queued_is (&queue[i], key, key_len) && queue[i].alive_until > now &&
+          strcmp (queue[i].owner, owner) != 0)
+         return true;
+   return false;
+}
+
 static bool fake_queue_join (void *conn,
                              const ll_op_t *op,
                              int64_t keep_ms,
@@ -548,5 +562,6 @@ const ll_backend_t fake_backend = {
    .prune = fake_prune,
    .queue_join = fake_queue_join,
    .queue_leave = fake_queue_leave,
+   .fair_take = true,
    .hold = fake_hold,
 };

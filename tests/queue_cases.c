@@ -128,8 +128,8 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK (!found);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 0);
-   CHECK_OK (ll_backend_acquire (b, c, &(ll_take_t){ { k, strlen (k), QC_H }, 10000, &h, 0, 0 },
-                                 &fence, &err),
+   CHECK_OK (ll_backend_acquire (
+               b, c, &(ll_take_t){ { k, strlen (k), QC_H }, 10000, &h, 0, 0, false }, &fence, &err),
              err);
    CHECK_EQ (fence, 1);
    CHECK_OK (b->renew (c, &(ll_op_t){ k, strlen (k), QC_H }, 10000, &err), err);
@@ -138,14 +138,71 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 1);
    CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
-   CHECK_OK (ll_backend_acquire (b, c, &(ll_take_t){ { k, strlen (k), QC_C }, 10000, &h, 0, 0 },
-                                 &fence, &err),
+   CHECK_OK (ll_backend_acquire (
+               b, c, &(ll_take_t){ { k, strlen (k), QC_C }, 10000, &h, 0, 0, false }, &fence, &err),
              err);
    CHECK_EQ (fence, 2);
    CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_C }, 0, &err), err);
    /* ... and the queue is as it was. */
    CHECK_EQ (QJ (b, c, k, QC_B, 10000), 1);
    CHECK (qc_leave (b, c, k, QC_A) && qc_leave (b, c, k, QC_B));
+}
+
+/* A fair take (ll_take_t's fair) as owner o on k: whether it took it. */
+static bool qc_fair_take_as (const ll_backend_t *b,
+                             void *c,
+                             const char *k,
+                             const char *o,
+                             bool fair,
+                             leaselock_error_t *err)
+{
+   static const ll_holder_t h = { "queue-host", 1, "queue" };
+   int64_t fence = 0;
+   return ll_backend_acquire (b, c, &(ll_take_t){ { k, strlen (k), o }, 10000, &h, 0, 0, fair },
+                              &fence, err);
+}
+
+/* Whether k's record is there (false too when inspect fails, said on
+ * stderr), and if so its owner into owner. */
+static bool qc_record (const ll_backend_t *b, void *c, const char *k, char *owner)
+{
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = false;
+   if (!b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err))
+      fprintf (stderr, "    inspect: %s %s\n", leaselock_code_name (err.code), err.message);
+   if (found)
+      memcpy (owner, rec.owner, sizeof rec.owner);
+   return found;
+}
+
+void qc_fair_take (const ll_backend_t *b, void *c, qc_rows_fn rows)
+{
+   const char *k = key ("q/fair-take");
+   leaselock_error_t err;
+   char owner[LEASELOCK_OWNER_LEN + 1] = "";
+   CHECK_EQ (QJ (b, c, k, QC_A, 10000), 0);
+   bool ok = qc_fair_take_as (b, c, k, QC_H, true, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (!qc_record (b, c, k, owner));                         /* nothing written */
+   CHECK_OK (qc_fair_take_as (b, c, k, QC_A, true, &err), err); /* its own entry */
+   CHECK_EQ (QJ (b, c, k, QC_B, 10000), 1);
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_A }, 0, &err), err);
+   CHECK (qc_leave (b, c, k, QC_A));
+   ok = qc_fair_take_as (b, c, k, QC_H, true, &err); /* free, but B waits */
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (qc_record (b, c, k, owner) && owner[0] == '\0');
+   CHECK_OK (qc_fair_take_as (b, c, k, QC_H, false, &err), err); /* a plain take */
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   CHECK (qc_leave (b, c, k, QC_B));
+   CHECK_OK (qc_fair_take_as (b, c, k, QC_H, true, &err), err);
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   CHECK_EQ (QJ (b, c, k, QC_B, 200), 0);
+   sleep_ms (350); /* B's entry ran out: it holds nobody back */
+   CHECK_OK (qc_fair_take_as (b, c, k, QC_C, true, &err), err);
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_C }, 0, &err), err);
+   CHECK (qc_leave (b, c, k, QC_B));
+   CHECK_EQ (rows (k), 0);
 }
 
 /* prune deletes the entries under its prefix that ran out (older_than

@@ -58,6 +58,13 @@ void qc_keys_isolated (const ll_backend_t *b, void *c, qc_rows_fn rows);
  * were no queue. */
 void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows);
 
+/* A fair take (ll_take_t's fair, backends with fair_take) reads the
+ * queue: refused (BUSY, nothing written) while another owner's entry is
+ * live, on a key without a record or a free record alike; taken when the
+ * only entry is its own, and once the other's entry left or ran out; a
+ * plain take ignores the queue. */
+void qc_fair_take (const ll_backend_t *b, void *c, qc_rows_fn rows);
+
 /* prune deletes the entries under its prefix that ran out (older_than
  * ago), never a live one, nor one outside the prefix; it counts records
  * only. */

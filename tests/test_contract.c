@@ -1387,22 +1387,24 @@ static void test_reacquire_same_owner (void)
    ll_holder_t h = { "host", 1, "retry" };
    int64_t f1 = 0, f2 = 0;
    bool ok = ll_backend_acquire (
-     b, conn, &(ll_take_t){ { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0 },
+     b, conn,
+     &(ll_take_t){ { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0, false },
      &f1, &err);
    if (ok)
       ok = ll_backend_acquire (
         b, conn,
-        &(ll_take_t){ { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0 }, &f2,
-        &err);
+        &(ll_take_t){
+          { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0, false },
+        &f2, &err);
    bool busy = false;
    if (ok) {
       int64_t f3;
-      busy =
-        !ll_backend_acquire (
-          b, conn,
-          &(ll_take_t){ { k, strlen (k), "fedcba9876543210fedcba9876543210" }, 5000, &h, 0, 0 },
-          &f3, &err) &&
-        err.code == LEASELOCK_BUSY;
+      busy = !ll_backend_acquire (
+               b, conn,
+               &(ll_take_t){
+                 { k, strlen (k), "fedcba9876543210fedcba9876543210" }, 5000, &h, 0, 0, false },
+               &f3, &err) &&
+             err.code == LEASELOCK_BUSY;
       ok =
         b->release (conn, &(ll_op_t){ k, strlen (k), "0123456789abcdef0123456789abcdef" }, 0, &err);
    }
@@ -2871,6 +2873,49 @@ static void test_fair_give_up_leaves (void)
    leaselock_client_destroy (b);
 }
 
+/* A fair acquire pays only when it waits: uncontended, it is the plain
+ * acquire's one statement (it joins the queue only after a busy try, so
+ * it has nothing to leave), on the backends whose take reads the queue
+ * (fair_take; the others join and leave around it). And that one
+ * statement never goes ahead of a queued waiter: with another owner's
+ * live entry in the key's queue, a one-try fair acquire is BUSY and
+ * writes nothing, on a key without a record too, until the entry leaves. */
+static void test_fair_uncontended (void)
+{
+   leaselock_client_t *a = client ("a");
+   const ll_backend_t *b;
+   void *conn = backend_open (URI, &b);
+   CHECK (a && conn);
+   leaselock_error_t err;
+   leaselock_lease_t *l = NULL;
+   const char *k = key ("fair-uncontended");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   uint64_t before = requests_of (a);
+   CHECK_OK (acq (a, k, o, &l, &err), err);
+   CHECK_EQ (requests_of (a) - before, b->fair_take ? 1 : 3);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   l = NULL;
+   const char *q = key ("fair-uncontended-queued");
+   const ll_op_t waiter = { q, strlen (q), "0123456789abcdef0123456789abcdef" };
+   int64_t ahead = -1;
+   CHECK_OK (b->queue_join (conn, &waiter, 60000, &ahead, &err), err);
+   CHECK_EQ (ahead, 0);
+   bool ok = acq (a, q, o, &l, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "fair mode");
+   leaselock_record_t rec;
+   bool found = true;
+   CHECK_OK (leaselock_inspect (a, q, strlen (q), &rec, &found, &err), err);
+   CHECK (!found);
+   CHECK_OK (b->queue_leave (conn, &waiter, &err), err);
+   CHECK_OK (acq (a, q, o, &l, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   b->close (conn);
+   leaselock_client_destroy (a);
+}
+
 /* A fair waiter that dies keeps its place only until its entry runs out:
  * the waiters behind it are not blocked for good. */
 static void test_fair_dead_waiter (void)
@@ -2996,7 +3041,7 @@ static void test_wait_steps_fair (void)
    o.timeout_ms = 0;
    t_sleep (3); /* arrivals in one database millisecond are ordered by owner token */
    ok = acq (a, k, o, &again, &err); /* b is queued first */
-   CHECK_ERR (ok, err, LEASELOCK_BUSY, "1 waiter(s) queued");
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "fair mode");
    CHECK_OK (leaselock_wait_try (w, &lb, &sleep, &err), err);
    leaselock_wait_destroy (w);
    if (FAKE)
@@ -3968,6 +4013,7 @@ int main (int argc, char **argv)
    RUN (test_reenter_expired);
    RUN (test_fair_order);
    RUN (test_fair_give_up_leaves);
+   RUN (test_fair_uncontended);
    RUN_SLOW (test_fair_dead_waiter);
    RUN (test_wait_steps_fair);
    RUN (test_semaphore_fair_order);

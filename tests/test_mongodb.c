@@ -115,7 +115,8 @@ static bool acquire (void *c,
 {
    int64_t f = 0;
    ll_error_clear (err);
-   bool ok = B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0 }, &f, err);
+   bool ok =
+     B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0, false }, &f, err);
    if (fence)
       *fence = f;
    return ok;
@@ -136,7 +137,7 @@ static bool acquire_wait (void *c,
 {
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
    ll_error_clear (err);
-   const ll_take_t t = { { k, strlen (k), owner }, 30000, &HOLDER, reserve_ms, waited_ms };
+   const ll_take_t t = { { k, strlen (k), owner }, 30000, &HOLDER, reserve_ms, waited_ms, false };
    bool ok = B->acquire_wait (c, &t, &out, err);
    last_left = out.left_ms;
    if (fence)
@@ -723,8 +724,8 @@ static int child_main (int argc, char **argv)
    bool ok = false;
    if (c) {
       if (!strcmp (op, "acquire")) {
-         ok = B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0 }, &fence,
-                          &err);
+         ok = B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0, false },
+                          &fence, &err);
       } else if (!strcmp (op, "renew")) {
          ok = B->renew (c, &(ll_op_t){ k, strlen (k), owner }, ttl, &err);
       } else if (!strcmp (op, "join")) {
@@ -868,6 +869,7 @@ Q_TEST (runs_out)
 Q_TEST (leave_missing)
 Q_TEST (keys_isolated)
 Q_TEST (records_unaffected)
+Q_TEST (fair_take)
 Q_TEST (prune)
 Q_TEST (odd_keys)
 
@@ -1237,7 +1239,8 @@ static void test_fork_abandon (void)
       new_owner (o);
       int64_t f;
       bool busy =
-        !B->acquire (mine, &(ll_take_t){ { k, strlen (k), o }, 30000, &HOLDER, 0, 0 }, &f, &e) &&
+        !B->acquire (mine, &(ll_take_t){ { k, strlen (k), o }, 30000, &HOLDER, 0, 0, false }, &f,
+                     &e) &&
         e.code == LEASELOCK_BUSY;
       B->close (mine);
       _exit (busy ? 0 : 4);
@@ -2843,6 +2846,7 @@ int main (int argc, char **argv)
    RUN (test_queue_leave_missing);
    RUN (test_queue_keys_isolated);
    RUN (test_queue_records_unaffected);
+   RUN (test_queue_fair_take);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
    RUN_SLOW (test_queue_concurrent_joins);

@@ -337,7 +337,8 @@ static void test_takeover_does_not_extend_old (void)
    const char *k = key ("takeover");
    size_t kl = strlen (k);
    int64_t f1 = 0, f2 = 0, f3 = 0;
-   bool ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, A }, 300, &ha, 0, 0 }, &f1, &err);
+   bool ok =
+     ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, A }, 300, &ha, 0, 0, false }, &f1, &err);
    leaselock_record_t r1, r2, r3;
    bool found = false;
    bool busy_ok = false, renew_a = true, release_a = true, release_b = false;
@@ -345,15 +346,16 @@ static void test_takeover_does_not_extend_old (void)
    if (ok) {
       /* BUSY while A is live: nothing changes, not even A's expiry. */
       ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r1, &found, &err);
-      busy_ok =
-        !ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 60000, &hb, 0, 0 }, &f2, &err) &&
-        err.code == LEASELOCK_BUSY;
+      busy_ok = !ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 60000, &hb, 0, 0, false },
+                                     &f2, &err) &&
+                err.code == LEASELOCK_BUSY;
       if (ok)
          ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r2, &found, &err);
    }
    if (ok) {
       sleep_ms (400);
-      ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 5000, &hb, 0, 0 }, &f3, &err);
+      ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 5000, &hb, 0, 0, false }, &f3,
+                               &err);
    }
    if (ok) {
       ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r3, &found, &err);
@@ -403,8 +405,8 @@ static char rsv_take (const ll_backend_t *b,
    static const ll_holder_t h = { "rsv-host", 1, "rsv" };
    leaselock_error_t err;
    int64_t f = 0;
-   if (ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &h, 0, 0 }, &f,
-                           &err)) {
+   if (ll_backend_acquire (
+         b, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &h, 0, 0, false }, &f, &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -432,7 +434,7 @@ static char rsv_wait (const ll_backend_t *b,
    static const ll_holder_t h = { "rsv-host", 2, "rsv-waiter" };
    leaselock_error_t err;
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
-   const ll_take_t t = { { k, strlen (k), owner }, 10000, &h, reserve_ms, waited_ms };
+   const ll_take_t t = { { k, strlen (k), owner }, 10000, &h, reserve_ms, waited_ms, false };
    bool ok = b->acquire_wait (conn, &t, &out, &err);
    bool reserved = out.reserved;
    rsv_left = out.left_ms;
@@ -929,6 +931,7 @@ Q_TEST (runs_out)
 Q_TEST (leave_missing)
 Q_TEST (keys_isolated)
 Q_TEST (records_unaffected)
+Q_TEST (fair_take)
 Q_TEST (prune)
 Q_TEST (odd_keys)
 
@@ -948,8 +951,10 @@ static void stop_self (void)
    }
 }
 
-/* --fair-stop-helper URI KEY: a fair acquire of KEY (free) that stops in
- * its first queue join; it never gets further before the test kills it. */
+/* --fair-stop-helper URI KEY: a fair acquire of KEY that stops in its
+ * first queue join; it never gets further before the test kills it. The
+ * helper holds KEY for 300 ms first (a lease that runs out by itself), so
+ * that the fair acquire's first take finds it busy and joins. */
 static int fair_stop_helper (int argc, char **argv)
 {
    if (argc < 4)
@@ -959,10 +964,13 @@ static int fair_stop_helper (int argc, char **argv)
    leaselock_client_t *c = leaselock_client_new (argv[2], "stopped", &err);
    if (!c)
       _exit (3);
-   leaselock_acquire_opts_t o = opts (5000, false);
+   leaselock_acquire_opts_t o = opts (300, false);
+   leaselock_lease_t *held, *l;
+   if (!leaselock_acquire (c, argv[3], strlen (argv[3]), &o, &held, &err))
+      _exit (4);
+   o.ttl_ms = 5000;
    o.fair = true;
    o.timeout_ms = 10000;
-   leaselock_lease_t *l;
    _exit (leaselock_acquire (c, argv[3], strlen (argv[3]), &o, &l, &err) ? 0 : 1);
 }
 
@@ -1129,8 +1137,9 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column */
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
-   CHECK_OK (
-     ll_backend_acquire (b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &h, 0, 0 }, &f, &err), err);
+   CHECK_OK (ll_backend_acquire (b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &h, 0, 0, false },
+                                 &f, &err),
+             err);
    CHECK_EQ (f, 8);
    CHECK_EQ (hold_of (b, c, "old", 3, QC_B, +1), 2);
 }
@@ -1813,8 +1822,8 @@ static void test_failed_in_flight (void)
    const char *X = "cccccccccccccccccccccccccccccccc";
    ll_holder_t h = { "host", 1, "inflight" };
    int64_t f0 = 0, f1 = 0, f2 = 0;
-   bool ok =
-     ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 }, &f0, &err);
+   bool ok = ll_backend_acquire (
+     b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false }, &f0, &err);
    if (ok)
       ok = b->release (conn, &(ll_op_t){ k, strlen (k), X }, 0, &err);
    void *lock = ok ? raw_lock_row (k) : NULL;
@@ -1822,9 +1831,10 @@ static void test_failed_in_flight (void)
    int64_t t0 = mono_ms (), waited = 0;
    if (lock) {
       leaselock_error_t e1;
-      failed_backend = !ll_backend_acquire (
-                         b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 }, &f1, &e1) &&
-                       e1.code == LEASELOCK_BACKEND;
+      failed_backend =
+        !ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false },
+                             &f1, &e1) &&
+        e1.code == LEASELOCK_BACKEND;
       waited = mono_ms () - t0;
       if (!failed_backend)
          fprintf (stderr, "    in-flight acquire: %s %s\n", leaselock_code_name (e1.code),
@@ -1835,8 +1845,8 @@ static void test_failed_in_flight (void)
    leaselock_record_t rec;
    bool found = false;
    if (lock) {
-      retried = ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0 },
-                                    &f2, &err);
+      retried = ll_backend_acquire (
+        b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false }, &f2, &err);
       if (retried)
          ok = b->inspect (conn, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
       if (retried)
@@ -2589,6 +2599,7 @@ int main (int argc, char **argv)
    RUN (test_queue_leave_missing);
    RUN (test_queue_keys_isolated);
    RUN (test_queue_records_unaffected);
+   RUN (test_queue_fair_take);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
    RUN_SLOW (test_queue_concurrent_joins);

@@ -114,8 +114,8 @@ static void test_uri_busy_timeout_option (void)
    CHECK (sqlite3_exec (db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
    int64_t fence = 0;
    int64_t t0 = ll_now_ms ();
-   bool ok = ll_backend_acquire (B, a, &(ll_take_t){ { "k", 1, owner_a }, 1000, &holder, 0, 0 },
-                                 &fence, &err);
+   bool ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "k", 1, owner_a }, 1000, &holder, 0, 0, false }, &fence, &err);
    int64_t waited = ll_now_ms () - t0;
    sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
    sqlite3_close (db);
@@ -138,8 +138,8 @@ static void test_schema_created_once (void)
    CHECK_EQ (raw_int (path, "SELECT count(*) FROM sqlite_schema WHERE name = 'leaselock_locks'"),
              1);
    int64_t fence = 0;
-   bool ok = ll_backend_acquire (B, a, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0 },
-                                 &fence, &err);
+   bool ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0, false }, &fence, &err);
    B->close (a);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 1);
@@ -148,15 +148,15 @@ static void test_schema_created_once (void)
     * and the fence goes on from 1. */
    void *b = B->open (uri, &err);
    CHECK_OK (b != NULL, err);
-   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_b }, 60000, &holder, 0, 0 }, &fence,
-                            &err);
+   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_b }, 60000, &holder, 0, 0, false },
+                            &fence, &err);
    if (ok) {
       B->close (b);
       CHECK (!"another owner took a live lease after reopening");
    }
    CHECK_EQ (err.code, LEASELOCK_BUSY);
-   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0 }, &fence,
-                            &err);
+   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0, false },
+                            &fence, &err);
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
@@ -356,8 +356,8 @@ static void test_prefix_no_wildcards (void)
    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
       int64_t fence;
       ok = ll_backend_acquire (
-        B, a, &(ll_take_t){ { keys[i], strlen (keys[i]), owner_a }, 60000, &holder, 0, 0 }, &fence,
-        &err);
+        B, a, &(ll_take_t){ { keys[i], strlen (keys[i]), owner_a }, 60000, &holder, 0, 0, false },
+        &fence, &err);
    }
    if (!ok)
       B->close (a);
@@ -395,8 +395,8 @@ static void test_ops_by_sqlite_clock (void)
    void *a = B->open (uri, &err);
    CHECK_OK (a != NULL, err);
    int64_t fence = 0;
-   bool ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
-                                 &fence, &err);
+   bool ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false }, &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -421,7 +421,7 @@ static void test_ops_by_sqlite_clock (void)
    CHECK (exp_at - wall > 55000 && exp_at - wall <= 60000);
 
    /* Other owner: busy, cannot renew or release. */
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false },
                             &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
    ok = B->renew (a, &(ll_op_t){ "op", 2, owner_b }, 60000, &err);
@@ -439,7 +439,7 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (rec.expires_in_ms <= 0);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false },
                             &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
@@ -451,7 +451,7 @@ static void test_ops_by_sqlite_clock (void)
    CHECK_OK (ok, err);
    CHECK (!strcmp (rec.owner, ""));
    CHECK (rec.expires_in_ms > 55000);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false },
                             &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
    ok = B->release (a, &(ll_op_t){ "op", 2, owner_b }, 0, &err);
@@ -462,12 +462,12 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false },
                             &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 3);
    /* A retried acquire by the same owner succeeds with a larger fence. */
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0 },
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false },
                             &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 4);
@@ -486,7 +486,7 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->inspect (a, &(ll_op_t){ "none", 4, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0 },
+   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false },
                             &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 5);
@@ -509,7 +509,8 @@ static char rsv_take (void *conn, const char *k, const char *owner, int64_t ttl_
 {
    leaselock_error_t err;
    int64_t f = 0;
-   if (ll_backend_acquire (B, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &holder, 0, 0 },
+   if (ll_backend_acquire (B, conn,
+                           &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &holder, 0, 0, false },
                            &f, &err)) {
       if (fence)
          *fence = f;
@@ -536,7 +537,7 @@ static char rsv_wait (void *conn,
 {
    leaselock_error_t err;
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
-   const ll_take_t t = { { k, strlen (k), owner }, 10000, &holder, reserve_ms, waited_ms };
+   const ll_take_t t = { { k, strlen (k), owner }, 10000, &holder, reserve_ms, waited_ms, false };
    bool ok = B->acquire_wait (conn, &t, &out, &err);
    bool reserved = out.reserved;
    rsv_left = out.left_ms;
@@ -828,6 +829,7 @@ Q_TEST (runs_out)
 Q_TEST (leave_missing)
 Q_TEST (keys_isolated)
 Q_TEST (records_unaffected)
+Q_TEST (fair_take)
 Q_TEST (prune)
 Q_TEST (odd_keys)
 
@@ -861,9 +863,9 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
    CHECK_EQ (rows ("old"), 2);
-   CHECK_OK (
-     ll_backend_acquire (b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &holder, 0, 0 }, &f, &err),
-     err);
+   CHECK_OK (ll_backend_acquire (
+               b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &holder, 0, 0, false }, &f, &err),
+             err);
    CHECK_EQ (f, 8);
 }
 
@@ -1025,7 +1027,8 @@ static bool open_and_use (const char *uri, int idx, leaselock_error_t *err)
    snprintf (key, sizeof key, "opener-%d", idx);
    int64_t fence;
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { key, strlen (key), owner_a }, 60000, &holder, 0, 0 }, &fence, err);
+     B, a, &(ll_take_t){ { key, strlen (key), owner_a }, 60000, &holder, 0, 0, false }, &fence,
+     err);
    B->close (a);
    return ok;
 }
@@ -1085,7 +1088,7 @@ static void test_fork_abandon (void)
    CHECK_OK (a != NULL, err);
    int64_t fence;
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { "parent", 6, owner_a }, 60000, &holder, 0, 0 }, &fence, &err);
+     B, a, &(ll_take_t){ { "parent", 6, owner_a }, 60000, &holder, 0, 0, false }, &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -1096,14 +1099,15 @@ static void test_fork_abandon (void)
       B->abandon (a);
       leaselock_error_t cerr;
       void *mine = B->open (uri, &cerr);
-      bool cok = mine && ll_backend_acquire (
-                           B, mine, &(ll_take_t){ { "child", 5, owner_b }, 60000, &holder, 0, 0 },
-                           &fence, &cerr);
-      bool busy =
-        mine &&
-        !ll_backend_acquire (
-          B, mine, &(ll_take_t){ { "parent", 6, owner_b }, 60000, &holder, 0, 0 }, &fence, &cerr) &&
-        cerr.code == LEASELOCK_BUSY;
+      bool cok =
+        mine && ll_backend_acquire (
+                  B, mine, &(ll_take_t){ { "child", 5, owner_b }, 60000, &holder, 0, 0, false },
+                  &fence, &cerr);
+      bool busy = mine &&
+                  !ll_backend_acquire (
+                    B, mine, &(ll_take_t){ { "parent", 6, owner_b }, 60000, &holder, 0, 0, false },
+                    &fence, &cerr) &&
+                  cerr.code == LEASELOCK_BUSY;
       if (mine)
          B->close (mine);
       _exit (cok && busy ? 0 : 1);
@@ -1551,6 +1555,7 @@ int main (int argc, char **argv)
    RUN (test_queue_leave_missing);
    RUN (test_queue_keys_isolated);
    RUN (test_queue_records_unaffected);
+   RUN (test_queue_fair_take);
    RUN (test_queue_prune);
    RUN (test_queue_odd_keys);
    RUN_SLOW (test_queue_concurrent_joins);
