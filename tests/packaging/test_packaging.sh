@@ -35,19 +35,7 @@ PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 export LEASELOCK_BUILD_JOBS=${LEASELOCK_BUILD_JOBS:-2} PIP_DISABLE_PIP_VERSION_CHECK=1
 unset LEASELOCK_BACKEND_PATH
 src=$(pwd)
-passed=0 failed=0
-
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-check() { # check WHAT CMD... : ok when CMD succeeds
-  local what=$1; shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
-finish() {
-  echo "$passed passed, $failed failed"
-  [ "$failed" -eq 0 ]
-  exit
-}
+. "$(dirname "$0")/checks.sh"
 # Runs a step quietly into a log; on failure prints the log's end.
 logged() { # logged LOG CMD...
   local log=$1; shift

@@ -31,19 +31,7 @@ out=${3:?usage: test_wheel.sh WHEEL_DIR TOOLS_VENV OUT_DIR}
 PYTHON=${PYTHON:-python3}
 unset LEASELOCK_BACKEND_PATH LD_LIBRARY_PATH
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-passed=0 failed=0
-
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-check() { # check WHAT CMD... : ok when CMD succeeds
-  local what=$1; shift
-  if "$@"; then ok "$what"; else fail "$what"; fi
-}
-finish() {
-  echo "$passed passed, $failed failed"
-  [ "$failed" -eq 0 ]
-  exit
-}
+. "$(dirname "$0")/checks.sh"
 
 version=$(sed -n 's/^#define LEASELOCK_VERSION "\([^"]*\)"/\1/p' csrc/leaselock.h)
 modules=$(bash tools/backends.sh modules)
