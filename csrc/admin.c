@@ -161,15 +161,12 @@ typedef struct records
 static bool records_add (const leaselock_record_t *rec, void *all_)
 {
    records_t *all = all_;
-   if (all->n == all->cap) {
-      size_t cap = all->cap ? 2 * all->cap : 16;
-      leaselock_record_t *grown = realloc (all->recs, cap * sizeof *grown);
-      if (!grown) {
-         all->failed = true;
-         return false;
-      }
-      all->recs = grown;
-      all->cap = cap;
+   void *recs = all->recs;
+   bool room = ll_grow (&recs, &all->cap, all->n, sizeof *all->recs, 16);
+   all->recs = recs;
+   if (!room) {
+      all->failed = true;
+      return false;
    }
    all->recs[all->n] = *rec;
    record_fix (all->backend, &all->recs[all->n++]);

@@ -2,7 +2,8 @@
  * backend_util.c - small helpers that several backends share: no driver
  * header, no connection state, only bytes, strings and file descriptors.
  * (The secrets a connection keeps and the one scrubber live in uri.c,
- * beside the reading of a URI that says what is secret.)
+ * beside the reading of a URI that says what is secret.) Also the one
+ * growing array of the core's lists (ll_grow).
  */
 #include "ll_internal.h"
 
@@ -157,4 +158,17 @@ bool ll_record_take_one (const leaselock_record_t *rec, void *one)
    *o->rec = *rec;
    *o->found = true;
    return false;
+}
+
+bool ll_grow (void **items, size_t *cap, size_t n, size_t size, size_t first)
+{
+   if (n < *cap)
+      return true;
+   size_t grown_cap = *cap ? 2 * *cap : first;
+   void *grown = realloc (*items, grown_cap * size);
+   if (!grown)
+      return false;
+   *items = grown;
+   *cap = grown_cap;
+   return true;
 }

@@ -83,6 +83,11 @@ const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZ
       (e)->prev = (e)->next = NULL;                                                                \
    } while (0)
 
+/* Makes room for one more item in a growing array (*items of *cap items
+ * of size bytes, n used): doubles it (first items at the start) when
+ * full. False when out of memory (the array is left as it was). */
+bool ll_grow (void **items, size_t *cap, size_t n, size_t size, size_t first);
+
 /* ---- validation (contract "Words") ----------------------------------- */
 
 /* key: 1..255 bytes, valid UTF-8, no NUL. what names the argument in the

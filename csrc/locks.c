@@ -85,15 +85,12 @@ static role_t role_of (const leaselock_record_t *r, size_t *base_len)
 static bool rec_add (const leaselock_record_t *rec, void *all_)
 {
    rec_all_t *all = all_;
-   if (all->n == all->cap) {
-      size_t cap = all->cap ? 2 * all->cap : 16;
-      rec_entry_t *grown = realloc (all->e, cap * sizeof *grown);
-      if (!grown) {
-         all->failed = true;
-         return false;
-      }
-      all->e = grown;
-      all->cap = cap;
+   void *e_all = all->e;
+   bool room = ll_grow (&e_all, &all->cap, all->n, sizeof *all->e, 16);
+   all->e = e_all;
+   if (!room) {
+      all->failed = true;
+      return false;
    }
    rec_entry_t *e = &all->e[all->n];
    e->rec = *rec;

@@ -538,14 +538,11 @@ bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len)
    for (size_t i = 0; i < s->n; i++)
       if (strlen (s->v[i]) == len && !memcmp (s->v[i], secret, len))
          return true;
-   if (s->n == s->cap) {
-      size_t cap = s->cap ? 2 * s->cap : 8;
-      char **v = realloc (s->v, cap * sizeof *v);
-      if (!v)
-         return false;
-      s->v = v;
-      s->cap = cap;
-   }
+   void *v = s->v;
+   bool room = ll_grow (&v, &s->cap, s->n, sizeof *s->v, 8);
+   s->v = v;
+   if (!room)
+      return false;
    if (!(s->v[s->n] = strndup (secret, len)))
       return false;
    s->n++;
