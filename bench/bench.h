@@ -82,10 +82,8 @@ static inline leaselock_client_t *bench_client (const char *uri)
 /* One round through the engine: PAIRS acquire+release pairs on KEY with
  * the options every bench uses, auto-renewal on or off. Returns the
  * seconds it took. */
-static inline double bench_engine_round_renew (leaselock_client_t *client,
-                                               const char *key,
-                                               long pairs,
-                                               bool auto_renew)
+static inline double bench_engine_round_renew (leaselock_client_t *client, const char *key,
+                                               long pairs, bool auto_renew)
 {
    leaselock_acquire_opts_t o;
    leaselock_acquire_opts_init (&o);
@@ -141,12 +139,8 @@ static inline double bench_median (double *v, int n)
  * ROUNDS interleaved rounds of PAIRS pairs on each side (engine first in
  * even rounds, bare first in odd ones, so neither always follows the
  * other's pauses) and prints the figures described above. */
-static inline void bench_run (leaselock_client_t *client,
-                              const char *engine_key,
-                              const bench_bare_t *bare,
-                              long pairs,
-                              int rounds,
-                              long warmup)
+static inline void bench_run (leaselock_client_t *client, const char *engine_key,
+                              const bench_bare_t *bare, long pairs, int rounds, long warmup)
 {
    if (warmup > 0) {
       bench_engine_round (client, engine_key, warmup);

@@ -155,13 +155,8 @@ typedef struct admin_args
    bool held;       /* list --held: held keys only */
 } admin_args_t;
 
-int parse_admin_args (int argc,
-                      char **argv,
-                      const char *flag,
-                      const char *flag2,
-                      bool verbose_ok,
-                      const char *takes,
-                      admin_args_t *a);
+int parse_admin_args (int argc, char **argv, const char *flag, const char *flag2, bool verbose_ok,
+                      const char *takes, admin_args_t *a);
 
 /* What prune was given: pointers into argv (uri may also be the caller's
  * default). */
@@ -241,11 +236,8 @@ const char *run_mode_name (const run_opts_t *o);
 
 /* Starts o->cmd into ch (see the function). On failure the command, if it
  * was forked, is reaped; ch's descriptors stay the caller's to close. */
-bool start_command (const run_opts_t *o,
-                    leaselock_lease_t *lease,
-                    const sigset_t *mask,
-                    child_t *ch,
-                    int *status);
+bool start_command (const run_opts_t *o, leaselock_lease_t *lease, const sigset_t *mask,
+                    child_t *ch, int *status);
 
 /* ---- watchdog.c ------------------------------------------------------- */
 

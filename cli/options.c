@@ -118,12 +118,8 @@ static int admin_option (int argc, char **argv, int *i, const admin_opt_t *opt)
  * *arg; TAKES ends the error for a second one, e.g. "status takes one
  * KEY"). Returns PARSED when all were read, else the exit status the
  * subcommand returns at once (0 after --help, EXIT_USAGE on an error). */
-static int parse_admin_loop (int argc,
-                             char **argv,
-                             const admin_opt_t *opt,
-                             const char *takes,
-                             const char **uri,
-                             const char **arg)
+static int parse_admin_loop (int argc, char **argv, const admin_opt_t *opt, const char *takes,
+                             const char **uri, const char **arg)
 {
    for (int i = 0; i < argc; i++) {
       if (is_help (argv[i]))
@@ -147,13 +143,8 @@ static int parse_admin_loop (int argc,
 /* status, list and release: one boolean option FLAG (sets a->flag), with
  * verbose_ok also -v/--verbose (sets a->verbose), at most one KEY or
  * PREFIX (see parse_admin_loop). */
-int parse_admin_args (int argc,
-                      char **argv,
-                      const char *flag,
-                      const char *flag2,
-                      bool verbose_ok,
-                      const char *takes,
-                      admin_args_t *a)
+int parse_admin_args (int argc, char **argv, const char *flag, const char *flag2, bool verbose_ok,
+                      const char *takes, admin_args_t *a)
 {
    admin_opt_t opt = { .name = flag,
                        .flag = &a->flag,

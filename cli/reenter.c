@@ -63,12 +63,8 @@ const char *run_mode_name (const run_opts_t *o)
  * refused at once instead, as busy, when that record is still owner's on
  * this database. hint says what to do instead. True when it was (*status
  * set). */
-static bool refuse_self_wait (leaselock_client_t *client,
-                              const run_opts_t *o,
-                              const char *rec_key,
-                              const char *owner,
-                              const char *hint,
-                              int *status)
+static bool refuse_self_wait (leaselock_client_t *client, const run_opts_t *o, const char *rec_key,
+                              const char *owner, const char *hint, int *status)
 {
    leaselock_record_t rec;
    bool found = false;
@@ -90,11 +86,8 @@ static bool refuse_self_wait (leaselock_client_t *client,
 
 /* refuse_self_wait on a client of its own (a failure to open one ends the
  * run: *status set, true). */
-static bool refuse_on_client (const run_opts_t *o,
-                              const char *rec_key,
-                              const char *owner,
-                              const char *hint,
-                              int *status)
+static bool refuse_on_client (const run_opts_t *o, const char *rec_key, const char *owner,
+                              const char *hint, int *status)
 {
    leaselock_client_t *client = open_client (o->uri, o->label, status);
    if (!client)

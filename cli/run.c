@@ -109,9 +109,7 @@ static bool should_stop (void *user_data)
 /* After BUSY: says who holds the key, as the core read it when the
  * acquire gave up (err->holder; nothing when it could not tell), and in
  * which database. */
-static void report_busy (leaselock_client_t *client,
-                         const char *key,
-                         const char *why,
+static void report_busy (leaselock_client_t *client, const char *key, const char *why,
                          const leaselock_error_t *err)
 {
    const leaselock_holder_t *h = &err->holder;
@@ -137,10 +135,8 @@ static void report_busy (leaselock_client_t *client,
 
 /* The core's acquire for run's kind of holder (--slots, --shared,
  * --exclusive, or none: the key itself). */
-static bool acquire_as (leaselock_client_t *client,
-                        const run_opts_t *o,
-                        const leaselock_acquire_opts_t *opts,
-                        leaselock_lease_t **lease,
+static bool acquire_as (leaselock_client_t *client, const run_opts_t *o,
+                        const leaselock_acquire_opts_t *opts, leaselock_lease_t **lease,
                         leaselock_error_t *err)
 {
    size_t len = strlen (o->key);
@@ -170,9 +166,7 @@ static void report_mode_busy (const run_opts_t *o, const char *why)
 }
 
 /* Acquires o->key, waiting as --wait says. Sets *status when it fails. */
-static leaselock_lease_t *acquire_lease (leaselock_client_t *client,
-                                         const run_opts_t *o,
-                                         int sigfd,
+static leaselock_lease_t *acquire_lease (leaselock_client_t *client, const run_opts_t *o, int sigfd,
                                          int *status)
 {
    wait_ctx_t wctx = { sigfd, 0 };

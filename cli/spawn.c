@@ -212,12 +212,8 @@ static int let_command_exec (int go_fd, int err_fd)
 /* Forks the command, then its watchdog, the go socket and the error pipe
  * opened into go and err first. Says why it fails. The caller closes what is
  * left open in go and err. */
-static bool fork_with_watchdog (const run_opts_t *o,
-                                leaselock_lease_t *lease,
-                                exec_plan_t *plan,
-                                child_t *ch,
-                                int go[2],
-                                int err[2])
+static bool fork_with_watchdog (const run_opts_t *o, leaselock_lease_t *lease, exec_plan_t *plan,
+                                child_t *ch, int go[2], int err[2])
 {
    if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 || pipe2 (err, O_CLOEXEC) < 0) {
       say ("cannot start %s: %s", o->cmd[0], strerror (errno));
@@ -244,11 +240,8 @@ static bool fork_with_watchdog (const run_opts_t *o,
  * a terminal, where the command must stay in its group to read it, the
  * command gets its own process group, so a loss stops the whole job. Sets
  * *status when it fails. */
-bool start_command (const run_opts_t *o,
-                    leaselock_lease_t *lease,
-                    const sigset_t *mask,
-                    child_t *ch,
-                    int *status)
+bool start_command (const run_opts_t *o, leaselock_lease_t *lease, const sigset_t *mask,
+                    child_t *ch, int *status)
 {
    int go[2] = { -1, -1 }, err[2] = { -1, -1 };
    exec_plan_t plan = { .argv = o->cmd,

@@ -73,8 +73,7 @@ static void on_signal (int sig)
 }
 
 /* The holder column: "host pid N (label)", "+K" for a mode's other holders. */
-static void holder_text (const leaselock_lock_info_t *l,
-                         const leaselock_record_t *lead,
+static void holder_text (const leaselock_lock_info_t *l, const leaselock_record_t *lead,
                          top_row_t *row)
 {
    row->holder[0] = '\0';
@@ -165,11 +164,8 @@ static int row_cmp (const void *a_, const void *b_)
 }
 
 /* Reads the locks under prefix into rows (sorted by view). */
-static bool top_read (leaselock_client_t *client,
-                      const char *prefix,
-                      const top_view_t *view,
-                      top_rows_t *rows,
-                      leaselock_error_t *err)
+static bool top_read (leaselock_client_t *client, const char *prefix, const top_view_t *view,
+                      top_rows_t *rows, leaselock_error_t *err)
 {
    rows->n = 0;
    rows->failed = false;
@@ -388,10 +384,7 @@ static int top_live (leaselock_client_t *client, int64_t interval_ms, top_view_t
 }
 
 /* --once or --json: a table or a JSON array, once or per interval. */
-static int top_print (leaselock_client_t *client,
-                      int64_t interval_ms,
-                      bool json,
-                      bool once,
+static int top_print (leaselock_client_t *client, int64_t interval_ms, bool json, bool once,
                       top_view_t *v)
 {
    top_rows_t rows = { .json = json };

@@ -27,11 +27,8 @@ void leaselock_acquire_opts_init (leaselock_acquire_opts_t *opts)
    opts->auto_renew = true;
 }
 
-bool ll_acquire_target_ok (leaselock_client_t *c,
-                           const char *key,
-                           size_t key_len,
-                           leaselock_lease_t **lease,
-                           leaselock_error_t *err)
+bool ll_acquire_target_ok (leaselock_client_t *c, const char *key, size_t key_len,
+                           leaselock_lease_t **lease, leaselock_error_t *err)
 {
    if (!c)
       return ll_error_set (err, LEASELOCK_INVALID, "client is NULL");
@@ -41,11 +38,8 @@ bool ll_acquire_target_ok (leaselock_client_t *c,
 }
 
 /* The checks of leaselock_acquire's arguments, before any I/O. */
-static bool acquire_args_ok (leaselock_client_t *c,
-                             const char *key,
-                             size_t key_len,
-                             const leaselock_acquire_opts_t *opts,
-                             leaselock_lease_t **lease,
+static bool acquire_args_ok (leaselock_client_t *c, const char *key, size_t key_len,
+                             const leaselock_acquire_opts_t *opts, leaselock_lease_t **lease,
                              leaselock_error_t *err)
 {
    if (!ll_acquire_target_ok (c, key, key_len, lease, err) ||
@@ -117,11 +111,8 @@ static void holder_text (const leaselock_record_t *rec, char *buf, size_t size)
 #define EXPLAIN_MAX_MS 100
 
 /* leaselock_inspect of key, bounded as EXPLAIN_MAX_MS says. */
-static bool inspect_bounded (leaselock_client_t *c,
-                             const char *key,
-                             size_t key_len,
-                             leaselock_record_t *rec,
-                             bool *found)
+static bool inspect_bounded (leaselock_client_t *c, const char *key, size_t key_len,
+                             leaselock_record_t *rec, bool *found)
 {
    ll_call_wait_t w = { .one_try = true, .warned = true /* no lock_wait WARNING for it */ };
    ll_call_wait_t *was_wait = ll_call_wait ();
@@ -135,11 +126,8 @@ static bool inspect_bounded (leaselock_client_t *c,
    return ok;
 }
 
-bool leaselock_explain_busy (leaselock_client_t *c,
-                             const char *key,
-                             size_t key_len,
-                             int64_t waited_ms,
-                             leaselock_error_t *error)
+bool leaselock_explain_busy (leaselock_client_t *c, const char *key, size_t key_len,
+                             int64_t waited_ms, leaselock_error_t *error)
 {
    if (!error || (error->code != LEASELOCK_BUSY && error->code != LEASELOCK_TIMEOUT))
       return true;
@@ -183,12 +171,8 @@ static void call_explain (acquire_call_t *a, const leaselock_error_t *error, lea
 }
 
 /* Sets up call a for key with opts (already checked). */
-static bool call_init (acquire_call_t *a,
-                       leaselock_client_t *c,
-                       const char *key,
-                       size_t key_len,
-                       const leaselock_acquire_opts_t *opts,
-                       leaselock_error_t *err)
+static bool call_init (acquire_call_t *a, leaselock_client_t *c, const char *key, size_t key_len,
+                       const leaselock_acquire_opts_t *opts, leaselock_error_t *err)
 {
    *a = (acquire_call_t){ .c = c, .key = key, .key_len = key_len, .opts = opts, .me = getpid () };
    a->start = ll_now_ms ();
@@ -211,8 +195,7 @@ static bool call_init (acquire_call_t *a,
    return ll_owner_new (a->owner, err);
 }
 
-leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
-                                        leaselock_error_t *error,
+leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f, leaselock_error_t *error,
                                         const leaselock_acquire_opts_t **opts,
                                         leaselock_lease_t **lease)
 {
@@ -228,13 +211,9 @@ leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
 
 /* leaselock_acquire; explain: name the holder when it gives up (not for
  * the records of a mode, modes.c, whose one tries are not the end). */
-static bool acquire_run (leaselock_client_t *c,
-                         const char *key,
-                         size_t key_len,
-                         const leaselock_acquire_opts_t *opts,
-                         leaselock_lease_t **lease,
-                         leaselock_error_t *error,
-                         bool explain)
+static bool acquire_run (leaselock_client_t *c, const char *key, size_t key_len,
+                         const leaselock_acquire_opts_t *opts, leaselock_lease_t **lease,
+                         leaselock_error_t *error, bool explain)
 {
    ll_acquire_frame_t f;
    leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);
@@ -258,21 +237,15 @@ static bool acquire_run (leaselock_client_t *c,
    }
 }
 
-bool leaselock_acquire (leaselock_client_t *c,
-                        const char *key,
-                        size_t key_len,
-                        const leaselock_acquire_opts_t *opts,
-                        leaselock_lease_t **lease,
+bool leaselock_acquire (leaselock_client_t *c, const char *key, size_t key_len,
+                        const leaselock_acquire_opts_t *opts, leaselock_lease_t **lease,
                         leaselock_error_t *error)
 {
    return acquire_run (c, key, key_len, opts, lease, error, true);
 }
 
-bool ll_acquire_record (leaselock_client_t *c,
-                        const char *key,
-                        size_t key_len,
-                        const leaselock_acquire_opts_t *opts,
-                        leaselock_lease_t **lease,
+bool ll_acquire_record (leaselock_client_t *c, const char *key, size_t key_len,
+                        const leaselock_acquire_opts_t *opts, leaselock_lease_t **lease,
                         leaselock_error_t *error)
 {
    return acquire_run (c, key, key_len, opts, lease, error, false);
@@ -286,9 +259,7 @@ struct leaselock_wait
    bool over; /* acquired, or failed: no more tries */
 };
 
-leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
-                                      const char *key,
-                                      size_t key_len,
+leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c, const char *key, size_t key_len,
                                       const leaselock_acquire_opts_t *opts,
                                       leaselock_error_t *error)
 {
@@ -312,9 +283,7 @@ leaselock_wait_t *leaselock_wait_new (leaselock_client_t *c,
    return w;
 }
 
-bool leaselock_wait_try (leaselock_wait_t *w,
-                         leaselock_lease_t **lease,
-                         int64_t *sleep_ms,
+bool leaselock_wait_try (leaselock_wait_t *w, leaselock_lease_t **lease, int64_t *sleep_ms,
                          leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);

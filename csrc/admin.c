@@ -27,9 +27,7 @@ static bool admin_begin (leaselock_client_t *c, admin_conn_t *a, leaselock_error
 }
 
 /* Gives the connection back (dropped when the statement broke it). */
-static void admin_put (leaselock_client_t *c,
-                       admin_conn_t *a,
-                       bool ok,
+static void admin_put (leaselock_client_t *c, admin_conn_t *a, bool ok,
                        const leaselock_error_t *err)
 {
    ll_pool_put (c, a->conn, a->me, !ok && ll_conn_failed (err));
@@ -37,13 +35,8 @@ static void admin_put (leaselock_client_t *c,
 
 /* Counts the statement (what, on key), logs its backend error, and gives
  * the connection back. */
-static void admin_end (leaselock_client_t *c,
-                       admin_conn_t *a,
-                       const char *what,
-                       const char *key,
-                       size_t key_len,
-                       bool ok,
-                       const leaselock_error_t *err)
+static void admin_end (leaselock_client_t *c, admin_conn_t *a, const char *what, const char *key,
+                       size_t key_len, bool ok, const leaselock_error_t *err)
 {
    ll_obs_request (&c->obs, a->t0, ok, err);
    if (!ok && (err->code == LEASELOCK_BACKEND || err->code == LEASELOCK_NOMEM))
@@ -52,8 +45,7 @@ static void admin_end (leaselock_client_t *c,
    admin_put (c, a, ok, err);
 }
 
-bool leaselock_client_stats (leaselock_client_t *c,
-                             leaselock_stats_t *stats,
+bool leaselock_client_stats (leaselock_client_t *c, leaselock_stats_t *stats,
                              leaselock_error_t *error)
 {
    ll_error_clear (error);
@@ -107,8 +99,7 @@ static void durability_fill (leaselock_durability_t *out, const ll_primary_t *p)
    out->max_ttl_ms = p->max_ttl_ms;
 }
 
-bool leaselock_client_durability (leaselock_client_t *c,
-                                  leaselock_durability_t *out,
+bool leaselock_client_durability (leaselock_client_t *c, leaselock_durability_t *out,
                                   leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
@@ -127,12 +118,8 @@ bool leaselock_client_durability (leaselock_client_t *c,
    return true;
 }
 
-bool leaselock_inspect (leaselock_client_t *c,
-                        const char *key,
-                        size_t key_len,
-                        leaselock_record_t *record,
-                        bool *found,
-                        leaselock_error_t *error)
+bool leaselock_inspect (leaselock_client_t *c, const char *key, size_t key_len,
+                        leaselock_record_t *record, bool *found, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
    if (!ll_client_usable (c, err) || !ll_check_key (key, key_len, "key", false, err))
@@ -175,9 +162,7 @@ static bool records_add (const leaselock_record_t *rec, void *all_)
 
 /* The checks of list's and prune's client and prefix; a NULL prefix of
  * length 0 becomes "". */
-static bool prefix_ok (leaselock_client_t *c,
-                       const char **prefix,
-                       size_t prefix_len,
+static bool prefix_ok (leaselock_client_t *c, const char **prefix, size_t prefix_len,
                        leaselock_error_t *err)
 {
    if (!ll_client_usable (c, err))
@@ -187,12 +172,8 @@ static bool prefix_ok (leaselock_client_t *c,
    return ll_check_key (*prefix, prefix_len, "prefix", true, err);
 }
 
-bool leaselock_list (leaselock_client_t *c,
-                     const char *prefix,
-                     size_t prefix_len,
-                     leaselock_record_cb fn,
-                     void *user_data,
-                     leaselock_error_t *error)
+bool leaselock_list (leaselock_client_t *c, const char *prefix, size_t prefix_len,
+                     leaselock_record_cb fn, void *user_data, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
    if (!prefix_ok (c, &prefix, prefix_len, err))
@@ -215,10 +196,7 @@ bool leaselock_list (leaselock_client_t *c,
    return ok;
 }
 
-bool leaselock_force_release (leaselock_client_t *c,
-                              const char *key,
-                              size_t key_len,
-                              bool *took,
+bool leaselock_force_release (leaselock_client_t *c, const char *key, size_t key_len, bool *took,
                               leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
@@ -237,12 +215,8 @@ bool leaselock_force_release (leaselock_client_t *c,
    return ok;
 }
 
-bool leaselock_prune (leaselock_client_t *c,
-                      const char *prefix,
-                      size_t prefix_len,
-                      int64_t older_than_ms,
-                      int64_t *count,
-                      leaselock_error_t *error)
+bool leaselock_prune (leaselock_client_t *c, const char *prefix, size_t prefix_len,
+                      int64_t older_than_ms, int64_t *count, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
    if (count)

@@ -75,10 +75,7 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
    return found;
 }
 
-bool ll_backend_acquire (const ll_backend_t *b,
-                         void *conn,
-                         const ll_take_t *t,
-                         int64_t *fence,
+bool ll_backend_acquire (const ll_backend_t *b, void *conn, const ll_take_t *t, int64_t *fence,
                          leaselock_error_t *err)
 {
    if (b->acquire)

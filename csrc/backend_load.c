@@ -196,9 +196,7 @@ static void (*const load_once[]) (void) = { load_0, load_1, load_2 };
 _Static_assert(sizeof load_once / sizeof load_once[0] == sizeof modules / sizeof modules[0],
                "one load_<i> per module");
 
-int ll_backend_module_for_scheme (const char *scheme,
-                                  size_t len,
-                                  const ll_backend_t **backend,
+int ll_backend_module_for_scheme (const char *scheme, size_t len, const ll_backend_t **backend,
                                   leaselock_error_t *err)
 {
    for (size_t i = 0; i < sizeof modules / sizeof modules[0]; i++) {

@@ -91,13 +91,8 @@
  * document's fence (acquire's tries: ll_mongo_fam_opts, as the benchmark
  * sends them). *matched: whether a document was modified or inserted; an
  * upsert that finds the key there is BUSY. */
-static bool ll_mongo_fam (ll_mongo_conn_t *conn,
-                          const bson_t *query,
-                          const bson_t *update,
-                          bool upsert,
-                          bool *matched,
-                          int64_t *fence,
-                          leaselock_error_t *err)
+static bool ll_mongo_fam (ll_mongo_conn_t *conn, const bson_t *query, const bson_t *update,
+                          bool upsert, bool *matched, int64_t *fence, leaselock_error_t *err)
 {
    bson_t *doc;
    bson_iter_t v;
@@ -114,12 +109,8 @@ static bool ll_mongo_fam (ll_mongo_conn_t *conn,
 /* findAndModify(q, u) on the records without upsert, returning the fields
  * named in fields (NULL-terminated) of the new document: *doc a copy of
  * them (the caller destroys it), NULL when nothing matched. */
-static bool ll_mongo_fam_new (ll_mongo_conn_t *conn,
-                              const bson_t *q,
-                              const bson_t *u,
-                              const char *const *fields,
-                              bson_t **doc,
-                              leaselock_error_t *err)
+static bool ll_mongo_fam_new (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u,
+                              const char *const *fields, bson_t **doc, leaselock_error_t *err)
 {
    return ll_mongo_fam_run (conn, conn->coll, q, ll_mongo_fam_opts_fields (u, fields, false), doc,
                             err);
@@ -141,12 +132,8 @@ static bool ll_mongo_take_command (bson_t *q, bson_t *u, const ll_take_t *t, lea
 
 /* acquire's second try with update u: an upsert whose query matches no
  * existing record. A record that exists answers 11000: BUSY. */
-static bool ll_mongo_take_new (ll_mongo_conn_t *conn,
-                               const char *key,
-                               size_t key_len,
-                               const bson_t *u,
-                               int64_t *fence,
-                               leaselock_error_t *err)
+static bool ll_mongo_take_new (ll_mongo_conn_t *conn, const char *key, size_t key_len,
+                               const bson_t *u, int64_t *fence, leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER;
    bool ok, matched = false;
@@ -193,12 +180,8 @@ static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, lease
  * the claim by the server's clock: max(renewedAt + ttlMs, acquiredAt +
  * holdMs) - nextAt, nextAt being the claim's own $currentDate (-1 when a
  * field is missing). */
-static bool ll_mongo_claim (ll_mongo_conn_t *conn,
-                            const bson_t *q,
-                            const bson_t *u,
-                            bool *reserved,
-                            int64_t *left_ms,
-                            leaselock_error_t *err)
+static bool ll_mongo_claim (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u, bool *reserved,
+                            int64_t *left_ms, leaselock_error_t *err)
 {
    static const char *const fields[] = { "renewedAt", "ttlMs",  "acquiredAt",
                                          "holdMs",    "nextAt", NULL };
@@ -235,9 +218,7 @@ static bool ll_mongo_claim (ll_mongo_conn_t *conn,
  * which (it takes a missing key; 11000 is BUSY, not reserved). Round
  * trips: 1 when it takes an existing record, 2 when busy and reserved, 3
  * otherwise. */
-static bool ll_mongo_acquire_wait (void *c,
-                                   const ll_take_t *t,
-                                   ll_taken_t *out,
+static bool ll_mongo_acquire_wait (void *c, const ll_take_t *t, ll_taken_t *out,
                                    leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
@@ -278,9 +259,7 @@ static bool ll_mongo_renew (void *c, const ll_op_t *op, int64_t ttl_ms, leaseloc
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
-static bool ll_mongo_release (void *c,
-                              const ll_op_t *op,
-                              int64_t min_hold_ms,
+static bool ll_mongo_release (void *c, const ll_op_t *op, int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
@@ -292,13 +271,8 @@ static bool ll_mongo_release (void *c,
 /* findAndModify(q, u) without upsert returning the new document's holds,
  * when q and u were built (built false: NOMEM); frees q and u (as
  * ll_mongo_update_owned does). *matched whether a document matched. */
-static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn,
-                                bson_t *q,
-                                bson_t *u,
-                                bool built,
-                                bool *matched,
-                                int64_t *holds,
-                                leaselock_error_t *err)
+static bool ll_mongo_fam_holds (ll_mongo_conn_t *conn, bson_t *q, bson_t *u, bool built,
+                                bool *matched, int64_t *holds, leaselock_error_t *err)
 {
    static const char *const fields[] = { "holds", NULL };
    bson_t *doc = NULL;
@@ -331,10 +305,7 @@ static bool ll_mongo_gave_up (leaselock_error_t *err, const char *what, const ch
  * holds move the count between the two tries. */
 #define LL_MONGO_HOLD_TRIES 16
 
-static bool ll_mongo_hold (void *c,
-                           const ll_op_t *op,
-                           int delta,
-                           int64_t *holds,
+static bool ll_mongo_hold (void *c, const ll_op_t *op, int delta, int64_t *holds,
                            leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
@@ -422,10 +393,8 @@ static void ll_mongo_fill_record (const bson_t *doc, leaselock_record_t *rec)
 }
 
 /* Runs the record pipeline for match and calls fn for each record. */
-static bool ll_mongo_records (ll_mongo_conn_t *conn,
-                              const bson_t *match,
-                              bool (*fn) (const leaselock_record_t *, void *),
-                              void *data,
+static bool ll_mongo_records (ll_mongo_conn_t *conn, const bson_t *match,
+                              bool (*fn) (const leaselock_record_t *, void *), void *data,
                               leaselock_error_t *err)
 {
    bson_t pipeline = BSON_INITIALIZER;
@@ -452,10 +421,7 @@ static bool ll_mongo_records (ll_mongo_conn_t *conn,
    return ok;
 }
 
-static bool ll_mongo_inspect (void *c,
-                              const ll_op_t *op,
-                              leaselock_record_t *rec,
-                              bool *found,
+static bool ll_mongo_inspect (void *c, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                               leaselock_error_t *err)
 {
    bson_t match = BSON_INITIALIZER;
@@ -472,12 +438,8 @@ static bool ll_mongo_inspect (void *c,
    return ok;
 }
 
-static bool ll_mongo_list (void *c,
-                           const char *prefix,
-                           size_t prefix_len,
-                           leaselock_record_cb fn,
-                           void *user_data,
-                           leaselock_error_t *err)
+static bool ll_mongo_list (void *c, const char *prefix, size_t prefix_len, leaselock_record_cb fn,
+                           void *user_data, leaselock_error_t *err)
 {
    bson_t match = BSON_INITIALIZER;
    bool ok = ll_mongo_prefix_match (&match, prefix, prefix_len) || ll_mongo_nomem (err);
@@ -537,12 +499,8 @@ static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leas
 /* prune: one deleteMany of the expired records under the prefix
  * (ll_mongo_prune_filter), *count from the reply's deletedCount; then the
  * queue's entries that ran out. */
-static bool ll_mongo_prune (void *c,
-                            const char *prefix,
-                            size_t prefix_len,
-                            int64_t older_than_ms,
-                            int64_t *count,
-                            leaselock_error_t *err)
+static bool ll_mongo_prune (void *c, const char *prefix, size_t prefix_len, int64_t older_than_ms,
+                            int64_t *count, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
    bson_t q = BSON_INITIALIZER;

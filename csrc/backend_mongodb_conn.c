@@ -33,9 +33,7 @@ static void ll_mongo_init (void)
 
 /* ---- errors ------------------------------------------------------------ */
 
-bool ll_mongo_fail (const ll_mongo_conn_t *conn,
-                    leaselock_error_t *err,
-                    const char *what,
+bool ll_mongo_fail (const ll_mongo_conn_t *conn, leaselock_error_t *err, const char *what,
                     const bson_error_t *e)
 {
    char detail[32];
@@ -82,8 +80,7 @@ static ll_mongo_conn_t *ll_mongo_conn_new (const char *text, leaselock_error_t *
  * without a wtimeoutMS gets the default one: the server would otherwise
  * hold the reply until the socket timeout, with the write applied on the
  * primary (an unknown outcome either way; the engine cleans it up). */
-static bool ll_mongo_set_write_concern (ll_mongo_conn_t *conn,
-                                        const mongoc_uri_t *uri,
+static bool ll_mongo_set_write_concern (ll_mongo_conn_t *conn, const mongoc_uri_t *uri,
                                         leaselock_error_t *err)
 {
    mongoc_write_concern_t *wc = mongoc_write_concern_copy (mongoc_uri_get_write_concern (uri));
@@ -120,9 +117,7 @@ static bool ll_mongo_ping (ll_mongo_conn_t *conn, leaselock_error_t *err)
 }
 
 /* The client and collection on uri, checked with a ping. */
-static bool ll_mongo_connect (ll_mongo_conn_t *conn,
-                              const mongoc_uri_t *uri,
-                              const char *collname,
+static bool ll_mongo_connect (ll_mongo_conn_t *conn, const mongoc_uri_t *uri, const char *collname,
                               leaselock_error_t *err)
 {
    bson_error_t e;
@@ -212,12 +207,8 @@ void ll_mongo_abandon (void *c)
 
 /* ---- round trips ------------------------------------------------------- */
 
-bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
-                       mongoc_collection_t *coll,
-                       const bson_t *q,
-                       mongoc_find_and_modify_opts_t *opts,
-                       bson_t **doc,
-                       leaselock_error_t *err)
+bool ll_mongo_fam_run (ll_mongo_conn_t *conn, mongoc_collection_t *coll, const bson_t *q,
+                       mongoc_find_and_modify_opts_t *opts, bson_t **doc, leaselock_error_t *err)
 {
    bson_t reply;
    bson_error_t e;
@@ -246,10 +237,7 @@ bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
    return ok;
 }
 
-bool ll_mongo_update (ll_mongo_conn_t *conn,
-                      const bson_t *q,
-                      const bson_t *u,
-                      bool *matched,
+bool ll_mongo_update (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u, bool *matched,
                       leaselock_error_t *err)
 {
    bson_t reply;
@@ -267,10 +255,7 @@ bool ll_mongo_update (ll_mongo_conn_t *conn,
    return true;
 }
 
-bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
-                            bson_t *q,
-                            bson_t *u,
-                            bool ok,
+bool ll_mongo_update_owned (ll_mongo_conn_t *conn, bson_t *q, bson_t *u, bool ok,
                             leaselock_error_t *err)
 {
    bool matched = false;
@@ -283,11 +268,8 @@ bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
    return ok;
 }
 
-bool ll_mongo_delete_many (ll_mongo_conn_t *conn,
-                           mongoc_collection_t *coll,
-                           const bson_t *q,
-                           int64_t *count,
-                           leaselock_error_t *err)
+bool ll_mongo_delete_many (ll_mongo_conn_t *conn, mongoc_collection_t *coll, const bson_t *q,
+                           int64_t *count, leaselock_error_t *err)
 {
    bson_t reply;
    bson_error_t e;

@@ -70,12 +70,8 @@ static const char *ll_mongo_hello_str (const bson_t *doc, const char *name)
             : NULL;
 }
 
-ll_mongo_topology_t ll_mongo_hello_identity (const bson_t *hello,
-                                             const char *host,
-                                             char *id,
-                                             size_t id_size,
-                                             char *about,
-                                             size_t about_size)
+ll_mongo_topology_t ll_mongo_hello_identity (const bson_t *hello, const char *host, char *id,
+                                             size_t id_size, char *about, size_t about_size)
 {
    bson_iter_t it;
    if (!hello || bson_empty (hello)) {
@@ -106,9 +102,7 @@ ll_mongo_topology_t ll_mongo_hello_identity (const bson_t *hello,
    return LL_MONGO_TOPO_REPLSET;
 }
 
-void ll_mongo_durability (ll_primary_t *p,
-                          ll_mongo_topology_t topo,
-                          const char *about,
+void ll_mongo_durability (ll_primary_t *p, ll_mongo_topology_t topo, const char *about,
                           const mongoc_write_concern_t *wc)
 {
    char w[48];
@@ -141,12 +135,8 @@ void ll_mongo_durability (ll_primary_t *p,
 
 /* The server the driver writes to: its identity into id (conn's
  * identity's size) and what it is into *topo and about. */
-static bool ll_mongo_read_identity (ll_mongo_conn_t *conn,
-                                    char *id,
-                                    ll_mongo_topology_t *topo,
-                                    char *about,
-                                    size_t about_size,
-                                    leaselock_error_t *err)
+static bool ll_mongo_read_identity (ll_mongo_conn_t *conn, char *id, ll_mongo_topology_t *topo,
+                                    char *about, size_t about_size, leaselock_error_t *err)
 {
    bson_error_t e;
    mongoc_server_description_t *sd = mongoc_client_select_server (conn->client, true, NULL, &e);
@@ -199,14 +189,8 @@ static void ll_mongo_meta_read (const bson_t *doc, ll_mongo_meta_t *m)
 /* One findAndModify of the meta document, q and u built (built false:
  * NOMEM): *found whether a document came back, then into *m. *dup: the
  * upsert found the document there (not an error). */
-static bool ll_mongo_meta_write (ll_mongo_conn_t *conn,
-                                 bson_t *q,
-                                 bson_t *u,
-                                 bool built,
-                                 bool upsert,
-                                 bool *found,
-                                 bool *dup,
-                                 ll_mongo_meta_t *m,
+static bool ll_mongo_meta_write (ll_mongo_conn_t *conn, bson_t *q, bson_t *u, bool built,
+                                 bool upsert, bool *found, bool *dup, ll_mongo_meta_t *m,
                                  leaselock_error_t *err)
 {
    bson_t reply;
@@ -248,11 +232,8 @@ static bool ll_mongo_meta_write (ll_mongo_conn_t *conn,
 
 /* Step 3 (the top comment): records id in place of what m names. *swapped
  * when this write did it. */
-static bool ll_mongo_meta_swap (ll_mongo_conn_t *conn,
-                                const char *id,
-                                ll_mongo_meta_t *m,
-                                bool *swapped,
-                                leaselock_error_t *err)
+static bool ll_mongo_meta_swap (ll_mongo_conn_t *conn, const char *id, ll_mongo_meta_t *m,
+                                bool *swapped, leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    int64_t now_us = m->seen_at * 1000;
@@ -264,11 +245,8 @@ static bool ll_mongo_meta_swap (ll_mongo_conn_t *conn,
 
 /* Steps 1 to 3 until the document names id: *m as it then is, *is_new
  * when this call recorded a new primary. */
-static bool ll_mongo_meta_record (ll_mongo_conn_t *conn,
-                                  const char *id,
-                                  ll_mongo_meta_t *m,
-                                  bool *is_new,
-                                  leaselock_error_t *err)
+static bool ll_mongo_meta_record (ll_mongo_conn_t *conn, const char *id, ll_mongo_meta_t *m,
+                                  bool *is_new, leaselock_error_t *err)
 {
    int64_t want = conn->primary.want_max_ttl_ms;
    *is_new = false;
@@ -333,9 +311,7 @@ bool ll_mongo_grant_ready (ll_mongo_conn_t *conn, int64_t ttl_ms, leaselock_erro
    return ll_primary_grant_ok (&conn->primary, "mongodb", err);
 }
 
-bool ll_mongo_fence_floor (ll_mongo_conn_t *conn,
-                           const ll_op_t *op,
-                           int64_t *fence,
+bool ll_mongo_fence_floor (ll_mongo_conn_t *conn, const ll_op_t *op, int64_t *fence,
                            leaselock_error_t *err)
 {
    int64_t floor = conn->primary.fence_floor;

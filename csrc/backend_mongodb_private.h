@@ -42,18 +42,13 @@ typedef struct ll_mongo_conn
  * none); the options max_ttl= and durability= go to p (the caller's).
  * Refuses options the driver does not know. *drv and *coll are new
  * strings the caller frees (free()) on success; both NULL on failure. */
-bool ll_mongo_split_uri (const char *text,
-                         char **drv,
-                         char **coll,
-                         ll_primary_t *p,
+bool ll_mongo_split_uri (const char *text, char **drv, char **coll, ll_primary_t *p,
                          leaselock_error_t *err);
 
 /* The driver's reading of drv (text without leaselock's options; both
  * borrowed), or NULL with INVALID; the password as libmongoc read it joins
  * conn's secrets. A new URI the caller destroys (mongoc_uri_destroy). */
-mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn,
-                                 const char *text,
-                                 const char *drv,
+mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn, const char *text, const char *drv,
                                  leaselock_error_t *err);
 
 /* Checks what uri asks for (the collection, acknowledged writes, bounded
@@ -70,9 +65,7 @@ const char *ll_mongo_db (const mongoc_uri_t *uri);
 /* BACKEND "mongodb: <what>: <driver message> (error <domain>.<code>)", the
  * one format of a driver failure, without conn's secrets (conn NULL: none
  * known). Returns false. */
-bool ll_mongo_fail (const ll_mongo_conn_t *conn,
-                    leaselock_error_t *err,
-                    const char *what,
+bool ll_mongo_fail (const ll_mongo_conn_t *conn, leaselock_error_t *err, const char *what,
                     const bson_error_t *e);
 
 /* NOMEM "out of memory building a MongoDB command". Returns false. */
@@ -90,36 +83,23 @@ void ll_mongo_abandon (void *conn);
  * back, which the caller destroys (bson_destroy), or NULL when none did
  * (nothing matched). On the records, a duplicate key answer (acquire's
  * upsert found the key there) fails with BUSY. */
-bool ll_mongo_fam_run (ll_mongo_conn_t *conn,
-                       mongoc_collection_t *coll,
-                       const bson_t *q,
-                       mongoc_find_and_modify_opts_t *opts,
-                       bson_t **doc,
-                       leaselock_error_t *err);
+bool ll_mongo_fam_run (ll_mongo_conn_t *conn, mongoc_collection_t *coll, const bson_t *q,
+                       mongoc_find_and_modify_opts_t *opts, bson_t **doc, leaselock_error_t *err);
 
 /* updateOne(q, u) on conn's records (q, u borrowed); *matched from the
  * reply's matchedCount. */
-bool ll_mongo_update (ll_mongo_conn_t *conn,
-                      const bson_t *q,
-                      const bson_t *u,
-                      bool *matched,
+bool ll_mongo_update (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u, bool *matched,
                       leaselock_error_t *err);
 
 /* ll_mongo_update for an owner's record, built (ok) into q and u, which it
  * destroys (owned): NOT_HELD when nothing matched. */
-bool ll_mongo_update_owned (ll_mongo_conn_t *conn,
-                            bson_t *q,
-                            bson_t *u,
-                            bool ok,
+bool ll_mongo_update_owned (ll_mongo_conn_t *conn, bson_t *q, bson_t *u, bool ok,
                             leaselock_error_t *err);
 
 /* deleteMany(q) on coll (conn's coll or queue; q borrowed); count non-NULL
  * gets the reply's deletedCount. */
-bool ll_mongo_delete_many (ll_mongo_conn_t *conn,
-                           mongoc_collection_t *coll,
-                           const bson_t *q,
-                           int64_t *count,
-                           leaselock_error_t *err);
+bool ll_mongo_delete_many (ll_mongo_conn_t *conn, mongoc_collection_t *coll, const bson_t *q,
+                           int64_t *count, leaselock_error_t *err);
 
 /* For tests/test_mongodb.c: the connection's client (to install APM
  * callbacks) and collections, borrowed from conn.
@@ -146,18 +126,12 @@ typedef enum ll_mongo_topology
  * into id ("rs/<setName>/<electionId>", "standalone", "sharded",
  * "unknown") and, for people, what it is into about (host: the driver's
  * address of the server, borrowed, for when the reply has no "me"). */
-ll_mongo_topology_t ll_mongo_hello_identity (const bson_t *hello,
-                                             const char *host,
-                                             char *id,
-                                             size_t id_size,
-                                             char *about,
-                                             size_t about_size);
+ll_mongo_topology_t ll_mongo_hello_identity (const bson_t *hello, const char *host, char *id,
+                                             size_t id_size, char *about, size_t about_size);
 
 /* Sets p's durability and its text from the topology, about (borrowed)
  * and the write concern wc (borrowed) the grants are sent with. */
-void ll_mongo_durability (ll_primary_t *p,
-                          ll_mongo_topology_t topo,
-                          const char *about,
+void ll_mongo_durability (ll_primary_t *p, ll_mongo_topology_t topo, const char *about,
                           const mongoc_write_concern_t *wc);
 
 /* At open: reads the primary the driver writes to and records it in the
@@ -173,9 +147,7 @@ bool ll_mongo_grant_ready (ll_mongo_conn_t *conn, int64_t ttl_ms, leaselock_erro
 /* After a take of op's key that returned *fence: below the fence floor,
  * a second findAndModify raises the record's fence to the floor and
  * *fence with it. */
-bool ll_mongo_fence_floor (ll_mongo_conn_t *conn,
-                           const ll_op_t *op,
-                           int64_t *fence,
+bool ll_mongo_fence_floor (ll_mongo_conn_t *conn, const ll_op_t *op, int64_t *fence,
                            leaselock_error_t *err);
 
 /* The vtable's primary: conn's ll_primary_t. */
@@ -186,17 +158,12 @@ struct ll_primary *ll_mongo_primary (void *conn);
 /* The vtable's queue_join (conn: an ll_mongo_conn_t): makes op's owner's
  * entry of its key's queue live for keep_ms (a new one arrives now);
  * *ahead: the live entries ahead of it. op is borrowed. */
-bool ll_mongo_queue_join (void *conn,
-                          const ll_op_t *op,
-                          int64_t keep_ms,
-                          int64_t *ahead,
+bool ll_mongo_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                           leaselock_error_t *err);
 
 /* A fair acquire's first take asks first (one round trip): *any, whether
  * op's key has a live queue entry of another owner than op's. */
-bool ll_mongo_queue_others (ll_mongo_conn_t *conn,
-                            const ll_op_t *op,
-                            bool *any,
+bool ll_mongo_queue_others (ll_mongo_conn_t *conn, const ll_op_t *op, bool *any,
                             leaselock_error_t *err);
 
 /* The vtable's queue_leave: deletes op's owner's entry of its key's queue,
@@ -205,10 +172,7 @@ bool ll_mongo_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err
 
 /* prune's second half: deletes the queue entries under prefix (borrowed)
  * that ran out at least older_than_ms ago (not counted: not records). */
-bool ll_mongo_queue_prune (ll_mongo_conn_t *conn,
-                           const char *prefix,
-                           size_t prefix_len,
-                           int64_t older_than_ms,
-                           leaselock_error_t *err);
+bool ll_mongo_queue_prune (ll_mongo_conn_t *conn, const char *prefix, size_t prefix_len,
+                           int64_t older_than_ms, leaselock_error_t *err);
 
 #endif /* LL_BACKEND_MONGODB_PRIVATE_H */

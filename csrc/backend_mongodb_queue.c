@@ -19,12 +19,8 @@
 /* findAndModify(q, u) on the queue, returning the new entry's arrival
  * (ms since the epoch, the server's date); *matched: whether an entry was
  * modified or inserted. */
-static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
-                                const bson_t *q,
-                                const bson_t *u,
-                                bool upsert,
-                                bool *matched,
-                                int64_t *arrived,
+static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u,
+                                bool upsert, bool *matched, int64_t *arrived,
                                 leaselock_error_t *err)
 {
    static const char *const fields[] = { "arrived", NULL };
@@ -64,10 +60,7 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn,
  * mongo-java-server applies writes one at a time and needs no wait.
  */
 #define LL_MONGO_QUEUE_SETTLE_MS 3
-bool ll_mongo_queue_join (void *c,
-                          const ll_op_t *op,
-                          int64_t keep_ms,
-                          int64_t *ahead,
+bool ll_mongo_queue_join (void *c, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                           leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
@@ -111,9 +104,7 @@ bool ll_mongo_queue_join (void *c,
    return ok;
 }
 
-bool ll_mongo_queue_others (ll_mongo_conn_t *conn,
-                            const ll_op_t *op,
-                            bool *any,
+bool ll_mongo_queue_others (ll_mongo_conn_t *conn, const ll_op_t *op, bool *any,
                             leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER;
@@ -147,11 +138,8 @@ bool ll_mongo_queue_leave (void *c, const ll_op_t *op, leaselock_error_t *err)
    return ok || ll_mongo_fail (conn, err, "deleteOne", &e);
 }
 
-bool ll_mongo_queue_prune (ll_mongo_conn_t *conn,
-                           const char *prefix,
-                           size_t prefix_len,
-                           int64_t older_than_ms,
-                           leaselock_error_t *err)
+bool ll_mongo_queue_prune (ll_mongo_conn_t *conn, const char *prefix, size_t prefix_len,
+                           int64_t older_than_ms, leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER;
    bool ok =

@@ -164,12 +164,8 @@ static const char *ll_mongo_query (const char *text)
 
 /* The value of the option name, item[0..len) (name length nlen),
  * percent-decoded into *value (the caller frees it). */
-static bool ll_mongo_option_value (const char *item,
-                                   size_t len,
-                                   size_t nlen,
-                                   const char *name,
-                                   char **value,
-                                   leaselock_error_t *err)
+static bool ll_mongo_option_value (const char *item, size_t len, size_t nlen, const char *name,
+                                   char **value, leaselock_error_t *err)
 {
    bool nomem = false;
    const char *v = item + nlen + (nlen < len);
@@ -185,10 +181,7 @@ static bool ll_mongo_option_value (const char *item,
 
 /* The value of the leaselockCollection option item[0..len) (name length
  * nlen), percent-decoded, into *coll (the last one wins). */
-static bool ll_mongo_take_collection (const char *item,
-                                      size_t len,
-                                      size_t nlen,
-                                      char **coll,
+static bool ll_mongo_take_collection (const char *item, size_t len, size_t nlen, char **coll,
                                       leaselock_error_t *err)
 {
    char *dec;
@@ -201,12 +194,8 @@ static bool ll_mongo_take_collection (const char *item,
 
 /* The options max_ttl= and durability= (failover.c) of item[0..len)
  * (name length nlen) into p: *taken when item is one of them. */
-static bool ll_mongo_take_failover (const char *item,
-                                    size_t len,
-                                    size_t nlen,
-                                    ll_primary_t *p,
-                                    bool *taken,
-                                    leaselock_error_t *err)
+static bool ll_mongo_take_failover (const char *item, size_t len, size_t nlen, ll_primary_t *p,
+                                    bool *taken, leaselock_error_t *err)
 {
    static const char *const names[] = { "max_ttl", "durability" };
    *taken = false;
@@ -227,12 +216,8 @@ static bool ll_mongo_take_failover (const char *item,
  * leaselockCollection (its value goes to *coll), max_ttl and durability
  * (into prim), and the '?' too when no option is left. Refuses options
  * the driver does not know. */
-static bool ll_mongo_filter_options (const char *p,
-                                     char *out,
-                                     size_t *o,
-                                     char **coll,
-                                     ll_primary_t *prim,
-                                     leaselock_error_t *err)
+static bool ll_mongo_filter_options (const char *p, char *out, size_t *o, char **coll,
+                                     ll_primary_t *prim, leaselock_error_t *err)
 {
    bool first = true;
    for (; *p; p += *p == '&') {
@@ -273,10 +258,7 @@ static bool ll_mongo_filter_options (const char *p,
  * durability= go to p. Refuses options the driver does not know. *drv and
  * *coll are new strings (free()) on success.
  */
-bool ll_mongo_split_uri (const char *text,
-                         char **drv,
-                         char **coll,
-                         ll_primary_t *p,
+bool ll_mongo_split_uri (const char *text, char **drv, char **coll, ll_primary_t *p,
                          leaselock_error_t *err)
 {
    const char *q = ll_mongo_query (text);
@@ -366,9 +348,7 @@ bool ll_mongo_settle_uri (mongoc_uri_t *uri, char **collname, leaselock_error_t 
 
 /* The driver's reading of drv (text without leaselock's options), or NULL
  * with INVALID; the password as libmongoc read it joins the secrets. */
-mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn,
-                                 const char *text,
-                                 const char *drv,
+mongoc_uri_t *ll_mongo_read_uri (ll_mongo_conn_t *conn, const char *text, const char *drv,
                                  leaselock_error_t *err)
 {
    bson_error_t e;

@@ -100,10 +100,7 @@
 /* Binds and executes statement id (reconnecting and preparing first when
  * needed), retrying a statement the server rolled back for a deadlock (it
  * had no effect, so running it again is exact). */
-static bool ll_mysql_execute (ll_mysql_conn_t *c,
-                              int id,
-                              MYSQL_BIND *params,
-                              const char *what,
+static bool ll_mysql_execute (ll_mysql_conn_t *c, int id, MYSQL_BIND *params, const char *what,
                               leaselock_error_t *err)
 {
    for (int attempt = 0;; attempt++) {
@@ -218,9 +215,7 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_a
 
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
-static bool ll_mysql_acquire_wait (void *conn,
-                                   const ll_take_t *t,
-                                   ll_taken_t *out,
+static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
                                    leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
@@ -263,12 +258,8 @@ static bool ll_mysql_acquire_wait (void *conn,
 
 /* Renew, release and hold: (n, key, owner) bound, then executed; n the
  * microseconds of a TTL or min_hold, or a hold's delta. */
-static bool ll_mysql_execute_owned (ll_mysql_conn_t *c,
-                                    int id,
-                                    const ll_op_t *op,
-                                    int64_t n,
-                                    const char *what,
-                                    leaselock_error_t *err)
+static bool ll_mysql_execute_owned (ll_mysql_conn_t *c, int id, const ll_op_t *op, int64_t n,
+                                    const char *what, leaselock_error_t *err)
 {
    unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    MYSQL_BIND p[3];
@@ -294,9 +285,7 @@ static bool ll_mysql_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, lease
    return mysql_stmt_insert_id (c->st[LL_SQL_RENEW]) != 0 || ll_mysql_not_held (err);
 }
 
-static bool ll_mysql_release (void *conn,
-                              const ll_op_t *op,
-                              int64_t min_hold_ms,
+static bool ll_mysql_release (void *conn, const ll_op_t *op, int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
@@ -308,10 +297,7 @@ static bool ll_mysql_release (void *conn,
 
 /* One statement, one round trip: the insert id is the count after, 0 when
  * the row did not match (affected rows would not do: 1 - 1 stays 1). */
-static bool ll_mysql_hold (void *conn,
-                           const ll_op_t *op,
-                           int delta,
-                           int64_t *holds,
+static bool ll_mysql_hold (void *conn, const ll_op_t *op, int delta, int64_t *holds,
                            leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
@@ -391,12 +377,8 @@ static void ll_mysql_row_to_record (ll_mysql_row_t *r, leaselock_record_t *rec)
 
 /* Executes a SELECT, buffers its rows, and calls fn for each (fn returns
  * false to stop). */
-static bool ll_mysql_query_rows (ll_mysql_conn_t *c,
-                                 int id,
-                                 MYSQL_BIND *params,
-                                 leaselock_record_cb fn,
-                                 void *data,
-                                 const char *what,
+static bool ll_mysql_query_rows (ll_mysql_conn_t *c, int id, MYSQL_BIND *params,
+                                 leaselock_record_cb fn, void *data, const char *what,
                                  leaselock_error_t *err)
 {
    if (!ll_mysql_execute (c, id, params, what, err))
@@ -436,10 +418,7 @@ done:
    return ok;
 }
 
-static bool ll_mysql_inspect (void *conn,
-                              const ll_op_t *op,
-                              leaselock_record_t *rec,
-                              bool *found,
+static bool ll_mysql_inspect (void *conn, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                               leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
@@ -464,11 +443,8 @@ typedef struct ll_mysql_range
 
 /* Binds the prefix to from and its upper bound to below; returns whether
  * there is one (then the _RANGE statement, else the _FROM one). */
-static bool ll_mysql_bind_range (ll_mysql_range_t *r,
-                                 const char *prefix,
-                                 size_t prefix_len,
-                                 MYSQL_BIND *from,
-                                 MYSQL_BIND *below)
+static bool ll_mysql_bind_range (ll_mysql_range_t *r, const char *prefix, size_t prefix_len,
+                                 MYSQL_BIND *from, MYSQL_BIND *below)
 {
    r->upper_len = (unsigned long)ll_prefix_upper (prefix, prefix_len, r->upper);
    r->prefix_len = (unsigned long)prefix_len;
@@ -477,12 +453,8 @@ static bool ll_mysql_bind_range (ll_mysql_range_t *r,
    return r->upper_len != 0;
 }
 
-static bool ll_mysql_list (void *conn,
-                           const char *prefix,
-                           size_t prefix_len,
-                           leaselock_record_cb fn,
-                           void *user_data,
-                           leaselock_error_t *err)
+static bool ll_mysql_list (void *conn, const char *prefix, size_t prefix_len,
+                           leaselock_record_cb fn, void *user_data, leaselock_error_t *err)
 {
    ll_mysql_range_t r;
    MYSQL_BIND p[2];
@@ -491,9 +463,7 @@ static bool ll_mysql_list (void *conn,
                                user_data, "list", err);
 }
 
-static bool ll_mysql_force_release (void *conn,
-                                    const ll_op_t *op,
-                                    bool *took,
+static bool ll_mysql_force_release (void *conn, const ll_op_t *op, bool *took,
                                     leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
@@ -506,12 +476,8 @@ static bool ll_mysql_force_release (void *conn,
    return true;
 }
 
-static bool ll_mysql_prune (void *conn,
-                            const char *prefix,
-                            size_t prefix_len,
-                            int64_t older_than_ms,
-                            int64_t *count,
-                            leaselock_error_t *err)
+static bool ll_mysql_prune (void *conn, const char *prefix, size_t prefix_len,
+                            int64_t older_than_ms, int64_t *count, leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;
    ll_mysql_range_t r;
@@ -532,10 +498,7 @@ static bool ll_mysql_prune (void *conn,
 
 /* Reads the one row of statement id's result: n BIGINT columns (NULL reads
  * as -1). */
-static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c,
-                                    int id,
-                                    int64_t *v,
-                                    int n,
+static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c, int id, int64_t *v, int n,
                                     leaselock_error_t *err)
 {
    MYSQL_STMT *st = c->st[id];
@@ -578,10 +541,7 @@ static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c,
  * is retried (ll_mysql_execute); every wait ends within the caller's
  * bound (ll_mysql_cap_io).
  */
-static bool ll_mysql_queue_join (void *conn,
-                                 const ll_op_t *op,
-                                 int64_t keep_ms,
-                                 int64_t *ahead,
+static bool ll_mysql_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                                  leaselock_error_t *err)
 {
    ll_mysql_conn_t *c = conn;

@@ -72,10 +72,7 @@ static bool ll_mysql_is_conn_error (unsigned no)
 /* BACKEND in the one format (ll_backend_fail), "(error <no>)" after the
  * driver's message. Drops the connection when the error says it is gone.
  * Returns false. */
-static bool ll_mysql_fail_with (ll_mysql_conn_t *c,
-                                unsigned no,
-                                const char *msg,
-                                const char *what,
+static bool ll_mysql_fail_with (ll_mysql_conn_t *c, unsigned no, const char *msg, const char *what,
                                 leaselock_error_t *err)
 {
    char detail[32], text[LEASELOCK_ERROR_MAX];
@@ -104,9 +101,7 @@ bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *
    return ll_mysql_fail_with (c, mysql_errno (c->db), mysql_error (c->db), what, err);
 }
 
-bool ll_mysql_fail_stmt (ll_mysql_conn_t *c,
-                         MYSQL_STMT *st,
-                         const char *what,
+bool ll_mysql_fail_stmt (ll_mysql_conn_t *c, MYSQL_STMT *st, const char *what,
                          leaselock_error_t *err)
 {
    return ll_mysql_fail_with (c, mysql_stmt_errno (st), mysql_stmt_error (st), what, err);
@@ -131,9 +126,7 @@ static bool ll_mysql_parse_io_timeout (const char *v, unsigned *out, leaselock_e
    return true;
 }
 
-static bool ll_mysql_parse_seconds (const char *name,
-                                    const char *v,
-                                    unsigned *out,
+static bool ll_mysql_parse_seconds (const char *name, const char *v, unsigned *out,
                                     leaselock_error_t *err)
 {
    int64_t n;
@@ -163,11 +156,8 @@ typedef struct
 } ll_mysql_timeouts_t;
 
 /* One ?name=value of the URI (shown is the URI for messages). */
-static bool ll_mysql_parse_option (ll_mysql_conn_t *c,
-                                   const char *n,
-                                   const char *v,
-                                   ll_mysql_timeouts_t *t,
-                                   const char *shown,
+static bool ll_mysql_parse_option (ll_mysql_conn_t *c, const char *n, const char *v,
+                                   ll_mysql_timeouts_t *t, const char *shown,
                                    leaselock_error_t *err)
 {
    if (!strcmp (n, "socket")) {
@@ -201,9 +191,7 @@ static bool ll_mysql_parse_option (ll_mysql_conn_t *c,
                         shown, n);
 }
 
-static bool ll_mysql_parse_options (ll_mysql_conn_t *c,
-                                    const ll_uri_t *u,
-                                    const char *shown,
+static bool ll_mysql_parse_options (ll_mysql_conn_t *c, const ll_uri_t *u, const char *shown,
                                     leaselock_error_t *err)
 {
    ll_mysql_timeouts_t t = { .io = DEFAULT_TIMEOUT_S };
@@ -225,9 +213,7 @@ static char *ll_mysql_dup_or_null (const char *s)
 
 /* The hosts in the URI's order: an empty one is "localhost" when it is
  * the only one, an error in a list. */
-static bool ll_mysql_parse_hosts (ll_mysql_conn_t *c,
-                                  const ll_uri_t *u,
-                                  const char *shown,
+static bool ll_mysql_parse_hosts (ll_mysql_conn_t *c, const ll_uri_t *u, const char *shown,
                                   leaselock_error_t *err)
 {
    if (u->n_hosts > 1 && c->socket)
@@ -248,9 +234,7 @@ static bool ll_mysql_parse_hosts (ll_mysql_conn_t *c,
 }
 
 /* The database, the servers' addresses and the credentials. */
-static bool ll_mysql_parse_address (ll_mysql_conn_t *c,
-                                    const ll_uri_t *u,
-                                    const char *shown,
+static bool ll_mysql_parse_address (ll_mysql_conn_t *c, const ll_uri_t *u, const char *shown,
                                     leaselock_error_t *err)
 {
    const char *db = u->path[0] == '/' ? u->path + 1 : u->path;
@@ -269,9 +253,7 @@ static bool ll_mysql_parse_address (ll_mysql_conn_t *c,
    return true;
 }
 
-static bool ll_mysql_parse_uri (ll_sql_conn_t *b,
-                                const ll_uri_t *u,
-                                const char *text,
+static bool ll_mysql_parse_uri (ll_sql_conn_t *b, const ll_uri_t *u, const char *text,
                                 leaselock_error_t *err)
 {
    char shown[160];
@@ -295,9 +277,7 @@ void ll_mysql_disconnect (ll_sql_conn_t *b)
    c->db = NULL;
 }
 
-bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
-                          const char *sql,
-                          const char *what,
+bool ll_mysql_exec_plain (ll_mysql_conn_t *c, const char *sql, const char *what,
                           leaselock_error_t *err)
 {
    /* Galera aborts a statement that meets another node's schema change
@@ -332,9 +312,7 @@ static bool ll_mysql_read_version (ll_sql_conn_t *b, long *version, leaselock_er
 }
 
 /* Runs a schema statement formatted with the table name (and version). */
-static bool ll_mysql_exec_schema (ll_mysql_conn_t *c,
-                                  const char *fmt,
-                                  const char *what,
+static bool ll_mysql_exec_schema (ll_mysql_conn_t *c, const char *fmt, const char *what,
                                   leaselock_error_t *err)
 {
    char sql[1024];
@@ -422,13 +400,8 @@ static bool ll_mysql_on (const char *v)
 /* Runs sql, a SHOW ... that answers rows of (name, value), and copies the
  * value of each of names[0..n) it answers into vals (unchanged when it
  * does not: a variable this server lacks). */
-static bool ll_mysql_show (ll_mysql_conn_t *c,
-                           const char *sql,
-                           const char *const *names,
-                           char (*vals)[32],
-                           int n,
-                           const char *what,
-                           leaselock_error_t *err)
+static bool ll_mysql_show (ll_mysql_conn_t *c, const char *sql, const char *const *names,
+                           char (*vals)[32], int n, const char *what, leaselock_error_t *err)
 {
    if (mysql_real_query (c->db, sql, strlen (sql)))
       return ll_mysql_fail_db (c, what, err);
@@ -446,10 +419,7 @@ static bool ll_mysql_show (ll_mysql_conn_t *c,
 /* A Galera node takes leases only in the Primary component and ready;
  * there its reads wait for the writes the cluster committed before them
  * (wsrep_sync_wait = 1: causal reads). why: set when it is not usable. */
-static bool ll_mysql_check_galera (ll_mysql_conn_t *c,
-                                   char *why,
-                                   size_t size,
-                                   const char *what,
+static bool ll_mysql_check_galera (ll_mysql_conn_t *c, char *why, size_t size, const char *what,
                                    leaselock_error_t *err)
 {
    static const char *const names[] = { "wsrep_cluster_status", "wsrep_ready" };
@@ -539,9 +509,7 @@ static unsigned ll_mysql_cap_s (unsigned timeout_s)
  * TCP connect, then each wait of the handshake) and checks that the
  * server takes writes, each wait from then on within the caller's bound
  * too. */
-static bool ll_mysql_connect_host (ll_mysql_conn_t *c,
-                                   int i,
-                                   unsigned timeout_s,
+static bool ll_mysql_connect_host (ll_mysql_conn_t *c, int i, unsigned timeout_s,
                                    leaselock_error_t *err)
 {
    if (!(c->db = mysql_init (NULL)))

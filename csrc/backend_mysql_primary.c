@@ -51,9 +51,7 @@ static char *ll_mysql_fact_slot (ll_mysql_facts_t *f, const char *name, size_t *
 }
 
 /* Runs a SHOW whose rows are (name, value) into the facts. */
-static bool ll_mysql_read_facts (ll_mysql_conn_t *c,
-                                 const char *sql,
-                                 ll_mysql_facts_t *f,
+static bool ll_mysql_read_facts (ll_mysql_conn_t *c, const char *sql, ll_mysql_facts_t *f,
                                  leaselock_error_t *err)
 {
    if (mysql_real_query (c->db, sql, strlen (sql)))
@@ -119,12 +117,8 @@ static void ll_mysql_durability (ll_primary_t *p, const ll_mysql_facts_t *f)
 }
 
 /* Formats the meta statement fmt with the table and arg, then runs it. */
-static bool ll_mysql_exec_meta (ll_mysql_conn_t *c,
-                                const char *fmt,
-                                const char *str_arg,
-                                long long int_arg,
-                                const char *what,
-                                leaselock_error_t *err)
+static bool ll_mysql_exec_meta (ll_mysql_conn_t *c, const char *fmt, const char *str_arg,
+                                long long int_arg, const char *what, leaselock_error_t *err)
 {
    char sql[2048];
    if (str_arg)

@@ -40,9 +40,7 @@ void ll_mysql_disconnect (ll_sql_conn_t *b);
 /* BACKEND in the one format (ll_backend_fail) from statement st's error,
  * "(error <no>)" after its message; drops the connection when the error
  * says it is gone. Returns false. */
-bool ll_mysql_fail_stmt (ll_mysql_conn_t *c,
-                         MYSQL_STMT *st,
-                         const char *what,
+bool ll_mysql_fail_stmt (ll_mysql_conn_t *c, MYSQL_STMT *st, const char *what,
                          leaselock_error_t *err);
 
 /* BACKEND in the one format from the connection's last error; drops the
@@ -51,9 +49,7 @@ bool ll_mysql_fail_db (ll_mysql_conn_t *c, const char *what, leaselock_error_t *
 
 /* Runs a statement without parameters, its result (if any) dropped
  * (schema setup, check_primary). */
-bool ll_mysql_exec_plain (ll_mysql_conn_t *c,
-                          const char *sql,
-                          const char *what,
+bool ll_mysql_exec_plain (ll_mysql_conn_t *c, const char *sql, const char *what,
                           leaselock_error_t *err);
 
 /* Sets the connection's read and write timeouts for the statement about

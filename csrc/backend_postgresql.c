@@ -101,12 +101,8 @@ static const char *ll_pg_key_z (const char *key, size_t key_len, char buf[LEASEL
 /* Runs statement id with $1 op's key (made NUL-terminated here) and,
  * where the statement takes them, $2 its owner and $3 *arg in decimal
  * (arg NULL when it takes none). */
-static PGresult *ll_pg_run_key (ll_pg_conn_t *c,
-                                int id,
-                                const ll_op_t *op,
-                                const int64_t *arg,
-                                const char *what,
-                                leaselock_error_t *err)
+static PGresult *ll_pg_run_key (ll_pg_conn_t *c, int id, const ll_op_t *op, const int64_t *arg,
+                                const char *what, leaselock_error_t *err)
 {
    char kbuf[LEASELOCK_KEY_MAX + 1], abuf[32];
    if (arg)
@@ -129,9 +125,7 @@ static bool ll_pg_take_i64 (PGresult *res, int64_t *v)
 /* acquire (reserve_ms < 0) and acquire_wait: one statement, one round
  * trip. A row without a reservation is a take; a row with one is a claim
  * (BUSY, reserved); no row is BUSY. */
-static bool ll_pg_acquire_wait (void *conn,
-                                const ll_take_t *t,
-                                ll_taken_t *out,
+static bool ll_pg_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
                                 leaselock_error_t *err)
 {
    ll_pg_conn_t *c = conn;
@@ -173,12 +167,8 @@ static bool ll_pg_acquire_wait (void *conn,
    return ok;
 }
 
-static bool ll_pg_update_one (ll_pg_conn_t *c,
-                              int id,
-                              const ll_op_t *op,
-                              int64_t ms,
-                              const char *what,
-                              leaselock_error_t *err)
+static bool ll_pg_update_one (ll_pg_conn_t *c, int id, const ll_op_t *op, int64_t ms,
+                              const char *what, leaselock_error_t *err)
 {
    PGresult *res = ll_pg_run_key (c, id, op, &(int64_t){ ms * 1000 }, what, err);
    if (!res)
@@ -198,19 +188,13 @@ static bool ll_pg_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaseloc
    return ll_pg_update_one (conn, LL_SQL_RENEW, op, ttl_ms, "renew", err);
 }
 
-static bool ll_pg_release (void *conn,
-                           const ll_op_t *op,
-                           int64_t min_hold_ms,
+static bool ll_pg_release (void *conn, const ll_op_t *op, int64_t min_hold_ms,
                            leaselock_error_t *err)
 {
    return ll_pg_update_one (conn, LL_SQL_RELEASE, op, min_hold_ms, "release", err);
 }
 
-static void ll_pg_copy_field (char *dst,
-                              size_t size,
-                              size_t *len_out,
-                              PGresult *res,
-                              int row,
+static void ll_pg_copy_field (char *dst, size_t size, size_t *len_out, PGresult *res, int row,
                               int col)
 {
    size_t n =
@@ -239,10 +223,7 @@ static void ll_pg_row_to_record (PGresult *res, int row, leaselock_record_t *rec
 }
 
 /* One statement, one round trip: the count after, or no row (NOT_HELD). */
-static bool ll_pg_hold (void *conn,
-                        const ll_op_t *op,
-                        int delta,
-                        int64_t *holds,
+static bool ll_pg_hold (void *conn, const ll_op_t *op, int delta, int64_t *holds,
                         leaselock_error_t *err)
 {
    PGresult *res = ll_pg_run_key (conn, LL_SQL_HOLD, op, &(int64_t){ delta }, "hold", err);
@@ -253,10 +234,7 @@ static bool ll_pg_hold (void *conn,
    return true;
 }
 
-static bool ll_pg_inspect (void *conn,
-                           const ll_op_t *op,
-                           leaselock_record_t *rec,
-                           bool *found,
+static bool ll_pg_inspect (void *conn, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                            leaselock_error_t *err)
 {
    *found = false;
@@ -342,12 +320,8 @@ static bool ll_pg_range (ll_pg_range_t *r, const char *prefix, size_t prefix_len
    return ll_pg_prefix_upper (prefix, prefix_len, r->upper, &ulen);
 }
 
-static bool ll_pg_list (void *conn,
-                        const char *prefix,
-                        size_t prefix_len,
-                        leaselock_record_cb fn,
-                        void *user_data,
-                        leaselock_error_t *err)
+static bool ll_pg_list (void *conn, const char *prefix, size_t prefix_len, leaselock_record_cb fn,
+                        void *user_data, leaselock_error_t *err)
 {
    ll_pg_range_t r;
    bool bounded = ll_pg_range (&r, prefix, prefix_len);
@@ -381,12 +355,8 @@ static bool ll_pg_force_release (void *conn, const ll_op_t *op, bool *took, leas
    return true;
 }
 
-static bool ll_pg_prune (void *conn,
-                         const char *prefix,
-                         size_t prefix_len,
-                         int64_t older_than_ms,
-                         int64_t *count,
-                         leaselock_error_t *err)
+static bool ll_pg_prune (void *conn, const char *prefix, size_t prefix_len, int64_t older_than_ms,
+                         int64_t *count, leaselock_error_t *err)
 {
    ll_pg_conn_t *c = conn;
    ll_pg_range_t r;
@@ -412,10 +382,7 @@ static bool ll_pg_prune (void *conn,
  * the count cannot be in the first). The advisory lock that orders the
  * joins is the first statement's transaction's, so nothing is held
  * between them: a waiter stopped there holds no other join back. */
-static bool ll_pg_queue_join (void *conn,
-                              const ll_op_t *op,
-                              int64_t keep_ms,
-                              int64_t *ahead,
+static bool ll_pg_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                               leaselock_error_t *err)
 {
    PGresult *res =

@@ -268,9 +268,7 @@ static bool ll_pg_read_hosts (ll_pg_conn_t *c, const char *text, leaselock_error
 }
 
 /* Reads leaselock's options and keeps the rest of the URI for libpq. */
-static bool ll_pg_parse_uri (ll_sql_conn_t *b,
-                             const ll_uri_t *u,
-                             const char *text,
+static bool ll_pg_parse_uri (ll_sql_conn_t *b, const ll_uri_t *u, const char *text,
                              leaselock_error_t *err)
 {
    ll_pg_conn_t *c = (ll_pg_conn_t *)b;
@@ -323,12 +321,8 @@ static const char *ll_pg_sync_note (const ll_pg_conn_t *c, const char *what)
  * its start, as option says), or by the caller's bound when that came
  * first (ll_call_bound); the connection is closed (whatever it was doing
  * is abandoned). Returns false. */
-static bool ll_pg_timed_out (ll_pg_conn_t *c,
-                             const char *what,
-                             int64_t deadline_ms,
-                             int64_t limit_ms,
-                             const char *option,
-                             leaselock_error_t *err)
+static bool ll_pg_timed_out (ll_pg_conn_t *c, const char *what, int64_t deadline_ms,
+                             int64_t limit_ms, const char *option, leaselock_error_t *err)
 {
    int64_t bound = ll_call_bound ();
    bool caller = bound >= 0 && bound <= deadline_ms;
@@ -350,12 +344,8 @@ static bool ll_pg_timed_out (ll_pg_conn_t *c,
  * deadline_ms. Returns the first result that failed, or else the last
  * one (the caller clears it); NULL with err set when the connection failed
  * or the deadline passed (the connection is then closed). */
-PGresult *ll_pg_collect (ll_pg_conn_t *c,
-                         int64_t deadline_ms,
-                         int64_t limit_ms,
-                         const char *option,
-                         const char *what,
-                         leaselock_error_t *err)
+PGresult *ll_pg_collect (ll_pg_conn_t *c, int64_t deadline_ms, int64_t limit_ms, const char *option,
+                         const char *what, leaselock_error_t *err)
 {
    int f;
    while ((f = PQflush (c->db)) != 0) {
@@ -398,9 +388,7 @@ PGresult *ll_pg_collect (ll_pg_conn_t *c,
 
 /* Runs sql (one or more statements, no parameters) within the connect
  * deadline. */
-static PGresult *ll_pg_exec_setup (ll_pg_conn_t *c,
-                                   const char *sql,
-                                   const char *what,
+static PGresult *ll_pg_exec_setup (ll_pg_conn_t *c, const char *sql, const char *what,
                                    leaselock_error_t *err)
 {
    if (!PQsendQuery (c->db, sql))
@@ -538,9 +526,7 @@ static bool ll_pg_start_connect (ll_pg_conn_t *c, int i, leaselock_error_t *err)
  * on a standby, nor kept on one that a failover promotes later without
  * this check (a reconnect runs it again): in recovery, or a session that
  * is read-only. One round trip, at connect only. */
-static bool ll_pg_check_writable (ll_pg_conn_t *c,
-                                  int64_t deadline_ms,
-                                  int64_t limit_ms,
+static bool ll_pg_check_writable (ll_pg_conn_t *c, int64_t deadline_ms, int64_t limit_ms,
                                   leaselock_error_t *err)
 {
    const char *what = "checking that the server takes writes";
@@ -573,10 +559,7 @@ static bool ll_pg_check_writable (ll_pg_conn_t *c,
 /* Connects to host i of the list (-1: every host as the URI says, libpq
  * walking them) by deadline_ms (limit_ms after the start), sets the
  * connection non-blocking and checks that the server takes writes. */
-static bool ll_pg_connect_host (ll_pg_conn_t *c,
-                                int i,
-                                int64_t deadline_ms,
-                                int64_t limit_ms,
+static bool ll_pg_connect_host (ll_pg_conn_t *c, int i, int64_t deadline_ms, int64_t limit_ms,
                                 leaselock_error_t *err)
 {
    if (!ll_pg_start_connect (c, i, err))
@@ -804,10 +787,7 @@ const ll_sql_driver_t ll_pg_driver = {
 
 /* Runs prepared statement id (reconnecting and preparing it first when
  * needed). */
-PGresult *ll_pg_run (ll_pg_conn_t *c,
-                     int id,
-                     const char *const *params,
-                     const char *what,
+PGresult *ll_pg_run (ll_pg_conn_t *c, int id, const char *const *params, const char *what,
                      leaselock_error_t *err)
 {
    c->call_deadline_ms = -1;

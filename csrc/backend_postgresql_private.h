@@ -54,12 +54,8 @@ bool ll_pg_command_ok (ll_pg_conn_t *c, PGresult *res, const char *what, leaselo
  * deadline_ms. Returns the first result that failed, or else the last
  * one (the caller clears it); NULL with err set when the connection failed
  * or the deadline passed (the connection is then closed). */
-PGresult *ll_pg_collect (ll_pg_conn_t *c,
-                         int64_t deadline_ms,
-                         int64_t limit_ms,
-                         const char *option,
-                         const char *what,
-                         leaselock_error_t *err);
+PGresult *ll_pg_collect (ll_pg_conn_t *c, int64_t deadline_ms, int64_t limit_ms, const char *option,
+                         const char *what, leaselock_error_t *err);
 
 /* The deadline of the call under way: io_timeout from its first wait
  * once connected, for its prepare and execute together. */
@@ -67,10 +63,7 @@ int64_t ll_pg_call_deadline (ll_pg_conn_t *c);
 
 /* Runs prepared statement id (reconnecting and preparing it first when
  * needed). */
-PGresult *ll_pg_run (ll_pg_conn_t *c,
-                     int id,
-                     const char *const *params,
-                     const char *what,
+PGresult *ll_pg_run (ll_pg_conn_t *c, int id, const char *const *params, const char *what,
                      leaselock_error_t *err);
 
 #endif /* LL_BACKEND_POSTGRESQL_PRIVATE_H */

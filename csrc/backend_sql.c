@@ -71,9 +71,7 @@ static bool read_uri (ll_sql_conn_t *b, const char *text, leaselock_error_t *err
    return ok;
 }
 
-void *ll_sql_open (ll_sql_conn_t *b,
-                   const ll_sql_driver_t *driver,
-                   const char *uri,
+void *ll_sql_open (ll_sql_conn_t *b, const ll_sql_driver_t *driver, const char *uri,
                    leaselock_error_t *err)
 {
    if (!b)

@@ -125,9 +125,7 @@ static int ll_sqlite_step_owned (sqlite3_stmt *st, const ll_op_t *op, int64_t n)
 /* acquire (reserve_ms < 0: ?7 and ?8 NULL; a fair first take,
  * LL_SQLITE_ACQUIRE_FAIR) and acquire_wait: one statement. A row without a reservation is a take; a
  * row with one is a claim (BUSY, reserved); no row is BUSY. */
-static bool ll_sqlite_acquire_wait (void *conn,
-                                    const ll_take_t *t,
-                                    ll_taken_t *out,
+static bool ll_sqlite_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
                                     leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
@@ -179,12 +177,8 @@ static bool ll_sqlite_acquire_wait (void *conn,
 
 /* Runs an UPDATE bound with key, owner and a duration; *changed tells
  * whether a row matched. */
-static bool ll_sqlite_run_update (ll_sqlite_conn_t *c,
-                                  int which,
-                                  const char *what,
-                                  const ll_op_t *op,
-                                  int64_t ms,
-                                  bool *changed,
+static bool ll_sqlite_run_update (ll_sqlite_conn_t *c, int which, const char *what,
+                                  const ll_op_t *op, int64_t ms, bool *changed,
                                   leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[which];
@@ -209,9 +203,7 @@ static bool ll_sqlite_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leas
    return true;
 }
 
-static bool ll_sqlite_release (void *conn,
-                               const ll_op_t *op,
-                               int64_t min_hold_ms,
+static bool ll_sqlite_release (void *conn, const ll_op_t *op, int64_t min_hold_ms,
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
@@ -262,10 +254,7 @@ static void ll_sqlite_read_record (sqlite3_stmt *st, leaselock_record_t *rec)
    rec->held_ms = sqlite3_column_int64 (st, 10);
 }
 
-static bool ll_sqlite_hold (void *conn,
-                            const ll_op_t *op,
-                            int delta,
-                            int64_t *holds,
+static bool ll_sqlite_hold (void *conn, const ll_op_t *op, int delta, int64_t *holds,
                             leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
@@ -282,10 +271,7 @@ static bool ll_sqlite_hold (void *conn,
    return ok;
 }
 
-static bool ll_sqlite_inspect (void *conn,
-                               const ll_op_t *op,
-                               leaselock_record_t *rec,
-                               bool *found,
+static bool ll_sqlite_inspect (void *conn, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
@@ -309,9 +295,7 @@ static bool ll_sqlite_inspect (void *conn,
  * the byte 0xFF, so the last byte can always be increased, and "\xff" is
  * above every key (the bound for the empty prefix). upper is the caller's
  * and must outlive the statement's step. */
-static void ll_sqlite_bind_prefix (sqlite3_stmt *st,
-                                   const char *prefix,
-                                   size_t prefix_len,
+static void ll_sqlite_bind_prefix (sqlite3_stmt *st, const char *prefix, size_t prefix_len,
                                    char upper[LEASELOCK_KEY_MAX + 1])
 {
    size_t upper_len = ll_prefix_upper (prefix, prefix_len, upper);
@@ -323,12 +307,8 @@ static void ll_sqlite_bind_prefix (sqlite3_stmt *st,
    sqlite3_bind_text (st, 2, upper, (int)upper_len, SQLITE_STATIC);
 }
 
-static bool ll_sqlite_list (void *conn,
-                            const char *prefix,
-                            size_t prefix_len,
-                            leaselock_record_cb fn,
-                            void *user_data,
-                            leaselock_error_t *err)
+static bool ll_sqlite_list (void *conn, const char *prefix, size_t prefix_len,
+                            leaselock_record_cb fn, void *user_data, leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_LIST];
@@ -356,9 +336,7 @@ static int ll_sqlite_step_done (sqlite3_stmt *st)
    return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static bool ll_sqlite_force_release (void *conn,
-                                     const ll_op_t *op,
-                                     bool *took,
+static bool ll_sqlite_force_release (void *conn, const ll_op_t *op, bool *took,
                                      leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
@@ -391,12 +369,8 @@ static bool ll_sqlite_force_release (void *conn,
 
 /* Runs prune's statement which (records, or queue entries) for prefix
  * and older_than_ms. */
-static bool ll_sqlite_prune_run (ll_sqlite_conn_t *c,
-                                 int which,
-                                 const char *prefix,
-                                 size_t prefix_len,
-                                 int64_t older_than_ms,
-                                 leaselock_error_t *err)
+static bool ll_sqlite_prune_run (ll_sqlite_conn_t *c, int which, const char *prefix,
+                                 size_t prefix_len, int64_t older_than_ms, leaselock_error_t *err)
 {
    sqlite3_stmt *st = c->stmt[which];
    char upper[LEASELOCK_KEY_MAX + 1];
@@ -406,12 +380,8 @@ static bool ll_sqlite_prune_run (ll_sqlite_conn_t *c,
    return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "prune", err);
 }
 
-static bool ll_sqlite_prune (void *conn,
-                             const char *prefix,
-                             size_t prefix_len,
-                             int64_t older_than_ms,
-                             int64_t *count,
-                             leaselock_error_t *err)
+static bool ll_sqlite_prune (void *conn, const char *prefix, size_t prefix_len,
+                             int64_t older_than_ms, int64_t *count, leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    if (!ll_sqlite_prune_run (c, LL_SQLITE_ST_PRUNE, prefix, prefix_len, older_than_ms, err))
@@ -436,10 +406,7 @@ static bool ll_sqlite_queue_fail (ll_sqlite_conn_t *c, int rc, leaselock_error_t
 /* queue_join: the upsert then the count, in one write transaction, so no
  * other join comes between them (the file is local: the two statements
  * cost no round trip). */
-static bool ll_sqlite_queue_join (void *conn,
-                                  const ll_op_t *op,
-                                  int64_t keep_ms,
-                                  int64_t *ahead,
+static bool ll_sqlite_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                                   leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
@@ -577,9 +544,7 @@ static int ll_sqlite_watch_fd (void *listener)
    return ((ll_sqlite_watch_t *)listener)->fd;
 }
 
-static bool ll_sqlite_watch_drain (void *listener,
-                                   ll_watch_fn fn,
-                                   void *data,
+static bool ll_sqlite_watch_drain (void *listener, ll_watch_fn fn, void *data,
                                    leaselock_error_t *err)
 {
    ll_sqlite_watch_t *w = listener;

@@ -27,10 +27,7 @@
 /* BACKEND in the one format of a backend failure: "sqlite: <what>: <msg>
  * (error <rc>, database '<path>')", without "error <rc>, " when rc is 0.
  * Returns false. */
-bool ll_sqlite_fail (const char *path,
-                     int rc,
-                     const char *what,
-                     const char *msg,
+bool ll_sqlite_fail (const char *path, int rc, const char *what, const char *msg,
                      leaselock_error_t *err)
 {
    char detail[PATH_MAX + 64];
@@ -44,10 +41,7 @@ bool ll_sqlite_fail (const char *path,
 /* Fills err from the connection's last SQLite error: NOMEM for
  * SQLITE_NOMEM, else BACKEND with SQLite's message (and, with_os, the
  * system's reason). */
-static bool ll_sqlite_db_error_os (ll_sqlite_conn_t *c,
-                                   int rc,
-                                   const char *what,
-                                   bool with_os,
+static bool ll_sqlite_db_error_os (ll_sqlite_conn_t *c, int rc, const char *what, bool with_os,
                                    leaselock_error_t *err)
 {
    if ((rc & 0xff) == SQLITE_NOMEM || !c->db)

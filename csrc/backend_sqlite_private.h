@@ -34,17 +34,12 @@ typedef struct ll_sqlite_conn
 /* BACKEND in the one format of a backend failure: "sqlite: <what>: <msg>
  * (error <rc>, database '<path>')", without "error <rc>, " when rc is 0.
  * Returns false. */
-bool ll_sqlite_fail (const char *path,
-                     int rc,
-                     const char *what,
-                     const char *msg,
+bool ll_sqlite_fail (const char *path, int rc, const char *what, const char *msg,
                      leaselock_error_t *err);
 
 /* BUSY when rc says the file was locked by another connection (its
  * wait ran out), else ll_sqlite_db_error. Returns false. */
-bool ll_sqlite_busy_or_error (ll_sqlite_conn_t *c,
-                              int rc,
-                              const char *what,
+bool ll_sqlite_busy_or_error (ll_sqlite_conn_t *c, int rc, const char *what,
                               leaselock_error_t *err);
 
 /* ll_sqlite_fail with the connection's path and SQLite's message for

@@ -14,12 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-bool ll_backend_fail (leaselock_error_t *err,
-                      const char *backend,
-                      const char *what,
-                      const char *driver_msg,
-                      const ll_secrets_t *secrets,
-                      const char *detail)
+bool ll_backend_fail (leaselock_error_t *err, const char *backend, const char *what,
+                      const char *driver_msg, const ll_secrets_t *secrets, const char *detail)
 {
    char clean[LEASELOCK_ERROR_MAX];
    ll_scrub_secrets (driver_msg && *driver_msg ? driver_msg : "unknown error", secrets, clean,
@@ -58,9 +54,7 @@ void ll_host_failure_add (ll_host_failures_t *f, int n_hosts, const char *host, 
    f->len += (size_t)n < share ? (size_t)n : share - 1;
 }
 
-bool ll_host_failures_fail (const ll_host_failures_t *f,
-                            const char *backend,
-                            int n_hosts,
+bool ll_host_failures_fail (const ll_host_failures_t *f, const char *backend, int n_hosts,
                             leaselock_error_t *err)
 {
    return ll_error_set (err, LEASELOCK_BACKEND,
@@ -82,10 +76,7 @@ bool ll_valid_identifier (const char *s)
    return true;
 }
 
-bool ll_sql_format_all (char **out,
-                        const char *const *templates,
-                        int count,
-                        const char *table,
+bool ll_sql_format_all (char **out, const char *const *templates, int count, const char *table,
                         leaselock_error_t *err)
 {
    for (int i = 0; i < count; i++) {

@@ -91,8 +91,7 @@ bool leaselock_default_uri (char *buf, size_t size, leaselock_error_t *error)
    return true;
 }
 
-leaselock_client_t *leaselock_client_new (const char *uri,
-                                          const char *label,
+leaselock_client_t *leaselock_client_new (const char *uri, const char *label,
                                           leaselock_error_t *error)
 {
    ll_process_init ();
@@ -285,9 +284,7 @@ const char *leaselock_client_backend (const leaselock_client_t *c)
    return c ? c->backend->name : "";
 }
 
-void leaselock_client_set_log (leaselock_client_t *client,
-                               int min_level,
-                               leaselock_log_cb fn,
+void leaselock_client_set_log (leaselock_client_t *client, int min_level, leaselock_log_cb fn,
                                void *user_data)
 {
    if (client)

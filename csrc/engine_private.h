@@ -359,19 +359,9 @@ void ll_check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int6
  * statement for owner's record of key (both borrowed), counted.
  * *was_sent says whether it reached a connection (so, on failure, it may
  * have been applied). ll_release_call sends lease l's release. */
-bool ll_owner_call (leaselock_client_t *c,
-                    const char *key,
-                    size_t key_len,
-                    const char *owner,
-                    bool renew,
-                    int64_t ms,
-                    pid_t me,
-                    bool *was_sent,
-                    leaselock_error_t *err);
-bool ll_release_call (leaselock_client_t *c,
-                      leaselock_lease_t *l,
-                      pid_t me,
-                      bool *was_sent,
+bool ll_owner_call (leaselock_client_t *c, const char *key, size_t key_len, const char *owner,
+                    bool renew, int64_t ms, pid_t me, bool *was_sent, leaselock_error_t *err);
+bool ll_release_call (leaselock_client_t *c, leaselock_lease_t *l, pid_t me, bool *was_sent,
                       leaselock_error_t *err);
 /* INVALID for a NULL lease, NOT_HELD for a lease of the parent process. */
 bool ll_lease_usable (leaselock_lease_t *l, pid_t me, leaselock_error_t *err);

@@ -15,9 +15,7 @@
  * nothing), at most the TTL bound itself. */
 #define MIN_MAX_TTL_MS 1000
 
-static bool max_ttl_option (ll_primary_t *p,
-                            const char *backend,
-                            const char *value,
+static bool max_ttl_option (ll_primary_t *p, const char *backend, const char *value,
                             leaselock_error_t *err)
 {
    int64_t ms = 0;
@@ -33,9 +31,7 @@ static bool max_ttl_option (ll_primary_t *p,
    return true;
 }
 
-static bool durability_option (ll_primary_t *p,
-                               const char *backend,
-                               const char *value,
+static bool durability_option (ll_primary_t *p, const char *backend, const char *value,
                                leaselock_error_t *err)
 {
    static const char *const names[] = { [LL_DURABILITY_REPORT] = "report",
@@ -51,12 +47,8 @@ static bool durability_option (ll_primary_t *p,
                         backend, value);
 }
 
-bool ll_primary_option (ll_primary_t *p,
-                        const char *backend,
-                        const char *name,
-                        const char *value,
-                        bool *taken,
-                        leaselock_error_t *err)
+bool ll_primary_option (ll_primary_t *p, const char *backend, const char *name, const char *value,
+                        bool *taken, leaselock_error_t *err)
 {
    *taken = true;
    if (!strcmp (name, "max_ttl"))
@@ -95,9 +87,7 @@ bool ll_primary_grant_ok (const ll_primary_t *p, const char *backend, leaselock_
                         left);
 }
 
-bool ll_primary_ttl_ok (const ll_primary_t *p,
-                        const char *backend,
-                        int64_t ttl_ms,
+bool ll_primary_ttl_ok (const ll_primary_t *p, const char *backend, int64_t ttl_ms,
                         leaselock_error_t *err)
 {
    if (p->max_ttl_ms <= 0 || ttl_ms <= p->max_ttl_ms)

@@ -78,15 +78,8 @@ void ll_check_deadline_locked (leaselock_client_t *c, leaselock_lease_t *l, int6
       ll_mark_lost_locked (c, l);
 }
 
-bool ll_owner_call (leaselock_client_t *c,
-                    const char *key,
-                    size_t key_len,
-                    const char *owner,
-                    bool renew,
-                    int64_t ms,
-                    pid_t me,
-                    bool *was_sent,
-                    leaselock_error_t *err)
+bool ll_owner_call (leaselock_client_t *c, const char *key, size_t key_len, const char *owner,
+                    bool renew, int64_t ms, pid_t me, bool *was_sent, leaselock_error_t *err)
 {
    ll_error_clear (err);
    *was_sent = false;
@@ -103,10 +96,7 @@ bool ll_owner_call (leaselock_client_t *c,
    return ok;
 }
 
-bool ll_release_call (leaselock_client_t *c,
-                      leaselock_lease_t *l,
-                      pid_t me,
-                      bool *was_sent,
+bool ll_release_call (leaselock_client_t *c, leaselock_lease_t *l, pid_t me, bool *was_sent,
                       leaselock_error_t *err)
 {
    return ll_owner_call (c, l->key, l->key_len, l->owner, false, l->min_hold_ms, me, was_sent, err);

@@ -106,8 +106,7 @@ extern "C"
     * Returns a new client to free with leaselock_client_destroy(), or NULL
     * with error filled.
     */
-   LEASELOCK_API leaselock_client_t *leaselock_client_new (const char *uri,
-                                                           const char *label,
+   LEASELOCK_API leaselock_client_t *leaselock_client_new (const char *uri, const char *label,
                                                            leaselock_error_t *error);
 
    /*
@@ -141,8 +140,7 @@ extern "C"
     * that close is done. The client stays valid (its getters work) until
     * leaselock_client_destroy. May be called from an on_lost callback.
     */
-   LEASELOCK_API bool leaselock_client_close (leaselock_client_t *client,
-                                              bool release_held,
+   LEASELOCK_API bool leaselock_client_close (leaselock_client_t *client, bool release_held,
                                               leaselock_error_t *error);
 
    /* True once leaselock_client_close has started on client (or client is
@@ -197,8 +195,7 @@ extern "C"
     * every lease of the client. Renewals made by leaselock_lease_renew
     * report their failure to their caller instead. */
    typedef void (*leaselock_renew_failed_cb) (leaselock_lease_t *lease,
-                                              const leaselock_error_t *error,
-                                              int64_t remaining_ms,
+                                              const leaselock_error_t *error, int64_t remaining_ms,
                                               void *user_data);
 
    typedef struct leaselock_acquire_opts
@@ -244,12 +241,9 @@ extern "C"
     * the key is released for this call's owner (best effort), so that an
     * attempt that was applied does not leave it locked by nobody.
     */
-   LEASELOCK_API bool leaselock_acquire (leaselock_client_t *client,
-                                         const char *key,
-                                         size_t key_len,
-                                         const leaselock_acquire_opts_t *opts,
-                                         leaselock_lease_t **lease,
-                                         leaselock_error_t *error);
+   LEASELOCK_API bool leaselock_acquire (leaselock_client_t *client, const char *key,
+                                         size_t key_len, const leaselock_acquire_opts_t *opts,
+                                         leaselock_lease_t **lease, leaselock_error_t *error);
 
    /*
     * Counting semaphores and read-write locks (modes.c), built on leases:
@@ -287,10 +281,8 @@ extern "C"
     * waiting for a writer, are served in order of arrival.
     */
 #define LEASELOCK_SEMAPHORE_MAX 1000
-   LEASELOCK_API bool leaselock_semaphore_acquire (leaselock_client_t *client,
-                                                   const char *key,
-                                                   size_t key_len,
-                                                   int64_t limit,
+   LEASELOCK_API bool leaselock_semaphore_acquire (leaselock_client_t *client, const char *key,
+                                                   size_t key_len, int64_t limit,
                                                    const leaselock_acquire_opts_t *opts,
                                                    leaselock_lease_t **lease,
                                                    leaselock_error_t *error);
@@ -301,10 +293,8 @@ extern "C"
       LEASELOCK_EXCLUSIVE = 2
    } leaselock_rw_mode_t;
 
-   LEASELOCK_API bool leaselock_rwlock_acquire (leaselock_client_t *client,
-                                                const char *key,
-                                                size_t key_len,
-                                                leaselock_rw_mode_t mode,
+   LEASELOCK_API bool leaselock_rwlock_acquire (leaselock_client_t *client, const char *key,
+                                                size_t key_len, leaselock_rw_mode_t mode,
                                                 const leaselock_acquire_opts_t *opts,
                                                 leaselock_lease_t **lease,
                                                 leaselock_error_t *error);
@@ -328,12 +318,8 @@ extern "C"
     * CLI's LEASELOCK_OWNER): delta +1 enters once more, -1 leaves one hold
     * (never the last: the lease's own release does that). *holds: the
     * record's count after. NOT_HELD when key is not owner's and live. */
-   LEASELOCK_API bool leaselock_hold (leaselock_client_t *client,
-                                      const char *key,
-                                      size_t key_len,
-                                      const char *owner,
-                                      int delta,
-                                      int64_t *holds,
+   LEASELOCK_API bool leaselock_hold (leaselock_client_t *client, const char *key, size_t key_len,
+                                      const char *owner, int delta, int64_t *holds,
                                       leaselock_error_t *error);
 
    /*
@@ -348,8 +334,7 @@ extern "C"
     * One thread at a time per wait; it holds a reference on the client.
     */
    typedef struct leaselock_wait leaselock_wait_t;
-   LEASELOCK_API leaselock_wait_t *leaselock_wait_new (leaselock_client_t *client,
-                                                       const char *key,
+   LEASELOCK_API leaselock_wait_t *leaselock_wait_new (leaselock_client_t *client, const char *key,
                                                        size_t key_len,
                                                        const leaselock_acquire_opts_t *opts,
                                                        leaselock_error_t *error);
@@ -359,10 +344,8 @@ extern "C"
     * try again. Any other code ends the wait: TIMEOUT (its deadline passed),
     * INVALID (the client was closed; the wait is over; a wait of another
     * process), BACKEND, NOMEM. */
-   LEASELOCK_API bool leaselock_wait_try (leaselock_wait_t *wait,
-                                          leaselock_lease_t **lease,
-                                          int64_t *sleep_ms,
-                                          leaselock_error_t *error);
+   LEASELOCK_API bool leaselock_wait_try (leaselock_wait_t *wait, leaselock_lease_t **lease,
+                                          int64_t *sleep_ms, leaselock_error_t *error);
    /* Gives the wait up (leaving the key's queue in fair mode, best effort)
     * unless it is over, and frees it. NULL is fine. */
    LEASELOCK_API void leaselock_wait_destroy (leaselock_wait_t *wait);
@@ -374,8 +357,7 @@ extern "C"
     * renew is sent; while renews (this and the automatic one) are in flight
     * together, or one's outcome stayed unknown, the deadline is the
     * earliest any of them could have left in the database. */
-   LEASELOCK_API bool leaselock_lease_renew (leaselock_lease_t *lease,
-                                             int64_t ttl_ms,
+   LEASELOCK_API bool leaselock_lease_renew (leaselock_lease_t *lease, int64_t ttl_ms,
                                              leaselock_error_t *error);
 
    /* Renew, and with min_hold_ms >= 0 also extend the minimum hold (like
@@ -387,10 +369,8 @@ extern "C"
     * for leaselock_lease_renew; min_hold_ms -1 keeps the minimum hold as it
     * is, other negative values and values above LEASELOCK_TTL_MAX_MS are
     * INVALID. */
-   LEASELOCK_API bool leaselock_lease_extend (leaselock_lease_t *lease,
-                                              int64_t ttl_ms,
-                                              int64_t min_hold_ms,
-                                              leaselock_error_t *error);
+   LEASELOCK_API bool leaselock_lease_extend (leaselock_lease_t *lease, int64_t ttl_ms,
+                                              int64_t min_hold_ms, leaselock_error_t *error);
 
    /*
     * Release: clears the owner (the record and its fence stay); with min_hold
@@ -470,18 +450,13 @@ extern "C"
     * file holds it a moment at most, a server 100 ms. False, with error
     * left as it was, when the read failed or the key is free by then.
     */
-   LEASELOCK_API bool leaselock_explain_busy (leaselock_client_t *client,
-                                              const char *key,
-                                              size_t key_len,
-                                              int64_t waited_ms,
+   LEASELOCK_API bool leaselock_explain_busy (leaselock_client_t *client, const char *key,
+                                              size_t key_len, int64_t waited_ms,
                                               leaselock_error_t *error);
 
    /* Fills *record and sets *found. Never fails for a missing key. */
-   LEASELOCK_API bool leaselock_inspect (leaselock_client_t *client,
-                                         const char *key,
-                                         size_t key_len,
-                                         leaselock_record_t *record,
-                                         bool *found,
+   LEASELOCK_API bool leaselock_inspect (leaselock_client_t *client, const char *key,
+                                         size_t key_len, leaselock_record_t *record, bool *found,
                                          leaselock_error_t *error);
 
    /* Calls fn once per record whose key starts with prefix (prefix_len may be
@@ -490,11 +465,8 @@ extern "C"
     * fn runs with no connection held, so it may call leaselock functions or
     * fork; memory grows with the number of records. */
    typedef bool (*leaselock_record_cb) (const leaselock_record_t *record, void *user_data);
-   LEASELOCK_API bool leaselock_list (leaselock_client_t *client,
-                                      const char *prefix,
-                                      size_t prefix_len,
-                                      leaselock_record_cb fn,
-                                      void *user_data,
+   LEASELOCK_API bool leaselock_list (leaselock_client_t *client, const char *prefix,
+                                      size_t prefix_len, leaselock_record_cb fn, void *user_data,
                                       leaselock_error_t *error);
 
    /*
@@ -546,11 +518,8 @@ extern "C"
    /* Calls fn once per lock with a record whose key starts with prefix
     * (prefix_len may be 0), in key order: one list statement, then fn with
     * no connection held (as leaselock_list). fn returns false to stop. */
-   LEASELOCK_API bool leaselock_locks (leaselock_client_t *client,
-                                       const char *prefix,
-                                       size_t prefix_len,
-                                       leaselock_lock_cb fn,
-                                       void *user_data,
+   LEASELOCK_API bool leaselock_locks (leaselock_client_t *client, const char *prefix,
+                                       size_t prefix_len, leaselock_lock_cb fn, void *user_data,
                                        leaselock_error_t *error);
 
    /* The lock named key, whatever its mode: calls fn once when key or its
@@ -558,20 +527,14 @@ extern "C"
     * inspect of key, a list of key + "/."). A
     * mode's record named by its own key (a lease's key) is shown alone, as
     * a lock. */
-   LEASELOCK_API bool leaselock_lock_inspect (leaselock_client_t *client,
-                                              const char *key,
-                                              size_t key_len,
-                                              leaselock_lock_cb fn,
-                                              void *user_data,
-                                              bool *found,
-                                              leaselock_error_t *error);
+   LEASELOCK_API bool leaselock_lock_inspect (leaselock_client_t *client, const char *key,
+                                              size_t key_len, leaselock_lock_cb fn, void *user_data,
+                                              bool *found, leaselock_error_t *error);
 
    /* Admin: clears the owner of key whoever holds it and makes it free now; the
     * fence survives. *took (may be NULL) tells whether a live lease was taken. */
-   LEASELOCK_API bool leaselock_force_release (leaselock_client_t *client,
-                                               const char *key,
-                                               size_t key_len,
-                                               bool *took,
+   LEASELOCK_API bool leaselock_force_release (leaselock_client_t *client, const char *key,
+                                               size_t key_len, bool *took,
                                                leaselock_error_t *error);
 
    /*
@@ -584,11 +547,8 @@ extern "C"
     * its fence: the key's next acquire gets fence 1 again (docs/contract.md,
     * invariant 6), so prune no key whose fences a store still checks.
     */
-   LEASELOCK_API bool leaselock_prune (leaselock_client_t *client,
-                                       const char *prefix,
-                                       size_t prefix_len,
-                                       int64_t older_than_ms,
-                                       int64_t *count,
+   LEASELOCK_API bool leaselock_prune (leaselock_client_t *client, const char *prefix,
+                                       size_t prefix_len, int64_t older_than_ms, int64_t *count,
                                        leaselock_error_t *error);
 
    /* Strict UTF-8 (no overlong forms, no surrogates, nothing above
@@ -600,8 +560,7 @@ extern "C"
 
    /* The check every call applies to a key: 1..LEASELOCK_KEY_MAX bytes of
     * valid UTF-8 without NUL; INVALID with the reason otherwise. */
-   LEASELOCK_API bool leaselock_check_key (const char *key,
-                                           size_t key_len,
+   LEASELOCK_API bool leaselock_check_key (const char *key, size_t key_len,
                                            leaselock_error_t *error);
 
    /* ms as the CLI and the core's messages show a duration: "750ms",
@@ -613,8 +572,7 @@ extern "C"
 
    /* Parses "30s", "500ms", "2m", "1h", "1d", or a bare number of seconds
     * ("1.5") into milliseconds. Used by the CLI; exposed for the bindings. */
-   LEASELOCK_API bool leaselock_parse_duration (const char *text,
-                                                int64_t *ms,
+   LEASELOCK_API bool leaselock_parse_duration (const char *text, int64_t *ms,
                                                 leaselock_error_t *error);
 
    /* ---- observability: a log hook and counters per client ------------- */
@@ -676,10 +634,8 @@ extern "C"
     * called from within a hook of the same client). Accepts a NULL client
     * (does nothing).
     */
-   LEASELOCK_API void leaselock_client_set_log (leaselock_client_t *client,
-                                                int min_level,
-                                                leaselock_log_cb fn,
-                                                void *user_data);
+   LEASELOCK_API void leaselock_client_set_log (leaselock_client_t *client, int min_level,
+                                                leaselock_log_cb fn, void *user_data);
 
    /* Changes only the level of the installed hook (one atomic store, never
     * waits): for bindings that follow a logger's level. */
@@ -726,8 +682,7 @@ extern "C"
 
    /* Fills *stats. Cheap (relaxed atomic loads, one short lock to count
     * the leases held); never does I/O; works on a closed client. */
-   LEASELOCK_API bool leaselock_client_stats (leaselock_client_t *client,
-                                              leaselock_stats_t *stats,
+   LEASELOCK_API bool leaselock_client_stats (leaselock_client_t *client, leaselock_stats_t *stats,
                                               leaselock_error_t *error);
 
    /* How the client's database makes a grant survive a failover, and what
@@ -767,9 +722,7 @@ extern "C"
     * the length the whole text needs, without the NUL.
     */
    LEASELOCK_API size_t leaselock_stats_prometheus (const leaselock_stats_t *stats,
-                                                    const char *labels,
-                                                    char *buf,
-                                                    size_t size);
+                                                    const char *labels, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

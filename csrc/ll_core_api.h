@@ -85,9 +85,7 @@ typedef const ll_backend_t *(*ll_module_entry_fn) (const ll_core_api_t *core);
  * loads the module once per process and returns 1 with *backend set, or
  * -1 with UNSUPPORTED in err (the module or its client library missing,
  * with the package to install); 0 when no module answers the scheme. */
-int ll_backend_module_for_scheme (const char *scheme,
-                                  size_t len,
-                                  const ll_backend_t **backend,
+int ll_backend_module_for_scheme (const char *scheme, size_t len, const ll_backend_t **backend,
                                   leaselock_error_t *err);
 
 #ifdef LL_MODULE

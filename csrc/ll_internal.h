@@ -92,10 +92,7 @@ bool ll_grow (void **items, size_t *cap, size_t n, size_t size, size_t first);
 
 /* key: 1..255 bytes, valid UTF-8, no NUL. what names the argument in the
  * message ("key", "prefix"). allow_empty is for prefixes. */
-bool ll_check_key (const char *key,
-                   size_t len,
-                   const char *what,
-                   bool allow_empty,
+bool ll_check_key (const char *key, size_t len, const char *what, bool allow_empty,
                    leaselock_error_t *err);
 /* ttl: 1 .. LEASELOCK_TTL_MAX_MS. what names the argument ("ttl"). */
 bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err);
@@ -120,26 +117,19 @@ typedef struct ll_acquire_frame
  * error to fill (error, or f->local when it is NULL), cleared; *opts
  * becomes f->dflt, filled with the defaults, when it is NULL; *lease NULL
  * when lease is given. */
-leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f,
-                                        leaselock_error_t *error,
+leaselock_error_t *ll_acquire_prologue (ll_acquire_frame_t *f, leaselock_error_t *error,
                                         const leaselock_acquire_opts_t **opts,
                                         leaselock_lease_t **lease);
 
 /* The first checks of every acquire entry point, before any I/O: client
  * and lease (the out parameter) given, key valid. */
-bool ll_acquire_target_ok (leaselock_client_t *c,
-                           const char *key,
-                           size_t key_len,
-                           leaselock_lease_t **lease,
-                           leaselock_error_t *err);
+bool ll_acquire_target_ok (leaselock_client_t *c, const char *key, size_t key_len,
+                           leaselock_lease_t **lease, leaselock_error_t *err);
 
 /* leaselock_acquire without naming the holder when it gives up: the
  * acquires of a mode's records (modes.c), which are not the caller's end. */
-bool ll_acquire_record (leaselock_client_t *c,
-                        const char *key,
-                        size_t key_len,
-                        const leaselock_acquire_opts_t *opts,
-                        leaselock_lease_t **lease,
+bool ll_acquire_record (leaselock_client_t *c, const char *key, size_t key_len,
+                        const leaselock_acquire_opts_t *opts, leaselock_lease_t **lease,
                         leaselock_error_t *error);
 
 /* ---- the waiters' sleeps (wait.c) ------------------------------------ */
@@ -430,14 +420,8 @@ char *ll_percent_decode (const char *s, size_t n, bool plus_is_space, bool *nome
 /* The one integer URI-option parser: value is a plain decimal (no sign, no
  * blanks) in [min, max], else INVALID with "<backend> URI option
  * <name>=\"<value>\": expected whole <unit> from <min> to <max>". */
-bool ll_uri_int_option (const char *backend,
-                        const char *name,
-                        const char *value,
-                        int64_t min,
-                        int64_t max,
-                        const char *unit,
-                        int64_t *out,
-                        leaselock_error_t *err);
+bool ll_uri_int_option (const char *backend, const char *name, const char *value, int64_t min,
+                        int64_t max, const char *unit, int64_t *out, leaselock_error_t *err);
 /* INVALID unless the URI has at most one '@' before its first '/', and
  * that one within the authority: where there are more, leaselock and the
  * drivers could disagree on the password and the host. */
@@ -590,10 +574,7 @@ typedef struct ll_backend
     * and no longer counts, so a waiter that died or gave up holds nobody
     * back for longer than that. One statement where the database allows
     * (a transaction of two where not). NULL in a backend without queues. */
-   bool (*queue_join) (void *conn,
-                       const ll_op_t *op,
-                       int64_t keep_ms,
-                       int64_t *ahead,
+   bool (*queue_join) (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                        leaselock_error_t *err);
    /* Deletes owner's entry of key's queue (after its acquire succeeded or
     * it gave up); succeeds when there is none. */
@@ -641,18 +622,11 @@ typedef struct ll_backend
     * record_waiters, inspect and list fill the record's next_owner, queued
     * and held_ms; else the engine marks them unknown. */
    bool record_waiters;
-   bool (*inspect) (void *conn,
-                    const ll_op_t *op,
-                    leaselock_record_t *rec,
-                    bool *found,
+   bool (*inspect) (void *conn, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                     leaselock_error_t *err);
    /* Records whose key starts with prefix (byte-wise), in key order. */
-   bool (*list) (void *conn,
-                 const char *prefix,
-                 size_t prefix_len,
-                 leaselock_record_cb fn,
-                 void *user_data,
-                 leaselock_error_t *err);
+   bool (*list) (void *conn, const char *prefix, size_t prefix_len, leaselock_record_cb fn,
+                 void *user_data, leaselock_error_t *err);
    /* Owner cleared and expiry = now whatever the owner; fence kept. *took:
     * whether a live lease was taken away. */
    bool (*force_release) (void *conn, const ll_op_t *op, bool *took, leaselock_error_t *err);
@@ -666,12 +640,8 @@ typedef struct ll_backend
     * The queue entries under prefix that ran out older_than_ms or more ago
     * are deleted too (a second statement; never a live entry; not
     * counted). */
-   bool (*prune) (void *conn,
-                  const char *prefix,
-                  size_t prefix_len,
-                  int64_t older_than_ms,
-                  int64_t *count,
-                  leaselock_error_t *err);
+   bool (*prune) (void *conn, const char *prefix, size_t prefix_len, int64_t older_than_ms,
+                  int64_t *count, leaselock_error_t *err);
    /* The connection's view of its primary (failover.c), as its last
     * (re)connect read it; NULL when the backend follows no replication.
     * The engine reads it after each call and reports what changed
@@ -713,10 +683,7 @@ extern const ll_backend_t ll_backend_postgresql;
  * with reserve_ms = -1 and waited_ms = 0 (a take that never claims the
  * reservation; t's own are not read). Arguments as for ll_backend_t's
  * acquire, borrowed for the call. */
-bool ll_backend_acquire (const ll_backend_t *b,
-                         void *conn,
-                         const ll_take_t *t,
-                         int64_t *fence,
+bool ll_backend_acquire (const ll_backend_t *b, void *conn, const ll_take_t *t, int64_t *fence,
                          leaselock_error_t *err);
 
 /* For tests: adds a backend (e.g. the fake one) found by its schemes. */
@@ -734,12 +701,8 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
  * code and what else places the failure ("error 2013", "SQLSTATE 08006",
  * "error 5, database '/x.db'", "error 2.4" for libmongoc's domain.code).
  * Every backend's driver failures take this form. Returns false. */
-bool ll_backend_fail (leaselock_error_t *err,
-                      const char *backend,
-                      const char *what,
-                      const char *driver_msg,
-                      const ll_secrets_t *secrets,
-                      const char *detail);
+bool ll_backend_fail (leaselock_error_t *err, const char *backend, const char *what,
+                      const char *driver_msg, const ll_secrets_t *secrets, const char *detail);
 /* Why each host of a URI's host list failed, "host: why; ...", each cut to
  * its share of one error message, so that the error when none can be used
  * names them all. On the connecting thread's stack, zeroed. */
@@ -753,19 +716,14 @@ typedef struct ll_host_failures
 void ll_host_failure_add (ll_host_failures_t *f, int n_hosts, const char *host, const char *why);
 /* BACKEND "<backend>: connecting: no writable server among <n_hosts>
  * hosts: <the failures>". Returns false. */
-bool ll_host_failures_fail (const ll_host_failures_t *f,
-                            const char *backend,
-                            int n_hosts,
+bool ll_host_failures_fail (const ll_host_failures_t *f, const char *backend, int n_hosts,
                             leaselock_error_t *err);
 /* Whether s is a table name: 1..58 ASCII letters, digits or _, no leading digit. */
 bool ll_valid_identifier (const char *s);
 /* out[i] = templates[i] formatted with table (new strings the caller frees,
  * also after a failure: NOMEM leaves the rest NULL); NULL for a NULL
  * template (a statement the backend does not use). */
-bool ll_sql_format_all (char **out,
-                        const char *const *templates,
-                        int count,
-                        const char *table,
+bool ll_sql_format_all (char **out, const char *const *templates, int count, const char *table,
                         leaselock_error_t *err);
 /* Whether an idle connection's socket fd was closed by its peer (a zero-
  * timeout poll finds it readable or hung up); true when fd < 0. */
@@ -901,12 +859,8 @@ typedef struct ll_primary
 
 /* Reads the URI options max_ttl= and durability= into p (other names:
  * *taken false). INVALID with the backend's name for a bad value. */
-bool ll_primary_option (ll_primary_t *p,
-                        const char *backend,
-                        const char *name,
-                        const char *value,
-                        bool *taken,
-                        leaselock_error_t *err);
+bool ll_primary_option (ll_primary_t *p, const char *backend, const char *name, const char *value,
+                        bool *taken, leaselock_error_t *err);
 /* Records what a (re)connect read: the table's fence floor, the
  * lock-delay left by the database clock (wait_us <= 0: none), its
  * max_ttl; the durability fields are set by the caller before. */
@@ -915,9 +869,7 @@ void ll_primary_seen (ll_primary_t *p, int64_t fence_floor, int64_t wait_us, int
  * BACKEND under durability=require when the server is not DURABLE. */
 bool ll_primary_grant_ok (const ll_primary_t *p, const char *backend, leaselock_error_t *err);
 /* Before an acquire or renew: INVALID when ttl_ms is over max_ttl. */
-bool ll_primary_ttl_ok (const ll_primary_t *p,
-                        const char *backend,
-                        int64_t ttl_ms,
+bool ll_primary_ttl_ok (const ll_primary_t *p, const char *backend, int64_t ttl_ms,
                         leaselock_error_t *err);
 
 /* What a SQL backend does through its driver, for the steps below to call
@@ -936,9 +888,7 @@ typedef struct ll_sql_driver
    void (*free_fields) (ll_sql_conn_t *b);
    /* Reads the parsed URI u (text: as the user gave it) into the
     * connection: table= through ll_sql_table_option. */
-   bool (*parse_uri) (ll_sql_conn_t *b,
-                      const ll_uri_t *u,
-                      const char *text,
+   bool (*parse_uri) (ll_sql_conn_t *b, const ll_uri_t *u, const char *text,
                       leaselock_error_t *err);
    /* Opens the driver's connection (the schema is checked after). */
    bool (*connect) (ll_sql_conn_t *b, leaselock_error_t *err);
@@ -980,9 +930,7 @@ struct ll_sql_conn
  * parse_uri), formats the statements, connects, and checks the schema
  * version (creating the schema when there is none; BACKEND for a version
  * other than the driver's). Returns b, or NULL after closing it. */
-void *ll_sql_open (ll_sql_conn_t *b,
-                   const ll_sql_driver_t *driver,
-                   const char *uri,
+void *ll_sql_open (ll_sql_conn_t *b, const ll_sql_driver_t *driver, const char *uri,
                    leaselock_error_t *err);
 /* The backend's primary (ll_backend_t): the connection's ll_primary_t. */
 struct ll_primary *ll_sql_primary (void *conn);
@@ -1076,10 +1024,7 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
  * nothing); returns whether a listener is open now (a reserved waiter may
  * then poll less often), and in *released whether a release of e's key
  * was heard since the last update (the key may be free). */
-bool ll_watch_update (ll_watch_t *w,
-                      ll_watch_waiter_t *e,
-                      bool reserved,
-                      bool behind,
+bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
                       bool *released);
 void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
 /* Stops the thread (joined: bounded by one listener open) and closes the

@@ -50,13 +50,8 @@ static bool ends_with (const char *key, size_t len, const char *sfx, size_t *bas
 
 /* Whether key ends with sfx followed by between min and max bytes of set
  * (the slot's index, the reader's token); sets *base_len when it does. */
-static bool ends_with_tail (const char *key,
-                            size_t len,
-                            const char *sfx,
-                            const char *set,
-                            size_t min,
-                            size_t max,
-                            size_t *base_len)
+static bool ends_with_tail (const char *key, size_t len, const char *sfx, const char *set,
+                            size_t min, size_t max, size_t *base_len)
 {
    size_t tail = 0;
    while (tail < len && tail < max && strchr (set, key[len - 1 - tail]) && key[len - 1 - tail])
@@ -129,11 +124,8 @@ static bool live (const leaselock_record_t *r)
 
 /* The lock of the n entries e (one lock's, n >= 1) into *info; holders has
  * room for n pointers, key for its key. */
-static void lock_fill (const rec_entry_t *e,
-                       size_t n,
-                       const leaselock_record_t **holders,
-                       char *key,
-                       leaselock_lock_info_t *info)
+static void lock_fill (const rec_entry_t *e, size_t n, const leaselock_record_t **holders,
+                       char *key, leaselock_lock_info_t *info)
 {
    memset (info, 0, sizeof *info);
    memcpy (key, e[0].rec.key, e[0].base_len);
@@ -180,13 +172,8 @@ static void lock_fill (const rec_entry_t *e,
 
 /* Calls fn per lock of the entries (sorted in place); only the lock named
  * only (only_len bytes) when only is not NULL, setting *found. */
-static bool locks_report (rec_all_t *all,
-                          const char *only,
-                          size_t only_len,
-                          leaselock_lock_cb fn,
-                          void *user_data,
-                          bool *found,
-                          leaselock_error_t *err)
+static bool locks_report (rec_all_t *all, const char *only, size_t only_len, leaselock_lock_cb fn,
+                          void *user_data, bool *found, leaselock_error_t *err)
 {
    if (all->n > 1)
       qsort (all->e, all->n, sizeof *all->e, entry_cmp);
@@ -213,10 +200,7 @@ static bool locks_report (rec_all_t *all,
 /* The records of the lock named key: its own (inspect) and its mode's,
  * all under key + "/." (a list of that prefix alone, so that a key with
  * many keys under it costs no more than one without). */
-static bool lock_records (leaselock_client_t *c,
-                          const char *key,
-                          size_t key_len,
-                          rec_all_t *all,
+static bool lock_records (leaselock_client_t *c, const char *key, size_t key_len, rec_all_t *all,
                           leaselock_error_t *err)
 {
    leaselock_record_t rec;
@@ -235,13 +219,8 @@ static bool lock_records (leaselock_client_t *c,
 
 /* The records under prefix (or of the lock only), grouped into locks for
  * fn. */
-static bool locks_run (leaselock_client_t *c,
-                       const char *prefix,
-                       size_t prefix_len,
-                       const char *only,
-                       leaselock_lock_cb fn,
-                       void *user_data,
-                       bool *found,
+static bool locks_run (leaselock_client_t *c, const char *prefix, size_t prefix_len,
+                       const char *only, leaselock_lock_cb fn, void *user_data, bool *found,
                        leaselock_error_t *err)
 {
    if (!fn)
@@ -257,23 +236,15 @@ static bool locks_run (leaselock_client_t *c,
    return ok;
 }
 
-bool leaselock_locks (leaselock_client_t *c,
-                      const char *prefix,
-                      size_t prefix_len,
-                      leaselock_lock_cb fn,
-                      void *user_data,
-                      leaselock_error_t *error)
+bool leaselock_locks (leaselock_client_t *c, const char *prefix, size_t prefix_len,
+                      leaselock_lock_cb fn, void *user_data, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
    return locks_run (c, prefix, prefix_len, NULL, fn, user_data, NULL, err);
 }
 
-bool leaselock_lock_inspect (leaselock_client_t *c,
-                             const char *key,
-                             size_t key_len,
-                             leaselock_lock_cb fn,
-                             void *user_data,
-                             bool *found,
+bool leaselock_lock_inspect (leaselock_client_t *c, const char *key, size_t key_len,
+                             leaselock_lock_cb fn, void *user_data, bool *found,
                              leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);

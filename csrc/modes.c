@@ -78,14 +78,9 @@ static size_t record_key (char *buf, const char *key, size_t key_len, const char
 
 /* The checks of leaselock_acquire plus the mode's own, before any I/O.
  * sfx_max is the mode's longest record suffix, what its name. */
-static bool mode_args_ok (leaselock_client_t *c,
-                          const char *key,
-                          size_t key_len,
-                          size_t sfx_max,
-                          const char *what,
-                          const leaselock_acquire_opts_t *o,
-                          leaselock_lease_t **lease,
-                          leaselock_error_t *err)
+static bool mode_args_ok (leaselock_client_t *c, const char *key, size_t key_len, size_t sfx_max,
+                          const char *what, const leaselock_acquire_opts_t *o,
+                          leaselock_lease_t **lease, leaselock_error_t *err)
 {
    if (!ll_acquire_target_ok (c, key, key_len, lease, err))
       return false;
@@ -123,10 +118,7 @@ typedef struct mode_wait
    bool timed_out;
 } mode_wait_t;
 
-static void mode_wait_init (mode_wait_t *w,
-                            leaselock_client_t *c,
-                            const char *key,
-                            size_t key_len,
+static void mode_wait_init (mode_wait_t *w, leaselock_client_t *c, const char *key, size_t key_len,
                             const leaselock_acquire_opts_t *o)
 {
    *w = (mode_wait_t){ .c = c, .key = key, .key_len = key_len, .o = o };
@@ -330,10 +322,7 @@ static bool sem_busy (const sem_call_t *s, bool mine, leaselock_error_t *err)
 
 /* Takes slot i (one try), then verifies. *raced: the slot was taken by
  * someone else since it was chosen (worth another choice at once). */
-static bool sem_take (sem_call_t *s,
-                      int64_t i,
-                      bool *raced,
-                      leaselock_lease_t **lease,
+static bool sem_take (sem_call_t *s, int64_t i, bool *raced, leaselock_lease_t **lease,
                       leaselock_error_t *err)
 {
    char sk[LEASELOCK_KEY_MAX + 1];
@@ -384,9 +373,7 @@ static bool sem_round (sem_call_t *s, bool first, leaselock_lease_t **lease, lea
 }
 
 /* Tries until a slot is had or the wait ends. */
-static bool sem_loop (sem_call_t *s,
-                      mode_wait_t *w,
-                      leaselock_lease_t **lease,
+static bool sem_loop (sem_call_t *s, mode_wait_t *w, leaselock_lease_t **lease,
                       leaselock_error_t *err)
 {
    for (bool first = true;; first = false) {
@@ -425,13 +412,9 @@ static int64_t mode_bound_of (const leaselock_acquire_opts_t *o)
       return LL_MODE_NONE;
    return o->timeout_ms < 0 ? -1 : ll_real_now_ms () + o->timeout_ms;
 }
-bool leaselock_semaphore_acquire (leaselock_client_t *c,
-                                  const char *key,
-                                  size_t key_len,
-                                  int64_t limit,
-                                  const leaselock_acquire_opts_t *opts,
-                                  leaselock_lease_t **lease,
-                                  leaselock_error_t *error)
+bool leaselock_semaphore_acquire (leaselock_client_t *c, const char *key, size_t key_len,
+                                  int64_t limit, const leaselock_acquire_opts_t *opts,
+                                  leaselock_lease_t **lease, leaselock_error_t *error)
 {
    ll_acquire_frame_t f;
    leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);
@@ -587,13 +570,8 @@ static bool rw_writer_in (rw_call_t *r, bool *in, leaselock_error_t *err)
  * queue as any waiter), takes its own record while holding it, and lets
  * it go. *again: the exclusive record was not held throughout, so the
  * reader's record was dropped; try from the start. */
-static bool rw_reader_pass (rw_call_t *r,
-                            const mode_wait_t *w,
-                            const leaselock_acquire_opts_t *one,
-                            const char *rk,
-                            size_t rk_len,
-                            bool *again,
-                            leaselock_lease_t **lease,
+static bool rw_reader_pass (rw_call_t *r, const mode_wait_t *w, const leaselock_acquire_opts_t *one,
+                            const char *rk, size_t rk_len, bool *again, leaselock_lease_t **lease,
                             leaselock_error_t *err)
 {
    leaselock_acquire_opts_t p;
@@ -671,13 +649,9 @@ static bool rw_reader (rw_call_t *r, leaselock_lease_t **lease, leaselock_error_
    }
 }
 
-bool leaselock_rwlock_acquire (leaselock_client_t *c,
-                               const char *key,
-                               size_t key_len,
-                               leaselock_rw_mode_t mode,
-                               const leaselock_acquire_opts_t *opts,
-                               leaselock_lease_t **lease,
-                               leaselock_error_t *error)
+bool leaselock_rwlock_acquire (leaselock_client_t *c, const char *key, size_t key_len,
+                               leaselock_rw_mode_t mode, const leaselock_acquire_opts_t *opts,
+                               leaselock_lease_t **lease, leaselock_error_t *error)
 {
    ll_acquire_frame_t f;
    leaselock_error_t *err = ll_acquire_prologue (&f, error, &opts, lease);

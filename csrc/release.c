@@ -10,12 +10,8 @@
 
 /* Records the outcome of a release (or its resend) of l. Called with
  * c->mu held. */
-static void release_done_locked (leaselock_client_t *c,
-                                 leaselock_lease_t *l,
-                                 bool ok,
-                                 bool was_sent,
-                                 bool resent,
-                                 const leaselock_error_t *err)
+static void release_done_locked (leaselock_client_t *c, leaselock_lease_t *l, bool ok,
+                                 bool was_sent, bool resent, const leaselock_error_t *err)
 {
    if (ok || err->code == LEASELOCK_NOT_HELD) {
       ll_lease_ended_locked (c, l, ll_now_ms ());
@@ -39,9 +35,7 @@ static void release_done_locked (leaselock_client_t *c,
 }
 
 /* Counts and logs a release of l that reached the database. */
-static void log_release (leaselock_client_t *c,
-                         leaselock_lease_t *l,
-                         bool ok,
+static void log_release (leaselock_client_t *c, leaselock_lease_t *l, bool ok,
                          const leaselock_error_t *err)
 {
    ll_count (&c->obs, ok ? LL_ST_RELEASES : LL_ST_RELEASE_FAILURES, 1);
@@ -132,14 +126,8 @@ bool ll_release_lease (leaselock_lease_t *l, pid_t me, bool by_close, leaselock_
 }
 
 /* One hold statement (delta +1 or -1) for owner of key. */
-static bool hold_call (leaselock_client_t *c,
-                       const char *key,
-                       size_t key_len,
-                       const char *owner,
-                       int delta,
-                       pid_t me,
-                       int64_t *holds,
-                       leaselock_error_t *err)
+static bool hold_call (leaselock_client_t *c, const char *key, size_t key_len, const char *owner,
+                       int delta, pid_t me, int64_t *holds, leaselock_error_t *err)
 {
    if (!c->backend->hold)
       return ll_error_set (err, LEASELOCK_UNSUPPORTED,
@@ -215,13 +203,8 @@ int64_t leaselock_lease_holds (leaselock_lease_t *l)
    return lease_holds (l, &holds, &ignored) ? holds : 0;
 }
 
-bool leaselock_hold (leaselock_client_t *c,
-                     const char *key,
-                     size_t key_len,
-                     const char *owner,
-                     int delta,
-                     int64_t *holds,
-                     leaselock_error_t *error)
+bool leaselock_hold (leaselock_client_t *c, const char *key, size_t key_len, const char *owner,
+                     int delta, int64_t *holds, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
    if (holds)

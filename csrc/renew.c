@@ -495,9 +495,7 @@ bool leaselock_lease_renew (leaselock_lease_t *l, int64_t ttl_ms, leaselock_erro
    return leaselock_lease_extend (l, ttl_ms, -1, error);
 }
 
-bool leaselock_lease_extend (leaselock_lease_t *l,
-                             int64_t ttl_ms,
-                             int64_t min_hold_ms,
+bool leaselock_lease_extend (leaselock_lease_t *l, int64_t ttl_ms, int64_t min_hold_ms,
                              leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);

@@ -21,10 +21,7 @@ typedef bool (*ll_mongo_expr_fn) (bson_t *doc, const char *name);
 
 /* Begins {op: [ under name in doc: *expr the document, *args its array
  * (ll_mongo_op_end closes both). */
-static bool ll_mongo_op_begin (bson_t *doc,
-                               const char *name,
-                               const char *op,
-                               bson_t *expr,
+static bool ll_mongo_op_begin (bson_t *doc, const char *name, const char *op, bson_t *expr,
                                bson_t *args)
 {
    return BSON_APPEND_DOCUMENT_BEGIN (doc, name, expr) && BSON_APPEND_ARRAY_BEGIN (expr, op, args);
@@ -36,10 +33,7 @@ static bool ll_mongo_op_end (bson_t *doc, bson_t *expr, bson_t *args)
 }
 
 /* Appends {op: [a, b]} under name, a and b strings (field paths, $$NOW). */
-static bool ll_mongo_append_op2 (bson_t *doc,
-                                 const char *name,
-                                 const char *op,
-                                 const char *a,
+static bool ll_mongo_append_op2 (bson_t *doc, const char *name, const char *op, const char *a,
                                  const char *b)
 {
    bson_t expr, args;
@@ -48,9 +42,7 @@ static bool ll_mongo_append_op2 (bson_t *doc,
 }
 
 /* Appends {name: {field: value}}: $inc, $max and a field's one condition. */
-static bool ll_mongo_append_one_int64 (bson_t *doc,
-                                       const char *name,
-                                       const char *field,
+static bool ll_mongo_append_one_int64 (bson_t *doc, const char *name, const char *field,
                                        int64_t value)
 {
    bson_t d;
@@ -72,9 +64,7 @@ static bool ll_mongo_dated_set_begin (bson_t *u, const char *date1, const char *
 
 /* The update {$currentDate: {date: true}, $set: {field: value}}: renew's
  * and a queue entry's refresh. */
-static bool ll_mongo_dated_int64_update (bson_t *u,
-                                         const char *date,
-                                         const char *field,
+static bool ll_mongo_dated_int64_update (bson_t *u, const char *date, const char *field,
                                          int64_t value)
 {
    bson_t set;
@@ -84,11 +74,8 @@ static bool ll_mongo_dated_int64_update (bson_t *u,
 
 /* Appends {op: [{$add: [x, extra_ms]}, "$$NOW"]} under name, x appended
  * by fn: a date at least extra_ms in the past ("$lte") or not. */
-static bool ll_mongo_append_cmp_now_plus (bson_t *doc,
-                                          const char *name,
-                                          const char *op,
-                                          ll_mongo_expr_fn fn,
-                                          int64_t extra_ms)
+static bool ll_mongo_append_cmp_now_plus (bson_t *doc, const char *name, const char *op,
+                                          ll_mongo_expr_fn fn, int64_t extra_ms)
 {
    bson_t cmp, arr, add, terms;
    return ll_mongo_op_begin (doc, name, op, &cmp, &arr) &&
@@ -137,9 +124,7 @@ bool ll_mongo_live_owned_query (bson_t *q, const char *key, size_t key_len, cons
 }
 
 /* Appends {$eq: [field, owner]} under name to doc. */
-static bool ll_mongo_append_is_owner (bson_t *doc,
-                                      const char *name,
-                                      const char *field,
+static bool ll_mongo_append_is_owner (bson_t *doc, const char *name, const char *field,
                                       const char *owner)
 {
    bson_t eq, arr;
@@ -183,9 +168,7 @@ static bool ll_mongo_append_next_younger (bson_t *doc, const char *name, int64_t
  * until is {$add: ["$nextAt", "$nextMs"]}. A record without the
  * reservation's fields reads as unreserved: no next owner, and until is
  * null ($add of a missing field), below any date. */
-static bool ll_mongo_append_next_free (bson_t *doc,
-                                       const char *name,
-                                       const char *owner,
+static bool ll_mongo_append_next_free (bson_t *doc, const char *name, const char *owner,
                                        int64_t waited_ms)
 {
    bson_t any, arr, lte, larr;
@@ -215,10 +198,7 @@ bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const c
           ll_mongo_op_end (q, &expr, &any);
 }
 
-bool ll_mongo_claim_query (bson_t *q,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+bool ll_mongo_claim_query (bson_t *q, const char *key, size_t key_len, const char *owner,
                            int64_t waited_ms)
 {
    return ll_mongo_append_key (q, key, key_len) &&
@@ -241,12 +221,8 @@ bool ll_mongo_upsert_query (bson_t *q, const char *key, size_t key_len)
           BSON_APPEND_BOOL (&ex, "$exists", false) && bson_append_document_end (q, &ex);
 }
 
-bool ll_mongo_acquire_update (bson_t *u,
-                              const char *owner,
-                              int64_t ttl_ms,
-                              const char *host,
-                              int64_t pid,
-                              const char *label)
+bool ll_mongo_acquire_update (bson_t *u, const char *owner, int64_t ttl_ms, const char *host,
+                              int64_t pid, const char *label)
 {
    bson_t set, h;
    return ll_mongo_dated_set_begin (u, "acquiredAt", "renewedAt", &set) &&
@@ -290,11 +266,7 @@ bool ll_mongo_free_update (bson_t *u, int64_t hold_ms)
           bson_append_document_end (u, &d);
 }
 
-bool ll_mongo_force_query (bson_t *q,
-                           const char *key,
-                           size_t key_len,
-                           int64_t fence,
-                           bool owned,
+bool ll_mongo_force_query (bson_t *q, const char *key, size_t key_len, int64_t fence, bool owned,
                            bool live)
 {
    bson_t t;
@@ -311,9 +283,7 @@ bool ll_mongo_force_query (bson_t *q,
 
 /* {field: /^prefix/} (see ll_mongo_prefix_match); nothing for the empty
  * prefix. */
-static bool ll_mongo_prefix_match_on (bson_t *match,
-                                      const char *field,
-                                      const char *prefix,
+static bool ll_mongo_prefix_match_on (bson_t *match, const char *field, const char *prefix,
                                       size_t prefix_len)
 {
    if (prefix_len == 0)
@@ -365,8 +335,7 @@ bool ll_mongo_record_pipeline (bson_t *p, const bson_t *match)
 }
 
 mongoc_find_and_modify_opts_t *ll_mongo_fam_opts_fields (const bson_t *update,
-                                                         const char *const *fields,
-                                                         bool upsert)
+                                                         const char *const *fields, bool upsert)
 {
    mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
    bson_t proj = BSON_INITIALIZER;
@@ -410,9 +379,7 @@ static bool ll_mongo_append_queue_end (bson_t *doc, const char *name)
 
 /* Appends {op: [{$add: [entry's end, extra_ms]}, "$$NOW"]} under name: an
  * entry live ("$gt", extra 0) or run out at least extra_ms ago ("$lte"). */
-static bool ll_mongo_append_queue_cmp (bson_t *doc,
-                                       const char *name,
-                                       const char *op,
+static bool ll_mongo_append_queue_cmp (bson_t *doc, const char *name, const char *op,
                                        int64_t extra_ms)
 {
    return ll_mongo_append_cmp_now_plus (doc, name, op, ll_mongo_append_queue_end, extra_ms);
@@ -429,10 +396,7 @@ bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms)
    return ll_mongo_dated_int64_update (u, "seenAt", "keepMs", keep_ms);
 }
 
-bool ll_mongo_queue_arrive_update (bson_t *u,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
+bool ll_mongo_queue_arrive_update (bson_t *u, const char *key, size_t key_len, const char *owner,
                                    int64_t keep_ms)
 {
    bson_t d;
@@ -442,10 +406,7 @@ bool ll_mongo_queue_arrive_update (bson_t *u,
           BSON_APPEND_INT64 (&d, "keepMs", keep_ms) && bson_append_document_end (u, &d);
 }
 
-bool ll_mongo_queue_ahead_filter (bson_t *q,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
+bool ll_mongo_queue_ahead_filter (bson_t *q, const char *key, size_t key_len, const char *owner,
                                   int64_t arrived)
 {
    bson_t any, d, lt;
@@ -479,9 +440,7 @@ bool ll_mongo_queue_others_filter (bson_t *q, const char *key, size_t key_len, c
           bson_append_document_end (q, &ne) && ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0);
 }
 
-bool ll_mongo_queue_prune_filter (bson_t *q,
-                                  const char *prefix,
-                                  size_t prefix_len,
+bool ll_mongo_queue_prune_filter (bson_t *q, const char *prefix, size_t prefix_len,
                                   int64_t older_than_ms)
 {
    return ll_mongo_prefix_match_on (q, "k", prefix, prefix_len) &&

@@ -84,22 +84,15 @@ bool ll_mongo_upsert_query (bson_t *q, const char *key, size_t key_len);
 /* The acquire update: owner, ttl, holder, dates from the server, fence+1,
  * no next owner (the reservation that let the take through is over).
  * host and label: NULL reads as "". */
-bool ll_mongo_acquire_update (bson_t *u,
-                              const char *owner,
-                              int64_t ttl_ms,
-                              const char *host,
-                              int64_t pid,
-                              const char *label);
+bool ll_mongo_acquire_update (bson_t *u, const char *owner, int64_t ttl_ms, const char *host,
+                              int64_t pid, const char *label);
 
 /* acquire_wait's claim, a findAndModify without upsert, when the take found
  * the key busy: {_id: key, $expr: next_free (owner, waited_ms)} (the
  * query) -> nextOwner = owner, nextAt = now, nextMs = reserve_ms,
  * nextWaitedMs = waited_ms (the update; until = now + reserve_ms, since =
  * now - waited_ms). */
-bool ll_mongo_claim_query (bson_t *q,
-                           const char *key,
-                           size_t key_len,
-                           const char *owner,
+bool ll_mongo_claim_query (bson_t *q, const char *key, size_t key_len, const char *owner,
                            int64_t waited_ms);
 bool ll_mongo_claim_update (bson_t *u, const char *owner, int64_t reserve_ms, int64_t waited_ms);
 
@@ -130,11 +123,7 @@ bool ll_mongo_free_update (bson_t *u, int64_t hold_ms);
 /* force_release's update is conditional on the record as it was read:
  * {_id: key, fence: fence, owner: a string when owned, else null or
  * missing, and, when it was live, $expr: still live}. */
-bool ll_mongo_force_query (bson_t *q,
-                           const char *key,
-                           size_t key_len,
-                           int64_t fence,
-                           bool owned,
+bool ll_mongo_force_query (bson_t *q, const char *key, size_t key_len, int64_t fence, bool owned,
                            bool live);
 
 /* list's match: {_id: /^prefix/}, an anchored regex with every
@@ -147,9 +136,7 @@ bool ll_mongo_prefix_match (bson_t *match, const char *prefix, size_t prefix_len
  * next_free]}}: expired at least older_than_ms ago by the server's clock
  * ($$NOW in $expr, allowed in a delete's filter on MongoDB 4.2+ and the
  * test server alike), and no live reservation. */
-bool ll_mongo_prune_filter (bson_t *q,
-                            const char *prefix,
-                            size_t prefix_len,
+bool ll_mongo_prune_filter (bson_t *q, const char *prefix, size_t prefix_len,
                             int64_t older_than_ms);
 
 /* [{$match: match}, {$sort: {_id: 1}}, {$project: {owner, fence, holder,
@@ -167,8 +154,7 @@ mongoc_find_and_modify_opts_t *ll_mongo_fam_opts (const bson_t *update, bool ups
  * the fields named in fields (NULL-terminated, borrowed), upsert or not.
  * Ownership as ll_mongo_fam_opts. */
 mongoc_find_and_modify_opts_t *ll_mongo_fam_opts_fields (const bson_t *update,
-                                                         const char *const *fields,
-                                                         bool upsert);
+                                                         const char *const *fields, bool upsert);
 
 /* ---- the fair mode's queue ------------------------------------------------ */
 
@@ -186,10 +172,7 @@ bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms);
 /* queue_join's second try, when the first matched nothing (no entry, or
  * one that ran out): an upsert on {_id: {k, o}} alone (ll_mongo_queue_id,
  * no $expr) that arrives now: arrived = seenAt = now, k, o, keepMs. */
-bool ll_mongo_queue_arrive_update (bson_t *u,
-                                   const char *key,
-                                   size_t key_len,
-                                   const char *owner,
+bool ll_mongo_queue_arrive_update (bson_t *u, const char *key, size_t key_len, const char *owner,
                                    int64_t keep_ms);
 
 /* queue_join's count: the live entries of key ordered before (arrived,
@@ -198,10 +181,7 @@ bool ll_mongo_queue_arrive_update (bson_t *u,
  * is the date the server wrote into owner's entry, in milliseconds; the
  * same millisecond is a range, not an equality, since mongo-java-server
  * keeps finer dates than it returns. */
-bool ll_mongo_queue_ahead_filter (bson_t *q,
-                                  const char *key,
-                                  size_t key_len,
-                                  const char *owner,
+bool ll_mongo_queue_ahead_filter (bson_t *q, const char *key, size_t key_len, const char *owner,
                                   int64_t arrived);
 
 /* A fair acquire's first take: whether key has a live entry of another
@@ -210,9 +190,7 @@ bool ll_mongo_queue_others_filter (bson_t *q, const char *key, size_t key_len, c
 
 /* prune's deleteMany of the queue: {k: /^prefix/ (none for the empty
  * prefix), $expr: run out at least older_than_ms ago}. */
-bool ll_mongo_queue_prune_filter (bson_t *q,
-                                  const char *prefix,
-                                  size_t prefix_len,
+bool ll_mongo_queue_prune_filter (bson_t *q, const char *prefix, size_t prefix_len,
                                   int64_t older_than_ms);
 
 /* ---- the failover record ------------------------------------------------- *

@@ -52,9 +52,7 @@ static leaselock_lease_t *lease_new (const acquire_call_t *a)
  * of a's client: HELD, listed, and scheduled for renewal. A client closed
  * meanwhile gets the key released again (the caller never sees the
  * lease): INVALID. On failure l is freed. */
-static bool lease_start (const acquire_call_t *a,
-                         leaselock_lease_t *l,
-                         int64_t sent,
+static bool lease_start (const acquire_call_t *a, leaselock_lease_t *l, int64_t sent,
                          leaselock_error_t *err)
 {
    leaselock_client_t *c = a->c;
@@ -108,11 +106,8 @@ static int64_t reserve_for (bool forever, int64_t left_ms)
 
 /* The take itself, into l: the backend's acquire, or for a waiter (a
  * blocking call) its acquire_wait. */
-static bool take_or_claim (acquire_call_t *a,
-                           void *conn,
-                           leaselock_lease_t *l,
-                           const ll_holder_t *holder,
-                           leaselock_error_t *err)
+static bool take_or_claim (acquire_call_t *a, void *conn, leaselock_lease_t *l,
+                           const ll_holder_t *holder, leaselock_error_t *err)
 {
    const ll_backend_t *b = a->c->backend;
    int64_t ttl_ms = a->opts->ttl_ms;
@@ -146,9 +141,7 @@ static bool take_or_claim (acquire_call_t *a,
 /* Fair mode: joins the key's queue again (keeping its place) and learns
  * how many live waiters arrived before it. BUSY while any did: only the
  * first in the queue may take the key. */
-static bool queue_turn (acquire_call_t *a,
-                        void *conn,
-                        const leaselock_lease_t *l,
+static bool queue_turn (acquire_call_t *a, void *conn, const leaselock_lease_t *l,
                         leaselock_error_t *err)
 {
    leaselock_client_t *c = a->c;
@@ -197,12 +190,8 @@ static void queue_quit (acquire_call_t *a, void *conn)
  * never joined: nothing to leave. *done: the try ends here (taken, failed,
  * or BUSY for a call that does not wait); else the key was busy and the
  * waiter joins the queue now, in the same try. */
-static bool fair_first_take (acquire_call_t *a,
-                             void *conn,
-                             leaselock_lease_t *l,
-                             const ll_holder_t *holder,
-                             bool *done,
-                             leaselock_error_t *err)
+static bool fair_first_take (acquire_call_t *a, void *conn, leaselock_lease_t *l,
+                             const ll_holder_t *holder, bool *done, leaselock_error_t *err)
 {
    ll_take_t t = { { l->key, l->key_len, l->owner }, a->opts->ttl_ms, holder, -1, 0, true };
    int64_t t0 = ll_real_now_us ();
@@ -220,11 +209,8 @@ static bool fair_first_take (acquire_call_t *a,
 /* One try of call a on conn into l, each statement counted: in fair mode
  * the queue first (after a first take that found the key busy, on a
  * backend with fair_take), then the take. */
-static bool backend_acquire (acquire_call_t *a,
-                             void *conn,
-                             leaselock_lease_t *l,
-                             const ll_holder_t *holder,
-                             leaselock_error_t *err)
+static bool backend_acquire (acquire_call_t *a, void *conn, leaselock_lease_t *l,
+                             const ll_holder_t *holder, leaselock_error_t *err)
 {
    bool fair = a->w.fair;
    if (fair && !a->w.queued && a->c->backend->fair_take) {
@@ -262,9 +248,7 @@ static int64_t try_bound (const acquire_call_t *a)
 /* One acquire statement for a's owner. *sent says whether it was handed
  * to the backend on a connection (so, on failure, it may have been
  * applied). */
-static bool try_once (acquire_call_t *a,
-                      leaselock_lease_t **out,
-                      bool *sent_out,
+static bool try_once (acquire_call_t *a, leaselock_lease_t **out, bool *sent_out,
                       leaselock_error_t *err)
 {
    leaselock_client_t *c = a->c;
@@ -295,9 +279,7 @@ static bool try_once (acquire_call_t *a,
 
 /* try_once within the try's bound (try_bound), the backend told what
  * kind of call it is (ll_call_wait). */
-static bool try_bounded (acquire_call_t *a,
-                         leaselock_lease_t **out,
-                         bool *sent_out,
+static bool try_bounded (acquire_call_t *a, leaselock_lease_t **out, bool *sent_out,
                          leaselock_error_t *err)
 {
    ll_call_wait_t *w = &a->lock_wait;
@@ -386,9 +368,7 @@ static void say_unknown (leaselock_error_t *err)
 
 /* What follows an attempt that failed with err (sent: it reached a
  * connection). */
-static acquire_next_t after_failure (acquire_call_t *a,
-                                     bool sent,
-                                     int64_t took,
+static acquire_next_t after_failure (acquire_call_t *a, bool sent, int64_t took,
                                      leaselock_error_t *err)
 {
    a->sent_any = a->sent_any || sent;

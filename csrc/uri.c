@@ -27,11 +27,7 @@ static int hexval (char c)
  * escape, or %00, fails (false). Otherwise such an escape stays as it
  * stands and %00 decodes to a NUL byte (*len counts past it): the reading
  * of a driver that takes any text. */
-static bool decode_into (const char *s,
-                         size_t n,
-                         bool plus_is_space,
-                         bool strict,
-                         char *out,
+static bool decode_into (const char *s, size_t n, bool plus_is_space, bool strict, char *out,
                          size_t *len)
 {
    size_t o = 0;
@@ -82,14 +78,8 @@ char *ll_percent_decode (const char *s, size_t n, bool plus_is_space, bool *nome
 
 /* ---- options --------------------------------------------------------- */
 
-bool ll_uri_int_option (const char *backend,
-                        const char *name,
-                        const char *value,
-                        int64_t min,
-                        int64_t max,
-                        const char *unit,
-                        int64_t *out,
-                        leaselock_error_t *err)
+bool ll_uri_int_option (const char *backend, const char *name, const char *value, int64_t min,
+                        int64_t max, const char *unit, int64_t *out, leaselock_error_t *err)
 {
    char *end;
    errno = 0;
@@ -466,11 +456,8 @@ static void put (char *buf, size_t size, size_t *o, const char *s, size_t n)
 
 /* A mask of text[0..n) by the one rule, in small (n bytes) or allocated;
  * NULL when out of memory. Free with free_mask. */
-static unsigned char *new_mask (const char *text,
-                                size_t n,
-                                const ll_secrets_t *s,
-                                unsigned char *small,
-                                size_t room)
+static unsigned char *new_mask (const char *text, size_t n, const ll_secrets_t *s,
+                                unsigned char *small, size_t room)
 {
    unsigned char *mask = n <= room ? small : malloc (n);
    if (mask) {

@@ -41,10 +41,7 @@ size_t leaselock_utf8_valid_len (const char *text, size_t len)
    return len;
 }
 
-bool ll_check_key (const char *key,
-                   size_t len,
-                   const char *what,
-                   bool allow_empty,
+bool ll_check_key (const char *key, size_t len, const char *what, bool allow_empty,
                    leaselock_error_t *err)
 {
    if (!key)

@@ -172,10 +172,7 @@ int64_t ll_behind_sleep_ms (int64_t waited_ms)
  * process or a notification chooses it (*woken, then cleared), or c is
  * being closed. Returns false when should_stop asks
  * to stop, polled every STOP_POLL_MS. */
-static bool wait_turn (leaselock_client_t *c,
-                       bucket_t *b,
-                       bool *woken,
-                       int64_t until,
+static bool wait_turn (leaselock_client_t *c, bucket_t *b, bool *woken, int64_t until,
                        const leaselock_acquire_opts_t *opts)
 {
    pthread_mutex_lock (&b->mu);

@@ -237,10 +237,7 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
    pthread_mutex_unlock (&w->mu);
 }
 
-bool ll_watch_update (ll_watch_t *w,
-                      ll_watch_waiter_t *e,
-                      bool reserved,
-                      bool behind,
+bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
                       bool *released)
 {
    *released = false;

@@ -40,11 +40,7 @@ static int lock_try_nb (lua_State *L)
 
 /* A registry id: an integer 1 .. 2^53, exact in a Lua number on every
  * version. */
-static uint64_t check_id (lua_State *L,
-                          int idx,
-                          int level,
-                          const char *fname,
-                          int arg,
+static uint64_t check_id (lua_State *L, int idx, int level, const char *fname, int arg,
                           const char *what)
 {
    double v;
@@ -113,11 +109,8 @@ static int lock_begin_nb (lua_State *L)
  * (w destroyed, its rf in *rf); false with err, w back in the registry
  * when it waits on (BUSY of a wait with a timeout: *sleep_ms), else
  * destroyed (over: no round trip). */
-static bool wait_try (ll_nbwait_t *w,
-                      leaselock_lease_t **lease,
-                      ll_lua_renew_failed_t **rf,
-                      int64_t *sleep_ms,
-                      leaselock_error_t *err)
+static bool wait_try (ll_nbwait_t *w, leaselock_lease_t **lease, ll_lua_renew_failed_t **rf,
+                      int64_t *sleep_ms, leaselock_error_t *err)
 {
    if (leaselock_wait_try (w->wait, lease, sleep_ms, err)) {
       *rf = w->rf;
@@ -209,10 +202,7 @@ int ll_lua_pool_reap_old (lua_State *L)
 /* The lease handle ls (pushed by ll_lua_push_lease_handle, its client at
  * client_idx) takes lease and rf, as ll_lua_do_acquire's does; returns 1
  * with it on top. */
-static int adopt_lease (lua_State *L,
-                        ll_lua_lease_t *ls,
-                        int client_idx,
-                        leaselock_lease_t *lease,
+static int adopt_lease (lua_State *L, ll_lua_lease_t *ls, int client_idx, leaselock_lease_t *lease,
                         ll_lua_renew_failed_t *rf)
 {
    ls->rf = rf;

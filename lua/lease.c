@@ -23,11 +23,8 @@
  * client and the lock's callbacks. The lock is at 1; raises if its client
  * is closed.
  */
-ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L,
-                                          int level,
-                                          const char *fname,
-                                          int *client_idx,
-                                          leaselock_client_t **client)
+ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L, int level, const char *fname,
+                                          int *client_idx, leaselock_client_t **client)
 {
    ll_lua_lease_t *ls;
    lua_getuservalue (L, 1);
@@ -62,10 +59,7 @@ void ll_lua_lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease)
 
 /* ---- the state as Lua sees it, and the callbacks -------------------- */
 
-static ll_lua_lease_t *check_lease (lua_State *L,
-                                    int idx,
-                                    int level,
-                                    const char *fname,
+static ll_lua_lease_t *check_lease (lua_State *L, int idx, int level, const char *fname,
                                     bool need_open)
 {
    ll_lua_lease_t *ls = ll_lua_check_udata (L, idx, level, fname, LEASE_MT);

@@ -113,12 +113,8 @@ bool ll_lua_utf8_valid (const char *s, size_t n)
 /* A key (or, with allow_empty, a prefix) as the contract defines it: a
  * string of 1..255 bytes of UTF-8 without NUL. The core checks again; this
  * makes the refusal a Lua error at the call that passed it (level 1). */
-static const char *check_key_text (lua_State *L,
-                                   int idx,
-                                   const char *fname,
-                                   int arg,
-                                   bool allow_empty,
-                                   size_t *len)
+static const char *check_key_text (lua_State *L, int idx, const char *fname, int arg,
+                                   bool allow_empty, size_t *len)
 {
    const char *what = allow_empty ? "prefix" : "key";
    const int level = 1;
@@ -153,11 +149,7 @@ const char *ll_lua_check_prefix (lua_State *L, int idx, const char *fname, int a
 }
 
 /* opts at idx must be nil or a table whose keys are all in allowed. */
-void ll_lua_check_opts (lua_State *L,
-                        int idx,
-                        int level,
-                        const char *fname,
-                        int arg,
+void ll_lua_check_opts (lua_State *L, int idx, int level, const char *fname, int arg,
                         const char *const *allowed)
 {
    if (lua_isnoneornil (L, idx)) {
@@ -194,13 +186,8 @@ void ll_lua_check_opts (lua_State *L,
  * other value above 30 days is refused here like the core refuses it,
  * rather than read as "forever").
  */
-static int64_t check_seconds_at (lua_State *L,
-                                 int idx,
-                                 int level,
-                                 const char *fname,
-                                 int arg,
-                                 const char *what,
-                                 int kind)
+static int64_t check_seconds_at (lua_State *L, int idx, int level, const char *fname, int arg,
+                                 const char *what, int kind)
 {
    double s, ms;
    char num[64];
@@ -239,11 +226,7 @@ static int64_t check_seconds_at (lua_State *L,
    return (int64_t)ceil (s * 1000.0);
 }
 
-int64_t ll_lua_check_seconds (lua_State *L,
-                              int idx,
-                              const char *fname,
-                              int arg,
-                              const char *what,
+int64_t ll_lua_check_seconds (lua_State *L, int idx, const char *fname, int arg, const char *what,
                               int kind)
 {
    return check_seconds_at (L, idx, 1, fname, arg, what, kind);
@@ -378,11 +361,8 @@ void ll_lua_load_chunk (lua_State *L, const char *name)
 /* Each type's metatable (the types' setup functions): the same shape for
  * the three, liolib.c's, plus __metatable so that Lua code cannot reach
  * or change it. */
-void ll_lua_new_type (lua_State *L,
-                      const char *tname,
-                      const luaL_Reg *methods,
-                      const luaL_Reg *meta,
-                      lua_CFunction index_fn)
+void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
+                      const luaL_Reg *meta, lua_CFunction index_fn)
 {
    luaL_newmetatable (L, tname);
    lua_pushstring (L, tname);

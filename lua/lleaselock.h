@@ -189,20 +189,12 @@ const char *ll_lua_check_prefix (lua_State *L, int idx, const char *fname, int a
 
 /* opts at idx must be nil or a table whose keys are all in allowed (a
  * NULL-terminated list). */
-void ll_lua_check_opts (lua_State *L,
-                        int idx,
-                        int level,
-                        const char *fname,
-                        int arg,
+void ll_lua_check_opts (lua_State *L, int idx, int level, const char *fname, int arg,
                         const char *const *allowed);
 
 /* Seconds at idx as milliseconds, rounded up; kind: SECONDS_POSITIVE or
  * SECONDS_NONNEGATIVE; a refusal names argument arg of fname (level 1). */
-int64_t ll_lua_check_seconds (lua_State *L,
-                              int idx,
-                              const char *fname,
-                              int arg,
-                              const char *what,
+int64_t ll_lua_check_seconds (lua_State *L, int idx, const char *fname, int arg, const char *what,
                               int kind);
 
 /* The timeout at idx as milliseconds (SECONDS_TIMEOUT: math.huge is -1),
@@ -223,11 +215,8 @@ void ll_lua_load_chunk (lua_State *L, const char *name);
  * index_fn closed over a new table of methods (also __methods, for
  * leaselock.methods), __metatable. Leaves the methods table on the stack
  * (for more methods), not the metatable. */
-void ll_lua_new_type (lua_State *L,
-                      const char *tname,
-                      const luaL_Reg *methods,
-                      const luaL_Reg *meta,
-                      lua_CFunction index_fn);
+void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
+                      const luaL_Reg *meta, lua_CFunction index_fn);
 
 /* The userdata of type tname at idx (borrowed); raises "tname expected"
  * for anything else. */
@@ -286,10 +275,7 @@ ll_lua_lock_t *ll_lua_check_lock (lua_State *L, int idx, int level, const char *
 /* The acquire of acquire, try_acquire, with and acquire_nb's tries for
  * the lock k at 1: leaves the new lease handle on top and returns 1, or
  * pushes nil, msg, code and returns 3. timeout_ms as the core takes it. */
-int ll_lua_do_acquire (lua_State *L,
-                       ll_lua_lock_t *k,
-                       int level,
-                       const char *fname,
+int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fname,
                        int64_t timeout_ms);
 
 /* Pushes the lease the running coroutine took through the lock at 1 (else
@@ -315,11 +301,8 @@ void ll_lua_lock_setup (lua_State *L);
  * *client_idx; its client, borrowed, in *client) and a new lease handle,
  * closed, whose user value holds the client and the lock's callbacks.
  * Raises if the client is closed. */
-ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L,
-                                          int level,
-                                          const char *fname,
-                                          int *client_idx,
-                                          leaselock_client_t **client);
+ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L, int level, const char *fname,
+                                          int *client_idx, leaselock_client_t **client);
 
 /* The lease handle ls takes lease (owned by ls from now on). */
 void ll_lua_lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease);
@@ -360,9 +343,7 @@ void ll_lua_rf_free (ll_lua_renew_failed_t *rf);
 
 /* on_renew_failed's C half (the core's renewal thread): records the
  * failure in data, a ll_lua_renew_failed_t. */
-void ll_lua_rf_hook (leaselock_lease_t *lease,
-                     const leaselock_error_t *err,
-                     int64_t remaining_ms,
+void ll_lua_rf_hook (leaselock_lease_t *lease, const leaselock_error_t *err, int64_t remaining_ms,
                      void *data);
 
 /* Copies the last failure recorded in rf into *got and marks it reported;
@@ -390,17 +371,13 @@ void ll_lua_pool_put (ll_shared_client_t *sc);
 /* Parks lease and rf (both owned by the registry from now on) for sc and
  * returns their new id; or releases the lease, fills *err and returns 0
  * when nobody could adopt it (client gone or closed) or out of memory. */
-uint64_t ll_lua_pool_park (ll_shared_client_t *sc,
-                           leaselock_lease_t *lease,
-                           ll_lua_renew_failed_t *rf,
-                           leaselock_error_t *err);
+uint64_t ll_lua_pool_park (ll_shared_client_t *sc, leaselock_lease_t *lease,
+                           ll_lua_renew_failed_t *rf, leaselock_error_t *err);
 
 /* Takes the lease parked as id for sc and its rf (owned by the caller
  * from now on); false if there is none: it was reaped. The caller holds a
  * reference to sc. */
-bool ll_lua_pool_unpark (uint64_t id,
-                         ll_shared_client_t *sc,
-                         leaselock_lease_t **lease,
+bool ll_lua_pool_unpark (uint64_t id, ll_shared_client_t *sc, leaselock_lease_t **lease,
                          ll_lua_renew_failed_t **rf);
 
 /* Destroys (releasing) the leases parked for sc (for every client when
@@ -433,10 +410,8 @@ typedef struct ll_nbwait
 
 /* Registers wait and rf (owned by the registry from now on) for sc and
  * returns their id; 0 when out of memory (both destroyed). */
-uint64_t ll_lua_pool_wait_add (ll_shared_client_t *sc,
-                               leaselock_wait_t *wait,
-                               ll_lua_renew_failed_t *rf,
-                               bool one_try);
+uint64_t ll_lua_pool_wait_add (ll_shared_client_t *sc, leaselock_wait_t *wait,
+                               ll_lua_renew_failed_t *rf, bool one_try);
 
 /* Takes the wait id out of the registry for one try (owned by the caller
  * until ll_lua_pool_wait_back or _free); NULL when it is gone (reaped). */

@@ -48,12 +48,8 @@ static void opt_callback (lua_State *L, const char *fname, const char *name, int
  * taken as mode says, with the options of the table at 3 (names checked)
  * or the defaults.
  */
-static ll_lua_lock_t *new_lock (lua_State *L,
-                                const char *fname,
-                                const char *key,
-                                size_t len,
-                                ll_lock_mode_t mode,
-                                int64_t limit)
+static ll_lua_lock_t *new_lock (lua_State *L, const char *fname, const char *key, size_t len,
+                                ll_lock_mode_t mode, int64_t limit)
 {
    ll_lua_lock_t *k = lua_newuserdata (L, sizeof *k);
    int ud = lua_gettop (L);
@@ -117,12 +113,8 @@ int ll_lua_client_lock (lua_State *L)
  * all, modes.c), and reentrant is refused by name: each acquire is a
  * holder of its own, there is no hold to enter again.
  */
-static const char *check_mode_args (lua_State *L,
-                                    const char *fname,
-                                    const char *what,
-                                    size_t max,
-                                    const char *const *allowed,
-                                    size_t *len)
+static const char *check_mode_args (lua_State *L, const char *fname, const char *what, size_t max,
+                                    const char *const *allowed, size_t *len)
 {
    const char *key;
    ll_lua_check_open_client (L, 1, 1, fname);
@@ -496,10 +488,8 @@ static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char 
 }
 
 /* The core's acquire for the lock's mode. */
-static bool mode_acquire (leaselock_client_t *client,
-                          const ll_lua_lock_t *k,
-                          const leaselock_acquire_opts_t *o,
-                          leaselock_lease_t **lease,
+static bool mode_acquire (leaselock_client_t *client, const ll_lua_lock_t *k,
+                          const leaselock_acquire_opts_t *o, leaselock_lease_t **lease,
                           leaselock_error_t *err)
 {
    switch (k->mode) {
@@ -518,10 +508,7 @@ static bool mode_acquire (leaselock_client_t *client,
 
 /* The acquire shared by acquire, try_acquire, with and acquire_nb's tries
  * made here. timeout_ms: the wait. */
-int ll_lua_do_acquire (lua_State *L,
-                       ll_lua_lock_t *k,
-                       int level,
-                       const char *fname,
+int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fname,
                        int64_t timeout_ms)
 {
    ll_lua_lease_t *ls;

@@ -178,9 +178,7 @@ void ll_lua_rf_free (ll_lua_renew_failed_t *rf)
 }
 
 /* on_renew_failed's C half (renewal thread): records the failure. */
-void ll_lua_rf_hook (leaselock_lease_t *lease,
-                     const leaselock_error_t *err,
-                     int64_t remaining_ms,
+void ll_lua_rf_hook (leaselock_lease_t *lease, const leaselock_error_t *err, int64_t remaining_ms,
                      void *data)
 {
    ll_lua_renew_failed_t *rf = data;

@@ -123,10 +123,8 @@ void ll_lua_pool_put (ll_shared_client_t *sc)
  * handle is collected or the client closed) or out of memory, destroys the
  * lease instead (releasing it), fills *err and returns 0.
  */
-uint64_t ll_lua_pool_park (ll_shared_client_t *sc,
-                           leaselock_lease_t *lease,
-                           ll_lua_renew_failed_t *rf,
-                           leaselock_error_t *err)
+uint64_t ll_lua_pool_park (ll_shared_client_t *sc, leaselock_lease_t *lease,
+                           ll_lua_renew_failed_t *rf, leaselock_error_t *err)
 {
    ll_parked_t *pk = calloc (1, sizeof *pk);
    uint64_t id = 0;
@@ -159,9 +157,7 @@ uint64_t ll_lua_pool_park (ll_shared_client_t *sc,
 
 /* Takes the lease parked as id for sc (and its rf); false if there is
  * none: it was reaped. */
-bool ll_lua_pool_unpark (uint64_t id,
-                         ll_shared_client_t *sc,
-                         leaselock_lease_t **lease,
+bool ll_lua_pool_unpark (uint64_t id, ll_shared_client_t *sc, leaselock_lease_t **lease,
                          ll_lua_renew_failed_t **rf)
 {
    ll_parked_t **p, *pk;
@@ -182,10 +178,8 @@ bool ll_lua_pool_unpark (uint64_t id,
    return true;
 }
 
-uint64_t ll_lua_pool_wait_add (ll_shared_client_t *sc,
-                               leaselock_wait_t *wait,
-                               ll_lua_renew_failed_t *rf,
-                               bool one_try)
+uint64_t ll_lua_pool_wait_add (ll_shared_client_t *sc, leaselock_wait_t *wait,
+                               ll_lua_renew_failed_t *rf, bool one_try)
 {
    ll_nbwait_t *w = calloc (1, sizeof *w);
    if (!w) {

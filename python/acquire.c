@@ -49,12 +49,8 @@ static bool stop_trampoline (void *data)
 }
 
 /* The value of keyword argument kw, one of names[n] (values[i] gets it). */
-static int keyword_arg (PyObject *kw,
-                        PyObject *value,
-                        const char *const *names,
-                        PyObject **values,
-                        int n,
-                        const char *fn)
+static int keyword_arg (PyObject *kw, PyObject *value, const char *const *names, PyObject **values,
+                        int n, const char *fn)
 {
    for (int i = 0; i < n; i++)
       if (PyUnicode_Check (kw) && PyUnicode_CompareWithASCIIString (kw, names[i]) == 0) {
@@ -72,12 +68,8 @@ static int keyword_arg (PyObject *kw,
  * positional, the rest by keyword only (METH_FASTCALL | METH_KEYWORDS).
  * fn names the method for its messages; _acquire_mode (modes) also takes
  * mode (required) and limit (0 unless given). */
-int pyll_acquire_parse (PyObject *const *args,
-                        Py_ssize_t nargs,
-                        PyObject *kwnames,
-                        const char *fn,
-                        bool modes,
-                        pyll_acquire_args_t *a)
+int pyll_acquire_parse (PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *fn,
+                        bool modes, pyll_acquire_args_t *a)
 {
    static const char *const names[] = {
       "ttl_ms",          "timeout_ms", "min_hold_ms", "auto_renew", "on_lost", "cancel",
@@ -149,9 +141,7 @@ int pyll_acquire_parse (PyObject *const *args,
 
 /* The failure of an acquire as Python sees it: None for BUSY on one try,
  * the exception of should_stop, or the core's error. */
-static PyObject *acquire_failed (pyll_state_t *st,
-                                 const pyll_acquire_args_t *a,
-                                 stop_ctx_t *stop,
+static PyObject *acquire_failed (pyll_state_t *st, const pyll_acquire_args_t *a, stop_ctx_t *stop,
                                  const leaselock_error_t *err)
 {
    if (stop->why == STOP_ERROR) {
@@ -260,11 +250,8 @@ static PyObject *acquire_run (ClientObject *self, pyll_acquire_args_t *ap, acqui
    return (PyObject *)lease;
 }
 
-static PyObject *acquire_impl (ClientObject *self,
-                               PyObject *const *args,
-                               Py_ssize_t nargs,
-                               PyObject *kwnames,
-                               bool modes)
+static PyObject *acquire_impl (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames, bool modes)
 {
    pyll_acquire_args_t a;
    acquire_kind_t kind = ACQ_LOCK;
@@ -284,9 +271,7 @@ PyObject *pyll_acquire_lock (ClientObject *self, pyll_acquire_args_t *a)
 /* _acquire(...) -> Lease | None (see pyll_acquire_parse). None when one try
  * (timeout_ms == 0) found the key busy. The public layer checks the
  * arguments first (leaselock.Lock); the core checks them again. */
-PyObject *pyll_client_acquire (ClientObject *self,
-                               PyObject *const *args,
-                               Py_ssize_t nargs,
+PyObject *pyll_client_acquire (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
    return acquire_impl (self, args, nargs, kwnames, false);
@@ -298,9 +283,7 @@ PyObject *pyll_client_acquire (ClientObject *self,
  * leaselock_semaphore_acquire and leaselock_rwlock_acquire. None when one
  * try found no room. The package checks the arguments first (its
  * Semaphore and RWLock); the core checks them again. */
-PyObject *pyll_client_acquire_mode (ClientObject *self,
-                                    PyObject *const *args,
-                                    Py_ssize_t nargs,
+PyObject *pyll_client_acquire_mode (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames)
 {
    return acquire_impl (self, args, nargs, kwnames, true);

@@ -67,10 +67,7 @@ static PyObject *Client_new (PyTypeObject *type, PyObject *args, PyObject *kwds)
 /* A text argument of Client(): None (*s NULL), or a str of valid UTF-8
  * without NUL, at most max bytes, not empty when empty_hint says why. *s
  * points into the str's UTF-8 cache. 0, or -1 naming the argument. */
-static int text_arg (PyObject *o,
-                     const char *name,
-                     const char *empty_hint,
-                     Py_ssize_t max,
+static int text_arg (PyObject *o, const char *name, const char *empty_hint, Py_ssize_t max,
                      const char **s)
 {
    Py_ssize_t n;

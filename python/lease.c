@@ -39,10 +39,8 @@ static void lease_decref_from_thread (LeaseObject *self)
 
 /* Calls on_lost(self) (err NULL) or on_renew_failed(self, error,
  * seconds_left) from the renewal thread, with the GIL. */
-static void lease_callback (LeaseObject *self,
-                            leaselock_lease_t *lease,
-                            const leaselock_error_t *err,
-                            int64_t remaining_ms)
+static void lease_callback (LeaseObject *self, leaselock_lease_t *lease,
+                            const leaselock_error_t *err, int64_t remaining_ms)
 {
    if (pyll_exiting ())
       return;
@@ -81,10 +79,8 @@ static void lost_trampoline (leaselock_lease_t *lease, void *data)
    lease_callback (data, lease, NULL, 0);
 }
 
-static void renew_failed_trampoline (leaselock_lease_t *lease,
-                                     const leaselock_error_t *err,
-                                     int64_t remaining_ms,
-                                     void *data)
+static void renew_failed_trampoline (leaselock_lease_t *lease, const leaselock_error_t *err,
+                                     int64_t remaining_ms, void *data)
 {
    lease_callback (data, lease, err, remaining_ms);
 }
@@ -103,9 +99,7 @@ void pyll_lease_hooks (LeaseObject *lease, leaselock_acquire_opts_t *o)
 
 /* ---- creation ---------------------------------------------------------- */
 
-LeaseObject *pyll_lease_new (ClientObject *cl,
-                             PyObject *key,
-                             PyObject *on_lost,
+LeaseObject *pyll_lease_new (ClientObject *cl, PyObject *key, PyObject *on_lost,
                              PyObject *on_renew_failed)
 {
    pyll_state_t *st = pyll_state (cl->module);

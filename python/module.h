@@ -153,8 +153,7 @@ PyObject *pyll_raise_code (PyObject *cls, leaselock_code_t code, const char *mes
 /* The exception object (not raised) of err, as pyll_raise_error raises it. */
 PyObject *pyll_error_object (pyll_state_t *st, const leaselock_error_t *err);
 PyObject *pyll_raise_error (pyll_state_t *st, const leaselock_error_t *err);
-__attribute__ ((format (printf, 2, 3))) PyObject *pyll_raise_as (PyObject *cls,
-                                                                 const char *fmt,
+__attribute__ ((format (printf, 2, 3))) PyObject *pyll_raise_as (PyObject *cls, const char *fmt,
                                                                  ...);
 #define pyll_raise_invalid(...) pyll_raise_as (PyExc_ValueError, __VA_ARGS__)
 #define pyll_raise_type(...) pyll_raise_as (PyExc_TypeError, __VA_ARGS__)
@@ -250,12 +249,8 @@ typedef struct
 
 /* Parses a vectorcall's (args, nargs, kwnames) into *a; fn names the
  * method in messages, modes adds mode and limit. 0 or -1. */
-int pyll_acquire_parse (PyObject *const *args,
-                        Py_ssize_t nargs,
-                        PyObject *kwnames,
-                        const char *fn,
-                        bool modes,
-                        pyll_acquire_args_t *a);
+int pyll_acquire_parse (PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *fn,
+                        bool modes, pyll_acquire_args_t *a);
 
 /* Client._acquire with its arguments in *a (checked as pyll_acquire_parse
  * checks them): a new Lease, or NULL with the exception set. */
@@ -263,13 +258,9 @@ PyObject *pyll_acquire_lock (ClientObject *self, pyll_acquire_args_t *a);
 
 /* Client._acquire and Client._acquire_mode (METH_FASTCALL|METH_KEYWORDS):
  * a new Lease, None (one try found the key busy), or NULL. */
-PyObject *pyll_client_acquire (ClientObject *self,
-                               PyObject *const *args,
-                               Py_ssize_t nargs,
+PyObject *pyll_client_acquire (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames);
-PyObject *pyll_client_acquire_mode (ClientObject *self,
-                                    PyObject *const *args,
-                                    Py_ssize_t nargs,
+PyObject *pyll_client_acquire_mode (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames);
 
 /* ---- lease.c ------------------------------------------------------------- */
@@ -280,9 +271,7 @@ int pyll_lease_setup_types (PyObject *m, pyll_state_t *st);
 
 /* A new Lease of client cl on key, not acquired yet (its lease NULL); it
  * takes references to cl, key and the callbacks (None: no callback). */
-LeaseObject *pyll_lease_new (ClientObject *cl,
-                             PyObject *key,
-                             PyObject *on_lost,
+LeaseObject *pyll_lease_new (ClientObject *cl, PyObject *key, PyObject *on_lost,
                              PyObject *on_renew_failed);
 
 /* Points the core's on_lost and on_renew_failed of o at lease's callbacks
@@ -301,9 +290,7 @@ int pyll_wait_setup_types (PyObject *m, pyll_state_t *st);
 int pyll_with_setup_types (PyObject *m, pyll_state_t *st);
 
 /* Client._wait (METH_FASTCALL|METH_KEYWORDS): a new _Wait, or NULL. */
-PyObject *pyll_client_wait (ClientObject *self,
-                            PyObject *const *args,
-                            Py_ssize_t nargs,
+PyObject *pyll_client_wait (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames);
 
 #endif

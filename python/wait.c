@@ -24,9 +24,7 @@ static void wait_destroy_nogil (WaitObject *self)
    LL_DESTROY_NOGIL (self->w, leaselock_wait_destroy);
 }
 
-PyObject *pyll_client_wait (ClientObject *self,
-                            PyObject *const *args,
-                            Py_ssize_t nargs,
+PyObject *pyll_client_wait (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
 {
    pyll_acquire_args_t a;

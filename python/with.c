@@ -400,10 +400,7 @@ static int stack_push (PyObject *threads, PyObject *stack, PyObject *lease)
 /* 1 when `with lock:` takes the Python path (an event loop runs here, the
  * lock is reentrant, or the caller holds the key: the path re-enters or
  * raises the self-wait error), 0 when it takes the fast path, -1 error. */
-static int enter_slow (PyObject *lock,
-                       PyObject *stack,
-                       PyObject *reg,
-                       PyObject *client,
+static int enter_slow (PyObject *lock, PyObject *stack, PyObject *reg, PyObject *client,
                        PyObject *wake)
 {
    int r = loop_running ();
@@ -558,11 +555,8 @@ PyMethodDef pyll_with_methods[] = {
 
 /* _LockBase: the with-block of Lock (its base), as methods of a type, so
  * that `with lock:` runs no Python code of the package. */
-static PyObject *LockBase_enter (PyObject *self,
-                                 PyTypeObject *cls,
-                                 PyObject *const *args,
-                                 Py_ssize_t nargs,
-                                 PyObject *kwnames)
+static PyObject *LockBase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
 {
    (void)args;
    if (nargs || (kwnames && PyTuple_GET_SIZE (kwnames)))
@@ -571,11 +565,8 @@ static PyObject *LockBase_enter (PyObject *self,
    return m ? lock_enter (m, self) : NULL;
 }
 
-static PyObject *LockBase_exit (PyObject *self,
-                                PyTypeObject *cls,
-                                PyObject *const *args,
-                                Py_ssize_t nargs,
-                                PyObject *kwnames)
+static PyObject *LockBase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
 {
    if (nargs != 3 || (kwnames && PyTuple_GET_SIZE (kwnames)))
       return pyll_raise_type ("__exit__() takes 3 positional arguments");

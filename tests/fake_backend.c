@@ -236,10 +236,7 @@ static bool claim (rec_t *r, const char *owner, int64_t reserve_ms, int64_t wait
 static bool queued_for_other (const char *key, size_t key_len, const char *owner, int64_t now);
 
 /* acquire, and acquire_wait when reserve_ms > 0. */
-static bool take (const ll_take_t *t,
-                  int64_t reserve_ms,
-                  int64_t *fence,
-                  ll_taken_t *out,
+static bool take (const ll_take_t *t, int64_t reserve_ms, int64_t *fence, ll_taken_t *out,
                   leaselock_error_t *err)
 {
    const char *key = t->op.key, *owner = t->op.owner;
@@ -289,9 +286,7 @@ static bool fake_acquire (void *conn, const ll_take_t *t, int64_t *fence, leasel
    return take (t, 0, fence, &out, err);
 }
 
-static bool fake_acquire_wait (void *conn,
-                               const ll_take_t *t,
-                               ll_taken_t *out,
+static bool fake_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
                                leaselock_error_t *err)
 {
    (void)conn;
@@ -311,9 +306,7 @@ static bool fake_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaselock
    return leave (FAKE_RENEW, ok, err);
 }
 
-static bool fake_release (void *conn,
-                          const ll_op_t *op,
-                          int64_t min_hold_ms,
+static bool fake_release (void *conn, const ll_op_t *op, int64_t min_hold_ms,
                           leaselock_error_t *err)
 {
    (void)conn;
@@ -344,10 +337,7 @@ static void fill (const rec_t *r, leaselock_record_t *out, int64_t now)
    out->holds = r->holds;
 }
 
-static bool fake_inspect (void *conn,
-                          const ll_op_t *op,
-                          leaselock_record_t *rec,
-                          bool *found,
+static bool fake_inspect (void *conn, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                           leaselock_error_t *err)
 {
    (void)conn;
@@ -369,12 +359,8 @@ static int cmp_rec (const void *a, const void *b)
    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
 }
 
-static bool fake_list (void *conn,
-                       const char *prefix,
-                       size_t prefix_len,
-                       leaselock_record_cb fn,
-                       void *user_data,
-                       leaselock_error_t *err)
+static bool fake_list (void *conn, const char *prefix, size_t prefix_len, leaselock_record_cb fn,
+                       void *user_data, leaselock_error_t *err)
 {
    (void)conn;
    if (!enter (FAKE_LIST, NULL, err))
@@ -417,12 +403,8 @@ static bool fake_force (void *conn, const ll_op_t *op, bool *took, leaselock_err
 
 /* Deletes the records under prefix whose expiry is older_than_ms or more
  * in the past (order kept: list sorts anyway). */
-static bool fake_prune (void *conn,
-                        const char *prefix,
-                        size_t prefix_len,
-                        int64_t older_than_ms,
-                        int64_t *count,
-                        leaselock_error_t *err)
+static bool fake_prune (void *conn, const char *prefix, size_t prefix_len, int64_t older_than_ms,
+                        int64_t *count, leaselock_error_t *err)
 {
    (void)conn;
    if (!enter (FAKE_PRUNE, NULL, err))
@@ -465,10 +447,7 @@ static bool queued_for_other (const char *key, size_t key_len, const char *owner
    return false;
 }
 
-static bool fake_queue_join (void *conn,
-                             const ll_op_t *op,
-                             int64_t keep_ms,
-                             int64_t *ahead,
+static bool fake_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                              leaselock_error_t *err)
 {
    (void)conn;
@@ -516,10 +495,7 @@ static bool fake_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *
    return leave (FAKE_QUEUE, true, err);
 }
 
-static bool fake_hold (void *conn,
-                       const ll_op_t *op,
-                       int delta,
-                       int64_t *holds,
+static bool fake_hold (void *conn, const ll_op_t *op, int delta, int64_t *holds,
                        leaselock_error_t *err)
 {
    (void)conn;

@@ -150,9 +150,7 @@ static bool fault_acquire (void *conn, const ll_take_t *t, int64_t *fence, lease
    return leave (f, "acquire", ok, err);
 }
 
-static bool fault_acquire_wait (void *conn,
-                                const ll_take_t *t,
-                                ll_taken_t *out,
+static bool fault_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
                                 leaselock_error_t *err)
 {
    out->reserved = false;
@@ -165,29 +163,20 @@ static bool fault_renew (void *conn, const ll_op_t *op, int64_t ttl_ms, leaseloc
    FORWARD ("renew", renew (fc->conn, op, ttl_ms, err));
 }
 
-static bool fault_release (void *conn,
-                           const ll_op_t *op,
-                           int64_t min_hold_ms,
+static bool fault_release (void *conn, const ll_op_t *op, int64_t min_hold_ms,
                            leaselock_error_t *err)
 {
    FORWARD ("release", release (fc->conn, op, min_hold_ms, err));
 }
 
-static bool fault_inspect (void *conn,
-                           const ll_op_t *op,
-                           leaselock_record_t *rec,
-                           bool *found,
+static bool fault_inspect (void *conn, const ll_op_t *op, leaselock_record_t *rec, bool *found,
                            leaselock_error_t *err)
 {
    FORWARD ("inspect", inspect (fc->conn, op, rec, found, err));
 }
 
-static bool fault_list (void *conn,
-                        const char *prefix,
-                        size_t prefix_len,
-                        leaselock_record_cb fn,
-                        void *user_data,
-                        leaselock_error_t *err)
+static bool fault_list (void *conn, const char *prefix, size_t prefix_len, leaselock_record_cb fn,
+                        void *user_data, leaselock_error_t *err)
 {
    FORWARD ("list", list (fc->conn, prefix, prefix_len, fn, user_data, err));
 }
@@ -197,12 +186,8 @@ static bool fault_force (void *conn, const ll_op_t *op, bool *took, leaselock_er
    FORWARD ("force_release", force_release (fc->conn, op, took, err));
 }
 
-static bool fault_prune (void *conn,
-                         const char *prefix,
-                         size_t prefix_len,
-                         int64_t older_than_ms,
-                         int64_t *count,
-                         leaselock_error_t *err)
+static bool fault_prune (void *conn, const char *prefix, size_t prefix_len, int64_t older_than_ms,
+                         int64_t *count, leaselock_error_t *err)
 {
    FORWARD ("prune", prune (fc->conn, prefix, prefix_len, older_than_ms, count, err));
 }
@@ -214,10 +199,7 @@ static bool fault_no_queue (const fault_conn_t *fc, leaselock_error_t *err)
    return ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s: no fair mode", fc->inner->name);
 }
 
-static bool fault_queue_join (void *conn,
-                              const ll_op_t *op,
-                              int64_t keep_ms,
-                              int64_t *ahead,
+static bool fault_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                               leaselock_error_t *err)
 {
    if (!((fault_conn_t *)conn)->inner->queue_join)

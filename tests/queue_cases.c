@@ -8,11 +8,7 @@
 #include <unistd.h>
 
 /* owner joins k for keep_ms; returns ahead, or -1 (and why, on stderr). */
-int64_t qc_join (const ll_backend_t *b,
-                 void *c,
-                 const char *k,
-                 size_t klen,
-                 const char *owner,
+int64_t qc_join (const ll_backend_t *b, void *c, const char *k, size_t klen, const char *owner,
                  int64_t keep_ms)
 {
    leaselock_error_t err;
@@ -149,12 +145,8 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
 }
 
 /* A fair take (ll_take_t's fair) as owner o on k: whether it took it. */
-static bool qc_fair_take_as (const ll_backend_t *b,
-                             void *c,
-                             const char *k,
-                             const char *o,
-                             bool fair,
-                             leaselock_error_t *err)
+static bool qc_fair_take_as (const ll_backend_t *b, void *c, const char *k, const char *o,
+                             bool fair, leaselock_error_t *err)
 {
    static const ll_holder_t h = { "queue-host", 1, "queue" };
    int64_t fence = 0;
@@ -272,8 +264,7 @@ void qc_odd_keys (const ll_backend_t *b, void *c, qc_rows_fn rows)
 }
 
 /* Runs a case on a new connection to uri. */
-void qc_run (const char *uri,
-             void (*body) (const ll_backend_t *, void *, qc_rows_fn),
+void qc_run (const char *uri, void (*body) (const ll_backend_t *, void *, qc_rows_fn),
              qc_rows_fn rows)
 {
    const ll_backend_t *b = NULL;

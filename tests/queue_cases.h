@@ -25,11 +25,7 @@ typedef long long (*qc_rows_fn) (const char *k);
 #define QC_H "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh"
 
 /* owner joins k for keep_ms; returns ahead, or -1 (and why, on stderr). */
-int64_t qc_join (const ll_backend_t *b,
-                 void *c,
-                 const char *k,
-                 size_t klen,
-                 const char *owner,
+int64_t qc_join (const ll_backend_t *b, void *c, const char *k, size_t klen, const char *owner,
                  int64_t keep_ms);
 
 #define QJ(b, c, k, owner, keep) qc_join ((b), (c), (k), strlen (k), (owner), (keep))
@@ -75,8 +71,7 @@ void qc_prune (const ll_backend_t *b, void *c, qc_rows_fn rows);
 void qc_odd_keys (const ll_backend_t *b, void *c, qc_rows_fn rows);
 
 /* Runs a case on a new connection to uri. */
-void qc_run (const char *uri,
-             void (*body) (const ll_backend_t *, void *, qc_rows_fn),
+void qc_run (const char *uri, void (*body) (const ll_backend_t *, void *, qc_rows_fn),
              qc_rows_fn rows);
 
 /* N processes, each on a connection of its own, join one key at once

@@ -56,11 +56,8 @@ static void t_sleep (int64_t ms)
       sleep_ms (1);
 }
 
-static bool acq (leaselock_client_t *c,
-                 const char *k,
-                 leaselock_acquire_opts_t o,
-                 leaselock_lease_t **l,
-                 leaselock_error_t *err)
+static bool acq (leaselock_client_t *c, const char *k, leaselock_acquire_opts_t o,
+                 leaselock_lease_t **l, leaselock_error_t *err)
 {
    return leaselock_acquire (c, k, strlen (k), &o, l, err);
 }
@@ -1168,12 +1165,8 @@ static void on_lost (leaselock_lease_t *lease, void *ud)
 
 /* Acquires NAME on a (1 s TTL, auto-renewed, on_lost counting into L)
  * and stops the fake clock at *t0. On failure the clock runs again. */
-static bool acquire_frozen (leaselock_client_t *a,
-                            const char *name,
-                            leaselock_lease_t **la,
-                            lost_t *L,
-                            int64_t *t0,
-                            leaselock_error_t *err)
+static bool acquire_frozen (leaselock_client_t *a, const char *name, leaselock_lease_t **la,
+                            lost_t *L, int64_t *t0, leaselock_error_t *err)
 {
    leaselock_acquire_opts_t o = opts (1000, true);
    o.on_lost = on_lost;
@@ -2335,11 +2328,8 @@ static void test_null_arguments (void)
 
 /* Acquires k on c with ttl_ms and min_hold_ms (no renewal) and releases
  * it, or with keep returns the lease (for the caller to destroy). */
-static leaselock_lease_t *prune_make (leaselock_client_t *c,
-                                      const char *k,
-                                      int64_t ttl_ms,
-                                      int64_t hold,
-                                      bool keep)
+static leaselock_lease_t *prune_make (leaselock_client_t *c, const char *k, int64_t ttl_ms,
+                                      int64_t hold, bool keep)
 {
    leaselock_error_t err;
    leaselock_lease_t *l = NULL;
@@ -2670,10 +2660,8 @@ typedef struct
    leaselock_state_t state;
 } renew_failed_t;
 
-static void on_renew_failed (leaselock_lease_t *lease,
-                             const leaselock_error_t *error,
-                             int64_t remaining_ms,
-                             void *ud)
+static void on_renew_failed (leaselock_lease_t *lease, const leaselock_error_t *error,
+                             int64_t remaining_ms, void *ud)
 {
    renew_failed_t *R = ud;
    if (atomic_load (&R->calls) == 0) {
@@ -3095,22 +3083,14 @@ static void test_fair_sleep_policy (void)
 
 /* ---- semaphores and read-write locks (modes.c) ------------------------- */
 
-static bool sem (leaselock_client_t *c,
-                 const char *k,
-                 int64_t limit,
-                 leaselock_acquire_opts_t o,
-                 leaselock_lease_t **l,
-                 leaselock_error_t *err)
+static bool sem (leaselock_client_t *c, const char *k, int64_t limit, leaselock_acquire_opts_t o,
+                 leaselock_lease_t **l, leaselock_error_t *err)
 {
    return leaselock_semaphore_acquire (c, k, strlen (k), limit, &o, l, err);
 }
 
-static bool rw (leaselock_client_t *c,
-                const char *k,
-                leaselock_rw_mode_t mode,
-                leaselock_acquire_opts_t o,
-                leaselock_lease_t **l,
-                leaselock_error_t *err)
+static bool rw (leaselock_client_t *c, const char *k, leaselock_rw_mode_t mode,
+                leaselock_acquire_opts_t o, leaselock_lease_t **l, leaselock_error_t *err)
 {
    return leaselock_rwlock_acquire (c, k, strlen (k), mode, &o, l, err);
 }

@@ -106,11 +106,7 @@ static void *open_conn (const char *uri)
    return c;
 }
 
-static bool acquire (void *c,
-                     const char *k,
-                     const char *owner,
-                     int64_t ttl,
-                     int64_t *fence,
+static bool acquire (void *c, const char *k, const char *owner, int64_t ttl, int64_t *fence,
                      leaselock_error_t *err)
 {
    int64_t f = 0;
@@ -126,14 +122,8 @@ static bool acquire (void *c,
  * *left_ms). */
 static int64_t last_left;
 
-static bool acquire_wait (void *c,
-                          const char *k,
-                          const char *owner,
-                          int64_t reserve_ms,
-                          int64_t waited_ms,
-                          int64_t *fence,
-                          bool *reserved,
-                          leaselock_error_t *err)
+static bool acquire_wait (void *c, const char *k, const char *owner, int64_t reserve_ms,
+                          int64_t waited_ms, int64_t *fence, bool *reserved, leaselock_error_t *err)
 {
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
    ll_error_clear (err);
@@ -224,10 +214,7 @@ static char *json (const bson_t *b)
 
 /* Checks one write (query, update, upsert) against the rules; on a breach
  * writes why to why and returns false. */
-static bool check_write (const bson_iter_t *q,
-                         const bson_iter_t *u,
-                         bool upsert,
-                         char *why,
+static bool check_write (const bson_iter_t *q, const bson_iter_t *u, bool upsert, char *why,
                          size_t size)
 {
    bson_iter_t sub;
@@ -755,12 +742,8 @@ typedef struct
 } child_out_t;
 
 /* Runs this program under faketime with offset ("+1h" / "-1h"). */
-static bool run_skewed (const char *offset,
-                        const char *op,
-                        const char *k,
-                        const char *owner,
-                        int64_t ttl,
-                        child_out_t *out)
+static bool run_skewed (const char *offset, const char *op, const char *k, const char *owner,
+                        int64_t ttl, child_out_t *out)
 {
    char cmd[8192], ttls[32];
    snprintf (ttls, sizeof ttls, "%lld", (long long)ttl);
@@ -1010,10 +993,7 @@ static void proxy_stop (void)
 }
 
 /* Retries acquire for up to 20 s while the answer is BACKEND. */
-static bool acquire_until_back (void *c,
-                                const char *k,
-                                const char *owner,
-                                int64_t *fence,
+static bool acquire_until_back (void *c, const char *k, const char *owner, int64_t *fence,
                                 leaselock_error_t *err)
 {
    int64_t until = mono_ms () + 20000;
@@ -2417,9 +2397,7 @@ static void np_drop (void *c)
 
 /* One try on client c for k with ttl_ms; the error code (LEASELOCK_OK:
  * taken, *fence set and the lease released). */
-static leaselock_code_t np_try (leaselock_client_t *c,
-                                const char *k,
-                                int64_t ttl_ms,
+static leaselock_code_t np_try (leaselock_client_t *c, const char *k, int64_t ttl_ms,
                                 int64_t *fence)
 {
    leaselock_error_t err;

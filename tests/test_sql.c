@@ -231,11 +231,7 @@ static int helper (int argc, char **argv)
 }
 
 /* Runs the helper under faketime with offset; its output goes to out. */
-static bool run_skewed (const char *offset,
-                        const char *what,
-                        const char *k,
-                        int64_t ttl,
-                        char *out,
+static bool run_skewed (const char *offset, const char *what, const char *k, int64_t ttl, char *out,
                         size_t size)
 {
    char cmd[2048], ttl_s[32];
@@ -395,12 +391,8 @@ static void test_takeover_does_not_extend_old (void)
 
 /* A plain acquire for ttl_ms: 'T' took (its fence in *fence when given),
  * 'B' busy, 'E' another error (on stderr). */
-static char rsv_take (const ll_backend_t *b,
-                      void *conn,
-                      const char *k,
-                      const char *owner,
-                      int64_t ttl_ms,
-                      int64_t *fence)
+static char rsv_take (const ll_backend_t *b, void *conn, const char *k, const char *owner,
+                      int64_t ttl_ms, int64_t *fence)
 {
    static const ll_holder_t h = { "rsv-host", 1, "rsv" };
    leaselock_error_t err;
@@ -423,13 +415,8 @@ static int64_t rsv_left;
 
 /* acquire_wait (ttl 10 s): 'T' took, 'R' busy and owner is next, 'B' busy
  * and not next, '?' took but says reserved, 'E' another error. */
-static char rsv_wait (const ll_backend_t *b,
-                      void *conn,
-                      const char *k,
-                      const char *owner,
-                      int64_t reserve_ms,
-                      int64_t waited_ms,
-                      int64_t *fence)
+static char rsv_wait (const ll_backend_t *b, void *conn, const char *k, const char *owner,
+                      int64_t reserve_ms, int64_t waited_ms, int64_t *fence)
 {
    static const ll_holder_t h = { "rsv-host", 2, "rsv-waiter" };
    leaselock_error_t err;
@@ -495,12 +482,8 @@ static int64_t list_count_holds (const ll_backend_t *b, void *conn, const char *
 
 /* hold (delta) of k for owner: the count after, 0 for NOT_HELD, -1 for
  * another error (on stderr). */
-static int64_t hold_of (const ll_backend_t *b,
-                        void *conn,
-                        const char *k,
-                        size_t n,
-                        const char *owner,
-                        int delta)
+static int64_t hold_of (const ll_backend_t *b, void *conn, const char *k, size_t n,
+                        const char *owner, int delta)
 {
    leaselock_error_t err;
    int64_t holds = -5;
@@ -1041,12 +1024,8 @@ static int queue_helper (int argc, char **argv)
    _exit (ahead >= 0 ? 0 : 1);
 }
 
-static bool run_skewed_join (const char *offset,
-                             const char *k,
-                             const char *owner,
-                             int64_t keep,
-                             long long *ahead,
-                             long long *skew)
+static bool run_skewed_join (const char *offset, const char *k, const char *owner, int64_t keep,
+                             long long *ahead, long long *skew)
 {
    char cmd[2048], out[512];
    const char *asan = getenv ("ASAN_OPTIONS");
@@ -1365,9 +1344,7 @@ static void test_reconnect_after_kill (void)
 
 /* One try on c for k with ttl_ms; the error code (LEASELOCK_OK: taken,
  * *fence set and the lease released). */
-static leaselock_code_t np_try (leaselock_client_t *c,
-                                const char *k,
-                                int64_t ttl_ms,
+static leaselock_code_t np_try (leaselock_client_t *c, const char *k, int64_t ttl_ms,
                                 int64_t *fence)
 {
    leaselock_error_t err;
@@ -1632,9 +1609,7 @@ static int free_port (void)
    return ntohs (a.sin_port);
 }
 
-static void expect_fail (const char *uri,
-                         leaselock_code_t code,
-                         const char *substr,
+static void expect_fail (const char *uri, leaselock_code_t code, const char *substr,
                          const char *secret)
 {
    leaselock_error_t err;

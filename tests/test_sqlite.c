@@ -528,12 +528,8 @@ static int64_t rsv_left;
 
 /* acquire_wait (ttl 10 s): 'T' took, 'R' busy and owner is next, 'B' busy
  * and not next, '?' took but says reserved, 'E' another error. */
-static char rsv_wait (void *conn,
-                      const char *k,
-                      const char *owner,
-                      int64_t reserve_ms,
-                      int64_t waited_ms,
-                      int64_t *fence)
+static char rsv_wait (void *conn, const char *k, const char *owner, int64_t reserve_ms,
+                      int64_t waited_ms, int64_t *fence)
 {
    leaselock_error_t err;
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
@@ -1164,9 +1160,7 @@ static void test_fork_client (void)
    CHECK_EQ (raw_int (path, "SELECT fence FROM leaselock_locks WHERE key = 'q'"), 1);
 }
 
-static bool one_try (leaselock_client_t *c,
-                     const char *k,
-                     leaselock_lease_t **l,
+static bool one_try (leaselock_client_t *c, const char *k, leaselock_lease_t **l,
                      leaselock_error_t *err)
 {
    leaselock_acquire_opts_t o;

@@ -13,10 +13,7 @@
 
 #define LL_BENCH_API __attribute__ ((visibility ("default")))
 
-static bool pairs (leaselock_client_t *c,
-                   const char *key,
-                   size_t key_len,
-                   long long n,
+static bool pairs (leaselock_client_t *c, const char *key, size_t key_len, long long n,
                    leaselock_error_t *err)
 {
    leaselock_acquire_opts_t o;
@@ -36,12 +33,8 @@ static bool pairs (leaselock_client_t *c,
  * that warm the new client's connection (prepared statements, page
  * cache), as the binding's long-lived client is. On failure -1, with
  * the core's error in errbuf (errlen bytes). */
-LL_BENCH_API double llbench_core_loop (const char *uri,
-                                       const char *key,
-                                       size_t key_len,
-                                       long long n,
-                                       char *errbuf,
-                                       size_t errlen)
+LL_BENCH_API double llbench_core_loop (const char *uri, const char *key, size_t key_len,
+                                       long long n, char *errbuf, size_t errlen)
 {
    leaselock_error_t err = { 0 };
    leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
