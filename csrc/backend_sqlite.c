@@ -130,7 +130,7 @@ static bool ll_sqlite_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *
 {
    ll_sqlite_conn_t *c = conn;
    out->reserved = false;
-   sqlite3_stmt *st = c->stmt[t->fair ? LL_SQLITE_ST_ACQUIRE_FAIR : LL_SQLITE_ST_ACQUIRE];
+   sqlite3_stmt *st = ll_sqlite_st (c, t->fair ? LL_SQLITE_ST_ACQUIRE_FAIR : LL_SQLITE_ST_ACQUIRE);
    const char *host = t->holder && t->holder->host ? t->holder->host : "";
    const char *label = t->holder && t->holder->label ? t->holder->label : "";
    ll_sqlite_bind_key_owner (st, &t->op);
@@ -181,7 +181,7 @@ static bool ll_sqlite_run_update (ll_sqlite_conn_t *c, int which, const char *wh
                                   const ll_op_t *op, int64_t ms, bool *changed,
                                   leaselock_error_t *err)
 {
-   sqlite3_stmt *st = c->stmt[which];
+   sqlite3_stmt *st = ll_sqlite_st (c, which);
    int rc = ll_sqlite_step_owned (st, op, ms);
    bool ok = rc == SQLITE_DONE;
    if (ok)
@@ -207,7 +207,7 @@ static bool ll_sqlite_release (void *conn, const ll_op_t *op, int64_t min_hold_m
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_RELEASE];
+   sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_RELEASE);
    int rc = ll_sqlite_step_owned (st, op, min_hold_ms);
    bool ours = rc == SQLITE_ROW;
    /* Only a release that leaves a waiter next (a live reservation, or a
@@ -258,7 +258,7 @@ static bool ll_sqlite_hold (void *conn, const ll_op_t *op, int delta, int64_t *h
                             leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_HOLD];
+   sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_HOLD);
    int rc = ll_sqlite_step_owned (st, op, delta);
    bool ok = rc == SQLITE_ROW;
    if (ok)
@@ -275,7 +275,7 @@ static bool ll_sqlite_inspect (void *conn, const ll_op_t *op, leaselock_record_t
                                leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_INSPECT];
+   sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_INSPECT);
    sqlite3_bind_text (st, 1, op->key, (int)op->key_len, SQLITE_STATIC);
    int rc = sqlite3_step (st);
    bool ok = true;
@@ -311,7 +311,7 @@ static bool ll_sqlite_list (void *conn, const char *prefix, size_t prefix_len,
                             leaselock_record_cb fn, void *user_data, leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_LIST];
+   sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_LIST);
    char upper[LEASELOCK_KEY_MAX + 1];
    ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
    leaselock_record_t rec;
@@ -341,10 +341,11 @@ static bool ll_sqlite_force_release (void *conn, const ll_op_t *op, bool *took,
 {
    ll_sqlite_conn_t *c = conn;
    *took = false;
-   int rc = ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_BEGIN]);
+   int rc = ll_sqlite_step_done (ll_sqlite_st (c, LL_SQLITE_ST_BEGIN));
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error (c, rc, "force release", err);
-   sqlite3_stmt *live = c->stmt[LL_SQLITE_ST_FORCE_LIVE], *any = c->stmt[LL_SQLITE_ST_FORCE_ANY];
+   sqlite3_stmt *live = ll_sqlite_st (c, LL_SQLITE_ST_FORCE_LIVE),
+                *any = ll_sqlite_st (c, LL_SQLITE_ST_FORCE_ANY);
    sqlite3_bind_text (live, 1, op->key, (int)op->key_len, SQLITE_STATIC);
    rc = ll_sqlite_step_done (live);
    if (rc == SQLITE_OK) {
@@ -355,11 +356,11 @@ static bool ll_sqlite_force_release (void *conn, const ll_op_t *op, bool *took,
       }
    }
    if (rc == SQLITE_OK)
-      rc = ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_COMMIT]);
+      rc = ll_sqlite_step_done (ll_sqlite_st (c, LL_SQLITE_ST_COMMIT));
    if (rc != SQLITE_OK) {
       ll_sqlite_db_error (c, rc, "force release", err);
       if (!sqlite3_get_autocommit (c->db))
-         ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_ROLLBACK]);
+         ll_sqlite_step_done (ll_sqlite_st (c, LL_SQLITE_ST_ROLLBACK));
       *took = false;
       return false;
    }
@@ -372,7 +373,7 @@ static bool ll_sqlite_force_release (void *conn, const ll_op_t *op, bool *took,
 static bool ll_sqlite_prune_run (ll_sqlite_conn_t *c, int which, const char *prefix,
                                  size_t prefix_len, int64_t older_than_ms, leaselock_error_t *err)
 {
-   sqlite3_stmt *st = c->stmt[which];
+   sqlite3_stmt *st = ll_sqlite_st (c, which);
    char upper[LEASELOCK_KEY_MAX + 1];
    ll_sqlite_bind_prefix (st, prefix, prefix_len, upper);
    sqlite3_bind_int64 (st, 3, older_than_ms);
@@ -399,7 +400,7 @@ static bool ll_sqlite_queue_fail (ll_sqlite_conn_t *c, int rc, leaselock_error_t
 {
    ll_sqlite_busy_or_error (c, rc, "queue_join", err);
    if (!sqlite3_get_autocommit (c->db))
-      ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_ROLLBACK]);
+      ll_sqlite_step_done (ll_sqlite_st (c, LL_SQLITE_ST_ROLLBACK));
    return false;
 }
 
@@ -411,23 +412,23 @@ static bool ll_sqlite_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms
 {
    ll_sqlite_conn_t *c = conn;
    c->busy_waited_ms = 0;
-   int rc = ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_BEGIN]);
+   int rc = ll_sqlite_step_done (ll_sqlite_st (c, LL_SQLITE_ST_BEGIN));
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_JOIN];
+   sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_QUEUE_JOIN);
    ll_sqlite_bind_key_owner (st, op);
    sqlite3_bind_int64 (st, 3, keep_ms);
    rc = ll_sqlite_step_done (st);
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
-   st = c->stmt[LL_SQLITE_ST_QUEUE_AHEAD];
+   st = ll_sqlite_st (c, LL_SQLITE_ST_QUEUE_AHEAD);
    ll_sqlite_bind_key_owner (st, op);
    rc = sqlite3_step (st);
    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64 (st, 0) : 0;
    sqlite3_reset (st);
    if (rc != SQLITE_ROW)
       return ll_sqlite_queue_fail (c, rc, err);
-   rc = ll_sqlite_step_done (c->stmt[LL_SQLITE_ST_COMMIT]);
+   rc = ll_sqlite_step_done (ll_sqlite_st (c, LL_SQLITE_ST_COMMIT));
    if (rc != SQLITE_OK)
       return ll_sqlite_queue_fail (c, rc, err);
    *ahead = n;
@@ -437,7 +438,7 @@ static bool ll_sqlite_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms
 static bool ll_sqlite_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
-   sqlite3_stmt *st = c->stmt[LL_SQLITE_ST_QUEUE_LEAVE];
+   sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_QUEUE_LEAVE);
    ll_sqlite_bind_key_owner (st, op);
    int rc = ll_sqlite_step_done (st);
    return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "queue_leave", err);

@@ -465,6 +465,38 @@ static bool ll_sqlite_open_file (ll_sqlite_conn_t *c, int busy_ms, leaselock_err
    return true;
 }
 
+/*
+ * The WAL outlives a close. By default the last connection's close
+ * checkpoints (two fsyncs) and deletes the -wal and -shm files, and the
+ * next process's first write makes them again (a file, a directory sync,
+ * a header sync): about 2 ms of every short-lived process, a cron run's
+ * or a script's, for nothing a lock needs. So a close leaves both files
+ * and checkpoints only a WAL of CLOSE_CKPT_FRAMES frames or more: the next
+ * process's open reads at most that many back. While it runs, a commit
+ * checkpoints at SQLite's usual AUTO_CKPT_FRAMES (a WAL hook replaces
+ * sqlite3_wal_autocheckpoint, which would take the hook's place).
+ * Durability is unchanged: synchronous=NORMAL never synced a commit, and a
+ * checkpoint is what makes it survive a power loss, as before.
+ */
+#define CLOSE_CKPT_FRAMES 64
+#define AUTO_CKPT_FRAMES 1000
+
+static int ll_sqlite_wal_hook (void *data, sqlite3 *db, const char *name, int frames)
+{
+   ll_sqlite_conn_t *c = data;
+   c->wal_frames = frames;
+   if (frames >= AUTO_CKPT_FRAMES &&
+       sqlite3_wal_checkpoint_v2 (db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) == SQLITE_OK)
+      c->wal_frames = 0;
+   return SQLITE_OK;
+}
+
+static void ll_sqlite_keep_wal (ll_sqlite_conn_t *c)
+{
+   sqlite3_db_config (c->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+   sqlite3_wal_hook (c->db, ll_sqlite_wal_hook, c);
+}
+
 /* WAL, synchronous=NORMAL, the schema, the statements. */
 static bool ll_sqlite_set_up (ll_sqlite_conn_t *c, int busy_ms, leaselock_error_t *err)
 {
@@ -472,19 +504,27 @@ static bool ll_sqlite_set_up (ll_sqlite_conn_t *c, int busy_ms, leaselock_error_
     * schema's version was checked (ll_sqlite_open_file). */
    if (!c->readonly && !ll_sqlite_use_wal (c, busy_ms, err))
       return false;
+   if (!c->readonly)
+      ll_sqlite_keep_wal (c);
    int rc = ll_sqlite_exec_simple (c->db, ll_sqlite_synchronous);
    if (rc != SQLITE_OK)
       return ll_sqlite_db_error (c, rc, "setting synchronous=NORMAL", err);
    if (!c->readonly && !ll_sqlite_migrate (c, err))
       return false;
-   for (int i = 0; i < LL_SQLITE_ST_COUNT; i++) {
-      rc = sqlite3_prepare_v3 (c->db, ll_sqlite_statements[i], -1, SQLITE_PREPARE_PERSISTENT,
-                               &c->stmt[i], NULL);
-      if (rc != SQLITE_OK)
-         return ll_sqlite_db_error (c, rc, "preparing a statement", err);
-   }
    c->ready = true;
    return true;
+}
+
+/* Statements are prepared at their first use, not at open: a short-lived
+ * process (a cron run's, a script's) uses two or three of the
+ * LL_SQLITE_ST_COUNT, and preparing them all took about half a
+ * millisecond of its start. */
+sqlite3_stmt *ll_sqlite_st (ll_sqlite_conn_t *c, int which)
+{
+   if (!c->stmt[which])
+      sqlite3_prepare_v3 (c->db, ll_sqlite_statements[which], -1, SQLITE_PREPARE_PERSISTENT,
+                          &c->stmt[which], NULL);
+   return c->stmt[which];
 }
 
 void *ll_sqlite_open (const char *uri_text, leaselock_error_t *err)
@@ -513,6 +553,14 @@ void ll_sqlite_close (void *conn)
       return;
    for (int i = 0; i < LL_SQLITE_ST_COUNT; i++)
       sqlite3_finalize (c->stmt[i]);
+   /* TRUNCATE, not PASSIVE: the next process's open rebuilds the -shm and
+    * with it forgets what was checkpointed, so it would read the whole WAL
+    * back. Without the busy handler: a connection still using the file
+    * makes it give up at once (its own close, or a commit, checkpoints). */
+   if (c->wal_frames >= CLOSE_CKPT_FRAMES) {
+      sqlite3_busy_handler (c->db, NULL, NULL);
+      sqlite3_wal_checkpoint_v2 (c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+   }
    sqlite3_close (c->db);
    if (c->wake_fd >= 0)
       close (c->wake_fd);

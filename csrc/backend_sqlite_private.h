@@ -29,6 +29,7 @@ typedef struct ll_sqlite_conn
    bool readonly;          /* opened read-only: this user may only read the file */
    int64_t busy_since_ms;  /* when the last wait on the file's lock began (ll_real_now_ms) */
    int64_t busy_waited_ms; /* how long it lasted, so far */
+   int wal_frames;         /* the WAL's frames after this connection's last commit */
 } ll_sqlite_conn_t;
 
 /* BACKEND in the one format of a backend failure: "sqlite: <what>: <msg>
@@ -45,6 +46,11 @@ bool ll_sqlite_busy_or_error (ll_sqlite_conn_t *c, int rc, const char *what,
 /* ll_sqlite_fail with the connection's path and SQLite's message for
  * rc. Returns false. */
 bool ll_sqlite_db_error (ll_sqlite_conn_t *c, int rc, const char *what, leaselock_error_t *err);
+
+/* The prepared statement which (LL_SQLITE_ST_*), prepared at its first
+ * use and kept until close; NULL when that failed (SQLite's message is
+ * the connection's, and every call on NULL answers SQLITE_MISUSE). */
+sqlite3_stmt *ll_sqlite_st (ll_sqlite_conn_t *c, int which);
 
 /* ll_backend_t's close: finalizes the statements, closes the database
  * and frees the connection (NULL: nothing). */

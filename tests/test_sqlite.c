@@ -176,6 +176,39 @@ static void test_schema_created_once (void)
    CHECK (wal);
 }
 
+/* A close leaves the -wal file (no checkpoint and delete per process:
+ * backend_sqlite_conn.c's "The WAL outlives a close"), yet it stays
+ * small: a close checkpoints and truncates a WAL of CLOSE_CKPT_FRAMES (64)
+ * frames or more, whose frames the next first opener would read back.
+ * Each cycle opens the file as a new process would (the last connection
+ * closed), takes a key and releases it; no grant is lost. */
+static void test_wal_kept_bounded (void)
+{
+   char path[256], uri[320], wal[300];
+   new_db (path, sizeof path, uri, sizeof uri);
+   snprintf (wal, sizeof wal, "%s-wal", path);
+   leaselock_error_t err = { 0 };
+   int64_t fence = 0;
+   off_t largest = 0;
+   for (int i = 0; i < 200; i++) {
+      void *c = B->open (uri, &err);
+      CHECK_OK (c != NULL, err);
+      ll_op_t op = { "k", 1, owner_a };
+      bool ok =
+        ll_backend_acquire (B, c, &(ll_take_t){ op, 60000, &holder, 0, 0, false }, &fence, &err) &&
+        B->release (c, &op, 0, &err);
+      B->close (c);
+      CHECK_OK (ok, err);
+      struct stat st;
+      CHECK (stat (wal, &st) == 0); /* kept */
+      if (st.st_size > largest)
+         largest = st.st_size;
+   }
+   CHECK_EQ (fence, 200);
+   /* 64 frames, and the few of the cycle that reached them. */
+   CHECK (largest <= 32 + 72 * (4096 + 24));
+}
+
 static void test_schema_newer_refused (void)
 {
    char path[256], uri[320];
@@ -1529,6 +1562,7 @@ int main (int argc, char **argv)
    RUN (test_uri_refused);
    RUN (test_uri_busy_timeout_option);
    RUN (test_schema_created_once);
+   RUN (test_wal_kept_bounded);
    RUN (test_schema_newer_refused);
    RUN (test_not_a_database);
    RUN (test_unwritable_paths);
