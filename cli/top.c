@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -124,39 +125,30 @@ static bool row_add (const leaselock_lock_info_t *l, void *user_data)
 
 static int sort_col, sort_sign; /* for qsort's comparison */
 
-static int cmp_i64 (int64_t a, int64_t b)
+/* Where each numeric column's value is in a row (0 for the others: the
+ * key, not a number, is at 0). */
+static const size_t col_num[N_COLS] = { [COL_FENCE] = offsetof (top_row_t, fence),
+                                        [COL_SINCE] = offsetof (top_row_t, held_ms),
+                                        [COL_LEFT] = offsetof (top_row_t, left_ms),
+                                        [COL_HOLDS] = offsetof (top_row_t, holds),
+                                        [COL_WAITERS] = offsetof (top_row_t, queued) };
+
+static int64_t row_num (const top_row_t *r, int col)
 {
-   return a < b ? -1 : a > b;
+   return *(const int64_t *)((const char *)r + col_num[col]);
 }
 
 static int row_cmp (const void *a_, const void *b_)
 {
    const top_row_t *a = a_, *b = b_;
    int c = 0;
-   switch (sort_col) {
-      case COL_MODE:
-         c = strcmp (a->mode, b->mode);
-         break;
-      case COL_HOLDER:
-         c = strcmp (a->holder, b->holder);
-         break;
-      case COL_FENCE:
-         c = cmp_i64 (a->fence, b->fence);
-         break;
-      case COL_SINCE:
-         c = cmp_i64 (a->held_ms, b->held_ms);
-         break;
-      case COL_LEFT:
-         c = cmp_i64 (a->left_ms, b->left_ms);
-         break;
-      case COL_HOLDS:
-         c = cmp_i64 (a->holds, b->holds);
-         break;
-      case COL_WAITERS:
-         c = cmp_i64 (a->queued, b->queued);
-         break;
-      default:
-         break;
+   if (sort_col == COL_MODE) {
+      c = strcmp (a->mode, b->mode);
+   } else if (sort_col == COL_HOLDER) {
+      c = strcmp (a->holder, b->holder);
+   } else if (col_num[sort_col]) {
+      int64_t x = row_num (a, sort_col), y = row_num (b, sort_col);
+      c = x < y ? -1 : x > y;
    }
    if (c == 0)
       c = strcmp (a->key, b->key);

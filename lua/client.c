@@ -298,14 +298,7 @@ static void push_record (lua_State *L, const leaselock_record_t *r)
    lua_pushnumber (L, (lua_Number)r->expires_in_ms / 1000.0);
    lua_setfield (L, -2, "expires_in");
    lua_createtable (L, 0, 3);
-   lua_pushstring (L, r->host);
-   lua_setfield (L, -2, "host");
-   lua_pushinteger (L, (lua_Integer)r->pid);
-   lua_setfield (L, -2, "pid");
-   if (r->label[0]) {
-      lua_pushstring (L, r->label);
-      lua_setfield (L, -2, "label");
-   }
+   ll_lua_set_holder_id (L, r->host, r->pid, r->label);
    lua_setfield (L, -2, "holder");
    ll_lua_set_record_mt (L); /* its __tostring */
 }
@@ -552,13 +545,8 @@ static const luaL_Reg client_methods[] = { { "lock", ll_lua_client_lock },
                                            { "durability", client_durability },
                                            { NULL, NULL } };
 
-static const luaL_Reg client_meta[] = { { "__tostring", client_tostring },
-                                        { "__gc", client_gc },
-                                        { "__close", client_close },
-                                        { NULL, NULL } };
-
 void ll_lua_client_setup (lua_State *L)
 {
-   ll_lua_new_type (L, CLIENT_MT, client_methods, client_meta, client_index);
-   lua_pop (L, 1);
+   ll_lua_new_type (L, CLIENT_MT, client_methods, client_index, client_tostring, client_gc,
+                    client_close);
 }

@@ -115,17 +115,22 @@ static int holder_tostring (lua_State *L)
    return 1;
 }
 
+void ll_lua_set_holder_id (lua_State *L, const char *host, int64_t pid, const char *label)
+{
+   lua_pushstring (L, host);
+   lua_setfield (L, -2, "host");
+   lua_pushinteger (L, (lua_Integer)pid);
+   lua_setfield (L, -2, "pid");
+   if (label[0]) {
+      lua_pushstring (L, label);
+      lua_setfield (L, -2, "label");
+   }
+}
+
 void ll_lua_push_holder (lua_State *L, const leaselock_holder_t *h)
 {
    lua_createtable (L, 0, 6);
-   lua_pushstring (L, h->host);
-   lua_setfield (L, -2, "host");
-   lua_pushinteger (L, (lua_Integer)h->pid);
-   lua_setfield (L, -2, "pid");
-   if (h->label[0]) {
-      lua_pushstring (L, h->label);
-      lua_setfield (L, -2, "label");
-   }
+   ll_lua_set_holder_id (L, h->host, h->pid, h->label);
    lua_pushinteger (L, (lua_Integer)h->fence);
    lua_setfield (L, -2, "fence");
    lua_pushnumber (L, (lua_Number)h->expires_in_ms / 1000.0);

@@ -394,13 +394,8 @@ static const luaL_Reg lease_methods[] = { { "renew", lease_renew },
                                           { "release", lease_release },
                                           { NULL, NULL } };
 
-static const luaL_Reg lease_meta[] = { { "__tostring", lease_tostring },
-                                       { "__gc", lease_gc },
-                                       { "__close", lease_tbc_close },
-                                       { NULL, NULL } };
-
 void ll_lua_lease_setup (lua_State *L)
 {
-   ll_lua_new_type (L, LEASE_MT, lease_methods, lease_meta, lease_index);
-   lua_pop (L, 1);
+   ll_lua_new_type (L, LEASE_MT, lease_methods, lease_index, lease_tostring, lease_gc,
+                    lease_tbc_close);
 }

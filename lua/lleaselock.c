@@ -362,12 +362,19 @@ void ll_lua_load_chunk (lua_State *L, const char *name)
  * the three, liolib.c's, plus __metatable so that Lua code cannot reach
  * or change it. */
 void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
-                      const luaL_Reg *meta, lua_CFunction index_fn)
+                      lua_CFunction index_fn, lua_CFunction tostring, lua_CFunction gc,
+                      lua_CFunction close)
 {
+   const luaL_Reg meta[] = { { "__tostring", tostring }, { "__gc", gc }, { "__close", close } };
    luaL_newmetatable (L, tname);
    lua_pushstring (L, tname);
    lua_setfield (L, -2, "__name");
-   luaL_setfuncs (L, meta, 0);
+   for (size_t i = 0; i < sizeof meta / sizeof *meta; i++) {
+      if (meta[i].func) {
+         lua_pushcfunction (L, meta[i].func);
+         lua_setfield (L, -2, meta[i].name);
+      }
+   }
    lua_newtable (L);
    luaL_setfuncs (L, methods, 0);
    lua_pushvalue (L, -1);
@@ -377,7 +384,7 @@ void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
    lua_setfield (L, -3, "__index");
    lua_pushliteral (L, "leaselock handles are read-only");
    lua_setfield (L, -3, "__metatable");
-   lua_remove (L, -2);
+   lua_pop (L, 2);
 }
 
 static const luaL_Reg module_functions[] = { { "connect", ll_lua_connect },

@@ -211,12 +211,13 @@ void ll_lua_report_callback_error (lua_State *L, const char *what);
  * "=leaselock.<name>" in errors and tracebacks; raises if it is missing. */
 void ll_lua_load_chunk (lua_State *L, const char *name);
 
-/* Creates metatable tname: __name, the metamethods meta, __index =
- * index_fn closed over a new table of methods (also __methods, for
- * leaselock.methods), __metatable. Leaves the methods table on the stack
- * (for more methods), not the metatable. */
+/* Creates metatable tname: __name, the metamethods __tostring, __gc and
+ * __close (each unless NULL), __index = index_fn closed over a new table
+ * of methods (also __methods, for leaselock.methods and for more
+ * methods), __metatable. Leaves the stack as it was. */
 void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
-                      const luaL_Reg *meta, lua_CFunction index_fn);
+                      lua_CFunction index_fn, lua_CFunction tostring, lua_CFunction gc,
+                      lua_CFunction close);
 
 /* The userdata of type tname at idx (borrowed); raises "tname expected"
  * for anything else. */
@@ -228,6 +229,10 @@ void *ll_lua_check_udata (lua_State *L, int idx, int level, const char *fname, c
  * method nor a field: raises "tname has no field or method 'name' ...",
  * placed at the Lua code that read it. Never returns. */
 int ll_lua_no_field (lua_State *L, const char *tname);
+
+/* Sets host, pid and label (unless "") in the table on top: who holds a
+ * lease, as a holder and a record's holder name it. */
+void ll_lua_set_holder_id (lua_State *L, const char *host, int64_t pid, const char *label);
 
 /* Pushes holder h as a table {host, pid, label, fence, expires_in,
  * released} whose tostring is "vm pid 1 (job), fence 1, expires in 29.7s". */

@@ -382,6 +382,17 @@ static void sweep_client_holds (lua_State *L)
    lua_rawseti (L, -2, 1);
 }
 
+/* Pushes a new empty table whose keys ("k"), or keys and values ("kv"),
+ * are weak. */
+static void push_weak_table (lua_State *L, const char *mode)
+{
+   lua_createtable (L, 0, 1);
+   lua_createtable (L, 0, 1);
+   lua_pushstring (L, mode);
+   lua_setfield (L, -2, "__mode");
+   lua_setmetatable (L, -2);
+}
+
 /* Remembers the lease handle on top as the running coroutine's in its
  * client's holds (coroutine -> lease, weak keys and values: a finished
  * coroutine or a collected lease goes). Leaves the stack as it was. */
@@ -397,11 +408,7 @@ static void set_client_hold (lua_State *L, const ll_lua_lock_t *k)
       lua_pushvalue (L, -2);
       sweep_client_holds (L); /* before the new name: it is empty yet */
       lua_pop (L, 1);
-      lua_createtable (L, 0, 1);
-      lua_createtable (L, 0, 1);
-      lua_pushliteral (L, "kv");
-      lua_setfield (L, -2, "__mode");
-      lua_setmetatable (L, -2);
+      push_weak_table (L, "kv");
       lua_pushvalue (L, -2);
       lua_pushvalue (L, -2);
       lua_rawset (L, -5);
@@ -422,11 +429,7 @@ void ll_lua_set_my_lease (lua_State *L)
    lua_rawgeti (L, -1, UV_HELD);
    if (!lua_istable (L, -1)) {
       lua_pop (L, 1);
-      lua_createtable (L, 0, 1);
-      lua_createtable (L, 0, 1);
-      lua_pushliteral (L, "k");
-      lua_setfield (L, -2, "__mode");
-      lua_setmetatable (L, -2);
+      push_weak_table (L, "k");
       lua_pushvalue (L, -1);
       lua_rawseti (L, -3, UV_HELD);
    }
@@ -612,11 +615,11 @@ static const luaL_Reg lock_methods[] = { { "acquire", lock_acquire },
                                          { "try_acquire", lock_try_acquire },
                                          { NULL, NULL } };
 
-static const luaL_Reg lock_meta[] = { { "__tostring", lock_tostring }, { NULL, NULL } };
-
 void ll_lua_lock_setup (lua_State *L)
 {
-   ll_lua_new_type (L, LOCK_MT, lock_methods, lock_meta, lock_index);
+   ll_lua_new_type (L, LOCK_MT, lock_methods, lock_index, lock_tostring, NULL, NULL);
+   luaL_getmetatable (L, LOCK_MT);
+   lua_getfield (L, -1, "__methods");
    /* methods.with = the Lua part (with.lua), closed over the C halves */
    ll_lua_load_chunk (L, "with");
    lua_pushcfunction (L, lock_with_begin);
@@ -625,5 +628,5 @@ void ll_lua_lock_setup (lua_State *L)
    lua_setfield (L, -2, "with");
    ll_lua_push_acquire_nb (L);
    lua_setfield (L, -2, "acquire_nb");
-   lua_pop (L, 1);
+   lua_pop (L, 2);
 }

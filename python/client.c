@@ -152,12 +152,9 @@ static PyObject *Client_close (ClientObject *self, PyObject *unused)
    Py_RETURN_NONE;
 }
 
-static void Client_dealloc (ClientObject *self)
+static void Client_drop (PyObject *o)
 {
-   PyTypeObject *tp = Py_TYPE (self);
-   PyObject_GC_UnTrack (self);
-   if (self->weakreflist)
-      PyObject_ClearWeakRefs ((PyObject *)self);
+   ClientObject *self = (ClientObject *)o;
    /* No Lease object is alive (each holds a reference), and no call is in
     * flight (it would hold one too). Releases nothing. */
    LL_DESTROY_NOGIL (self->c, leaselock_client_destroy);
@@ -165,8 +162,11 @@ static void Client_dealloc (ClientObject *self)
    Py_CLEAR (self->backend);
    Py_CLEAR (self->label);
    Py_CLEAR (self->module);
-   tp->tp_free ((PyObject *)self);
-   Py_DECREF (tp);
+}
+
+static void Client_dealloc (PyObject *self)
+{
+   pyll_dealloc (self, Client_drop);
 }
 
 static PyObject *Client_enter (ClientObject *self, PyObject *unused)
@@ -305,15 +305,21 @@ typedef struct
    bool failed; /* a Python exception is set */
 } list_ctx_t;
 
-static bool list_append (const leaselock_record_t *r, void *data)
+/* The end of each callback below, which took the GIL back to make t (a
+ * new reference, or NULL): appends it and lets the GIL go again. */
+static bool list_append_tuple (list_ctx_t *x, PyObject *t)
 {
-   list_ctx_t *x = data;
-   PyEval_RestoreThread (x->ts);
-   PyObject *t = record_tuple (r);
    x->failed = !t || PyList_Append (x->list, t) < 0;
    Py_XDECREF (t);
    x->ts = PyEval_SaveThread ();
    return !x->failed;
+}
+
+static bool list_append (const leaselock_record_t *r, void *data)
+{
+   list_ctx_t *x = data;
+   PyEval_RestoreThread (x->ts);
+   return list_append_tuple (x, record_tuple (r));
 }
 
 static PyObject *Client_list (ClientObject *self, PyObject *prefix_o)
@@ -343,11 +349,7 @@ static bool lock_append (const leaselock_lock_info_t *l, void *data)
 {
    list_ctx_t *x = data;
    PyEval_RestoreThread (x->ts);
-   PyObject *t = lock_tuple (l);
-   x->failed = !t || PyList_Append (x->list, t) < 0;
-   Py_XDECREF (t);
-   x->ts = PyEval_SaveThread ();
-   return !x->failed;
+   return list_append_tuple (x, lock_tuple (l));
 }
 
 /* _locks(prefix) -> [lock tuple], or _lock_info(key) -> lock tuple | None
@@ -650,29 +652,16 @@ static PyMemberDef Client_members[] = {
    { NULL, 0, 0, 0, NULL },
 };
 
-static PyType_Slot Client_slots[] = {
-   { Py_tp_doc, "Client(uri=None, *, label=None)\n--\n\n"
-                "A connection to one lock database (the C core's client)." },
-   { Py_tp_new, Client_new },
-   { Py_tp_init, Client_init },
-   { Py_tp_dealloc, Client_dealloc },
-   { Py_tp_traverse, Client_traverse },
-   { Py_tp_clear, Client_clear },
-   { Py_tp_repr, Client_repr },
-   { Py_tp_methods, Client_methods },
-   { Py_tp_getset, Client_getset },
-   { Py_tp_members, Client_members },
-   { 0, NULL },
-};
-
-static PyType_Spec Client_spec = {
-   .name = "leaselock._leaselock.Client",
-   .basicsize = sizeof (ClientObject),
-   .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-   .slots = Client_slots,
+static const PyType_Slot Client_slots[] = {
+   { Py_tp_new, Client_new },       { Py_tp_init, Client_init },       { Py_tp_repr, Client_repr },
+   { Py_tp_getset, Client_getset }, { Py_tp_members, Client_members }, { 0, NULL },
 };
 
 int pyll_client_setup_types (PyObject *m, pyll_state_t *st)
 {
-   return pyll_add_type (m, &Client_spec, &st->client_type, true);
+   return pyll_add_type (m, &st->client_type, true, "leaselock._leaselock.Client",
+                         "Client(uri=None, *, label=None)\n--\n\nA connection to one lock database "
+                         "(the C core's client).",
+                         sizeof (ClientObject), Py_TPFLAGS_BASETYPE, Client_dealloc,
+                         Client_traverse, Client_clear, Client_methods, Client_slots);
 }

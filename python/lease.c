@@ -139,13 +139,9 @@ static int Lease_clear (LeaseObject *self)
    return 0;
 }
 
-static void Lease_dealloc (LeaseObject *self)
+static void Lease_drop (PyObject *o)
 {
-   PyTypeObject *tp = Py_TYPE (self);
-   PyObject_GC_UnTrack (self);
-   self->dead = true; /* a callback waiting for the GIL now skips it */
-   if (self->weakreflist)
-      PyObject_ClearWeakRefs ((PyObject *)self);
+   LeaseObject *self = (LeaseObject *)o;
    /* Releases the core lease if this process still holds it and the
     * client is open (the core checks the pid, so a forked child never
     * releases its parent's lease), and waits for an on_lost callback in
@@ -156,8 +152,14 @@ static void Lease_dealloc (LeaseObject *self)
    Py_CLEAR (self->key);
    Py_CLEAR (self->client);
    Py_CLEAR (self->module);
-   PyObject_GC_Del (self);
-   Py_DECREF (tp);
+}
+
+static void Lease_dealloc (PyObject *self)
+{
+   /* A callback waiting for the GIL now skips it: set before the weak
+    * references' callbacks, which may let that thread run. */
+   ((LeaseObject *)self)->dead = true;
+   pyll_dealloc (self, Lease_drop);
 }
 
 /* The core lease for a call on it (NULL with ValueError unless the lease
@@ -438,27 +440,19 @@ static PyObject *Lease_new_refused (PyTypeObject *type, PyObject *args, PyObject
    return pyll_raise_type ("cannot create '%s' instances: use Lock.acquire()", type->tp_name);
 }
 
-static PyType_Slot Lease_slots[] = {
-   { Py_tp_doc, "A held lease: what Lock.acquire() returns; a context manager that releases it." },
+static const PyType_Slot Lease_slots[] = {
    { Py_tp_new, Lease_new_refused },
-   { Py_tp_dealloc, Lease_dealloc },
-   { Py_tp_traverse, Lease_traverse },
-   { Py_tp_clear, Lease_clear },
    { Py_tp_repr, Lease_repr },
-   { Py_tp_methods, Lease_methods },
    { Py_tp_getset, Lease_getset },
    { Py_tp_members, Lease_members },
    { 0, NULL },
 };
 
-static PyType_Spec Lease_spec = {
-   .name = "leaselock.Lease",
-   .basicsize = sizeof (LeaseObject),
-   .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-   .slots = Lease_slots,
-};
-
 int pyll_lease_setup_types (PyObject *m, pyll_state_t *st)
 {
-   return pyll_add_type (m, &Lease_spec, &st->lease_type, true);
+   return pyll_add_type (
+     m, &st->lease_type, true, "leaselock.Lease",
+     "A held lease: what Lock.acquire() returns; a context manager that releases it.",
+     sizeof (LeaseObject), 0, Lease_dealloc, Lease_traverse, Lease_clear, Lease_methods,
+     Lease_slots);
 }

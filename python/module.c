@@ -30,12 +30,41 @@ bool pyll_exiting (void)
    return atomic_load (&finalizing) || ll_py_finalizing ();
 }
 
-int pyll_add_type (PyObject *m, PyType_Spec *spec, PyTypeObject **type, bool public)
+int pyll_add_type (PyObject *m, PyTypeObject **type, bool public, const char *name, const char *doc,
+                   Py_ssize_t basicsize, unsigned int flags, void *dealloc, void *traverse,
+                   void *clear, PyMethodDef *methods, const PyType_Slot *extra)
 {
-   *type = (PyTypeObject *)PyType_FromModuleAndSpec (m, spec, NULL);
+   PyType_Slot slots[16] = { { Py_tp_doc, (void *)doc },
+                             { Py_tp_dealloc, dealloc },
+                             { Py_tp_traverse, traverse },
+                             { Py_tp_clear, clear },
+                             { Py_tp_methods, methods } };
+   size_t n = 5;
+   for (const PyType_Slot *x = extra; x && x->slot; x++) {
+      if (n + 1 >= sizeof slots / sizeof *slots) {
+         PyErr_SetString (PyExc_SystemError, "leaselock: a type with too many slots");
+         return -1;
+      }
+      slots[n++] = *x;
+   }
+   /* the type keeps none of spec and slots, only what they point at */
+   PyType_Spec spec = { name, (int)basicsize, 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | flags,
+                        slots };
+   *type = (PyTypeObject *)PyType_FromModuleAndSpec (m, &spec, NULL);
    if (!*type || (public && PyModule_AddType (m, *type) < 0))
       return -1;
    return 0;
+}
+
+void pyll_dealloc (PyObject *self, void (*drop) (PyObject *self))
+{
+   PyTypeObject *tp = Py_TYPE (self);
+   PyObject_GC_UnTrack (self);
+   if (tp->tp_weaklistoffset && *(PyObject **)((char *)self + tp->tp_weaklistoffset))
+      PyObject_ClearWeakRefs (self);
+   drop (self);
+   tp->tp_free (self);
+   Py_DECREF (tp);
 }
 
 /* ---- module functions ------------------------------------------------------ */

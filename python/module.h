@@ -102,9 +102,21 @@ static inline pyll_state_t *pyll_state (PyObject *module)
  * no Python code. Any thread, GIL or not. */
 bool pyll_exiting (void);
 
-/* Creates a type of module m from spec into *type (a new reference, which
- * the state keeps), and adds it to the module when public. 0 or -1. */
-int pyll_add_type (PyObject *m, PyType_Spec *spec, PyTypeObject **type, bool public);
+/* Creates a type of module m into *type (a new reference, which the state
+ * keeps), and adds it to the module when public. 0 or -1. Every type of
+ * the extension is a GC type (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+ * flags) with a doc (or NULL), a dealloc, traverse, clear and methods;
+ * extra holds its other slots (ended by { 0, NULL }), or is NULL. The
+ * pointers are to static data (the type keeps name and members). */
+int pyll_add_type (PyObject *m, PyTypeObject **type, bool public, const char *name, const char *doc,
+                   Py_ssize_t basicsize, unsigned int flags, void *dealloc, void *traverse,
+                   void *clear, PyMethodDef *methods, const PyType_Slot *extra);
+
+/* What every type's dealloc does around drop, which drops what self owns
+ * (its references, its core object): untracks self, clears its weak
+ * references (a type with __weaklistoffset__), frees it and drops its
+ * reference to its heap type. */
+void pyll_dealloc (PyObject *self, void (*drop) (PyObject *self));
 
 /* ---- the objects ------------------------------------------------------- */
 

@@ -115,15 +115,17 @@ static int Wait_clear (WaitObject *self)
    return 0;
 }
 
-static void Wait_dealloc (WaitObject *self)
+static void Wait_drop (PyObject *o)
 {
-   PyTypeObject *tp = Py_TYPE (self);
-   PyObject_GC_UnTrack (self);
+   WaitObject *self = (WaitObject *)o;
    wait_destroy_nogil (self); /* a try_ holds a reference: none runs now */
    Py_CLEAR (self->lease);
    Py_CLEAR (self->client);
-   PyObject_GC_Del (self);
-   Py_DECREF (tp);
+}
+
+static void Wait_dealloc (PyObject *self)
+{
+   pyll_dealloc (self, Wait_drop);
 }
 
 static PyMethodDef Wait_methods[] = {
@@ -132,23 +134,10 @@ static PyMethodDef Wait_methods[] = {
    { NULL, NULL, 0, NULL },
 };
 
-static PyType_Slot Wait_slots[] = {
-   { Py_tp_doc, "A waiting acquire driven one try at a time (Client._wait)." },
-   { Py_tp_dealloc, Wait_dealloc },
-   { Py_tp_traverse, Wait_traverse },
-   { Py_tp_clear, Wait_clear },
-   { Py_tp_methods, Wait_methods },
-   { 0, NULL },
-};
-
-static PyType_Spec Wait_spec = {
-   .name = "leaselock._leaselock._Wait",
-   .basicsize = sizeof (WaitObject),
-   .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-   .slots = Wait_slots,
-};
-
 int pyll_wait_setup_types (PyObject *m, pyll_state_t *st)
 {
-   return pyll_add_type (m, &Wait_spec, &st->wait_type, false);
+   return pyll_add_type (m, &st->wait_type, false, "leaselock._leaselock._Wait",
+                         "A waiting acquire driven one try at a time (Client._wait).",
+                         sizeof (WaitObject), Py_TPFLAGS_DISALLOW_INSTANTIATION, Wait_dealloc,
+                         Wait_traverse, Wait_clear, Wait_methods, NULL);
 }

@@ -616,29 +616,21 @@ static int LockBase_clear (LockBaseObject *self)
    return 0;
 }
 
-static void LockBase_dealloc (LockBaseObject *self)
+static void LockBase_drop (PyObject *self)
 {
-   PyTypeObject *tp = Py_TYPE (self);
-   PyObject_GC_UnTrack (self);
-   LockBase_clear (self);
-   tp->tp_free ((PyObject *)self);
-   Py_DECREF (tp);
+   LockBase_clear ((LockBaseObject *)self);
 }
 
-static PyType_Slot LockBase_slots[] = {
-   { Py_tp_methods, LockBase_methods },   { Py_tp_members, LockBase_members },
-   { Py_tp_traverse, LockBase_traverse }, { Py_tp_clear, LockBase_clear },
-   { Py_tp_dealloc, LockBase_dealloc },   { 0, NULL },
-};
+static void LockBase_dealloc (PyObject *self)
+{
+   pyll_dealloc (self, LockBase_drop);
+}
 
-static PyType_Spec LockBase_spec = {
-   .name = "leaselock._leaselock._LockBase",
-   .basicsize = sizeof (LockBaseObject),
-   .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-   .slots = LockBase_slots,
-};
+static const PyType_Slot LockBase_slots[] = { { Py_tp_members, LockBase_members }, { 0, NULL } };
 
 int pyll_with_setup_types (PyObject *m, pyll_state_t *st)
 {
-   return pyll_add_type (m, &LockBase_spec, &st->lockbase_type, true);
+   return pyll_add_type (m, &st->lockbase_type, true, "leaselock._leaselock._LockBase", NULL,
+                         sizeof (LockBaseObject), Py_TPFLAGS_BASETYPE, LockBase_dealloc,
+                         LockBase_traverse, LockBase_clear, LockBase_methods, LockBase_slots);
 }
