@@ -577,23 +577,7 @@ static bool ll_mysql_queue_leave (void *conn, const ll_op_t *op, leaselock_error
 const ll_backend_t ll_backend_mysql = {
    .name = "mysql",
    .schemes = { "mysql", "mariadb", NULL },
-   .available = true,
-   .open = ll_mysql_open,
-   .close = ll_sql_close,
-   .abandon = ll_sql_abandon,
-   LL_BACKEND_LEASE_OPS (ll_mysql),
-   .fair_take = true,
-   .record_waiters = true,
-   .primary = ll_sql_primary,
+   LL_SQL_BACKEND_OPS (ll_mysql),
 };
 
-#else /* !LEASELOCK_WITH_MYSQL */
-
-const ll_backend_t ll_backend_mysql = {
-   .name = "mysql",
-   .schemes = { "mysql", "mariadb", NULL },
-   .available = false,
-   .unavailable = "built without libmariadb (install libmariadb-dev and rebuild)",
-};
-
-#endif
+#endif /* LEASELOCK_WITH_MYSQL */
