@@ -148,10 +148,7 @@ typedef struct records
 static bool records_add (const leaselock_record_t *rec, void *all_)
 {
    records_t *all = all_;
-   void *recs = all->recs;
-   bool room = ll_grow (&recs, &all->cap, all->n, sizeof *all->recs, 16);
-   all->recs = recs;
-   if (!room) {
+   if (!ll_grow (&all->recs, &all->cap, all->n, sizeof *all->recs, 16)) {
       all->failed = true;
       return false;
    }

@@ -70,8 +70,6 @@ const ll_backend_t *ll_backend_for_uri (const char *uri, leaselock_error_t *err)
                            "mongodb+srv, mysql, mariadb, postgresql, postgres)",
                            (int)(len > 32 ? 32 : len), uri, shown),
              NULL;
-   if (!found->available)
-      return ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s", found->unavailable), NULL;
    return found;
 }
 

@@ -180,21 +180,14 @@ static void module_load (ll_module_t *m)
                m->label, m->dev_pkg, m->name, dirs);
 }
 
-static void load_0 (void)
+/* pthread_once's routine takes no argument: the module the calling
+ * thread asked for (pthread_once runs it in that thread) is passed here. */
+static _Thread_local ll_module_t *loading;
+
+static void load_asked (void)
 {
-   module_load (&modules[0]);
+   module_load (loading);
 }
-static void load_1 (void)
-{
-   module_load (&modules[1]);
-}
-static void load_2 (void)
-{
-   module_load (&modules[2]);
-}
-static void (*const load_once[]) (void) = { load_0, load_1, load_2 };
-_Static_assert(sizeof load_once / sizeof load_once[0] == sizeof modules / sizeof modules[0],
-               "one load_<i> per module");
 
 int ll_backend_module_for_scheme (const char *scheme, size_t len, const ll_backend_t **backend,
                                   leaselock_error_t *err)
@@ -204,7 +197,8 @@ int ll_backend_module_for_scheme (const char *scheme, size_t len, const ll_backe
       for (int s = 0; m->schemes[s]; s++) {
          if (strlen (m->schemes[s]) != len || strncasecmp (m->schemes[s], scheme, len) != 0)
             continue;
-         pthread_once (&m->once, load_once[i]);
+         loading = m;
+         pthread_once (&m->once, load_asked);
          *backend = m->backend;
          if (!m->backend)
             ll_error_set (err, LEASELOCK_UNSUPPORTED, "%s", m->why);

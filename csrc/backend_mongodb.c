@@ -5,8 +5,8 @@
  * may hold and the defaults), the connection opened, closed and abandoned
  * in backend_mongodb_conn.c, the fair mode's queue kept in
  * backend_mongodb_queue.c; the commands' shapes are built by
- * stmt_mongodb.c. Without libmongoc (no LEASELOCK_WITH_MONGODB) only the
- * vtable remains, UNSUPPORTED with the reason.
+ * stmt_mongodb.c. Built only with libmongoc (LEASELOCK_WITH_MONGODB);
+ * without it backend_load.c reports UNSUPPORTED with the reason.
  *
  * One record per key, written only with the server's clock:
  *   { _id: key, owner: "<32 hex>" | null, fence: int64,
@@ -515,23 +515,11 @@ static bool ll_mongo_prune (void *c, const char *prefix, size_t prefix_len, int6
 const ll_backend_t ll_backend_mongodb = {
    .name = "mongodb",
    .schemes = { "mongodb", "mongodb+srv", NULL },
-   .available = true,
-   .open = ll_mongo_open,
-   .close = ll_mongo_close,
-   .abandon = ll_mongo_abandon,
+   LL_BACKEND_CONN_OPS (ll_mongo),
    .acquire = ll_mongo_acquire,
    .fair_take = true,
    LL_BACKEND_LEASE_OPS (ll_mongo),
    .primary = ll_mongo_primary,
-};
-
-#else /* !LEASELOCK_WITH_MONGODB */
-
-const ll_backend_t ll_backend_mongodb = {
-   .name = "mongodb",
-   .schemes = { "mongodb", "mongodb+srv", NULL },
-   .available = false,
-   .unavailable = "leaselock was built without libmongoc-1.0 (install libmongoc-dev, then rebuild)",
 };
 
 #endif /* LEASELOCK_WITH_MONGODB */

@@ -156,59 +156,41 @@ static void *ll_mysql_open (const char *uri, leaselock_error_t *err)
    return ll_sql_open (calloc (1, sizeof (ll_mysql_conn_t)), &ll_mysql_driver, uri, err);
 }
 
-/* The values LL_MYSQL_ACQUIRE binds (ll_mysql_acquire_params names them). */
+/* The values LL_MYSQL_ACQUIRE binds, by their letter in
+ * ll_mysql_acquire_params: the texts "kohl" (key, owner, host, label: the
+ * owner a string, the others blobs), the numbers "tprw" (ttl_us, pid,
+ * reserve_us, waited_us: the last two NULL for a plain acquire) and 'f'. */
+static const char ll_mysql_texts[] = "kohl", ll_mysql_numbers[] = "tprw";
 typedef struct
 {
-   const char *key, *owner, *host, *label;
-   unsigned long key_len, owner_len, host_len, label_len;
-   int64_t ttl_us, pid, reserve_us, waited_us;
+   const char *text[4];
+   unsigned long text_len[4];
+   int64_t number[4];
    /* The connection's, read when the statement runs: a reconnect inside
     * ll_mysql_execute updates it first. */
    int64_t *fence_floor;
    my_bool wait_null; /* reserve and waited are NULL: a plain acquire */
 } ll_mysql_acquire_t;
 
-static void ll_mysql_bind_null_i64 (MYSQL_BIND *b, int64_t *v, my_bool *is_null)
-{
-   ll_mysql_bind_i64 (b, v);
-   b->is_null = is_null;
-}
-
-/* Binds p[] by params (ll_mysql_acquire_params or _fair_params). */
+/* Binds p[] by params (ll_mysql_acquire_params or _fair_params; the
+ * spaces between assignments bind nothing). */
 static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_acquire_t *a)
 {
    int i = 0;
    for (const char *s = params; *s; s++) {
-      switch (*s) {
-         case 'k':
-            ll_mysql_bind_blob (&p[i++], a->key, &a->key_len);
-            break;
-         case 'o':
-            ll_mysql_bind_str (&p[i++], a->owner, &a->owner_len);
-            break;
-         case 'f':
-            ll_mysql_bind_i64 (&p[i++], a->fence_floor);
-            break;
-         case 't':
-            ll_mysql_bind_i64 (&p[i++], &a->ttl_us);
-            break;
-         case 'h':
-            ll_mysql_bind_blob (&p[i++], a->host, &a->host_len);
-            break;
-         case 'p':
-            ll_mysql_bind_i64 (&p[i++], &a->pid);
-            break;
-         case 'l':
-            ll_mysql_bind_blob (&p[i++], a->label, &a->label_len);
-            break;
-         case 'r':
-            ll_mysql_bind_null_i64 (&p[i++], &a->reserve_us, &a->wait_null);
-            break;
-         case 'w':
-            ll_mysql_bind_null_i64 (&p[i++], &a->waited_us, &a->wait_null);
-            break;
-         default:
-            break; /* the spaces between assignments */
+      const char *text = strchr (ll_mysql_texts, *s), *number = strchr (ll_mysql_numbers, *s);
+      if (*s == 'f') {
+         ll_mysql_bind_i64 (&p[i++], a->fence_floor);
+      } else if (text) {
+         size_t k = (size_t)(text - ll_mysql_texts);
+         (*s == 'o' ? ll_mysql_bind_str : ll_mysql_bind_blob) (&p[i++], a->text[k],
+                                                               &a->text_len[k]);
+      } else if (number) {
+         size_t k = (size_t)(number - ll_mysql_numbers);
+         ll_mysql_bind_i64 (&p[i], &a->number[k]);
+         if (*s == 'r' || *s == 'w')
+            p[i].is_null = &a->wait_null;
+         i++;
       }
    }
 }
@@ -223,19 +205,12 @@ static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *o
    out->left_ms = -1;
    if (!ll_primary_ttl_ok (&c->b.primary, "mysql", t->ttl_ms, err))
       return false;
+   const char *host = t->holder->host, *label = t->holder->label;
    ll_mysql_acquire_t a = {
-      .key = t->op.key,
-      .owner = t->op.owner,
-      .host = t->holder->host ? t->holder->host : "",
-      .label = t->holder->label ? t->holder->label : "",
-      .key_len = (unsigned long)t->op.key_len,
-      .owner_len = LEASELOCK_OWNER_LEN,
-      .host_len = ll_mysql_clip255 (t->holder->host),
-      .label_len = ll_mysql_clip255 (t->holder->label),
-      .ttl_us = t->ttl_ms * 1000,
-      .pid = t->holder->pid,
-      .reserve_us = t->reserve_ms * 1000,
-      .waited_us = t->waited_ms * 1000,
+      .text = { t->op.key, t->op.owner, host ? host : "", label ? label : "" },
+      .text_len = { (unsigned long)t->op.key_len, LEASELOCK_OWNER_LEN, ll_mysql_clip255 (host),
+                    ll_mysql_clip255 (label) },
+      .number = { t->ttl_ms * 1000, t->holder->pid, t->reserve_ms * 1000, t->waited_ms * 1000 },
       .wait_null = t->reserve_ms < 0,
       .fence_floor = &c->b.primary.fence_floor,
    };
@@ -325,32 +300,22 @@ typedef struct
 
 static void ll_mysql_row_bind (ll_mysql_row_t *r)
 {
-   memset (r->b, 0, sizeof r->b);
-   r->b[0].buffer_type = MYSQL_TYPE_BLOB;
-   r->b[0].buffer = r->key;
-   r->b[0].buffer_length = LEASELOCK_KEY_MAX;
-   r->b[0].length = &r->key_len;
-   r->b[1].buffer_type = MYSQL_TYPE_STRING;
-   r->b[1].buffer = r->owner;
-   r->b[1].buffer_length = sizeof r->owner;
-   r->b[1].length = &r->owner_len;
+   /* Each text's room (its bind's buffer_length); the fetch then writes
+    * its length there. */
+   r->key_len = LEASELOCK_KEY_MAX;
+   r->owner_len = r->next_len = sizeof r->owner;
+   r->host_len = sizeof r->host - 1;
+   r->label_len = sizeof r->label - 1;
+   ll_mysql_bind_blob (&r->b[0], r->key, &r->key_len);
+   ll_mysql_bind_str (&r->b[1], r->owner, &r->owner_len);
    r->b[1].is_null = &r->owner_null;
    ll_mysql_bind_i64 (&r->b[2], &r->fence);
    ll_mysql_bind_i64 (&r->b[3], &r->diff_us);
-   r->b[4].buffer_type = MYSQL_TYPE_BLOB;
-   r->b[4].buffer = r->host;
-   r->b[4].buffer_length = sizeof r->host - 1;
-   r->b[4].length = &r->host_len;
+   ll_mysql_bind_blob (&r->b[4], r->host, &r->host_len);
    ll_mysql_bind_i64 (&r->b[5], &r->pid);
-   r->b[6].buffer_type = MYSQL_TYPE_BLOB;
-   r->b[6].buffer = r->label;
-   r->b[6].buffer_length = sizeof r->label - 1;
-   r->b[6].length = &r->label_len;
+   ll_mysql_bind_blob (&r->b[6], r->label, &r->label_len);
    ll_mysql_bind_i64 (&r->b[7], &r->holds);
-   r->b[8].buffer_type = MYSQL_TYPE_STRING;
-   r->b[8].buffer = r->next;
-   r->b[8].buffer_length = sizeof r->next;
-   r->b[8].length = &r->next_len;
+   ll_mysql_bind_str (&r->b[8], r->next, &r->next_len);
    r->b[8].is_null = &r->next_null;
    ll_mysql_bind_i64 (&r->b[9], &r->queued);
    ll_mysql_bind_i64 (&r->b[10], &r->held_us);
@@ -577,23 +542,7 @@ static bool ll_mysql_queue_leave (void *conn, const ll_op_t *op, leaselock_error
 const ll_backend_t ll_backend_mysql = {
    .name = "mysql",
    .schemes = { "mysql", "mariadb", NULL },
-   .available = true,
-   .open = ll_mysql_open,
-   .close = ll_sql_close,
-   .abandon = ll_sql_abandon,
-   LL_BACKEND_LEASE_OPS (ll_mysql),
-   .fair_take = true,
-   .record_waiters = true,
-   .primary = ll_sql_primary,
+   LL_SQL_BACKEND_OPS (ll_mysql),
 };
 
-#else /* !LEASELOCK_WITH_MYSQL */
-
-const ll_backend_t ll_backend_mysql = {
-   .name = "mysql",
-   .schemes = { "mysql", "mariadb", NULL },
-   .available = false,
-   .unavailable = "built without libmariadb (install libmariadb-dev and rebuild)",
-};
-
-#endif
+#endif /* LEASELOCK_WITH_MYSQL */

@@ -625,17 +625,7 @@ const ll_sql_driver_t ll_mysql_driver = {
    .name = "mysql",
    .quote = '`',
    .schema_version = LL_MYSQL_SCHEMA_VERSION,
-   .templates = ll_mysql_statements,
-   .free_fields = ll_mysql_free_fields,
-   .parse_uri = ll_mysql_parse_uri,
-   .connect = ll_mysql_connect,
-   .alive = ll_mysql_alive,
-   .fd = ll_mysql_fd,
-   .disconnect = ll_mysql_disconnect,
-   .prepare = ll_mysql_prepare,
-   .read_version = ll_mysql_read_version,
-   .create_schema = ll_mysql_create_schema,
-   .check_primary = ll_mysql_check_primary,
+   LL_SQL_DRIVER_OPS (ll_mysql),
 };
 
 #endif /* LEASELOCK_WITH_MYSQL */

@@ -462,28 +462,10 @@ static bool ll_pg_watch_drain (void *listener, ll_watch_fn fn, void *data, lease
 const ll_backend_t ll_backend_postgresql = {
    .name = "postgresql",
    .schemes = { "postgresql", "postgres", NULL },
-   .available = true,
-   .open = ll_pg_open,
-   .close = ll_sql_close,
-   .abandon = ll_sql_abandon,
-   LL_BACKEND_LEASE_OPS (ll_pg),
-   .fair_take = true,
-   .record_waiters = true,
-   .primary = ll_sql_primary,
-   .watch_open = ll_pg_watch_open,
-   .watch_fd = ll_pg_watch_fd,
-   .watch_drain = ll_pg_watch_drain,
+   LL_SQL_BACKEND_OPS (ll_pg),
+   LL_BACKEND_WATCH_OPS (ll_pg),
    .watch_close = ll_sql_close,
    .watch_abandon = ll_sql_abandon,
 };
 
-#else /* !LEASELOCK_WITH_POSTGRESQL */
-
-const ll_backend_t ll_backend_postgresql = {
-   .name = "postgresql",
-   .schemes = { "postgresql", "postgres", NULL },
-   .available = false,
-   .unavailable = "built without libpq (install libpq-dev and rebuild)",
-};
-
-#endif
+#endif /* LEASELOCK_WITH_POSTGRESQL */

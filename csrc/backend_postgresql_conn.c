@@ -770,17 +770,7 @@ const ll_sql_driver_t ll_pg_driver = {
    .name = "postgresql",
    .quote = '"',
    .schema_version = LL_POSTGRESQL_SCHEMA_VERSION,
-   .templates = ll_pg_statements,
-   .free_fields = ll_pg_free_fields,
-   .parse_uri = ll_pg_parse_uri,
-   .connect = ll_pg_connect,
-   .alive = ll_pg_alive,
-   .fd = ll_pg_fd,
-   .disconnect = ll_pg_disconnect,
-   .prepare = ll_pg_prepare,
-   .read_version = ll_pg_read_version,
-   .create_schema = ll_pg_create_schema,
-   .check_primary = ll_pg_check_primary,
+   LL_SQL_DRIVER_OPS (ll_pg),
 };
 
 /* ---- statements ------------------------------------------------------ */

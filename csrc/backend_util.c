@@ -151,15 +151,17 @@ bool ll_record_take_one (const leaselock_record_t *rec, void *one)
    return false;
 }
 
-bool ll_grow (void **items, size_t *cap, size_t n, size_t size, size_t first)
+bool ll_grow (void *items, size_t *cap, size_t n, size_t size, size_t first)
 {
    if (n < *cap)
       return true;
+   void *old; /* items is the address of a typed pointer: read it as one */
+   memcpy (&old, items, sizeof old);
    size_t grown_cap = *cap ? 2 * *cap : first;
-   void *grown = realloc (*items, grown_cap * size);
+   void *grown = realloc (old, grown_cap * size);
    if (!grown)
       return false;
-   *items = grown;
+   memcpy (items, &grown, sizeof grown);
    *cap = grown_cap;
    return true;
 }

@@ -83,10 +83,11 @@ const char *ll_key_shown (const char *key, size_t len, char buf[LL_KEY_SHOWN_SIZ
       (e)->prev = (e)->next = NULL;                                                                \
    } while (0)
 
-/* Makes room for one more item in a growing array (*items of *cap items
- * of size bytes, n used): doubles it (first items at the start) when
- * full. False when out of memory (the array is left as it was). */
-bool ll_grow (void **items, size_t *cap, size_t n, size_t size, size_t first);
+/* Makes room for one more item in a growing array (items: the address
+ * of the array's typed pointer, a T **, to *cap items of size bytes, n
+ * used): doubles it (first items at the start) when full. False when out
+ * of memory (the array is left as it was). */
+bool ll_grow (void *items, size_t *cap, size_t n, size_t size, size_t first);
 
 /* ---- validation (contract "Words") ----------------------------------- */
 
@@ -517,10 +518,8 @@ typedef void (*ll_watch_fn) (void *data, const char *key, size_t key_len, const 
  */
 typedef struct ll_backend
 {
-   const char *name;        /* "sqlite" */
-   const char *schemes[4];  /* URI schemes it answers, NULL-terminated */
-   bool available;          /* false when built without its library */
-   const char *unavailable; /* why, when !available */
+   const char *name;       /* "sqlite" */
+   const char *schemes[4]; /* URI schemes it answers, NULL-terminated */
 
    /* Opens one connection. uri is the full text the user gave. Returns a
     * connection owned by the engine (free with close or abandon) or NULL. */
@@ -652,11 +651,21 @@ typedef struct ll_backend
 /* The members every backend fills alike, from its functions' names (the
  * naming rule ll_<backend>_<member>): LL_BACKEND_LEASE_OPS (ll_mysql) is
  * .acquire_wait = ll_mysql_acquire_wait, ... .hold = ll_mysql_hold. A
- * backend's table adds the rest by hand (open, close, watch_*, acquire). */
+ * backend's table adds the rest by hand (watch_close, acquire...) or by
+ * the macros below. */
 #define LL_BACKEND_LEASE_OPS(p)                                                                    \
    .acquire_wait = p##_acquire_wait, .queue_join = p##_queue_join, .queue_leave = p##_queue_leave, \
    .renew = p##_renew, .release = p##_release, .hold = p##_hold, .inspect = p##_inspect,           \
    .list = p##_list, .force_release = p##_force_release, .prune = p##_prune
+/* The same for a connection's life (open, close, abandon), where the
+ * backend has its own (the SQL ones share backend_sql.c's:
+ * LL_SQL_BACKEND_OPS). */
+#define LL_BACKEND_CONN_OPS(p) .open = p##_open, .close = p##_close, .abandon = p##_abandon
+/* The same for a backend that delivers release notifications: the
+ * listener's watch_open, watch_fd and watch_drain (watch_close and
+ * watch_abandon by hand: a backend may close a listener as a connection). */
+#define LL_BACKEND_WATCH_OPS(p)                                                                    \
+   .watch_open = p##_watch_open, .watch_fd = p##_watch_fd, .watch_drain = p##_watch_drain
 
 /* The longest a waiter that stopped (SIGSTOP, a debugger, a paused VM) or
  * died holds the other waiters back, in every mode (docs/contract.md): a
@@ -672,8 +681,8 @@ extern void (*ll_test_queue_join_hook) (void);
 /* The backends' tables. SQLite's is in the core; the others are each in
  * their module (leaselock_backend_<name>.so, loaded by backend_load.c:
  * ll_core_api.h), or linked in by a white-box program (the core then uses
- * that table). Each file defines its table even when its library is
- * missing, with available = false. */
+ * that table). A module is built only where its library is found
+ * (tools/backends.sh): backend_load.c says why one is missing. */
 extern const ll_backend_t ll_backend_sqlite;
 extern const ll_backend_t ll_backend_mongodb;
 extern const ll_backend_t ll_backend_mysql;
@@ -914,6 +923,15 @@ typedef struct ll_sql_driver
    bool (*check_primary) (ll_sql_conn_t *b, leaselock_error_t *err);
 } ll_sql_driver_t;
 
+/* A driver's statements and functions, by the naming rule:
+ * LL_SQL_DRIVER_OPS (ll_pg) is .templates = ll_pg_statements, .free_fields
+ * = ll_pg_free_fields, ... .check_primary = ll_pg_check_primary. */
+#define LL_SQL_DRIVER_OPS(p)                                                                       \
+   .templates = p##_statements, .free_fields = p##_free_fields, .parse_uri = p##_parse_uri,        \
+   .connect = p##_connect, .alive = p##_alive, .fd = p##_fd, .disconnect = p##_disconnect,         \
+   .prepare = p##_prepare, .read_version = p##_read_version, .create_schema = p##_create_schema,   \
+   .check_primary = p##_check_primary
+
 /* The part of a connection that every SQL backend has: the first member
  * of the backend's own. */
 struct ll_sql_conn
@@ -954,6 +972,14 @@ void ll_sql_free_secret (char *s);
  * the parent's connection, then closes; leaks the connection when that
  * fails. */
 void ll_sql_abandon (void *conn);
+
+/* What a SQL backend's table (ll_backend_t) holds alike, the rest by the
+ * naming rule: its open (over ll_sql_open), the lease operations, and the
+ * steps above (close, abandon, primary); both honour the fair queue on a
+ * take and record waiters. */
+#define LL_SQL_BACKEND_OPS(p)                                                                      \
+   .open = p##_open, .close = ll_sql_close, .abandon = ll_sql_abandon, LL_BACKEND_LEASE_OPS (p),   \
+   .fair_take = true, .record_waiters = true, .primary = ll_sql_primary
 
 /* ---- release notifications (watch.c) ----------------------------------- */
 

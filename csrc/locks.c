@@ -80,10 +80,7 @@ static role_t role_of (const leaselock_record_t *r, size_t *base_len)
 static bool rec_add (const leaselock_record_t *rec, void *all_)
 {
    rec_all_t *all = all_;
-   void *e_all = all->e;
-   bool room = ll_grow (&e_all, &all->cap, all->n, sizeof *all->e, 16);
-   all->e = e_all;
-   if (!room) {
+   if (!ll_grow (&all->e, &all->cap, all->n, sizeof *all->e, 16)) {
       all->failed = true;
       return false;
    }

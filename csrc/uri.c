@@ -525,10 +525,7 @@ bool ll_secrets_add (ll_secrets_t *s, const char *secret, size_t len)
    for (size_t i = 0; i < s->n; i++)
       if (strlen (s->v[i]) == len && !memcmp (s->v[i], secret, len))
          return true;
-   void *v = s->v;
-   bool room = ll_grow (&v, &s->cap, s->n, sizeof *s->v, 8);
-   s->v = v;
-   if (!room)
+   if (!ll_grow (&s->v, &s->cap, s->n, sizeof *s->v, 8))
       return false;
    if (!(s->v[s->n] = strndup (secret, len)))
       return false;

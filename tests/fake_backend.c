@@ -524,7 +524,6 @@ int fake_backend_queued (const char *key)
 const ll_backend_t fake_backend = {
    .name = "fake",
    .schemes = { "fake", NULL },
-   .available = true,
    .open = fake_open,
    .close = fake_close,
    .abandon = fake_close, /* nothing shared with a parent: freeing it does no I/O */

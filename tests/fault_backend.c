@@ -217,7 +217,6 @@ static bool fault_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t 
 const ll_backend_t fault_backend = {
    .name = "faulty",
    .schemes = { "faulty+fake", "faulty+sqlite", NULL },
-   .available = true,
    .open = fault_open,
    .close = fault_close,
    .abandon = fault_abandon,
