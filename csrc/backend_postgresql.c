@@ -410,15 +410,15 @@ static bool ll_pg_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t 
 
 /* A listener: a connection of its own, opened as the pool's are (the
  * URI's options, keepalives, connect_timeout, the schema check), that ran
- * LISTEN ll_<table>; released keys arrive as notifications
+ * LISTEN on ll_<table> and on its tag's channel; released keys arrive as notifications
  * (LL_POSTGRESQL_NOTIFY) once the release commits. */
-static void *ll_pg_watch_open (const char *uri, leaselock_error_t *err)
+static void *ll_pg_watch_open (const char *uri, const char *tag, leaselock_error_t *err)
 {
    ll_pg_conn_t *c = ll_sql_open (calloc (1, sizeof (ll_pg_conn_t)), &ll_pg_driver, uri, err);
    if (!c)
       return NULL;
-   char sql[128];
-   snprintf (sql, sizeof sql, ll_pg_schema_sql.listen, c->b.table);
+   char sql[256];
+   snprintf (sql, sizeof sql, ll_pg_schema_sql.listen, c->b.table, tag);
    c->call_deadline_ms = -1;
    int64_t deadline = ll_pg_call_deadline (c);
    PGresult *res = NULL;

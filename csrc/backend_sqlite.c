@@ -503,8 +503,9 @@ static int ll_sqlite_make_wake (const char *path, const char *wake)
    return fd;
 }
 
-static void *ll_sqlite_watch_open (const char *uri_text, leaselock_error_t *err)
+static void *ll_sqlite_watch_open (const char *uri_text, const char *tag, leaselock_error_t *err)
 {
+   (void)tag; /* one channel file: a release's touch names nobody */
    ll_uri_t uri;
    if (!ll_uri_parse (uri_text, &uri, err))
       return NULL;

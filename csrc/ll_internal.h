@@ -591,7 +591,10 @@ typedef struct ll_backend
     * a pooled connection: the engine opens one per client, on the client's
     * watcher thread (watch.c), which alone uses it; each call is bounded
     * (open by the backend's connect timeout, drain by io_timeout or no
-    * I/O at all). watch_open returns a listener owned by the engine (free
+    * I/O at all). watch_open (tag: ll_watch_tag's two characters, which
+    * begin the owner of each of this client's waiters: a backend that can
+    * address a release's notification to the next owner's process listens
+    * for its tag) returns a listener owned by the engine (free
     * with watch_close, or in a forked child watch_abandon) or NULL.
     * watch_fd: the descriptor to poll for POLLIN. watch_drain reads what
     * is pending without waiting and calls fn once per release it saw
@@ -599,7 +602,7 @@ typedef struct ll_backend
     * reservation's owner when the release left a live one, "" when it
     * left none, NULL when unknown); false when the listener is broken
     * (the engine closes it and opens another after a backoff). */
-   void *(*watch_open) (const char *uri, leaselock_error_t *err);
+   void *(*watch_open) (const char *uri, const char *tag, leaselock_error_t *err);
    int (*watch_fd) (void *listener);
    bool (*watch_drain) (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err);
    void (*watch_close) (void *listener);
@@ -1030,6 +1033,7 @@ typedef struct ll_watch
    uint64_t heard; /* releases its listeners reported (tests read it) */
    ll_obs_t *obs;  /* borrowed: the client's log, for a listener that fails */
    bool warned;    /* the failure of the listener's last open was logged */
+   char tag[3];    /* ll_watch_tag's, new in each process */
 } ll_watch_t;
 
 /* Tests only: a waiter sleeps this long between its tries when > 0 (so a
@@ -1041,6 +1045,14 @@ extern _Atomic int64_t ll_test_wait_poll_ms;
 extern _Atomic uint64_t ll_test_renewal_wakes;
 
 void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs);
+/* Sets the first two characters of owner (a new one: ll_owner_new) to
+ * this process's tag, two hex digits chosen at random for each client and
+ * process, before the blocking acquire that owns it first tries: a
+ * release that names owner as next is then heard by this process's
+ * listener alone (PostgreSQL: the channel ll<table>_<tag>), not by every
+ * process that waits for a key of the table. Nothing for a backend
+ * without watch ops. */
+void ll_watch_tag (ll_watch_t *w, char *owner, pid_t me);
 /* Registers e (key, key_len, owner, since, mu, cond set by the caller)
  * before a blocking acquire's first try, so a release during a try is
  * not missed; nothing for a backend without watch ops. */

@@ -184,14 +184,21 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "expires_at > clock_timestamp()"
 
 /* A release's notification, sent with the release in its round trip and
- * delivered once it commits (watch.c wakes the waiter it names): on the
- * channel ll_<table> (at most 61 bytes: NAMEDATALEN), the payload
- * "<next owner>/<key>", the next owner empty when the record kept no live
- * reservation. r is the updated row. */
+ * delivered once it commits (watch.c wakes the waiter it names), the
+ * payload "<next owner>/<key>". A release that names its next owner goes
+ * to that owner's channel, ll<table>_<tag> (the owner's first two
+ * characters: ll_watch_tag), which only its process listens to: with 32
+ * processes waiting, a release wakes one listener, not 32. One that names
+ * nobody (force-release of a record without a live reservation) goes to
+ * every listener of the table, on ll_<table>, the next owner empty. Both
+ * at most 63 bytes (NAMEDATALEN): a table name has at most 58. r is the
+ * updated row. */
 #define LL_POSTGRESQL_CHANNEL "ll_%1$s"
+#define LL_POSTGRESQL_TAG_CHANNEL(owner) "'ll%1$s_' || left(" owner ", 2)"
 #define LL_POSTGRESQL_NOTIFY                                                                       \
-   "pg_notify('" LL_POSTGRESQL_CHANNEL "', coalesce(CASE WHEN r.next_until > clock_timestamp() "   \
-   "THEN r.next_owner END, '') || '/' || r.lock_key)"
+   "pg_notify(CASE WHEN r.next_until > clock_timestamp() THEN " LL_POSTGRESQL_TAG_CHANNEL (        \
+     "r.next_owner") " ELSE '" LL_POSTGRESQL_CHANNEL "' END, coalesce(CASE WHEN r.next_until > "   \
+                     "clock_timestamp() THEN r.next_owner END, '') || '/' || r.lock_key)"
 
 /* The waiter a release hands the key to, if any: the record's live
  * reservation's owner, else the first live entry of the key's fair queue
@@ -209,8 +216,8 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "acquired_at + $3::bigint * interval '1 microsecond') "                                         \
    "WHERE lock_key = $1 AND owner = $2 RETURNING lock_key, next_owner, next_until), "              \
    "n AS (SELECT r.lock_key, " LL_POSTGRESQL_NEXT_WAITER " AS next FROM r) "                       \
-   "SELECT CASE WHEN n.next IS NOT NULL THEN pg_notify('" LL_POSTGRESQL_CHANNEL "', n.next || "    \
-   "'/' || n.lock_key) END FROM n"
+   "SELECT CASE WHEN n.next IS NOT NULL THEN pg_notify(" LL_POSTGRESQL_TAG_CHANNEL (               \
+     "n.next") ", n.next || '/' || n.lock_key) END FROM n"
 
 /* Parameters: $1 key, $2 owner, $3 delta (+1 or -1). The owner's hold
  * count moves by delta, never below 1, while the lease is live; no row
@@ -251,8 +258,9 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "RETURNING old.live, l.lock_key, l.next_owner, l.next_until) "                                  \
    "SELECT r.live, " LL_POSTGRESQL_NOTIFY " FROM r"
 
-/* The listener's statement (watch_open): "%1$s" the table. */
-#define LL_POSTGRESQL_LISTEN "LISTEN \"" LL_POSTGRESQL_CHANNEL "\""
+/* The listener's statements (watch_open): "%1$s" the table, "%2$s" the
+ * client's tag (LL_POSTGRESQL_NOTIFY's two channels). */
+#define LL_POSTGRESQL_LISTEN "LISTEN \"" LL_POSTGRESQL_CHANNEL "\"; LISTEN \"ll%1$s_%2$s\""
 
 /* prune: the records under a prefix expired at least older_than ago by
  * clock_timestamp(), but not one whose reservation is live (a waiter

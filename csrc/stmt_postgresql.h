@@ -36,7 +36,7 @@ typedef struct ll_pg_schema_sql
    const char *create_schema;
    /* The queue table and its index (part of create_schema). */
    const char *create_queue;
-   /* The listener's LISTEN on the table's channel (watch_open). */
+   /* The listener's LISTENs: the table's channel and its tag's (watch_open). */
    const char *listen;
    /* At each connect (check_primary): records this primary in the meta
     * record, and on a new one raises the fence floor and sets the

@@ -18,7 +18,9 @@
 #include "ll_internal.h"
 
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,6 +29,18 @@
 #define REOPEN_MAX_MS 2000
 
 _Atomic int64_t ll_test_wait_poll_ms;
+
+/* A new random tag (ll_watch_tag): two hex digits. */
+static void new_tag (ll_watch_t *w)
+{
+   unsigned char r;
+   if (getrandom (&r, 1, GRND_NONBLOCK) != 1)
+      r = (unsigned char)rand ();
+   static const char hex[] = "0123456789abcdef";
+   w->tag[0] = hex[r >> 4];
+   w->tag[1] = hex[r & 15];
+   w->tag[2] = '\0';
+}
 
 void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs)
 {
@@ -37,6 +51,7 @@ void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri,
    pthread_mutex_init (&w->mu, NULL);
    ll_cond_init (&w->cond);
    w->pid = getpid ();
+   new_tag (w);
 }
 
 /* Sets e->woken and wakes its wait. Called with w->mu held. */
@@ -129,7 +144,11 @@ static void pause_locked (ll_watch_t *w, int64_t ms)
 static void *open_listener (ll_watch_t *w, int64_t *backoff_ms)
 {
    leaselock_error_t err;
-   void *l = w->backend->watch_open (w->uri, &err);
+   char tag[sizeof w->tag];
+   pthread_mutex_lock (&w->mu);
+   memcpy (tag, w->tag, sizeof tag);
+   pthread_mutex_unlock (&w->mu);
+   void *l = w->backend->watch_open (w->uri, tag, &err);
    pthread_mutex_lock (&w->mu);
    if (l && w->stopping) {
       pthread_mutex_unlock (&w->mu);
@@ -221,6 +240,17 @@ static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
       close (w->stop_fd); /* the parent's: shared with its thread */
    w->stop_fd = 0;
    w->pid = me;
+   new_tag (w); /* the parent's listener hears the parent's */
+}
+
+void ll_watch_tag (ll_watch_t *w, char *owner, pid_t me)
+{
+   if (!w->backend->watch_open)
+      return;
+   pthread_mutex_lock (&w->mu);
+   reset_after_fork_locked (w, me);
+   memcpy (owner, w->tag, 2);
+   pthread_mutex_unlock (&w->mu);
 }
 
 void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)

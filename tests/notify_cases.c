@@ -287,6 +287,84 @@ void test_notify_only_when_reserved (void)
    leaselock_client_destroy (h);
 }
 
+/* Waits (up to 5 s) until c's watcher has a listener open, then a moment
+ * for its LISTEN to be in place. */
+static void nt_listening (leaselock_client_t *c)
+{
+   for (int i = 0; i < 5000 && ll_watch_opens (ll_client_watch (c)) < 1; i++)
+      sleep_ms (1);
+   sleep_ms (100);
+}
+
+/* c's tag (ll_watch_tag), into buf[3]. */
+static void nt_tag (leaselock_client_t *c, char buf[3])
+{
+   ll_watch_t *w = ll_client_watch (c);
+   pthread_mutex_lock (&w->mu);
+   memcpy (buf, w->tag, 3);
+   pthread_mutex_unlock (&w->mu);
+}
+
+/* A release that names its next owner is heard by that owner's process
+ * alone: another process's listener, waiting for another key of the
+ * table, hears nothing (PostgreSQL: the owner's tag channel). SQLite's
+ * channel file names nobody: every watcher hears each release there. */
+void test_notify_only_next_owners_listener (void)
+{
+   if (!nt_supported (URI) || !strncmp (URI, "sqlite:", 7))
+      return;
+   leaselock_client_t *h = client ("holder");
+   nt_waiter_t a = { .c = client ("waiter-a") }, x = { .c = client ("waiter-x") };
+   char ta[3], tx[3];
+   nt_tag (a.c, ta);
+   nt_tag (x.c, tx);
+   for (int i = 0; i < 100 && x.c && !strcmp (ta, tx); i++) { /* 1 in 256: draw again */
+      leaselock_client_destroy (x.c);
+      x.c = client ("waiter-x");
+      nt_tag (x.c, tx);
+   }
+   CHECK (h && a.c && x.c);
+   snprintf (a.k, sizeof a.k, "%s", key ("notify-next-a"));
+   snprintf (x.k, sizeof x.k, "%s", key ("notify-next-x"));
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *la = NULL, *lx = NULL;
+   leaselock_error_t err;
+   CHECK_OK (leaselock_acquire (h, a.k, strlen (a.k), &o, &la, &err), err);
+   CHECK_OK (leaselock_acquire (h, x.k, strlen (x.k), &o, &lx, &err), err);
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   pthread_create (&a.th, NULL, nt_waiter_main, &a);
+   pthread_create (&x.th, NULL, nt_waiter_main, &x);
+   nt_listening (a.c);
+   nt_listening (x.c);
+   uint64_t x_before = ll_watch_heard (ll_client_watch (x.c));
+   uint64_t a_before = ll_watch_heard (ll_client_watch (a.c));
+   bool released = leaselock_lease_release (la, &err);
+   pthread_join (a.th, NULL);
+   for (int i = 0; i < 5000 && ll_watch_heard (ll_client_watch (a.c)) == a_before; i++)
+      sleep_ms (1);
+   sleep_ms (200); /* x's listener would have heard it by now */
+   uint64_t a_after = ll_watch_heard (ll_client_watch (a.c));
+   uint64_t x_after = ll_watch_heard (ll_client_watch (x.c));
+   released = leaselock_lease_release (lx, &err) && released;
+   pthread_join (x.th, NULL);
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   CHECK_OK (released, err);
+   CHECK_OK (a.ok, a.err);
+   CHECK_OK (x.ok, x.err);
+   CHECK (a_after > a_before);
+   if (x_after != x_before)
+      fprintf (stderr, "    another key's waiter heard %llu releases (tags %s, %s)\n",
+               (unsigned long long)(x_after - x_before), ta, tx);
+   CHECK_EQ (x_after, x_before);
+   leaselock_lease_destroy (a.l);
+   leaselock_lease_destroy (x.l);
+   leaselock_lease_destroy (la);
+   leaselock_lease_destroy (lx);
+   leaselock_client_destroy (a.c);
+   leaselock_client_destroy (x.c);
+   leaselock_client_destroy (h);
+}
+
 void notify_cases_run (void)
 {
    RUN (test_notify_wakes_other_process);
@@ -294,4 +372,5 @@ void notify_cases_run (void)
    RUN (test_notify_fork_child);
    RUN (test_notify_idle_costs_nothing);
    RUN (test_notify_only_when_reserved);
+   RUN (test_notify_only_next_owners_listener);
 }

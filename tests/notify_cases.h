@@ -46,6 +46,7 @@ void test_notify_idle_costs_nothing (void);
  * reservation): releases nobody waits for wake no process's watcher, and
  * the one a waiter is next for wakes it. */
 void test_notify_only_when_reserved (void);
+void test_notify_only_next_owners_listener (void);
 
 /* RUNs the five cases above on URI (each returns at once where the backend
  * cannot notify). */

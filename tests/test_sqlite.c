@@ -995,7 +995,7 @@ static void modes_under_umask (mode_t u, const char *name, int *dir_mode, int *f
    leaselock_client_t *c = leaselock_client_new (uri, NULL, &err);
    leaselock_lease_t *l = NULL;
    bool ok = c && leaselock_acquire (c, "modes", 5, NULL, &l, &err);
-   void *listener = ok ? B->watch_open (uri, &err) : NULL;
+   void *listener = ok ? B->watch_open (uri, "00", &err) : NULL;
    umask (old);
    CHECK_OK (ok && listener, err);
    *dir_mode = mode_of (dir);
@@ -1483,7 +1483,7 @@ static int fifo_child (const char *uri)
 {
    alarm (10);
    leaselock_error_t err;
-   void *listener = B->watch_open (uri, &err);
+   void *listener = B->watch_open (uri, "00", &err);
    if (listener || !strstr (err.message, "not a regular file")) {
       fprintf (stderr, "    watch_open: %s\n", listener ? "opened" : err.message);
       return 1;
