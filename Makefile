@@ -172,7 +172,7 @@ demo: deps
 
 # bench/core_<backend>.c: one program each, white-box (its backend's
 # objects linked in, and its client library, which it calls directly).
-$(BUILD)/bench/core_%: bench/core_%.c bench/bench.h $(wildcard csrc/*.h) $(LIB_A) $(LL_WHITEBOX_A) \
+$(BUILD)/bench/core_%: bench/core_%.c $(wildcard bench/*.h) $(wildcard csrc/*.h) $(LIB_A) $(LL_WHITEBOX_A) \
   | $(BUILD)/bench
 	$(CC) $(CFLAGS_ALL) $< $(LL_WHITEBOX_LINK) $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) \
 	  $(LL_WHITEBOX_LIBS) -o $@

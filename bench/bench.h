@@ -9,7 +9,7 @@
  *   - one line per round when there are at most 10 rounds,
  *   - each side's pairs/s and us/pair over all rounds,
  *   - "ratio engine/bare: median of N rounds Y, best rounds X, all rounds
- *     together Z (goal: median >= 0.90: met|NOT met)".
+ *     together Z (goal: median >= 0.95: met|NOT met)".
  * bench_auto_renew puts the engine with auto-renewal on (the default)
  * beside itself with it off, the same way, and bench_modes the reentrant
  * re-acquire, the semaphore and the fair mode beside the plain lock.
@@ -39,7 +39,10 @@
 
 #define BENCH_TTL_MS 30000
 #define BENCH_LABEL "bench"
-#define BENCH_GOAL 0.90
+/* The goals of issue 26: the engine at least 0.95 of the bare program;
+ * the fair mode, uncontended, at least 0.9 of the plain lock. */
+#define BENCH_GOAL 0.95
+#define BENCH_FAIR_GOAL 0.90
 
 /* Seconds on the monotonic clock. */
 static inline double bench_now (void)
@@ -282,14 +285,14 @@ static inline uint64_t bench_requests (leaselock_client_t *c)
 /* The mark of mode m's row in bench_modes, per statements per pair and
  * ratio to the plain lock: the reentrant hold and the semaphore cost at
  * most one statement more than the plain lock's two; the fair mode,
- * uncontended, the plain lock's two and at least BENCH_GOAL of its pairs
+ * uncontended, the plain lock's two and at least BENCH_FAIR_GOAL of its pairs
  * per second. */
 static inline const char *bench_mode_goal (int m, double per, double ratio)
 {
    if (m == 0)
       return "";
    if (m == 3)
-      return per <= 2.0 + 1e-9 && ratio >= BENCH_GOAL
+      return per <= 2.0 + 1e-9 && ratio >= BENCH_FAIR_GOAL
                ? " (goal: plain's statements, ratio >= 0.90: met)"
                : " (goal: plain's statements, ratio >= 0.90: NOT met)";
    return per <= 3.0 + 1e-9 ? " (goal: at most one more: met)"

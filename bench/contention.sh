@@ -11,8 +11,10 @@
 # (8 workers): procs: fairness >= 0.3, every worker granted, useful >= 0.8,
 # hand-off p50 <= 2 ms (PostgreSQL, SQLite: notification) or 10 ms, at
 # most 3 requests per grant; fair-procs: fairness >= 0.8 and wait p99 <=
-# (workers + 1) x (hold + hand-off p99). "+" met, "-" not, per goal;
-# "." on the other rows.
+# (workers + 1) x (hold + hand-off p99); and issue 26's: fair-procs with
+# 8 workers useful >= 0.7 and fairness >= 0.9 (use7, fair9), procs with
+# 32 workers useful >= 0.75 (use75). "+" met, "-" not, per goal; "." on
+# the other rows.
 set -uo pipefail
 bin=${1:?usage: contention.sh BINARY}
 workers=${CONTENTION_WORKERS:-2 8 32}
@@ -33,9 +35,12 @@ field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"; }
 # goals NAME MODE N LINE: the goal marks of one row (see the top).
 goals() {
   local name=$1 mode=$2 n=$3 line=$4
-  [ "$n" = 8 ] || { echo "."; return; }
   local f u h50 h99 rq p99 lo
   f=$(field fairness "$line"); u=$(field useful "$line"); lo=$(field fewest "$line")
+  if [ "$n" = 32 ] && [ "$mode" = procs ]; then
+    awk -v u="$u" 'BEGIN { printf "use75%s\n", (u >= 0.75) ? "+" : "-" }'; return
+  fi
+  [ "$n" = 8 ] || { echo "."; return; }
   h50=$(field handoff_p50_ms "$line"); h99=$(field handoff_p99_ms "$line")
   rq=$(field requests_per_grant "$line"); p99=$(field wait_p99_ms "$line")
   case $mode in
@@ -45,8 +50,9 @@ goals() {
         printf "fair%s,useful%s,handoff%s,req%s\n", (f >= 0.3 && lo > 0) ? "+" : "-",
           (u >= 0.8) ? "+" : "-", (h <= hm) ? "+" : "-", (rq <= 3) ? "+" : "-" }' ;;
     fair-procs)
-      awk -v f="$f" -v p="$p99" -v n="$n" -v hold="$hold" -v h99="$h99" 'BEGIN {
-        printf "fair%s,p99%s\n", (f >= 0.8) ? "+" : "-", (p <= (n + 1) * (hold + h99)) ? "+" : "-" }' ;;
+      awk -v f="$f" -v u="$u" -v p="$p99" -v n="$n" -v hold="$hold" -v h99="$h99" 'BEGIN {
+        printf "fair%s,p99%s,use7%s,fair9%s\n", (f >= 0.8) ? "+" : "-",
+          (p <= (n + 1) * (hold + h99)) ? "+" : "-", (u >= 0.7) ? "+" : "-", (f >= 0.9) ? "+" : "-" }' ;;
     *) echo "." ;;
   esac
 }

@@ -15,94 +15,18 @@
 #define BENCH_NAME "core_sqlite"
 #include "bench.h"
 
-/* The backend's statements and settings (csrc/stmt_sqlite.c, in libleaselock.a): the bare
- * program prepares exactly what the engine prepares. */
-#include "stmt_sqlite.h"
+#include "bare_sqlite.h"
 
 #include <inttypes.h>
-#include <sqlite3.h>
-#include <unistd.h>
 
-/* ---- the bare program ------------------------------------------------- */
-
-typedef struct
-{
-   sqlite3 *db;
-   sqlite3_stmt *acq, *rel;
-   char host[256];
-   uint64_t counter;
-} bare_t;
-
-static void bare_check (bare_t *b, int rc, const char *what)
-{
-   if (rc != SQLITE_OK)
-      bench_die (what, sqlite3_errmsg (b->db));
-}
-
-static void bare_open (bare_t *b, const char *path)
-{
-   memset (b, 0, sizeof *b);
-   int rc = sqlite3_open_v2 (
-     path, &b->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-   bare_check (b, rc, "bare open");
-   sqlite3_busy_timeout (b->db, LL_SQLITE_DEFAULT_BUSY_TIMEOUT_MS);
-   bare_check (b, sqlite3_exec (b->db, ll_sqlite_wal, NULL, NULL, NULL), "bare wal");
-   bare_check (b, sqlite3_exec (b->db, ll_sqlite_synchronous, NULL, NULL, NULL), "bare sync");
-   bare_check (b,
-               sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_ACQUIRE], -1,
-                                   SQLITE_PREPARE_PERSISTENT, &b->acq, NULL),
-               "bare prepare acquire");
-   bare_check (b,
-               sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_RELEASE], -1,
-                                   SQLITE_PREPARE_PERSISTENT, &b->rel, NULL),
-               "bare prepare release");
-   if (gethostname (b->host, sizeof b->host - 1) != 0)
-      strcpy (b->host, "unknown");
-}
-
-static void bare_close (bare_t *b)
-{
-   sqlite3_finalize (b->acq);
-   sqlite3_finalize (b->rel);
-   sqlite3_close (b->db);
-}
+/* ---- the bare program (bare_sqlite.h) ---------------------------------- */
 
 static double bare_round (void *ctx, long pairs)
 {
-   bare_t *b = ctx;
-   static const char key[] = "bench-bare";
-   char owner[33];
-   int64_t pid = getpid ();
+   bare_sqlite_t *b = ctx;
    double t0 = bench_now ();
-   for (long i = 0; i < pairs; i++) {
-      /* A distinct owner per acquire, as the engine makes (but from a
-       * counter: no random bytes, the cheapest a bare program can be). */
-      snprintf (owner, sizeof owner, "%032" PRIx64, ++b->counter);
-      sqlite3_bind_text (b->acq, 1, key, (int)sizeof key - 1, SQLITE_STATIC);
-      sqlite3_bind_text (b->acq, 2, owner, 32, SQLITE_STATIC);
-      sqlite3_bind_int64 (b->acq, 3, BENCH_TTL_MS);
-      sqlite3_bind_text (b->acq, 4, b->host, -1, SQLITE_STATIC);
-      sqlite3_bind_int64 (b->acq, 5, pid);
-      sqlite3_bind_text (b->acq, 6, BENCH_LABEL, -1, SQLITE_STATIC);
-      /* A plain acquire: no reserve, no waited (?7, ?8 NULL). */
-      sqlite3_bind_null (b->acq, 7);
-      sqlite3_bind_null (b->acq, 8);
-      if (sqlite3_step (b->acq) != SQLITE_ROW)
-         bench_die ("bare acquire", sqlite3_errmsg (b->db));
-      if (sqlite3_step (b->acq) != SQLITE_DONE)
-         bench_die ("bare acquire", sqlite3_errmsg (b->db));
-      sqlite3_reset (b->acq);
-      sqlite3_bind_text (b->rel, 1, key, (int)sizeof key - 1, SQLITE_STATIC);
-      sqlite3_bind_text (b->rel, 2, owner, 32, SQLITE_STATIC);
-      sqlite3_bind_int64 (b->rel, 3, 0);
-      /* Released: a row back (the backend's release returns whom to
-       * wake), then done, as the backend steps it. */
-      if (sqlite3_step (b->rel) != SQLITE_ROW)
-         bench_die ("bare release", "not held");
-      if (sqlite3_step (b->rel) != SQLITE_DONE)
-         bench_die ("bare release", sqlite3_errmsg (b->db));
-      sqlite3_reset (b->rel);
-   }
+   if (!bare_sqlite_pairs (b, "bench-bare", pairs))
+      bench_die ("bare", b->err);
    return bench_now () - t0;
 }
 
@@ -127,8 +51,9 @@ int main (int argc, char **argv)
    /* The engine's client creates the schema; the bare program then uses
     * the same file. */
    leaselock_client_t *c = bench_client (uri);
-   bare_t b;
-   bare_open (&b, path);
+   bare_sqlite_t b;
+   if (!bare_sqlite_open (&b, path))
+      bench_die ("bare", b.err);
 
    printf ("SQLite %s, %s: %d rounds of %ld acquire+release pairs each, alternating\n",
            sqlite3_libversion (), path, rounds, pairs);
@@ -145,7 +70,7 @@ int main (int argc, char **argv)
       bench_die ("inspect", found ? err.message : "no record");
    printf ("fence after the run: %" PRId64 " (engine key)\n", rec.fence);
 
-   bare_close (&b);
+   bare_sqlite_close (&b);
    leaselock_client_destroy (c);
    char cmd[600];
    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);

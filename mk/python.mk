@@ -97,7 +97,7 @@ BENCH_PY_ROUNDS ?= 15
 # shipped extension.
 PY_BENCH_LIB := $(BUILD)/bench/python/libllbench.so
 
-$(PY_BENCH_LIB): bench/python/core_loop.c csrc/leaselock.h $(LIB_A)
+$(PY_BENCH_LIB): bench/python/core_loop.c bench/bare_sqlite.h $(wildcard csrc/*.h) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -shared -Wl,-Bsymbolic $< $(LIB_A) $(SANFLAGS) $(LDLIBS_ALL) -o $@
 

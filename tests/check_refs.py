@@ -14,7 +14,9 @@
   strictly; README.md and CONTRIBUTING.md are not part of it), and every
   Python and Lua sample parses (Python with top-level await allowed, Lua
   by luac when it is installed; tests/check_samples.py, the samples suite,
-  runs them).
+  runs them);
+- the benchmark's pure-Python peers (bench/peers/) bind every parameter of
+  the engine's acquire statement they send (MySQL, PostgreSQL).
 Prints one line per broken reference and exits 1 when there is any.
 """
 import ast
@@ -158,8 +160,49 @@ def numbered_invariants():
     return {int(n) for n in re.findall(r"^(\d+)\. \*\*", section, re.M)}
 
 
+def dict_keys(path, name):
+    """The keys of the dict literals in PATH (a Python file) assigned to NAME
+    or passed with self.NAME (a statement) to a call."""
+    keys = set()
+    for node in ast.walk(ast.parse(read(path))):
+        dicts = []
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            dicts = [node.value]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Attribute) \
+                and node.args[0].attr == name:
+            dicts = node.args[1:]
+        for d in dicts:
+            if isinstance(d, ast.Dict):
+                keys |= {k.value for k in d.keys if isinstance(k, ast.Constant)}
+    return keys
+
+
+def check_peers(problems):
+    """The pure-Python peers of the benchmark (bench/peers/) bind every
+    parameter of the engine's acquire they send: MySQL's letters of
+    LL_MYSQL_ACQUIRE_PARAMS, PostgreSQL's $n of LL_POSTGRESQL_ACQUIRE
+    (read through the C preprocessor, as the peers read them)."""
+    if not shutil.which(os.environ.get("CC", "cc")):
+        return
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from peers.sqltext import macro
+    letters = set(macro("stmt_mysql.c", "LL_MYSQL_ACQUIRE_PARAMS").replace(" ", ""))
+    missing = letters - dict_keys("bench/peers/mysql.py", "values")
+    if missing:
+        problems.append(f"bench/peers/mysql.py: binds no value for LL_MYSQL_ACQUIRE_PARAMS's "
+                        f"{', '.join(sorted(missing))}")
+    sql = macro("stmt_postgresql.c", "LL_POSTGRESQL_ACQUIRE")
+    wanted = {f"p{n}" for n in re.findall(r"\$(\d+)", sql)}
+    missing = wanted - dict_keys("bench/peers/postgresql.py", "acquire_sql")
+    if missing:
+        problems.append(f"bench/peers/postgresql.py: binds no value for LL_POSTGRESQL_ACQUIRE's "
+                        f"{', '.join(sorted(missing))}")
+
+
 def main():
     problems = []
+    check_peers(problems)
     invariants = numbered_invariants()
     files = tracked_files()
     cite = re.compile(r"\b[Ii]nvariants? (\d+(?:(?:, | and | or |, and )\d+)*)")

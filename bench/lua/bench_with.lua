@@ -53,7 +53,7 @@ for _, t in ipairs(targets) do
   local best_lua, best_core = lua_r[#lua_r], core_r[#core_r] -- sorted by median()
   print(("lua %-18s %-10s %d pairs x %d rounds (pairs/s: median, best round)"):format(interp, name, n, rounds))
   print(("  lock:with %9.0f %9.0f\n  C core    %9.0f %9.0f"):format(med_lua, best_lua, med_core, best_core))
-  print(("  lock:with / C core = median %.3f, best %.3f   (goal >= 0.85)")
+  print(("  lock:with / C core = median %.3f, best %.3f   (goal >= 0.95)")
     :format(med_lua / med_core, best_lua / best_core))
   core:close()
   client:close()

@@ -35,8 +35,9 @@ class MySQLLeases:
     def acquire(self, key, ttl_ms=30000):
         owner = secrets.token_hex(16)
         k = key.encode()
-        values = {"k": k, "o": owner, "t": ttl_ms * 1000, "h": self.host.encode(), "p": self.pid,
-                  "l": self.label.encode(), "r": None, "w": None}
+        # f: the fence floor, 0 as the backend binds it when no failover was seen.
+        values = {"k": k, "o": owner, "f": 0, "t": ttl_ms * 1000, "h": self.host.encode(),
+                  "p": self.pid, "l": self.label.encode(), "r": None, "w": None}
         self.cur.execute(self.acquire_sql, [values[c] for c in self.params])
         fence = self.cur.lastrowid
         if not fence:

@@ -34,7 +34,7 @@ class PostgreSQLLeases:
         owner = secrets.token_hex(16)
         row = self.db.execute(self.acquire_sql, {
             "p1": key, "p2": owner, "p3": ttl_ms * 1000, "p4": self.host, "p5": self.pid,
-            "p6": self.label, "p7": None, "p8": None}).fetchone()
+            "p6": self.label, "p7": None, "p8": None, "p9": 0}).fetchone()  # p9: no fence floor
         if row is None or row[1]:
             raise Busy(key)
         return owner, int(row[0])

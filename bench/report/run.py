@@ -45,7 +45,7 @@ SERVER_BACKENDS = [("mongodb", "MONGODB_URI"), ("mysql", "MYSQL_URI"),
 
 import leaselock  # noqa: E402  (the built extension, from PYTHONPATH)
 
-from peers import Busy, driver_version, open_peer  # noqa: E402
+from peers import driver_version, open_peer  # noqa: E402
 
 
 def q(quick, full):
@@ -67,6 +67,7 @@ class Results:
         self.notes = {}    # comparison -> [text]
         self.series = {}   # name -> data for plots (memory curves)
         self.meta = {}
+        self.previous = []  # the rows of the report being replaced (read_previous)
 
     def add(self, comparison, backend, variant, metric, value, unit, placement=""):
         self.rows.append(dict(comparison=comparison, backend=backend, variant=variant,
@@ -218,6 +219,37 @@ def rate_core(uri, key, n):
     return n / s
 
 
+class BareSqlite:
+    """The bare sqlite3 program of bench/core_sqlite.c (bench/bare_sqlite.h,
+    in libllbench.so) on the file PATH, open until close()."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(os.path.join(BUILD, "bench", "python", "libllbench.so"))
+        self.fopen, self.fpairs, self.fclose = (lib.llbench_bare_sqlite_open,
+                                                lib.llbench_bare_sqlite_pairs,
+                                                lib.llbench_bare_sqlite_close)
+        self.fopen.restype = ctypes.c_void_p
+        self.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        self.fpairs.restype = ctypes.c_double
+        self.fpairs.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_longlong,
+                                ctypes.c_char_p, ctypes.c_size_t]
+        self.fclose.argtypes = [ctypes.c_void_p]
+        self.err = ctypes.create_string_buffer(512)
+        self.h = self.fopen(path.encode(), self.err, len(self.err))
+        if not self.h:
+            raise RuntimeError(f"bare sqlite3: {self.err.value.decode(errors='replace')}")
+
+    def rate(self, key, n):
+        s = self.fpairs(self.h, key.encode(), n, self.err, len(self.err))
+        if s < 0:
+            raise RuntimeError(f"bare sqlite3: {self.err.value.decode(errors='replace')}")
+        return n / s
+
+    def close(self):
+        self.fclose(self.h)
+        self.h = None
+
+
 def rate_with(lock, n):
     t = time.perf_counter()
     for _ in range(n):
@@ -244,6 +276,10 @@ CORE_RATIO = re.compile(r"ratio engine/bare: median of (\d+) rounds ([\d.]+), be
 # beside off, in the same program.
 RENEW_US = re.compile(r"auto_renew on \(the default\): ([\d.]+) us/pair\s+auto_renew off: ([\d.]+) us/pair")
 RENEW_RATIO = re.compile(r"ratio auto_renew on/off: median of (\d+) rounds ([\d.]+)")
+# bench_modes' fair row (bench/bench.h): the fair mode, uncontended, beside
+# the plain lock in the same program.
+FAIR_ROW = re.compile(r"^\s+fair acquire \+ release\s+(\d+) pairs/s.*ratio to plain \(median\) "
+                      r"([\d.]+)\s+statements/pair ([\d.]+)")
 
 
 def overhead_engine(res, targets):
@@ -283,6 +319,14 @@ def overhead_engine(res, targets):
                 if m:
                     res.add("auto-renew", name, "on", "us_per_pair", float(m.group(1)), "us", label)
                     res.add("auto-renew", name, "off", "us_per_pair", float(m.group(2)), "us", label)
+                m = FAIR_ROW.match(line)
+                if m:
+                    res.add("fair-mode", name, "fair", "pairs_per_s", float(m.group(1)), "pairs/s",
+                            label)
+                    res.add("fair-mode", name, "fair/plain", "ratio_median", float(m.group(2)),
+                            "ratio", label)
+                    res.add("fair-mode", name, "fair", "statements_per_pair", float(m.group(3)), "",
+                            label)
                 m = RENEW_RATIO.search(line)
                 if m:
                     res.add("auto-renew", name, "on/off", "ratio_median", float(m.group(2)), "ratio",
@@ -291,15 +335,21 @@ def overhead_engine(res, targets):
 
 
 def overhead_python(res, targets):
-    """Python `with lock:` vs the engine (core_loop.c) vs the pure-Python peer."""
+    """Python `with lock:` vs the engine (core_loop.c) vs the pure-Python
+    peer; on SQLite, vs the bare sqlite3 program (bare_sqlite.h) too."""
     c = "python-vs-engine"
     pin_client()
     run_id = uuid.uuid4().hex[:8]
     for name, uri in targets:
         client = leaselock.connect(uri)
         lock = client.lock(f"bench/{run_id}/py")
-        peer = None
-        if name != "sqlite":
+        peer = bare = None
+        if name == "sqlite":
+            try:  # the same file, its schema made by the client above
+                bare = BareSqlite(uri[len("sqlite://"):])
+            except Exception as e:
+                res.note(c, f"sqlite: the bare sqlite3 program unavailable: {e}")
+        else:
             try:
                 peer = open_peer(name, uri)
             except Exception as e:
@@ -313,7 +363,14 @@ def overhead_python(res, targets):
         rate_with(lock, warm)
         rate_core(uri, f"bench/{run_id}/core", warm)
         if peer:
-            rate_peer(peer, f"bench/{run_id}/peer", warm)
+            try:
+                rate_peer(peer, f"bench/{run_id}/peer", warm)
+            except Exception as e:  # the peer's statements behind the engine's: the rest runs
+                res.note(c, f"{name}: pure-Python peer failed, left out: {type(e).__name__}: {e}")
+                peer.close()
+                peer = None
+        if bare:
+            bare.rate(f"bench/{run_id}/bare", warm)
         for label, cpus in runs:
             place_servers(cpus)
             log(f"{c}: {name} {label}")
@@ -321,6 +378,8 @@ def overhead_python(res, targets):
                      "engine": lambda: rate_core(uri, f"bench/{run_id}/core", pairs)}
             if peer:
                 sides["peer"] = lambda: rate_peer(peer, f"bench/{run_id}/peer", pairs)
+            if bare:
+                sides["bare"] = lambda: bare.rate(f"bench/{run_id}/bare", pairs)
             s = interleave(sides, rounds)
             for side, v in s.items():
                 res.add(c, name, side, "pairs_per_s", statistics.median(v), "pairs/s", label)
@@ -328,6 +387,10 @@ def overhead_python(res, targets):
             if peer:
                 add_ratio(res, c, name, "python/peer", s["python"], s["peer"], placement=label)
                 add_ratio(res, c, name, "engine/peer", s["engine"], s["peer"], placement=label)
+            if bare:
+                add_ratio(res, c, name, "python/bare", s["python"], s["bare"], placement=label)
+        if bare:
+            bare.close()
         if peer:
             res.meta[f"peer-{name}"] = driver_version(name)
             peer.close()
@@ -1007,6 +1070,36 @@ def machine_info(res, targets, redis_srv):
             m[f"server-{name}"] = f"? ({type(e).__name__})"
 
 
+# ---- the report being replaced ------------------------------------------------------
+
+def read_previous(res):
+    """The figures of the report this run replaces (docs/bench/results.csv and
+    the date, version and mode of docs/benchmarks.md), read before either is
+    overwritten: the goal "nothing else slower" compares against them."""
+    path = os.path.join(OUT_DIR, "results.csv")
+    rows = []
+    try:
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                try:
+                    r["value"] = float(r["value"])
+                except (TypeError, ValueError):
+                    continue
+                rows.append(r)
+    except OSError:
+        return
+    res.previous = rows
+    try:
+        text = open(REPORT).read()
+    except OSError:
+        text = ""
+    for key, pat in (("date", r"^\| date \| ([^|]+) \|"), ("leaselock", r"^\| leaselock \| ([^|]+) \|")):
+        m = re.search(pat, text, re.M)
+        if m:
+            res.meta[f"previous-{key}"] = m.group(1).strip()
+    res.meta["previous-quick"] = "**BENCH_QUICK=1 run**" in text
+
+
 # ---- main ---------------------------------------------------------------------------
 
 COMPARISONS = ["engine", "python", "lua", "alternatives", "startup", "contention", "scale", "memory", "safety"]
@@ -1023,12 +1116,14 @@ def main():
     t_start = time.time()
     redis_srv = None
     targets = backends(tmp)
+    res.meta["backends"] = [n for n, _ in targets]
+    read_previous(res)
     log(f"make bench{' (BENCH_QUICK=1)' if QUICK else ''}: {', '.join(n for n, _ in targets)}; "
         f"comparisons: {', '.join(todo)}")
     try:
         if "alternatives" in todo:
             try:
-                import redis  # noqa: F401
+                __import__("redis")  # redis-py first: Redis() needs it
                 redis_srv = Redis(tmp)
             except Exception as e:
                 res.note("alternatives-uncontended", f"no local Redis: {e}")
