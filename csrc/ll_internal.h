@@ -1044,6 +1044,9 @@ extern _Atomic int64_t ll_test_wait_poll_ms;
 /* Tests only: how many times a renewal thread woke from its sleep. */
 extern _Atomic uint64_t ll_test_renewal_wakes;
 
+/* Tests only: how many renewal I/O threads started. */
+extern _Atomic uint64_t ll_test_io_starts;
+
 void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs);
 /* Sets the first two characters of owner (a new one: ll_owner_new) to
  * this process's tag, two hex digits chosen at random for each client and

@@ -15,6 +15,7 @@
 static void *io_main (void *arg);
 
 _Atomic uint64_t ll_test_renewal_wakes;
+_Atomic uint64_t ll_test_io_starts;
 
 bool ll_on_renewal_thread (leaselock_client_t *c)
 {
@@ -142,6 +143,7 @@ static io_slot_t *io_free_slot (leaselock_client_t *c, bool start)
             return s;
          s->client = c;
          s->failed = pthread_create (&s->tid, NULL, io_main, s) != 0;
+         atomic_fetch_add_explicit (&ll_test_io_starts, !s->failed, memory_order_relaxed);
          s->running = !s->failed;
          return s->running ? s : NULL;
       }
@@ -403,20 +405,14 @@ static void *io_main (void *arg)
    return NULL;
 }
 
-/* Starts the renewal thread and the first I/O thread in this process
- * unless they run. Called with c->mu held. */
+/* Starts the renewal thread in this process unless it runs. Its I/O
+ * threads start when a renewal or a forget first falls due (io_free_slot):
+ * a short-lived process whose lease never comes due, a cron run's,
+ * starts one thread, not two. Called with c->mu held. */
 static bool threads_start_locked (leaselock_client_t *c, leaselock_error_t *err)
 {
-   if (!c->io[0].running) {
-      c->stopping = false;
-      c->io[0].client = c;
-      int rc = pthread_create (&c->io[0].tid, NULL, io_main, &c->io[0]);
-      if (rc != 0)
-         return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal I/O thread: %s",
-                              strerror (rc));
-      c->io[0].running = true;
-   }
    if (!c->thread_running) {
+      c->stopping = false;
       int rc = pthread_create (&c->thread, NULL, renew_main, c);
       if (rc != 0)
          return ll_error_set (err, LEASELOCK_NOMEM, "cannot start the renewal thread: %s",

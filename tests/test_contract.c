@@ -12,6 +12,7 @@
 #include "fake_backend.h"
 #include "testlib.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1264,6 +1265,58 @@ static void test_pairs_leave_renewal_asleep (void)
                (unsigned long long)wakes);
    CHECK (wakes <= 2);
    leaselock_client_destroy (a);
+}
+
+/* The threads of this process. */
+static int count_threads (void)
+{
+   DIR *d = opendir ("/proc/self/task");
+   int n = 0;
+   for (struct dirent *e; d && (e = readdir (d));)
+      n += e->d_name[0] != '.';
+   if (d)
+      closedir (d);
+   return n;
+}
+
+/* A lease in renewal starts the renewal thread alone; an I/O thread
+ * starts when a renewal first falls due (a run shorter than a third of
+ * its TTL never starts one). */
+static void test_io_thread_when_due (void)
+{
+   leaselock_client_t *a = client ("a");
+   CHECK (a);
+   leaselock_error_t err;
+   leaselock_lease_t *l = NULL, *s = NULL;
+   const char *k = key ("io-long"), *ks = key ("io-short");
+   /* A first pair without renewal: whatever the driver starts with its
+    * first connection (MongoDB's monitor) runs before the count. */
+   CHECK_OK (acq (a, k, opts (60000, false), &l, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (l);
+   sleep_ms (50);
+   int before = count_threads ();
+   atomic_store (&ll_test_io_starts, 0);
+   CHECK_OK (acq (a, k, opts (60000, true), &l, &err), err);
+   sleep_ms (50);
+   int started = count_threads () - before;
+   uint64_t long_only = atomic_load (&ll_test_io_starts);
+   CHECK_OK (acq (a, ks, opts (600, true), &s, &err), err);
+   leaselock_stats_t st = { 0 };
+   for (int i = 0; i < 3000 && st.renewals < 1; i++) {
+      sleep_ms (1);
+      leaselock_client_stats (a, &st, NULL);
+   }
+   uint64_t after_due = atomic_load (&ll_test_io_starts);
+   CHECK_OK (leaselock_lease_release (s, &err), err);
+   CHECK_OK (leaselock_lease_release (l, &err), err);
+   leaselock_lease_destroy (s);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (a);
+   CHECK_EQ (started, 1); /* the renewal thread */
+   CHECK_EQ (long_only, 0);
+   CHECK (st.renewals >= 1);
+   CHECK (after_due >= 1);
 }
 
 static void test_loss_on_takeover (void)
@@ -4005,6 +4058,7 @@ int main (int argc, char **argv)
    if (!FAKE) {
       RUN_SLOW (test_renewal_rearms_earlier);
       RUN (test_pairs_leave_renewal_asleep);
+      RUN (test_io_thread_when_due);
    }
    RUN (test_loss_on_takeover);
    if (FAKE) {
