@@ -400,10 +400,11 @@ static char *ll_sqlite_file_uri (const char *path, const char *query)
 
 /* Opens the file read-only for a caller that may only read it. With
  * mode=ro SQLite reads it as it would read-write (under the file's locks,
- * the -wal included) while the -shm file exists, which it does while any
- * connection has the database open; when it does not and the caller
- * cannot create it (no write access to the directory), nobody has the
- * file open and everything is in it: it is read as immutable, a snapshot.
+ * the -wal included) while the -shm file exists, which it does once a
+ * writer made it (a close leaves it: ll_sqlite_keep_wal); when it does
+ * not and the caller cannot create it (no write access to the
+ * directory), no writer ever used the WAL and everything is in the file:
+ * it is read as immutable, a snapshot.
  * Returns SQLite's code of the first read. */
 static int ll_sqlite_open_readonly (ll_sqlite_conn_t *c, int *version)
 {
