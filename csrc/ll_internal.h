@@ -998,6 +998,8 @@ typedef struct ll_watch_waiter
    int64_t since;        /* when it began waiting (ll_now_ms): oldest first */
    bool reserved;        /* it held the reservation after its last try (watch mu) */
    bool behind;          /* its last try found another waiter next (watch mu) */
+   int64_t ahead;        /* fair: waiters queued before it at its last try, less the
+                          * releases heard since; -1: not fair (watch mu) */
    pthread_mutex_t *mu;  /* guards woken */
    pthread_cond_t *cond; /* broadcast when woken is set */
    bool woken;           /* a notification says: try now (the waiter clears it) */
@@ -1010,7 +1012,8 @@ typedef struct ll_watch_waiter
  * waits, stopped by the client's close. A release it hears wakes the one
  * waiter that can take the key: the reservation's next owner named by the
  * notification, or without one the oldest waiter of the key (without a
- * key: the waiters that hold a reservation). Waiters' own writes never
+ * key: the waiters that hold a reservation, and the fair waiters that the
+ * releases heard may have brought next). Waiters' own writes never
  * wake anybody: only releases notify. Lock order: the client's mutex, then
  * mu, then a bucket's mutex. fork.c takes mu around a fork and renews cond
  * in the child; the rest is reset on its next use there. */
@@ -1064,9 +1067,12 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
  * starts the watcher unless it runs (an acquire that never waits starts
  * nothing); returns whether a listener is open now (a reserved waiter may
  * then poll less often), and in *released whether a release of e's key
- * was heard since the last update (the key may be free). */
+ * was heard since the last update (the key may be free). ahead: a fair
+ * waiter's count of waiters queued before it (-1: not fair); each release
+ * heard since lowers it, and at 1 or less the watcher wakes it as a
+ * reserved one, though the notification names nobody (SQLite). */
 bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
-                      bool *released);
+                      int64_t ahead, bool *released);
 void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
 /* Stops the thread (joined: bounded by one listener open) and closes the
  * listener; later begins start nothing. */

@@ -247,7 +247,7 @@ bool ll_wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t *err
        * one, and so is the second once the first has taken the key: a
        * notification that names no waiter (SQLite's) wakes them too. */
       heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved || (w->fair && w->ahead <= 1),
-                               w->behind, &released);
+                               w->behind, w->fair ? w->ahead : -1, &released);
       pthread_mutex_lock (&a->b->mu);
       a->local.reserved = w->reserved;
       pthread_mutex_unlock (&a->b->mu);

@@ -92,6 +92,11 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
       if (key && !same_key (e, key, len))
          continue;
       e->released = true;
+      /* A fair waiter that the releases heard since its last try may have
+       * brought to the queue's head (or next to it) is next as much as a
+       * reserved one: its own count is from before them. */
+      if (e->ahead > 0 && --e->ahead <= 1)
+         e->reserved = true;
       if (!key) {
          if (e->reserved && oldest_reserved (w, e))
             wake (e);
@@ -268,7 +273,7 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
 }
 
 bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
-                      bool *released)
+                      int64_t ahead, bool *released)
 {
    *released = false;
    if (!w->backend->watch_open)
@@ -281,6 +286,7 @@ bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool b
    }
    e->reserved = reserved;
    e->behind = behind;
+   e->ahead = ahead;
    *released = e->released;
    e->released = false;
    bool open = w->listener != NULL;

@@ -365,6 +365,90 @@ void test_notify_only_next_owners_listener (void)
    leaselock_client_destroy (h);
 }
 
+/* A fair waiter of k in a process of its own, its polls put off: queues,
+ * holds k 30 ms once it has it, releases. Exits 0 when all of it worked. */
+static pid_t nt_fair_waiter (const char *uri, const char *k)
+{
+   pid_t pid = fork ();
+   if (pid != 0)
+      return pid;
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri, "fair-waiter", &err);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   o.timeout_ms = 20000;
+   leaselock_lease_t *l = NULL;
+   bool ok = c && leaselock_acquire (c, k, strlen (k), &o, &l, &err);
+   if (ok) {
+      sleep_ms (30);
+      ok = leaselock_lease_release (l, &err);
+   }
+   if (!ok)
+      fprintf (stderr, "    fair waiter: %s %s\n", leaselock_code_name (err.code), err.message);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+   _exit (ok ? 0 : 1);
+}
+
+/* Waits (up to 5 s) until k's fair queue has n live entries. */
+static bool nt_queued (leaselock_client_t *c, const char *k, int64_t n)
+{
+   leaselock_record_t r = { 0 };
+   for (int i = 0; i < 500; i++) {
+      bool found = false;
+      if (leaselock_inspect (c, k, strlen (k), &r, &found, NULL) && found && r.queued >= n)
+         return true;
+      sleep_ms (10);
+   }
+   return false;
+}
+
+/* Three fair waiters in processes of their own, queued one after the
+ * other, take the key in turn, each woken by the release before it: the
+ * third, two places back when it last looked, is woken by the releases
+ * that brought it to the head, though the notification names nobody
+ * (SQLite) and it never polls. */
+void test_notify_fair_queue_handoffs (void)
+{
+   if (!nt_supported (URI))
+      return;
+   leaselock_client_t *h = client ("holder");
+   CHECK (h);
+   const char *k = key ("notify-fair-queue");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *l = NULL;
+   leaselock_error_t err;
+   CHECK_OK (leaselock_acquire (h, k, strlen (k), &o, &l, &err), err);
+   pid_t pids[3];
+   bool queued = true;
+   for (int i = 0; i < 3; i++) {
+      pids[i] = nt_fair_waiter (URI, k);
+      queued = queued && pids[i] > 0 && nt_queued (h, k, i + 1);
+   }
+   sleep_ms (100); /* their listeners are in place */
+   int64_t t0 = mono_ms ();
+   bool released = leaselock_lease_release (l, &err);
+   int done = 0;
+   for (int i = 0; i < 3; i++) {
+      int status = 0;
+      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
+          WEXITSTATUS (status) == 0)
+         done++;
+   }
+   int64_t took = mono_ms () - t0;
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (h);
+   CHECK (queued);
+   CHECK_OK (released, err);
+   CHECK_EQ (done, 3);
+   /* three holds of 30 ms and three hand-offs; a missed wake-up waits for
+    * the waiter's timeout (20 s) */
+   if (took >= 5000)
+      fprintf (stderr, "    the three waiters took %lld ms\n", (long long)took);
+   CHECK (took < 5000);
+}
+
 void notify_cases_run (void)
 {
    RUN (test_notify_wakes_other_process);
@@ -373,4 +457,5 @@ void notify_cases_run (void)
    RUN (test_notify_idle_costs_nothing);
    RUN (test_notify_only_when_reserved);
    RUN (test_notify_only_next_owners_listener);
+   RUN (test_notify_fair_queue_handoffs);
 }

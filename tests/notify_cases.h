@@ -47,6 +47,7 @@ void test_notify_idle_costs_nothing (void);
  * the one a waiter is next for wakes it. */
 void test_notify_only_when_reserved (void);
 void test_notify_only_next_owners_listener (void);
+void test_notify_fair_queue_handoffs (void);
 
 /* RUNs the five cases above on URI (each returns at once where the backend
  * cannot notify). */
