@@ -63,7 +63,7 @@ static bool acquire_done (acquire_call_t *a, leaselock_lease_t *lease, const lea
 {
    ll_obs_t *o = &a->c->obs;
    if (a->watched) {
-      ll_watch_end (&a->c->watch, &a->watch);
+      ll_watch_end (&a->c->watch, &a->watch, a->me);
       ll_bucket_leave (a->b, &a->local);
    }
    int64_t waited = a->attempt > 0 ? ll_now_ms () - a->waited_from : 0;

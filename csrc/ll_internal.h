@@ -1073,7 +1073,8 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
  * reserved one, though the notification names nobody (SQLite). */
 bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
                       int64_t ahead, bool *released);
-void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e);
+/* me: the caller's process (the call's getpid ()). */
+void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
 /* Stops the thread (joined: bounded by one listener open) and closes the
  * listener; later begins start nothing. */
 void ll_watch_stop (ll_watch_t *w);

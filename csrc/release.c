@@ -250,16 +250,17 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
    if (!l)
       return;
    leaselock_client_t *c = l->client;
-   if (l->pid == getpid ()) {
+   pid_t me = getpid (); /* once: a system call, and this thread's process stays */
+   if (l->pid == me) {
       pthread_mutex_lock (&c->mu);
       bool release = !refuses_release_locked (c) && l->state != LEASELOCK_STATE_RELEASED;
       pthread_mutex_unlock (&c->mu);
-      if (release && ll_lease_usable (l, getpid (), &(leaselock_error_t){ 0 }))
-         ll_release_lease (l, getpid (), false, &(leaselock_error_t){ 0 }); /* every hold */
+      if (release && ll_lease_usable (l, me, &(leaselock_error_t){ 0 }))
+         ll_release_lease (l, me, false, &(leaselock_error_t){ 0 }); /* every hold */
    }
    pthread_mutex_lock (&c->mu);
    /* In a child forked while on_lost ran, in_callback is the parent's. */
-   ll_reset_after_fork_locked (c, getpid ());
+   ll_reset_after_fork_locked (c, me);
    ll_all_remove_locked (c, l);
    if (l->pid == c->pid) {
       l->lost_notify = false; /* the user is gone: no callback after destroy */

@@ -294,12 +294,12 @@ bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool b
    return open;
 }
 
-void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e)
+void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
 {
    if (!w->backend->watch_open)
       return;
    pthread_mutex_lock (&w->mu);
-   if (w->pid == getpid ()) /* a child's list never held the parent's waiters */
+   if (w->pid == me) /* a child's list never held the parent's waiters */
       LL_LIST_UNLINK (w->waiters, e, prev, next);
    pthread_mutex_unlock (&w->mu);
 }
