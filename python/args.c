@@ -11,14 +11,6 @@
 
 #define TTL_MAX_S ((double)LEASELOCK_TTL_MAX_MS / 1000.0)
 
-/* PyDateTime_IMPORT fills this file's own PyDateTimeAPI (datetime.h makes
- * it static): PyDelta_Check works here only. */
-int pyll_args_init (void)
-{
-   PyDateTime_IMPORT;
-   return PyDateTimeAPI ? 0 : -1;
-}
-
 /* The UTF-8 of str s, or NULL with ValueError (code INVALID) naming the
  * argument when it holds a lone surrogate. */
 const char *pyll_utf8_arg (PyObject *s, const char *name, Py_ssize_t *n)
@@ -122,6 +114,17 @@ static int seconds_value (PyObject *v, const char *name, pyll_secs_t kind, int64
  * datetime.timedelta, checked for kind (seconds_value says how). */
 int pyll_seconds_arg (PyObject *v, const char *name, pyll_secs_t kind, int64_t *ms)
 {
+   if (v == Py_None || PyFloat_Check (v) || PyLong_Check (v))
+      return seconds_value (v, name, kind, ms);
+   /* Only now the datetime C API (PyDateTime_IMPORT fills this file's own
+    * PyDateTimeAPI: datetime.h makes it static): importing datetime at
+    * module init was a twentieth of `import leaselock`. Two threads may
+    * both import it: they store the same capsule pointer. */
+   if (!PyDateTimeAPI) {
+      PyDateTime_IMPORT;
+      if (!PyDateTimeAPI)
+         return -1;
+   }
    if (!PyDelta_Check (v))
       return seconds_value (v, name, kind, ms);
    PyObject *secs = PyObject_CallMethod (v, "total_seconds", NULL);

@@ -166,8 +166,7 @@ static PyObject *new_exception (PyObject *m, const char *name, PyObject *bases, 
 
 static int module_exec (PyObject *m)
 {
-   if (pyll_args_init () < 0 || pyll_with_init () < 0 ||
-       PyModule_AddFunctions (m, pyll_with_methods) < 0)
+   if (pyll_with_init () < 0 || PyModule_AddFunctions (m, pyll_with_methods) < 0)
       return -1;
    pyll_fork_init ();
    pyll_state_t *st = pyll_state (m);

@@ -177,9 +177,6 @@ __attribute__ ((format (printf, 2, 3))) PyObject *pyll_raise_as (PyObject *cls, 
  * lone surrogate. */
 const char *pyll_utf8_arg (PyObject *s, const char *name, Py_ssize_t *n);
 
-/* Imports the datetime C API for pyll_seconds_arg (module exec). 0 or -1. */
-int pyll_args_init (void);
-
 /* A key or prefix (key borrowed): str, valid UTF-8, 1..255 bytes (0 also
  * with allow_empty), no NUL. *s points into the str's UTF-8 cache.
  * 0, or -1 with TypeError / ValueError naming the argument. */
@@ -195,7 +192,8 @@ typedef enum
 
 /* A duration argument v (borrowed: int or float seconds, or a
  * datetime.timedelta) in milliseconds, range-checked for kind (-1: a
- * TIMEOUT of None or inf, forever). 0, or -1 with an exception. */
+ * TIMEOUT of None or inf, forever). 0, or -1 with an exception. Imports
+ * datetime the first time v is neither a number nor None. */
 int pyll_seconds_arg (PyObject *v, const char *name, pyll_secs_t kind, int64_t *ms);
 
 /* ---- fork.c -------------------------------------------------------------- */

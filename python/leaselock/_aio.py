@@ -18,13 +18,14 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ._leaselock import Lease, LockError
 
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
 if TYPE_CHECKING:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
+    from typing import Any, Callable, Optional
 
 _modules = sys.modules
 

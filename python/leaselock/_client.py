@@ -6,111 +6,80 @@ from __future__ import annotations
 import atexit
 import functools
 import weakref
-from typing import (
-    Any,
-    Callable,
-    Coroutine,
-    Literal,
-    NamedTuple,
-    Optional,
-    ParamSpec,
-    Protocol,
-    TypedDict,
-    TypeVar,
-    Union,
-    overload,
-)
+from collections import namedtuple
 
 from . import _leaselock
 from ._aio import _AsyncLease, _notify
-from ._args import Duration, _error, _ms
+from ._args import _error, _ms
 from ._leaselock import Lease, LockError, LockTimeout
 from ._lock import Lock
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
 
-P = ParamSpec("P")
-R = TypeVar("R")
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
+if TYPE_CHECKING:
+    from typing import (
+        Any,
+        Callable,
+        Coroutine,
+        Literal,
+        NamedTuple,
+        Optional,
+        ParamSpec,
+        Protocol,
+        TypeVar,
+        Union,
+        overload,
+    )
+
+    from ._args import Duration
+    from ._records import Durability, LockInfo, Record
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
+    T = TypeVar("T")
+
+    class _Skipping(Protocol):
+        """What client.locked(...) returns: a decorator whose functions return
+        None when the lock stays busy (coroutine functions: their coroutine
+        does)."""
+
+        @overload
+        def __call__(
+            self, fn: Callable[P, Coroutine[Any, Any, T]], /
+        ) -> Callable[P, Coroutine[Any, Any, Optional[T]]]: ...
+
+        @overload
+        def __call__(self, fn: Callable[P, R], /) -> Callable[P, Optional[R]]: ...
+
+    class _Raising(Protocol):
+        """What client.locked(..., raise_on_busy=True) returns: a decorator that
+        keeps the function's signature (LockTimeout when the lock stays busy)."""
+
+        def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
 
 # Every open client, so that exit can release what they hold.
 _clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
 
 
-class Holder(NamedTuple):
-    """Who holds (or last held) a lease: for inspection only."""
+if not TYPE_CHECKING:
+    # At run time a collections.namedtuple, as typing.NamedTuple makes one
+    # (fields, repr, pickling), without importing typing.
+    class Holder(namedtuple("Holder", ("host", "pid", "label"))):
+        """Who holds (or last held) a lease: for inspection only."""
 
-    host: str
-    pid: int
-    label: Optional[str]
+        __slots__ = ()
+        host: str
+        pid: int
+        label: str | None
+else:  # second: the docs generator documents the last definition
+    class Holder(NamedTuple):
+        """Who holds (or last held) a lease: for inspection only."""
 
-
-class Record(TypedDict):
-    """A lock's record as the database holds it (client.info(), client.locks()):
-    a plain dict with these keys."""
-
-    key: str
-    #: None once released (or force-released).
-    owner: Optional[str]
-    fence: int
-    #: Seconds left by the database's clock; <= 0 when expired.
-    expires_in: float
-    holder: Holder
-    #: Reentrant holds of its owner: 1 or more while owned, 0 once released.
-    holds: int
-    #: Seconds since its owner took it, by the database's clock (None when
-    #: released, or when the backend does not say: MongoDB does not yet).
-    held_for: Optional[float]
-    #: Who waits: the waiter reserved as next owner (its owner token), and
-    #: how many wait in the fair queue (None when the backend does not say).
-    next_owner: Optional[str]
-    queued: Optional[int]
-
-
-class LockInfo(Record):
-    """A lock as its records make it up (client.info(), client.locks()): a
-    semaphore's slots and a read-write lock's records count as one lock
-    under its key. The Record's keys describe the lock's own record (a
-    read-write lock's writer, else its first holder; owner None and fence 0
-    when there is none); next_owner and queued are the lock's waiters (a
-    semaphore's next fair waiter). mode: "lock", "semaphore" or "rwlock";
-    state: "held", "min-hold" (released, still kept by a min_hold) or
-    "free"; live: records that block an acquire; holders: the live holders'
-    records (a writer first); slots: a semaphore's slot records (its limit
-    is at least this many); readers and writer: a read-write lock's shared
-    holders and whether a writer holds it."""
-
-    mode: Literal["lock", "semaphore", "rwlock"]
-    state: Literal["held", "min-hold", "free"]
-    live: int
-    holders: list[Record]
-    slots: Optional[int]
-    readers: Optional[int]
-    writer: Optional[bool]
-
-
-class Durability(TypedDict):
-    """How the client's database makes a grant survive a failover, and what
-    leaselock did about one (client.durability()): a plain dict with these
-    keys. level: "durable" (a grant is on a standby before it is answered),
-    "at-risk" (replicas exist, but a grant may be answered first),
-    "standalone" (no replica to fail over to) or "unknown". policy: the URI
-    option durability= ("report", the default: a warning in the log;
-    "require": no grant unless durable; "off"). detail: the server settings
-    read. primary: the primary recorded in the table (None when none).
-    fence_floor: every fence granted is at least this (0 until a failover).
-    lock_delay: seconds more during which no key is granted after a new
-    primary (0.0: none). max_ttl: the longest TTL the table grants, in
-    seconds, also the lock-delay's length (the URI option max_ttl, 60 s by
-    default on PostgreSQL and MySQL/MariaDB; None when there is no bound)."""
-
-    level: Literal["durable", "at-risk", "standalone", "unknown"]
-    policy: Literal["report", "require", "off"]
-    detail: str
-    primary: Optional[str]
-    fence_floor: int
-    lock_delay: float
-    max_ttl: Optional[float]
+        host: str
+        pid: int
+        label: Optional[str]
 
 
 def connect(uri: Optional[str] = None, *, label: Optional[str] = None) -> "Client":
@@ -152,27 +121,6 @@ def _lock_info(t: _leaselock._LockTuple) -> LockInfo:
         "readers": readers if mode == "rwlock" else None,
         "writer": writer if mode == "rwlock" else None,
     }
-
-
-class _Skipping(Protocol):
-    """What client.locked(...) returns: a decorator whose functions return
-    None when the lock stays busy (coroutine functions: their coroutine
-    does)."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[P, Coroutine[Any, Any, T]], /
-    ) -> Callable[P, Coroutine[Any, Any, Optional[T]]]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Callable[P, Optional[R]]: ...
-
-
-class _Raising(Protocol):
-    """What client.locked(..., raise_on_busy=True) returns: a decorator that
-    keeps the function's signature (LockTimeout when the lock stays busy)."""
-
-    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
 
 
 class Client(_leaselock.Client):
@@ -255,13 +203,14 @@ class Client(_leaselock.Client):
         return RWLock(self, key, ttl=ttl, min_hold=min_hold, auto_renew=auto_renew,
                       on_lost=on_lost, on_renew_failed=on_renew_failed, fair=fair)
 
-    @overload
-    def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
-               min_hold: Duration = ..., raise_on_busy: Literal[False] = ...) -> _Skipping: ...
+    if TYPE_CHECKING:  # typing.overload at run time would import typing
+        @overload
+        def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
+                   min_hold: Duration = ..., raise_on_busy: Literal[False] = ...) -> _Skipping: ...
 
-    @overload
-    def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
-               min_hold: Duration = ..., raise_on_busy: Literal[True]) -> _Raising: ...
+        @overload
+        def locked(self, key: str, *, ttl: Duration = ..., timeout: Optional[Duration] = ...,
+                   min_hold: Duration = ..., raise_on_busy: Literal[True]) -> _Raising: ...
 
     def locked(
         self,

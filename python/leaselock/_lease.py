@@ -4,11 +4,15 @@ wraps its renew method once."""
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
-from typing import Any, Optional
 
-from ._args import Duration, _error
+from ._args import _error, _timedelta_seconds
 from ._leaselock import Lease
+
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+    from ._args import Duration
 
 # Lease.renew takes durations as the rest of the package does: seconds or a
 # datetime.timedelta. The extension's method takes seconds; this wrapper,
@@ -20,15 +24,17 @@ _c_renew = getattr(Lease.renew, "__wrapped__", Lease.renew)  # once, also on a r
 
 @functools.wraps(_c_renew)
 def _renew(self: Lease, /, ttl: Optional[Duration] = None, *args: Any, **kwargs: Any) -> None:
-    if isinstance(ttl, timedelta):
-        ttl = ttl.total_seconds()
+    secs = _timedelta_seconds(ttl)
+    if secs is not None:
+        ttl = secs
     elif ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
         raise _error(TypeError, "ttl must be a number of seconds (int or float) or a "
                      f"datetime.timedelta or None, not {type(ttl).__name__}")
-    args = tuple(a.total_seconds() if isinstance(a, timedelta) else a for a in args)
+    args = tuple(a if (s := _timedelta_seconds(a)) is None else s for a in args)
     for name, value in kwargs.items():
-        if isinstance(value, timedelta):
-            kwargs[name] = value.total_seconds()
+        secs = _timedelta_seconds(value)
+        if secs is not None:
+            kwargs[name] = secs
     _c_renew(self, ttl, *args, **kwargs)
 
 

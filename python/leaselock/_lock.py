@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _leaselock
 from ._aio import (
@@ -20,11 +19,15 @@ from ._aio import (
     _running_loop,
     _who,
 )
-from ._args import Duration, _check_key, _error, _ms
+from ._args import _check_key, _error, _ms
 from ._leaselock import Lease, LockError, LockTimeout, NotHeld
 
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
 if TYPE_CHECKING:
     import asyncio
+    from typing import Any, Callable, Optional
+
+    from ._args import Duration
 
 # Every Lock, so that a forked child can forget what its parent's threads
 # held (_fork.py).

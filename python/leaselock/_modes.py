@@ -3,17 +3,20 @@ over the core's mode acquires (_ModeLock), the checks of their keys, and
 the count of live holders."""
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
-
 from . import _leaselock
 from ._aio import _who
-from ._args import Duration, _error
+from ._args import _error
 from ._leaselock import Lease, LockError
 from ._lock import Lock
 
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
 if TYPE_CHECKING:
     import asyncio
+    from typing import Any, Callable, Literal, Optional
+
+    from ._args import Duration
+
+    _Mode = Literal["semaphore", "shared", "exclusive"]
 
 # The core does the work (csrc/modes.c, docs/contract.md "Semaphores and
 # read-write locks"): each holder holds an ordinary lease on a record of its
@@ -22,7 +25,6 @@ if TYPE_CHECKING:
 # wait, which polls with one-try acquires (the core has no wait driven one
 # try at a time for several records).
 
-_Mode = Literal["semaphore", "shared", "exclusive"]
 _KEY_MAX = 255
 
 
@@ -42,6 +44,8 @@ def _live(client: _leaselock.Client, prefix: str, name_ok: Callable[[str], bool]
 def _backoff(attempt: int) -> float:
     """The core's waiter backoff (seconds): full jitter, uniform in 1 ms ..
     min(1 s, 5 ms * 2^attempt)."""
+    import random  # here, not at import: only the asyncio wait of a mode needs it
+
     return random.uniform(0.001, min(1.0, 0.005 * 2 ** min(attempt, 10)))
 
 

@@ -2,14 +2,18 @@
 sides (RWLockSide)."""
 from __future__ import annotations
 
-from typing import Callable, Literal, Optional
-
 from . import _leaselock
 from ._aio import _who
-from ._args import Duration, _error
+from ._args import _error
 from ._leaselock import Lease, LockError, LockTimeout
 from ._lock import _my_holds, _Named
 from ._modes import _ModeLock, _live
+
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
+if TYPE_CHECKING:
+    from typing import Callable, Literal, Optional
+
+    from ._args import Duration
 
 # The longest suffix it adds to the key for its records (leaselock.h).
 _RWLOCK_SUFFIX = len("/.rw/r/") + 32

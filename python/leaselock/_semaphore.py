@@ -1,12 +1,16 @@
 """Semaphore: a counting semaphore across processes and machines."""
 from __future__ import annotations
 
-from typing import Callable, Optional
-
 from . import _leaselock
-from ._args import Duration, _error
+from ._args import _error
 from ._leaselock import Lease, LockError, LockTimeout
 from ._modes import _ModeLock, _live
+
+TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
+    from ._args import Duration
 
 _SEMAPHORE_MAX = 1000
 # The longest suffix it adds to the key for its records (leaselock.h).

@@ -9,8 +9,8 @@ import textwrap
 LAZY = ("asyncio", "concurrent.futures", "logging")
 
 
-def run(code, *args):
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+def run(code, *args, flags=()):
+    p = subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code), *map(str, args)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     return p
@@ -96,3 +96,60 @@ def test_a_task_is_told_from_a_thread_with_asyncio_imported_later(sqlite_uri, ke
         asyncio.run(main())
     """, sqlite_uri, key)
     assert "is already held by this task through this Lock" in p.stdout
+
+
+def test_the_import_imports_no_typing_datetime_random_asyncio_logging():
+    # typing (with re, enum and contextlib), datetime and random were most
+    # of what `import leaselock` cost once asyncio and logging were lazy.
+    # -S: no site, whose .pth files (certifi's) may import typing first.
+    p = run("""
+        import leaselock, sys
+        print(sorted(m for m in ('typing', 'datetime', 'random', 'asyncio', 'logging')
+                     if m in sys.modules))
+    """, flags=["-S"])
+    assert p.stdout.strip() == "[]"
+
+
+def test_what_they_served_still_works_imported_late(sqlite_uri, key):
+    # A fresh interpreter: datetime's C API is first needed by a timedelta
+    # passed to the extension, the records' TypedDicts and the overloads'
+    # typing when first named, random by a mode's asyncio wait.
+    p = run("""
+        import sys
+        import leaselock
+        from datetime import timedelta
+        client = leaselock.connect(sys.argv[1])
+        lock = client.lock(sys.argv[2], ttl=timedelta(seconds=5), min_hold=timedelta(0))
+        with lock as lease:  # the extension's with-block reads ttl
+            assert 0 < lease.expires_in <= 5
+            lease.renew(timedelta(seconds=7))
+            assert 5 < lease.expires_in <= 7
+        with lock.acquire(timeout=timedelta(seconds=1)) as lease:
+            holder = client.info(sys.argv[2])["holder"]
+        print(repr(holder)[:12], holder.label, type(holder) is leaselock.Holder)
+        try:
+            client.lock(sys.argv[2], ttl="5")
+        except TypeError as e:
+            print(e.code)
+        print("typing" in sys.modules)
+        import typing
+        print(typing.is_typeddict(leaselock.Record), typing.is_typeddict(leaselock.LockInfo),
+              typing.is_typeddict(leaselock.Durability), leaselock.Record.__module__,
+              sorted(typing.get_type_hints(leaselock.Holder)))
+        import asyncio
+
+        async def main():
+            sem = client.semaphore(sys.argv[2] + "s", 1)
+            held = await sem.acquire_async(timeout=0)
+            try:
+                await sem.acquire_async(timeout=0.05)
+            except leaselock.LockTimeout:
+                print("random" in sys.modules)
+            held.release()
+
+        asyncio.run(main())
+        client.close()
+    """, sqlite_uri, key, flags=["-S"])
+    assert p.stdout.split() == ["Holder(host=", "None", "True", "INVALID", "False",
+                                "True", "True", "True", "leaselock", "['host',", "'label',",
+                                "'pid']", "True"]
