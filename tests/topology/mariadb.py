@@ -145,7 +145,18 @@ class Node:
                 raise RuntimeError(f"mariadbd node{self.index} exited (see {self.log})")
             return os.path.exists(self.sock) and self.try_sql("SELECT 1") == "1"
 
-        wait_until(up, timeout, f"mariadbd node{self.index} to start (see {self.log})")
+        try:
+            wait_until(up, timeout, f"mariadbd node{self.index} to start (see {self.log})")
+        except RuntimeError as e:
+            # The log goes with pytest's temporary directory: its end, here.
+            raise RuntimeError(f"{e}; its log ends:\n{self.log_tail()}") from None
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"(no log: {e})"
 
     def first_ready(self, extra: list[str] | None = None) -> None:
         """ready() after the first launch(), which may lose its free port
