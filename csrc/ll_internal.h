@@ -591,7 +591,7 @@ typedef struct ll_backend
     * a pooled connection: the engine opens one per client, on the client's
     * watcher thread (watch.c), which alone uses it; each call is bounded
     * (open by the backend's connect timeout, drain by io_timeout or no
-    * I/O at all). watch_open (tag: ll_watch_tag's two characters, which
+    * I/O at all). watch_open (tag: ll_watch_begin's two characters, which
     * begin the owner of each of this client's waiters: a backend that can
     * address a release's notification to the next owner's process listens
     * for its tag) returns a listener owned by the engine (free
@@ -1036,7 +1036,7 @@ typedef struct ll_watch
    uint64_t heard; /* releases its listeners reported (tests read it) */
    ll_obs_t *obs;  /* borrowed: the client's log, for a listener that fails */
    bool warned;    /* the failure of the listener's last open was logged */
-   char tag[3];    /* ll_watch_tag's, new in each process */
+   char tag[3];    /* owners' tag (ll_watch_begin), new in each process */
 } ll_watch_t;
 
 /* Tests only: a waiter sleeps this long between its tries when > 0 (so a
@@ -1051,18 +1051,15 @@ extern _Atomic uint64_t ll_test_renewal_wakes;
 extern _Atomic uint64_t ll_test_io_starts;
 
 void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri, ll_obs_t *obs);
-/* Sets the first two characters of owner (a new one: ll_owner_new) to
- * this process's tag, two hex digits chosen at random for each client and
- * process, before the blocking acquire that owns it first tries: a
- * release that names owner as next is then heard by this process's
- * listener alone (PostgreSQL: the channel ll<table>_<tag>), not by every
- * process that waits for a key of the table. Nothing for a backend
- * without watch ops. */
-void ll_watch_tag (ll_watch_t *w, char *owner, pid_t me);
-/* Registers e (key, key_len, owner, since, mu, cond set by the caller)
- * before a blocking acquire's first try, so a release during a try is
- * not missed; nothing for a backend without watch ops. */
-void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
+/* Registers e (key, key_len, since, mu, cond set by the caller) before a
+ * blocking acquire's first try, so a release during a try is not missed,
+ * with owner (a new one: ll_owner_new) as e's owner, its first two
+ * characters set to this process's tag, two hex digits chosen at random
+ * for each client and process: a release that names owner as next is
+ * then heard by this process's listener alone (PostgreSQL: the channel
+ * ll<table>_<tag>), not by every process that waits for a key of the
+ * table. Nothing for a backend without watch ops. */
+void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, char *owner, pid_t me);
 /* e's standing after a try that found the key busy, before it sleeps:
  * starts the watcher unless it runs (an acquire that never waits starts
  * nothing); returns whether a listener is open now (a reserved waiter may

@@ -187,14 +187,15 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
  * delivered once it commits (watch.c wakes the waiter it names), the
  * payload "<next owner>/<key>". A release that names its next owner goes
  * to that owner's channel, ll<table>_<tag> (the owner's first two
- * characters: ll_watch_tag), which only its process listens to: with 32
+ * characters: ll_watch_begin), which only its process listens to: with 32
  * processes waiting, a release wakes one listener, not 32. One that names
  * nobody (force-release of a record without a live reservation) goes to
  * every listener of the table, on ll_<table>, the next owner empty. Both
  * at most 63 bytes (NAMEDATALEN): a table name has at most 58. r is the
  * updated row. */
 #define LL_POSTGRESQL_CHANNEL "ll_%1$s"
-#define LL_POSTGRESQL_TAG_CHANNEL(owner) "'ll%1$s_' || left(" owner ", 2)"
+#define LL_POSTGRESQL_TAG_PREFIX "ll%1$s_"
+#define LL_POSTGRESQL_TAG_CHANNEL(owner) "'" LL_POSTGRESQL_TAG_PREFIX "' || left(" owner ", 2)"
 #define LL_POSTGRESQL_NOTIFY                                                                       \
    "pg_notify(CASE WHEN r.next_until > clock_timestamp() THEN " LL_POSTGRESQL_TAG_CHANNEL (        \
      "r.next_owner") " ELSE '" LL_POSTGRESQL_CHANNEL "' END, coalesce(CASE WHEN r.next_until > "   \
@@ -260,7 +261,8 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
 
 /* The listener's statements (watch_open): "%1$s" the table, "%2$s" the
  * client's tag (LL_POSTGRESQL_NOTIFY's two channels). */
-#define LL_POSTGRESQL_LISTEN "LISTEN \"" LL_POSTGRESQL_CHANNEL "\"; LISTEN \"ll%1$s_%2$s\""
+#define LL_POSTGRESQL_LISTEN                                                                       \
+   "LISTEN \"" LL_POSTGRESQL_CHANNEL "\"; LISTEN \"" LL_POSTGRESQL_TAG_PREFIX "%2$s\""
 
 /* prune: the records under a prefix expired at least older_than ago by
  * clock_timestamp(), but not one whose reservation is live (a waiter

@@ -201,14 +201,10 @@ static bool wait_turn (leaselock_client_t *c, bucket_t *b, bool *woken, int64_t 
  * (a client that never waits never listens). */
 void ll_call_watch_begin (acquire_call_t *a, int64_t now)
 {
-   ll_watch_tag (&a->c->watch, a->owner, a->me);
-   a->watch = (ll_watch_waiter_t){ .key = a->key,
-                                   .key_len = a->key_len,
-                                   .owner = a->owner,
-                                   .since = now,
-                                   .mu = &a->b->mu,
-                                   .cond = &a->b->cond };
-   ll_watch_begin (&a->c->watch, &a->watch, a->me);
+   a->watch = (ll_watch_waiter_t){
+      .key = a->key, .key_len = a->key_len, .since = now, .mu = &a->b->mu, .cond = &a->b->cond
+   };
+   ll_watch_begin (&a->c->watch, &a->watch, a->owner, a->me);
    a->watched = true;
    a->local = (local_waiter_t){
       .key = a->key, .key_len = a->key_len, .since = now, .woken = &a->watch.woken

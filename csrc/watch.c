@@ -30,7 +30,7 @@
 
 _Atomic int64_t ll_test_wait_poll_ms;
 
-/* A new random tag (ll_watch_tag): two hex digits. */
+/* A new random tag (ll_watch_begin): two hex digits. */
 static void new_tag (ll_watch_t *w)
 {
    unsigned char r;
@@ -248,18 +248,9 @@ static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
    new_tag (w); /* the parent's listener hears the parent's */
 }
 
-void ll_watch_tag (ll_watch_t *w, char *owner, pid_t me)
+void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, char *owner, pid_t me)
 {
-   if (!w->backend->watch_open)
-      return;
-   pthread_mutex_lock (&w->mu);
-   reset_after_fork_locked (w, me);
-   memcpy (owner, w->tag, 2);
-   pthread_mutex_unlock (&w->mu);
-}
-
-void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
-{
+   e->owner = owner;
    e->woken = false;
    e->reserved = false;
    e->prev = e->next = NULL;
@@ -267,6 +258,7 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
       return;
    pthread_mutex_lock (&w->mu);
    reset_after_fork_locked (w, me);
+   memcpy (owner, w->tag, 2); /* before its first try: the tag is this process's */
    LL_LIST_PUSH (w->waiters, e, prev, next);
    e->released = false;
    pthread_mutex_unlock (&w->mu);

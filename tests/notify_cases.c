@@ -230,6 +230,15 @@ static void *nt_waiter_main (void *arg)
    return NULL;
 }
 
+/* Waits (up to 10 s) until c's watcher has a listener open, then a moment
+ * for its LISTEN to be in place. */
+static void nt_listening (leaselock_client_t *c)
+{
+   for (int i = 0; i < 10000 && ll_watch_opens (ll_client_watch (c)) < 1; i++)
+      sleep_ms (1);
+   sleep_ms (100);
+}
+
 /* A release notifies only when it leaves a waiter next (a live
  * reservation): releases nobody waits for wake no process's watcher, and
  * the one a waiter is next for wakes it. */
@@ -249,9 +258,7 @@ void test_notify_only_when_reserved (void)
    atomic_store (&ll_test_wait_poll_ms, 60000);
    pthread_create (&w.th, NULL, nt_waiter_main, &w);
    ll_watch_t *watch = ll_client_watch (w.c);
-   for (int i = 0; i < 10000 && ll_watch_opens (watch) < 1; i++)
-      sleep_ms (1);
-   sleep_ms (100); /* the listener is in place */
+   nt_listening (w.c);
    uint64_t before = ll_watch_heard (watch);
    bool others_ok = true;
    for (int i = 0; i < 5 && others_ok; i++) {
@@ -287,16 +294,7 @@ void test_notify_only_when_reserved (void)
    leaselock_client_destroy (h);
 }
 
-/* Waits (up to 5 s) until c's watcher has a listener open, then a moment
- * for its LISTEN to be in place. */
-static void nt_listening (leaselock_client_t *c)
-{
-   for (int i = 0; i < 5000 && ll_watch_opens (ll_client_watch (c)) < 1; i++)
-      sleep_ms (1);
-   sleep_ms (100);
-}
-
-/* c's tag (ll_watch_tag), into buf[3]. */
+/* c's tag (ll_watch_begin), into buf[3]. */
 static void nt_tag (leaselock_client_t *c, char buf[3])
 {
    ll_watch_t *w = ll_client_watch (c);
