@@ -825,9 +825,9 @@ def write(res, out_dir, path):
     if cr:
         L.append("**Cron style**: `flock FILE true` vs `leaselock --uri sqlite://… run KEY -- "
                  "true`, process start included, runs started one after another from Python; "
-                 "`true` alone is the floor, and `leaselock --help` the CLI's own start (with "
-                 "SQLite's library alone: a server backend's module and client library load at "
-                 "the first URI of its scheme):\n")
+                 "`true` alone is the floor, and `leaselock --help` the CLI's own start (SQLite "
+                 "linked in, as `make` builds it: mk/cli.mk; a server backend's module and "
+                 "client library load at the first URI of its scheme):\n")
         L.append(table(["command", "ms per run", "runs/s"],
                        [[r["variant"], fmt(r["value"]),
                          fmt(res.value("alternatives-cron", "local", r["variant"], "runs_per_s"))]
