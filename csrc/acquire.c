@@ -174,7 +174,8 @@ static void call_explain (acquire_call_t *a, const leaselock_error_t *error, lea
 static bool call_init (acquire_call_t *a, leaselock_client_t *c, const char *key, size_t key_len,
                        const leaselock_acquire_opts_t *opts, leaselock_error_t *err)
 {
-   *a = (acquire_call_t){ .c = c, .key = key, .key_len = key_len, .opts = opts, .me = getpid () };
+   *a =
+     (acquire_call_t){ .c = c, .key = key, .key_len = key_len, .opts = opts, .me = ll_getpid () };
    a->start = ll_now_ms ();
    a->until = a->start + opts->timeout_ms;
    a->w.since = -1;
@@ -301,7 +302,7 @@ bool leaselock_wait_try (leaselock_wait_t *w, leaselock_lease_t **lease, int64_t
       return ll_error_set (err, LEASELOCK_INVALID,
                            "the wait for \"%s\" is over (it acquired the key or failed)",
                            LL_KEY_SHOWN (a->key, a->key_len));
-   if (getpid () != a->me)
+   if (ll_getpid () != a->me)
       return ll_error_set (err, LEASELOCK_INVALID, "the wait was begun in another process");
    if (atomic_load (&a->c->closing)) {
       w->over = true;
@@ -329,7 +330,7 @@ void leaselock_wait_destroy (leaselock_wait_t *w)
 {
    if (!w)
       return;
-   if (!w->over && getpid () == w->a.me) {
+   if (!w->over && ll_getpid () == w->a.me) {
       leaselock_error_t timeout;
       ll_error_set (&timeout, LEASELOCK_INTERRUPTED, "the wait was given up");
       ll_call_quit (&w->a);

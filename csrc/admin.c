@@ -20,7 +20,7 @@ typedef struct admin_conn
 /* Takes a connection from the pool; false (err set) when none can be had. */
 static bool admin_begin (leaselock_client_t *c, admin_conn_t *a, leaselock_error_t *err)
 {
-   a->me = getpid ();
+   a->me = ll_getpid ();
    a->conn = ll_pool_get (c, a->me, err);
    a->t0 = ll_real_now_us ();
    return a->conn != NULL;
@@ -52,7 +52,7 @@ bool leaselock_client_stats (leaselock_client_t *c, leaselock_stats_t *stats,
    if (!c || !stats)
       return ll_error_set (error, LEASELOCK_INVALID, "%s is NULL", c ? "stats" : "client");
    ll_obs_read (&c->obs, stats);
-   pid_t me = getpid ();
+   pid_t me = ll_getpid ();
    pthread_mutex_lock (&c->mu);
    int64_t now = ll_now_ms ();
    for (leaselock_lease_t *l = c->leases; l; l = l->next_all)

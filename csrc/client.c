@@ -140,7 +140,7 @@ leaselock_client_t *leaselock_client_new (const char *uri, const char *label,
    ll_cond_init (&c->renew_cond);
    ll_cond_init (&c->drained);
    ll_cond_init (&c->io_cond);
-   c->pid = getpid ();
+   c->pid = ll_getpid ();
 
    /* Listed first, so that a fork() while the first connection opens waits
     * for it like for any other. */
@@ -247,7 +247,7 @@ bool leaselock_client_close (leaselock_client_t *c, bool release_held, leaselock
    ll_error_clear (error);
    if (!c)
       return ll_error_set (error, LEASELOCK_INVALID, "client is NULL");
-   pid_t me = getpid ();
+   pid_t me = ll_getpid ();
    if (!begin_close (c, me, release_held))
       return true;
    ll_wake_all_waiters ();

@@ -15,7 +15,47 @@
  */
 #include "engine_private.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
+
+/*
+ * The process's id without a system call: getpid() is one (glibc keeps no
+ * cache), and an acquire+release pair through a binding asked it three
+ * times. It is kept in a page of its own marked MADV_WIPEONFORK, which
+ * the kernel hands to any child zeroed, however it was made (fork(),
+ * _Fork() and clone() without CLONE_VM run no atfork handler): a 0 read
+ * there means a new process, which asks getpid() once and keeps it. A
+ * kernel without MADV_WIPEONFORK (before Linux 4.14) leaves the cache
+ * off: every call asks getpid().
+ */
+static _Atomic pid_t *pid_page;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void pid_page_init (void)
+{
+   size_t size = (size_t)sysconf (_SC_PAGESIZE);
+   void *p = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+   if (p == MAP_FAILED)
+      return;
+   if (madvise (p, size, MADV_WIPEONFORK) != 0) {
+      munmap (p, size);
+      return;
+   }
+   pid_page = p;
+}
+
+pid_t ll_getpid (void)
+{
+   pthread_once (&pid_once, pid_page_init);
+   if (!pid_page)
+      return getpid ();
+   pid_t pid = atomic_load_explicit (pid_page, memory_order_relaxed);
+   if (pid == 0) {
+      pid = getpid ();
+      atomic_store_explicit (pid_page, pid, memory_order_relaxed);
+   }
+   return pid;
+}
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
 static leaselock_client_t *clients; /* every client not yet destroyed (clients_mu) */
@@ -23,7 +63,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare (void)
 {
-   pid_t me = getpid ();
+   pid_t me = ll_getpid ();
    int64_t until = ll_real_now_ms () + FORK_WAIT_MS; /* one bound for all clients */
    pthread_mutex_lock (&clients_mu);
    for (leaselock_client_t *c = clients; c; c = c->next_client) {

@@ -153,7 +153,7 @@ leaselock_state_t leaselock_lease_state (leaselock_lease_t *l)
       return LEASELOCK_STATE_RELEASED;
    leaselock_client_t *c = l->client;
    pthread_mutex_lock (&c->mu);
-   if (l->pid == getpid ())
+   if (l->pid == ll_getpid ())
       ll_check_deadline_locked (c, l, ll_now_ms ());
    leaselock_state_t st = l->state;
    pthread_mutex_unlock (&c->mu);

@@ -984,6 +984,10 @@ void ll_sql_abandon (void *conn);
    .open = p##_open, .close = ll_sql_close, .abandon = ll_sql_abandon, LL_BACKEND_LEASE_OPS (p),   \
    .fair_take = true, .record_waiters = true, .primary = ll_sql_primary
 
+/* getpid(), without a system call once the process asked it (fork.c;
+ * the core's own, not in LL_CORE_API). */
+pid_t ll_getpid (void);
+
 /* ---- release notifications (watch.c) ----------------------------------- */
 
 /* One blocking acquire as its client's watcher sees it, registered from

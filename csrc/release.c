@@ -177,7 +177,7 @@ void ll_lease_drop_on_release (leaselock_lease_t *l)
 bool leaselock_lease_reenter (leaselock_lease_t *l, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
-   pid_t me = getpid ();
+   pid_t me = ll_getpid ();
    int64_t holds;
    if (!ll_lease_usable (l, me, err) || !lease_holds (l, &holds, err))
       return false;
@@ -220,13 +220,13 @@ bool leaselock_hold (leaselock_client_t *c, const char *key, size_t key_len, con
       return ll_error_set (err, LEASELOCK_INVALID,
                            "owner must be %d lower-case hex characters (an owner token)",
                            LEASELOCK_OWNER_LEN);
-   return hold_call (c, key, key_len, owner, delta, getpid (), holds, err);
+   return hold_call (c, key, key_len, owner, delta, ll_getpid (), holds, err);
 }
 
 bool leaselock_lease_release (leaselock_lease_t *l, leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
-   pid_t me = getpid ();
+   pid_t me = ll_getpid ();
    if (!ll_lease_usable (l, me, err))
       return false;
    int64_t holds = 0;
@@ -250,7 +250,7 @@ void leaselock_lease_destroy (leaselock_lease_t *l)
    if (!l)
       return;
    leaselock_client_t *c = l->client;
-   pid_t me = getpid (); /* once: a system call, and this thread's process stays */
+   pid_t me = ll_getpid (); /* once: a system call, and this thread's process stays */
    if (l->pid == me) {
       pthread_mutex_lock (&c->mu);
       bool release = !refuses_release_locked (c) && l->state != LEASELOCK_STATE_RELEASED;

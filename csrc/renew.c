@@ -365,7 +365,7 @@ static void *io_main (void *arg)
 {
    io_slot_t *slot = arg;
    leaselock_client_t *c = slot->client;
-   pid_t me = getpid (); /* the thread lives in one process only */
+   pid_t me = ll_getpid (); /* the thread lives in one process only */
    pthread_mutex_lock (&c->mu);
    for (;;) {
       while (!slot->job && !slot->forget && !c->stopping)
@@ -495,7 +495,7 @@ bool leaselock_lease_extend (leaselock_lease_t *l, int64_t ttl_ms, int64_t min_h
                              leaselock_error_t *error)
 {
    leaselock_error_t *err = LL_ERROR_START (error);
-   pid_t me = getpid ();
+   pid_t me = ll_getpid ();
    if (!ll_lease_usable (l, me, err))
       return false;
    if (ttl_ms != 0 && !ll_check_ttl (ttl_ms, "ttl", err))

@@ -50,7 +50,7 @@ void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri,
    w->obs = obs;
    pthread_mutex_init (&w->mu, NULL);
    ll_cond_init (&w->cond);
-   w->pid = getpid ();
+   w->pid = ll_getpid ();
    new_tag (w);
 }
 
@@ -299,7 +299,7 @@ void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me)
 void ll_watch_stop (ll_watch_t *w)
 {
    pthread_mutex_lock (&w->mu);
-   reset_after_fork_locked (w, getpid ());
+   reset_after_fork_locked (w, ll_getpid ());
    w->stopping = true;
    bool join = w->running;
    w->running = false;
@@ -322,7 +322,7 @@ void ll_watch_destroy (ll_watch_t *w)
 uint64_t ll_watch_opens (ll_watch_t *w)
 {
    pthread_mutex_lock (&w->mu);
-   uint64_t n = w->pid == getpid () ? w->opens : 0;
+   uint64_t n = w->pid == ll_getpid () ? w->opens : 0;
    pthread_mutex_unlock (&w->mu);
    return n;
 }
@@ -330,7 +330,7 @@ uint64_t ll_watch_opens (ll_watch_t *w)
 uint64_t ll_watch_heard (ll_watch_t *w)
 {
    pthread_mutex_lock (&w->mu);
-   uint64_t n = w->pid == getpid () ? w->heard : 0;
+   uint64_t n = w->pid == ll_getpid () ? w->heard : 0;
    pthread_mutex_unlock (&w->mu);
    return n;
 }

@@ -1539,6 +1539,57 @@ static void test_fork_child_cannot_release (void)
    leaselock_client_destroy (c);
 }
 
+/* A child made by _Fork(), which runs no atfork handler (nor does a raw
+ * clone()), is a new process to the engine all the same: it neither
+ * releases nor renews the parent's lease, and its own acquire works. The
+ * engine's process id is cached without a system call (fork.c,
+ * ll_getpid); a cache that only the atfork handlers reset would make
+ * this child release the parent's lease. */
+static void test_fork_without_atfork_handlers (void)
+{
+   leaselock_client_t *c = client ("rawfork");
+   CHECK (c);
+   leaselock_error_t err;
+   leaselock_lease_t *l;
+   bool ok = acq (c, key ("rawfork"), opts (60000, false), &l, &err);
+   CHECK_OK (ok, err);
+   fflush (NULL);
+   pid_t pid = _Fork ();
+   if (pid == 0) {
+      int code = 0;
+      leaselock_error_t e;
+      if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD ||
+          !strstr (e.message, "fork"))
+         code |= 1;
+      if (leaselock_lease_renew (l, 0, &e) || e.code != LEASELOCK_NOT_HELD)
+         code |= 2;
+      leaselock_lease_destroy (l); /* must not release the parent's lease */
+      leaselock_lease_t *mine = NULL;
+      leaselock_acquire_opts_t o = opts (5000, false);
+      if (!leaselock_acquire (c, key ("rawfork-child"), strlen (key ("rawfork-child")), &o, &mine,
+                              &e))
+         code |= 4;
+      else if (!leaselock_lease_release (mine, &e))
+         code |= 8;
+      leaselock_lease_destroy (mine);
+      _exit (code);
+   }
+   CHECK (pid > 0);
+   int status;
+   waitpid (pid, &status, 0);
+   CHECK (WIFEXITED (status));
+   CHECK_EQ (WEXITSTATUS (status), 0);
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, key ("rawfork"), strlen (key ("rawfork")), &rec, &found, &err);
+   CHECK_OK (ok, err);
+   CHECK (found && !strcmp (rec.owner, leaselock_lease_owner (l)) && rec.expires_in_ms > 0);
+   ok = leaselock_lease_release (l, &err);
+   CHECK_OK (ok, err);
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (c);
+}
+
 /* ---- bad input --------------------------------------------------------- */
 
 /* ---- closing a client ------------------------------------------------- */
@@ -4074,6 +4125,7 @@ int main (int argc, char **argv)
    }
    RUN (test_reacquire_same_owner);
    RUN (test_fork_child_cannot_release);
+   RUN (test_fork_without_atfork_handlers);
    RUN_SLOW (test_close_keeps_leases_closed);
    RUN (test_close_releases_held);
    if (FAKE)
