@@ -974,6 +974,19 @@ static void test_local_wake_one (void)
          before = now;
       }
    }
+   /* A watcher's listener that opens now wakes the waiter that believes
+    * it is next, for a try of its own (watch.c, open_listener): let that
+    * happen before counting, and b's requests stand still again. */
+   ll_watch_t *bw = ll_client_watch (b);
+   for (int t = 0; t < 10000 && bw->backend->watch_open && ll_watch_opens (bw) < 1; t++)
+      sleep_ms (1);
+   for (int t = 0; t < 50; t++) {
+      sleep_ms (50);
+      uint64_t now = requests_of (b);
+      if (now == before)
+         break;
+      before = now;
+   }
    bool all_waiting = st.waits == N && count_done (w, N) == 0;
    bool ok = leaselock_lease_release (la, &err);
    bool one_each = all_waiting && ok;
