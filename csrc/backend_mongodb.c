@@ -259,13 +259,43 @@ static bool ll_mongo_renew (void *c, const ll_op_t *op, int64_t ttl_ms, leaseloc
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
+/* Whether a release's new document (ll_mongo_release_opts) holds a live
+ * reservation: nextOwner a string and nextAt + nextMs after renewedAt,
+ * the release's own time, all by the server's clock. */
+static bool ll_mongo_next_live (const bson_t *doc)
+{
+   bson_iter_t o, at, ms, now;
+   return bson_iter_init_find (&o, doc, "nextOwner") && BSON_ITER_HOLDS_UTF8 (&o) &&
+          bson_iter_init_find (&at, doc, "nextAt") && BSON_ITER_HOLDS_DATE_TIME (&at) &&
+          bson_iter_init_find (&ms, doc, "nextMs") &&
+          bson_iter_init_find (&now, doc, "renewedAt") && BSON_ITER_HOLDS_DATE_TIME (&now) &&
+          bson_iter_date_time (&at) + bson_iter_as_int64 (&ms) > bson_iter_date_time (&now);
+}
+
+/* release: a findAndModify, one round trip as an update would be, whose
+ * new document says whether a waiter is next: only then are this
+ * machine's listeners woken (waking them on every release would cost each
+ * a request for nothing). */
 static bool ll_mongo_release (void *c, const ll_op_t *op, int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
-   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok = ll_mongo_owned_query (&q, op->key, op->key_len, op->owner) &&
-             ll_mongo_free_update (&u, min_hold_ms);
-   return ll_mongo_update_owned (c, &q, &u, ok, err);
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, *doc = NULL;
+   bool ok = (ll_mongo_owned_query (&q, op->key, op->key_len, op->owner) &&
+              ll_mongo_free_update (&u, min_hold_ms)) ||
+             ll_mongo_nomem (err);
+   ok = ok && ll_mongo_fam_run (conn, conn->coll, &q, ll_mongo_release_opts (&u), &doc, err);
+   bson_destroy (&q);
+   bson_destroy (&u);
+   if (!ok)
+      return false;
+   if (!doc)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   bool next = ll_mongo_next_live (doc);
+   bson_destroy (doc);
+   if (next)
+      ll_wake_touch (&conn->wake);
+   return true;
 }
 
 /* findAndModify(q, u) without upsert returning the new document's holds,
@@ -490,6 +520,7 @@ static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leas
          return false;
       if (matched) {
          *took = live;
+         ll_wake_touch (&conn->wake); /* rare: whoever waits tries now */
          return true;
       }
    }
@@ -512,6 +543,9 @@ static bool ll_mongo_prune (void *c, const char *prefix, size_t prefix_len, int6
    return ok && ll_mongo_queue_prune (conn, prefix, prefix_len, older_than_ms, err);
 }
 
+/* Release notifications for this machine's processes (wake_file.c). */
+LL_WAKE_HOST_WATCH (ll_mongo, "mongodb", LL_MONGO_COLL_OPTION)
+
 const ll_backend_t ll_backend_mongodb = {
    .name = "mongodb",
    .schemes = { "mongodb", "mongodb+srv", NULL },
@@ -519,6 +553,7 @@ const ll_backend_t ll_backend_mongodb = {
    .acquire = ll_mongo_acquire,
    .fair_take = true,
    LL_BACKEND_LEASE_OPS (ll_mongo),
+   LL_BACKEND_HOST_WATCH_OPS (ll_mongo),
    .primary = ll_mongo_primary,
 };
 

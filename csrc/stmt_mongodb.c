@@ -360,6 +360,12 @@ mongoc_find_and_modify_opts_t *ll_mongo_fam_opts (const bson_t *update, bool ups
    return ll_mongo_fam_opts_fields (update, fence, upsert);
 }
 
+mongoc_find_and_modify_opts_t *ll_mongo_release_opts (const bson_t *update)
+{
+   static const char *const fields[] = { "nextOwner", "nextAt", "nextMs", "renewedAt", NULL };
+   return ll_mongo_fam_opts_fields (update, fields, false);
+}
+
 /* ---- the fair mode's queue ------------------------------------------------ */
 
 bool ll_mongo_queue_id (bson_t *doc, const char *key, size_t key_len, const char *owner)

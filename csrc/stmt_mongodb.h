@@ -46,6 +46,9 @@
 
 #define LL_MONGO_DEFAULT_DB "leaselock"
 #define LL_MONGO_DEFAULT_COLL "leaselock"
+/* The URI option that names the collection (leaselock's own, taken out
+ * before the URI reaches the driver; case-insensitive). */
+#define LL_MONGO_COLL_OPTION "leaselockCollection"
 /* The queue's collection: the records' name with this suffix. */
 #define LL_MONGO_QUEUE_SUFFIX ".queue"
 /* The failover record's collection (below): the records' name with this. */
@@ -155,6 +158,13 @@ mongoc_find_and_modify_opts_t *ll_mongo_fam_opts (const bson_t *update, bool ups
  * Ownership as ll_mongo_fam_opts. */
 mongoc_find_and_modify_opts_t *ll_mongo_fam_opts_fields (const bson_t *update,
                                                          const char *const *fields, bool upsert);
+
+/* The findAndModify options of a release (ll_mongo_owned_query,
+ * ll_mongo_free_update): return the new document's reservation (nextOwner,
+ * nextAt, nextMs) and renewedAt, the release's own $currentDate, so that
+ * one round trip tells whether the release left a live reservation, by
+ * the server's clock. Ownership as ll_mongo_fam_opts. */
+mongoc_find_and_modify_opts_t *ll_mongo_release_opts (const bson_t *update);
 
 /* ---- the fair mode's queue ------------------------------------------------ */
 
