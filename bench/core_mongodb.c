@@ -92,7 +92,7 @@ static void bare_acquire (bare_t *b, const char *owner, int64_t pid)
    size_t klen = strlen (bare_key);
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    if (!ll_mongo_acquire_query (&q, bare_key, klen, owner) ||
-       !ll_mongo_acquire_update (&u, owner, BENCH_TTL_MS, b->host, pid, BENCH_LABEL))
+       !ll_mongo_acquire_update (&u, owner, BENCH_TTL_MS, b->host, pid, BENCH_LABEL, false))
       bench_die ("bare acquire", "out of memory");
    if (!bare_fam (b, &q, &u, false)) {
       bson_reinit (&q);

@@ -487,6 +487,11 @@ typedef struct ll_take
     * queue holds a live entry of another owner, a key without a record
     * too, so that it never goes ahead of a queued waiter. */
    bool fair;
+   /* The taker waited in the key's fair queue, where others may wait
+    * behind it: a backend whose release cannot see the queue in its own
+    * round trip (MongoDB) keeps this on the record until the next take,
+    * and that lease's release wakes this machine's listeners. */
+   bool queued;
 } ll_take_t;
 
 /* What acquire_wait tells its caller (a struct of the caller's). */
@@ -1120,6 +1125,9 @@ typedef struct ll_wake_toucher
  * nobody listening yet, or a refused touch only leaves waiters to their
  * polls). Nothing when t has no path. */
 void ll_wake_touch (ll_wake_toucher_t *t);
+/* Tests only: when set, ll_wake_touch touches nothing (a release made on
+ * another machine, as this machine's listeners hear it). */
+extern _Atomic bool ll_test_wake_silent;
 /* Closes and frees t's own; a zeroed toucher (no path) is fine. */
 void ll_wake_toucher_free (ll_wake_toucher_t *t);
 
