@@ -4,6 +4,7 @@
  */
 #include "notify_cases.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -14,6 +15,31 @@ static bool nt_supported (const char *uri)
    leaselock_error_t err;
    const ll_backend_t *b = ll_backend_for_uri (uri, &err);
    return b && b->watch_open;
+}
+
+bool nt_host_wake_path (const char *uri, const char *backend, const char *table_option, char *buf,
+                        size_t size)
+{
+   ll_uri_t u;
+   leaselock_error_t err;
+   if (!ll_uri_parse (uri, &u, &err))
+      return false;
+   char *wake = ll_wake_host_path (backend, &u, table_option);
+   ll_uri_cleanup (&u);
+   if (wake)
+      snprintf (buf, size, "%s", wake);
+   free (wake);
+   return wake != NULL;
+}
+
+bool nt_remove_wake (const char *uri)
+{
+   char wake[4096];
+   if (!nt_wake_path (uri, wake, sizeof wake))
+      return false;
+   if (unlink (wake) != 0)
+      fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+   return true;
 }
 
 /* Whether uri's listeners hear only this machine's releases. */

@@ -30,6 +30,13 @@ void nt_break_listener (const char *uri);
 int nt_listeners (void);
 bool nt_wake_path (const char *uri, char *buf, size_t size);
 
+/* For the suites: the same-machine channel of a server backend
+ * (ll_wake_host_path) into buf; and uri's channel file (nt_wake_path)
+ * removed, false when the backend has none. */
+bool nt_host_wake_path (const char *uri, const char *backend, const char *table_option, char *buf,
+                        size_t size);
+bool nt_remove_wake (const char *uri);
+
 /* A release in another process wakes the waiter at once: its polls are
  * longer than its timeout, and it sends a few statements, not dozens. */
 void test_notify_wakes_other_process (void);

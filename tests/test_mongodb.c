@@ -2781,24 +2781,13 @@ static void test_primary_changed_before_grant (void)
 /* This machine's channel file of the URI's collection (wake_file.c). */
 bool nt_wake_path (const char *uri, char *buf, size_t size)
 {
-   ll_uri_t u;
-   leaselock_error_t err;
-   if (!ll_uri_parse (uri, &u, &err))
-      return false;
-   char *wake = ll_wake_host_path ("mongodb", &u, LL_MONGO_COLL_OPTION);
-   ll_uri_cleanup (&u);
-   if (wake)
-      snprintf (buf, size, "%s", wake);
-   free (wake);
-   return wake != NULL;
+   return nt_host_wake_path (uri, "mongodb", LL_MONGO_COLL_OPTION, buf, size);
 }
 
 /* The channel file removed: the listener breaks and makes a new one. */
 void nt_break_listener (const char *uri)
 {
-   char wake[4096];
-   if (nt_wake_path (uri, wake, sizeof wake) && unlink (wake) != 0)
-      fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+   (void)nt_remove_wake (uri);
 }
 
 /* A listener here is an inotify watch in the client's process: the test

@@ -2509,28 +2509,15 @@ static void test_holder_info (void)
 /* MySQL: this machine's channel file (wake_file.c); PostgreSQL has none. */
 bool nt_wake_path (const char *uri, char *buf, size_t size)
 {
-   ll_uri_t u;
-   leaselock_error_t err;
-   if (!IS_MYSQL || !ll_uri_parse (uri, &u, &err))
-      return false;
-   char *wake = ll_wake_host_path ("mysql", &u, "table");
-   ll_uri_cleanup (&u);
-   if (wake)
-      snprintf (buf, size, "%s", wake);
-   free (wake);
-   return wake != NULL;
+   return IS_MYSQL && nt_host_wake_path (uri, "mysql", "table", buf, size);
 }
 
 /* The listeners' connections killed, as an admin or a failover would;
  * MySQL's channel file removed. */
 void nt_break_listener (const char *uri)
 {
-   char wake[4096];
-   if (nt_wake_path (uri, wake, sizeof wake)) {
-      if (unlink (wake) != 0)
-         fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+   if (nt_remove_wake (uri))
       return;
-   }
    char out[32];
    if (!raw_query ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                    "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",

@@ -1456,10 +1456,7 @@ static void test_locked_file_bounded (void)
 /* The channel file removed: the listener breaks and makes a new one. */
 void nt_break_listener (const char *uri)
 {
-   char wake[PATH_MAX];
-   snprintf (wake, sizeof wake, "%s-wake", uri + strlen ("sqlite://"));
-   if (unlink (wake) != 0)
-      fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+   (void)nt_remove_wake (uri);
 }
 
 /* <db>-wake beside the database. */
