@@ -427,13 +427,13 @@ static void *ll_sqlite_watch_open (const char *uri_text, const char *tag, leasel
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
       goto done;
    }
+   char detail[PATH_MAX + 16];
+   snprintf (detail, sizeof detail, "database '%s'", uri.path);
    struct stat st;
    bool have_db = stat (uri.path, &st) == 0;
    int fd = have_db ? ll_wake_make (wake, st.st_mode & 0666, true, &st)
                     : ll_wake_make (wake, 0644, false, NULL);
-   char detail[PATH_MAX + 16];
-   snprintf (detail, sizeof detail, "database '%s'", uri.path);
-   l = ll_wake_listen ("sqlite", wake, fd, detail, err);
+   l = ll_wake_listen ("sqlite", wake, fd, detail, err); /* reads make's errno */
 done:
    free (wake);
    ll_uri_cleanup (&uri);
