@@ -4,7 +4,7 @@
  * auto-renewal, then leaselock_lease_release) beside a bare libmongoc
  * program sending the same commands, built by the same code
  * (csrc/stmt_mongodb.c: the conditional findAndModify, the upsert only when
- * that matched nothing, the updateOne of the release), with the same write
+ * that matched nothing, the release's findAndModify), with the same write
  * concern (w=majority, wtimeout 5 s). After a warm-up,
  * many short rounds alternate (engine, bare, bare, engine, ...), so a
  * pause of the server (its GC or JIT) or of the machine lands on both
@@ -92,7 +92,7 @@ static void bare_acquire (bare_t *b, const char *owner, int64_t pid)
    size_t klen = strlen (bare_key);
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    if (!ll_mongo_acquire_query (&q, bare_key, klen, owner) ||
-       !ll_mongo_acquire_update (&u, owner, BENCH_TTL_MS, b->host, pid, BENCH_LABEL))
+       !ll_mongo_acquire_update (&u, owner, BENCH_TTL_MS, b->host, pid, BENCH_LABEL, false))
       bench_die ("bare acquire", "out of memory");
    if (!bare_fam (b, &q, &u, false)) {
       bson_reinit (&q);
@@ -105,7 +105,8 @@ static void bare_acquire (bare_t *b, const char *owner, int64_t pid)
    bson_destroy (&u);
 }
 
-/* The backend's release without min_hold: the owner's record freed. */
+/* The backend's release without min_hold: the owner's record freed by a
+ * findAndModify that returns the reservation (ll_mongo_release_opts). */
 static void bare_release (bare_t *b, const char *owner)
 {
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, reply;
@@ -114,10 +115,14 @@ static void bare_release (bare_t *b, const char *owner)
    if (!ll_mongo_owned_query (&q, bare_key, strlen (bare_key), owner) ||
        !ll_mongo_free_update (&u, 0))
       bench_die ("bare release", "out of memory");
-   if (!mongoc_collection_update_one (b->coll, &q, &u, NULL, &reply, &e))
+   mongoc_find_and_modify_opts_t *o = ll_mongo_release_opts (&u);
+   if (!o)
+      bench_die ("bare release", "out of memory");
+   if (!mongoc_collection_find_and_modify_with_opts (b->coll, &q, o, &reply, &e))
       bench_die ("bare release", e.message);
-   if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) != 1)
+   if (!bson_iter_init_find (&it, &reply, "value") || !BSON_ITER_HOLDS_DOCUMENT (&it))
       bench_die ("bare release", "not held");
+   mongoc_find_and_modify_opts_destroy (o);
    bson_destroy (&reply);
    bson_destroy (&q);
    bson_destroy (&u);

@@ -78,7 +78,7 @@ bool ll_backend_acquire (const ll_backend_t *b, void *conn, const ll_take_t *t, 
 {
    if (b->acquire)
       return b->acquire (conn, t, fence, err);
-   ll_take_t plain = { t->op, t->ttl_ms, t->holder, -1, 0, t->fair };
+   ll_take_t plain = { t->op, t->ttl_ms, t->holder, -1, 0, t->fair, t->queued };
    ll_taken_t out;
    bool ok = b->acquire_wait (conn, &plain, &out, err);
    if (ok)

@@ -13,7 +13,7 @@
  *     acquiredAt: date, renewedAt: date, ttlMs: int64, holdMs: int64,
  *     holder: { host, pid, label },
  *     nextOwner: "<32 hex>" | null, nextAt: date, nextMs: int64,
- *     nextWaitedMs: int64, holds: int64 }
+ *     nextWaitedMs: int64, holds: int64, fairQueued: bool }
  * expiry = max(renewedAt + ttlMs, acquiredAt + holdMs). Dates come from
  * $currentDate; comparisons use $expr with $$NOW. holdMs is 0 except after a
  * release with min_hold, which writes renewedAt = now, ttlMs = 0 and
@@ -48,6 +48,11 @@
  * the upsert. Without pipeline updates one statement cannot choose between
  * the take's update and the claim's: hence the second (and third) round
  * trip, on the busy path only.
+ *
+ * fairQueued says that the owner took the key from the fair queue (set by
+ * every take): its release, a findAndModify returning the reservation
+ * and fairQueued, then wakes this machine's listeners (wake_file.c), as
+ * it does when it leaves a live reservation.
  *
  * holds, the owner's reentrant holds, is set to 1 by every take. hold is
  * a findAndModify that $incs it on the owner's live record (renew's query)
@@ -125,7 +130,7 @@ static bool ll_mongo_take_command (bson_t *q, bson_t *u, const ll_take_t *t, lea
    if (ll_mongo_acquire_query (q, t->op.key, t->op.key_len, t->op.owner) &&
        ll_mongo_acquire_update (
          u, t->op.owner, t->ttl_ms, holder && holder->host ? holder->host : "",
-         holder ? holder->pid : 0, holder && holder->label ? holder->label : ""))
+         holder ? holder->pid : 0, holder && holder->label ? holder->label : "", t->queued))
       return true;
    return ll_mongo_nomem (err);
 }
@@ -259,13 +264,49 @@ static bool ll_mongo_renew (void *c, const ll_op_t *op, int64_t ttl_ms, leaseloc
    return ll_mongo_update_owned (c, &q, &u, ok, err);
 }
 
+/* Whether a release's new document (ll_mongo_release_opts) says that a
+ * waiter may be next: the owner took the key from the fair queue
+ * (fairQueued: others may wait behind it, and the first of them may not
+ * have claimed the reservation yet), or a live reservation, nextOwner a
+ * string and nextAt + nextMs after renewedAt, the release's own time, all
+ * by the server's clock. */
+static bool ll_mongo_next_live (const bson_t *doc)
+{
+   bson_iter_t o, at, ms, now;
+   if (bson_iter_init_find (&o, doc, "fairQueued") && BSON_ITER_HOLDS_BOOL (&o) &&
+       bson_iter_bool (&o))
+      return true;
+   return bson_iter_init_find (&o, doc, "nextOwner") && BSON_ITER_HOLDS_UTF8 (&o) &&
+          bson_iter_init_find (&at, doc, "nextAt") && BSON_ITER_HOLDS_DATE_TIME (&at) &&
+          bson_iter_init_find (&ms, doc, "nextMs") &&
+          bson_iter_init_find (&now, doc, "renewedAt") && BSON_ITER_HOLDS_DATE_TIME (&now) &&
+          bson_iter_date_time (&at) + bson_iter_as_int64 (&ms) > bson_iter_date_time (&now);
+}
+
+/* release: a findAndModify, one round trip as an update would be, whose
+ * new document says whether a waiter is next: only then are this
+ * machine's listeners woken (waking them on every release would cost each
+ * a request for nothing). */
 static bool ll_mongo_release (void *c, const ll_op_t *op, int64_t min_hold_ms,
                               leaselock_error_t *err)
 {
-   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
-   bool ok = ll_mongo_owned_query (&q, op->key, op->key_len, op->owner) &&
-             ll_mongo_free_update (&u, min_hold_ms);
-   return ll_mongo_update_owned (c, &q, &u, ok, err);
+   ll_mongo_conn_t *conn = c;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, *doc = NULL;
+   bool ok = (ll_mongo_owned_query (&q, op->key, op->key_len, op->owner) &&
+              ll_mongo_free_update (&u, min_hold_ms)) ||
+             ll_mongo_nomem (err);
+   ok = ok && ll_mongo_fam_run (conn, conn->coll, &q, ll_mongo_release_opts (&u), &doc, err);
+   bson_destroy (&q);
+   bson_destroy (&u);
+   if (!ok)
+      return false;
+   if (!doc)
+      return ll_error_set (err, LEASELOCK_NOT_HELD, "the lease is no longer held by this owner");
+   bool next = ll_mongo_next_live (doc);
+   bson_destroy (doc);
+   if (next)
+      ll_wake_touch (&conn->wake);
+   return true;
 }
 
 /* findAndModify(q, u) without upsert returning the new document's holds,
@@ -490,6 +531,7 @@ static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leas
          return false;
       if (matched) {
          *took = live;
+         ll_wake_touch (&conn->wake); /* rare: whoever waits tries now */
          return true;
       }
    }
@@ -512,6 +554,9 @@ static bool ll_mongo_prune (void *c, const char *prefix, size_t prefix_len, int6
    return ok && ll_mongo_queue_prune (conn, prefix, prefix_len, older_than_ms, err);
 }
 
+/* Release notifications for this machine's processes (wake_file.c). */
+LL_WAKE_HOST_WATCH (ll_mongo, "mongodb", LL_MONGO_COLL_OPTION)
+
 const ll_backend_t ll_backend_mongodb = {
    .name = "mongodb",
    .schemes = { "mongodb", "mongodb+srv", NULL },
@@ -519,6 +564,7 @@ const ll_backend_t ll_backend_mongodb = {
    .acquire = ll_mongo_acquire,
    .fair_take = true,
    LL_BACKEND_LEASE_OPS (ll_mongo),
+   LL_BACKEND_HOST_WATCH_OPS (ll_mongo),
    .primary = ll_mongo_primary,
 };
 

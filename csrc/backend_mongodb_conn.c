@@ -57,7 +57,21 @@ static void ll_mongo_conn_free (ll_mongo_conn_t *conn)
    mongoc_collection_destroy (conn->meta);
    mongoc_client_destroy (conn->client);
    ll_secrets_clear (&conn->secrets);
+   ll_wake_toucher_free (&conn->wake);
    free (conn);
+}
+
+/* The toucher of this machine's release channel of text's collection
+ * (wake_file.c): none when the URI does not read as a generic one (its
+ * listeners fail alike: waiters poll). */
+static void ll_mongo_wake_init (ll_mongo_conn_t *conn, const char *text)
+{
+   ll_uri_t u;
+   leaselock_error_t ignored;
+   if (!ll_uri_parse (text, &u, &ignored))
+      return;
+   ll_wake_host_toucher (&conn->wake, "mongodb", &u, LL_MONGO_COLL_OPTION);
+   ll_uri_cleanup (&u);
 }
 
 /* A connection with nothing open yet but the secrets of text (libmongoc's
@@ -163,6 +177,7 @@ void *ll_mongo_open (const char *text, leaselock_error_t *err)
       ll_mongo_conn_free (conn);
       return NULL;
    }
+   ll_mongo_wake_init (conn, text);
    return conn;
 }
 

@@ -33,6 +33,7 @@ typedef struct ll_mongo_conn
    bool tls;                   /* the URI asks for TLS (see ll_mongo_abandon) */
    ll_primary_t primary;       /* failover.c's view, from the URI and the meta document */
    char identity[80];          /* the driver's primary when primary was last recorded */
+   ll_wake_toucher_t wake;     /* this machine's release channel (wake_file.c) */
 } ll_mongo_conn_t;
 
 /* ---- backend_mongodb_uri.c ------------------------------------------------ */

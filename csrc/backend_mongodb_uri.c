@@ -44,7 +44,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define LL_MONGO_COLL_OPTION "leaselockCollection"
 #define LL_MONGO_SOCKET_TIMEOUT_MS 10000
 #define LL_MONGO_SELECT_TIMEOUT_MS 5000
 #define LL_MONGO_CONNECT_TIMEOUT_MS 5000

@@ -267,7 +267,14 @@ static bool ll_mysql_release (void *conn, const ll_op_t *op, int64_t min_hold_ms
    if (!ll_mysql_execute_owned (c, LL_SQL_RELEASE, op, min_hold_ms * 1000, "release", err))
       return false;
    /* The owner column always changes (ours -> NULL) when it matched. */
-   return mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) == 1 || ll_mysql_not_held (err);
+   if (mysql_stmt_affected_rows (c->st[LL_SQL_RELEASE]) != 1)
+      return ll_mysql_not_held (err);
+   /* Only a release that leaves a waiter next wakes this machine's
+    * listeners: waking them on every release would cost each a request
+    * for nothing. */
+   if (mysql_stmt_insert_id (c->st[LL_SQL_RELEASE]) != 0)
+      ll_wake_touch (&c->wake);
+   return true;
 }
 
 /* One statement, one round trip: the insert id is the count after, 0 when
@@ -438,6 +445,7 @@ static bool ll_mysql_force_release (void *conn, const ll_op_t *op, bool *took,
    if (!ll_mysql_execute (c, LL_SQL_FORCE, p, "force_release", err))
       return false;
    *took = mysql_stmt_insert_id (c->st[LL_SQL_FORCE]) != 0;
+   ll_wake_touch (&c->wake); /* rare: whoever waits tries now */
    return true;
 }
 
@@ -539,10 +547,14 @@ static bool ll_mysql_queue_leave (void *conn, const ll_op_t *op, leaselock_error
    return ll_mysql_execute (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
 }
 
+/* Release notifications for this machine's processes (wake_file.c). */
+LL_WAKE_HOST_WATCH (ll_mysql, "mysql", "table")
+
 const ll_backend_t ll_backend_mysql = {
    .name = "mysql",
    .schemes = { "mysql", "mariadb", NULL },
    LL_SQL_BACKEND_OPS (ll_mysql),
+   LL_BACKEND_HOST_WATCH_OPS (ll_mysql),
 };
 
 #endif /* LEASELOCK_WITH_MYSQL */

@@ -259,6 +259,7 @@ static bool ll_mysql_parse_uri (ll_sql_conn_t *b, const ll_uri_t *u, const char 
    char shown[160];
    ll_uri_redact (text, shown, sizeof shown);
    ll_mysql_conn_t *c = (ll_mysql_conn_t *)b;
+   ll_wake_host_toucher (&c->wake, "mysql", u, "table");
    return ll_mysql_parse_options (c, u, shown, err) && ll_mysql_parse_address (c, u, shown, err);
 }
 
@@ -619,6 +620,7 @@ static void ll_mysql_free_fields (ll_sql_conn_t *b)
    free (c->user);
    free (c->dbname);
    free (c->socket);
+   ll_wake_toucher_free (&c->wake);
 }
 
 const ll_sql_driver_t ll_mysql_driver = {

@@ -28,6 +28,7 @@ typedef struct
    int n_hosts;
    unsigned connect_timeout, read_timeout, write_timeout;
    bool ssl;
+   ll_wake_toucher_t wake; /* this machine's release channel (wake_file.c) */
 } ll_mysql_conn_t;
 
 /* The driver backend_sql.c drives (open, schema, reconnect, close). */

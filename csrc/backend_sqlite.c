@@ -55,8 +55,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,45 +64,9 @@
 /* ---- operations ------------------------------------------------------ */
 
 /* A release tells the watchers of other processes (ll_backend_t's
- * watch_*): one system call (futimens) that changes the channel file's
- * times, which inotify reports as IN_ATTRIB. Only releases touch it, never
- * a claim or another write, so waiters' own writes wake nobody. The file
- * is opened (or its open tried) again at most every WAKE_REOPEN_MS, so
- * that one made by a new listener, or deleted and made again, is found
- * within that time and a missing one costs no system call. Best effort:
- * a missing file (nobody listens yet) or a refused touch only leaves the
- * waiters to their next poll. */
-#define WAKE_REOPEN_MS 1000
-
-/* Opens the channel file for writing (flags: O_CREAT or 0), never
- * blocking and never through a link, and keeps it only when it is a
- * regular file: anything else at that name (a FIFO, which would block
- * an open until a reader came, or a device) is refused with ENOTSUP. An
- * fd, or -1 with errno set. */
-static int ll_sqlite_open_wake (const char *path, int flags, mode_t mode)
-{
-   int fd = open (path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | flags, mode);
-   struct stat st;
-   if (fd >= 0 && (fstat (fd, &st) != 0 || !S_ISREG (st.st_mode))) {
-      close (fd);
-      errno = ENOTSUP;
-      return -1;
-   }
-   return fd;
-}
-
-static void ll_sqlite_wake_watchers (ll_sqlite_conn_t *c)
-{
-   int64_t now = ll_real_now_ms ();
-   if (c->wake_opened_ms == 0 || now - c->wake_opened_ms >= WAKE_REOPEN_MS) {
-      if (c->wake_fd >= 0)
-         close (c->wake_fd);
-      c->wake_fd = ll_sqlite_open_wake (c->wake_path, 0, 0);
-      c->wake_opened_ms = now;
-   }
-   if (c->wake_fd >= 0)
-      (void)futimens (c->wake_fd, NULL);
-}
+ * watch_*) through the channel file <path>-wake (wake_file.c): only
+ * releases touch it, never a claim or another write, so waiters' own
+ * writes wake nobody. */
 
 /* Binds ?1 op's key and ?2 its owner. */
 static inline void ll_sqlite_bind_key_owner (sqlite3_stmt *st, const ll_op_t *op)
@@ -227,7 +189,7 @@ static bool ll_sqlite_release (void *conn, const ll_op_t *op, int64_t min_hold_m
       return ll_error_set (err, LEASELOCK_NOT_HELD,
                            "the lease is not held by this owner (released already or taken)");
    if (next)
-      ll_sqlite_wake_watchers (c);
+      ll_wake_touch (&c->wake);
    return true;
 }
 
@@ -364,7 +326,7 @@ static bool ll_sqlite_force_release (void *conn, const ll_op_t *op, bool *took,
       *took = false;
       return false;
    }
-   ll_sqlite_wake_watchers (c);
+   ll_wake_touch (&c->wake);
    return true;
 }
 
@@ -446,128 +408,36 @@ static bool ll_sqlite_queue_leave (void *conn, const ll_op_t *op, leaselock_erro
 
 /* ---- release notifications ------------------------------------------- */
 
-/* A listener: inotify on the channel file <path>-wake (created here when
- * missing, with the database file's permissions; anything but a regular
- * file there is refused, never waited on), for the touches of
- * releases (IN_ATTRIB). Its deletion or renaming breaks the listener,
- * and the next one recreates the file. No key: a touch says only that
- * something was released. */
-typedef struct ll_sqlite_watch
-{
-   int fd; /* the inotify instance */
-} ll_sqlite_watch_t;
-
-static void ll_sqlite_watch_close (void *listener)
-{
-   ll_sqlite_watch_t *w = listener;
-   if (w && w->fd >= 0)
-      close (w->fd);
-   free (w);
-}
-
-/* BACKEND: the channel file could not be opened (errno), or is not a
- * regular file. */
-static void ll_sqlite_wake_refused (const char *path, const char *wake, leaselock_error_t *err)
-{
-   char msg[PATH_MAX + 160];
-   if (errno == ENOTSUP || errno == ELOOP || errno == ENXIO)
-      snprintf (msg, sizeof msg,
-                "'%s' is not a regular file (a FIFO, a device or a link?): release "
-                "notifications are off, waiters poll; remove it",
-                wake);
-   else
-      snprintf (msg, sizeof msg, "'%s': %s", wake, strerror (errno));
-   ll_sqlite_fail (path, 0, "opening the release channel", msg, err);
-}
-
-/* Opens the channel file, made when missing with the database file's
- * mode and (by root) owner, as SQLite makes its -wal and -shm: whoever may
- * use the database may touch it, whatever this process's umask. An fd, or
- * -1 with errno set. */
-static int ll_sqlite_make_wake (const char *path, const char *wake)
-{
-   int fd = ll_sqlite_open_wake (wake, 0, 0);
-   if (fd >= 0 || errno != ENOENT)
-      return fd;
-   struct stat st;
-   bool have_db = stat (path, &st) == 0;
-   mode_t mode = have_db ? (st.st_mode & 0666) : 0644;
-   fd = ll_sqlite_open_wake (wake, O_CREAT | O_EXCL, mode);
-   if (fd < 0)
-      return errno == EEXIST ? ll_sqlite_open_wake (wake, 0, 0) : -1;
-   if (have_db) {
-      (void)fchmod (fd, mode); /* the umask took bits away */
-      if (geteuid () == 0)
-         (void)fchown (fd, st.st_uid, st.st_gid);
-   }
-   return fd;
-}
-
+/* A listener: inotify on the channel file <path>-wake (wake_file.c),
+ * made here when missing with the database file's mode and (by root)
+ * owner, as SQLite makes its -wal and -shm: whoever may use the database
+ * may touch it, whatever this process's umask. Its deletion or renaming
+ * breaks the listener, and the next one recreates the file. */
 static void *ll_sqlite_watch_open (const char *uri_text, const char *tag, leaselock_error_t *err)
 {
    (void)tag; /* one channel file: a release's touch names nobody */
    ll_uri_t uri;
    if (!ll_uri_parse (uri_text, &uri, err))
       return NULL;
+   void *l = NULL;
    char *wake = NULL;
-   ll_sqlite_watch_t *w = NULL;
    if (!ll_sqlite_check_uri_shape (&uri, uri_text, err))
       goto done;
-   wake = ll_sqlite_wake_path_of (uri.path);
-   w = calloc (1, sizeof *w);
-   if (!wake || !w) {
+   if (!(wake = ll_sqlite_wake_path_of (uri.path))) {
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
       goto done;
    }
-   int fd = ll_sqlite_make_wake (uri.path, wake);
-   bool ok = fd >= 0;
-   if (ok)
-      close (fd);
-   else
-      ll_sqlite_wake_refused (uri.path, wake, err);
-   w->fd = ok ? inotify_init1 (IN_NONBLOCK | IN_CLOEXEC) : -1;
-   if (ok && (w->fd < 0 ||
-              inotify_add_watch (w->fd, wake, IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0)) {
-      ll_sqlite_fail (uri.path, 0, "watching the release channel", strerror (errno), err);
-      ok = false;
-   }
-   if (!ok) {
-      ll_sqlite_watch_close (w);
-      w = NULL;
-   }
+   char detail[PATH_MAX + 16];
+   snprintf (detail, sizeof detail, "database '%s'", uri.path);
+   struct stat st;
+   bool have_db = stat (uri.path, &st) == 0;
+   int fd = have_db ? ll_wake_make (wake, st.st_mode & 0666, true, &st)
+                    : ll_wake_make (wake, 0644, false, NULL);
+   l = ll_wake_listen ("sqlite", wake, fd, detail, err); /* reads make's errno */
 done:
    free (wake);
    ll_uri_cleanup (&uri);
-   return w;
-}
-
-static int ll_sqlite_watch_fd (void *listener)
-{
-   return ((ll_sqlite_watch_t *)listener)->fd;
-}
-
-static bool ll_sqlite_watch_drain (void *listener, ll_watch_fn fn, void *data,
-                                   leaselock_error_t *err)
-{
-   ll_sqlite_watch_t *w = listener;
-   char buf[4096] __attribute__ ((aligned (__alignof__(struct inotify_event))));
-   bool touched = false, broken = false;
-   ssize_t n;
-   while ((n = read (w->fd, buf, sizeof buf)) > 0) {
-      for (char *p = buf; p < buf + n;) {
-         const struct inotify_event *ev = (const struct inotify_event *)p;
-         touched = touched || (ev->mask & IN_ATTRIB);
-         broken = broken || (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED));
-         p += sizeof *ev + ev->len;
-      }
-   }
-   if (n < 0 && errno != EAGAIN && errno != EINTR)
-      broken = true;
-   if (touched)
-      fn (data, NULL, 0, NULL);
-   if (broken)
-      return ll_error_set (err, LEASELOCK_BACKEND, "sqlite: the release channel file went away");
-   return true;
+   return l;
 }
 
 /* One file on one machine: no replica to fail over to. Generation 0, so
@@ -591,8 +461,10 @@ const ll_backend_t ll_backend_sqlite = {
    LL_BACKEND_LEASE_OPS (ll_sqlite),
    .fair_take = true,
    .record_waiters = true,
-   LL_BACKEND_WATCH_OPS (ll_sqlite),
-   .watch_close = ll_sqlite_watch_close,
-   .watch_abandon = ll_sqlite_watch_close,
+   .watch_open = ll_sqlite_watch_open,
+   .watch_fd = ll_wake_listener_fd,
+   .watch_drain = ll_wake_listener_drain,
+   .watch_close = ll_wake_listener_close,
+   .watch_abandon = ll_wake_listener_close,
    .primary = ll_sqlite_primary,
 };

@@ -360,14 +360,14 @@ char *ll_sqlite_wake_path_of (const char *path)
 static ll_sqlite_conn_t *ll_sqlite_conn_new (const char *path, leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = calloc (1, sizeof *c);
-   if (!c || !(c->path = strdup (path)) || !(c->wake_path = ll_sqlite_wake_path_of (path))) {
+   if (!c || !(c->path = strdup (path)) || !(c->wake.path = ll_sqlite_wake_path_of (path))) {
       if (c)
          free (c->path);
       free (c);
       ll_error_set (err, LEASELOCK_NOMEM, "out of memory opening an SQLite connection");
       return NULL;
    }
-   c->wake_fd = -1;
+   c->wake.fd = -1;
    return c;
 }
 
@@ -563,10 +563,8 @@ void ll_sqlite_close (void *conn)
       sqlite3_wal_checkpoint_v2 (c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
    }
    sqlite3_close (c->db);
-   if (c->wake_fd >= 0)
-      close (c->wake_fd);
+   ll_wake_toucher_free (&c->wake);
    free (c->path);
-   free (c->wake_path);
    free (c);
 }
 

@@ -21,9 +21,7 @@ typedef struct ll_sqlite_conn
    sqlite3_stmt *stmt[LL_SQLITE_ST_COUNT]; /* prepared once, reset after each use */
    char *path;                             /* for messages */
    struct ll_sqlite_conn *next;            /* on the abandoned list (see abandon) */
-   char *wake_path;                        /* the release channel: <path>-wake (watch ops) */
-   int wake_fd;                            /* open on it, or -1 */
-   int64_t wake_opened_ms;                 /* when wake_fd was last opened or tried */
+   ll_wake_toucher_t wake;                 /* the release channel: <path>-wake (watch ops) */
    int busy_ms;            /* the URI's busy_timeout_ms: a wait on the file's lock, at most */
    bool ready;             /* set up: an acquire's one try waits only a moment */
    bool readonly;          /* opened read-only: this user may only read the file */

@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 
-#define LL_CORE_API_VERSION 1
+#define LL_CORE_API_VERSION 2
 /* The one symbol a module exports (see ll_module_entry_fn). */
 #define LL_MODULE_ENTRY "leaselock_backend_module_v1"
 
@@ -60,7 +60,14 @@
    X (ll_primary_option)                                                                           \
    X (ll_primary_seen)                                                                             \
    X (ll_primary_grant_ok)                                                                         \
-   X (ll_primary_ttl_ok)
+   X (ll_primary_ttl_ok)                                                                           \
+   X (ll_wake_touch)                                                                               \
+   X (ll_wake_toucher_free)                                                                        \
+   X (ll_wake_host_toucher)                                                                        \
+   X (ll_wake_host_listen)                                                                         \
+   X (ll_wake_listener_fd)                                                                         \
+   X (ll_wake_listener_drain)                                                                      \
+   X (ll_wake_listener_close)
 
 #define LL_CORE_API_FIELD(f) __typeof__ (f) *f;
 
@@ -123,6 +130,13 @@ extern const ll_core_api_t *ll_module_core;
 #define ll_primary_seen (*ll_module_core->ll_primary_seen)
 #define ll_primary_grant_ok (*ll_module_core->ll_primary_grant_ok)
 #define ll_primary_ttl_ok (*ll_module_core->ll_primary_ttl_ok)
+#define ll_wake_touch (*ll_module_core->ll_wake_touch)
+#define ll_wake_toucher_free (*ll_module_core->ll_wake_toucher_free)
+#define ll_wake_host_toucher (*ll_module_core->ll_wake_host_toucher)
+#define ll_wake_host_listen (*ll_module_core->ll_wake_host_listen)
+#define ll_wake_listener_fd (*ll_module_core->ll_wake_listener_fd)
+#define ll_wake_listener_drain (*ll_module_core->ll_wake_listener_drain)
+#define ll_wake_listener_close (*ll_module_core->ll_wake_listener_close)
 #endif /* LL_MODULE */
 
 #endif /* LL_CORE_API_H */

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 /* ---- the modes' records (modes.c takes them, locks.c reads them) ------ */
 
@@ -486,6 +487,11 @@ typedef struct ll_take
     * queue holds a live entry of another owner, a key without a record
     * too, so that it never goes ahead of a queued waiter. */
    bool fair;
+   /* The taker waited in the key's fair queue, where others may wait
+    * behind it: a backend whose release cannot see the queue in its own
+    * round trip (MongoDB) keeps this on the record until the next take,
+    * and that lease's release wakes this machine's listeners. */
+   bool queued;
 } ll_take_t;
 
 /* What acquire_wait tells its caller (a struct of the caller's). */
@@ -608,6 +614,12 @@ typedef struct ll_backend
    void (*watch_close) (void *listener);
    /* In a forked child: frees without I/O on the parent's socket (may leak). */
    void (*watch_abandon) (void *listener);
+   /* The listeners hear only the releases made on this machine (a
+    * same-host channel file: MySQL/MariaDB, MongoDB), never another
+    * host's: a heard release only wakes a waiter earlier, and the next
+    * owner keeps its quarter-rule polls (wait.c) rather than the longer
+    * ones of a client whose listener hears every release. */
+   bool watch_local_only;
    /* Reentrant holds: the record's hold count += delta (+1: its owner
     * asked again; -1: it let one go), never below 1, when the record is
     * owner's and live; *holds: the count after. NOT_HELD otherwise. The
@@ -1066,8 +1078,9 @@ void ll_watch_init (ll_watch_t *w, const ll_backend_t *backend, const char *uri,
 void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, char *owner, pid_t me);
 /* e's standing after a try that found the key busy, before it sleeps:
  * starts the watcher unless it runs (an acquire that never waits starts
- * nothing); returns whether a listener is open now (a reserved waiter may
- * then poll less often), and in *released whether a release of e's key
+ * nothing); returns whether a listener that hears every release is open
+ * now (a reserved waiter may then poll less often; never with a backend
+ * whose listeners are watch_local_only), and in *released whether a release of e's key
  * was heard since the last update (the key may be free). ahead: a fair
  * waiter's count of waiters queued before it (-1: not fair); each release
  * heard since lowers it, and at 1 or less the watcher wakes it as a
@@ -1086,5 +1099,98 @@ uint64_t ll_watch_opens (ll_watch_t *w);
 uint64_t ll_watch_heard (ll_watch_t *w);
 /* The client's watcher (client.c; tests read it). */
 ll_watch_t *ll_client_watch (leaselock_client_t *c);
+
+/* ---- release channel files (wake_file.c) ---------------------------------- */
+
+struct stat;
+
+/* Opens a channel file for writing (flags: O_CREAT | O_EXCL or 0, mode
+ * for a new file), never blocking and never through a link, and keeps it
+ * only when it is a regular file: anything else at that name (a FIFO,
+ * which would block the open until a reader came, or a device) is refused
+ * with ENOTSUP. An fd, or -1 with errno set. */
+int ll_wake_open (const char *path, int flags, mode_t mode);
+/* Opens the channel file wake, made when missing with mode; exact: then
+ * set to mode whatever the umask; owner (may be NULL): then, by root,
+ * given owner's user and group. An fd, or -1 with errno set. */
+int ll_wake_make (const char *wake, mode_t mode, bool exact, const struct stat *owner);
+
+/* A release's side: the channel file, opened again (or its open tried) at
+ * most every second. Owned by a connection: path (malloc()ed, NULL: no
+ * channel) and fd are its own, freed by ll_wake_toucher_free. */
+typedef struct ll_wake_toucher
+{
+   char *path;
+   int fd;            /* open on path, or -1 */
+   int64_t opened_ms; /* when fd was last opened or tried (ll_real_now_ms) */
+} ll_wake_toucher_t;
+
+/* Tells the listeners: futimens on the file (best effort: a missing file,
+ * nobody listening yet, or a refused touch only leaves waiters to their
+ * polls). Nothing when t has no path. */
+void ll_wake_touch (ll_wake_toucher_t *t);
+/* Tests only: when set, ll_wake_touch touches nothing (a release made on
+ * another machine, as this machine's listeners hear it). */
+extern _Atomic bool ll_test_wake_silent;
+/* Closes and frees t's own; a zeroed toucher (no path) is fine. */
+void ll_wake_toucher_free (ll_wake_toucher_t *t);
+
+/* A listener on wake (borrowed) for ll_backend_t's watch ops: fd is
+ * ll_wake_make's result (closed here; -1 with errno: refused, BACKEND in
+ * err, "not a regular file" for anything but one). backend (static) and
+ * detail (may be NULL) place failures as ll_backend_fail does. Owned by
+ * the caller: ll_wake_listener_close. */
+void *ll_wake_listen (const char *backend, const char *wake, int fd, const char *detail,
+                      leaselock_error_t *err);
+/* watch_fd, watch_drain (one key-less report per drain that saw a touch;
+ * false once the file was deleted or renamed) and watch_close (and
+ * watch_abandon: no I/O) of such a listener. */
+int ll_wake_listener_fd (void *listener);
+bool ll_wake_listener_drain (void *listener, ll_watch_fn fn, void *data, leaselock_error_t *err);
+void ll_wake_listener_close (void *listener);
+
+/* The same-machine channel of a server backend's table (MySQL/MariaDB,
+ * MongoDB): /dev/shm/leaselock-<backend>-<16 hex>.wake (/tmp when /dev/shm
+ * is missing or not a writable directory), the hex a hash of backend, u's
+ * hosts and ports, its path (the database) and its option table_option
+ * (the table or collection), as the URI gives them. A new string (free()),
+ * NULL when out of memory. */
+char *ll_wake_host_path (const char *backend, const ll_uri_t *u, const char *table_option);
+/* A connection's toucher of that channel (no path when out of memory). */
+void ll_wake_host_toucher (ll_wake_toucher_t *t, const char *backend, const ll_uri_t *u,
+                           const char *table_option);
+/* The backend's watch_open: a listener on that channel, the file made
+ * when missing with mode 0666 whatever the umask, so that every local
+ * user of the table shares it. */
+void *ll_wake_host_listen (const char *backend, const char *uri, const char *table_option,
+                           leaselock_error_t *err);
+/* A module cannot put the core's functions in its constant backend table
+ * (it reaches them through ll_core_api.h's table at run time): these
+ * define p_watch_open, p_watch_fd, p_watch_drain and p_watch_close over
+ * the host channel of table option opt, for LL_BACKEND_WATCH_OPS (p) and
+ * LL_BACKEND_HOST_WATCH_OPS (p). */
+#define LL_WAKE_HOST_WATCH(p, name, opt)                                                           \
+   static void *p##_watch_open (const char *uri, const char *tag, leaselock_error_t *err)          \
+   {                                                                                               \
+      (void)tag; /* one file: a touch names nobody */                                              \
+      return ll_wake_host_listen (name, uri, opt, err);                                            \
+   }                                                                                               \
+   static int p##_watch_fd (void *l)                                                               \
+   {                                                                                               \
+      return ll_wake_listener_fd (l);                                                              \
+   }                                                                                               \
+   static bool p##_watch_drain (void *l, ll_watch_fn fn, void *data, leaselock_error_t *err)       \
+   {                                                                                               \
+      return ll_wake_listener_drain (l, fn, data, err);                                            \
+   }                                                                                               \
+   static void p##_watch_close (void *l)                                                           \
+   {                                                                                               \
+      ll_wake_listener_close (l);                                                                  \
+   }
+/* A backend table's watch ops over LL_WAKE_HOST_WATCH's functions: its
+ * listeners hear this machine's releases only (watch_local_only). */
+#define LL_BACKEND_HOST_WATCH_OPS(p)                                                               \
+   LL_BACKEND_WATCH_OPS (p), .watch_close = p##_watch_close, .watch_abandon = p##_watch_close,     \
+                             .watch_local_only = true
 
 #endif /* LL_INTERNAL_H */

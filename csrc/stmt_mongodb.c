@@ -222,7 +222,7 @@ bool ll_mongo_upsert_query (bson_t *q, const char *key, size_t key_len)
 }
 
 bool ll_mongo_acquire_update (bson_t *u, const char *owner, int64_t ttl_ms, const char *host,
-                              int64_t pid, const char *label)
+                              int64_t pid, const char *label, bool queued)
 {
    bson_t set, h;
    return ll_mongo_dated_set_begin (u, "acquiredAt", "renewedAt", &set) &&
@@ -232,8 +232,8 @@ bool ll_mongo_acquire_update (bson_t *u, const char *owner, int64_t ttl_ms, cons
           BSON_APPEND_UTF8 (&h, "host", host ? host : "") && BSON_APPEND_INT64 (&h, "pid", pid) &&
           BSON_APPEND_UTF8 (&h, "label", label ? label : "") &&
           bson_append_document_end (&set, &h) && BSON_APPEND_NULL (&set, "nextOwner") &&
-          BSON_APPEND_INT64 (&set, "holds", 1) && bson_append_document_end (u, &set) &&
-          ll_mongo_append_one_int64 (u, "$inc", "fence", 1);
+          BSON_APPEND_INT64 (&set, "holds", 1) && BSON_APPEND_BOOL (&set, "fairQueued", queued) &&
+          bson_append_document_end (u, &set) && ll_mongo_append_one_int64 (u, "$inc", "fence", 1);
 }
 
 bool ll_mongo_renew_update (bson_t *u, int64_t ttl_ms)
@@ -358,6 +358,13 @@ mongoc_find_and_modify_opts_t *ll_mongo_fam_opts (const bson_t *update, bool ups
 {
    static const char *const fence[] = { "fence", NULL };
    return ll_mongo_fam_opts_fields (update, fence, upsert);
+}
+
+mongoc_find_and_modify_opts_t *ll_mongo_release_opts (const bson_t *update)
+{
+   static const char *const fields[] = { "nextOwner", "nextAt",     "nextMs",
+                                         "renewedAt", "fairQueued", NULL };
+   return ll_mongo_fam_opts_fields (update, fields, false);
 }
 
 /* ---- the fair mode's queue ------------------------------------------------ */

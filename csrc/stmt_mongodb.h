@@ -46,6 +46,9 @@
 
 #define LL_MONGO_DEFAULT_DB "leaselock"
 #define LL_MONGO_DEFAULT_COLL "leaselock"
+/* The URI option that names the collection (leaselock's own, taken out
+ * before the URI reaches the driver; case-insensitive). */
+#define LL_MONGO_COLL_OPTION "leaselockCollection"
 /* The queue's collection: the records' name with this suffix. */
 #define LL_MONGO_QUEUE_SUFFIX ".queue"
 /* The failover record's collection (below): the records' name with this. */
@@ -82,10 +85,11 @@ bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const c
 bool ll_mongo_upsert_query (bson_t *q, const char *key, size_t key_len);
 
 /* The acquire update: owner, ttl, holder, dates from the server, fence+1,
- * no next owner (the reservation that let the take through is over).
+ * no next owner (the reservation that let the take through is over),
+ * fairQueued = queued (ll_take_t's queued, which the release reads).
  * host and label: NULL reads as "". */
 bool ll_mongo_acquire_update (bson_t *u, const char *owner, int64_t ttl_ms, const char *host,
-                              int64_t pid, const char *label);
+                              int64_t pid, const char *label, bool queued);
 
 /* acquire_wait's claim, a findAndModify without upsert, when the take found
  * the key busy: {_id: key, $expr: next_free (owner, waited_ms)} (the
@@ -155,6 +159,14 @@ mongoc_find_and_modify_opts_t *ll_mongo_fam_opts (const bson_t *update, bool ups
  * Ownership as ll_mongo_fam_opts. */
 mongoc_find_and_modify_opts_t *ll_mongo_fam_opts_fields (const bson_t *update,
                                                          const char *const *fields, bool upsert);
+
+/* The findAndModify options of a release (ll_mongo_owned_query,
+ * ll_mongo_free_update): return the new document's reservation (nextOwner,
+ * nextAt, nextMs), renewedAt, the release's own $currentDate, and
+ * fairQueued, so that one round trip tells whether the release left a
+ * waiter next (a live reservation by the server's clock, or a fair
+ * holder's queue). Ownership as ll_mongo_fam_opts. */
+mongoc_find_and_modify_opts_t *ll_mongo_release_opts (const bson_t *update);
 
 /* ---- the fair mode's queue ------------------------------------------------ */
 

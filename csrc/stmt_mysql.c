@@ -196,10 +196,18 @@
    "fence = LAST_INSERT_ID(fence) "                                                                \
    "WHERE lock_key = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
 
-/* Parameters: min_hold (us), key, owner. One row changed when it was ours. */
+/* Parameters: min_hold (us), key, owner. One row changed when it was ours.
+ * LAST_INSERT_ID(fence) (>= 1) runs only when the release leaves a waiter
+ * next, whom the same-machine channel wakes: a live reservation, or a
+ * live entry in the key's fair queue (its first may not have claimed the
+ * reservation since the key last changed hands), as SQLite's release
+ * asks. */
 #define LL_MYSQL_RELEASE                                                                           \
-   "UPDATE `%s` SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "                        \
-   "acquired_at + INTERVAL ? MICROSECOND) WHERE lock_key = ? AND owner = ?"
+   "UPDATE `%1$s` t SET owner = NULL, expires_at = GREATEST(UTC_TIMESTAMP(6), "                    \
+   "acquired_at + INTERVAL ? MICROSECOND), fence = IF((next_owner IS NOT NULL AND next_until > "   \
+   "UTC_TIMESTAMP(6)) OR EXISTS (SELECT 1 FROM `%1$s_queue` q WHERE q.lock_key = t.lock_key AND "  \
+   "q.alive_until > UTC_TIMESTAMP(6)), LAST_INSERT_ID(fence), fence) "                             \
+   "WHERE lock_key = ? AND owner = ?"
 
 /* Parameters: delta (+1 or -1), key, owner. The owner's hold count moves
  * by delta, never below 1, while the lease is live; the count after is

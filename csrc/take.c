@@ -116,7 +116,9 @@ static bool take_or_claim (acquire_call_t *a, void *conn, leaselock_lease_t *l,
    int64_t reserve_ms = w->waits ? reserve_for (w->until < 0, w->until - now) : 0;
    bool rejoin = w->rejoins && w->since < 0; /* its first try (REJOIN_MS) */
    w->behind = false;
-   ll_take_t t = { { l->key, l->key_len, l->owner }, ttl_ms, holder, reserve_ms, 0, false };
+   ll_take_t t = {
+      { l->key, l->key_len, l->owner }, ttl_ms, holder, reserve_ms, 0, false, w->fair && w->queued
+   };
    if (reserve_ms <= 0 || !b->acquire_wait || rejoin) {
       bool ok = ll_backend_acquire (b, conn, &t, &l->fence, err);
       if (rejoin && !ok && err->code == LEASELOCK_BUSY)
@@ -193,7 +195,7 @@ static void queue_quit (acquire_call_t *a, void *conn)
 static bool fair_first_take (acquire_call_t *a, void *conn, leaselock_lease_t *l,
                              const ll_holder_t *holder, bool *done, leaselock_error_t *err)
 {
-   ll_take_t t = { { l->key, l->key_len, l->owner }, a->opts->ttl_ms, holder, -1, 0, true };
+   ll_take_t t = { { l->key, l->key_len, l->owner }, a->opts->ttl_ms, holder, -1, 0, true, false };
    int64_t t0 = ll_real_now_us ();
    bool ok = ll_backend_acquire (a->c->backend, conn, &t, &l->fence, err);
    ll_obs_request (&a->c->obs, t0, ok, err);

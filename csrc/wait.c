@@ -41,7 +41,10 @@
 #define FAIR_POLL_MAX_MS 50
 /* The reserved waiter's poll while its client's listener is open: a
  * release wakes it at once (watch.c), so it polls only to keep its claim
- * (RESERVE_MS) and for what no notification reports (an expiry). */
+ * (RESERVE_MS) and for what no notification reports (an expiry). Not
+ * with a listener that hears only this machine's releases
+ * (watch_local_only): the quarter rule stays, as another host's release
+ * reaches it by a poll alone. */
 #define WATCHED_NEXT_POLL_MS 100
 #define STOP_POLL_MS 100
 

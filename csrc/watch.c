@@ -1,8 +1,9 @@
 /*
  * watch.c - hand-off by notification: a client's watcher listens for
  * releases (ll_backend_t's watch_* ops: PostgreSQL LISTEN, SQLite's
- * channel file) and wakes the blocking acquire that can take the key at
- * once, instead of leaving it to its next poll.
+ * channel file, MySQL's and MongoDB's same-machine channel file) and wakes
+ * the blocking acquire that can take the key at once, instead of leaving
+ * it to its next poll.
  *
  * Costs nothing while idle: the thread and its listener (a connection of
  * its own on a server backend) start when one of the client's acquires
@@ -281,7 +282,10 @@ bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool b
    e->ahead = ahead;
    *released = e->released;
    e->released = false;
-   bool open = w->listener != NULL;
+   /* A listener that hears only this machine's releases lets the next
+    * owner poll no less often: another host's release reaches it by a
+    * poll alone. */
+   bool open = w->listener != NULL && !w->backend->watch_local_only;
    pthread_mutex_unlock (&w->mu);
    return open;
 }

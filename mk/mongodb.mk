@@ -10,7 +10,8 @@
 MONGODB_TEST := $(BUILD)/tests/test_mongodb
 
 # OpenSSL (a dependency of libmongoc-dev): the suite's own TLS front.
-$(MONGODB_TEST): $(BUILD)/tests/tcp_proxy.o $(BUILD)/tests/tls_proxy.o $(BUILD)/tests/queue_cases.o
+$(MONGODB_TEST): $(BUILD)/tests/tcp_proxy.o $(BUILD)/tests/tls_proxy.o $(BUILD)/tests/queue_cases.o \
+  $(BUILD)/tests/notify_cases.o
 $(MONGODB_TEST): $(LL_WHITEBOX_A)
 $(MONGODB_TEST): TEST_WHITEBOX = $(LL_WHITEBOX_LINK)
 $(MONGODB_TEST): TEST_LIBS = $(LL_WHITEBOX_LIBS) $(shell $(PKG_CONFIG) --libs openssl)

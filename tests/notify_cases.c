@@ -4,8 +4,10 @@
  */
 #include "notify_cases.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static bool nt_supported (const char *uri)
@@ -13,6 +15,39 @@ static bool nt_supported (const char *uri)
    leaselock_error_t err;
    const ll_backend_t *b = ll_backend_for_uri (uri, &err);
    return b && b->watch_open;
+}
+
+bool nt_host_wake_path (const char *uri, const char *backend, const char *table_option, char *buf,
+                        size_t size)
+{
+   ll_uri_t u;
+   leaselock_error_t err;
+   if (!ll_uri_parse (uri, &u, &err))
+      return false;
+   char *wake = ll_wake_host_path (backend, &u, table_option);
+   ll_uri_cleanup (&u);
+   if (wake)
+      snprintf (buf, size, "%s", wake);
+   free (wake);
+   return wake != NULL;
+}
+
+bool nt_remove_wake (const char *uri)
+{
+   char wake[4096];
+   if (!nt_wake_path (uri, wake, sizeof wake))
+      return false;
+   if (unlink (wake) != 0)
+      fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+   return true;
+}
+
+/* Whether uri's listeners hear only this machine's releases. */
+static bool nt_local_only (const char *uri)
+{
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (uri, &err);
+   return b && b->watch_open && b->watch_local_only;
 }
 
 /* Calls of should_stop: the first tells the holder (through fd) that the
@@ -34,12 +69,15 @@ static bool nt_tell_waiting (void *data)
 }
 
 /* A child that takes k (ttl 60 s), says so on to[1], waits for a byte on
- * from[0] and releases. Exits 0 when all of it worked. */
-static pid_t nt_holder (const char *uri, const char *k, int to[2], int from[2])
+ * from[0] and releases; silent: as another machine would, its touch of
+ * the channel file off (ll_test_wake_silent). Exits 0 when all of it
+ * worked. */
+static pid_t nt_holder_of (const char *uri, const char *k, int to[2], int from[2], bool silent)
 {
    pid_t pid = fork ();
    if (pid != 0)
       return pid;
+   atomic_store (&ll_test_wake_silent, silent);
    close (to[0]);
    close (from[1]);
    leaselock_error_t err;
@@ -54,6 +92,11 @@ static pid_t nt_holder (const char *uri, const char *k, int to[2], int from[2])
    leaselock_lease_destroy (l);
    leaselock_client_destroy (c);
    _exit (ok ? 0 : 1);
+}
+
+static pid_t nt_holder (const char *uri, const char *k, int to[2], int from[2])
+{
+   return nt_holder_of (uri, k, to, from, false);
 }
 
 /* One hand-off to c's blocking acquire of k from another process, which
@@ -305,11 +348,12 @@ static void nt_tag (leaselock_client_t *c, char buf[3])
 
 /* A release that names its next owner is heard by that owner's process
  * alone: another process's listener, waiting for another key of the
- * table, hears nothing (PostgreSQL: the owner's tag channel). SQLite's
- * channel file names nobody: every watcher hears each release there. */
+ * table, hears nothing (PostgreSQL: the owner's tag channel). A channel
+ * file (SQLite's, MySQL's and MongoDB's) names nobody: every watcher
+ * hears each release there. */
 void test_notify_only_next_owners_listener (void)
 {
-   if (!nt_supported (URI) || !strncmp (URI, "sqlite:", 7))
+   if (!nt_supported (URI) || !strncmp (URI, "sqlite:", 7) || nt_local_only (URI))
       return;
    leaselock_client_t *h = client ("holder");
    nt_waiter_t a = { .c = client ("waiter-a") }, x = { .c = client ("waiter-x") };
@@ -389,9 +433,19 @@ static pid_t nt_fair_waiter (const char *uri, const char *k)
    _exit (ok ? 0 : 1);
 }
 
-/* Waits (up to 5 s) until k's fair queue has n live entries. */
+/* Waits (up to 5 s) until k's fair queue has n live entries; where
+ * inspect cannot count them (MongoDB: no record_waiters), a moment for
+ * the waiter just started to join: the waiters' entries, which they do
+ * not renew while their polls are put off, must all still be live
+ * (LL_WAITER_KEEP_MS) at the first release. */
 static bool nt_queued (leaselock_client_t *c, const char *k, int64_t n)
 {
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
+   if (b && !b->record_waiters) {
+      sleep_ms (150);
+      return true;
+   }
    leaselock_record_t r = { 0 };
    for (int i = 0; i < 500; i++) {
       bool found = false;
@@ -447,6 +501,125 @@ void test_notify_fair_queue_handoffs (void)
    CHECK (took < 5000);
 }
 
+void test_notify_local_only_polls (void)
+{
+   if (!nt_local_only (URI))
+      return;
+   nt_waiter_t w = { .c = client ("waiter") };
+   CHECK (w.c);
+   snprintf (w.k, sizeof w.k, "%s", key ("notify-local-only"));
+   int to[2], from[2];
+   CHECK (pipe (to) == 0 && pipe (from) == 0);
+   pid_t pid = nt_holder_of (URI, w.k, to, from, true);
+   close (to[1]);
+   close (from[0]);
+   char b = 1;
+   bool held = read (to[0], &b, 1) == 1;
+   pthread_create (&w.th, NULL, nt_waiter_main, &w); /* default polls */
+   ll_watch_t *watch = ll_client_watch (w.c);
+   nt_listening (w.c);
+   /* What the waiter's plan reads (wait.c): with a listener open, a
+    * reserved waiter would poll every WATCHED_NEXT_POLL_MS, as if every
+    * release woke it. */
+   char owner[LEASELOCK_OWNER_LEN + 1] = "00000000000000000000000000000000";
+   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+   pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+   ll_watch_waiter_t e = {
+      .key = w.k, .key_len = strlen (w.k), .since = mono_ms (), .mu = &mu, .cond = &cond
+   };
+   ll_watch_begin (watch, &e, owner, getpid ());
+   bool released = false;
+   bool every = ll_watch_update (watch, &e, true, false, -1, &released);
+   pthread_mutex_lock (&watch->mu);
+   bool open = watch->listener != NULL;
+   pthread_mutex_unlock (&watch->mu);
+   ll_watch_end (watch, &e, getpid ());
+   uint64_t heard = ll_watch_heard (watch);
+   (void)!write (from[1], &b, 1); /* released, untold */
+   pthread_join (w.th, NULL);
+   uint64_t heard_after = ll_watch_heard (watch);
+   close (to[0]);
+   close (from[1]);
+   int status = 0;
+   waitpid (pid, &status, 0);
+   CHECK (held);
+   CHECK (open);
+   CHECK (!every);
+   CHECK_OK (w.ok, w.err);
+   CHECK_EQ (heard_after, heard); /* taken by a poll, nothing was heard */
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   leaselock_lease_destroy (w.l);
+   leaselock_client_destroy (w.c);
+}
+
+/* In a child bounded by alarm(): a FIFO at the channel's name is
+ * refused, never opened for writing (which blocks until a reader comes):
+ * a release that hands the key on, the listener and the client's close
+ * return. */
+static atomic_int nt_watch_failures;
+
+static void nt_count_watch_failures (const leaselock_log_event_t *ev, void *data)
+{
+   (void)data;
+   if (ev->level == LEASELOCK_LOG_WARNING && !strcmp (ev->event, "watch_failed") &&
+       strstr (ev->message, "not a regular file"))
+      atomic_fetch_add (&nt_watch_failures, 1);
+}
+
+static int nt_fifo_child (const char *uri, const char *k)
+{
+   alarm (10);
+   leaselock_error_t err;
+   void *listener = ll_backend_for_uri (uri, &err)->watch_open (uri, "00", &err);
+   if (listener || !strstr (err.message, "not a regular file")) {
+      fprintf (stderr, "    watch_open: %s\n", listener ? "opened" : err.message);
+      return 1;
+   }
+   leaselock_client_t *a = leaselock_client_new (uri, "a", &err);
+   nt_waiter_t w = { .c = leaselock_client_new (uri, "b", &err) };
+   snprintf (w.k, sizeof w.k, "%s", k);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *la = NULL;
+   if (!a || !w.c || !leaselock_acquire (a, k, strlen (k), &o, &la, &err))
+      return 2;
+   leaselock_client_set_log (w.c, LEASELOCK_LOG_WARNING, nt_count_watch_failures, NULL);
+   /* b waits (its listener refused) and claims the reservation, so that
+    * a's release touches the channel */
+   pthread_create (&w.th, NULL, nt_waiter_main, &w);
+   sleep_ms (300);
+   bool released = leaselock_lease_release (la, &err);
+   leaselock_lease_destroy (la);
+   pthread_join (w.th, NULL);
+   released = released && w.ok && leaselock_lease_release (w.l, &err);
+   leaselock_lease_destroy (w.l);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (w.c);
+   int failures = atomic_load (&nt_watch_failures);
+   if (failures != 1)
+      fprintf (stderr, "    %d watch_failed warnings (want 1)\n", failures);
+   return released ? failures == 1 ? 0 : 4 : 3;
+}
+
+void test_notify_wake_fifo_refused (void)
+{
+   char wake[4096];
+   if (!nt_supported (URI) || !nt_wake_path (URI, wake, sizeof wake))
+      return;
+   (void)unlink (wake); /* the regular file the cases before made */
+   CHECK (mkfifo (wake, 0600) == 0);
+   int64_t t0 = mono_ms ();
+   pid_t pid = fork ();
+   if (pid == 0)
+      _exit (nt_fifo_child (URI, key ("notify-fifo")));
+   int status = 0;
+   waitpid (pid, &status, 0);
+   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   if (WIFSIGNALED (status))
+      fprintf (stderr, "    the child hung (signal %d)\n", WTERMSIG (status));
+   CHECK (mono_ms () - t0 < 5000);
+   CHECK (unlink (wake) == 0);
+}
+
 void notify_cases_run (void)
 {
    RUN (test_notify_wakes_other_process);
@@ -456,4 +629,6 @@ void notify_cases_run (void)
    RUN (test_notify_only_when_reserved);
    RUN (test_notify_only_next_owners_listener);
    RUN (test_notify_fair_queue_handoffs);
+   RUN (test_notify_local_only_polls);
+   RUN (test_notify_wake_fifo_refused);
 }

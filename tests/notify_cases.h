@@ -14,6 +14,8 @@
  *                            connection killed)
  *   nt_listeners ()          how many listeners the server sees (-1: cannot
  *                            tell), for the idle test
+ *   nt_wake_path (uri, buf, size)  the backend's channel file for uri
+ *                            (wake_file.c) into buf; false when it has none
  *
  * Every case opens and destroys its own clients; nothing is kept between
  * calls.
@@ -26,6 +28,14 @@
 /* Defined by the suite (see above). */
 void nt_break_listener (const char *uri);
 int nt_listeners (void);
+bool nt_wake_path (const char *uri, char *buf, size_t size);
+
+/* For the suites: the same-machine channel of a server backend
+ * (ll_wake_host_path) into buf; and uri's channel file (nt_wake_path)
+ * removed, false when the backend has none. */
+bool nt_host_wake_path (const char *uri, const char *backend, const char *table_option, char *buf,
+                        size_t size);
+bool nt_remove_wake (const char *uri);
 
 /* A release in another process wakes the waiter at once: its polls are
  * longer than its timeout, and it sends a few statements, not dozens. */
@@ -49,8 +59,19 @@ void test_notify_only_when_reserved (void);
 void test_notify_only_next_owners_listener (void);
 void test_notify_fair_queue_handoffs (void);
 
-/* RUNs the five cases above on URI (each returns at once where the backend
- * cannot notify). */
+/* A listener that hears only this machine's releases (watch_local_only:
+ * MySQL, MongoDB) leaves the next owner on the quarter rule: its watcher
+ * never reports a listener that hears every release, and a release that
+ * touches no channel (another machine's) is still found by a poll. */
+void test_notify_local_only_polls (void);
+
+/* Anything but a regular file at the channel's name (a FIFO, which
+ * would block an open for writing until a reader came) is refused,
+ * logged once, and nothing hangs: waiters poll. */
+void test_notify_wake_fifo_refused (void);
+
+/* RUNs the cases above on URI (each returns at once where the backend
+ * cannot notify, or where the case does not apply). */
 void notify_cases_run (void);
 
 #endif /* LL_NOTIFY_CASES_H */

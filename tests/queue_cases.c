@@ -124,9 +124,10 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK (!found);
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 0);
-   CHECK_OK (ll_backend_acquire (
-               b, c, &(ll_take_t){ { k, strlen (k), QC_H }, 10000, &h, 0, 0, false }, &fence, &err),
-             err);
+   CHECK_OK (
+     ll_backend_acquire (
+       b, c, &(ll_take_t){ { k, strlen (k), QC_H }, 10000, &h, 0, 0, false, false }, &fence, &err),
+     err);
    CHECK_EQ (fence, 1);
    CHECK_OK (b->renew (c, &(ll_op_t){ k, strlen (k), QC_H }, 10000, &err), err);
    CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err), err);
@@ -134,9 +135,10 @@ void qc_records_unaffected (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_OK (b->list (c, pfx, strlen (pfx), collect, &L, &err), err);
    CHECK_EQ (L.n, 1);
    CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
-   CHECK_OK (ll_backend_acquire (
-               b, c, &(ll_take_t){ { k, strlen (k), QC_C }, 10000, &h, 0, 0, false }, &fence, &err),
-             err);
+   CHECK_OK (
+     ll_backend_acquire (
+       b, c, &(ll_take_t){ { k, strlen (k), QC_C }, 10000, &h, 0, 0, false, false }, &fence, &err),
+     err);
    CHECK_EQ (fence, 2);
    CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_C }, 0, &err), err);
    /* ... and the queue is as it was. */
@@ -150,8 +152,8 @@ static bool qc_fair_take_as (const ll_backend_t *b, void *c, const char *k, cons
 {
    static const ll_holder_t h = { "queue-host", 1, "queue" };
    int64_t fence = 0;
-   return ll_backend_acquire (b, c, &(ll_take_t){ { k, strlen (k), o }, 10000, &h, 0, 0, fair },
-                              &fence, err);
+   return ll_backend_acquire (
+     b, c, &(ll_take_t){ { k, strlen (k), o }, 10000, &h, 0, 0, fair, false }, &fence, err);
 }
 
 /* Whether k's record is there (false too when inspect fails, said on

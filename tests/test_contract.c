@@ -1447,23 +1447,25 @@ static void test_reacquire_same_owner (void)
    int64_t f1 = 0, f2 = 0;
    bool ok = ll_backend_acquire (
      b, conn,
-     &(ll_take_t){ { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0, false },
+     &(ll_take_t){
+       { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0, false, false },
      &f1, &err);
    if (ok)
       ok = ll_backend_acquire (
         b, conn,
         &(ll_take_t){
-          { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0, false },
+          { k, strlen (k), "0123456789abcdef0123456789abcdef" }, 5000, &h, 0, 0, false, false },
         &f2, &err);
    bool busy = false;
    if (ok) {
       int64_t f3;
-      busy = !ll_backend_acquire (
-               b, conn,
-               &(ll_take_t){
-                 { k, strlen (k), "fedcba9876543210fedcba9876543210" }, 5000, &h, 0, 0, false },
-               &f3, &err) &&
-             err.code == LEASELOCK_BUSY;
+      busy =
+        !ll_backend_acquire (
+          b, conn,
+          &(ll_take_t){
+            { k, strlen (k), "fedcba9876543210fedcba9876543210" }, 5000, &h, 0, 0, false, false },
+          &f3, &err) &&
+        err.code == LEASELOCK_BUSY;
       ok =
         b->release (conn, &(ll_op_t){ k, strlen (k), "0123456789abcdef0123456789abcdef" }, 0, &err);
    }

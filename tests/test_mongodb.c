@@ -54,6 +54,7 @@
 #include "tcp_proxy.h"
 #include "testlib.h"
 #include "queue_cases.h"
+#include "notify_cases.h"
 #include "tls_proxy.h"
 
 #include <mongoc/mongoc.h>
@@ -111,8 +112,8 @@ static bool acquire (void *c, const char *k, const char *owner, int64_t ttl, int
 {
    int64_t f = 0;
    ll_error_clear (err);
-   bool ok =
-     B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0, false }, &f, err);
+   bool ok = B->acquire (
+     c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0, false, false }, &f, err);
    if (fence)
       *fence = f;
    return ok;
@@ -127,7 +128,9 @@ static bool acquire_wait (void *c, const char *k, const char *owner, int64_t res
 {
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
    ll_error_clear (err);
-   const ll_take_t t = { { k, strlen (k), owner }, 30000, &HOLDER, reserve_ms, waited_ms, false };
+   const ll_take_t t = {
+      { k, strlen (k), owner }, 30000, &HOLDER, reserve_ms, waited_ms, false, false
+   };
    bool ok = B->acquire_wait (c, &t, &out, err);
    last_left = out.left_ms;
    if (fence)
@@ -711,8 +714,9 @@ static int child_main (int argc, char **argv)
    bool ok = false;
    if (c) {
       if (!strcmp (op, "acquire")) {
-         ok = B->acquire (c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0, false },
-                          &fence, &err);
+         ok = B->acquire (
+           c, &(ll_take_t){ { k, strlen (k), owner }, ttl, &HOLDER, 0, 0, false, false }, &fence,
+           &err);
       } else if (!strcmp (op, "renew")) {
          ok = B->renew (c, &(ll_op_t){ k, strlen (k), owner }, ttl, &err);
       } else if (!strcmp (op, "join")) {
@@ -1219,8 +1223,8 @@ static void test_fork_abandon (void)
       new_owner (o);
       int64_t f;
       bool busy =
-        !B->acquire (mine, &(ll_take_t){ { k, strlen (k), o }, 30000, &HOLDER, 0, 0, false }, &f,
-                     &e) &&
+        !B->acquire (mine, &(ll_take_t){ { k, strlen (k), o }, 30000, &HOLDER, 0, 0, false, false },
+                     &f, &e) &&
         e.code == LEASELOCK_BUSY;
       B->close (mine);
       _exit (busy ? 0 : 4);
@@ -2772,6 +2776,27 @@ static void test_primary_changed_before_grant (void)
    B->close (c);
 }
 
+/* ---- hand-off by notification (notify_cases.c) -------------------------- */
+
+/* This machine's channel file of the URI's collection (wake_file.c). */
+bool nt_wake_path (const char *uri, char *buf, size_t size)
+{
+   return nt_host_wake_path (uri, "mongodb", LL_MONGO_COLL_OPTION, buf, size);
+}
+
+/* The channel file removed: the listener breaks and makes a new one. */
+void nt_break_listener (const char *uri)
+{
+   (void)nt_remove_wake (uri);
+}
+
+/* A listener here is an inotify watch in the client's process: the test
+ * reads the client's watcher instead. */
+int nt_listeners (void)
+{
+   return -1;
+}
+
 int main (int argc, char **argv)
 {
    if (argc >= 2 && !strcmp (argv[1], "--child"))
@@ -2836,6 +2861,7 @@ int main (int argc, char **argv)
    RUN (test_new_primary_race);
    RUN (test_primary_changed_before_grant);
    RUN (test_new_primary);
+   notify_cases_run ();
 
    clear_cmds ();
    mongoc_cleanup ();

@@ -333,8 +333,8 @@ static void test_takeover_does_not_extend_old (void)
    const char *k = key ("takeover");
    size_t kl = strlen (k);
    int64_t f1 = 0, f2 = 0, f3 = 0;
-   bool ok =
-     ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, A }, 300, &ha, 0, 0, false }, &f1, &err);
+   bool ok = ll_backend_acquire (
+     b, conn, &(ll_take_t){ { k, kl, A }, 300, &ha, 0, 0, false, false }, &f1, &err);
    leaselock_record_t r1, r2, r3;
    bool found = false;
    bool busy_ok = false, renew_a = true, release_a = true, release_b = false;
@@ -342,16 +342,17 @@ static void test_takeover_does_not_extend_old (void)
    if (ok) {
       /* BUSY while A is live: nothing changes, not even A's expiry. */
       ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r1, &found, &err);
-      busy_ok = !ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 60000, &hb, 0, 0, false },
-                                     &f2, &err) &&
-                err.code == LEASELOCK_BUSY;
+      busy_ok =
+        !ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 60000, &hb, 0, 0, false, false },
+                             &f2, &err) &&
+        err.code == LEASELOCK_BUSY;
       if (ok)
          ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r2, &found, &err);
    }
    if (ok) {
       sleep_ms (400);
-      ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 5000, &hb, 0, 0, false }, &f3,
-                               &err);
+      ok = ll_backend_acquire (b, conn, &(ll_take_t){ { k, kl, B }, 5000, &hb, 0, 0, false, false },
+                               &f3, &err);
    }
    if (ok) {
       ok = b->inspect (conn, &(ll_op_t){ k, kl, NULL }, &r3, &found, &err);
@@ -397,8 +398,9 @@ static char rsv_take (const ll_backend_t *b, void *conn, const char *k, const ch
    static const ll_holder_t h = { "rsv-host", 1, "rsv" };
    leaselock_error_t err;
    int64_t f = 0;
-   if (ll_backend_acquire (
-         b, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &h, 0, 0, false }, &f, &err)) {
+   if (ll_backend_acquire (b, conn,
+                           &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &h, 0, 0, false, false },
+                           &f, &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -421,7 +423,7 @@ static char rsv_wait (const ll_backend_t *b, void *conn, const char *k, const ch
    static const ll_holder_t h = { "rsv-host", 2, "rsv-waiter" };
    leaselock_error_t err;
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
-   const ll_take_t t = { { k, strlen (k), owner }, 10000, &h, reserve_ms, waited_ms, false };
+   const ll_take_t t = { { k, strlen (k), owner }, 10000, &h, reserve_ms, waited_ms, false, false };
    bool ok = b->acquire_wait (conn, &t, &out, &err);
    bool reserved = out.reserved;
    rsv_left = out.left_ms;
@@ -1116,8 +1118,8 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (raw_holds (MIGRATING, "old"), 1); /* version 4's column */
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
-   CHECK_OK (ll_backend_acquire (b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &h, 0, 0, false },
-                                 &f, &err),
+   CHECK_OK (ll_backend_acquire (
+               b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &h, 0, 0, false, false }, &f, &err),
              err);
    CHECK_EQ (f, 8);
    CHECK_EQ (hold_of (b, c, "old", 3, QC_B, +1), 2);
@@ -1798,7 +1800,7 @@ static void test_failed_in_flight (void)
    ll_holder_t h = { "host", 1, "inflight" };
    int64_t f0 = 0, f1 = 0, f2 = 0;
    bool ok = ll_backend_acquire (
-     b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false }, &f0, &err);
+     b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false, false }, &f0, &err);
    if (ok)
       ok = b->release (conn, &(ll_op_t){ k, strlen (k), X }, 0, &err);
    void *lock = ok ? raw_lock_row (k) : NULL;
@@ -1807,8 +1809,8 @@ static void test_failed_in_flight (void)
    if (lock) {
       leaselock_error_t e1;
       failed_backend =
-        !ll_backend_acquire (b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false },
-                             &f1, &e1) &&
+        !ll_backend_acquire (
+          b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false, false }, &f1, &e1) &&
         e1.code == LEASELOCK_BACKEND;
       waited = mono_ms () - t0;
       if (!failed_backend)
@@ -1821,7 +1823,7 @@ static void test_failed_in_flight (void)
    bool found = false;
    if (lock) {
       retried = ll_backend_acquire (
-        b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false }, &f2, &err);
+        b, conn, &(ll_take_t){ { k, strlen (k), X }, 5000, &h, 0, 0, false, false }, &f2, &err);
       if (retried)
          ok = b->inspect (conn, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err);
       if (retried)
@@ -2504,10 +2506,18 @@ static void test_holder_info (void)
 
 /* ---- hand-off by notification (notify_cases.c) -------------------------- */
 
-/* The listeners' connections killed, as an admin or a failover would. */
+/* MySQL: this machine's channel file (wake_file.c); PostgreSQL has none. */
+bool nt_wake_path (const char *uri, char *buf, size_t size)
+{
+   return IS_MYSQL && nt_host_wake_path (uri, "mysql", "table", buf, size);
+}
+
+/* The listeners' connections killed, as an admin or a failover would;
+ * MySQL's channel file removed. */
 void nt_break_listener (const char *uri)
 {
-   (void)uri;
+   if (nt_remove_wake (uri))
+      return;
    char out[32];
    if (!raw_query ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                    "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",

@@ -115,7 +115,7 @@ static void test_uri_busy_timeout_option (void)
    int64_t fence = 0;
    int64_t t0 = ll_now_ms ();
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { "k", 1, owner_a }, 1000, &holder, 0, 0, false }, &fence, &err);
+     B, a, &(ll_take_t){ { "k", 1, owner_a }, 1000, &holder, 0, 0, false, false }, &fence, &err);
    int64_t waited = ll_now_ms () - t0;
    sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
    sqlite3_close (db);
@@ -139,7 +139,7 @@ static void test_schema_created_once (void)
              1);
    int64_t fence = 0;
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0, false }, &fence, &err);
+     B, a, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    B->close (a);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 1);
@@ -148,15 +148,15 @@ static void test_schema_created_once (void)
     * and the fence goes on from 1. */
    void *b = B->open (uri, &err);
    CHECK_OK (b != NULL, err);
-   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_b }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, b, &(ll_take_t){ { "k", 1, owner_b }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    if (ok) {
       B->close (b);
       CHECK (!"another owner took a live lease after reopening");
    }
    CHECK_EQ (err.code, LEASELOCK_BUSY);
-   ok = ll_backend_acquire (B, b, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, b, &(ll_take_t){ { "k", 1, owner_a }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    B->close (b);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
@@ -194,9 +194,9 @@ static void test_wal_kept_bounded (void)
       void *c = B->open (uri, &err);
       CHECK_OK (c != NULL, err);
       ll_op_t op = { "k", 1, owner_a };
-      bool ok =
-        ll_backend_acquire (B, c, &(ll_take_t){ op, 60000, &holder, 0, 0, false }, &fence, &err) &&
-        B->release (c, &op, 0, &err);
+      bool ok = ll_backend_acquire (B, c, &(ll_take_t){ op, 60000, &holder, 0, 0, false, false },
+                                    &fence, &err) &&
+                B->release (c, &op, 0, &err);
       B->close (c);
       CHECK_OK (ok, err);
       struct stat st;
@@ -389,7 +389,8 @@ static void test_prefix_no_wildcards (void)
    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
       int64_t fence;
       ok = ll_backend_acquire (
-        B, a, &(ll_take_t){ { keys[i], strlen (keys[i]), owner_a }, 60000, &holder, 0, 0, false },
+        B, a,
+        &(ll_take_t){ { keys[i], strlen (keys[i]), owner_a }, 60000, &holder, 0, 0, false, false },
         &fence, &err);
    }
    if (!ok)
@@ -429,7 +430,7 @@ static void test_ops_by_sqlite_clock (void)
    CHECK_OK (a != NULL, err);
    int64_t fence = 0;
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false }, &fence, &err);
+     B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -454,8 +455,8 @@ static void test_ops_by_sqlite_clock (void)
    CHECK (exp_at - wall > 55000 && exp_at - wall <= 60000);
 
    /* Other owner: busy, cannot renew or release. */
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
    ok = B->renew (a, &(ll_op_t){ "op", 2, owner_b }, 60000, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
@@ -472,8 +473,8 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->inspect (a, &(ll_op_t){ "op", 2, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (rec.expires_in_ms <= 0);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 2);
 
@@ -484,8 +485,8 @@ static void test_ops_by_sqlite_clock (void)
    CHECK_OK (ok, err);
    CHECK (!strcmp (rec.owner, ""));
    CHECK (rec.expires_in_ms > 55000);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    CHECK_ERR (ok, err, LEASELOCK_BUSY, "held");
    ok = B->release (a, &(ll_op_t){ "op", 2, owner_b }, 0, &err);
    CHECK_ERR (ok, err, LEASELOCK_NOT_HELD, "not held");
@@ -495,13 +496,13 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->force_release (a, &(ll_op_t){ "op", 2, NULL }, &took, &err);
    CHECK_OK (ok, err);
    CHECK (!took);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 3);
    /* A retried acquire by the same owner succeeds with a larger fence. */
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_a }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 4);
    /* force_release of a live lease: taken; the fence survives. */
@@ -519,8 +520,8 @@ static void test_ops_by_sqlite_clock (void)
    ok = B->inspect (a, &(ll_op_t){ "none", 4, NULL }, &rec, &found, &err);
    CHECK_OK (ok, err);
    CHECK (!found);
-   ok = ll_backend_acquire (B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false },
-                            &fence, &err);
+   ok = ll_backend_acquire (
+     B, a, &(ll_take_t){ { "op", 2, owner_b }, 60000, &holder, 0, 0, false, false }, &fence, &err);
    CHECK_OK (ok, err);
    CHECK_EQ (fence, 5);
    B->close (a);
@@ -542,9 +543,9 @@ static char rsv_take (void *conn, const char *k, const char *owner, int64_t ttl_
 {
    leaselock_error_t err;
    int64_t f = 0;
-   if (ll_backend_acquire (B, conn,
-                           &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &holder, 0, 0, false },
-                           &f, &err)) {
+   if (ll_backend_acquire (
+         B, conn, &(ll_take_t){ { k, strlen (k), owner }, ttl_ms, &holder, 0, 0, false, false }, &f,
+         &err)) {
       if (fence)
          *fence = f;
       return 'T';
@@ -566,7 +567,9 @@ static char rsv_wait (void *conn, const char *k, const char *owner, int64_t rese
 {
    leaselock_error_t err;
    ll_taken_t out = { 0, true, -2 }; /* the backend must set reserved */
-   const ll_take_t t = { { k, strlen (k), owner }, 10000, &holder, reserve_ms, waited_ms, false };
+   const ll_take_t t = {
+      { k, strlen (k), owner }, 10000, &holder, reserve_ms, waited_ms, false, false
+   };
    bool ok = B->acquire_wait (conn, &t, &out, &err);
    bool reserved = out.reserved;
    rsv_left = out.left_ms;
@@ -892,9 +895,10 @@ static void q_on_migrated (const ll_backend_t *b, void *c, qc_rows_fn rows)
    CHECK_EQ (QJ (b, c, "old", QC_A, 10000), 0);
    CHECK_EQ (QJ (b, c, "old", QC_B, 10000), 1);
    CHECK_EQ (rows ("old"), 2);
-   CHECK_OK (ll_backend_acquire (
-               b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &holder, 0, 0, false }, &f, &err),
-             err);
+   CHECK_OK (
+     ll_backend_acquire (
+       b, c, &(ll_take_t){ { "old", 3, QC_B }, 10000, &holder, 0, 0, false, false }, &f, &err),
+     err);
    CHECK_EQ (f, 8);
 }
 
@@ -1056,8 +1060,8 @@ static bool open_and_use (const char *uri, int idx, leaselock_error_t *err)
    snprintf (key, sizeof key, "opener-%d", idx);
    int64_t fence;
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { key, strlen (key), owner_a }, 60000, &holder, 0, 0, false }, &fence,
-     err);
+     B, a, &(ll_take_t){ { key, strlen (key), owner_a }, 60000, &holder, 0, 0, false, false },
+     &fence, err);
    B->close (a);
    return ok;
 }
@@ -1117,7 +1121,8 @@ static void test_fork_abandon (void)
    CHECK_OK (a != NULL, err);
    int64_t fence;
    bool ok = ll_backend_acquire (
-     B, a, &(ll_take_t){ { "parent", 6, owner_a }, 60000, &holder, 0, 0, false }, &fence, &err);
+     B, a, &(ll_take_t){ { "parent", 6, owner_a }, 60000, &holder, 0, 0, false, false }, &fence,
+     &err);
    if (!ok)
       B->close (a);
    CHECK_OK (ok, err);
@@ -1129,14 +1134,16 @@ static void test_fork_abandon (void)
       leaselock_error_t cerr;
       void *mine = B->open (uri, &cerr);
       bool cok =
-        mine && ll_backend_acquire (
-                  B, mine, &(ll_take_t){ { "child", 5, owner_b }, 60000, &holder, 0, 0, false },
-                  &fence, &cerr);
-      bool busy = mine &&
-                  !ll_backend_acquire (
-                    B, mine, &(ll_take_t){ { "parent", 6, owner_b }, 60000, &holder, 0, 0, false },
-                    &fence, &cerr) &&
-                  cerr.code == LEASELOCK_BUSY;
+        mine &&
+        ll_backend_acquire (
+          B, mine, &(ll_take_t){ { "child", 5, owner_b }, 60000, &holder, 0, 0, false, false },
+          &fence, &cerr);
+      bool busy =
+        mine &&
+        !ll_backend_acquire (
+          B, mine, &(ll_take_t){ { "parent", 6, owner_b }, 60000, &holder, 0, 0, false, false },
+          &fence, &cerr) &&
+        cerr.code == LEASELOCK_BUSY;
       if (mine)
          B->close (mine);
       _exit (cok && busy ? 0 : 1);
@@ -1444,96 +1451,19 @@ static void test_locked_file_bounded (void)
    leaselock_client_destroy (c);
 }
 
-/* In a child bounded by alarm(): a FIFO at <db>-wake is refused, never
- * opened for writing (which blocks until a reader comes): a release that
- * hands the key on, the listener and the client's close return. */
-typedef struct fifo_waiter
-{
-   leaselock_client_t *c;
-   bool ok;
-} fifo_waiter_t;
-
-/* A blocking acquire: it starts the client's listener and claims the
- * key's reservation, so that the holder's release wakes the listeners. */
-static void *fifo_wait_main (void *arg)
-{
-   fifo_waiter_t *fw = arg;
-   leaselock_acquire_opts_t o;
-   leaselock_acquire_opts_init (&o);
-   o.timeout_ms = 3000;
-   o.auto_renew = false;
-   leaselock_lease_t *l = NULL;
-   leaselock_error_t err;
-   fw->ok = leaselock_acquire (fw->c, "k", 1, &o, &l, &err) && leaselock_lease_release (l, &err);
-   leaselock_lease_destroy (l);
-   return NULL;
-}
-
-static atomic_int watch_failures;
-
-static void count_watch_failures (const leaselock_log_event_t *ev, void *data)
-{
-   (void)data;
-   if (ev->level == LEASELOCK_LOG_WARNING && !strcmp (ev->event, "watch_failed") &&
-       strstr (ev->message, "not a regular file"))
-      atomic_fetch_add (&watch_failures, 1);
-}
-
-static int fifo_child (const char *uri)
-{
-   alarm (10);
-   leaselock_error_t err;
-   void *listener = B->watch_open (uri, "00", &err);
-   if (listener || !strstr (err.message, "not a regular file")) {
-      fprintf (stderr, "    watch_open: %s\n", listener ? "opened" : err.message);
-      return 1;
-   }
-   leaselock_client_t *a = leaselock_client_new (uri, "a", &err);
-   fifo_waiter_t fw = { leaselock_client_new (uri, "b", &err), false };
-   leaselock_lease_t *la = NULL;
-   if (!a || !fw.c || !one_try (a, "k", &la, &err))
-      return 2;
-   leaselock_client_set_log (fw.c, LEASELOCK_LOG_WARNING, count_watch_failures, NULL);
-   pthread_t th;
-   pthread_create (&th, NULL, fifo_wait_main, &fw);
-   usleep (300 * 1000); /* b waits, and claims the reservation */
-   bool released = leaselock_lease_release (la, &err);
-   leaselock_lease_destroy (la);
-   pthread_join (th, NULL);
-   leaselock_client_destroy (a);
-   leaselock_client_destroy (fw.c);
-   if (atomic_load (&watch_failures) != 1)
-      fprintf (stderr, "    %d watch_failed warnings (want 1)\n", atomic_load (&watch_failures));
-   return released && fw.ok ? atomic_load (&watch_failures) == 1 ? 0 : 4 : 3;
-}
-
-static void test_wake_fifo_refused (void)
-{
-   char path[PATH_MAX], uri[PATH_MAX + 16], wake[PATH_MAX + 8];
-   new_db (path, sizeof path, uri, sizeof uri);
-   snprintf (wake, sizeof wake, "%s-wake", path);
-   CHECK (mkfifo (wake, 0600) == 0);
-   double t0 = tl_seconds ();
-   pid_t pid = fork ();
-   if (pid == 0)
-      _exit (fifo_child (uri));
-   int status = 0;
-   waitpid (pid, &status, 0);
-   CHECK (WIFEXITED (status) && WEXITSTATUS (status) == 0);
-   if (WIFSIGNALED (status))
-      fprintf (stderr, "    the child hung (signal %d)\n", WTERMSIG (status));
-   CHECK (tl_seconds () - t0 < 5);
-}
-
 /* ---- hand-off by notification (notify_cases.c) -------------------------- */
 
 /* The channel file removed: the listener breaks and makes a new one. */
 void nt_break_listener (const char *uri)
 {
-   char wake[PATH_MAX];
-   snprintf (wake, sizeof wake, "%s-wake", uri + strlen ("sqlite://"));
-   if (unlink (wake) != 0)
-      fprintf (stderr, "    unlink %s: %s\n", wake, strerror (errno));
+   (void)nt_remove_wake (uri);
+}
+
+/* <db>-wake beside the database. */
+bool nt_wake_path (const char *uri, char *buf, size_t size)
+{
+   snprintf (buf, size, "%s-wake", uri + strlen ("sqlite://"));
+   return true;
 }
 
 /* A listener here is an inotify watch in the client's process: the test
@@ -1596,7 +1526,6 @@ int main (int argc, char **argv)
    RUN (test_fork_parent_closes);
    RUN_SLOW (test_fork_while_busy);
    RUN (test_locked_file_bounded);
-   RUN (test_wake_fifo_refused);
    char notify_path[PATH_MAX];
    new_db (notify_path, sizeof notify_path, notify_uri, sizeof notify_uri);
    tl_start ("sqlite", notify_uri);
