@@ -113,7 +113,7 @@ static double bare_round (void *ctx, long pairs)
    int64_t none = 0;
    my_bool null = 1;
    int i = 0;
-   /* The backend's binding order; reserve and waited NULL (a plain
+   /* The backend's binding order; reserve, waited and queued NULL (a plain
     * acquire). */
    for (const char *s = ll_mysql_acquire_params; *s; s++) {
       if (*s == 'k')
@@ -130,7 +130,7 @@ static double bare_round (void *ctx, long pairs)
          bind_i64 (&a[i++], &pid);
       else if (*s == 'l')
          bind_str (&a[i++], BENCH_LABEL, &llen, MYSQL_TYPE_BLOB);
-      else if (*s == 'r' || *s == 'w') {
+      else if (*s == 'r' || *s == 'w' || *s == 'q') {
          bind_i64 (&a[i], &none);
          a[i++].is_null = &null;
       }

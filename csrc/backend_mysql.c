@@ -11,7 +11,10 @@
  *   holder_host, holder_pid, holder_label,
  *   next_owner CHAR(32) ascii_bin NULL, next_until / next_since
  *   DATETIME(6) NULL                       the reservation for the next
- *                                          owner (a waiter), NULL: none
+ *                                          owner (a waiter), NULL: none;
+ *                                          next_since alone: the owner
+ *                                          took the key from the fair
+ *                                          queue (its release wakes)
  *   holds INT                              its owner's reentrant holds
  * and beside it <table>_queue, the fair mode's queue of waiters
  * (lock_key, owner, arrived, alive_until DATETIME(6); live while
@@ -158,18 +161,20 @@ static void *ll_mysql_open (const char *uri, leaselock_error_t *err)
 
 /* The values LL_MYSQL_ACQUIRE binds, by their letter in
  * ll_mysql_acquire_params: the texts "kohl" (key, owner, host, label: the
- * owner a string, the others blobs), the numbers "tprw" (ttl_us, pid,
- * reserve_us, waited_us: the last two NULL for a plain acquire) and 'f'. */
-static const char ll_mysql_texts[] = "kohl", ll_mysql_numbers[] = "tprw";
+ * owner a string, the others blobs), the numbers "tprwq" (ttl_us, pid,
+ * reserve_us, waited_us: NULL for a plain acquire; queued: NULL unless
+ * the taker waited in the fair queue) and 'f'. */
+static const char ll_mysql_texts[] = "kohl", ll_mysql_numbers[] = "tprwq";
 typedef struct
 {
    const char *text[4];
    unsigned long text_len[4];
-   int64_t number[4];
+   int64_t number[5];
    /* The connection's, read when the statement runs: a reconnect inside
     * ll_mysql_execute updates it first. */
    int64_t *fence_floor;
-   my_bool wait_null; /* reserve and waited are NULL: a plain acquire */
+   my_bool wait_null;   /* reserve and waited are NULL: a plain acquire */
+   my_bool queued_null; /* queued is NULL: not a take from the fair queue */
 } ll_mysql_acquire_t;
 
 /* Binds p[] by params (ll_mysql_acquire_params or _fair_params; the
@@ -190,6 +195,8 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_a
          ll_mysql_bind_i64 (&p[i], &a->number[k]);
          if (*s == 'r' || *s == 'w')
             p[i].is_null = &a->wait_null;
+         else if (*s == 'q')
+            p[i].is_null = &a->queued_null;
          i++;
       }
    }
@@ -210,8 +217,9 @@ static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *o
       .text = { t->op.key, t->op.owner, host ? host : "", label ? label : "" },
       .text_len = { (unsigned long)t->op.key_len, LEASELOCK_OWNER_LEN, ll_mysql_clip255 (host),
                     ll_mysql_clip255 (label) },
-      .number = { t->ttl_ms * 1000, t->holder->pid, t->reserve_ms * 1000, t->waited_ms * 1000 },
+      .number = { t->ttl_ms * 1000, t->holder->pid, t->reserve_ms * 1000, t->waited_ms * 1000, 1 },
       .wait_null = t->reserve_ms < 0,
+      .queued_null = !t->queued,
       .fence_floor = &c->b.primary.fence_floor,
    };
    MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];

@@ -39,7 +39,7 @@ extern const char *const ll_mysql_statements[LL_SQL_COUNT];
 extern const char ll_mysql_acquire_params[];
 /* The same for a fair acquire's first try (LL_SQL_ACQUIRE_FAIR). */
 extern const char ll_mysql_acquire_fair_params[];
-#define LL_MYSQL_ACQUIRE_BINDS 52
+#define LL_MYSQL_ACQUIRE_BINDS 56
 
 /* The schema's statements, run unprepared when a connection finds no
  * table or an older one (backend_mysql.c's create_schema). "%s" the

@@ -37,7 +37,7 @@ class MySQLLeases:
         k = key.encode()
         # f: the fence floor, 0 as the backend binds it when no failover was seen.
         values = {"k": k, "o": owner, "f": 0, "t": ttl_ms * 1000, "h": self.host.encode(),
-                  "p": self.pid, "l": self.label.encode(), "r": None, "w": None}
+                  "p": self.pid, "l": self.label.encode(), "r": None, "w": None, "q": None}
         self.cur.execute(self.acquire_sql, [values[c] for c in self.params])
         fence = self.cur.lastrowid
         if not fence:
