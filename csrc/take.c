@@ -221,11 +221,22 @@ static bool backend_acquire (acquire_call_t *a, void *conn, leaselock_lease_t *l
       if (done)
          return ok;
    }
-   bool ok = !fair || queue_turn (a, conn, l, err);
+   /* The queue's first, once it holds the reservation (claimed only
+    * while first, and no later arrival goes before it), takes first and
+    * joins again only if the key is still busy: a hand-off costs the
+    * take and the leave, not a join as well (two round trips on MySQL,
+    * and MongoDB's settling pause). */
+   bool first = fair && a->w.queued && a->w.reserved && a->w.ahead == 0;
+   bool ok = first || !fair || queue_turn (a, conn, l, err);
    if (ok) {
       int64_t t0 = ll_real_now_us ();
       ok = take_or_claim (a, conn, l, holder, err);
       ll_obs_request (&a->c->obs, t0, ok, err);
+      if (first && !ok && err->code == LEASELOCK_BUSY && a->w.waits) {
+         leaselock_error_t busy = *err;
+         if (queue_turn (a, conn, l, err)) /* its place kept: still BUSY */
+            *err = busy;
+      }
    }
    if (fair && (ok || !a->w.waits))
       queue_quit (a, conn);

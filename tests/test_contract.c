@@ -869,6 +869,7 @@ typedef struct
    leaselock_client_t *c;
    const char *key;
    int64_t timeout;
+   bool fair;
    bool ok;
    leaselock_error_t err;
    leaselock_lease_t *lease;
@@ -881,6 +882,7 @@ static void *waiter_main (void *arg)
    waiter_t *w = arg;
    leaselock_acquire_opts_t o = opts (5000, false);
    o.timeout_ms = w->timeout;
+   o.fair = w->fair;
    w->ok = leaselock_acquire (w->c, w->key, strlen (w->key), &o, &w->lease, &w->err);
    w->done_at = ll_now_ms ();
    atomic_store (&w->done, true);
@@ -3023,6 +3025,61 @@ static void test_fair_uncontended (void)
    leaselock_client_destroy (a);
 }
 
+/* The fair queue's first, once it holds the reservation, takes first on
+ * its next try: a hand-off costs the waiter the take and the queue leave,
+ * two requests, not a join before them as well (three). Its polls put
+ * off, only the holder's release (a local one: same process) wakes it. */
+static void test_fair_first_takes_first (void)
+{
+   leaselock_client_t *a = client ("a"), *b = client ("b");
+   CHECK (a && b);
+   leaselock_error_t err;
+   leaselock_lease_t *la;
+   const char *k = key ("fair-first");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.fair = true;
+   CHECK_OK (acq (a, k, o, &la, &err), err);
+   atomic_store (&ll_test_wait_poll_ms, 20000);
+   waiter_t w = { .c = b, .key = k, .timeout = 30000, .fair = true };
+   pthread_t th;
+   pthread_create (&th, NULL, waiter_main, &w);
+   leaselock_stats_t st = { 0 };
+   for (int t = 0; t < 5000 && st.waits < 1; t++) {
+      sleep_ms (1);
+      leaselock_client_stats (b, &st, NULL);
+   }
+   /* Its watcher's listener, once open, wakes it for a try of its own:
+    * counted from after that, once b's requests stand still. */
+   ll_watch_t *bw = ll_client_watch (b);
+   for (int t = 0; t < 10000 && bw->backend->watch_open && ll_watch_opens (bw) < 1; t++)
+      sleep_ms (1);
+   uint64_t before = requests_of (b);
+   for (int t = 0; t < 50; t++) {
+      sleep_ms (50);
+      uint64_t now = requests_of (b);
+      if (now == before)
+         break;
+      before = now;
+   }
+   bool waiting = st.waits == 1 && !atomic_load (&w.done);
+   CHECK_OK (leaselock_lease_release (la, &err), err);
+   for (int t = 0; t < 5000 && !atomic_load (&w.done); t++)
+      sleep_ms (1);
+   uint64_t spent = requests_of (b) - before;
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   pthread_join (th, NULL);
+   CHECK (waiting);
+   CHECK_OK (w.ok, w.err);
+   if (spent != 2)
+      fprintf (stderr, "    the hand-off cost the waiter %llu requests\n", (unsigned long long)spent);
+   CHECK_EQ (spent, 2);
+   CHECK_OK (leaselock_lease_release (w.lease, &err), err);
+   leaselock_lease_destroy (w.lease);
+   leaselock_lease_destroy (la);
+   leaselock_client_destroy (a);
+   leaselock_client_destroy (b);
+}
+
 /* A fair waiter that dies keeps its place only until its entry runs out:
  * the waiters behind it are not blocked for good. */
 static void test_fair_dead_waiter (void)
@@ -4113,6 +4170,7 @@ int main (int argc, char **argv)
    RUN (test_fair_order);
    RUN (test_fair_give_up_leaves);
    RUN (test_fair_uncontended);
+   RUN (test_fair_first_takes_first);
    RUN_SLOW (test_fair_dead_waiter);
    RUN (test_wait_steps_fair);
    RUN (test_semaphore_fair_order);
