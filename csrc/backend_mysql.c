@@ -563,6 +563,7 @@ const ll_backend_t ll_backend_mysql = {
    .schemes = { "mysql", "mariadb", NULL },
    LL_SQL_BACKEND_OPS (ll_mysql),
    LL_BACKEND_HOST_WATCH_OPS (ll_mysql),
+   .fair_wake_first_only = true,
 };
 
 #endif /* LEASELOCK_WITH_MYSQL */

@@ -94,9 +94,10 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
          continue;
       e->released = true;
       /* A fair waiter that the releases heard since its last try may have
-       * brought to the queue's head (or next to it) is next as much as a
-       * reserved one: its own count is from before them. */
-      if (e->ahead > 0 && --e->ahead <= 1)
+       * brought to the queue's head (or next to it: ll_backend_t's
+       * fair_wake_first_only) is next as much as a reserved one: its own
+       * count is from before them. */
+      if (e->ahead > 0 && --e->ahead <= (w->backend->fair_wake_first_only ? 0 : 1))
          e->reserved = true;
       if (!key) {
          if (e->reserved && oldest_reserved (w, e))

@@ -3071,7 +3071,8 @@ static void test_fair_first_takes_first (void)
    CHECK (waiting);
    CHECK_OK (w.ok, w.err);
    if (spent != 2)
-      fprintf (stderr, "    the hand-off cost the waiter %llu requests\n", (unsigned long long)spent);
+      fprintf (stderr, "    the hand-off cost the waiter %llu requests\n",
+               (unsigned long long)spent);
    CHECK_EQ (spent, 2);
    CHECK_OK (leaselock_lease_release (w.lease, &err), err);
    leaselock_lease_destroy (w.lease);
