@@ -14,12 +14,18 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 run=$(mktemp -d "${TMPDIR:-/tmp}/leaselock-servers.XXXXXX")
+touch "$run/.start"
 started=()
 
 stop_all() {
   for s in "${started[@]+"${started[@]}"}"; do
     bash "$root/tests/servers/$s.sh" stop "$run/$s" >/dev/null 2>&1 || true
   done
+  # The same-machine release channels of these servers (named after their
+  # ports: never used again) that the run made; a watcher of another run
+  # whose file goes makes it again.
+  find /dev/shm /tmp -maxdepth 1 \( -name 'leaselock-mysql-*.wake' -o \
+    -name 'leaselock-mongodb-*.wake' \) -newer "$run/.start" -delete 2>/dev/null || true
   rm -rf "$run"
 }
 trap stop_all EXIT
