@@ -936,6 +936,31 @@ static int count_done (waiter_t *w, int n)
    return k;
 }
 
+/* c's request count once it has stood still for 50 ms (2.5 s at most). */
+static uint64_t requests_still (leaselock_client_t *c)
+{
+   uint64_t before = requests_of (c);
+   for (int t = 0; t < 50; t++) {
+      sleep_ms (50);
+      uint64_t now = requests_of (c);
+      if (now == before)
+         break;
+      before = now;
+   }
+   return before;
+}
+
+/* The same, after c's watcher's listener opened: an open wakes the
+ * waiter that believes it is next, for a try of its own (watch.c,
+ * open_listener). */
+static uint64_t requests_settled (leaselock_client_t *c)
+{
+   ll_watch_t *cw = ll_client_watch (c);
+   for (int t = 0; t < 10000 && cw->backend->watch_open && ll_watch_opens (cw) < 1; t++)
+      sleep_ms (1);
+   return requests_still (c);
+}
+
 /* A local release wakes one waiter of the key, not all: with their polls
  * put off (ll_test_wait_poll_ms), each release costs the waiters one
  * request, the take of the one woken, and hands the key on in turn. */
@@ -960,7 +985,6 @@ static void test_local_wake_one (void)
     * together, two first tries can claim the reservation in the
     * database's order and not their own, and two waiters then each
     * believe they are next, which is not what this test is about. */
-   uint64_t before = requests_of (b);
    for (int i = 0; i < N; i++) {
       w[i] = (waiter_t){ .c = b, .key = k, .timeout = 30000 };
       pthread_create (&th[i], NULL, waiter_main, &w[i]);
@@ -968,27 +992,9 @@ static void test_local_wake_one (void)
          sleep_ms (1);
          leaselock_client_stats (b, &st, NULL);
       }
-      for (int t = 0; t < 50; t++) {
-         sleep_ms (50);
-         uint64_t now = requests_of (b);
-         if (now == before)
-            break;
-         before = now;
-      }
+      requests_still (b);
    }
-   /* A watcher's listener that opens now wakes the waiter that believes
-    * it is next, for a try of its own (watch.c, open_listener): let that
-    * happen before counting, and b's requests stand still again. */
-   ll_watch_t *bw = ll_client_watch (b);
-   for (int t = 0; t < 10000 && bw->backend->watch_open && ll_watch_opens (bw) < 1; t++)
-      sleep_ms (1);
-   for (int t = 0; t < 50; t++) {
-      sleep_ms (50);
-      uint64_t now = requests_of (b);
-      if (now == before)
-         break;
-      before = now;
-   }
+   uint64_t before = requests_settled (b);
    bool all_waiting = st.waits == N && count_done (w, N) == 0;
    bool ok = leaselock_lease_release (la, &err);
    bool one_each = all_waiting && ok;
@@ -1479,6 +1485,31 @@ static void test_reacquire_same_owner (void)
 
 /* ---- fork safety ------------------------------------------------------- */
 
+/* In a forked child: the parent's lease l answers NOT_HELD to release
+ * (saying why) and renew, its destroy releases nothing, and the client
+ * takes and releases a lease of its own on key k. 0, or the bits of what
+ * failed (1 release, 2 renew, 4 acquire, 8 own release). */
+static int fork_child_uses (leaselock_client_t *c, leaselock_lease_t *l, const char *k,
+                            bool auto_renew)
+{
+   int code = 0;
+   leaselock_error_t e;
+   if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD ||
+       !strstr (e.message, "fork"))
+      code |= 1;
+   if (leaselock_lease_renew (l, 0, &e) || e.code != LEASELOCK_NOT_HELD)
+      code |= 2;
+   leaselock_lease_destroy (l); /* must not release the parent's lease */
+   leaselock_lease_t *mine = NULL;
+   leaselock_acquire_opts_t o = opts (5000, auto_renew);
+   if (!leaselock_acquire (c, k, strlen (k), &o, &mine, &e))
+      code |= 4;
+   else if (!leaselock_lease_release (mine, &e))
+      code |= 8;
+   leaselock_lease_destroy (mine);
+   return code;
+}
+
 static void test_fork_child_cannot_release (void)
 {
    leaselock_client_t *c = client ("parent");
@@ -1521,20 +1552,8 @@ static void test_fork_child_cannot_release (void)
             code |= 32;
          leaselock_lease_destroy (own);
       }
-      if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD ||
-          !strstr (e.message, "fork"))
-         code |= 1;
-      if (leaselock_lease_renew (l, 0, &e) || e.code != LEASELOCK_NOT_HELD)
-         code |= 2;
-      leaselock_lease_destroy (l); /* must not release the parent's lease */
       /* the child can use the client: new connection, own renewal thread */
-      leaselock_lease_t *mine;
-      leaselock_acquire_opts_t o = opts (5000, true);
-      if (!leaselock_acquire (c, key ("fork-child"), strlen (key ("fork-child")), &o, &mine, &e))
-         code |= 4;
-      else if (!leaselock_lease_release (mine, &e))
-         code |= 8;
-      leaselock_lease_destroy (mine);
+      code |= fork_child_uses (c, l, key ("fork-child"), true);
       leaselock_client_destroy (c);
       _exit (code);
    }
@@ -1572,25 +1591,8 @@ static void test_fork_without_atfork_handlers (void)
    CHECK_OK (ok, err);
    fflush (NULL);
    pid_t pid = _Fork ();
-   if (pid == 0) {
-      int code = 0;
-      leaselock_error_t e;
-      if (leaselock_lease_release (l, &e) || e.code != LEASELOCK_NOT_HELD ||
-          !strstr (e.message, "fork"))
-         code |= 1;
-      if (leaselock_lease_renew (l, 0, &e) || e.code != LEASELOCK_NOT_HELD)
-         code |= 2;
-      leaselock_lease_destroy (l); /* must not release the parent's lease */
-      leaselock_lease_t *mine = NULL;
-      leaselock_acquire_opts_t o = opts (5000, false);
-      if (!leaselock_acquire (c, key ("rawfork-child"), strlen (key ("rawfork-child")), &o, &mine,
-                              &e))
-         code |= 4;
-      else if (!leaselock_lease_release (mine, &e))
-         code |= 8;
-      leaselock_lease_destroy (mine);
-      _exit (code);
-   }
+   if (pid == 0)
+      _exit (fork_child_uses (c, l, key ("rawfork-child"), false));
    CHECK (pid > 0);
    int status;
    waitpid (pid, &status, 0);
@@ -3048,19 +3050,7 @@ static void test_fair_first_takes_first (void)
       sleep_ms (1);
       leaselock_client_stats (b, &st, NULL);
    }
-   /* Its watcher's listener, once open, wakes it for a try of its own:
-    * counted from after that, once b's requests stand still. */
-   ll_watch_t *bw = ll_client_watch (b);
-   for (int t = 0; t < 10000 && bw->backend->watch_open && ll_watch_opens (bw) < 1; t++)
-      sleep_ms (1);
-   uint64_t before = requests_of (b);
-   for (int t = 0; t < 50; t++) {
-      sleep_ms (50);
-      uint64_t now = requests_of (b);
-      if (now == before)
-         break;
-      before = now;
-   }
+   uint64_t before = requests_settled (b);
    bool waiting = st.waits == 1 && !atomic_load (&w.done);
    CHECK_OK (leaselock_lease_release (la, &err), err);
    for (int t = 0; t < 5000 && !atomic_load (&w.done); t++)
