@@ -230,6 +230,14 @@ static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *o
       return false;
    MYSQL_STMT *st = c->st[which];
    my_ulonglong id = mysql_stmt_insert_id (st);
+   if (id == (my_ulonglong)LL_MYSQL_MARKED) { /* free, but its queue mark is live: ask the queue */
+      which = LL_SQL_ACQUIRE_FAIR_QUEUE;
+      ll_mysql_bind_acquire (p, ll_mysql_acquire_fair_queue_params, &a);
+      if (!ll_mysql_execute (c, which, p, "acquire", err))
+         return false;
+      st = c->st[which];
+      id = mysql_stmt_insert_id (st);
+   }
    out->reserved = id >= LL_MYSQL_RESERVED_MIN;
    if (out->reserved) /* rounded up: a part of a millisecond is still left */
       out->left_ms = (int64_t)((~(my_ulonglong)0 - id + 999) / 1000);
@@ -470,8 +478,11 @@ static bool ll_mysql_prune (void *conn, const char *prefix, size_t prefix_len,
    if (!ll_mysql_execute (c, id, p, "prune", err))
       return false;
    *count = (int64_t)mysql_stmt_affected_rows (c->st[id]);
-   /* The queue entries that ran out go too (not counted: not records). */
+   /* The queue entries that ran out go too, then the rows that only held
+    * their mark (neither counted: not records). */
    return ll_mysql_execute (c, bounded ? LL_SQL_QUEUE_PRUNE_RANGE : LL_SQL_QUEUE_PRUNE_FROM, p,
+                            "prune", err) &&
+          ll_mysql_execute (c, bounded ? LL_SQL_MARK_PRUNE_RANGE : LL_SQL_MARK_PRUNE_FROM, p,
                             "prune", err);
 }
 
@@ -505,15 +516,56 @@ static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c, int id, int64_t *v, int 
    return ok;
 }
 
+/* How much longer than an entry's keep a join's mark lasts, and how
+ * long it must still last (as far as the connection knows) for a join to
+ * go without setting it again: a join sets the mark at most once per
+ * LL_MYSQL_MARK_SPARE_MS / 2 of a wait, and an entry written within
+ * LL_MYSQL_MARK_SPARE_MS / 2 of the mark's asking lives its whole keep. */
+#define LL_MYSQL_MARK_SPARE_MS 2000
+
+/* The key's queue mark, set (LL_SQL_QUEUE_MARK) unless the connection
+ * knows it live for keep_ms + LL_MYSQL_MARK_SPARE_MS / 2 more; into
+ * *until_us, the mark (us since 1970, the server's clock). */
+static bool ll_mysql_queue_mark (ll_mysql_conn_t *c, const ll_op_t *op, int64_t keep_ms,
+                                 int64_t *until_us, leaselock_error_t *err)
+{
+   int64_t now = ll_real_now_ms ();
+   bool same = c->mark.key_len == op->key_len && !memcmp (c->mark.key, op->key, op->key_len);
+   if (same && c->mark.span_ms - (now - c->mark.at_ms) >= keep_ms + LL_MYSQL_MARK_SPARE_MS / 2) {
+      *until_us = c->mark.until_us;
+      return true;
+   }
+   unsigned long klen = (unsigned long)op->key_len;
+   int64_t span_ms = keep_ms + LL_MYSQL_MARK_SPARE_MS, span_us = span_ms * 1000;
+   MYSQL_BIND p[4];
+   ll_mysql_bind_blob (&p[0], op->key, &klen);
+   for (int i = 1; i < 4; i++)
+      ll_mysql_bind_i64 (&p[i], &span_us);
+   c->mark.key_len = 0;
+   if (!ll_mysql_execute (c, LL_SQL_QUEUE_MARK, p, "queue_join", err))
+      return false;
+   *until_us = (int64_t)mysql_stmt_insert_id (c->st[LL_SQL_QUEUE_MARK]);
+   if (*until_us > 0) {
+      memcpy (c->mark.key, op->key, op->key_len);
+      c->mark.key_len = op->key_len;
+      c->mark.until_us = *until_us;
+      c->mark.at_ms = now;
+      c->mark.span_ms = span_ms;
+   }
+   return true;
+}
+
 /*
- * queue_join: two statements, two round trips, and between them nothing
+ * queue_join: the key's queue mark first when due (ll_mysql_queue_mark),
+ * then two statements, two round trips, and between them nothing
  * held. The upsert (stmt_mysql.c) writes the key's head row first: its
  * row lock orders the joins of the key, and it hands each join an arrival
  * after the key's latest (so arrivals follow commits), within the one
  * autocommitted statement: the server runs it to its commit whatever the
  * client does, so a waiter stopped in its join (SIGSTOP, a debugger, a
  * paused VM) holds no other join back; its entry runs out after keep like
- * any. Then the count, which starts after the upsert committed, when
+ * any, and never after the mark the join read, however late the upsert
+ * arrives. Then the count, which starts after the upsert committed, when
  * every earlier arrival has. A named lock (GET_LOCK) held across the
  * round trips, as before, made every other join of the key wait for a
  * stopped waiter; plain reads in one transaction do not wait for another
@@ -527,13 +579,19 @@ static bool ll_mysql_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms,
 {
    ll_mysql_conn_t *c = conn;
    unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
-   int64_t keep_us = keep_ms * 1000, v[1] = { -1 };
-   MYSQL_BIND p[5];
+   int64_t keep_us = keep_ms * 1000, mark_us = 0, v[1] = { -1 };
+   if (!ll_mysql_queue_mark (c, op, keep_ms, &mark_us, err))
+      return false;
+   if (ll_test_queue_mark_hook)
+      ll_test_queue_mark_hook ();
+   MYSQL_BIND p[7];
    ll_mysql_bind_blob (&p[0], op->key, &klen);
    ll_mysql_bind_blob (&p[1], op->key, &klen);
    ll_mysql_bind_str (&p[2], op->owner, &olen);
-   ll_mysql_bind_i64 (&p[3], &keep_us);
-   ll_mysql_bind_i64 (&p[4], &keep_us);
+   for (int i = 3; i < 7; i += 2) {
+      ll_mysql_bind_i64 (&p[i], &keep_us);
+      ll_mysql_bind_i64 (&p[i + 1], &mark_us);
+   }
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_JOIN, p, "queue_join", err))
       return false;
    if (ll_test_queue_join_hook)

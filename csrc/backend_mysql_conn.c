@@ -334,7 +334,7 @@ static bool ll_mysql_add_meta_failover (ll_mysql_conn_t *c, leaselock_error_t *e
    return true;
 }
 
-/* Creates what is missing and brings a table of versions 1 to 3 to this
+/* Creates what is missing and brings a table of versions 1 to 5 to this
  * version (ensure_schema's hook for both): the holds column and the queue
  * table are made before the version is raised, so a version-4 table
  * always has them. Safe when several processes do it at once, as each
@@ -357,6 +357,10 @@ static bool ll_mysql_create_schema (ll_sql_conn_t *b, leaselock_error_t *err)
    if (mysql_real_query (c->db, sql, strlen (sql)) &&
        mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
       return ll_mysql_fail_db (c, "adding the holds column", err);
+   snprintf (sql, sizeof sql, ll_mysql_schema_sql.add_queue_until, b->table);
+   if (mysql_real_query (c->db, sql, strlen (sql)) &&
+       mysql_errno (c->db) != 1060 /* ER_DUP_FIELDNAME */)
+      return ll_mysql_fail_db (c, "adding the queue mark column", err);
    return ll_mysql_exec_schema (c, ll_mysql_schema_sql.create_meta, "creating the schema table",
                                 err) &&
           ll_mysql_add_meta_failover (c, err) &&
@@ -577,7 +581,8 @@ static bool ll_mysql_connect (ll_sql_conn_t *b, leaselock_error_t *err)
                ? ll_mysql_connect_list (c, err)
                : ll_mysql_connect_host (c, 0, ll_mysql_cap_s (c->connect_timeout), err);
    /* ok: c->db is a connection to a writable server (every reconnect
-    * comes here too). */
+    * comes here too): a queue mark known before may be another server's. */
+   c->mark.key_len = 0;
    return ok;
 }
 

@@ -14,6 +14,7 @@
 
 /* Tests only (ll_internal.h): in each module that joins a SQL queue. */
 void (*ll_test_queue_join_hook) (void);
+void (*ll_test_queue_mark_hook) (void);
 
 /* Reads the schema version and refuses a version other than the driver's.
  * When there is none, or an older one, create_schema runs first: it is

@@ -701,6 +701,10 @@ typedef struct ll_backend
  * trips (tests/test_sql.c stops the process there, SIGSTOP, to prove that
  * a waiter stopped mid-join holds no other waiter back). NULL otherwise. */
 extern void (*ll_test_queue_join_hook) (void);
+/* Tests only: when set, MySQL's queue_join calls it after reading the
+ * key's queue mark, before its entry's upsert (tests/test_sql.c delays
+ * the upsert there past the mark). NULL otherwise. */
+extern void (*ll_test_queue_mark_hook) (void);
 
 /* The backends' tables. SQLite's is in the core; the others are each in
  * their module (leaselock_backend_<name>.so, loaded by backend_load.c:
@@ -815,6 +819,14 @@ typedef enum ll_sql_st
    /* A fair acquire's first try (ll_take_t's fair): the acquire, refused
     * while another owner is queued. */
    LL_SQL_ACQUIRE_FAIR,
+   /* Where the fair first try does not read the queue itself (MySQL: the
+    * key's queue mark, kept in its record, stands for it), the try that
+    * does when the mark is live, the join's mark, and prune's part for
+    * the records that only ever held a mark; NULL elsewhere. */
+   LL_SQL_ACQUIRE_FAIR_QUEUE,
+   LL_SQL_QUEUE_MARK,
+   LL_SQL_MARK_PRUNE_FROM,
+   LL_SQL_MARK_PRUNE_RANGE,
    LL_SQL_COUNT
 } ll_sql_st_t;
 
@@ -831,7 +843,9 @@ typedef enum ll_sql_st
       [LL_SQL_QUEUE_AHEAD] = P##_QUEUE_AHEAD, [LL_SQL_QUEUE_LEAVE] = P##_QUEUE_LEAVE,              \
       [LL_SQL_QUEUE_PRUNE_FROM] = P##_QUEUE_PRUNE_FROM,                                            \
       [LL_SQL_QUEUE_PRUNE_RANGE] = P##_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = P##_HOLD,                \
-      [LL_SQL_ACQUIRE_FAIR] = P##_ACQUIRE_FAIR,                                                    \
+      [LL_SQL_ACQUIRE_FAIR] = P##_ACQUIRE_FAIR, [LL_SQL_ACQUIRE_FAIR_QUEUE] = P##_ACQUIRE_FAIR_QUEUE, \
+      [LL_SQL_QUEUE_MARK] = P##_QUEUE_MARK, [LL_SQL_MARK_PRUNE_FROM] = P##_MARK_PRUNE_FROM,          \
+      [LL_SQL_MARK_PRUNE_RANGE] = P##_MARK_PRUNE_RANGE,                                            \
    }
 
 typedef struct ll_sql_conn ll_sql_conn_t;

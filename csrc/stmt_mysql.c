@@ -19,6 +19,10 @@
 /* The owner's reentrant holds (version 4), as CREATE TABLE and the
  * migration's ALTER name it. */
 #define LL_MYSQL_HOLDS "holds INT NOT NULL DEFAULT 1"
+/* The key's queue mark (version 6): while later than now, the key's fair
+ * queue may hold live entries, none live beyond it (LL_MYSQL_QUEUE_MARK);
+ * NULL or past: none is live. */
+#define LL_MYSQL_QUEUE_UNTIL "queue_until DATETIME(6) NULL"
 #define LL_MYSQL_CREATE_TABLE                                                                      \
    "CREATE TABLE IF NOT EXISTS `%s` ("                                                             \
    "lock_key VARBINARY(255) NOT NULL PRIMARY KEY, "                                                \
@@ -29,7 +33,8 @@
    "holder_host VARBINARY(255) NOT NULL, "                                                         \
    "holder_pid BIGINT NOT NULL, "                                                                  \
    "holder_label VARBINARY(255) NOT NULL, " LL_MYSQL_NEXT_OWNER ", " LL_MYSQL_NEXT_UNTIL           \
-   ", " LL_MYSQL_NEXT_SINCE ", " LL_MYSQL_HOLDS ") ENGINE=InnoDB"
+   ", " LL_MYSQL_NEXT_SINCE ", " LL_MYSQL_HOLDS ", " LL_MYSQL_QUEUE_UNTIL                     \
+   ") ENGINE=InnoDB"
 /* Version 1 -> 2: the reservation's columns (NULL: no reservation). One
  * ALTER, so they are all there or none is; error 1060 (ER_DUP_FIELDNAME)
  * says they are there already. */
@@ -40,6 +45,10 @@
  * default fills the rows); its own ALTER, as a version-2 or -3 table has
  * the reservation's columns already. Error 1060 again says it is there. */
 #define LL_MYSQL_ADD_HOLDS "ALTER TABLE `%s` ADD " LL_MYSQL_HOLDS
+/* Versions 1 to 5 -> 6: the queue mark, NULL for every record there is
+ * (a table is migrated while no client of version 5 still runs on it:
+ * docs/install.md). Error 1060 again says it is there. */
+#define LL_MYSQL_ADD_QUEUE_UNTIL "ALTER TABLE `%s` ADD " LL_MYSQL_QUEUE_UNTIL
 /* The queue of waiters (version 3): an entry per (lock_key, owner), live
  * while alive_until > now; the index orders a key's entries by arrival. */
 #define LL_MYSQL_CREATE_QUEUE                                                                      \
@@ -152,8 +161,14 @@
    "?, ?, LAST_INSERT_ID(GREATEST(1, ?)), " LL_MYSQL_NOW                                           \
    " + INTERVAL ? MICROSECOND, " LL_MYSQL_NOW ", ?, ?, ?"
 #define LL_MYSQL_UPSERT                                                                            \
+   LL_MYSQL_UPSERT_TAKE (LL_MYSQL_TAKEABLE)                                                        \
+   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(GREATEST(fence + 1, ?)), IF(" LL_MYSQL_CLAIMED        \
+   ", fence & (LAST_INSERT_ID(~0 - GREATEST(0, TIMESTAMPDIFF(MICROSECOND, " LL_MYSQL_NOW           \
+   ", expires_at))) | ~0), fence))"
+/* The assignments before the fence, with the old row's test TAKEABLE. */
+#define LL_MYSQL_UPSERT_TAKE(TAKEABLE)                                                             \
    "ON DUPLICATE KEY UPDATE "                                                                      \
-   "owner = IF(" LL_MYSQL_TAKEABLE ", ?, owner), "                                                 \
+   "owner = IF(" TAKEABLE ", ?, owner), "                                                          \
    "expires_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW " + INTERVAL ? MICROSECOND, expires_at), "          \
    "acquired_at = " LL_MYSQL_TAKEN LL_MYSQL_NOW ", acquired_at), "                                 \
    "holder_host = " LL_MYSQL_TAKEN "?, holder_host), "                                             \
@@ -164,10 +179,7 @@
    "next_until = " LL_MYSQL_TAKEN "NULL, IF(" LL_MYSQL_CLAIMED ", " LL_MYSQL_NOW                   \
    " + INTERVAL ? MICROSECOND, next_until)), "                                                     \
    "next_since = " LL_MYSQL_TAKEN "IF(? IS NULL, NULL, " LL_MYSQL_NOW "), IF(" LL_MYSQL_CLAIMED    \
-   ", " LL_MYSQL_NOW " - INTERVAL ? MICROSECOND, next_since)), "                                   \
-   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(GREATEST(fence + 1, ?)), IF(" LL_MYSQL_CLAIMED        \
-   ", fence & (LAST_INSERT_ID(~0 - GREATEST(0, TIMESTAMPDIFF(MICROSECOND, " LL_MYSQL_NOW           \
-   ", expires_at))) | ~0), fence))"
+   ", " LL_MYSQL_NOW " - INTERVAL ? MICROSECOND, next_since)), "
 /* LL_MYSQL_ACQUIRE's parameters, one letter each, for the backend and the
  * benchmark to bind alike: k key, o owner, f the fence floor (ll_primary_t:
  * a fence granted after a failover is above any the old primary issued),
@@ -175,20 +187,49 @@
  * (us), q queued (NULL unless the taker waited in the key's fair queue);
  * a space between the insert and each assignment. */
 #define LL_MYSQL_ACQUIRE_PARAMS "kofthpl" LL_MYSQL_UPSERT_PARAMS
-#define LL_MYSQL_UPSERT_PARAMS " ooo ot o oh op ol o orowo oror oqrow ofro"
+#define LL_MYSQL_UPSERT_PARAMS LL_MYSQL_UPSERT_TAKE_PARAMS " ofro"
+#define LL_MYSQL_UPSERT_TAKE_PARAMS " ooo ot o oh op ol o orowo oror oqrow"
 
-/* A fair acquire's first try (ll_take_t's fair): LL_MYSQL_ACQUIRE whose
- * new row is there only while the key's fair queue has no live entry of
- * another owner (the head row, owner '', is none), so that nothing is
- * inserted or taken (insert id 0: BUSY) while one waits, a key without a
- * record too. Parameters: LL_MYSQL_ACQUIRE_FAIR_PARAMS, the acquire's
- * with key and owner for the queue's test after the row's. */
+/* A fair acquire's first try (ll_take_t's fair): LL_MYSQL_ACQUIRE that
+ * does not take an expired record whose queue mark is live. A key whose
+ * mark is not live has no live queue entry (LL_MYSQL_QUEUE_MARK), a key
+ * without a record neither, so the try takes exactly as the plain one,
+ * reading nothing more: it never goes ahead of a queued waiter. Where the
+ * mark is live but the record otherwise takeable, the insert id is
+ * LL_MYSQL_MARKED and the backend asks the queue itself
+ * (LL_MYSQL_ACQUIRE_FAIR_QUEUE): a mark outlives the queue's last entry
+ * by up to LL_MYSQL_MARK_SPARE_MS. (Any subquery in a write costs MariaDB
+ * 30 to 60 us a statement, even on an empty table: that is why the
+ * uncontended try reads the mark, not the queue.) Parameters:
+ * LL_MYSQL_ACQUIRE_FAIR_PARAMS. */
 #define LL_MYSQL_ACQUIRE_FAIR                                                                      \
+   LL_MYSQL_INSERT ("%s") "VALUES (" LL_MYSQL_NEW_ROW ") "                                         \
+   LL_MYSQL_UPSERT_TAKE (LL_MYSQL_TAKEABLE_FAIR)                                                   \
+   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(GREATEST(fence + 1, ?)), IF(expires_at <= "           \
+   LL_MYSQL_NOW " AND queue_until > " LL_MYSQL_NOW ", fence & (LAST_INSERT_ID("                    \
+   LL_MYSQL_STR (LL_MYSQL_MARKED) ") | ~0), fence))"
+#define LL_MYSQL_STR(x) LL_MYSQL_STR_ (x)
+#define LL_MYSQL_STR_(x) #x
+/* LL_MYSQL_TAKEABLE, and the queue mark not live. Parameters: owner,
+ * owner. */
+#define LL_MYSQL_TAKEABLE_FAIR                                                                     \
+   "(owner <=> ? OR (expires_at <= " LL_MYSQL_NOW " AND (next_owner IS NULL OR "                   \
+   "next_until <= " LL_MYSQL_NOW " OR next_owner <=> ?) AND (queue_until IS NULL OR "              \
+   "queue_until <= " LL_MYSQL_NOW ")))"
+#define LL_MYSQL_ACQUIRE_FAIR_PARAMS "kofthpl" LL_MYSQL_UPSERT_TAKE_PARAMS " of"
+
+/* A fair first try that reads the queue itself (when the mark is live):
+ * LL_MYSQL_ACQUIRE whose new row is there only while the key's fair queue
+ * has no live entry of another owner (the head row, owner '', is none),
+ * so that nothing is inserted or taken (insert id 0: BUSY) while one
+ * waits. Parameters: LL_MYSQL_ACQUIRE_FAIR_QUEUE_PARAMS, the acquire's
+ * with key and owner for the queue's test after the row's. */
+#define LL_MYSQL_ACQUIRE_FAIR_QUEUE                                                                \
    LL_MYSQL_INSERT ("%1$s")                                                                        \
    "SELECT " LL_MYSQL_NEW_ROW " FROM DUAL WHERE NOT EXISTS (SELECT 1 "                             \
    "FROM `%1$s_queue` q WHERE q.lock_key = ? AND q.owner <> ? AND "                                \
    "q.owner <> '' AND q.alive_until > " LL_MYSQL_NOW ") " LL_MYSQL_UPSERT
-#define LL_MYSQL_ACQUIRE_FAIR_PARAMS "kofthpl ko" LL_MYSQL_UPSERT_PARAMS
+#define LL_MYSQL_ACQUIRE_FAIR_QUEUE_PARAMS "kofthpl ko" LL_MYSQL_UPSERT_PARAMS
 
 /* Parameters: ttl (us), key, owner. LAST_INSERT_ID(fence) (>= 1) runs only
  * when the row matched. */
@@ -227,15 +268,21 @@
    "q.alive_until > UTC_TIMESTAMP(6)), "                                                           \
    "TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))"
 
+/* A row that is a record: one that only ever held a queue mark (fence 0,
+ * LL_MYSQL_QUEUE_MARK) is none, for inspect, list and prune alike. */
+#define LL_MYSQL_A_RECORD "fence > 0"
 /* Parameter: key. (The table is t; then who waits and the time held,
  * as the columns above say.) */
-#define LL_MYSQL_INSPECT "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key = ?"
+#define LL_MYSQL_INSPECT                                                                           \
+   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key = ? AND " LL_MYSQL_A_RECORD
 /* Parameter: prefix (no upper bound: an empty or all-0xff prefix). */
 #define LL_MYSQL_LIST_FROM                                                                         \
-   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? ORDER BY lock_key"
+   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND " LL_MYSQL_A_RECORD            \
+   " ORDER BY lock_key"
 /* Parameters: prefix, upper bound (ll_prefix_upper). */
 #define LL_MYSQL_LIST_RANGE                                                                        \
-   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND lock_key < ? ORDER BY lock_key"
+   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND lock_key < ? AND "             \
+   LL_MYSQL_A_RECORD " ORDER BY lock_key"
 
 /* Parameter: key. LAST_INSERT_ID(fence) (>= 1) runs only when a live lease
  * is taken. */
@@ -246,11 +293,13 @@
 
 /* prune: the records under a prefix expired at least older_than ago by
  * the server's clock, but not one whose reservation is live (a waiter
- * would lose its turn). Parameters: prefix, older_than (us); the range
- * form then the upper bound (ll_prefix_upper). */
+ * would lose its turn), nor one whose queue mark is (its waiters would).
+ * Parameters: prefix, older_than (us); the range form then the upper
+ * bound (ll_prefix_upper). */
 #define LL_MYSQL_PRUNE_EXPIRED                                                                     \
-   "expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND (next_owner IS NULL OR "           \
-   "next_until <= UTC_TIMESTAMP(6))"
+   LL_MYSQL_A_RECORD " AND " LL_MYSQL_PRUNE_UNMARKED " AND expires_at <= UTC_TIMESTAMP(6) - "      \
+   "INTERVAL ? MICROSECOND AND (next_owner IS NULL OR next_until <= UTC_TIMESTAMP(6))"
+#define LL_MYSQL_PRUNE_UNMARKED "(queue_until IS NULL OR queue_until <= UTC_TIMESTAMP(6))"
 #define LL_MYSQL_PRUNE_FROM "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED
 #define LL_MYSQL_PRUNE_RANGE                                                                       \
    "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED " AND lock_key < ?"
@@ -259,7 +308,26 @@
 
 /* No queue lock statement: the join's order comes from its head row. */
 #define LL_MYSQL_QUEUE_LOCK NULL
-/* queue_join, two statements, two round trips, no lock held between them
+/* The key's queue mark, which a join sets before its entry (the join's
+ * first statement, when the connection does not know the mark live for
+ * long enough): queue_until = now + span at least, never earlier than it
+ * was; a key without a record gets one that only holds the mark (fence 0,
+ * never held: not a record to inspect, list or prune, and a take makes it
+ * one with fence 1). The insert id is the mark, in microseconds since
+ * 1970 by the server's clock, which the join's entry never outlives
+ * (LL_MYSQL_QUEUE_JOIN): so no entry is live where the mark is not, and a
+ * fair first try need not read the queue (LL_MYSQL_ACQUIRE_FAIR).
+ * Parameters: key, span (us), span (us), span (us). */
+#define LL_MYSQL_EPOCH_US(T) "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', " T ")"
+#define LL_MYSQL_QUEUE_MARK                                                                        \
+   "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, holder_pid, "  \
+   "holder_label, queue_until) VALUES (?, NULL, LAST_INSERT_ID(" LL_MYSQL_EPOCH_US (LL_MYSQL_NOW   \
+   " + INTERVAL ? MICROSECOND") ") & 0, " LL_MYSQL_NOW ", " LL_MYSQL_NOW ", '', 0, '', "           \
+   LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) "                                                      \
+   "ON DUPLICATE KEY UPDATE queue_until = GREATEST(IFNULL(queue_until, " LL_MYSQL_NOW "), "        \
+   LL_MYSQL_NOW " + INTERVAL ? MICROSECOND), fence = fence & (LAST_INSERT_ID("                     \
+   LL_MYSQL_EPOCH_US ("queue_until") ") | ~0)"
+/* queue_join, two statements (three with the mark), no lock held between them
  * (backend_mysql.c's queue_join says why):
  * 1. the upsert, one autocommitted statement of two rows, written in
  *    order. First the key's head row (owner '', never live: alive_until =
@@ -268,16 +336,23 @@
  *    arrival of this join, @ll_arrived, is now, or 1 us after that when
  *    now is not later. Then owner's entry: a new entry, or one that ran
  *    out, arrives at @ll_arrived; a live one keeps its arrival (arrived is
- *    assigned first, from the old alive_until); alive_until = now + keep.
- *    Parameters: key, key, owner, keep (us), keep (us). */
+ *    assigned first, from the old alive_until); alive_until = now + keep,
+ *    or the key's mark if that is earlier (LL_MYSQL_ALIVE_UNTIL).
+ *    Parameters: key, key, owner, keep (us), mark (us), keep (us), mark
+ *    (us). */
 #define LL_MYSQL_QUEUE_JOIN                                                                        \
    "INSERT INTO `%s_queue` (lock_key, owner, arrived, alive_until) VALUES "                        \
    "(?, '', @ll_arrived := " LL_MYSQL_NOW ", @ll_arrived), "                                       \
-   "(?, ?, @ll_arrived, " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE "       \
+   "(?, ?, @ll_arrived, " LL_MYSQL_ALIVE_UNTIL ") ON DUPLICATE KEY UPDATE "                        \
    "arrived = IF(owner = '', @ll_arrived := GREATEST(" LL_MYSQL_NOW                                \
    ", arrived + INTERVAL 1 MICROSECOND), IF(alive_until > " LL_MYSQL_NOW                           \
    ", arrived, @ll_arrived)), "                                                                    \
-   "alive_until = IF(owner = '', @ll_arrived, " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND)"
+   "alive_until = IF(owner = '', @ll_arrived, " LL_MYSQL_ALIVE_UNTIL ")"
+/* An entry's end: now + keep, never after the key's queue mark (the
+ * mark's microseconds since 1970, as LL_MYSQL_QUEUE_MARK answered).
+ * Parameters: keep (us), mark (us). */
+#define LL_MYSQL_ALIVE_UNTIL                                                                       \
+   "LEAST(" LL_MYSQL_NOW " + INTERVAL ? MICROSECOND, '1970-01-01' + INTERVAL ? MICROSECOND)"
 /* 2. the live entries of the key ordered before owner's (arrived, owner);
  * never the head row. Parameters: key, owner. */
 #define LL_MYSQL_QUEUE_AHEAD                                                                       \
@@ -294,12 +369,21 @@
    "DELETE FROM `%s_queue` WHERE lock_key >= ? AND alive_until <= UTC_TIMESTAMP(6) - "             \
    "INTERVAL ? MICROSECOND"
 #define LL_MYSQL_QUEUE_PRUNE_RANGE LL_MYSQL_QUEUE_PRUNE_FROM " AND lock_key < ?"
+/* prune's third statement: the rows that only ever held a queue mark,
+ * once it ran out older_than ago (not counted: not records). Parameters
+ * as for LL_MYSQL_PRUNE_FROM / _RANGE. */
+#define LL_MYSQL_MARK_PRUNE_FROM                                                                   \
+   "DELETE FROM `%s` WHERE lock_key >= ? AND fence = 0 AND owner IS NULL AND "                     \
+   "(queue_until IS NULL OR queue_until <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)"
+#define LL_MYSQL_MARK_PRUNE_RANGE LL_MYSQL_MARK_PRUNE_FROM " AND lock_key < ?"
 
-_Static_assert(sizeof LL_MYSQL_ACQUIRE_FAIR_PARAMS <= LL_MYSQL_ACQUIRE_BINDS,
+_Static_assert(sizeof LL_MYSQL_ACQUIRE_FAIR_QUEUE_PARAMS <= LL_MYSQL_ACQUIRE_BINDS,
                "LL_MYSQL_ACQUIRE_BINDS holds every parameter of the acquire");
+_Static_assert(LL_MYSQL_MARKED == 1LL << 62, "the marked insert id is 2^62");
 
 const char ll_mysql_acquire_params[] = LL_MYSQL_ACQUIRE_PARAMS;
 const char ll_mysql_acquire_fair_params[] = LL_MYSQL_ACQUIRE_FAIR_PARAMS;
+const char ll_mysql_acquire_fair_queue_params[] = LL_MYSQL_ACQUIRE_FAIR_QUEUE_PARAMS;
 
 const char *const ll_mysql_statements[LL_SQL_COUNT] = LL_SQL_STATEMENT_TABLE (LL_MYSQL);
 
@@ -313,6 +397,7 @@ const ll_mysql_schema_sql_t ll_mysql_schema_sql = {
    .record_version = LL_MYSQL_RECORD_VERSION,
    .raise_version = LL_MYSQL_RAISE_VERSION,
    .add_meta_failover = LL_MYSQL_ADD_META_FAILOVER,
+   .add_queue_until = LL_MYSQL_ADD_QUEUE_UNTIL,
    .primary_variables = LL_MYSQL_PRIMARY_VARIABLES,
    .primary_status = LL_MYSQL_PRIMARY_STATUS,
    .set_primary = LL_MYSQL_SET_PRIMARY,

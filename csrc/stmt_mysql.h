@@ -17,14 +17,20 @@
  * next_since); version 3 the fair mode's queue, the table <table>_queue;
  * version 4 the reentrant hold count (holds, 1 for the records there
  * were); version 5 the failover columns of <table>_meta (primary_id,
- * fence_floor, grants_after, max_ttl_ms: failover.c). A table of versions
- * 1 to 4 is migrated in place. */
-#define LL_MYSQL_SCHEMA_VERSION 5
+ * fence_floor, grants_after, max_ttl_ms: failover.c); version 6 the
+ * records' queue mark (queue_until: stmt_mysql.c's LL_MYSQL_QUEUE_MARK).
+ * A table of versions 1 to 5 is migrated in place. */
+#define LL_MYSQL_SCHEMA_VERSION 6
 
 /* The insert ids of an acquire that left the reservation ours: ~0 less
  * the record's time left in microseconds (at most 30 days, far below
  * 2^45), which fences (one per take) never reach. */
 #define LL_MYSQL_RESERVED_MIN (~(unsigned long long)0 - (1ULL << 45))
+
+/* The insert id of a fair first try that found the key free but its
+ * queue mark live (LL_SQL_ACQUIRE_FAIR): 2^62, above any fence and below
+ * LL_MYSQL_RESERVED_MIN. Written without a suffix, as the SQL spells it. */
+#define LL_MYSQL_MARKED 4611686018427387904
 
 /* The statement per operation (ll_sql_st_t), "%s" the table. Their
  * parameters are listed in stmt_mysql.c. */
@@ -37,8 +43,10 @@ extern const char *const ll_mysql_statements[LL_SQL_COUNT];
  * are NULL for a plain acquire, which never reserves. LL_MYSQL_ACQUIRE_BINDS is room for every one
  * (an array bound). */
 extern const char ll_mysql_acquire_params[];
-/* The same for a fair acquire's first try (LL_SQL_ACQUIRE_FAIR). */
+/* The same for a fair acquire's first try (LL_SQL_ACQUIRE_FAIR), and for
+ * the one that reads the queue (LL_SQL_ACQUIRE_FAIR_QUEUE). */
 extern const char ll_mysql_acquire_fair_params[];
+extern const char ll_mysql_acquire_fair_queue_params[];
 #define LL_MYSQL_ACQUIRE_BINDS 56
 
 /* The schema's statements, run unprepared when a connection finds no
@@ -56,6 +64,7 @@ typedef struct ll_mysql_schema_sql
    const char *record_version;    /* a new table's version */
    const char *raise_version;     /* an older table's, never a newer's */
    const char *add_meta_failover; /* versions 1 to 4 -> 5 (1060: there) */
+   const char *add_queue_until;   /* versions 1 to 5 -> 6 (1060: there) */
    /* check_primary, in this order: the settings and status read (rows of
     * name, value), then "%1$s" the table: @ll_primary set ("%2$s" the
     * escaped identity), the record written ("%2$lld" the URI's max_ttl in

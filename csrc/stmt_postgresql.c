@@ -314,6 +314,11 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
 
 /* No queue lock statement: queue_join's advisory lock is in its text. */
 #define LL_POSTGRESQL_QUEUE_LOCK NULL
+/* Its fair first try reads the queue itself: no mark. */
+#define LL_POSTGRESQL_ACQUIRE_FAIR_QUEUE NULL
+#define LL_POSTGRESQL_QUEUE_MARK NULL
+#define LL_POSTGRESQL_MARK_PRUNE_FROM NULL
+#define LL_POSTGRESQL_MARK_PRUNE_RANGE NULL
 
 const char *const ll_pg_statements[LL_SQL_COUNT] = LL_SQL_STATEMENT_TABLE (LL_POSTGRESQL);
 

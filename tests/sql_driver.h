@@ -41,5 +41,9 @@ bool raw_read_only (bool on);
 /* The server's processes, main process first, into pids (at most max);
  * false and why on stderr when they cannot be found. */
 bool raw_server_pids (pid_t *pids, int *n, int max);
+/* Whether the backend connection conn (backend_open) has prepared its
+ * statement id (ll_sql_st_t): whether it ever ran one, since statements
+ * are prepared at their first use on a connection. */
+bool raw_statement_prepared (void *conn, int id);
 
 #endif

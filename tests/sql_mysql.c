@@ -4,6 +4,7 @@
  */
 #include "sql_driver.h"
 
+#include "backend_mysql_private.h"
 #include "ll_internal.h"
 
 #include <mysql.h>
@@ -173,4 +174,9 @@ bool raw_server_pids (pid_t *pids, int *n, int max)
    fclose (f);
    pids[(*n)++] = (pid_t)pid;
    return true;
+}
+
+bool raw_statement_prepared (void *conn, int id)
+{
+   return ((ll_mysql_conn_t *)conn)->st[id] != NULL;
 }

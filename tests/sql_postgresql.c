@@ -4,6 +4,8 @@
  */
 #include "sql_driver.h"
 
+#include "backend_postgresql_private.h"
+
 #include <dirent.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -158,4 +160,9 @@ bool raw_server_pids (pid_t *pids, int *n, int max)
    if (d)
       closedir (d);
    return true;
+}
+
+bool raw_statement_prepared (void *conn, int id)
+{
+   return ((ll_pg_conn_t *)conn)->prepared[id];
 }

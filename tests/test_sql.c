@@ -925,6 +925,114 @@ static void test_queue_concurrent_joins (void)
    qc_concurrent_joins (URI);
 }
 
+/* ---- MySQL's queue mark ------------------------------------------------ */
+
+/* A fair first take as owner o of k on conn: whether it took it. */
+static bool mark_fair_take (const ll_backend_t *b, void *c, const char *k, const char *o,
+                            leaselock_error_t *err)
+{
+   static const ll_holder_t h = { "mark-host", 1, "mark" };
+   int64_t fence = 0;
+   return ll_backend_acquire (
+     b, c, &(ll_take_t){ { k, strlen (k), o }, 10000, &h, -1, 0, true, false }, &fence, err);
+}
+
+/* MySQL's fair first try reads the key's queue mark, not the queue: an
+ * uncontended one never runs the statement that reads the queue. Where a
+ * queue was used and its mark is still live, the try asks the queue: BUSY
+ * while an entry is live, and it takes the key once the queue emptied,
+ * mark or not. */
+static void test_queue_mark_first_try (void)
+{
+   if (!IS_MYSQL)
+      return;
+   const ll_backend_t *b;
+   void *c = backend_open (URI, &b);
+   CHECK (c);
+   const char *k = key ("q/mark-first");
+   leaselock_error_t err;
+   int64_t ahead = -1;
+   CHECK_OK (mark_fair_take (b, c, k, QC_H, &err), err);
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   CHECK (!raw_statement_prepared (c, LL_SQL_ACQUIRE_FAIR_QUEUE));
+   CHECK (!strstr (ll_mysql_statements[LL_SQL_ACQUIRE_FAIR], "_queue"));
+   CHECK_OK (b->queue_join (c, &(ll_op_t){ k, strlen (k), QC_A }, 10000, &ahead, &err), err);
+   CHECK_EQ (ahead, 0);
+   bool ok = mark_fair_take (b, c, k, QC_H, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (raw_statement_prepared (c, LL_SQL_ACQUIRE_FAIR_QUEUE));
+   CHECK_OK (b->queue_leave (c, &(ll_op_t){ k, strlen (k), QC_A }, &err), err);
+   CHECK_OK (mark_fair_take (b, c, k, QC_H, &err), err); /* the mark is live still */
+   CHECK_OK (b->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   b->close (c);
+}
+
+/* Holds the join up past its mark (keep 100 ms: a mark of 2.1 s). */
+static void sleep_past_mark (void)
+{
+   sleep_ms (100 + 2000 + 400);
+}
+
+/* The join's entry never outlives the mark the join read, however late
+ * its upsert reaches the server (a stalled client or network): the key's
+ * mark stands for every live entry, so a fair first try that reads only
+ * the mark never goes ahead of a queued waiter. */
+static void test_queue_mark_late_join (void)
+{
+   if (!IS_MYSQL)
+      return;
+   const ll_backend_t *b;
+   void *c = backend_open (URI, &b);
+   CHECK (c);
+   const char *k = key ("q/mark-late");
+   leaselock_error_t err;
+   int64_t ahead = -1;
+   ll_test_queue_mark_hook = sleep_past_mark;
+   bool ok = b->queue_join (c, &(ll_op_t){ k, strlen (k), QC_A }, 100, &ahead, &err);
+   ll_test_queue_mark_hook = NULL;
+   CHECK_OK (ok, err);
+   char sql[512], out[64] = "";
+   snprintf (sql, sizeof sql,
+             "SELECT COUNT(*) FROM leaselock_queue q JOIN leaselock t ON t.lock_key = q.lock_key "
+             "WHERE q.lock_key = '%s' AND q.owner <> '' AND q.alive_until > t.queue_until",
+             k);
+   CHECK (raw_query (sql, out, sizeof out));
+   CHECK_EQ (atoll (out), 0);
+   CHECK_OK (b->queue_leave (c, &(ll_op_t){ k, strlen (k), QC_A }, &err), err);
+   b->close (c);
+}
+
+/* A key whose queue was used but that was never taken keeps a row for its
+ * mark alone: no record to inspect or list; prune deletes it, uncounted,
+ * once the mark ran out, and never while it is live. */
+static void test_queue_mark_row (void)
+{
+   if (!IS_MYSQL)
+      return;
+   const ll_backend_t *b;
+   void *c = backend_open (URI, &b);
+   CHECK (c);
+   const char *k = key ("q/mark-row/k"), *pfx = key ("q/mark-row/");
+   leaselock_error_t err;
+   leaselock_record_t rec;
+   bool found = true;
+   int64_t ahead = -1, n = -1;
+   CHECK_OK (b->queue_join (c, &(ll_op_t){ k, strlen (k), QC_A }, 100, &ahead, &err), err);
+   CHECK_OK (b->queue_leave (c, &(ll_op_t){ k, strlen (k), QC_A }, &err), err);
+   char sql[512], out[64] = "";
+   snprintf (sql, sizeof sql, "SELECT COUNT(*) FROM leaselock WHERE lock_key = '%s'", k);
+   CHECK (raw_query (sql, out, sizeof out) && atoll (out) == 1);
+   CHECK_OK (b->inspect (c, &(ll_op_t){ k, strlen (k), NULL }, &rec, &found, &err), err);
+   CHECK (!found);
+   CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
+   CHECK (n == 0 && raw_query (sql, out, sizeof out) && atoll (out) == 1); /* live mark */
+   sleep_ms (100 + 2000 + 200);
+   CHECK_OK (b->prune (c, pfx, strlen (pfx), 0, &n, &err), err);
+   CHECK_EQ (n, 0);
+   CHECK (raw_query (sql, out, sizeof out) && atoll (out) == 0);
+   b->close (c);
+}
+
 /* The fair waiter of fair_stop_helper stops itself (SIGSTOP) between the
  * round trips of its first join, once. */
 static void stop_self (void)
@@ -2590,6 +2698,9 @@ int main (int argc, char **argv)
    RUN_SLOW (test_queue_concurrent_joins);
    RUN_SLOW (test_queue_clock_skew);
    RUN (test_queue_stopped_joiner);
+   RUN (test_queue_mark_first_try);
+   RUN (test_queue_mark_late_join);
+   RUN_SLOW (test_queue_mark_row);
    RUN (test_migrate_v2);
    RUN (test_concurrent_migration_v2);
    RUN (test_migrate_v3);
