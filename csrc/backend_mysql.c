@@ -4,7 +4,7 @@
  * the fair queue. The URI, the connection and the schema are in
  * backend_mysql_conn.c.
  *
- * Table (created on first use, schema version 4):
+ * Table (created on first use, schema version 6):
  *   lock_key VARBINARY(255) PRIMARY KEY   byte-exact keys, byte order
  *   owner CHAR(32) ascii_bin NULL          NULL once released
  *   fence BIGINT, expires_at / acquired_at DATETIME(6) in UTC,
@@ -16,12 +16,16 @@
  *                                          took the key from the fair
  *                                          queue (its release wakes)
  *   holds INT                              its owner's reentrant holds
+ *   queue_until DATETIME(6) NULL           the key's queue mark: no
+ *                                          queue entry is live past it
  * and beside it <table>_queue, the fair mode's queue of waiters
  * (lock_key, owner, arrived, alive_until DATETIME(6); live while
  * alive_until > now), which no lease operation reads but a fair acquire's
- * first take (LL_SQL_ACQUIRE_FAIR: refused while another owner waits). A table of
- * version 1 (no reservation columns), 2 (no queue) or 3 (no holds) is
- * brought to version 4 in place by the first connection that sees it
+ * first take while the key's mark is live (LL_SQL_ACQUIRE_FAIR_QUEUE:
+ * refused while another owner waits; stmt_mysql.c's LL_MYSQL_QUEUE_MARK
+ * says how the mark stands for the queue). A table of version 1 (no
+ * reservation columns), 2 (no queue), 3 (no holds), 4 or 5 (no mark) is
+ * brought to version 6 in place by the first connection that sees it
  * (ll_mysql_create_schema).
  *
  * Every operation is one prepared statement (bound parameters only) and
@@ -53,9 +57,11 @@
  * a plain BUSY changes no column (0 affected rows). Renew, hold and
  * force_release use the LAST_INSERT_ID device to tell whether their row
  * matched (hold's insert id is also the count after). One round trip per
- * call: taken or BUSY, reserving or not, and hold. queue_join takes two
- * (ll_mysql_queue_join says why), queue_leave one, prune two (the records, then
- * the queue entries that ran out).
+ * call: taken or BUSY, reserving or not, and hold; a fair first try two
+ * while the key's queue mark is live and the key free. queue_join takes
+ * two, and a third at most once a second for the mark (ll_mysql_queue_join
+ * says why), queue_leave one, prune three (the records, the queue entries
+ * that ran out, the rows that only held a mark).
  *
  * Bounded calls: libmariadb waits for the socket with poll() and these
  * timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT),

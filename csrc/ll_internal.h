@@ -843,8 +843,9 @@ typedef enum ll_sql_st
       [LL_SQL_QUEUE_AHEAD] = P##_QUEUE_AHEAD, [LL_SQL_QUEUE_LEAVE] = P##_QUEUE_LEAVE,              \
       [LL_SQL_QUEUE_PRUNE_FROM] = P##_QUEUE_PRUNE_FROM,                                            \
       [LL_SQL_QUEUE_PRUNE_RANGE] = P##_QUEUE_PRUNE_RANGE, [LL_SQL_HOLD] = P##_HOLD,                \
-      [LL_SQL_ACQUIRE_FAIR] = P##_ACQUIRE_FAIR, [LL_SQL_ACQUIRE_FAIR_QUEUE] = P##_ACQUIRE_FAIR_QUEUE, \
-      [LL_SQL_QUEUE_MARK] = P##_QUEUE_MARK, [LL_SQL_MARK_PRUNE_FROM] = P##_MARK_PRUNE_FROM,          \
+      [LL_SQL_ACQUIRE_FAIR] = P##_ACQUIRE_FAIR,                                                    \
+      [LL_SQL_ACQUIRE_FAIR_QUEUE] = P##_ACQUIRE_FAIR_QUEUE, [LL_SQL_QUEUE_MARK] = P##_QUEUE_MARK,  \
+      [LL_SQL_MARK_PRUNE_FROM] = P##_MARK_PRUNE_FROM,                                              \
       [LL_SQL_MARK_PRUNE_RANGE] = P##_MARK_PRUNE_RANGE,                                            \
    }
 

@@ -33,8 +33,7 @@
    "holder_host VARBINARY(255) NOT NULL, "                                                         \
    "holder_pid BIGINT NOT NULL, "                                                                  \
    "holder_label VARBINARY(255) NOT NULL, " LL_MYSQL_NEXT_OWNER ", " LL_MYSQL_NEXT_UNTIL           \
-   ", " LL_MYSQL_NEXT_SINCE ", " LL_MYSQL_HOLDS ", " LL_MYSQL_QUEUE_UNTIL                     \
-   ") ENGINE=InnoDB"
+   ", " LL_MYSQL_NEXT_SINCE ", " LL_MYSQL_HOLDS ", " LL_MYSQL_QUEUE_UNTIL ") ENGINE=InnoDB"
 /* Version 1 -> 2: the reservation's columns (NULL: no reservation). One
  * ALTER, so they are all there or none is; error 1060 (ER_DUP_FIELDNAME)
  * says they are there already. */
@@ -203,11 +202,14 @@
  * uncontended try reads the mark, not the queue.) Parameters:
  * LL_MYSQL_ACQUIRE_FAIR_PARAMS. */
 #define LL_MYSQL_ACQUIRE_FAIR                                                                      \
-   LL_MYSQL_INSERT ("%s") "VALUES (" LL_MYSQL_NEW_ROW ") "                                         \
-   LL_MYSQL_UPSERT_TAKE (LL_MYSQL_TAKEABLE_FAIR)                                                   \
-   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(GREATEST(fence + 1, ?)), IF(expires_at <= "           \
-   LL_MYSQL_NOW " AND queue_until > " LL_MYSQL_NOW ", fence & (LAST_INSERT_ID("                    \
-   LL_MYSQL_STR (LL_MYSQL_MARKED) ") | ~0), fence))"
+   LL_MYSQL_INSERT ("%s")                                                                          \
+   "VALUES (" LL_MYSQL_NEW_ROW                                                                     \
+   ") " LL_MYSQL_UPSERT_TAKE (LL_MYSQL_TAKEABLE_FAIR) "fence = " LL_MYSQL_TAKEN                    \
+                                                      "LAST_INSERT_ID(GREATEST(fence + 1, ?)), "   \
+                                                      "IF(expires_at <= " LL_MYSQL_NOW             \
+                                                      " AND queue_until > " LL_MYSQL_NOW           \
+                                                      ", fence & (LAST_INSERT_ID(" LL_MYSQL_STR (  \
+                                                        LL_MYSQL_MARKED) ") | ~0), fence))"
 #define LL_MYSQL_STR(x) LL_MYSQL_STR_ (x)
 #define LL_MYSQL_STR_(x) #x
 /* LL_MYSQL_TAKEABLE, and the queue mark not live. Parameters: owner,
@@ -269,7 +271,8 @@
    "TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))"
 
 /* A row that is a record: one that only ever held a queue mark (fence 0,
- * LL_MYSQL_QUEUE_MARK) is none, for inspect, list and prune alike. */
+ * LL_MYSQL_QUEUE_MARK) is none, for inspect, list and prune (its
+ * "fence > 0") alike. */
 #define LL_MYSQL_A_RECORD "fence > 0"
 /* Parameter: key. (The table is t; then who waits and the time held,
  * as the columns above say.) */
@@ -277,12 +280,13 @@
    "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key = ? AND " LL_MYSQL_A_RECORD
 /* Parameter: prefix (no upper bound: an empty or all-0xff prefix). */
 #define LL_MYSQL_LIST_FROM                                                                         \
-   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND " LL_MYSQL_A_RECORD            \
+   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND " LL_MYSQL_A_RECORD             \
    " ORDER BY lock_key"
 /* Parameters: prefix, upper bound (ll_prefix_upper). */
 #define LL_MYSQL_LIST_RANGE                                                                        \
-   "SELECT " LL_MYSQL_COLS " FROM `%1$s` t WHERE lock_key >= ? AND lock_key < ? AND "             \
-   LL_MYSQL_A_RECORD " ORDER BY lock_key"
+   "SELECT " LL_MYSQL_COLS                                                                         \
+   " FROM `%1$s` t WHERE lock_key >= ? AND lock_key < ? AND " LL_MYSQL_A_RECORD                    \
+   " ORDER BY lock_key"
 
 /* Parameter: key. LAST_INSERT_ID(fence) (>= 1) runs only when a live lease
  * is taken. */
@@ -297,9 +301,9 @@
  * Parameters: prefix, older_than (us); the range form then the upper
  * bound (ll_prefix_upper). */
 #define LL_MYSQL_PRUNE_EXPIRED                                                                     \
-   LL_MYSQL_A_RECORD " AND " LL_MYSQL_PRUNE_UNMARKED " AND expires_at <= UTC_TIMESTAMP(6) - "      \
-   "INTERVAL ? MICROSECOND AND (next_owner IS NULL OR next_until <= UTC_TIMESTAMP(6))"
-#define LL_MYSQL_PRUNE_UNMARKED "(queue_until IS NULL OR queue_until <= UTC_TIMESTAMP(6))"
+   "fence > 0 AND (queue_until IS NULL OR queue_until <= UTC_TIMESTAMP(6)) AND "                   \
+   "expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND (next_owner IS NULL OR "           \
+   "next_until <= UTC_TIMESTAMP(6))"
 #define LL_MYSQL_PRUNE_FROM "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED
 #define LL_MYSQL_PRUNE_RANGE                                                                       \
    "DELETE FROM `%s` WHERE lock_key >= ? AND " LL_MYSQL_PRUNE_EXPIRED " AND lock_key < ?"
@@ -321,12 +325,14 @@
 #define LL_MYSQL_EPOCH_US(T) "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', " T ")"
 #define LL_MYSQL_QUEUE_MARK                                                                        \
    "INSERT INTO `%s` (lock_key, owner, fence, expires_at, acquired_at, holder_host, holder_pid, "  \
-   "holder_label, queue_until) VALUES (?, NULL, LAST_INSERT_ID(" LL_MYSQL_EPOCH_US (LL_MYSQL_NOW   \
-   " + INTERVAL ? MICROSECOND") ") & 0, " LL_MYSQL_NOW ", " LL_MYSQL_NOW ", '', 0, '', "           \
-   LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) "                                                      \
-   "ON DUPLICATE KEY UPDATE queue_until = GREATEST(IFNULL(queue_until, " LL_MYSQL_NOW "), "        \
-   LL_MYSQL_NOW " + INTERVAL ? MICROSECOND), fence = fence & (LAST_INSERT_ID("                     \
-   LL_MYSQL_EPOCH_US ("queue_until") ") | ~0)"
+   "holder_label, queue_until) VALUES (?, NULL, LAST_INSERT_ID(" LL_MYSQL_EPOCH_US (               \
+     LL_MYSQL_NOW                                                                                  \
+     " + INTERVAL ? MICROSECOND") ") & 0, " LL_MYSQL_NOW ", " LL_MYSQL_NOW                         \
+                                  ", '', 0, '', " LL_MYSQL_NOW " + INTERVAL ? MICROSECOND) "       \
+                                  "ON DUPLICATE KEY UPDATE queue_until = "                         \
+                                  "GREATEST(IFNULL(queue_until, " LL_MYSQL_NOW "), " LL_MYSQL_NOW  \
+                                  " + INTERVAL ? MICROSECOND), fence = fence & "                   \
+                                  "(LAST_INSERT_ID(" LL_MYSQL_EPOCH_US ("queue_until") ") | ~0)"
 /* queue_join, two statements (three with the mark), no lock held between them
  * (backend_mysql.c's queue_join says why):
  * 1. the upsert, one autocommitted statement of two rows, written in
