@@ -13,7 +13,8 @@
  *     acquiredAt: date, renewedAt: date, ttlMs: int64, holdMs: int64,
  *     holder: { host, pid, label },
  *     nextOwner: "<32 hex>" | null, nextAt: date, nextMs: int64,
- *     nextWaitedMs: int64, holds: int64, fairQueued: bool }
+ *     nextWaitedMs: int64, holds: int64, fairQueued: bool,
+ *     queueAt: date, queueMs: int64 }   the queue mark (stmt_mongodb.h)
  * expiry = max(renewedAt + ttlMs, acquiredAt + holdMs). Dates come from
  * $currentDate; comparisons use $expr with $$NOW. holdMs is 0 except after a
  * release with min_hold, which writes renewedAt = now, ttlMs = 0 and
@@ -154,27 +155,59 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn, const char *key, size_t ke
    return ok;
 }
 
+/*
+ * A fair first take (no command reads one collection and writes another):
+ *  1. the take of a record whose queue mark is not live (no queue entry is
+ *     live past it: ll_mongo_mark_query), which is all an uncontended
+ *     fair acquire sends, as a plain one does;
+ *  2. the upsert of a key without a record (none has a live entry);
+ *  3. the record there but not taken: it may be only the mark, live up
+ *     to LL_MONGO_MARK_SPARE_MS after its queue emptied. BUSY while
+ *     another owner is queued (a round trip of its own: a waiter that
+ *     joins after it arrived after this take asked), else the plain take.
+ */
+static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bson_t *u,
+                                   int64_t *fence, leaselock_error_t *err)
+{
+   bson_t q = BSON_INITIALIZER;
+   bool matched = false, queued = false;
+   bool ok = (ll_mongo_acquire_fair_query (&q, t->op.key, t->op.key_len, t->op.owner) ||
+              ll_mongo_nomem (err)) &&
+             ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
+   bson_destroy (&q);
+   if (!ok || matched)
+      return ok;
+   if (ll_mongo_take_new (conn, t->op.key, t->op.key_len, u, fence, err))
+      return true;
+   if (err->code != LEASELOCK_BUSY || !ll_mongo_queue_others (conn, &t->op, &queued, err))
+      return false;
+   if (queued)
+      return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+   bson_init (&q);
+   ok =
+     (ll_mongo_acquire_query (&q, t->op.key, t->op.key_len, t->op.owner) || ll_mongo_nomem (err)) &&
+     ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
+   bson_destroy (&q);
+   return ok && (matched || ll_error_set (err, LEASELOCK_BUSY, "held by another owner"));
+}
+
 static bool ll_mongo_acquire (void *c, const ll_take_t *t, int64_t *fence, leaselock_error_t *err)
 {
    ll_mongo_conn_t *conn = c;
    if (!ll_mongo_grant_ready (conn, t->ttl_ms, err))
       return false;
-   /* A fair first take: BUSY while another owner is queued. A round trip
-    * of its own (no command reads one collection and writes another): a
-    * waiter that joins between the two arrived after this take asked. */
-   bool queued = false;
-   if (t->fair && !ll_mongo_queue_others (conn, &t->op, &queued, err))
-      return false;
-   if (queued)
-      return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bool matched = false;
-   bool ok = ll_mongo_take_command (&q, &u, t, err) &&
-             ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
-   /* No such record, or a live one of another owner (or reserved for
-    * another waiter): the upsert. */
-   if (ok && !matched)
-      ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, fence, err);
+   bool ok = ll_mongo_take_command (&q, &u, t, err);
+   if (ok && t->fair) {
+      ok = ll_mongo_acquire_fair (conn, t, &u, fence, err);
+   } else if (ok) {
+      ok = ll_mongo_fam (conn, &q, &u, false, &matched, fence, err);
+      /* No such record, or a live one of another owner (or reserved for
+       * another waiter): the upsert. */
+      if (ok && !matched)
+         ok = ll_mongo_take_new (conn, t->op.key, t->op.key_len, &u, fence, err);
+   }
    bson_destroy (&q);
    bson_destroy (&u);
    return ok && ll_mongo_fence_floor (conn, &t->op, fence, err);
@@ -362,7 +395,7 @@ static bool ll_mongo_hold (void *c, const ll_op_t *op, int delta, int64_t *holds
          *holds = n;
          return true;
       }
-      q = (bson_t)BSON_INITIALIZER;
+      bson_init (&q);
       u = (bson_t)BSON_INITIALIZER;
       built = ll_mongo_live_owned_query (&q, op->key, op->key_len, op->owner) &&
               ll_mongo_hold_floor_update (&u);
@@ -540,7 +573,8 @@ static bool ll_mongo_force_release (void *c, const ll_op_t *op, bool *took, leas
 
 /* prune: one deleteMany of the expired records under the prefix
  * (ll_mongo_prune_filter), *count from the reply's deletedCount; then the
- * queue's entries that ran out. */
+ * documents that only held a queue mark, and the queue's entries that ran
+ * out. */
 static bool ll_mongo_prune (void *c, const char *prefix, size_t prefix_len, int64_t older_than_ms,
                             int64_t *count, leaselock_error_t *err)
 {
@@ -550,6 +584,13 @@ static bool ll_mongo_prune (void *c, const char *prefix, size_t prefix_len, int6
    *count = 0;
    bool ok = ll_mongo_prune_filter (&q, prefix, prefix_len, older_than_ms) || ll_mongo_nomem (err);
    ok = ok && ll_mongo_delete_many (conn, conn->coll, &q, count, err);
+   bson_destroy (&q);
+   /* The documents that only held a queue mark, not counted (not records). */
+   bson_init (&q);
+   ok =
+     ok &&
+     (ll_mongo_mark_prune_filter (&q, prefix, prefix_len, older_than_ms) || ll_mongo_nomem (err)) &&
+     ll_mongo_delete_many (conn, conn->coll, &q, NULL, err);
    bson_destroy (&q);
    return ok && ll_mongo_queue_prune (conn, prefix, prefix_len, older_than_ms, err);
 }

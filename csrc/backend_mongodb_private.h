@@ -34,6 +34,16 @@ typedef struct ll_mongo_conn
    ll_primary_t primary;       /* failover.c's view, from the URI and the meta document */
    char identity[80];          /* the driver's primary when primary was last recorded */
    ll_wake_toucher_t wake;     /* this machine's release channel (wake_file.c) */
+   /* The queue mark this connection last set (ll_mongo_queue_mark): its
+    * key, its end (ms since 1970, server clock), and when it was asked
+    * (ll_real_now_ms) with which span: live at least span - (now - at)
+    * more. */
+   struct
+   {
+      char key[LEASELOCK_KEY_MAX];
+      size_t key_len; /* 0: none known */
+      int64_t end_ms, at_ms, span_ms;
+   } mark;
 } ll_mongo_conn_t;
 
 /* ---- backend_mongodb_uri.c ------------------------------------------------ */

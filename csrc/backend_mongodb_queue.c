@@ -2,8 +2,9 @@
  * backend_mongodb_queue.c - the MongoDB backend's fair-mode queue: the
  * collection "<collection>.queue" (its documents in stmt_mongodb.h),
  * beside the records and read by no lease operation but a fair acquire's
- * first take (ll_mongo_queue_others, asked before it). queue_join
- * (2 or 3 round trips) says how it is written. Like the records'
+ * first take while the key's queue mark is live (ll_mongo_queue_others:
+ * backend_mongodb.c's ll_mongo_acquire_fair). queue_join (2 or 3 round
+ * trips, and the mark's when due) says how it is written. Like the records'
  * collection it gets no index of leaselock's: it holds only the entries of
  * waiters (each deletes its own when done) and those that ran out until a
  * prune.
@@ -14,6 +15,7 @@
 
 #include "backend_mongodb_private.h"
 
+#include <string.h>
 #include <time.h>
 
 /* findAndModify(q, u) on the queue, returning the new entry's arrival
@@ -37,9 +39,89 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn, const bson_t *q, const bs
    return true;
 }
 
+/* How much longer than an entry's keep a join's mark lasts, and how
+ * long it must still last (as far as the connection knows) for a join to
+ * go without setting it again: see backend_mysql.c, which does the same. */
+#define LL_MONGO_MARK_SPARE_MS 2000
+
+void (*ll_test_mongo_mark_hook) (void);
+
+/* findAndModify(q, u) on the records returning the mark's end (ms since
+ * 1970, server clock) into *end_ms, 0 when nothing matched or the
+ * document has no mark. */
+static bool ll_mongo_mark_fam (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u, bool upsert,
+                               int64_t *end_ms, leaselock_error_t *err)
+{
+   static const char *const fields[] = { "queueAt", "queueMs", NULL };
+   bson_t *doc;
+   bson_iter_t at, ms;
+   *end_ms = 0;
+   if (!ll_mongo_fam_run (conn, conn->coll, q, ll_mongo_fam_opts_fields (u, fields, upsert), &doc,
+                          err))
+      return false;
+   if (doc && bson_iter_init_find (&at, doc, "queueAt") && BSON_ITER_HOLDS_DATE_TIME (&at) &&
+       bson_iter_init_find (&ms, doc, "queueMs"))
+      *end_ms = bson_iter_date_time (&at) + bson_iter_as_int64 (&ms);
+   if (doc)
+      bson_destroy (doc);
+   return true;
+}
+
+/* The key's queue mark, set unless the connection knows it live for
+ * keep_ms + LL_MONGO_MARK_SPARE_MS / 2 more; into *end_ms, its end. One
+ * round trip; for a key without a record two (the upsert of a document
+ * that holds only the mark); three when another join set a later mark
+ * (read back by a findAndModify that changes nothing). */
+static bool ll_mongo_queue_mark (ll_mongo_conn_t *conn, const ll_op_t *op, int64_t keep_ms,
+                                 int64_t *end_ms, leaselock_error_t *err)
+{
+   int64_t now = ll_real_now_ms ();
+   bool same = conn->mark.key_len == op->key_len && !memcmp (conn->mark.key, op->key, op->key_len);
+   if (same &&
+       conn->mark.span_ms - (now - conn->mark.at_ms) >= keep_ms + LL_MONGO_MARK_SPARE_MS / 2) {
+      *end_ms = conn->mark.end_ms;
+      return true;
+   }
+   int64_t span_ms = keep_ms + LL_MONGO_MARK_SPARE_MS;
+   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, nq = BSON_INITIALIZER, nu = BSON_INITIALIZER;
+   bool ok =
+     (ll_mongo_mark_query (&q, op->key, op->key_len, span_ms) &&
+      ll_mongo_mark_update (&u, span_ms) && ll_mongo_upsert_query (&nq, op->key, op->key_len) &&
+      ll_mongo_mark_new_update (&nu, span_ms)) ||
+     ll_mongo_nomem (err);
+   conn->mark.key_len = 0;
+   ok = ok && ll_mongo_mark_fam (conn, &q, &u, false, end_ms, err);
+   if (ok && *end_ms == 0) {
+      ok = ll_mongo_mark_fam (conn, &nq, &nu, true, end_ms, err);
+      if (!ok && err->code == LEASELOCK_BUSY) { /* the record is there, its mark later */
+         bson_reinit (&q);
+         bson_reinit (&u);
+         ok = (ll_mongo_append_key (&q, op->key, op->key_len) &&
+               BSON_APPEND_DOCUMENT_BEGIN (&u, "$max", &nu) &&
+               BSON_APPEND_INT64 (&nu, "queueMs", 0) && bson_append_document_end (&u, &nu)) ||
+              ll_mongo_nomem (err);
+         ok = ok && ll_mongo_mark_fam (conn, &q, &u, false, end_ms, err);
+      }
+   }
+   if (ok && *end_ms == 0)
+      ok = ll_backend_fail (err, "mongodb", "queue_join", "no queue mark returned", NULL, NULL);
+   if (ok) {
+      memcpy (conn->mark.key, op->key, op->key_len);
+      conn->mark.key_len = op->key_len;
+      conn->mark.end_ms = *end_ms;
+      conn->mark.at_ms = now;
+      conn->mark.span_ms = span_ms;
+   }
+   bson_destroy (&q);
+   bson_destroy (&u);
+   bson_destroy (&nq);
+   bson_destroy (&nu);
+   return ok;
+}
+
 /*
- * queue_join: 2 round trips when owner's entry is live, 3 when it is new
- * or ran out.
+ * queue_join: the key's queue mark when due (ll_mongo_queue_mark), then 2
+ * round trips when owner's entry is live, 3 when it is new or ran out.
  *  1. a findAndModify without upsert that refreshes a live entry (seenAt =
  *     now), keeping its arrival: {_id: {k, o}, $expr: live};
  *  2. when that matches nothing, an upsert on {_id: {k, o}} alone (no
@@ -69,14 +151,17 @@ bool ll_mongo_queue_join (void *c, const ll_op_t *op, int64_t keep_ms, int64_t *
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bson_t aq = BSON_INITIALIZER, au = BSON_INITIALIZER, cq = BSON_INITIALIZER;
    bool matched = false;
-   int64_t arrived = 0;
+   int64_t arrived = 0, mark = 0;
    bson_error_t e;
 
-   bool ok =
-     (ll_mongo_queue_live_query (&q, key, key_len, owner) &&
-      ll_mongo_queue_refresh_update (&u, keep_ms) && ll_mongo_queue_id (&aq, key, key_len, owner) &&
-      ll_mongo_queue_arrive_update (&au, key, key_len, owner, keep_ms)) ||
-     ll_mongo_nomem (err);
+   bool ok = ll_mongo_queue_mark (conn, op, keep_ms, &mark, err);
+   if (ll_test_mongo_mark_hook)
+      ll_test_mongo_mark_hook ();
+   ok = ok && ((ll_mongo_queue_live_query (&q, key, key_len, owner) &&
+                ll_mongo_queue_refresh_update (&u, keep_ms, mark) &&
+                ll_mongo_queue_id (&aq, key, key_len, owner) &&
+                ll_mongo_queue_arrive_update (&au, key, key_len, owner, keep_ms, mark)) ||
+               ll_mongo_nomem (err));
    ok = ok && ll_mongo_queue_fam (conn, &q, &u, false, &matched, &arrived, err);
    if (ok && !matched) {
       ok = ll_mongo_queue_fam (conn, &aq, &au, true, &matched, &arrived, err);

@@ -701,10 +701,12 @@ typedef struct ll_backend
  * trips (tests/test_sql.c stops the process there, SIGSTOP, to prove that
  * a waiter stopped mid-join holds no other waiter back). NULL otherwise. */
 extern void (*ll_test_queue_join_hook) (void);
-/* Tests only: when set, MySQL's queue_join calls it after reading the
- * key's queue mark, before its entry's upsert (tests/test_sql.c delays
- * the upsert there past the mark). NULL otherwise. */
+/* Tests only: when set, MySQL's queue_join (backend_sql.c's copy) and
+ * MongoDB's (ll_test_mongo_mark_hook, its module's own) call it after
+ * reading the key's queue mark, before writing the entry (their suites
+ * delay the write there past the mark). NULL otherwise. */
 extern void (*ll_test_queue_mark_hook) (void);
+extern void (*ll_test_mongo_mark_hook) (void);
 
 /* The backends' tables. SQLite's is in the core; the others are each in
  * their module (leaselock_backend_<name>.so, loaded by backend_load.c:

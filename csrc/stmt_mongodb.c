@@ -186,7 +186,16 @@ static bool ll_mongo_append_next_free (bson_t *doc, const char *name, const char
 
 /* ---- the lease operations' commands --------------------------------------- */
 
-bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const char *owner)
+/* Appends {$add: ["$queueAt", "$queueMs"]}, the end of the record's queue
+ * mark (null without one), under name. */
+static bool ll_mongo_append_mark_end (bson_t *doc, const char *name)
+{
+   return ll_mongo_append_op2 (doc, name, "$add", "$queueAt", "$queueMs");
+}
+
+/* acquire's query; fair: the record's queue mark not live as well. */
+static bool ll_mongo_take_query (bson_t *q, const char *key, size_t key_len, const char *owner,
+                                 bool fair)
 {
    bson_t expr, any, all, arr;
    return ll_mongo_append_key (q, key, key_len) &&
@@ -194,8 +203,39 @@ bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const c
           ll_mongo_append_is_owner (&any, "0", "$owner", owner) &&
           ll_mongo_op_begin (&any, "1", "$and", &all, &arr) &&
           ll_mongo_append_cmp_now (&arr, "0", "$lte") &&
-          ll_mongo_append_next_free (&arr, "1", owner, -1) && ll_mongo_op_end (&any, &all, &arr) &&
-          ll_mongo_op_end (q, &expr, &any);
+          ll_mongo_append_next_free (&arr, "1", owner, -1) &&
+          (!fair ||
+           ll_mongo_append_cmp_now_plus (&arr, "2", "$lte", ll_mongo_append_mark_end, 0)) &&
+          ll_mongo_op_end (&any, &all, &arr) && ll_mongo_op_end (q, &expr, &any);
+}
+
+bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const char *owner)
+{
+   return ll_mongo_take_query (q, key, key_len, owner, false);
+}
+
+bool ll_mongo_acquire_fair_query (bson_t *q, const char *key, size_t key_len, const char *owner)
+{
+   return ll_mongo_take_query (q, key, key_len, owner, true);
+}
+
+bool ll_mongo_mark_query (bson_t *q, const char *key, size_t key_len, int64_t span_ms)
+{
+   return ll_mongo_append_key (q, key, key_len) &&
+          ll_mongo_append_cmp_now_plus (q, "$expr", "$lt", ll_mongo_append_mark_end, -span_ms);
+}
+
+bool ll_mongo_mark_update (bson_t *u, int64_t span_ms)
+{
+   return ll_mongo_dated_int64_update (u, "queueAt", "queueMs", span_ms);
+}
+
+bool ll_mongo_mark_new_update (bson_t *u, int64_t span_ms)
+{
+   bson_t set;
+   return ll_mongo_dated_set_begin (u, "queueAt", NULL, &set) &&
+          BSON_APPEND_INT64 (&set, "queueMs", span_ms) && BSON_APPEND_INT64 (&set, "fence", 0) &&
+          BSON_APPEND_NULL (&set, "owner") && bson_append_document_end (u, &set);
 }
 
 bool ll_mongo_claim_query (bson_t *q, const char *key, size_t key_len, const char *owner,
@@ -310,13 +350,30 @@ bool ll_mongo_prefix_match (bson_t *match, const char *prefix, size_t prefix_len
    return ll_mongo_prefix_match_on (match, "_id", prefix, prefix_len);
 }
 
+/* Appends {fence: {op: 0}}: a record ("$gt"), or a document that only
+ * ever held a queue mark ("$eq": ll_mongo_mark_new_update). */
+static bool ll_mongo_append_fence_cmp (bson_t *q, const char *op)
+{
+   return ll_mongo_append_one_int64 (q, "fence", op, 0);
+}
+
 bool ll_mongo_prune_filter (bson_t *q, const char *prefix, size_t prefix_len, int64_t older_than_ms)
 {
    bson_t expr, all;
-   return ll_mongo_prefix_match (q, prefix, prefix_len) &&
+   return ll_mongo_prefix_match (q, prefix, prefix_len) && ll_mongo_append_fence_cmp (q, "$gt") &&
           ll_mongo_op_begin (q, "$expr", "$and", &expr, &all) &&
           ll_mongo_append_cmp_now_plus (&all, "0", "$lte", ll_mongo_append_expiry, older_than_ms) &&
-          ll_mongo_append_next_free (&all, "1", NULL, -1) && ll_mongo_op_end (q, &expr, &all);
+          ll_mongo_append_next_free (&all, "1", NULL, -1) &&
+          ll_mongo_append_cmp_now_plus (&all, "2", "$lte", ll_mongo_append_mark_end, 0) &&
+          ll_mongo_op_end (q, &expr, &all);
+}
+
+bool ll_mongo_mark_prune_filter (bson_t *q, const char *prefix, size_t prefix_len,
+                                 int64_t older_than_ms)
+{
+   return ll_mongo_prefix_match (q, prefix, prefix_len) && ll_mongo_append_fence_cmp (q, "$eq") &&
+          ll_mongo_append_cmp_now_plus (q, "$expr", "$lte", ll_mongo_append_mark_end,
+                                        older_than_ms);
 }
 
 bool ll_mongo_record_pipeline (bson_t *p, const bson_t *match)
@@ -324,9 +381,12 @@ bool ll_mongo_record_pipeline (bson_t *p, const bson_t *match)
    bson_t st, d;
    return BSON_APPEND_DOCUMENT_BEGIN (p, "0", &st) && BSON_APPEND_DOCUMENT (&st, "$match", match) &&
           bson_append_document_end (p, &st) && BSON_APPEND_DOCUMENT_BEGIN (p, "1", &st) &&
-          BSON_APPEND_DOCUMENT_BEGIN (&st, "$sort", &d) && BSON_APPEND_INT32 (&d, "_id", 1) &&
+          BSON_APPEND_DOCUMENT_BEGIN (&st, "$match", &d) && ll_mongo_append_fence_cmp (&d, "$gt") &&
           bson_append_document_end (&st, &d) && bson_append_document_end (p, &st) &&
           BSON_APPEND_DOCUMENT_BEGIN (p, "2", &st) &&
+          BSON_APPEND_DOCUMENT_BEGIN (&st, "$sort", &d) && BSON_APPEND_INT32 (&d, "_id", 1) &&
+          bson_append_document_end (&st, &d) && bson_append_document_end (p, &st) &&
+          BSON_APPEND_DOCUMENT_BEGIN (p, "3", &st) &&
           BSON_APPEND_DOCUMENT_BEGIN (&st, "$project", &d) && BSON_APPEND_INT32 (&d, "owner", 1) &&
           BSON_APPEND_INT32 (&d, "fence", 1) && BSON_APPEND_INT32 (&d, "holder", 1) &&
           BSON_APPEND_INT32 (&d, "holds", 1) &&
@@ -378,10 +438,18 @@ bool ll_mongo_queue_id (bson_t *doc, const char *key, size_t key_len, const char
           bson_append_document_end (doc, &id);
 }
 
-/* Appends {$add: ["$seenAt", "$keepMs"]}, an entry's end, under name. */
+/* Appends an entry's end under name: {$min: [{$add: ["$seenAt",
+ * "$keepMs"]}, {$ifNull: ["$markEnd", that sum]}]}, never after the key's
+ * queue mark as its join read it (an entry without markEnd: the sum). */
 static bool ll_mongo_append_queue_end (bson_t *doc, const char *name)
 {
-   return ll_mongo_append_op2 (doc, name, "$add", "$seenAt", "$keepMs");
+   bson_t min, arr, ifn, iarr;
+   return ll_mongo_op_begin (doc, name, "$min", &min, &arr) &&
+          ll_mongo_append_op2 (&arr, "0", "$add", "$seenAt", "$keepMs") &&
+          ll_mongo_op_begin (&arr, "1", "$ifNull", &ifn, &iarr) &&
+          BSON_APPEND_UTF8 (&iarr, "0", "$markEnd") &&
+          ll_mongo_append_op2 (&iarr, "1", "$add", "$seenAt", "$keepMs") &&
+          ll_mongo_op_end (&arr, &ifn, &iarr) && ll_mongo_op_end (doc, &min, &arr);
 }
 
 /* Appends {op: [{$add: [entry's end, extra_ms]}, "$$NOW"]} under name: an
@@ -398,19 +466,23 @@ bool ll_mongo_queue_live_query (bson_t *q, const char *key, size_t key_len, cons
           ll_mongo_append_queue_cmp (q, "$expr", "$gt", 0);
 }
 
-bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms)
+bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms, int64_t mark_end_ms)
 {
-   return ll_mongo_dated_int64_update (u, "seenAt", "keepMs", keep_ms);
+   bson_t d;
+   return ll_mongo_dated_set_begin (u, "seenAt", NULL, &d) &&
+          BSON_APPEND_INT64 (&d, "keepMs", keep_ms) &&
+          BSON_APPEND_DATE_TIME (&d, "markEnd", mark_end_ms) && bson_append_document_end (u, &d);
 }
 
 bool ll_mongo_queue_arrive_update (bson_t *u, const char *key, size_t key_len, const char *owner,
-                                   int64_t keep_ms)
+                                   int64_t keep_ms, int64_t mark_end_ms)
 {
    bson_t d;
    return ll_mongo_dated_set_begin (u, "arrived", "seenAt", &d) &&
           bson_append_utf8 (&d, "k", 1, key, (int)key_len) &&
           bson_append_utf8 (&d, "o", 1, owner, LL_MONGO_OWNER_LEN) &&
-          BSON_APPEND_INT64 (&d, "keepMs", keep_ms) && bson_append_document_end (u, &d);
+          BSON_APPEND_INT64 (&d, "keepMs", keep_ms) &&
+          BSON_APPEND_DATE_TIME (&d, "markEnd", mark_end_ms) && bson_append_document_end (u, &d);
 }
 
 bool ll_mongo_queue_ahead_filter (bson_t *q, const char *key, size_t key_len, const char *owner,

@@ -26,7 +26,10 @@
  *   mongo-java-server does not compare "_id.o" with $lt)
  *   live while seenAt + keepMs > $$NOW (seenAt: the last join, from
  *   $currentDate; without pipeline updates a date cannot be written as
- *   now + keep, so the sum is taken when it is read)
+ *   now + keep, so the sum is taken when it is read), and never past
+ *   markEnd: the end of the key's queue mark as the join read it
+ * The record's queue mark: queueAt: date, queueMs: int64; no entry of the
+ * key is live past queueAt + queueMs (ll_mongo_mark_query)
  *
  * Ownership, for every builder: the documents (q, u, doc, p, match) are
  * the caller's; a builder appends to them and returns false when out of
@@ -78,6 +81,24 @@ bool ll_mongo_live_owned_query (bson_t *q, const char *key, size_t key_len, cons
  * {_id: key, $expr: {$or: [{$eq: ["$owner", owner]},
  *                          {$and: [expired, next_free (owner)]}]}} */
 bool ll_mongo_acquire_query (bson_t *q, const char *key, size_t key_len, const char *owner);
+
+/* A fair acquire's first try: ll_mongo_acquire_query whose $and also asks
+ * that the key's queue mark be not live ({$lte: [mark end, "$$NOW"]}, a
+ * record without one too): no queue entry is live past the mark. */
+bool ll_mongo_acquire_fair_query (bson_t *q, const char *key, size_t key_len, const char *owner);
+
+/* The key's queue mark, set by a join before its entry (backend_mongodb_
+ * queue.c's ll_mongo_queue_mark): a findAndModify without upsert of the
+ * record whose mark ends before now + span_ms,
+ * {_id: key, $expr: {$lt: [{$add: [mark end, -span_ms]}, "$$NOW"]}} ->
+ * queueAt = now, queueMs = span_ms (so the mark never moves earlier); and
+ * for a key without a record, the upsert (ll_mongo_upsert_query) of a
+ * document that only holds the mark: fence 0, owner null, which inspect,
+ * list and prune do not take for a record, and which a take makes one
+ * (fence 1). */
+bool ll_mongo_mark_query (bson_t *q, const char *key, size_t key_len, int64_t span_ms);
+bool ll_mongo_mark_update (bson_t *u, int64_t span_ms);
+bool ll_mongo_mark_new_update (bson_t *u, int64_t span_ms);
 
 /* acquire's second try, an upsert whose query matches no existing record:
  * {_id: key, fence: {$exists: false}} (a record that exists answers
@@ -142,6 +163,12 @@ bool ll_mongo_prefix_match (bson_t *match, const char *prefix, size_t prefix_len
  * test server alike), and no live reservation. */
 bool ll_mongo_prune_filter (bson_t *q, const char *prefix, size_t prefix_len,
                             int64_t older_than_ms);
+/* (ll_mongo_prune_filter takes records only: fence > 0, and no live queue
+ * mark.) prune's deleteMany of the documents that only held a queue mark,
+ * once it ran out older_than_ms ago: {_id: /^prefix/, fence: 0, $expr:
+ * {$lte: [{$add: [mark end, older_than_ms]}, "$$NOW"]}}. */
+bool ll_mongo_mark_prune_filter (bson_t *q, const char *prefix, size_t prefix_len,
+                                 int64_t older_than_ms);
 
 /* [{$match: match}, {$sort: {_id: 1}}, {$project: {owner, fence, holder,
  *   holds, leftMs: {$subtract: [expiry, "$$NOW"]}}}] - the time left is
@@ -179,13 +206,13 @@ bool ll_mongo_queue_id (bson_t *doc, const char *key, size_t key_len, const char
  * while it is live, {_id: {k, o}, $expr: live} -> seenAt = now, keepMs =
  * keep_ms (ll_mongo_queue_refresh_update); its arrival is kept. */
 bool ll_mongo_queue_live_query (bson_t *q, const char *key, size_t key_len, const char *owner);
-bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms);
+bool ll_mongo_queue_refresh_update (bson_t *u, int64_t keep_ms, int64_t mark_end_ms);
 
 /* queue_join's second try, when the first matched nothing (no entry, or
  * one that ran out): an upsert on {_id: {k, o}} alone (ll_mongo_queue_id,
  * no $expr) that arrives now: arrived = seenAt = now, k, o, keepMs. */
 bool ll_mongo_queue_arrive_update (bson_t *u, const char *key, size_t key_len, const char *owner,
-                                   int64_t keep_ms);
+                                   int64_t keep_ms, int64_t mark_end_ms);
 
 /* queue_join's count: the live entries of key ordered before (arrived,
  * owner): {k: key, $or: [{arrived: {$lt: arrived}}, {arrived: {$gte:

@@ -187,6 +187,10 @@ static bool has_date (const bson_iter_t *start)
 {
    bson_iter_t it = *start, sub;
    while (bson_iter_next (&it)) {
+      /* An entry's markEnd is the end of the queue mark as the server
+       * wrote and returned it (ll_mongo_queue_mark), not the client's. */
+      if (!strcmp (bson_iter_key (&it), "markEnd"))
+         continue;
       if (BSON_ITER_HOLDS_DATE_TIME (&it) || BSON_ITER_HOLDS_TIMESTAMP (&it))
          return true;
       if ((BSON_ITER_HOLDS_DOCUMENT (&it) || BSON_ITER_HOLDS_ARRAY (&it)) &&
@@ -466,7 +470,7 @@ static void test_command_shape_wait (void)
    CHECK_EQ (n_cmds, 8);
    ok = B->prune (c, k2, strlen (k2), 3600000, &count, &err);
    CHECK_OK (ok, err);
-   CHECK_EQ (n_cmds, 10); /* the records' deleteMany, then the queue's */
+   CHECK_EQ (n_cmds, 11); /* the records' deleteMany, the mark-only documents', the queue's */
    int writes = check_cmds (true, why, sizeof why);
    if (writes < 0)
       fprintf (stderr, "    %s\n", why);
@@ -897,9 +901,12 @@ static void test_queue_server_clock_only (void)
 }
 
 /* The queue's commands keep the rules (no $expr in an upsert's query, no
- * pipeline update, w=majority) and their round trips: a new entry 3
- * (refresh, upsert, count), a live one 2 (refresh, count), a leave 1; the
- * one date sent, in the count, is the arrival the server wrote. */
+ * pipeline update, w=majority) and their round trips: the first join of a
+ * key without a record 5 (the mark, the upsert of a document that holds
+ * only the mark, then refresh, upsert, count), a later one 2 (refresh,
+ * count: the connection knows the mark live long enough), a leave 1; the
+ * dates sent are the server's own: in the count, the arrival it wrote,
+ * and in an entry, the end of the mark it wrote (markEnd). */
 static void test_queue_command_shape (void)
 {
    void *c = open_conn (URI);
@@ -912,26 +919,92 @@ static void test_queue_command_shape (void)
    char why[512];
    clear_cmds ();
    CHECK_EQ (QJ (B, c, k, QC_A, 10000), 0);
-   CHECK_EQ (n_cmds, 3);
-   CHECK (is_cmd (0, "findAndModify", false) && is_cmd (1, "findAndModify", true));
-   CHECK_EQ (QJ (B, c, k, QC_A, 10000), 0);
    CHECK_EQ (n_cmds, 5);
-   CHECK (is_cmd (3, "findAndModify", false));
+   CHECK (is_cmd (0, "findAndModify", false) && is_cmd (1, "findAndModify", true) &&
+          is_cmd (2, "findAndModify", false) && is_cmd (3, "findAndModify", true));
+   CHECK_EQ (QJ (B, c, k, QC_A, 10000), 0);
+   CHECK_EQ (n_cmds, 7);
+   CHECK (is_cmd (5, "findAndModify", false));
    bson_iter_t it;
-   CHECK (bson_iter_init_find (&it, cmds[2], "aggregate") && bson_iter_init (&it, cmds[2]) &&
+   CHECK (bson_iter_init_find (&it, cmds[4], "aggregate") && bson_iter_init (&it, cmds[4]) &&
           has_date (&it));
    CHECK (qc_leave (B, c, k, QC_A));
-   CHECK_EQ (n_cmds, 6);
+   CHECK_EQ (n_cmds, 8);
    /* The counts' dates aside (checked above), every write keeps the rules. */
-   bson_destroy (cmds[2]);
    bson_destroy (cmds[4]);
-   cmds[2] = bson_new ();
+   bson_destroy (cmds[6]);
    cmds[4] = bson_new ();
+   cmds[6] = bson_new ();
    int writes = check_cmds (true, why, sizeof why);
    if (writes < 0)
       fprintf (stderr, "    %s\n", why);
-   CHECK_EQ (writes, 3);
+   CHECK_EQ (writes, 5);
    clear_cmds ();
+   B->close (c);
+}
+
+/* A fair first take as owner o of k: whether it took it. */
+static bool fair_take (void *c, const char *k, const char *o, leaselock_error_t *err)
+{
+   int64_t f = 0;
+   ll_error_clear (err);
+   return B->acquire (c, &(ll_take_t){ { k, strlen (k), o }, 10000, &HOLDER, -1, 0, true, false },
+                      &f, err);
+}
+
+/* A fair first try reads the key's queue mark in its take, not the queue:
+ * uncontended it is the plain take's one findAndModify, with no count of
+ * the queue before it. Where a queue was used and its mark is still live,
+ * the try asks the queue: BUSY while an entry is live, and it takes the key
+ * once the queue emptied, mark or not. */
+static void test_queue_mark_first_try (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
+   mongoc_apm_callbacks_destroy (cbs);
+   const char *k = key ("q/mark-first");
+   leaselock_error_t err;
+   CHECK_OK (acquire (c, k, QC_H, 10000, NULL, &err), err);
+   CHECK_OK (B->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   clear_cmds ();
+   CHECK_OK (fair_take (c, k, QC_H, &err), err);
+   CHECK_EQ (n_cmds, 1);
+   CHECK (is_cmd (0, "findAndModify", false));
+   CHECK_OK (B->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   CHECK_EQ (QJ (B, c, k, QC_A, 10000), 0);
+   bool ok = fair_take (c, k, QC_H, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (qc_leave (B, c, k, QC_A));
+   CHECK_OK (fair_take (c, k, QC_H, &err), err); /* the mark is live still */
+   CHECK_OK (B->release (c, &(ll_op_t){ k, strlen (k), QC_H }, 0, &err), err);
+   clear_cmds ();
+   B->close (c);
+}
+
+/* Holds the join up past its mark (keep 1 s: a mark of 3 s). */
+static void sleep_past_mark (void)
+{
+   sleep_ms (1000 + 2000 + 300);
+}
+
+/* A join's entry never outlives the mark the join read, however late its
+ * write reaches the server (a stalled client or network): A's join held
+ * up past its mark leaves no live entry, so B, joining at once, has nobody
+ * ahead (A's entry would live 1 s more without the mark's bound). */
+static void test_queue_mark_late_join (void)
+{
+   void *c = open_conn (URI);
+   CHECK (c);
+   const char *k = key ("q/mark-late");
+   ll_test_mongo_mark_hook = sleep_past_mark;
+   int64_t a = QJ (B, c, k, QC_A, 1000);
+   ll_test_mongo_mark_hook = NULL;
+   CHECK_EQ (a, 0);
+   CHECK_EQ (QJ (B, c, k, QC_B, 1000), 0);
+   CHECK (qc_leave (B, c, k, QC_A) && qc_leave (B, c, k, QC_B));
    B->close (c);
 }
 
@@ -2855,6 +2928,8 @@ int main (int argc, char **argv)
    RUN_SLOW (test_queue_concurrent_joins);
    RUN_SLOW (test_queue_server_clock_only);
    RUN (test_queue_command_shape);
+   RUN (test_queue_mark_first_try);
+   RUN (test_queue_mark_late_join);
    RUN (test_hello_identity);
    RUN (test_failover_command_shape);
    RUN (test_failover_options);
