@@ -160,11 +160,13 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn, const char *key, size_t ke
  *  1. the take of a record whose queue mark is not live (no queue entry is
  *     live past it: ll_mongo_mark_query), which is all an uncontended
  *     fair acquire sends, as a plain one does;
- *  2. the upsert of a key without a record (none has a live entry);
- *  3. the record there but not taken: it may be only the mark, live up
- *     to LL_MONGO_MARK_SPARE_MS after its queue emptied. BUSY while
- *     another owner is queued (a round trip of its own: a waiter that
- *     joins after it arrived after this take asked), else the plain take.
+ *  2. else the key is held, or reserved, or has no record, or its mark is
+ *     live (up to LL_MONGO_MARK_SPARE_MS after its queue emptied): BUSY
+ *     while another owner is queued (a round trip of its own: a waiter
+ *     that joins after it arrived after this take asked), which is all a
+ *     newcomer to a key with waiters sends after the take;
+ *  3. else the upsert of a key without a record, and for one that is
+ *     there the plain take.
  */
 static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bson_t *u,
                                    int64_t *fence, leaselock_error_t *err)
@@ -177,16 +179,18 @@ static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bs
    bson_destroy (&q);
    if (!ok || matched)
       return ok;
-   if (ll_mongo_take_new (conn, t->op.key, t->op.key_len, u, fence, err))
-      return true;
-   if (err->code != LEASELOCK_BUSY || !ll_mongo_queue_others (conn, &t->op, &queued, err))
+   if (!ll_mongo_queue_others (conn, &t->op, &queued, err))
       return false;
    if (queued)
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
+   if (ll_mongo_take_new (conn, t->op.key, t->op.key_len, u, fence, err))
+      return true;
+   if (err->code != LEASELOCK_BUSY) /* BUSY: the record is there */
+      return false;
    bson_init (&q);
-   ok =
-     (ll_mongo_acquire_query (&q, t->op.key, t->op.key_len, t->op.owner) || ll_mongo_nomem (err)) &&
-     ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
+   ok = (ll_mongo_acquire_query (&q, t->op.key, t->op.key_len, t->op.owner) ||
+         ll_mongo_nomem (err)) &&
+        ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
    bson_destroy (&q);
    return ok && (matched || ll_error_set (err, LEASELOCK_BUSY, "held by another owner"));
 }

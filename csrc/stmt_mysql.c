@@ -203,13 +203,18 @@
  * LL_MYSQL_ACQUIRE_FAIR_PARAMS. */
 #define LL_MYSQL_ACQUIRE_FAIR                                                                      \
    LL_MYSQL_INSERT ("%s")                                                                          \
-   "VALUES (" LL_MYSQL_NEW_ROW                                                                     \
-   ") " LL_MYSQL_UPSERT_TAKE (LL_MYSQL_TAKEABLE_FAIR) "fence = " LL_MYSQL_TAKEN                    \
-                                                      "LAST_INSERT_ID(GREATEST(fence + 1, ?)), "   \
-                                                      "IF(expires_at <= " LL_MYSQL_NOW             \
-                                                      " AND queue_until > " LL_MYSQL_NOW           \
-                                                      ", fence & (LAST_INSERT_ID(" LL_MYSQL_STR (  \
-                                                        LL_MYSQL_MARKED) ") | ~0), fence))"
+   "VALUES (" LL_MYSQL_NEW_ROW ") " LL_MYSQL_UPSERT_TAKE (LL_MYSQL_TAKEABLE_FAIR)                  \
+     LL_MYSQL_FAIR_FENCE
+/* Its fence: the new one when taken, else LL_MYSQL_MARKED as the insert id
+ * when the mark alone kept the key (the fence kept). */
+#define LL_MYSQL_FAIR_FENCE                                                                        \
+   "fence = " LL_MYSQL_TAKEN "LAST_INSERT_ID(GREATEST(fence + 1, ?)), IF(" LL_MYSQL_MARK_ONLY      \
+   ", fence & (LAST_INSERT_ID(" LL_MYSQL_STR (LL_MYSQL_MARKED) ") | ~0), fence))"
+/* The old row (not taken) was takeable but for its live queue mark:
+ * expired, no live reservation. */
+#define LL_MYSQL_MARK_ONLY                                                                         \
+   "expires_at <= " LL_MYSQL_NOW " AND (next_owner IS NULL OR next_until <= " LL_MYSQL_NOW         \
+   ") AND queue_until > " LL_MYSQL_NOW
 #define LL_MYSQL_STR(x) LL_MYSQL_STR_ (x)
 #define LL_MYSQL_STR_(x) #x
 /* LL_MYSQL_TAKEABLE, and the queue mark not live. Parameters: owner,
