@@ -172,13 +172,17 @@ static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bs
                                    int64_t *fence, leaselock_error_t *err)
 {
    bson_t q = BSON_INITIALIZER;
-   bool matched = false, queued = false;
-   bool ok = (ll_mongo_acquire_fair_query (&q, t->op.key, t->op.key_len, t->op.owner) ||
-              ll_mongo_nomem (err)) &&
-             ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
-   bson_destroy (&q);
-   if (!ok || matched)
-      return ok;
+   bool matched = false, queued = false, ok = true;
+   /* Where this connection knows the mark live (it joined the key's queue
+    * lately), the mark would keep a free key: step 2 at once. */
+   if (ll_mongo_mark_left (conn, &t->op) <= 0) {
+      ok = (ll_mongo_acquire_fair_query (&q, t->op.key, t->op.key_len, t->op.owner) ||
+            ll_mongo_nomem (err)) &&
+           ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
+      bson_destroy (&q);
+      if (!ok || matched)
+         return ok;
+   }
    if (!ll_mongo_queue_others (conn, &t->op, &queued, err))
       return false;
    if (queued)
@@ -188,9 +192,9 @@ static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bs
    if (err->code != LEASELOCK_BUSY) /* BUSY: the record is there */
       return false;
    bson_init (&q);
-   ok = (ll_mongo_acquire_query (&q, t->op.key, t->op.key_len, t->op.owner) ||
-         ll_mongo_nomem (err)) &&
-        ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
+   ok =
+     (ll_mongo_acquire_query (&q, t->op.key, t->op.key_len, t->op.owner) || ll_mongo_nomem (err)) &&
+     ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
    bson_destroy (&q);
    return ok && (matched || ll_error_set (err, LEASELOCK_BUSY, "held by another owner"));
 }

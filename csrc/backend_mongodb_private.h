@@ -172,6 +172,11 @@ struct ll_primary *ll_mongo_primary (void *conn);
 bool ll_mongo_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                           leaselock_error_t *err);
 
+/* How long conn still knows the queue mark of op's key live (ms; <= 0:
+ * not known live): the mark it last set (ll_mongo_queue_mark), less the
+ * time since it asked. */
+int64_t ll_mongo_mark_left (const ll_mongo_conn_t *conn, const ll_op_t *op);
+
 /* A fair acquire's first take asks first (one round trip): *any, whether
  * op's key has a live queue entry of another owner than op's. */
 bool ll_mongo_queue_others (ll_mongo_conn_t *conn, const ll_op_t *op, bool *any,

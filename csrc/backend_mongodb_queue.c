@@ -46,6 +46,13 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn, const bson_t *q, const bs
 
 void (*ll_test_mongo_mark_hook) (void);
 
+int64_t ll_mongo_mark_left (const ll_mongo_conn_t *conn, const ll_op_t *op)
+{
+   if (conn->mark.key_len != op->key_len || memcmp (conn->mark.key, op->key, op->key_len))
+      return 0;
+   return conn->mark.span_ms - (ll_real_now_ms () - conn->mark.at_ms);
+}
+
 /* findAndModify(q, u) on the records returning the mark's end (ms since
  * 1970, server clock) into *end_ms, 0 when nothing matched or the
  * document has no mark. */
@@ -76,9 +83,7 @@ static bool ll_mongo_queue_mark (ll_mongo_conn_t *conn, const ll_op_t *op, int64
                                  int64_t *end_ms, leaselock_error_t *err)
 {
    int64_t now = ll_real_now_ms ();
-   bool same = conn->mark.key_len == op->key_len && !memcmp (conn->mark.key, op->key, op->key_len);
-   if (same &&
-       conn->mark.span_ms - (now - conn->mark.at_ms) >= keep_ms + LL_MONGO_MARK_SPARE_MS / 2) {
+   if (ll_mongo_mark_left (conn, op) >= keep_ms + LL_MONGO_MARK_SPARE_MS / 2) {
       *end_ms = conn->mark.end_ms;
       return true;
    }

@@ -208,6 +208,21 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_a
    }
 }
 
+/* How long this connection still knows the queue mark of op's key live
+ * (ms; <= 0: not known live): the mark it last set, less the time since
+ * it asked. */
+static int64_t ll_mysql_mark_left (const ll_mysql_conn_t *c, const ll_op_t *op)
+{
+   if (c->mark.key_len != op->key_len || memcmp (c->mark.key, op->key, op->key_len))
+      return 0;
+   return c->mark.span_ms - (ll_real_now_ms () - c->mark.at_ms);
+}
+
+static bool ll_mysql_mark_known_live (const ll_mysql_conn_t *c, const ll_op_t *op)
+{
+   return ll_mysql_mark_left (c, op) > 0;
+}
+
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
 static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
@@ -229,8 +244,17 @@ static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *o
       .fence_floor = &c->b.primary.fence_floor,
    };
    MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
-   int which = t->fair ? LL_SQL_ACQUIRE_FAIR : LL_SQL_ACQUIRE;
-   ll_mysql_bind_acquire (p, t->fair ? ll_mysql_acquire_fair_params : ll_mysql_acquire_params, &a);
+   /* A fair first try reads the key's queue mark; where this connection
+    * knows the mark live (it joined the key's queue lately), the mark
+    * would keep a free key: the queue is asked at once. */
+   int which = !t->fair                               ? LL_SQL_ACQUIRE
+               : ll_mysql_mark_known_live (c, &t->op) ? LL_SQL_ACQUIRE_FAIR_QUEUE
+                                                      : LL_SQL_ACQUIRE_FAIR;
+   ll_mysql_bind_acquire (p,
+                          which == LL_SQL_ACQUIRE_FAIR_QUEUE ? ll_mysql_acquire_fair_queue_params
+                          : t->fair                          ? ll_mysql_acquire_fair_params
+                                                             : ll_mysql_acquire_params,
+                          &a);
    out->reserved = false;
    if (!ll_mysql_execute (c, which, p, "acquire", err))
       return false;
@@ -536,8 +560,7 @@ static bool ll_mysql_queue_mark (ll_mysql_conn_t *c, const ll_op_t *op, int64_t 
                                  int64_t *until_us, leaselock_error_t *err)
 {
    int64_t now = ll_real_now_ms ();
-   bool same = c->mark.key_len == op->key_len && !memcmp (c->mark.key, op->key, op->key_len);
-   if (same && c->mark.span_ms - (now - c->mark.at_ms) >= keep_ms + LL_MYSQL_MARK_SPARE_MS / 2) {
+   if (ll_mysql_mark_left (c, op) >= keep_ms + LL_MYSQL_MARK_SPARE_MS / 2) {
       *until_us = c->mark.until_us;
       return true;
    }
