@@ -156,46 +156,46 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn, const char *key, size_t ke
 }
 
 /*
- * A fair first take (no command reads one collection and writes another):
+ * A fair first take (no command reads one collection and writes another),
+ * with u the take's update:
  *  1. the take of a record whose queue mark is not live (no queue entry is
  *     live past it: ll_mongo_mark_query), which is all an uncontended
- *     fair acquire sends, as a plain one does;
- *  2. else the key is held, or reserved, or has no record, or its mark is
- *     live (up to LL_MONGO_MARK_SPARE_MS after its queue emptied): BUSY
- *     while another owner is queued (a round trip of its own: a waiter
- *     that joins after it arrived after this take asked), which is all a
- *     newcomer to a key with waiters sends after the take;
- *  3. else the upsert of a key without a record, and for one that is
- *     there the plain take.
+ *     fair acquire sends, as a plain one does; else the upsert of a key
+ *     without a record (none has a live entry), as a plain acquire's;
+ *  2. the key is there, not taken: held, reserved, or its mark live (up
+ *     to LL_MONGO_MARK_SPARE_MS after its queue emptied). BUSY while
+ *     another owner is queued (a round trip of its own: a waiter that
+ *     joins after it arrived after this take asked), else the plain take.
+ * Where this connection knows the mark live (it joined the key's queue
+ * lately), step 1 could take nothing but a new key: step 2 at once, and
+ * the upsert after it.
  */
 static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bson_t *u,
                                    int64_t *fence, leaselock_error_t *err)
 {
+   const ll_op_t *op = &t->op;
+   bool known = ll_mongo_mark_left (conn, op) > 0, matched = false, queued = false, ok = true;
    bson_t q = BSON_INITIALIZER;
-   bool matched = false, queued = false, ok = true;
-   /* Where this connection knows the mark live (it joined the key's queue
-    * lately), the mark would keep a free key: step 2 at once. */
-   if (ll_mongo_mark_left (conn, &t->op) <= 0) {
-      ok = (ll_mongo_acquire_fair_query (&q, t->op.key, t->op.key_len, t->op.owner) ||
+   if (!known) {
+      ok = (ll_mongo_acquire_fair_query (&q, op->key, op->key_len, op->owner) ||
             ll_mongo_nomem (err)) &&
            ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
       bson_destroy (&q);
-      if (!ok || matched)
+      if (!ok || matched || ll_mongo_take_new (conn, op->key, op->key_len, u, fence, err))
          return ok;
+      if (err->code != LEASELOCK_BUSY) /* BUSY: the record is there */
+         return false;
    }
-   if (!ll_mongo_queue_others (conn, &t->op, &queued, err))
+   if (!ll_mongo_queue_others (conn, op, &queued, err))
       return false;
    if (queued)
       return ll_error_set (err, LEASELOCK_BUSY, "held by another owner");
-   if (ll_mongo_take_new (conn, t->op.key, t->op.key_len, u, fence, err))
-      return true;
-   if (err->code != LEASELOCK_BUSY) /* BUSY: the record is there */
-      return false;
    bson_init (&q);
-   ok =
-     (ll_mongo_acquire_query (&q, t->op.key, t->op.key_len, t->op.owner) || ll_mongo_nomem (err)) &&
-     ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
+   ok = (ll_mongo_acquire_query (&q, op->key, op->key_len, op->owner) || ll_mongo_nomem (err)) &&
+        ll_mongo_fam (conn, &q, u, false, &matched, fence, err);
    bson_destroy (&q);
+   if (ok && !matched && known)
+      return ll_mongo_take_new (conn, op->key, op->key_len, u, fence, err);
    return ok && (matched || ll_error_set (err, LEASELOCK_BUSY, "held by another owner"));
 }
 
