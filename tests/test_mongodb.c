@@ -162,6 +162,18 @@ static void clear_cmds (void)
    n_cmds = 0;
 }
 
+/* Captures the commands of conn c from now on (on_started), the ones
+ * captured before forgotten; whether the driver took the callbacks. */
+static bool capture_cmds (void *c)
+{
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_apm_set_command_started_cb (cbs, on_started);
+   bool ok = mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
+   mongoc_apm_callbacks_destroy (cbs);
+   clear_cmds ();
+   return ok;
+}
+
 /* Whether doc (recursively) holds a key named name. */
 static bool has_key (const bson_iter_t *start, const char *name)
 {
@@ -332,10 +344,7 @@ static void test_command_shape (void)
 {
    void *c = open_conn (URI);
    CHECK (c);
-   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
-   mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
-   mongoc_apm_callbacks_destroy (cbs);
+   CHECK (capture_cmds (c));
    clear_cmds ();
 
    leaselock_error_t err;
@@ -437,10 +446,7 @@ static void test_command_shape_wait (void)
 {
    void *c = open_conn (URI);
    CHECK (c);
-   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
-   mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
-   mongoc_apm_callbacks_destroy (cbs);
+   CHECK (capture_cmds (c));
    leaselock_error_t err;
    char a[33], w[33], y[33], why[512];
    bool ok, reserved;
@@ -513,11 +519,7 @@ static void expect_write_concern (const char *opts, const char *want_w, int want
       tl_fail (__FILE__, line, "open");
       return;
    }
-   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
-   mongoc_apm_set_command_started_cb (cbs, on_started);
-   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
-   mongoc_apm_callbacks_destroy (cbs);
-   clear_cmds ();
+   capture_cmds (c);
    const char *k = key ("write-concern");
    bool ok = acquire (c, k, a, 30000, NULL, &err) &&
              B->release (c, &(ll_op_t){ k, strlen (k), a }, 0, &err);
@@ -911,10 +913,7 @@ static void test_queue_command_shape (void)
 {
    void *c = open_conn (URI);
    CHECK (c);
-   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
-   mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
-   mongoc_apm_callbacks_destroy (cbs);
+   CHECK (capture_cmds (c));
    const char *k = key ("q/shape");
    char why[512];
    clear_cmds ();
@@ -961,10 +960,7 @@ static void test_queue_mark_first_try (void)
 {
    void *c = open_conn (URI);
    CHECK (c);
-   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
-   mongoc_apm_set_command_started_cb (cbs, on_started);
-   CHECK (mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL));
-   mongoc_apm_callbacks_destroy (cbs);
+   CHECK (capture_cmds (c));
    const char *k = key ("q/mark-first");
    leaselock_error_t err;
    CHECK_OK (acquire (c, k, QC_H, 10000, NULL, &err), err);
@@ -2584,16 +2580,6 @@ static void test_new_primary (void)
    B->close (raw);
 }
 
-/* Captures the commands of conn c from now on. */
-static void np_capture (void *c)
-{
-   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
-   mongoc_apm_set_command_started_cb (cbs, on_started);
-   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), cbs, NULL);
-   mongoc_apm_callbacks_destroy (cbs);
-   clear_cmds ();
-}
-
 /* Whether captured command i is a findAndModify on the meta collection
  * (upsert as asked) whose update has field under op. */
 static bool is_meta_cmd (int i, bool upsert, const char *op, const char *field)
@@ -2627,7 +2613,7 @@ static void test_failover_command_shape (void)
    new_owner (a);
    new_owner (b);
    np_drop (c);
-   np_capture (c);
+   capture_cmds (c);
    ll_mongo_conn_t *conn = c;
    CHECK_OK (ll_mongo_check_primary (conn, &err), err); /* a new collection */
    CHECK_EQ (n_cmds, 2);
@@ -2835,7 +2821,7 @@ static void test_primary_changed_before_grant (void)
    CHECK (np_rewrite (c, "the old primary"));
    snprintf (conn->identity, sizeof conn->identity, "the old primary");
    uint32_t gen = conn->primary.generation;
-   np_capture (c);
+   capture_cmds (c);
    CHECK_ERR (acquire (c, "k2", a, 1000, &fence, &err), err, LEASELOCK_BUSY, "lock-delay");
    CHECK_EQ (n_cmds, 2); /* the meta document's read and swap; no take */
    CHECK (is_meta_cmd (0, false, "$currentDate", "seenAt"));
