@@ -170,7 +170,6 @@ static void *ll_mysql_open (const char *uri, leaselock_error_t *err)
  * owner a string, the others blobs), the numbers "tprwq" (ttl_us, pid,
  * reserve_us, waited_us: NULL for a plain acquire; queued: NULL unless
  * the taker waited in the fair queue) and 'f'. */
-static const char ll_mysql_texts[] = "kohl", ll_mysql_numbers[] = "tprwq";
 typedef struct
 {
    const char *text[4];
@@ -183,22 +182,29 @@ typedef struct
    my_bool queued_null; /* queued is NULL: not a take from the fair queue */
 } ll_mysql_acquire_t;
 
-/* Binds p[] by params (ll_mysql_acquire_params or _fair_params; the
- * spaces between assignments bind nothing). */
+/* Each letter's value in ll_mysql_acquire_t: 1 + its text, 5 + its
+ * number, 10 for 'f'; 0 binds nothing (a space). A table, not a search:
+ * the acquire binds 50-odd parameters on every call. */
+static const signed char ll_mysql_param_slot[128] = {
+   ['k'] = 1, ['o'] = 2, ['h'] = 3, ['l'] = 4, ['t'] = 5,
+   ['p'] = 6, ['r'] = 7, ['w'] = 8, ['q'] = 9, ['f'] = 10,
+};
+
+/* Binds p[] by params (ll_mysql_acquire_params or _fair_params). */
 static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_acquire_t *a)
 {
    int i = 0;
    for (const char *s = params; *s; s++) {
-      const char *text = strchr (ll_mysql_texts, *s), *number = strchr (ll_mysql_numbers, *s);
-      if (*s == 'f') {
+      int v = ll_mysql_param_slot[(unsigned char)*s & 127] - 1;
+      if (v < 0)
+         continue;
+      if (v == 9) {
          ll_mysql_bind_i64 (&p[i++], a->fence_floor);
-      } else if (text) {
-         size_t k = (size_t)(text - ll_mysql_texts);
-         (*s == 'o' ? ll_mysql_bind_str : ll_mysql_bind_blob) (&p[i++], a->text[k],
-                                                               &a->text_len[k]);
-      } else if (number) {
-         size_t k = (size_t)(number - ll_mysql_numbers);
-         ll_mysql_bind_i64 (&p[i], &a->number[k]);
+      } else if (v < 4) {
+         (*s == 'o' ? ll_mysql_bind_str : ll_mysql_bind_blob) (&p[i++], a->text[v],
+                                                               &a->text_len[v]);
+      } else {
+         ll_mysql_bind_i64 (&p[i], &a->number[v - 4]);
          if (*s == 'r' || *s == 'w')
             p[i].is_null = &a->wait_null;
          else if (*s == 'q')
