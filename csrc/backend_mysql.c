@@ -580,13 +580,13 @@ static bool ll_mysql_queue_mark (ll_mysql_conn_t *c, const ll_op_t *op, int64_t 
    if (!ll_mysql_execute (c, LL_SQL_QUEUE_MARK, p, "queue_join", err))
       return false;
    *until_us = (int64_t)mysql_stmt_insert_id (c->st[LL_SQL_QUEUE_MARK]);
-   if (*until_us > 0) {
-      memcpy (c->mark.key, op->key, op->key_len);
-      c->mark.key_len = op->key_len;
-      c->mark.until_us = *until_us;
-      c->mark.at_ms = now;
-      c->mark.span_ms = span_ms;
-   }
+   if (*until_us <= 0) /* never: LAST_INSERT_ID(expr) runs on either path */
+      return ll_backend_fail (err, "mysql", "queue_join", "no queue mark returned", NULL, NULL);
+   memcpy (c->mark.key, op->key, op->key_len);
+   c->mark.key_len = op->key_len;
+   c->mark.until_us = *until_us;
+   c->mark.at_ms = now;
+   c->mark.span_ms = span_ms;
    return true;
 }
 
