@@ -980,6 +980,28 @@ static void test_queue_mark_first_try (void)
    B->close (c);
 }
 
+/* A join whose key's mark already ends later than it needs (another
+ * waiter's longer keep) keeps that mark and is counted: the mark never
+ * moves earlier, so once the shorter mark would have run out, a fair
+ * first try on another connection still finds A queued. */
+static void test_queue_mark_kept_later (void)
+{
+   void *c1 = open_conn (URI), *c2 = open_conn (URI), *c3 = open_conn (URI);
+   CHECK (c1 && c2 && c3);
+   const char *k = key ("q/mark-later");
+   leaselock_error_t err;
+   CHECK_EQ (QJ (B, c1, k, QC_A, 30000), 0);
+   CHECK_EQ (QJ (B, c2, k, QC_B, 1000), 1);
+   CHECK (qc_leave (B, c2, k, QC_B));
+   sleep_ms (1000 + 2000 + 500); /* past the mark B's join asked for */
+   bool ok = fair_take (c3, k, QC_H, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (qc_leave (B, c1, k, QC_A));
+   B->close (c1);
+   B->close (c2);
+   B->close (c3);
+}
+
 /* Holds the join up past its mark (keep 1 s: a mark of 3 s). */
 static void sleep_past_mark (void)
 {
@@ -2915,6 +2937,7 @@ int main (int argc, char **argv)
    RUN_SLOW (test_queue_server_clock_only);
    RUN (test_queue_command_shape);
    RUN (test_queue_mark_first_try);
+   RUN (test_queue_mark_kept_later);
    RUN (test_queue_mark_late_join);
    RUN (test_hello_identity);
    RUN (test_failover_command_shape);
