@@ -967,6 +967,31 @@ static void test_queue_mark_first_try (void)
    b->close (c);
 }
 
+/* A join whose key's mark already ends later than it needs (another
+ * waiter's longer keep) keeps it: the mark never moves earlier, so once
+ * the shorter mark would have run out, a fair first try on another
+ * connection still finds A queued. */
+static void test_queue_mark_kept_later (void)
+{
+   if (!IS_MYSQL)
+      return;
+   const ll_backend_t *b;
+   void *c1 = backend_open (URI, &b), *c2 = backend_open (URI, &b), *c3 = backend_open (URI, &b);
+   CHECK (c1 && c2 && c3);
+   const char *k = key ("q/mark-later");
+   leaselock_error_t err;
+   CHECK_EQ (QJ (b, c1, k, QC_A, 30000), 0);
+   CHECK_EQ (QJ (b, c2, k, QC_B, 1000), 1);
+   CHECK (qc_leave (b, c2, k, QC_B));
+   sleep_ms (1000 + 2000 + 500); /* past the mark B's join asked for */
+   bool ok = mark_fair_take (b, c3, k, QC_H, &err);
+   CHECK_ERR (ok, err, LEASELOCK_BUSY, "");
+   CHECK (qc_leave (b, c1, k, QC_A));
+   b->close (c1);
+   b->close (c2);
+   b->close (c3);
+}
+
 /* Holds the join up past its mark (keep 100 ms: a mark of 2.1 s). */
 static void sleep_past_mark (void)
 {
@@ -2699,6 +2724,7 @@ int main (int argc, char **argv)
    RUN_SLOW (test_queue_clock_skew);
    RUN (test_queue_stopped_joiner);
    RUN (test_queue_mark_first_try);
+   RUN (test_queue_mark_kept_later);
    RUN (test_queue_mark_late_join);
    RUN_SLOW (test_queue_mark_row);
    RUN (test_migrate_v2);
