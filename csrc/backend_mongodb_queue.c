@@ -19,21 +19,25 @@
 #include <time.h>
 
 /* findAndModify(q, u) on the queue, returning the new entry's arrival
- * (ms since the epoch, the server's date); *matched: whether an entry was
- * modified or inserted. */
+ * and its seenAt, the write's own time (ms since the epoch, the server's
+ * dates); *matched: whether an entry was modified or inserted. */
 static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn, const bson_t *q, const bson_t *u,
-                                bool upsert, bool *matched, int64_t *arrived,
+                                bool upsert, bool *matched, int64_t *arrived, int64_t *seen,
                                 leaselock_error_t *err)
 {
-   static const char *const fields[] = { "arrived", NULL };
+   static const char *const fields[] = { "arrived", "seenAt", NULL };
    bson_t *doc;
-   bson_iter_t v;
+   bson_iter_t v, w;
    if (!ll_mongo_fam_run (conn, conn->queue, q, ll_mongo_fam_opts_fields (u, fields, upsert), &doc,
                           err))
       return false;
    *matched = doc && bson_iter_init_find (&v, doc, "arrived") && BSON_ITER_HOLDS_DATE_TIME (&v);
-   if (*matched)
+   if (*matched) {
       *arrived = bson_iter_date_time (&v);
+      *seen = bson_iter_init_find (&w, doc, "seenAt") && BSON_ITER_HOLDS_DATE_TIME (&w)
+                ? bson_iter_date_time (&w)
+                : *arrived;
+   }
    if (doc)
       bson_destroy (doc);
    return true;
@@ -140,8 +144,11 @@ static bool ll_mongo_queue_mark (ll_mongo_conn_t *conn, const ll_op_t *op, int64
  * by, and it writes documents side by side: a join stamped just before
  * ours, or in the same millisecond and ordered first by owner, may become
  * visible just after our write. So the count waits LL_MONGO_QUEUE_SETTLE_MS
- * after the write (the wait only delays the count: liveness and order
- * stay the server's). Should an earlier join land later still, both read
+ * after the write that made the arrival (the wait only delays the count:
+ * liveness and order stay the server's); a refresh of an entry that
+ * arrived that long before it counts at once, as every join stamped
+ * before its arrival has landed since (a waiter's polls, and the
+ * second's turn after a hand-off, pay no pause). Should an earlier join land later still, both read
  * the same place for a moment; their next joins read the order right, and
  * the key's reservation settles who goes first meanwhile.
  * mongo-java-server applies writes one at a time and needs no wait.
@@ -156,7 +163,7 @@ bool ll_mongo_queue_join (void *c, const ll_op_t *op, int64_t keep_ms, int64_t *
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
    bson_t aq = BSON_INITIALIZER, au = BSON_INITIALIZER, cq = BSON_INITIALIZER;
    bool matched = false;
-   int64_t arrived = 0, mark = 0;
+   int64_t arrived = 0, seen = 0, mark = 0;
    bson_error_t e;
 
    bool ok = ll_mongo_queue_mark (conn, op, keep_ms, &mark, err);
@@ -167,19 +174,21 @@ bool ll_mongo_queue_join (void *c, const ll_op_t *op, int64_t keep_ms, int64_t *
                 ll_mongo_queue_id (&aq, key, key_len, owner) &&
                 ll_mongo_queue_arrive_update (&au, key, key_len, owner, keep_ms, mark)) ||
                ll_mongo_nomem (err));
-   ok = ok && ll_mongo_queue_fam (conn, &q, &u, false, &matched, &arrived, err);
+   ok = ok && ll_mongo_queue_fam (conn, &q, &u, false, &matched, &arrived, &seen, err);
    if (ok && !matched) {
-      ok = ll_mongo_queue_fam (conn, &aq, &au, true, &matched, &arrived, err);
+      ok = ll_mongo_queue_fam (conn, &aq, &au, true, &matched, &arrived, &seen, err);
       if (ok && !matched)
          ok = ll_backend_fail (err, "mongodb", "queue_join", "no entry returned by the upsert",
                                NULL, NULL);
    }
    ok = ok &&
         (ll_mongo_queue_ahead_filter (&cq, key, key_len, owner, arrived) || ll_mongo_nomem (err));
-   if (ok) {
+   if (ok && seen - arrived < LL_MONGO_QUEUE_SETTLE_MS) {
       struct timespec ts = { 0, LL_MONGO_QUEUE_SETTLE_MS * 1000000L };
       while (nanosleep (&ts, &ts) != 0) {
       }
+   }
+   if (ok) {
       int64_t n = mongoc_collection_count_documents (conn->queue, &cq, NULL, NULL, NULL, &e);
       if (n >= 0)
          *ahead = n;
