@@ -22,6 +22,39 @@
  * anyway). */
 static PyObject *py_logger_log, *py_logger_enabled;
 
+/* The level last read (pyll_log_level), kept while what isEnabledFor reads
+ * is unchanged (stamp.c): the logger's __dict__ (its disabled flag, its
+ * _cache dict) and that _cache, where logging keeps isEnabledFor's answers
+ * and which it empties at every change of level (setLevel, disable, ...).
+ * The stamps are taken before the read: the read fills the cache, so the
+ * next look reads once more and finds it unchanged from then on. */
+static PyObject *py_logger_dict, *py_logger_cache; /* strong, watched; NULL: not kept */
+static uint64_t level_dict_stamp, level_cache_stamp;
+static int level_kept = -1; /* -1: none */
+
+/* Until logging is imported (log_bound): the stamp of sys.modules at the
+ * last look that found it missing. */
+static uint64_t logging_missing_stamp;
+static bool logging_missing;
+
+/* The logger's __dict__ and its _cache into the fields above, watched (or
+ * NULL: the level is then read at every look). With the GIL; never leaves
+ * an exception set. */
+static void log_watch (PyObject *logger)
+{
+   /* Made a real dict if its attributes were kept inline: from then on
+    * every change of one goes through it. */
+   PyObject *d = PyObject_GenericGetDict (logger, NULL);
+   PyObject *cache = d && PyDict_CheckExact (d) ? PyDict_GetItemString (d, "_cache") : NULL;
+   if (cache && PyDict_CheckExact (cache) && pyll_dict_watch (d) == 0 &&
+       pyll_dict_watch (cache) == 0) {
+      Py_XSETREF (py_logger_dict, Py_NewRef (d));
+      Py_XSETREF (py_logger_cache, Py_NewRef (cache));
+   }
+   Py_XDECREF (d);
+   PyErr_Clear ();
+}
+
 /* Binds the logger of the logging module m. With the GIL; 0 or -1 with an
  * exception set. */
 static int log_bind (PyObject *m)
@@ -33,6 +66,8 @@ static int log_bind (PyObject *m)
       return -1;
    PyObject *log = PyObject_GetAttrString (logger, "log");
    PyObject *enabled = log ? PyObject_GetAttrString (logger, "isEnabledFor") : NULL;
+   if (enabled)
+      log_watch (logger);
    Py_DECREF (logger);
    if (!enabled) {
       Py_XDECREF (log);
@@ -44,30 +79,38 @@ static int log_bind (PyObject *m)
 }
 
 /* Binds the logger once the program has imported logging (a look-up in
- * sys.modules until then). With the GIL; never leaves an exception set. */
+ * sys.modules until then, while sys.modules changes). With the GIL; never
+ * leaves an exception set. */
 static bool log_bound (void)
 {
    static PyObject *name;
    if (py_logger_enabled)
       return true;
+   PyObject *mods = PyImport_GetModuleDict ();
+   if (logging_missing && pyll_dict_stamp (mods) == logging_missing_stamp)
+      return false;
    if (!name && !(name = PyUnicode_InternFromString ("logging"))) {
       PyErr_Clear ();
       return false;
    }
+   uint64_t stamp = pyll_dict_stamp (mods);
    PyObject *m = PyImport_GetModule (name);
-   int rc = m ? log_bind (m) : -1;
-   Py_XDECREF (m);
+   if (!m) {
+      logging_missing = !PyErr_Occurred () && pyll_dict_watch (mods) == 0;
+      logging_missing_stamp = stamp;
+      PyErr_Clear ();
+      return false;
+   }
+   int rc = log_bind (m);
+   Py_DECREF (m);
    if (rc < 0)
       PyErr_Clear ();
    return rc == 0;
 }
 
-/* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
- * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
-int pyll_log_level (void)
+/* The level by isEnabledFor (see pyll_log_level). */
+static int log_level_read (void)
 {
-   if (!log_bound ())
-      return LEASELOCK_LOG_WARNING; /* logging not imported: not configured */
    for (int level = LEASELOCK_LOG_DEBUG; level <= LEASELOCK_LOG_ERROR; level += 10) {
       PyObject *lv = PyLong_FromLong (level);
       PyObject *r = lv ? PyObject_CallOneArg (py_logger_enabled, lv) : NULL;
@@ -82,6 +125,35 @@ int pyll_log_level (void)
          return level;
    }
    return LEASELOCK_LOG_OFF;
+}
+
+/* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
+ * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
+int pyll_log_level (void)
+{
+   if (!log_bound ())
+      return LEASELOCK_LOG_WARNING; /* logging not imported: not configured */
+   if (!py_logger_dict)
+      return log_level_read ();
+   if (level_kept >= 0 && pyll_dict_stamp (py_logger_dict) == level_dict_stamp &&
+       pyll_dict_stamp (py_logger_cache) == level_cache_stamp)
+      return level_kept;
+   /* _cache may have been replaced (it is read from the __dict__ that
+    * changed): the one isEnabledFor reads is watched. */
+   PyObject *cache = PyDict_GetItemString (py_logger_dict, "_cache");
+   if (cache != py_logger_cache &&
+       (!cache || !PyDict_CheckExact (cache) || pyll_dict_watch (cache) < 0)) {
+      level_kept = -1;
+      return log_level_read ();
+   }
+   Py_SETREF (py_logger_cache, Py_NewRef (cache));
+   uint64_t dict_stamp = pyll_dict_stamp (py_logger_dict);
+   uint64_t cache_stamp = pyll_dict_stamp (py_logger_cache);
+   int level = log_level_read ();
+   level_kept = level;
+   level_dict_stamp = dict_stamp;
+   level_cache_stamp = cache_stamp;
+   return level;
 }
 
 /* Follows the logger's level (with the GIL). */
