@@ -22,14 +22,18 @@
  * anyway). */
 static PyObject *py_logger_log, *py_logger_enabled;
 
-/* The level last read (pyll_log_level), kept while what isEnabledFor reads
- * is unchanged (stamp.c): the logger's __dict__ (its disabled flag, its
- * _cache dict) and that _cache, where logging keeps isEnabledFor's answers
- * and which it empties at every change of level (setLevel, disable, ...).
- * The stamps are taken before the read: the read fills the cache, so the
- * next look reads once more and finds it unchanged from then on. */
-static PyObject *py_logger_dict, *py_logger_cache; /* strong, watched; NULL: not kept */
-static uint64_t level_dict_stamp, level_cache_stamp;
+/* The level last read (pyll_log_level), kept while what isEnabledFor
+ * reads is unchanged: the logger's disabled flag and its _cache dict,
+ * where logging keeps isEnabledFor's answers and which it empties at
+ * every change of level (setLevel, logging.disable, ...). Both are read
+ * from the logger's __dict__ at each look (a change of an attribute need
+ * not change that dict's stamp: 3.13 keeps attributes beside it), the
+ * cache's contents by its stamp (stamp.c), taken before the read: the
+ * read fills the cache, so the next look reads once more, and finds it
+ * unchanged from then on. */
+static PyObject *py_logger_dict;                       /* strong; NULL: not kept */
+static PyObject *py_logger_cache, *py_logger_disabled; /* strong, as last read */
+static uint64_t level_cache_stamp;
 static int level_kept = -1; /* -1: none */
 
 /* Until logging is imported (log_bound): the stamp of sys.modules at the
@@ -37,20 +41,13 @@ static int level_kept = -1; /* -1: none */
 static uint64_t logging_missing_stamp;
 static bool logging_missing;
 
-/* The logger's __dict__ and its _cache into the fields above, watched (or
- * NULL: the level is then read at every look). With the GIL; never leaves
- * an exception set. */
-static void log_watch (PyObject *logger)
+/* Keeps the logger's __dict__ for pyll_log_level (NULL: the level is read
+ * at every look). With the GIL; never leaves an exception set. */
+static void log_keep (PyObject *logger)
 {
-   /* Made a real dict if its attributes were kept inline: from then on
-    * every change of one goes through it. */
    PyObject *d = PyObject_GenericGetDict (logger, NULL);
-   PyObject *cache = d && PyDict_CheckExact (d) ? PyDict_GetItemString (d, "_cache") : NULL;
-   if (cache && PyDict_CheckExact (cache) && pyll_dict_watch (d) == 0 &&
-       pyll_dict_watch (cache) == 0) {
+   if (d && PyDict_CheckExact (d))
       Py_XSETREF (py_logger_dict, Py_NewRef (d));
-      Py_XSETREF (py_logger_cache, Py_NewRef (cache));
-   }
    Py_XDECREF (d);
    PyErr_Clear ();
 }
@@ -67,7 +64,7 @@ static int log_bind (PyObject *m)
    PyObject *log = PyObject_GetAttrString (logger, "log");
    PyObject *enabled = log ? PyObject_GetAttrString (logger, "isEnabledFor") : NULL;
    if (enabled)
-      log_watch (logger);
+      log_keep (logger);
    Py_DECREF (logger);
    if (!enabled) {
       Py_XDECREF (log);
@@ -131,28 +128,32 @@ static int log_level_read (void)
  * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
 int pyll_log_level (void)
 {
+   static PyObject *s_cache, *s_disabled;
    if (!log_bound ())
       return LEASELOCK_LOG_WARNING; /* logging not imported: not configured */
-   if (!py_logger_dict)
-      return log_level_read ();
-   if (level_kept >= 0 && pyll_dict_stamp (py_logger_dict) == level_dict_stamp &&
-       pyll_dict_stamp (py_logger_cache) == level_cache_stamp)
-      return level_kept;
-   /* _cache may have been replaced (it is read from the __dict__ that
-    * changed): the one isEnabledFor reads is watched. */
-   PyObject *cache = PyDict_GetItemString (py_logger_dict, "_cache");
-   if (cache != py_logger_cache &&
-       (!cache || !PyDict_CheckExact (cache) || pyll_dict_watch (cache) < 0)) {
-      level_kept = -1;
+   if (!py_logger_dict || (!s_cache && !(s_cache = PyUnicode_InternFromString ("_cache"))) ||
+       (!s_disabled && !(s_disabled = PyUnicode_InternFromString ("disabled")))) {
+      PyErr_Clear ();
       return log_level_read ();
    }
-   Py_SETREF (py_logger_cache, Py_NewRef (cache));
-   uint64_t dict_stamp = pyll_dict_stamp (py_logger_dict);
-   uint64_t cache_stamp = pyll_dict_stamp (py_logger_cache);
+   PyObject *cache = PyDict_GetItemWithError (py_logger_dict, s_cache);
+   PyObject *disabled = cache ? PyDict_GetItemWithError (py_logger_dict, s_disabled) : NULL;
+   if (!disabled || !PyDict_CheckExact (cache)) {
+      PyErr_Clear ();
+      return log_level_read ();
+   }
+   if (level_kept >= 0 && cache == py_logger_cache && disabled == py_logger_disabled &&
+       pyll_dict_stamp (cache) == level_cache_stamp)
+      return level_kept;
+   level_kept = -1;
+   if (pyll_dict_watch (cache) < 0)
+      return log_level_read ();
+   Py_XSETREF (py_logger_cache, Py_NewRef (cache));
+   Py_XSETREF (py_logger_disabled, Py_NewRef (disabled));
+   uint64_t stamp = pyll_dict_stamp (cache);
    int level = log_level_read ();
    level_kept = level;
-   level_dict_stamp = dict_stamp;
-   level_cache_stamp = cache_stamp;
+   level_cache_stamp = stamp;
    return level;
 }
 
