@@ -172,7 +172,8 @@ static int module_exec (PyObject *m)
    pyll_stamp_init ();
    pyll_state_t *st = pyll_state (m);
    if (pyll_client_setup_types (m, st) < 0 || pyll_lease_setup_types (m, st) < 0 ||
-       pyll_wait_setup_types (m, st) < 0 || pyll_with_setup_types (m, st) < 0)
+       pyll_wait_setup_types (m, st) < 0 || pyll_with_setup_types (m, st) < 0 ||
+       pyll_with_bind (m, st) < 0)
       return -1;
    st->LockError = new_exception (m, "LockError", NULL,
                                   "Base class of leaselock's errors; .code is the core's error "

@@ -16,6 +16,7 @@
  *   wait.c     the _Wait type (Client._wait) for the asyncio wait
  *   with.c     Lock's with-block (_LockBase) and the holds registry
  *   stamp.c    whether a dict changed (what the with-block keeps)
+ *   bind.c     _LockBase's __enter__ and __exit__ bound without an allocation
  *
  * No lease logic lives here: every decision is the core's (leaselock.h).
  *
@@ -76,6 +77,8 @@
    X (PyTypeObject, lease_type)                                                                    \
    X (PyTypeObject, wait_type)                                                                     \
    X (PyTypeObject, lockbase_type)                                                                 \
+   X (PyTypeObject, withmethod_type)                                                               \
+   X (PyTypeObject, boundwith_type)                                                                \
    X (PyObject, LockError)                                                                         \
    X (PyObject, LockTimeout)                                                                       \
    X (PyObject, NotHeld)                                                                           \
@@ -318,6 +321,18 @@ int pyll_wait_setup_types (PyObject *m, pyll_state_t *st);
 /* Creates the _LockBase type (with.c: Lock's with-block) into
  * st->lockbase_type (a new reference, kept by the state). */
 int pyll_with_setup_types (PyObject *m, pyll_state_t *st);
+
+/* _LockBase's __enter__ and __exit__ (METH_METHOD | METH_FASTCALL |
+ * METH_KEYWORDS, cls: _LockBase), which bind.c calls directly. */
+PyObject *pyll_lockbase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyll_lockbase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
+
+/* bind.c: makes _LockBase's __enter__ and __exit__ (st->lockbase_type
+ * made) descriptors that bind without an allocation; creates their types
+ * into st->withmethod_type and st->boundwith_type. 0 or -1. */
+int pyll_with_bind (PyObject *m, pyll_state_t *st);
 
 /* Client._wait (METH_FASTCALL|METH_KEYWORDS): a new _Wait, or NULL. */
 PyObject *pyll_client_wait (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,

@@ -694,8 +694,8 @@ PyMethodDef pyll_with_methods[] = {
 
 /* _LockBase: the with-block of Lock (its base), as methods of a type, so
  * that `with lock:` runs no Python code of the package. */
-static PyObject *LockBase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
-                                 Py_ssize_t nargs, PyObject *kwnames)
+PyObject *pyll_lockbase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
 {
    (void)args;
    if (nargs || (kwnames && PyTuple_GET_SIZE (kwnames)))
@@ -704,8 +704,8 @@ static PyObject *LockBase_enter (PyObject *self, PyTypeObject *cls, PyObject *co
    return m ? lock_enter (m, self) : NULL;
 }
 
-static PyObject *LockBase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
-                                Py_ssize_t nargs, PyObject *kwnames)
+PyObject *pyll_lockbase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
 {
    if (nargs != 3 || (kwnames && PyTuple_GET_SIZE (kwnames)))
       return pyll_raise_type ("__exit__() takes 3 positional arguments");
@@ -715,9 +715,9 @@ static PyObject *LockBase_exit (PyObject *self, PyTypeObject *cls, PyObject *con
 }
 
 static PyMethodDef LockBase_methods[] = {
-   { "__enter__", (PyCFunction)(void (*) (void))LockBase_enter,
+   { "__enter__", (PyCFunction)(void (*) (void))pyll_lockbase_enter,
      METH_METHOD | METH_FASTCALL | METH_KEYWORDS, NULL },
-   { "__exit__", (PyCFunction)(void (*) (void))LockBase_exit,
+   { "__exit__", (PyCFunction)(void (*) (void))pyll_lockbase_exit,
      METH_METHOD | METH_FASTCALL | METH_KEYWORDS, NULL },
    { NULL, NULL, 0, NULL },
 };
