@@ -44,6 +44,9 @@ typedef struct
    PyObject *stack_threads;
    uint64_t stack_tid;
    PyObject *stack;
+   /* A stack entry's tuple, (None, True), kept by the last pop for the
+    * next push (strong, the only reference; NULL: none). */
+   PyObject *spare;
 } LockBaseObject;
 
 /* A field of lock (a _LockBase) as a new reference; AttributeError when
@@ -179,6 +182,8 @@ static int entry_put (PyObject *entries, Py_ssize_t i, PyObject *ref, PyObject *
       PyTuple_SET_ITEM (e, 1, Py_NewRef (mode));
       Py_DECREF (old_ref); /* a weak reference and a str, dropped once the tuple is whole */
       Py_DECREF (old_mode);
+      if (!PyObject_GC_IsTracked (e)) /* as a new tuple of a weak reference is */
+         PyObject_GC_Track (e);
       return 0;
    }
    PyObject *e = PyTuple_Pack (2, ref, mode);
@@ -505,7 +510,15 @@ static int stack_push (PyObject *lock, PyObject *stack, PyObject *lease)
           PyList_SetSlice (stack, i, i + 1, NULL) < 0)
          return -1;
    }
-   PyObject *e = PyTuple_Pack (2, lease, Py_True);
+   PyObject *e = ((LockBaseObject *)lock)->spare;
+   if (e) {
+      ((LockBaseObject *)lock)->spare = NULL;
+      PyTuple_SET_ITEM (e, 0, Py_NewRef (lease)); /* in place of None */
+      Py_DECREF (Py_None);
+      if (!PyObject_GC_IsTracked (e)) /* the GC untracks a tuple of None and True */
+         PyObject_GC_Track (e);
+   } else
+      e = PyTuple_Pack (2, lease, Py_True);
    int rc = e ? PyList_Append (stack, e) : -1;
    Py_XDECREF (e);
    return rc;
@@ -563,6 +576,20 @@ done:
    return lease;
 }
 
+/* Drops e, a stack entry popped (its reference ours), or keeps it as the
+ * lock's spare for the next push when no one else holds it. */
+static void spare_keep (LockBaseObject *lock, PyObject *e)
+{
+   if (lock->spare || Py_REFCNT (e) != 1 || PyTuple_GET_ITEM (e, 1) != Py_True) {
+      Py_DECREF (e);
+      return;
+   }
+   PyObject *lease = PyTuple_GET_ITEM (e, 0);
+   PyTuple_SET_ITEM (e, 0, Py_NewRef (Py_None));
+   lock->spare = e;
+   Py_DECREF (lease); /* last: may run code (the caller holds a reference, though) */
+}
+
 /* Takes the lease of the calling thread's innermost with-block on lock
  * off its stack (NULL without error when there is none). */
 static PyObject *stack_pop_block (PyObject *lock)
@@ -580,7 +607,7 @@ static PyObject *stack_pop_block (PyObject *lock)
           * copy): the list's reference becomes ours. The allocation stays
           * (while over half used, as list_resize would keep it). */
          Py_SET_SIZE (stack, i);
-         Py_DECREF (e);
+         spare_keep ((LockBaseObject *)lock, e);
       } else if (PyList_SetSlice (stack, i, i + 1, NULL) < 0)
          Py_CLEAR (lease);
       break;
@@ -745,6 +772,7 @@ static int LockBase_traverse (LockBaseObject *self, visitproc visit, void *arg)
    LOCKBASE_FIELDS (LOCKBASE_VISIT)
 #undef LOCKBASE_VISIT
    Py_VISIT (self->stack_threads);
+   Py_VISIT (self->spare);
    return 0;
 }
 
@@ -755,6 +783,7 @@ static int LockBase_clear (LockBaseObject *self)
 #undef LOCKBASE_CLEAR
    self->stack = NULL;
    Py_CLEAR (self->stack_threads);
+   Py_CLEAR (self->spare);
    return 0;
 }
 
