@@ -47,6 +47,11 @@ typedef struct
    /* A stack entry's tuple, (None, True), kept by the last pop for the
     * next push (strong, the only reference; NULL: none). */
    PyObject *spare;
+   /* The holds registry of the thread of id reg_tid (lock_registry):
+    * borrowed, as its thread state's dict keeps it while the thread lives,
+    * unless a reset (holds_resets) dropped it. */
+   PyObject *reg;
+   uint64_t reg_tid, reg_resets;
 } LockBaseObject;
 
 /* A field of lock (a _LockBase) as a new reference; AttributeError when
@@ -410,6 +415,27 @@ static PyObject *thread_registry (void)
    return reg;
 }
 
+/* Counts the resets of a thread's registry (_thread_holds_reset): one
+ * kept by a lock from before one is not read again. */
+static uint64_t holds_resets;
+
+/* thread_registry(), kept by lock for the next with-block of the thread
+ * (new reference). */
+static PyObject *lock_registry (PyObject *o)
+{
+   LockBaseObject *lock = (LockBaseObject *)o;
+   uint64_t tid = PyThreadState_GetID (PyThreadState_Get ());
+   if (lock->reg && lock->reg_tid == tid && lock->reg_resets == holds_resets)
+      return Py_NewRef (lock->reg);
+   PyObject *reg = thread_registry ();
+   if (reg) {
+      lock->reg = reg;
+      lock->reg_tid = tid;
+      lock->reg_resets = holds_resets;
+   }
+   return reg;
+}
+
 /* _thread_holds(): the calling thread's registry. */
 static PyObject *mod_thread_holds (PyObject *m, PyObject *unused)
 {
@@ -425,6 +451,7 @@ static PyObject *mod_thread_holds_reset (PyObject *m, PyObject *unused)
    (void)m;
    (void)unused;
    PyObject *tsd = PyThreadState_GetDict ();
+   holds_resets++;
    int has = tsd ? PyDict_Contains (tsd, sholds_key) : 0;
    if (has < 0 || (has && PyDict_DelItem (tsd, sholds_key) < 0))
       return NULL;
@@ -551,7 +578,7 @@ static PyObject *lock_enter (PyObject *m, PyObject *lock)
 {
    PyObject *lease = NULL, *reg = NULL, *client = NULL, *wake = NULL;
    PyObject *stack = thread_stack (lock);
-   if (!stack || !(reg = thread_registry ()) || !(client = FIELD (lock, client)) ||
+   if (!stack || !(reg = lock_registry (lock)) || !(client = FIELD (lock, client)) ||
        !(wake = FIELD (lock, wake)))
       goto done;
    int slow = PyDict_Check (reg) ? enter_slow (lock, stack, reg, client, wake) : 1;
@@ -784,6 +811,7 @@ static int LockBase_clear (LockBaseObject *self)
    self->stack = NULL;
    Py_CLEAR (self->stack_threads);
    Py_CLEAR (self->spare);
+   self->reg = NULL;
    return 0;
 }
 
