@@ -276,11 +276,9 @@ static PyObject *raise_lost_in_block (LeaseObject *self)
  * local deadline passed, or found taken at release) raises LockLost; the
  * body's exception, if any, becomes its __context__. In a forked child the
  * parent's lease is left alone, silently; so is a lease whose client was
- * closed (close() released it). */
-static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_t nargs)
+ * closed (close() released it). last: see pyll_lease_exit. */
+static PyObject *lease_exit (LeaseObject *self, bool last)
 {
-   (void)args;
-   (void)nargs;
    if (!self->lease || lease_foreign (self) || pyll_client_closed (self->client))
       Py_RETURN_FALSE;
    pyll_state_t *st = pyll_state (self->module);
@@ -291,7 +289,14 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    leaselock_error_t err;
    bool ok;
    leaselock_lease_t *core = self->lease;
-   LL_NOGIL (ok = leaselock_lease_release (core, &err));
+   /* The dealloc that follows would destroy the core lease in a wait
+    * without the GIL of its own: done in this one instead, unless a
+    * callback may still reach the Lease (it sets a NULL lease back). */
+   bool destroy = last && !self->on_lost && !self->on_renew_failed;
+   if (destroy)
+      self->lease = NULL; /* as LL_DESTROY_NOGIL: no other thread sees it half destroyed */
+   LL_NOGIL (ok = leaselock_lease_release (core, &err);
+             if (destroy) leaselock_lease_destroy (core));
    if (s == LEASELOCK_STATE_LOST)
       return raise_lost_in_block (self);
    if (ok || pyll_client_closed (self->client))
@@ -301,9 +306,16 @@ static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_
    return pyll_raise_error (st, &err);
 }
 
-PyObject *pyll_lease_exit (PyObject *lease)
+static PyObject *Lease_exit (LeaseObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-   return Lease_exit ((LeaseObject *)lease, NULL, 0);
+   (void)args;
+   (void)nargs;
+   return lease_exit (self, false);
+}
+
+PyObject *pyll_lease_exit (PyObject *lease, bool last)
+{
+   return lease_exit ((LeaseObject *)lease, last);
 }
 
 static PyObject *Lease_get_key (LeaseObject *self, void *c)

@@ -22,6 +22,36 @@
  * anyway). */
 static PyObject *py_logger_log, *py_logger_enabled;
 
+/* The level last read (pyll_log_level), kept while what isEnabledFor
+ * reads is unchanged: the logger's disabled flag and its _cache dict,
+ * where logging keeps isEnabledFor's answers and which it empties at
+ * every change of level (setLevel, logging.disable, ...). Both are read
+ * from the logger's __dict__ at each look (a change of an attribute need
+ * not change that dict's stamp: 3.13 keeps attributes beside it), the
+ * cache's contents by its stamp (stamp.c), taken before the read: the
+ * read fills the cache, so the next look reads once more, and finds it
+ * unchanged from then on. */
+static PyObject *py_logger_dict;                       /* strong; NULL: not kept */
+static PyObject *py_logger_cache, *py_logger_disabled; /* strong, as last read */
+static uint64_t level_cache_stamp;
+static int level_kept = -1; /* -1: none */
+
+/* Until logging is imported (log_bound): the stamp of sys.modules at the
+ * last look that found it missing. */
+static uint64_t logging_missing_stamp;
+static bool logging_missing;
+
+/* Keeps the logger's __dict__ for pyll_log_level (NULL: the level is read
+ * at every look). With the GIL; never leaves an exception set. */
+static void log_keep (PyObject *logger)
+{
+   PyObject *d = PyObject_GenericGetDict (logger, NULL);
+   if (d && PyDict_CheckExact (d))
+      Py_XSETREF (py_logger_dict, Py_NewRef (d));
+   Py_XDECREF (d);
+   PyErr_Clear ();
+}
+
 /* Binds the logger of the logging module m. With the GIL; 0 or -1 with an
  * exception set. */
 static int log_bind (PyObject *m)
@@ -33,6 +63,8 @@ static int log_bind (PyObject *m)
       return -1;
    PyObject *log = PyObject_GetAttrString (logger, "log");
    PyObject *enabled = log ? PyObject_GetAttrString (logger, "isEnabledFor") : NULL;
+   if (enabled)
+      log_keep (logger);
    Py_DECREF (logger);
    if (!enabled) {
       Py_XDECREF (log);
@@ -44,30 +76,38 @@ static int log_bind (PyObject *m)
 }
 
 /* Binds the logger once the program has imported logging (a look-up in
- * sys.modules until then). With the GIL; never leaves an exception set. */
+ * sys.modules until then, while sys.modules changes). With the GIL; never
+ * leaves an exception set. */
 static bool log_bound (void)
 {
    static PyObject *name;
    if (py_logger_enabled)
       return true;
+   PyObject *mods = PyImport_GetModuleDict ();
+   if (logging_missing && pyll_dict_stamp (mods) == logging_missing_stamp)
+      return false;
    if (!name && !(name = PyUnicode_InternFromString ("logging"))) {
       PyErr_Clear ();
       return false;
    }
+   uint64_t stamp = pyll_dict_stamp (mods);
    PyObject *m = PyImport_GetModule (name);
-   int rc = m ? log_bind (m) : -1;
-   Py_XDECREF (m);
+   if (!m) {
+      logging_missing = !PyErr_Occurred () && pyll_dict_watch (mods) == 0;
+      logging_missing_stamp = stamp;
+      PyErr_Clear ();
+      return false;
+   }
+   int rc = log_bind (m);
+   Py_DECREF (m);
    if (rc < 0)
       PyErr_Clear ();
    return rc == 0;
 }
 
-/* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
- * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
-int pyll_log_level (void)
+/* The level by isEnabledFor (see pyll_log_level). */
+static int log_level_read (void)
 {
-   if (!log_bound ())
-      return LEASELOCK_LOG_WARNING; /* logging not imported: not configured */
    for (int level = LEASELOCK_LOG_DEBUG; level <= LEASELOCK_LOG_ERROR; level += 10) {
       PyObject *lv = PyLong_FromLong (level);
       PyObject *r = lv ? PyObject_CallOneArg (py_logger_enabled, lv) : NULL;
@@ -82,6 +122,39 @@ int pyll_log_level (void)
          return level;
    }
    return LEASELOCK_LOG_OFF;
+}
+
+/* The lowest of DEBUG, INFO, WARNING, ERROR the logger is enabled for,
+ * else LEASELOCK_LOG_OFF. With the GIL; never leaves an exception set. */
+int pyll_log_level (void)
+{
+   static PyObject *s_cache, *s_disabled;
+   if (!log_bound ())
+      return LEASELOCK_LOG_WARNING; /* logging not imported: not configured */
+   if (!py_logger_dict || (!s_cache && !(s_cache = PyUnicode_InternFromString ("_cache"))) ||
+       (!s_disabled && !(s_disabled = PyUnicode_InternFromString ("disabled")))) {
+      PyErr_Clear ();
+      return log_level_read ();
+   }
+   PyObject *cache = PyDict_GetItemWithError (py_logger_dict, s_cache);
+   PyObject *disabled = cache ? PyDict_GetItemWithError (py_logger_dict, s_disabled) : NULL;
+   if (!disabled || !PyDict_CheckExact (cache)) {
+      PyErr_Clear ();
+      return log_level_read ();
+   }
+   if (level_kept >= 0 && cache == py_logger_cache && disabled == py_logger_disabled &&
+       pyll_dict_stamp (cache) == level_cache_stamp)
+      return level_kept;
+   level_kept = -1;
+   if (pyll_dict_watch (cache) < 0)
+      return log_level_read ();
+   Py_XSETREF (py_logger_cache, Py_NewRef (cache));
+   Py_XSETREF (py_logger_disabled, Py_NewRef (disabled));
+   uint64_t stamp = pyll_dict_stamp (cache);
+   int level = log_level_read ();
+   level_kept = level;
+   level_cache_stamp = stamp;
+   return level;
 }
 
 /* Follows the logger's level (with the GIL). */

@@ -169,9 +169,11 @@ static int module_exec (PyObject *m)
    if (pyll_with_init () < 0 || PyModule_AddFunctions (m, pyll_with_methods) < 0)
       return -1;
    pyll_fork_init ();
+   pyll_stamp_init ();
    pyll_state_t *st = pyll_state (m);
    if (pyll_client_setup_types (m, st) < 0 || pyll_lease_setup_types (m, st) < 0 ||
-       pyll_wait_setup_types (m, st) < 0 || pyll_with_setup_types (m, st) < 0)
+       pyll_wait_setup_types (m, st) < 0 || pyll_with_setup_types (m, st) < 0 ||
+       pyll_with_bind (m, st) < 0)
       return -1;
    st->LockError = new_exception (m, "LockError", NULL,
                                   "Base class of leaselock's errors; .code is the core's error "

@@ -14,6 +14,9 @@
  *   acquire.c  Client._acquire and _acquire_mode: the arguments, the call
  *   lease.c    the Lease type and the core's callbacks on a lease
  *   wait.c     the _Wait type (Client._wait) for the asyncio wait
+ *   with.c     Lock's with-block (_LockBase) and the holds registry
+ *   stamp.c    whether a dict changed (what the with-block keeps)
+ *   bind.c     _LockBase's __enter__ and __exit__ bound without an allocation
  *
  * No lease logic lives here: every decision is the core's (leaselock.h).
  *
@@ -74,6 +77,8 @@
    X (PyTypeObject, lease_type)                                                                    \
    X (PyTypeObject, wait_type)                                                                     \
    X (PyTypeObject, lockbase_type)                                                                 \
+   X (PyTypeObject, withmethod_type)                                                               \
+   X (PyTypeObject, boundwith_type)                                                                \
    X (PyObject, LockError)                                                                         \
    X (PyObject, LockTimeout)                                                                       \
    X (PyObject, NotHeld)                                                                           \
@@ -210,11 +215,29 @@ extern PyMethodDef pyll_with_methods[];
 bool pyll_lease_held (PyObject *lease);
 bool pyll_lease_lost (PyObject *lease);
 
-/* Lease.__exit__ of a LeaseObject: releases it (see lease.c). */
-PyObject *pyll_lease_exit (PyObject *lease);
+/* Lease.__exit__ of a LeaseObject: releases it (see lease.c). last: the
+ * caller's reference is the Lease's last one, which it drops next (the
+ * core lease is then destroyed with the release, in one wait without the
+ * GIL, instead of by the dealloc). */
+PyObject *pyll_lease_exit (PyObject *lease, bool last);
 
 /* This process's id, without a system call (refreshed in every child). */
 pid_t pyll_pid (void);
+
+/* ---- stamp.c ------------------------------------------------------------- */
+
+/* Sets stamps up, once per process (module exec; never fails: without
+ * them nothing is kept). */
+void pyll_stamp_init (void);
+
+/* Lets pyll_dict_stamp see changes of dict (borrowed; the caller keeps it
+ * alive while it compares its stamps). 0, or -1 (no exception) when it
+ * cannot: then compare no stamps of it. */
+int pyll_dict_watch (PyObject *dict);
+
+/* A stamp of dict (watched, borrowed): equal to an earlier stamp of it
+ * only if dict did not change in between. With the GIL. */
+uint64_t pyll_dict_stamp (PyObject *dict);
 
 /* ---- log.c --------------------------------------------------------------- */
 
@@ -298,6 +321,18 @@ int pyll_wait_setup_types (PyObject *m, pyll_state_t *st);
 /* Creates the _LockBase type (with.c: Lock's with-block) into
  * st->lockbase_type (a new reference, kept by the state). */
 int pyll_with_setup_types (PyObject *m, pyll_state_t *st);
+
+/* _LockBase's __enter__ and __exit__ (METH_METHOD | METH_FASTCALL |
+ * METH_KEYWORDS, cls: _LockBase), which bind.c calls directly. */
+PyObject *pyll_lockbase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyll_lockbase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
+
+/* bind.c: makes _LockBase's __enter__ and __exit__ (st->lockbase_type
+ * made) descriptors that bind without an allocation; creates their types
+ * into st->withmethod_type and st->boundwith_type. 0 or -1. */
+int pyll_with_bind (PyObject *m, pyll_state_t *st);
 
 /* Client._wait (METH_FASTCALL|METH_KEYWORDS): a new _Wait, or NULL. */
 PyObject *pyll_client_wait (ClientObject *self, PyObject *const *args, Py_ssize_t nargs,

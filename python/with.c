@@ -34,6 +34,24 @@ typedef struct
    PyObject *fair;                 /* _fair: bool */
    PyObject *reentrant;            /* _reentrant: bool */
    PyObject *threads;              /* _threads: threading.local, .stack per thread */
+   /* The last thread's stack, so that its with-blocks skip the
+    * threading.local look-up (thread_stack): the stack of the thread whose
+    * PyThreadState_GetID is stack_tid, read from stack_threads (strong: a
+    * live object, so an equal pointer is the same local). The stack is
+    * borrowed: that local keeps it while that thread lives (_lock.py sets
+    * a thread's .stack only when it has none), and a thread id is never
+    * reused, so a gone thread's is never read again. */
+   PyObject *stack_threads;
+   uint64_t stack_tid;
+   PyObject *stack;
+   /* A stack entry's tuple, (None, True), kept by the last pop for the
+    * next push (strong, the only reference; NULL: none). */
+   PyObject *spare;
+   /* The holds registry of the thread of id reg_tid (lock_registry):
+    * borrowed, as its thread state's dict keeps it while the thread lives,
+    * unless a reset (holds_resets) dropped it. */
+   PyObject *reg;
+   uint64_t reg_tid, reg_resets;
 } LockBaseObject;
 
 /* A field of lock (a _LockBase) as a new reference; AttributeError when
@@ -63,7 +81,6 @@ static PyObject *sys_module (PyObject *name)
    X (by_name)                                                                                     \
    X (_exit_py)                                                                                    \
    X (_get_running_loop)                                                                           \
-   X (_wakers)                                                                                     \
    X (_notify)                                                                                     \
    X (__exit__)                                                                                    \
    X (_busy_error)                                                                                 \
@@ -157,28 +174,61 @@ static int holds_prune (PyObject *reg)
    return rc;
 }
 
+/* Puts the entry (ref, mode) at index i of entries, a dead one's place
+ * (i < its size) or a new one's (i == its size). The dead entry's tuple is
+ * reused when the list alone holds it (one allocation less per acquire:
+ * no one else can see it change). Takes ref's reference. */
+static int entry_put (PyObject *entries, Py_ssize_t i, PyObject *ref, PyObject *mode)
+{
+   if (i < PyList_GET_SIZE (entries) && Py_REFCNT (PyList_GET_ITEM (entries, i)) == 1) {
+      PyObject *e = PyList_GET_ITEM (entries, i);
+      PyObject *old_ref = PyTuple_GET_ITEM (e, 0), *old_mode = PyTuple_GET_ITEM (e, 1);
+      PyTuple_SET_ITEM (e, 0, ref);
+      PyTuple_SET_ITEM (e, 1, Py_NewRef (mode));
+      Py_DECREF (old_ref); /* a weak reference and a str, dropped once the tuple is whole */
+      Py_DECREF (old_mode);
+      if (!PyObject_GC_IsTracked (e)) /* as a new tuple of a weak reference is */
+         PyObject_GC_Track (e);
+      return 0;
+   }
+   PyObject *e = PyTuple_Pack (2, ref, mode);
+   Py_DECREF (ref);
+   int rc = !e                              ? -1
+            : i < PyList_GET_SIZE (entries) ? PyList_SetItem (entries, i, Py_NewRef (e))
+                                            : PyList_Append (entries, e);
+   Py_XDECREF (e);
+   return rc;
+}
+
 /* Notes in reg (a holder's registry) that it holds lease on the records
- * name in mode; the entries of leases no longer held are dropped. */
+ * name in mode; the entries of leases no longer held are dropped, the
+ * first's place (at the end, the order kept) taking the new entry. */
 static int holds_note (PyObject *reg, PyObject *name, PyObject *lease, PyObject *mode)
 {
    PyObject *entries = PyDict_GetItemWithError (reg, name);
    if (!entries && PyErr_Occurred ())
       return -1;
-   if (entries && PyList_Check (entries)) {
+   if (entries && PyList_Check (entries))
       Py_INCREF (entries);
-      for (Py_ssize_t i = PyList_GET_SIZE (entries) - 1; i >= 0; i--)
-         if (!entry_held (PyList_GET_ITEM (entries, i)) &&
-             PyList_SetSlice (entries, i, i + 1, NULL) < 0)
-            goto fail;
-   } else if (!(entries = PyList_New (0)) || PyDict_SetItem (reg, name, entries) < 0)
+   else if (!(entries = PyList_New (0)) || PyDict_SetItem (reg, name, entries) < 0)
+      goto fail;
+   /* The held entries move to the front, in their order, and the dead
+    * ones behind them (swapped: the list stays whole, nothing freed). */
+   Py_ssize_t n = PyList_GET_SIZE (entries), kept = 0;
+   for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *e = PyList_GET_ITEM (entries, i);
+      if (!entry_held (e))
+         continue;
+      PyList_SET_ITEM (entries, i, PyList_GET_ITEM (entries, kept));
+      PyList_SET_ITEM (entries, kept++, e);
+   }
+   if (kept + 1 < n && PyList_SetSlice (entries, kept + 1, n, NULL) < 0)
       goto fail;
    PyObject *ref = PyWeakref_NewRef (lease, NULL);
-   PyObject *e = ref ? PyTuple_Pack (2, ref, mode) : NULL;
-   Py_XDECREF (ref);
-   int rc = e ? PyList_Append (entries, e) : -1;
-   Py_XDECREF (e);
+   if (!ref || entry_put (entries, kept, ref, mode) < 0)
+      goto fail;
    Py_DECREF (entries);
-   return rc < 0 ? -1 : holds_prune (reg);
+   return holds_prune (reg);
 fail:
    Py_XDECREF (entries);
    return -1;
@@ -239,19 +289,64 @@ static PyObject *mod_holds_find (PyObject *m, PyObject *const *args, Py_ssize_t 
    return out;
 }
 
+/* What loop_running read last, kept while it is unchanged (stamp.c): the
+ * stamp of sys.modules when asyncio was missing from it; or, once
+ * imported, asyncio._get_running_loop (strong) while both sys.modules and
+ * asyncio's dict keep their stamps. */
+static enum { AIO_UNREAD, AIO_MISSING, AIO_FOUND } aio_kept;
+static uint64_t aio_mods_stamp, aio_dict_stamp;
+static PyObject *aio_dict, *aio_get_loop;
+
+/* asyncio._get_running_loop, borrowed (NULL without error when asyncio
+ * is not imported), read from sys.modules mods; kept when both dicts can
+ * be watched. */
+static PyObject *aio_get_loop_read (PyObject *mods)
+{
+   static PyObject *name;
+   if (!name && !(name = PyUnicode_InternFromString ("asyncio")))
+      return NULL;
+   aio_kept = AIO_UNREAD;
+   uint64_t stamp = pyll_dict_stamp (mods);
+   PyObject *aio = sys_module (name);
+   if (!aio) {
+      if (!PyErr_Occurred () && pyll_dict_watch (mods) == 0) {
+         aio_kept = AIO_MISSING;
+         aio_mods_stamp = stamp;
+      }
+      return NULL;
+   }
+   PyObject *fn = PyObject_GetAttr (aio, s_get_running_loop);
+   PyObject *d = fn ? PyObject_GenericGetDict (aio, NULL) : NULL;
+   Py_DECREF (aio);
+   if (!d) {
+      Py_XDECREF (fn);
+      return NULL;
+   }
+   Py_XSETREF (aio_get_loop, fn);
+   Py_XSETREF (aio_dict, d);
+   if (pyll_dict_watch (mods) == 0 && pyll_dict_watch (d) == 0) {
+      aio_kept = AIO_FOUND;
+      aio_mods_stamp = stamp;
+      aio_dict_stamp = pyll_dict_stamp (d);
+   }
+   return aio_get_loop;
+}
+
 /* 1 when an asyncio event loop runs on this thread (the caller may be a
  * task: _lock.py's path), 0 when none does, -1 on error. A program that
  * never imported asyncio runs none. */
 static int loop_running (void)
 {
-   static PyObject *name;
-   if (!name && !(name = PyUnicode_InternFromString ("asyncio")))
-      return -1;
-   PyObject *aio = sys_module (name);
-   if (!aio)
+   PyObject *mods = PyImport_GetModuleDict ();
+   PyObject *fn = NULL;
+   if (aio_kept != AIO_UNREAD && pyll_dict_stamp (mods) == aio_mods_stamp &&
+       (aio_kept == AIO_MISSING || pyll_dict_stamp (aio_dict) == aio_dict_stamp))
+      fn = aio_kept == AIO_FOUND ? aio_get_loop : NULL;
+   else if (!(fn = aio_get_loop_read (mods)))
       return PyErr_Occurred () ? -1 : 0;
-   PyObject *loop = PyObject_CallMethodNoArgs (aio, s_get_running_loop);
-   Py_DECREF (aio);
+   if (!fn)
+      return 0;
+   PyObject *loop = PyObject_CallNoArgs (fn);
    if (!loop)
       return -1;
    int running = loop != Py_None;
@@ -267,6 +362,31 @@ static PyObject *attr_or_none (PyObject *o, PyObject *name)
       return v;
    PyErr_Clear ();
    return Py_NewRef (Py_None);
+}
+
+/* Caches stack as the calling thread's on lock, read from threads. */
+static void stack_cache_set (LockBaseObject *lock, PyObject *threads, PyObject *stack)
+{
+   lock->stack = stack;
+   lock->stack_tid = PyThreadState_GetID (PyThreadState_Get ());
+   /* Last: dropping an old local may run code that reads the cache. */
+   Py_XSETREF (lock->stack_threads, Py_NewRef (threads));
+}
+
+/* The calling thread's stack on lock (its _threads.stack: a list of
+ * (lease, block)), None when it has none yet; a new reference. */
+static PyObject *thread_stack (PyObject *o)
+{
+   LockBaseObject *lock = (LockBaseObject *)o;
+   if (lock->stack && lock->threads == lock->stack_threads &&
+       lock->stack_tid == PyThreadState_GetID (PyThreadState_Get ()))
+      return Py_NewRef (lock->stack);
+   PyObject *threads = FIELD (o, threads);
+   PyObject *stack = threads ? attr_or_none (threads, sstack) : NULL;
+   if (stack && PyList_Check (stack))
+      stack_cache_set (lock, threads, stack);
+   Py_XDECREF (threads);
+   return stack;
 }
 
 /* 1 when a lease of stack (a list of (lease, block)) is held. */
@@ -295,6 +415,27 @@ static PyObject *thread_registry (void)
    return reg;
 }
 
+/* Counts the resets of a thread's registry (_thread_holds_reset): one
+ * kept by a lock from before one is not read again. */
+static uint64_t holds_resets;
+
+/* thread_registry(), kept by lock for the next with-block of the thread
+ * (new reference). */
+static PyObject *lock_registry (PyObject *o)
+{
+   LockBaseObject *lock = (LockBaseObject *)o;
+   uint64_t tid = PyThreadState_GetID (PyThreadState_Get ());
+   if (lock->reg && lock->reg_tid == tid && lock->reg_resets == holds_resets)
+      return Py_NewRef (lock->reg);
+   PyObject *reg = thread_registry ();
+   if (reg) {
+      lock->reg = reg;
+      lock->reg_tid = tid;
+      lock->reg_resets = holds_resets;
+   }
+   return reg;
+}
+
 /* _thread_holds(): the calling thread's registry. */
 static PyObject *mod_thread_holds (PyObject *m, PyObject *unused)
 {
@@ -310,6 +451,7 @@ static PyObject *mod_thread_holds_reset (PyObject *m, PyObject *unused)
    (void)m;
    (void)unused;
    PyObject *tsd = PyThreadState_GetDict ();
+   holds_resets++;
    int has = tsd ? PyDict_Contains (tsd, sholds_key) : 0;
    if (has < 0 || (has && PyDict_DelItem (tsd, sholds_key) < 0))
       return NULL;
@@ -372,13 +514,17 @@ done:
 /* Pushes (lease, True) on the calling thread's stack of lock (made when
  * missing), after forgetting the leases released meanwhile (neither held
  * nor lost), as Lock._push. */
-static int stack_push (PyObject *threads, PyObject *stack, PyObject *lease)
+static int stack_push (PyObject *lock, PyObject *stack, PyObject *lease)
 {
    if (stack == Py_None) {
-      PyObject *made = PyList_New (0);
+      PyObject *threads = FIELD (lock, threads);
+      PyObject *made = threads ? PyList_New (0) : NULL;
       int rc = made ? PyObject_SetAttr (threads, sstack, made) : -1;
-      if (rc == 0)
-         rc = stack_push (threads, made, lease);
+      if (rc == 0) {
+         stack_cache_set ((LockBaseObject *)lock, threads, made);
+         rc = stack_push (lock, made, lease);
+      }
+      Py_XDECREF (threads);
       Py_XDECREF (made);
       return rc;
    }
@@ -391,7 +537,15 @@ static int stack_push (PyObject *threads, PyObject *stack, PyObject *lease)
           PyList_SetSlice (stack, i, i + 1, NULL) < 0)
          return -1;
    }
-   PyObject *e = PyTuple_Pack (2, lease, Py_True);
+   PyObject *e = ((LockBaseObject *)lock)->spare;
+   if (e) {
+      ((LockBaseObject *)lock)->spare = NULL;
+      PyTuple_SET_ITEM (e, 0, Py_NewRef (lease)); /* in place of None */
+      Py_DECREF (Py_None);
+      if (!PyObject_GC_IsTracked (e)) /* the GC untracks a tuple of None and True */
+         PyObject_GC_Track (e);
+   } else
+      e = PyTuple_Pack (2, lease, Py_True);
    int rc = e ? PyList_Append (stack, e) : -1;
    Py_XDECREF (e);
    return rc;
@@ -422,10 +576,10 @@ static int enter_slow (PyObject *lock, PyObject *stack, PyObject *reg, PyObject 
  * thread's plain Lock; its Python path for the rest (enter_slow). */
 static PyObject *lock_enter (PyObject *m, PyObject *lock)
 {
-   PyObject *lease = NULL, *stack = NULL, *reg = NULL, *client = NULL, *wake = NULL;
-   PyObject *threads = FIELD (lock, threads);
-   if (!threads || !(stack = attr_or_none (threads, sstack)) || !(reg = thread_registry ()) ||
-       !(client = FIELD (lock, client)) || !(wake = FIELD (lock, wake)))
+   PyObject *lease = NULL, *reg = NULL, *client = NULL, *wake = NULL;
+   PyObject *stack = thread_stack (lock);
+   if (!stack || !(reg = lock_registry (lock)) || !(client = FIELD (lock, client)) ||
+       !(wake = FIELD (lock, wake)))
       goto done;
    int slow = PyDict_Check (reg) ? enter_slow (lock, stack, reg, client, wake) : 1;
    if (slow > 0)
@@ -439,10 +593,9 @@ static PyObject *lock_enter (PyObject *m, PyObject *lock)
       Py_XDECREF (e);
       Py_CLEAR (lease);
    } else if (lease &&
-              (holds_note (reg, wake, lease, slock) < 0 || stack_push (threads, stack, lease) < 0))
+              (holds_note (reg, wake, lease, slock) < 0 || stack_push (lock, stack, lease) < 0))
       Py_CLEAR (lease);
 done:
-   Py_XDECREF (threads);
    Py_XDECREF (stack);
    Py_XDECREF (reg);
    Py_XDECREF (client);
@@ -450,48 +603,108 @@ done:
    return lease;
 }
 
+/* Drops e, a stack entry popped (its reference ours), or keeps it as the
+ * lock's spare for the next push when no one else holds it. */
+static void spare_keep (LockBaseObject *lock, PyObject *e)
+{
+   if (lock->spare || Py_REFCNT (e) != 1 || PyTuple_GET_ITEM (e, 1) != Py_True) {
+      Py_DECREF (e);
+      return;
+   }
+   PyObject *lease = PyTuple_GET_ITEM (e, 0);
+   PyTuple_SET_ITEM (e, 0, Py_NewRef (Py_None));
+   lock->spare = e;
+   Py_DECREF (lease); /* last: may run code (the caller holds a reference, though) */
+}
+
 /* Takes the lease of the calling thread's innermost with-block on lock
  * off its stack (NULL without error when there is none). */
 static PyObject *stack_pop_block (PyObject *lock)
 {
-   PyObject *threads = FIELD (lock, threads);
-   PyObject *stack = threads ? attr_or_none (threads, sstack) : NULL;
+   PyObject *stack = thread_stack (lock);
    PyObject *lease = NULL;
-   Py_XDECREF (threads);
    for (Py_ssize_t i = stack && PyList_Check (stack) ? PyList_GET_SIZE (stack) - 1 : -1; i >= 0;
         i--) {
       PyObject *e = PyList_GET_ITEM (stack, i);
-      if (PyTuple_GET_ITEM (e, 1) == Py_True) {
-         lease = Py_NewRef (PyTuple_GET_ITEM (e, 0));
-         if (PyList_SetSlice (stack, i, i + 1, NULL) < 0)
-            Py_CLEAR (lease);
-         break;
-      }
+      if (PyTuple_GET_ITEM (e, 1) != Py_True)
+         continue;
+      lease = Py_NewRef (PyTuple_GET_ITEM (e, 0));
+      if (i == PyList_GET_SIZE (stack) - 1 && ((PyListObject *)stack)->allocated > (i + 1) / 2) {
+         /* list.pop() of the last item, as Cython's does it (no call, no
+          * copy): the list's reference becomes ours. The allocation stays
+          * (while over half used, as list_resize would keep it). */
+         Py_SET_SIZE (stack, i);
+         spare_keep ((LockBaseObject *)lock, e);
+      } else if (PyList_SetSlice (stack, i, i + 1, NULL) < 0)
+         Py_CLEAR (lease);
+      break;
    }
    Py_XDECREF (stack);
    return lease;
+}
+
+/* _aio._wakers (key -> the tasks polling for it), which _aio hands over
+ * when imported (_aio_wakers), so that each exit reads it without looking
+ * the module up; NULL until then: no task polls. */
+static PyObject *aio_wakers;
+
+/* _aio_wakers(wakers): _aio's import registers its _wakers dict. */
+static PyObject *mod_aio_wakers (PyObject *m, PyObject *wakers)
+{
+   (void)m;
+   if (!PyDict_Check (wakers))
+      return pyll_raise_type ("_aio_wakers(dict)");
+   Py_XSETREF (aio_wakers, Py_NewRef (wakers));
+   Py_RETURN_NONE;
 }
 
 /* _aio._notify(wake) when a task of this process polls for wake (a
  * release wakes it); nothing to do, and no call, when none does. */
 static int notify_waiters (PyObject *wake)
 {
+   if (!aio_wakers || PyDict_GET_SIZE (aio_wakers) == 0)
+      return 0; /* no task polls, for any key */
+   int rc = PyDict_Contains (aio_wakers, wake);
+   if (rc <= 0)
+      return rc;
    static PyObject *name;
    if (!name && !(name = PyUnicode_InternFromString ("leaselock._aio")))
       return -1;
    PyObject *aio = sys_module (name);
-   PyObject *wakers = aio ? PyObject_GetAttr (aio, s_wakers) : NULL;
-   if (!aio && !PyErr_Occurred ())
-      return 0; /* not imported yet: no task waits */
-   int rc = wakers ? 0 : -1;
-   if (wakers && PyDict_Check (wakers) && PyDict_GET_SIZE (wakers) > 0) {
-      rc = PyDict_Contains (wakers, wake);
-      PyObject *r = rc > 0 ? PyObject_CallMethodOneArg (aio, s_notify, wake) : NULL;
-      rc = rc > 0 ? (r ? 0 : -1) : rc;
-      Py_XDECREF (r);
-   }
-   Py_XDECREF (wakers);
-   Py_XDECREF (aio);
+   if (!aio)
+      return PyErr_Occurred () ? -1 : 0; /* taken out of sys.modules: as not imported */
+   PyObject *r = PyObject_CallMethodOneArg (aio, s_notify, wake);
+   Py_DECREF (aio);
+   rc = r ? 0 : -1;
+   Py_XDECREF (r);
+   return rc;
+}
+
+/* notify_waiters(wake) once the release raised, as a finally block: the
+ * waiters are woken all the same; an error of the wake-up itself replaces
+ * the release's (wake NULL: that error). */
+static int notify_after_error (PyObject *wake)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+   PyObject *raised = PyErr_GetRaisedException ();
+#else
+   PyObject *et, *ev, *tb;
+   PyErr_Fetch (&et, &ev, &tb);
+#endif
+   int rc = wake ? notify_waiters (wake) : -1;
+#if PY_VERSION_HEX >= 0x030C0000
+   if (rc < 0)
+      Py_XDECREF (raised);
+   else
+      PyErr_SetRaisedException (raised);
+#else
+   if (rc < 0) {
+      Py_XDECREF (et);
+      Py_XDECREF (ev);
+      Py_XDECREF (tb);
+   } else
+      PyErr_Restore (et, ev, tb);
+#endif
    return rc;
 }
 
@@ -507,34 +720,13 @@ static PyObject *lock_exit (pyll_state_t *st, PyObject *const *args)
       return PyErr_Occurred () ? NULL : Py_NewRef (Py_None);
    /* Lease.__exit__ reads none of its arguments: the extension's own. */
    PyObject *res = PyObject_TypeCheck (lease, st->lease_type)
-                     ? pyll_lease_exit (lease)
+                     ? pyll_lease_exit (lease, Py_REFCNT (lease) == 1)
                      : PyObject_VectorcallMethod (
                          s__exit__, (PyObject *[]){ lease, args[1], args[2], args[3] }, 4, NULL);
    Py_DECREF (lease);
    PyObject *wake = FIELD (args[0], wake);
-   /* finally: the waiters are woken whether the release raised or not;
-    * an error of the wake-up itself replaces the release's. */
-#if PY_VERSION_HEX >= 0x030C0000
-   PyObject *raised = PyErr_GetRaisedException ();
-#else
-   PyObject *et, *ev, *tb;
-   PyErr_Fetch (&et, &ev, &tb);
-#endif
-   int rc = wake ? notify_waiters (wake) : -1;
+   int rc = res ? (wake ? notify_waiters (wake) : -1) : notify_after_error (wake);
    Py_XDECREF (wake);
-#if PY_VERSION_HEX >= 0x030C0000
-   if (rc < 0)
-      Py_XDECREF (raised);
-   else
-      PyErr_SetRaisedException (raised);
-#else
-   if (rc < 0) {
-      Py_XDECREF (et);
-      Py_XDECREF (ev);
-      Py_XDECREF (tb);
-   } else
-      PyErr_Restore (et, ev, tb);
-#endif
    if (rc < 0) {
       Py_XDECREF (res);
       return NULL;
@@ -550,13 +742,14 @@ PyMethodDef pyll_with_methods[] = {
    { "_holds_find", (PyCFunction)(void (*) (void))mod_holds_find, METH_FASTCALL, NULL },
    { "_thread_holds", mod_thread_holds, METH_NOARGS, NULL },
    { "_thread_holds_reset", mod_thread_holds_reset, METH_NOARGS, NULL },
+   { "_aio_wakers", mod_aio_wakers, METH_O, NULL },
    { NULL, NULL, 0, NULL },
 };
 
 /* _LockBase: the with-block of Lock (its base), as methods of a type, so
  * that `with lock:` runs no Python code of the package. */
-static PyObject *LockBase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
-                                 Py_ssize_t nargs, PyObject *kwnames)
+PyObject *pyll_lockbase_enter (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
 {
    (void)args;
    if (nargs || (kwnames && PyTuple_GET_SIZE (kwnames)))
@@ -565,8 +758,8 @@ static PyObject *LockBase_enter (PyObject *self, PyTypeObject *cls, PyObject *co
    return m ? lock_enter (m, self) : NULL;
 }
 
-static PyObject *LockBase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
-                                Py_ssize_t nargs, PyObject *kwnames)
+PyObject *pyll_lockbase_exit (PyObject *self, PyTypeObject *cls, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
 {
    if (nargs != 3 || (kwnames && PyTuple_GET_SIZE (kwnames)))
       return pyll_raise_type ("__exit__() takes 3 positional arguments");
@@ -576,9 +769,9 @@ static PyObject *LockBase_exit (PyObject *self, PyTypeObject *cls, PyObject *con
 }
 
 static PyMethodDef LockBase_methods[] = {
-   { "__enter__", (PyCFunction)(void (*) (void))LockBase_enter,
+   { "__enter__", (PyCFunction)(void (*) (void))pyll_lockbase_enter,
      METH_METHOD | METH_FASTCALL | METH_KEYWORDS, NULL },
-   { "__exit__", (PyCFunction)(void (*) (void))LockBase_exit,
+   { "__exit__", (PyCFunction)(void (*) (void))pyll_lockbase_exit,
      METH_METHOD | METH_FASTCALL | METH_KEYWORDS, NULL },
    { NULL, NULL, 0, NULL },
 };
@@ -605,6 +798,8 @@ static int LockBase_traverse (LockBaseObject *self, visitproc visit, void *arg)
 #define LOCKBASE_VISIT(f) Py_VISIT (self->f);
    LOCKBASE_FIELDS (LOCKBASE_VISIT)
 #undef LOCKBASE_VISIT
+   Py_VISIT (self->stack_threads);
+   Py_VISIT (self->spare);
    return 0;
 }
 
@@ -613,6 +808,10 @@ static int LockBase_clear (LockBaseObject *self)
 #define LOCKBASE_CLEAR(f) Py_CLEAR (self->f);
    LOCKBASE_FIELDS (LOCKBASE_CLEAR)
 #undef LOCKBASE_CLEAR
+   self->stack = NULL;
+   Py_CLEAR (self->stack_threads);
+   Py_CLEAR (self->spare);
+   self->reg = NULL;
    return 0;
 }
 

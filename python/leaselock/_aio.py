@@ -19,7 +19,7 @@ import sys
 import threading
 from collections import deque
 
-from ._leaselock import Lease, LockError
+from ._leaselock import Lease, LockError, _aio_wakers
 
 TYPE_CHECKING = False  # typing's, without importing typing (_args.py says why)
 if TYPE_CHECKING:
@@ -85,6 +85,9 @@ def _executor() -> ThreadPoolExecutor:
 
 # key -> the (loop, event) of each task polling for that key.
 _wakers: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+# A thread's `with lock:` exit (the extension's, with.c) reads it directly:
+# the same dict for the life of the process (a fork clears it, in place).
+_aio_wakers(_wakers)
 _wakers_mu = threading.Lock()
 
 

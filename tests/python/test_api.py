@@ -4,6 +4,8 @@ import asyncio
 import inspect
 import typing
 
+import pytest
+
 import leaselock
 
 PUBLIC = {
@@ -81,3 +83,45 @@ def test_decorated_functions_keep_their_signature(client, key):
         assert inspect.iscoroutinefunction(awrapped)
         assert inspect.signature(awrapped) == inspect.signature(ajob)
         assert asyncio.run(awrapped(1, 2, 3)) == 6
+
+
+def test_a_locks_enter_and_exit_are_its_bound_methods(client, key):
+    # The extension binds them from a free list of its own (bind.c): what
+    # shows is still the lock's bound methods, and the class's methods.
+    lock = client.lock(key)
+    enter, exit_ = lock.__enter__, lock.__exit__
+    assert (enter.__name__, exit_.__name__) == ("__enter__", "__exit__")
+    assert enter.__self__ is lock and enter == lock.__enter__ and enter != exit_
+    assert hash(enter) == hash(lock.__enter__)
+    assert repr(enter).startswith("<built-in method __enter__ of Lock object")
+    assert type(lock).__enter__ is leaselock._leaselock._LockBase.__dict__["__enter__"].__get__(
+        None, leaselock._leaselock._LockBase)
+    lease = enter()
+    assert lease.held and exit_(None, None, None) is None and not lease.held
+    lease = type(lock).__enter__(lock)
+    assert lease.held
+    type(lock).__exit__(lock, None, None, None)
+    assert not lease.held
+    with pytest.raises(TypeError):
+        exit_(None, None)
+    with pytest.raises(TypeError):
+        leaselock._leaselock._LockBase.__dict__["__enter__"].__get__(object())
+    # A subclass's own with-block on top of the lock's.
+    seen = []
+
+    class Traced(leaselock.Lock):
+        def __enter__(self):
+            seen.append("enter")
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            seen.append("exit")
+            return super().__exit__(*exc)
+
+    with Traced(client, key) as lease:
+        assert lease.held
+    assert seen == ["enter", "exit"] and not lease.held
+    # A lock no one else refers to lives until its with-block's exit.
+    with client.lock(key) as lease:
+        assert lease.held
+    assert not lease.held

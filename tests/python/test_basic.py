@@ -216,6 +216,37 @@ def test_dropping_lease_and_lock_releases(client, other, key):
     got.release()
 
 
+def test_a_with_block_left_in_a_dropped_cycle_is_collected(client, other, key):
+    import gc
+    import weakref
+
+    # A generator stopped inside a with-block, in a reference cycle through
+    # the lease's on_lost: the GC finds the cycle (and the generator's close
+    # releases the lease), also after with-blocks before it left the lock a
+    # stack entry the GC may have untracked (with.c keeps it for reuse).
+    box = []
+    lock = client.lock(key, on_lost=box.append)
+    for _ in range(3):
+        with lock:
+            pass
+    gc.collect()
+
+    def hold():
+        with lock:
+            yield
+
+    box.append(hold())
+    next(box[0])
+    assert other.lock(key).try_acquire() is None
+    gone = weakref.ref(lock)
+    del lock, box
+    gc.collect()
+    assert gone() is None
+    got = other.lock(key).try_acquire()
+    assert got is not None
+    got.release()
+
+
 def test_signatures_of_the_c_methods(client, key):
     import inspect
 

@@ -63,6 +63,59 @@ def test_fork_child_does_not_touch_parent_lease(client, key):
     assert client.info(key)["owner"] is None
 
 
+def test_fork_child_with_block_is_on_its_own_stack(client, key):
+    # The parent's with-blocks came first (a Lock keeps the last thread's
+    # stack at hand): the child's with-block is on the child's stack, where
+    # lock.release() finds it, not on what it inherited of the parent's.
+    lock = client.lock(key, ttl=10)
+    for _ in range(2):
+        with lock:
+            pass
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            with lock:
+                lock.release()
+                if client.info(key)["owner"] is not None:
+                    code = 10
+        except BaseException:
+            code = 20
+        _child_exit(code)
+    assert _wait(pid) == 0
+    with lock:
+        lock.release()
+
+
+def test_fork_child_holds_are_in_its_own_registry(client, key):
+    # The parent's with-blocks came first (a Lock keeps the thread's holds
+    # registry at hand, and here the parent's registry outlives the child's
+    # reset): the child's with-block is noted in the child's registry, so
+    # another Lock of the client is told the child holds the key.
+    lock = client.lock(key, ttl=10)
+    for _ in range(2):
+        with lock:
+            pass
+    kept = leaselock._leaselock._thread_holds()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            with lock:
+                try:
+                    client.lock(key).acquire(timeout=0)
+                    code = 10
+                except RuntimeError:  # held by this thread through another Lock
+                    pass
+                except leaselock.LockTimeout:
+                    code = 11
+        except BaseException:
+            code = 20
+        _child_exit(code)
+    assert _wait(pid) == 0
+    assert kept is not None
+
+
 def _mp_child(lease_owner, uri, key, q):
     # Runs in a multiprocessing child: the inherited globals include the
     # parent's client and lease when forked.

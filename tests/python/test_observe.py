@@ -52,6 +52,48 @@ def test_nothing_below_the_loggers_level(client, key, caplog):
     assert [e[1] for e in events(caplog)] == ["acquire", "release"]
 
 
+def test_a_with_block_follows_every_change_of_the_logger(client, key, caplog):
+    # The with-block keeps the level it read while the logger is unchanged:
+    # each way of changing what isEnabledFor says is followed at once.
+    lock = client.lock(key)
+    log = logging.getLogger(LOGGER)
+
+    def logged():
+        caplog.clear()
+        for _ in range(2):
+            with lock:
+                pass
+        return [e[1] for e in events(caplog)]
+
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    assert logged() == []
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    assert logged() == ["acquire", "release"] * 2
+    log.disabled = True
+    try:
+        assert logged() == []
+        log.setLevel(logging.DEBUG)  # read while disabled: off
+        assert logged() == []
+    finally:
+        log.disabled = False
+    assert logged() == ["acquire", "release"] * 2
+    logging.disable(logging.INFO)
+    try:
+        assert logged() == []
+    finally:
+        logging.disable(logging.NOTSET)
+    assert logged() == ["acquire", "release"] * 2
+    root = logging.getLogger()
+    root_level = root.level
+    root.setLevel(logging.ERROR)  # the parent's: not the logger's while it has its own
+    try:
+        assert logged() == ["acquire", "release"] * 2
+        caplog.set_level(logging.NOTSET, logger=LOGGER)  # from then on, the parent's
+        assert logged() == []
+    finally:
+        root.setLevel(root_level)
+
+
 def test_loss_is_logged_as_an_error(client, other, key, caplog):
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     lost = threading.Event()

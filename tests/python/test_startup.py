@@ -64,10 +64,15 @@ def test_the_first_event_goes_where_logging_sends_it(sqlite_uri, key):
 
 
 def test_logging_configured_after_the_import_is_followed(sqlite_uri, key):
+    # The with-blocks before the import find logging missing (and keep
+    # that while sys.modules is unchanged): those after it follow it.
     p = run("""
         import sys
         import leaselock
         client = leaselock.connect(sys.argv[1])
+        for _ in range(3):
+            with client.lock(sys.argv[2]):
+                pass
         import logging
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(event)s")
         with client.lock(sys.argv[2]):
@@ -96,6 +101,44 @@ def test_a_task_is_told_from_a_thread_with_asyncio_imported_later(sqlite_uri, ke
         asyncio.run(main())
     """, sqlite_uri, key)
     assert "is already held by this task through this Lock" in p.stdout
+
+
+def test_a_with_block_in_a_task_is_the_tasks_with_asyncio_imported_later(sqlite_uri, key):
+    # A thread's with-blocks first (asyncio missing, which the with-block
+    # keeps while sys.modules is unchanged), then asyncio: a with-block in a
+    # task is the task's, so that another task of the thread is not told it
+    # holds the key (it finds it busy).
+    p = run("""
+        import sys
+        import leaselock
+        client = leaselock.connect(sys.argv[1])
+        lock = client.lock(sys.argv[2])
+        for _ in range(3):
+            with lock:
+                pass
+        import asyncio
+
+        async def main():
+            inside = asyncio.Event()
+            done = asyncio.Event()
+
+            async def holder():
+                with lock:
+                    inside.set()
+                    await done.wait()
+
+            task = asyncio.create_task(holder())
+            await inside.wait()
+            print(lock.try_acquire())
+            done.set()
+            await task
+
+        asyncio.run(main())
+        with lock:
+            print("thread")
+        client.close()
+    """, sqlite_uri, key)
+    assert p.stdout.split() == ["None", "thread"]
 
 
 def test_the_import_imports_no_typing_datetime_random_asyncio_logging():
