@@ -61,9 +61,11 @@ static ll_lua_lock_t *new_lock (lua_State *L, const char *fname, const char *key
    leaselock_acquire_opts_init (&k->opts);
    k->mode = mode;
    k->limit = limit;
-   lua_createtable (L, 2, 0); /* ud + 1: user value */
+   lua_createtable (L, UV_LEASE_MT, 0); /* ud + 1: user value */
    lua_pushvalue (L, 1);
    lua_rawseti (L, ud + 1, UV_CLIENT);
+   luaL_getmetatable (L, LEASE_MT);
+   lua_rawseti (L, ud + 1, UV_LEASE_MT);
    if (lua_istable (L, 3)) {
       lua_getfield (L, 3, "ttl");
       if (!lua_isnil (L, -1)) {
@@ -80,6 +82,9 @@ static ll_lua_lock_t *new_lock (lua_State *L, const char *fname, const char *key
       opt_bool (L, fname, "reentrant", &k->reentrant);
       opt_callback (L, fname, "on_lost", ud + 1, UV_ON_LOST);
       opt_callback (L, fname, "on_renew_failed", ud + 1, UV_ON_RENEW_FAILED);
+      lua_rawgeti (L, ud + 1, UV_ON_RENEW_FAILED);
+      k->renew_failed_fn = lua_isfunction (L, -1);
+      lua_pop (L, 1);
    }
    lua_setuservalue (L, ud);
    luaL_setmetatable (L, LOCK_MT);
@@ -209,12 +214,17 @@ static int lock_tostring (lua_State *L)
    return 1;
 }
 
+/* The methods first: a method call (lock:with) reads no field of the
+ * lock, so only a field's read checks the receiver. */
 static int lock_index (lua_State *L)
 {
-   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "__index");
    lua_pushvalue (L, 2);
    lua_rawget (L, lua_upvalueindex (1));
-   if (lua_isnil (L, -1) && lua_type (L, 2) == LUA_TSTRING) {
+   if (!lua_isnil (L, -1)) {
+      return 1;
+   }
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "__index");
+   if (lua_type (L, 2) == LUA_TSTRING) {
       static const char *const modes[] = { "lock", "semaphore", "shared", "exclusive" };
       const char *name = lua_tostring (L, 2);
       if (strcmp (name, "key") == 0) {
@@ -229,21 +239,16 @@ static int lock_index (lua_State *L)
       } else {
          return ll_lua_no_field (L, LOCK_MT);
       }
-   } else if (lua_isnil (L, -1)) {
+   } else {
       return ll_lua_no_field (L, LOCK_MT);
    }
    return 1;
 }
 
-/* Whether leases of the lock at 1 report renewal failures to Lua. */
-bool ll_lua_wants_renew_failed (lua_State *L, const ll_lua_lock_t *k)
+/* Whether leases of the lock k report renewal failures to Lua. */
+bool ll_lua_wants_renew_failed (const ll_lua_lock_t *k)
 {
-   bool yes;
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_ON_RENEW_FAILED);
-   yes = lua_isfunction (L, -1) && k->opts.auto_renew;
-   lua_pop (L, 2);
-   return yes;
+   return k->renew_failed_fn && k->opts.auto_renew;
 }
 
 /* The lease handle on top, popped, when it is a lease still held; else
@@ -288,13 +293,15 @@ static int push_own_lease (lua_State *L)
 }
 
 /* Pushes the client's table of holds (UV_HOLDS of the client handle of the
- * lock at 1), created at its first use. Several lock objects of a client
- * on one key share it: a coroutine that holds the key through one of them
- * and asks through another would wait for itself, as through one. */
-static void push_client_holds (lua_State *L)
+ * lock at 1), created at its first use, and returns the client handle.
+ * Several lock objects of a client on one key share it: a coroutine that
+ * holds the key through one of them and asks through another would wait
+ * for itself, as through one. */
+static ll_lua_client_t *push_client_holds (lua_State *L)
 {
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_CLIENT);
+   ll_lua_client_t *c = lua_touserdata (L, -1);
    lua_getuservalue (L, -1);
    lua_rawgeti (L, -1, UV_HOLDS);
    if (!lua_istable (L, -1)) {
@@ -305,6 +312,7 @@ static void push_client_holds (lua_State *L)
    }
    lua_replace (L, -4);
    lua_pop (L, 2);
+   return c;
 }
 
 /* The name of the records of the lock k taken as mode says, pushed: the
@@ -395,11 +403,17 @@ static void push_weak_table (lua_State *L, const char *mode)
 
 /* Remembers the lease handle on top as the running coroutine's in its
  * client's holds (coroutine -> lease, weak keys and values: a finished
- * coroutine or a collected lease goes). Leaves the stack as it was. */
+ * coroutine or a collected lease goes), counted in the client's
+ * open_holds until it is closed. Leaves the stack as it was. */
 static void set_client_hold (lua_State *L, const ll_lua_lock_t *k)
 {
    int lease = lua_gettop (L);
-   push_client_holds (L);
+   ll_lua_lease_t *ls = lua_touserdata (L, lease);
+   ll_lua_client_t *c = push_client_holds (L);
+   if (ls->lease && !ls->counted_in) {
+      ls->counted_in = c;
+      c->open_holds++;
+   }
    push_hold_name (L, k, k->mode);
    lua_pushvalue (L, -1);
    lua_rawget (L, -3);
@@ -490,6 +504,19 @@ static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char 
    return 1;
 }
 
+/* Whether a coroutine holds a lease through the client of the lock at 1
+ * (its open_holds). When none does, acquire_again and check_other_side
+ * would find nothing: their look-ups are skipped, which is most of an
+ * uncontended acquire's work in this module. */
+static bool client_holds_any (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_CLIENT);
+   const ll_lua_client_t *c = lua_touserdata (L, -1);
+   lua_pop (L, 2);
+   return c->open_holds > 0;
+}
+
 /* The core's acquire for the lock's mode. */
 static bool mode_acquire (leaselock_client_t *client, const ll_lua_lock_t *k,
                           const leaselock_acquire_opts_t *o, leaselock_lease_t **lease,
@@ -526,10 +553,12 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
     * coroutine may take another, so only a plain or exclusive lock it
     * holds is asked again. */
    bool one_holder = k->mode == LL_PLAIN || k->mode == LL_EXCLUSIVE;
-   int again = one_holder ? acquire_again (L, k, level, fname) : 0;
-   if (again > 0)
-      return again;
-   check_other_side (L, k, level, fname);
+   if (client_holds_any (L)) {
+      int again = one_holder ? acquire_again (L, k, level, fname) : 0;
+      if (again > 0)
+         return again;
+      check_other_side (L, k, level, fname);
+   }
    ls = ll_lua_push_lease_handle (L, level, fname, &client_idx, &client);
    o = k->opts;
    o.timeout_ms = timeout_ms;
@@ -537,7 +566,7 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
    o.no_holder = strcmp (fname, "acquire_nb") == 0;
    /* No on_lost callback: the state is read on the Lua side (lease.c);
     * on_renew_failed only records (ll_lua_rf_hook). */
-   if (ll_lua_wants_renew_failed (L, k)) {
+   if (ll_lua_wants_renew_failed (k)) {
       ls->rf = ll_lua_rf_new ();
       if (!ls->rf) {
          return luaL_error (L, "%s: out of memory", fname);
@@ -596,10 +625,11 @@ static int lock_try_acquire (lua_State *L)
 }
 
 /* The first half of lock:with, called by with.lua's function (so errors
- * point two levels up): with_begin(lock, fn, opts) -> lease | nil, msg, code */
+ * point two levels up), a C closure over LOCK_MT's metatable:
+ * with_begin(lock, fn, opts) -> lease | nil, msg, code */
 static int lock_with_begin (lua_State *L)
 {
-   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 2, "with");
+   ll_lua_lock_t *k = ll_lua_check_udata_mt (L, 1, lua_upvalueindex (1), 2, "with", LOCK_MT);
    int64_t timeout_ms;
    if (lua_type (L, 2) != LUA_TFUNCTION) {
       ll_lua_arg_error (L, 2, "with", 1, "function expected, got %s", luaL_typename (L, 2));
@@ -622,8 +652,12 @@ void ll_lua_lock_setup (lua_State *L)
    lua_getfield (L, -1, "__methods");
    /* methods.with = the Lua part (with.lua), closed over the C halves */
    ll_lua_load_chunk (L, "with");
-   lua_pushcfunction (L, lock_with_begin);
-   lua_pushcfunction (L, ll_lua_lease_with_finish);
+   /* each closed over its receiver's metatable: the type check without a
+    * registry look-up */
+   luaL_getmetatable (L, LOCK_MT);
+   lua_pushcclosure (L, lock_with_begin, 1);
+   luaL_getmetatable (L, LEASE_MT);
+   lua_pushcclosure (L, ll_lua_lease_with_finish, 1);
    lua_call (L, 2, 1);
    lua_setfield (L, -2, "with");
    ll_lua_push_acquire_nb (L);
