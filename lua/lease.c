@@ -139,11 +139,12 @@ static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, boo
 
 /* The one close path of __gc, __close and lock:with: releases if still
  * held (errors ignored), stops renewal, frees, leaves its client's
- * open_holds. Idempotent. */
-static void lease_close (ll_lua_lease_t *ls)
+ * open_holds. Idempotent. lost: whether the state is LOST (read once by
+ * the caller that knows it, lease_close otherwise). */
+static void lease_close_as (ll_lua_lease_t *ls, bool lost)
 {
    if (ls->lease) {
-      ls->closed_lost = lease_state (ls) == LEASELOCK_STATE_LOST;
+      ls->closed_lost = lost;
       leaselock_lease_destroy (ls->lease); /* no callback runs after it */
       ls->lease = NULL;
    }
@@ -155,12 +156,19 @@ static void lease_close (ll_lua_lease_t *ls)
    ls->rf = NULL;
 }
 
+static void lease_close (ll_lua_lease_t *ls)
+{
+   lease_close_as (ls, ls->lease && lease_state (ls) == LEASELOCK_STATE_LOST);
+}
+
 /* A reentered lease (more than one hold) at the end of an inner with or
  * <close>: lets that one hold go and keeps the lease open for the outer
- * ones. False (nothing done) for a lease with one hold or none. */
-static bool let_inner_hold_go (ll_lua_lease_t *ls, bool *ok, leaselock_error_t *err)
+ * ones. False (nothing done) for a lease with one hold or none; *holds:
+ * the holds seen (0 unless held). */
+static bool let_inner_hold_go (ll_lua_lease_t *ls, int64_t *holds, bool *ok, leaselock_error_t *err)
 {
-   if (!ls->lease || leaselock_lease_holds (ls->lease) < 2)
+   *holds = ls->lease ? leaselock_lease_holds (ls->lease) : 0;
+   if (*holds < 2)
       return false;
    *ok = leaselock_lease_release (ls->lease, err);
    return true;
@@ -186,7 +194,8 @@ static int lease_tbc_close (lua_State *L)
    newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
    bool ok;
    leaselock_error_t err;
-   if (!newly_lost && let_inner_hold_go (ls, &ok, &err)) {
+   int64_t holds;
+   if (!newly_lost && let_inner_hold_go (ls, &holds, &ok, &err)) {
       return 0; /* errors ignored, as lease_close's */
    }
    lease_close (ls);
@@ -213,18 +222,25 @@ static int with_close (lua_State *L, ll_lua_lease_t *ls)
 {
    leaselock_error_t err;
    bool seen = ls->lost_seen, newly_lost = false, released = true;
+   int64_t holds;
 
-   if (let_inner_hold_go (ls, &released, &err)) {
+   if (let_inner_hold_go (ls, &holds, &released, &err)) {
       return released ? 0 : ll_lua_push_failure (L, &err);
    }
    if (ls->lease) {
-      leaselock_state_t st = observe (L, 1, ls, false);
+      /* one hold: held (the core counts holds of a held lease only), so
+       * the state needs no read of its own */
+      leaselock_state_t st = holds == 1 ? LEASELOCK_STATE_HELD : observe (L, 1, ls, false);
       if (st == LEASELOCK_STATE_LOST) {
          newly_lost = !seen;
       } else if (st != LEASELOCK_STATE_RELEASED) {
          released = leaselock_lease_release (ls->lease, &err);
       }
-      lease_close (ls);
+      if (st == LEASELOCK_STATE_HELD && released) {
+         lease_close_as (ls, false); /* released: not lost */
+      } else {
+         lease_close (ls);
+      }
    }
    if (newly_lost) {
       call_on_lost (L, 1);

@@ -59,8 +59,12 @@
 #define UV_ON_LOST 2         /* on_lost function or nil */
 #define UV_ON_RENEW_FAILED 3 /* on_renew_failed function or nil */
 #define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
-#define UV_LEASE_MT                                                                                \
-   5 /* a lock's: LEASE_MT's metatable, for its leases without a registry look-up */
+/* A lock's, so that an acquire looks nothing up by name: LEASE_MT's
+ * metatable (for its lease handles), its client's UV_HOLDS table (never
+ * replaced once made) and its records' name in it (lock.c). */
+#define UV_LEASE_MT 5
+#define UV_HOLDS_OF_CLIENT 6
+#define UV_HOLD_NAME 7
 /* The client handle's user value: its log function, and the holds of its
  * coroutines (lock.c: record name -> {coroutine -> lease handle}). */
 #define UV_LOG_FN 1
@@ -110,7 +114,8 @@ typedef enum
 } ll_lock_mode_t;
 
 /* A lock object (LOCK_MT userdata): owns no C resource. Its user value
- * holds UV_CLIENT, UV_ON_LOST, UV_ON_RENEW_FAILED and UV_HELD. */
+ * holds UV_CLIENT, UV_ON_LOST, UV_ON_RENEW_FAILED, UV_HELD, UV_LEASE_MT,
+ * UV_HOLDS_OF_CLIENT and UV_HOLD_NAME. */
 typedef struct
 {
    /* ttl, min_hold, auto_renew, fair; the callbacks stay NULL (they are
@@ -118,6 +123,9 @@ typedef struct
    leaselock_acquire_opts_t opts;
    bool reentrant;       /* its holder (a coroutine) may take it again */
    bool renew_failed_fn; /* UV_ON_RENEW_FAILED holds a function (set once, by new_lock) */
+   /* Its client handle (borrowed: UV_CLIENT keeps it alive while the lock
+    * is), for its open_holds. */
+   ll_lua_client_t *client;
    ll_lock_mode_t mode;
    int64_t limit; /* LL_SEMAPHORE: the number of slots */
    size_t key_len;

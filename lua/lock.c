@@ -43,6 +43,9 @@ static void opt_callback (lua_State *L, const char *fname, const char *name, int
    lua_pop (L, 1);
 }
 
+static void push_holds_of_client (lua_State *L, int client_idx);
+static void push_hold_name (lua_State *L, const ll_lua_lock_t *k, ll_lock_mode_t mode);
+
 /*
  * Pushes a new lock object of the client at 1 on key (len bytes, checked)
  * taken as mode says, with the options of the table at 3 (names checked)
@@ -61,11 +64,16 @@ static ll_lua_lock_t *new_lock (lua_State *L, const char *fname, const char *key
    leaselock_acquire_opts_init (&k->opts);
    k->mode = mode;
    k->limit = limit;
-   lua_createtable (L, UV_LEASE_MT, 0); /* ud + 1: user value */
+   k->client = lua_touserdata (L, 1);
+   lua_createtable (L, UV_HOLD_NAME, 0); /* ud + 1: user value */
    lua_pushvalue (L, 1);
    lua_rawseti (L, ud + 1, UV_CLIENT);
    luaL_getmetatable (L, LEASE_MT);
    lua_rawseti (L, ud + 1, UV_LEASE_MT);
+   push_holds_of_client (L, 1);
+   lua_rawseti (L, ud + 1, UV_HOLDS_OF_CLIENT);
+   push_hold_name (L, k, mode);
+   lua_rawseti (L, ud + 1, UV_HOLD_NAME);
    if (lua_istable (L, 3)) {
       lua_getfield (L, 3, "ttl");
       if (!lua_isnil (L, -1)) {
@@ -292,17 +300,13 @@ static int push_own_lease (lua_State *L)
    return take_coroutine_lease (L);
 }
 
-/* Pushes the client's table of holds (UV_HOLDS of the client handle of the
- * lock at 1), created at its first use, and returns the client handle.
- * Several lock objects of a client on one key share it: a coroutine that
- * holds the key through one of them and asks through another would wait
- * for itself, as through one. */
-static ll_lua_client_t *push_client_holds (lua_State *L)
+/* Pushes the table of holds of the client handle at client_idx (UV_HOLDS),
+ * created at its first use. Several lock objects of a client on one key
+ * share it: a coroutine that holds the key through one of them and asks
+ * through another would wait for itself, as through one. */
+static void push_holds_of_client (lua_State *L, int client_idx)
 {
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_CLIENT);
-   ll_lua_client_t *c = lua_touserdata (L, -1);
-   lua_getuservalue (L, -1);
+   lua_getuservalue (L, client_idx);
    lua_rawgeti (L, -1, UV_HOLDS);
    if (!lua_istable (L, -1)) {
       lua_pop (L, 1);
@@ -310,9 +314,16 @@ static ll_lua_client_t *push_client_holds (lua_State *L)
       lua_pushvalue (L, -1);
       lua_rawseti (L, -3, UV_HOLDS);
    }
-   lua_replace (L, -4);
-   lua_pop (L, 2);
-   return c;
+   lua_remove (L, -2);
+}
+
+/* The holds of the client of the lock at 1, pushed (the lock's copy of
+ * the reference). */
+static void push_client_holds (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HOLDS_OF_CLIENT);
+   lua_remove (L, -2);
 }
 
 /* The name of the records of the lock k taken as mode says, pushed: the
@@ -404,53 +415,54 @@ static void push_weak_table (lua_State *L, const char *mode)
 /* Remembers the lease handle on top as the running coroutine's in its
  * client's holds (coroutine -> lease, weak keys and values: a finished
  * coroutine or a collected lease goes), counted in the client's
- * open_holds until it is closed. Leaves the stack as it was. */
-static void set_client_hold (lua_State *L, const ll_lua_lock_t *k)
+ * open_holds until it is closed; with own, through the lock at 1 too
+ * (UV_HELD, weak keys). Leaves the stack as it was. */
+static void register_hold (lua_State *L, ll_lua_lock_t *k, bool own)
 {
    int lease = lua_gettop (L);
    ll_lua_lease_t *ls = lua_touserdata (L, lease);
-   ll_lua_client_t *c = push_client_holds (L);
    if (ls->lease && !ls->counted_in) {
-      ls->counted_in = c;
-      c->open_holds++;
+      ls->counted_in = k->client;
+      k->client->open_holds++;
    }
-   push_hold_name (L, k, k->mode);
-   lua_pushvalue (L, -1);
-   lua_rawget (L, -3);
+   lua_getuservalue (L, 1);                        /* lease + 1 */
+   lua_rawgeti (L, lease + 1, UV_HOLDS_OF_CLIENT); /* lease + 2 */
+   lua_rawgeti (L, lease + 1, UV_HOLD_NAME);       /* lease + 3 */
+   lua_pushvalue (L, lease + 3);
+   lua_rawget (L, lease + 2);
    if (!lua_istable (L, -1)) {
       lua_pop (L, 1);
-      lua_pushvalue (L, -2);
+      lua_pushvalue (L, lease + 2);
       sweep_client_holds (L); /* before the new name: it is empty yet */
       lua_pop (L, 1);
       push_weak_table (L, "kv");
+      lua_pushvalue (L, lease + 3);
       lua_pushvalue (L, -2);
-      lua_pushvalue (L, -2);
-      lua_rawset (L, -5);
+      lua_rawset (L, lease + 2);
    }
    lua_pushthread (L);
    lua_pushvalue (L, lease);
    lua_rawset (L, -3);
+   if (own) {
+      lua_rawgeti (L, lease + 1, UV_HELD);
+      if (!lua_istable (L, -1)) {
+         lua_pop (L, 1);
+         push_weak_table (L, "k");
+         lua_pushvalue (L, -1);
+         lua_rawseti (L, lease + 1, UV_HELD);
+      }
+      lua_pushthread (L);
+      lua_pushvalue (L, lease);
+      lua_rawset (L, -3);
+   }
    lua_settop (L, lease);
 }
 
 /* Remembers the lease at the top as the running coroutine's through the
- * lock at index 1 (a table with weak keys: a finished coroutine goes),
- * and in its client's holds. */
+ * lock at index 1 and in its client's holds. */
 void ll_lua_set_my_lease (lua_State *L)
 {
-   set_client_hold (L, lua_touserdata (L, 1));
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_HELD);
-   if (!lua_istable (L, -1)) {
-      lua_pop (L, 1);
-      push_weak_table (L, "k");
-      lua_pushvalue (L, -1);
-      lua_rawseti (L, -3, UV_HELD);
-   }
-   lua_pushthread (L);
-   lua_pushvalue (L, -4);
-   lua_rawset (L, -3);
-   lua_pop (L, 2);
+   register_hold (L, lua_touserdata (L, 1), true);
 }
 
 /* A read-write lock's side asked by a coroutine that holds the other side
@@ -508,13 +520,9 @@ static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char 
  * (its open_holds). When none does, acquire_again and check_other_side
  * would find nothing: their look-ups are skipped, which is most of an
  * uncontended acquire's work in this module. */
-static bool client_holds_any (lua_State *L)
+static bool client_holds_any (const ll_lua_lock_t *k)
 {
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_CLIENT);
-   const ll_lua_client_t *c = lua_touserdata (L, -1);
-   lua_pop (L, 2);
-   return c->open_holds > 0;
+   return k->client->open_holds > 0;
 }
 
 /* The core's acquire for the lock's mode. */
@@ -553,7 +561,7 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
     * coroutine may take another, so only a plain or exclusive lock it
     * holds is asked again. */
    bool one_holder = k->mode == LL_PLAIN || k->mode == LL_EXCLUSIVE;
-   if (client_holds_any (L)) {
+   if (client_holds_any (k)) {
       int again = one_holder ? acquire_again (L, k, level, fname) : 0;
       if (again > 0)
          return again;
@@ -588,7 +596,7 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
    if (one_holder)
       ll_lua_set_my_lease (L);
    else if (k->mode == LL_SHARED)
-      set_client_hold (L, k); /* for check_other_side */
+      register_hold (L, k, false); /* for check_other_side */
    return 1;
 }
 
