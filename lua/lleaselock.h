@@ -58,7 +58,9 @@
 #define UV_CLIENT 1          /* the client handle */
 #define UV_ON_LOST 2         /* on_lost function or nil */
 #define UV_ON_RENEW_FAILED 3 /* on_renew_failed function or nil */
-#define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
+/* A lock's: coroutine -> the lease it took through the lock (weak keys),
+ * but with's (UV_HOLDS finds those: lock.c, register_hold). */
+#define UV_HELD 4
 /* A lock's, so that an acquire looks nothing up by name: LEASE_MT's
  * metatable (for its lease handles), its client's UV_HOLDS table (never
  * replaced once made) and its records' name in it (lock.c). */

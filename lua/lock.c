@@ -488,6 +488,17 @@ static void check_other_side (lua_State *L, ll_lua_lock_t *k, int level, const c
    }
 }
 
+/* Whether the lease handle on top was taken through the lock at 1: its
+ * user value is its lock's. */
+static bool taken_through_lock (lua_State *L)
+{
+   lua_getuservalue (L, -1);
+   lua_getuservalue (L, 1);
+   bool same = lua_rawequal (L, -1, -2);
+   lua_pop (L, 2);
+   return same;
+}
+
 /* The running coroutine asks again for a lock it holds, through this lock
  * object or another of its client: with reentrant, one more hold of the
  * same lease (pushed: 1 result, or 3 on failure); without, an error (it
@@ -495,8 +506,11 @@ static void check_other_side (lua_State *L, ll_lua_lock_t *k, int level, const c
 static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
 {
    bool own = push_own_lease (L);
-   if (!own && !push_client_hold (L, k->mode))
-      return 0;
+   if (!own) {
+      if (!push_client_hold (L, k->mode))
+         return 0;
+      own = taken_through_lock (L);
+   }
    if (!k->reentrant) {
       return ll_lua_raise_at (L, level,
                               "%s: \"%s\" is already held by this coroutine through %s (%s)", fname,
@@ -583,7 +597,9 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
       o.on_renew_failed_data = ls->rf;
    }
    ok = mode_acquire (client, k, &o, &lease, &err);
-   ll_lua_drain_log (L, client_idx);
+   if (k->client->log) {
+      ll_lua_drain_log (L, client_idx);
+   }
    if (!ok) {
       ll_lua_rf_free (ls->rf);
       ls->rf = NULL;
@@ -594,7 +610,9 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
    ll_lua_lease_handle_set (ls, lease);
    lua_settop (L, client_idx + 1);
    if (one_holder)
-      ll_lua_set_my_lease (L);
+      /* with's lease is not kept in UV_HELD: with holds it until it
+       * closes it, and UV_HOLDS finds it (taken_through_lock) */
+      register_hold (L, k, strcmp (fname, "with") != 0);
    else if (k->mode == LL_SHARED)
       register_hold (L, k, false); /* for check_other_side */
    return 1;
@@ -642,7 +660,7 @@ static int lock_with_begin (lua_State *L)
    if (lua_type (L, 2) != LUA_TFUNCTION) {
       ll_lua_arg_error (L, 2, "with", 1, "function expected, got %s", luaL_typename (L, 2));
    }
-   timeout_ms = acquire_timeout (L, 3, 2, "with", 2);
+   timeout_ms = lua_isnoneornil (L, 3) ? -1 : acquire_timeout (L, 3, 2, "with", 2);
    lua_settop (L, 1);
    return ll_lua_do_acquire (L, k, 2, "with", timeout_ms);
 }

@@ -208,6 +208,32 @@ for _, backend in ipairs(H.backends()) do
       again:release()
     end)
 
+    it("refuses inside lock:with an acquire of the key, naming the lock it was taken through", function()
+      local key = H.key("again-with")
+      local lock = client:lock(key)
+      local done = assert(lock:with(function(lease)
+        local ok, err = pcall(lock.try_acquire, lock)
+        assert.is_false(ok)
+        assert.matches("try_acquire: .* is already held by this coroutine through this lock", err)
+        ok, err = pcall(lock.with, lock, function() end)
+        assert.is_false(ok)
+        assert.matches("with: .* is already held by this coroutine through this lock", err)
+        ok, err = pcall(function() return client:lock(key):try_acquire() end)
+        assert.is_false(ok)
+        assert.matches("is already held by this coroutine through another lock of this client", err)
+        -- reentrant: the same lease, one more hold
+        local again = assert(client:lock(key, { reentrant = true }):acquire())
+        assert.equals(lease, again)
+        assert.equals(2, lease.holds)
+        assert.is_true(again:release())
+        return lease.held
+      end))
+      assert.is_true(done)
+      assert.is_nil(admin:info(key).owner)
+      local after = assert(lock:try_acquire()) -- with's lease is closed: no longer a hold
+      after:release()
+    end)
+
     it("refuses at once an acquire through another lock of the client", function()
       local key = H.key("again2")
       local lease = assert(client:lock(key, { ttl = 5 }):try_acquire())
