@@ -7,6 +7,10 @@
 #
 #   bash bench/lua/count_with.sh [lua5.4|luajit] [n1 n2] [key]
 #
+# On SQLite, or on the server COUNT_URI names (under tests/with-servers.sh:
+# COUNT_URI=$POSTGRESQL_URI ...): callgrind counts this process only, the
+# client's side of each pair, not the server's.
+#
 # Each side runs twice, n1 and n2 pairs (default 4000 and 12000, after a
 # warm-up of 100); the difference of the two counts over n2 - n1 is the
 # cost of a pair, start-up cancelled. A window of several thousand pairs
@@ -27,6 +31,8 @@ build=$(pwd)/build
 for so in "$build/lua/$d/leaselock.so" "$build/bench/lua/$d/leaselock_bench.so"; do
    [ -f "$so" ] || { echo "count_with.sh: $so missing: make bench-lua first" >&2; exit 1; }
 done
+# the server backends' modules, found as the Makefile's recipes find them
+export LEASELOCK_BACKEND_PATH=${LEASELOCK_BACKEND_PATH:-$build/leaselock-backends}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count () { # side n -> instructions of the run
@@ -43,6 +49,6 @@ per_pair () { # side -> instructions per pair between n1 and n2
 }
 lua=$(per_pair lua)
 core=$(per_pair core)
-echo "$interp, SQLite, key \"$key\", pairs $n1..$n2: instructions per pair"
+echo "$interp, ${COUNT_URI:-SQLite}, key \"$key\", pairs $n1..$n2: instructions per pair"
 echo "  lock:with $lua   C core $core   glue $((lua - core))"
 awk -v l="$lua" -v c="$core" 'BEGIN { printf "  C core / lock:with = %.3f\n", c / l }'
