@@ -84,7 +84,7 @@ static int lock_begin_nb (lua_State *L)
    }
    leaselock_acquire_opts_t o = k->opts;
    o.timeout_ms = one_try ? 0 : -1;
-   if (ll_lua_wants_renew_failed (L, k)) {
+   if (ll_lua_wants_renew_failed (k)) {
       if (!(rf = ll_lua_rf_new ())) {
          return luaL_error (L, "acquire_nb: out of memory");
       }

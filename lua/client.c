@@ -57,6 +57,7 @@ int ll_lua_connect (lua_State *L)
    c->client = NULL;
    c->log = NULL;
    c->shared = NULL;
+   c->open_holds = 0;
    luaL_setmetatable (L, CLIENT_MT);
    lua_createtable (L, 1, 0);
    lua_setuservalue (L, -2);
@@ -75,6 +76,15 @@ ll_lua_client_t *ll_lua_check_client (lua_State *L, int idx, int level, const ch
 leaselock_client_t *ll_lua_check_open_client (lua_State *L, int idx, int level, const char *fname)
 {
    ll_lua_client_t *c = ll_lua_check_client (L, idx, level, fname);
+   if (leaselock_client_closed (c->client)) {
+      ll_lua_raise_at (L, level, "attempt to use a closed " CLIENT_MT " (in '%s')", fname);
+   }
+   return c->client;
+}
+
+leaselock_client_t *ll_lua_open_client_at (lua_State *L, int idx, int level, const char *fname)
+{
+   ll_lua_client_t *c = lua_touserdata (L, idx);
    if (leaselock_client_closed (c->client)) {
       ll_lua_raise_at (L, level, "attempt to use a closed " CLIENT_MT " (in '%s')", fname);
    }

@@ -19,9 +19,9 @@
 /*
  * Pushes the lock's user value, its client handle (at *client_idx; its
  * client in *client) and a new lease handle, closed (it exists before the
- * lease does, so a memory error leaks nothing), whose user value holds the
- * client and the lock's callbacks. The lock is at 1; raises if its client
- * is closed.
+ * lease does, so a memory error leaks nothing), whose user value is the
+ * lock's (the client and the lock's callbacks: sharing it spares a table
+ * per lease). The lock is at 1; raises if its client is closed.
  */
 ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L, int level, const char *fname,
                                           int *client_idx, leaselock_client_t **client)
@@ -30,18 +30,16 @@ ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L, int level, const char *f
    lua_getuservalue (L, 1);
    lua_rawgeti (L, -1, UV_CLIENT);
    *client_idx = lua_gettop (L);
-   *client = ll_lua_check_open_client (L, *client_idx, level, fname);
+   *client = ll_lua_open_client_at (L, *client_idx, level, fname);
 
-   ls = lua_newuserdata (L, sizeof *ls);
+   const ll_lua_lock_t *k = lua_touserdata (L, 1);
+   size_t key_cap = k->mode == LL_PLAIN ? k->key_len : LEASELOCK_KEY_MAX;
+   ls = lua_newuserdata (L, sizeof *ls + key_cap);
    memset (ls, 0, sizeof *ls);
-   luaL_setmetatable (L, LEASE_MT);
-   lua_createtable (L, 2, 0);
-   lua_pushvalue (L, -3); /* the client */
-   lua_rawseti (L, -2, UV_CLIENT);
-   lua_rawgeti (L, -4, UV_ON_LOST);
-   lua_rawseti (L, -2, UV_ON_LOST);
-   lua_rawgeti (L, -4, UV_ON_RENEW_FAILED);
-   lua_rawseti (L, -2, UV_ON_RENEW_FAILED);
+   ls->key_cap = key_cap;
+   lua_rawgeti (L, -3, UV_LEASE_MT);
+   lua_setmetatable (L, -2);
+   lua_pushvalue (L, -3); /* the lock's user value */
    lua_setuservalue (L, -2);
    return ls;
 }
@@ -54,6 +52,9 @@ void ll_lua_lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease)
    strncpy (ls->owner, leaselock_lease_owner (lease), LEASELOCK_OWNER_LEN);
    /* The record's key: a mode's holder holds key/.slot/<i> and the like. */
    ls->key_len = leaselock_lease_key_len (lease);
+   if (ls->key_len > ls->key_cap) {
+      ls->key_len = ls->key_cap; /* never: a plain lease's key is its lock's */
+   }
    memcpy (ls->key, leaselock_lease_key (lease), ls->key_len);
 }
 
@@ -137,32 +138,47 @@ static leaselock_state_t observe (lua_State *L, int idx, ll_lua_lease_t *ls, boo
 }
 
 /* The one close path of __gc, __close and lock:with: releases if still
- * held (errors ignored), stops renewal, frees. Idempotent. */
-static void lease_close (ll_lua_lease_t *ls)
+ * held (errors ignored), stops renewal, frees, leaves its client's
+ * open_holds. Idempotent. lost: whether the state is LOST (read once by
+ * the caller that knows it, lease_close otherwise). */
+static void lease_close_as (ll_lua_lease_t *ls, bool lost)
 {
    if (ls->lease) {
-      ls->closed_lost = lease_state (ls) == LEASELOCK_STATE_LOST;
+      ls->closed_lost = lost;
       leaselock_lease_destroy (ls->lease); /* no callback runs after it */
       ls->lease = NULL;
+   }
+   if (ls->counted_in) {
+      ls->counted_in->open_holds--;
+      ls->counted_in = NULL;
    }
    ll_lua_rf_free (ls->rf);
    ls->rf = NULL;
 }
 
+static void lease_close (ll_lua_lease_t *ls)
+{
+   lease_close_as (ls, ls->lease && lease_state (ls) == LEASELOCK_STATE_LOST);
+}
+
 /* A reentered lease (more than one hold) at the end of an inner with or
  * <close>: lets that one hold go and keeps the lease open for the outer
- * ones. False (nothing done) for a lease with one hold or none. */
-static bool let_inner_hold_go (ll_lua_lease_t *ls, bool *ok, leaselock_error_t *err)
+ * ones. False (nothing done) for a lease with one hold or none; *holds:
+ * the holds seen (0 unless held). */
+static bool let_inner_hold_go (ll_lua_lease_t *ls, int64_t *holds, bool *ok, leaselock_error_t *err)
 {
-   if (!ls->lease || leaselock_lease_holds (ls->lease) < 2)
+   *holds = ls->lease ? leaselock_lease_holds (ls->lease) : 0;
+   if (*holds < 2)
       return false;
    *ok = leaselock_lease_release (ls->lease, err);
    return true;
 }
 
+/* Runs for every lease handle made: the type check without a registry
+ * look-up (the metatable is the closure's upvalue). */
 static int lease_gc (lua_State *L)
 {
-   ll_lua_lease_t *ls = check_lease (L, 1, 1, "__gc", false);
+   ll_lua_lease_t *ls = ll_lua_check_udata_mt (L, 1, lua_upvalueindex (1), 1, "__gc", LEASE_MT);
    lease_close (ls);
    return 0;
 }
@@ -178,7 +194,8 @@ static int lease_tbc_close (lua_State *L)
    newly_lost = observe (L, 1, ls, false) == LEASELOCK_STATE_LOST && !seen;
    bool ok;
    leaselock_error_t err;
-   if (!newly_lost && let_inner_hold_go (ls, &ok, &err)) {
+   int64_t holds;
+   if (!newly_lost && let_inner_hold_go (ls, &holds, &ok, &err)) {
       return 0; /* errors ignored, as lease_close's */
    }
    lease_close (ls);
@@ -189,10 +206,10 @@ static int lease_tbc_close (lua_State *L)
 }
 
 /*
- * The second half of lock:with: finish(lease) -> true | nil, msg, code.
- * Closes the lease in every case.
+ * with's close of the lease at 1: pushes nothing (0) when with may return
+ * fn's results, else nil, msg, code (3). Closes the lease in every case.
  *  - fn released the lease itself (state RELEASED, whatever its release
- *    returned to it): nothing left to do; true, so with returns fn's results.
+ *    returned to it): nothing left to do; with returns fn's results.
  *  - the lease was lost while fn ran: nil, msg, "LOST".
  *  - otherwise with releases it, and a failed release is with's failure:
  *    NOT_HELD (taken over, or fn closed the client) or BACKEND. After a
@@ -201,27 +218,29 @@ static int lease_tbc_close (lua_State *L)
  *    nil, msg, "BACKEND" rather than fn's results: a caller that needs
  *    them keeps them in an upvalue.
  */
-int ll_lua_lease_with_finish (lua_State *L)
+static int with_close (lua_State *L, ll_lua_lease_t *ls)
 {
-   ll_lua_lease_t *ls = check_lease (L, 1, 2, "with", false);
    leaselock_error_t err;
    bool seen = ls->lost_seen, newly_lost = false, released = true;
+   int64_t holds;
 
-   if (let_inner_hold_go (ls, &released, &err)) {
-      if (!released) {
-         return ll_lua_push_failure (L, &err);
-      }
-      lua_pushboolean (L, 1);
-      return 1;
+   if (let_inner_hold_go (ls, &holds, &released, &err)) {
+      return released ? 0 : ll_lua_push_failure (L, &err);
    }
    if (ls->lease) {
-      leaselock_state_t st = observe (L, 1, ls, false);
+      /* one hold: held (the core counts holds of a held lease only), so
+       * the state needs no read of its own */
+      leaselock_state_t st = holds == 1 ? LEASELOCK_STATE_HELD : observe (L, 1, ls, false);
       if (st == LEASELOCK_STATE_LOST) {
          newly_lost = !seen;
       } else if (st != LEASELOCK_STATE_RELEASED) {
          released = leaselock_lease_release (ls->lease, &err);
       }
-      lease_close (ls);
+      if (st == LEASELOCK_STATE_HELD && released) {
+         lease_close_as (ls, false); /* released: not lost */
+      } else {
+         lease_close (ls);
+      }
    }
    if (newly_lost) {
       call_on_lost (L, 1);
@@ -234,11 +253,28 @@ int ll_lua_lease_with_finish (lua_State *L)
       lua_pushstring (L, leaselock_code_name (LEASELOCK_LOST));
       return 3;
    }
-   if (!released) {
-      return ll_lua_push_failure (L, &err);
+   return released ? 0 : ll_lua_push_failure (L, &err);
+}
+
+/*
+ * The second half of lock:with, a C closure over LEASE_MT:
+ * finish(lease, pcall's results) -> fn's results | nil, msg, code; fn's
+ * error raised again, unchanged, once the lease is closed.
+ */
+int ll_lua_lease_with_finish (lua_State *L)
+{
+   ll_lua_lease_t *ls = ll_lua_check_udata_mt (L, 1, lua_upvalueindex (1), 2, "with", LEASE_MT);
+   int top = lua_gettop (L);
+   int failed = with_close (L, ls);
+   if (!lua_toboolean (L, 2)) {
+      lua_pushvalue (L, 3);
+      return lua_error (L);
    }
-   lua_pushboolean (L, 1);
-   return 1;
+   if (failed) {
+      return failed;
+   }
+   lua_settop (L, top); /* fn's results, from 3 */
+   return top - 2;
 }
 
 /* __tostring's: a handle still open says "client closed" for the core's

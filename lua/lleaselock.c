@@ -104,6 +104,20 @@ void *ll_lua_check_udata (lua_State *L, int idx, int level, const char *fname, c
    return p;
 }
 
+void *ll_lua_check_udata_mt (lua_State *L, int idx, int mt_idx, int level, const char *fname,
+                             const char *tname)
+{
+   void *p = lua_touserdata (L, idx);
+   if (p && lua_getmetatable (L, idx)) {
+      bool same = lua_rawequal (L, -1, mt_idx);
+      lua_pop (L, 1);
+      if (same) {
+         return p;
+      }
+   }
+   return ll_lua_check_udata (L, idx, level, fname, tname); /* raises */
+}
+
 /* The core's validator: strict UTF-8 (no overlong form, no surrogate). */
 bool ll_lua_utf8_valid (const char *s, size_t n)
 {
@@ -371,7 +385,8 @@ void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
    lua_setfield (L, -2, "__name");
    for (size_t i = 0; i < sizeof meta / sizeof *meta; i++) {
       if (meta[i].func) {
-         lua_pushcfunction (L, meta[i].func);
+         lua_pushvalue (L, -1);
+         lua_pushcclosure (L, meta[i].func, 1);
          lua_setfield (L, -2, meta[i].name);
       }
    }
@@ -407,8 +422,8 @@ static const luaL_Reg pool_functions[] = { { "_pool_try", ll_lua_pool_try },
 __attribute__ ((visibility ("default"))) int luaopen_leaselock (lua_State *L)
 {
    ll_lua_client_setup (L);
+   ll_lua_lease_setup (L); /* before the lock's: lock:with's finish closes over LEASE_MT */
    ll_lua_lock_setup (L);
-   ll_lua_lease_setup (L);
    ll_lua_fields_setup (L);
    luaL_newlib (L, module_functions);
    ll_lua_fields_register (L);

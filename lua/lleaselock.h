@@ -58,7 +58,15 @@
 #define UV_CLIENT 1          /* the client handle */
 #define UV_ON_LOST 2         /* on_lost function or nil */
 #define UV_ON_RENEW_FAILED 3 /* on_renew_failed function or nil */
-#define UV_HELD 4 /* a lock's: coroutine -> the lease it took through the lock (weak keys) */
+/* A lock's: coroutine -> the lease it took through the lock (weak keys),
+ * but with's (UV_HOLDS finds those: lock.c, register_hold). */
+#define UV_HELD 4
+/* A lock's, so that an acquire looks nothing up by name: LEASE_MT's
+ * metatable (for its lease handles), its client's UV_HOLDS table (never
+ * replaced once made) and its records' name in it (lock.c). */
+#define UV_LEASE_MT 5
+#define UV_HOLDS_OF_CLIENT 6
+#define UV_HOLD_NAME 7
 /* The client handle's user value: its log function, and the holds of its
  * coroutines (lock.c: record name -> {coroutine -> lease handle}). */
 #define UV_LOG_FN 1
@@ -79,6 +87,10 @@ typedef struct
    leaselock_client_t *client;
    ll_lua_log_t *log;          /* owned; NULL until set_log */
    ll_shared_client_t *shared; /* one reference; NULL until acquire_nb needs it */
+   /* Its lease handles that are open and in its holds (lock.c): while 0,
+    * no coroutine holds anything through it, and an acquire skips the
+    * look-ups of UV_HELD and UV_HOLDS. */
+   unsigned open_holds;
 } ll_lua_client_t;
 
 /* The last renewal failure of a lease, written by ll_lua_rf_hook on the
@@ -104,32 +116,46 @@ typedef enum
 } ll_lock_mode_t;
 
 /* A lock object (LOCK_MT userdata): owns no C resource. Its user value
- * holds UV_CLIENT, UV_ON_LOST, UV_ON_RENEW_FAILED and UV_HELD. */
+ * holds UV_CLIENT, UV_ON_LOST, UV_ON_RENEW_FAILED, UV_HELD, UV_LEASE_MT,
+ * UV_HOLDS_OF_CLIENT and UV_HOLD_NAME. */
 typedef struct
 {
    /* ttl, min_hold, auto_renew, fair; the callbacks stay NULL (they are
     * Lua's: see lease.c) and timeout is each call's. */
    leaselock_acquire_opts_t opts;
-   bool reentrant; /* its holder (a coroutine) may take it again */
+   bool reentrant;       /* its holder (a coroutine) may take it again */
+   bool renew_failed_fn; /* UV_ON_RENEW_FAILED holds a function (set once, by new_lock) */
+   /* Its client handle (borrowed: UV_CLIENT keeps it alive while the lock
+    * is), for its open_holds. */
+   ll_lua_client_t *client;
    ll_lock_mode_t mode;
    int64_t limit; /* LL_SEMAPHORE: the number of slots */
    size_t key_len;
    char key[LEASELOCK_KEY_MAX + 1];
 } ll_lua_lock_t;
 
-/* A lease handle (LEASE_MT userdata). Its user value holds UV_CLIENT (which
- * keeps the client handle alive), UV_ON_LOST and UV_ON_RENEW_FAILED.
- * lease stays the first member: tests/history/histlua.c reads it. */
+/* A lease handle (LEASE_MT userdata). Its user value is its lock's (one
+ * table, shared: no table made per lease): UV_CLIENT (which keeps the
+ * client handle alive), UV_ON_LOST and UV_ON_RENEW_FAILED. lease stays the
+ * first member: tests/history/histlua.c reads it. */
 typedef struct
 {
    leaselock_lease_t *lease;  /* owned; NULL once closed */
    ll_lua_renew_failed_t *rf; /* owned; NULL without on_renew_failed */
-   bool lost_seen;            /* on_lost already called (or due) */
-   bool closed_lost;          /* the state was LOST when it was closed */
+   /* The client handle whose open_holds counts this handle (borrowed: the
+    * user value keeps it alive); NULL when not counted. */
+   ll_lua_client_t *counted_in;
+   bool lost_seen;   /* on_lost already called (or due) */
+   bool closed_lost; /* the state was LOST when it was closed */
    int64_t fence;
    char owner[LEASELOCK_OWNER_LEN + 1];
    size_t key_len;
-   char key[LEASELOCK_KEY_MAX + 1];
+   /* key holds key_cap bytes: the lock's key length for a plain lock (its
+    * lease's key is the lock's), LEASELOCK_KEY_MAX for a mode's holder
+    * (key/.slot/<i> and the like). A handle made per acquire is garbage
+    * for the GC, so it is no bigger than it needs. */
+   size_t key_cap;
+   char key[];
 } ll_lua_lease_t;
 
 /* A registry entry (pool.c); its fields other than id and client are
@@ -212,7 +238,8 @@ void ll_lua_report_callback_error (lua_State *L, const char *what);
 void ll_lua_load_chunk (lua_State *L, const char *name);
 
 /* Creates metatable tname: __name, the metamethods __tostring, __gc and
- * __close (each unless NULL), __index = index_fn closed over a new table
+ * __close (each unless NULL, each a C closure over the metatable: see
+ * ll_lua_check_udata_mt), __index = index_fn closed over a new table
  * of methods (also __methods, for leaselock.methods and for more
  * methods), __metatable. Leaves the stack as it was. */
 void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
@@ -222,6 +249,11 @@ void ll_lua_new_type (lua_State *L, const char *tname, const luaL_Reg *methods,
 /* The userdata of type tname at idx (borrowed); raises "tname expected"
  * for anything else. */
 void *ll_lua_check_udata (lua_State *L, int idx, int level, const char *fname, const char *tname);
+
+/* ll_lua_check_udata for the hot paths: the metatable of tname is at
+ * mt_idx (a C closure's upvalue), which spares the registry look-up. */
+void *ll_lua_check_udata_mt (lua_State *L, int idx, int mt_idx, int level, const char *fname,
+                             const char *tname);
 
 /* ---- fields.c ------------------------------------------------------- */
 
@@ -263,6 +295,10 @@ ll_lua_client_t *ll_lua_check_client (lua_State *L, int idx, int level, const ch
 /* The client of the handle at idx (borrowed); raises if it is closed. */
 leaselock_client_t *ll_lua_check_open_client (lua_State *L, int idx, int level, const char *fname);
 
+/* ll_lua_check_open_client for a value known to be a client handle (a lock
+ * or lease handle's UV_CLIENT): its type is not checked again. */
+leaselock_client_t *ll_lua_open_client_at (lua_State *L, int idx, int level, const char *fname);
+
 /* Registers CLIENT_MT; leaves the stack as it was. */
 void ll_lua_client_setup (lua_State *L);
 
@@ -294,7 +330,7 @@ int ll_lua_push_my_lease (lua_State *L);
 void ll_lua_set_my_lease (lua_State *L);
 
 /* Whether leases of the lock k at 1 report renewal failures to Lua. */
-bool ll_lua_wants_renew_failed (lua_State *L, const ll_lua_lock_t *k);
+bool ll_lua_wants_renew_failed (const ll_lua_lock_t *k);
 
 /* Registers LOCK_MT (with lock:with and lock:acquire_nb); leaves the
  * stack as it was. */
@@ -312,7 +348,9 @@ ll_lua_lease_t *ll_lua_push_lease_handle (lua_State *L, int level, const char *f
 /* The lease handle ls takes lease (owned by ls from now on). */
 void ll_lua_lease_handle_set (ll_lua_lease_t *ls, leaselock_lease_t *lease);
 
-/* The second half of lock:with: finish(lease) -> true | nil, msg, code. */
+/* The second half of lock:with, a C closure over LEASE_MT's metatable:
+ * finish(lease, pcall's results) -> fn's results | nil, msg, code, or fn's
+ * error raised again. */
 int ll_lua_lease_with_finish (lua_State *L);
 
 /* Registers LEASE_MT; leaves the stack as it was. */
@@ -332,7 +370,8 @@ void ll_lua_log_free (ll_lua_log_t *q);
 void ll_lua_log_hook (const leaselock_log_event_t *ev, void *data);
 
 /* Calls the log function of the client handle at idx (UV_LOG_FN) for each
- * queued event, protected, on this thread. Leaves the stack as it was. */
+ * queued event, protected, on this thread. Leaves the stack as it was.
+ * idx must hold a client handle (checked by the caller, or a UV_CLIENT). */
 void ll_lua_drain_log (lua_State *L, int idx);
 
 /* ll_lua_drain_log for the client (UV_CLIENT) of the lock or lease handle

@@ -43,6 +43,9 @@ static void opt_callback (lua_State *L, const char *fname, const char *name, int
    lua_pop (L, 1);
 }
 
+static void push_holds_of_client (lua_State *L, int client_idx);
+static void push_hold_name (lua_State *L, const ll_lua_lock_t *k, ll_lock_mode_t mode);
+
 /*
  * Pushes a new lock object of the client at 1 on key (len bytes, checked)
  * taken as mode says, with the options of the table at 3 (names checked)
@@ -61,9 +64,16 @@ static ll_lua_lock_t *new_lock (lua_State *L, const char *fname, const char *key
    leaselock_acquire_opts_init (&k->opts);
    k->mode = mode;
    k->limit = limit;
-   lua_createtable (L, 2, 0); /* ud + 1: user value */
+   k->client = lua_touserdata (L, 1);
+   lua_createtable (L, UV_HOLD_NAME, 0); /* ud + 1: user value */
    lua_pushvalue (L, 1);
    lua_rawseti (L, ud + 1, UV_CLIENT);
+   luaL_getmetatable (L, LEASE_MT);
+   lua_rawseti (L, ud + 1, UV_LEASE_MT);
+   push_holds_of_client (L, 1);
+   lua_rawseti (L, ud + 1, UV_HOLDS_OF_CLIENT);
+   push_hold_name (L, k, mode);
+   lua_rawseti (L, ud + 1, UV_HOLD_NAME);
    if (lua_istable (L, 3)) {
       lua_getfield (L, 3, "ttl");
       if (!lua_isnil (L, -1)) {
@@ -80,6 +90,9 @@ static ll_lua_lock_t *new_lock (lua_State *L, const char *fname, const char *key
       opt_bool (L, fname, "reentrant", &k->reentrant);
       opt_callback (L, fname, "on_lost", ud + 1, UV_ON_LOST);
       opt_callback (L, fname, "on_renew_failed", ud + 1, UV_ON_RENEW_FAILED);
+      lua_rawgeti (L, ud + 1, UV_ON_RENEW_FAILED);
+      k->renew_failed_fn = lua_isfunction (L, -1);
+      lua_pop (L, 1);
    }
    lua_setuservalue (L, ud);
    luaL_setmetatable (L, LOCK_MT);
@@ -209,12 +222,17 @@ static int lock_tostring (lua_State *L)
    return 1;
 }
 
+/* The methods first: a method call (lock:with) reads no field of the
+ * lock, so only a field's read checks the receiver. */
 static int lock_index (lua_State *L)
 {
-   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "__index");
    lua_pushvalue (L, 2);
    lua_rawget (L, lua_upvalueindex (1));
-   if (lua_isnil (L, -1) && lua_type (L, 2) == LUA_TSTRING) {
+   if (!lua_isnil (L, -1)) {
+      return 1;
+   }
+   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 1, "__index");
+   if (lua_type (L, 2) == LUA_TSTRING) {
       static const char *const modes[] = { "lock", "semaphore", "shared", "exclusive" };
       const char *name = lua_tostring (L, 2);
       if (strcmp (name, "key") == 0) {
@@ -229,21 +247,16 @@ static int lock_index (lua_State *L)
       } else {
          return ll_lua_no_field (L, LOCK_MT);
       }
-   } else if (lua_isnil (L, -1)) {
+   } else {
       return ll_lua_no_field (L, LOCK_MT);
    }
    return 1;
 }
 
-/* Whether leases of the lock at 1 report renewal failures to Lua. */
-bool ll_lua_wants_renew_failed (lua_State *L, const ll_lua_lock_t *k)
+/* Whether leases of the lock k report renewal failures to Lua. */
+bool ll_lua_wants_renew_failed (const ll_lua_lock_t *k)
 {
-   bool yes;
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_ON_RENEW_FAILED);
-   yes = lua_isfunction (L, -1) && k->opts.auto_renew;
-   lua_pop (L, 2);
-   return yes;
+   return k->renew_failed_fn && k->opts.auto_renew;
 }
 
 /* The lease handle on top, popped, when it is a lease still held; else
@@ -287,15 +300,13 @@ static int push_own_lease (lua_State *L)
    return take_coroutine_lease (L);
 }
 
-/* Pushes the client's table of holds (UV_HOLDS of the client handle of the
- * lock at 1), created at its first use. Several lock objects of a client
- * on one key share it: a coroutine that holds the key through one of them
- * and asks through another would wait for itself, as through one. */
-static void push_client_holds (lua_State *L)
+/* Pushes the table of holds of the client handle at client_idx (UV_HOLDS),
+ * created at its first use. Several lock objects of a client on one key
+ * share it: a coroutine that holds the key through one of them and asks
+ * through another would wait for itself, as through one. */
+static void push_holds_of_client (lua_State *L, int client_idx)
 {
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_CLIENT);
-   lua_getuservalue (L, -1);
+   lua_getuservalue (L, client_idx);
    lua_rawgeti (L, -1, UV_HOLDS);
    if (!lua_istable (L, -1)) {
       lua_pop (L, 1);
@@ -303,8 +314,16 @@ static void push_client_holds (lua_State *L)
       lua_pushvalue (L, -1);
       lua_rawseti (L, -3, UV_HOLDS);
    }
-   lua_replace (L, -4);
-   lua_pop (L, 2);
+   lua_remove (L, -2);
+}
+
+/* The holds of the client of the lock at 1, pushed (the lock's copy of
+ * the reference). */
+static void push_client_holds (lua_State *L)
+{
+   lua_getuservalue (L, 1);
+   lua_rawgeti (L, -1, UV_HOLDS_OF_CLIENT);
+   lua_remove (L, -2);
 }
 
 /* The name of the records of the lock k taken as mode says, pushed: the
@@ -395,48 +414,55 @@ static void push_weak_table (lua_State *L, const char *mode)
 
 /* Remembers the lease handle on top as the running coroutine's in its
  * client's holds (coroutine -> lease, weak keys and values: a finished
- * coroutine or a collected lease goes). Leaves the stack as it was. */
-static void set_client_hold (lua_State *L, const ll_lua_lock_t *k)
+ * coroutine or a collected lease goes), counted in the client's
+ * open_holds until it is closed; with own, through the lock at 1 too
+ * (UV_HELD, weak keys). Leaves the stack as it was. */
+static void register_hold (lua_State *L, ll_lua_lock_t *k, bool own)
 {
    int lease = lua_gettop (L);
-   push_client_holds (L);
-   push_hold_name (L, k, k->mode);
-   lua_pushvalue (L, -1);
-   lua_rawget (L, -3);
+   ll_lua_lease_t *ls = lua_touserdata (L, lease);
+   if (ls->lease && !ls->counted_in) {
+      ls->counted_in = k->client;
+      k->client->open_holds++;
+   }
+   lua_getuservalue (L, 1);                        /* lease + 1 */
+   lua_rawgeti (L, lease + 1, UV_HOLDS_OF_CLIENT); /* lease + 2 */
+   lua_rawgeti (L, lease + 1, UV_HOLD_NAME);       /* lease + 3 */
+   lua_pushvalue (L, lease + 3);
+   lua_rawget (L, lease + 2);
    if (!lua_istable (L, -1)) {
       lua_pop (L, 1);
-      lua_pushvalue (L, -2);
+      lua_pushvalue (L, lease + 2);
       sweep_client_holds (L); /* before the new name: it is empty yet */
       lua_pop (L, 1);
       push_weak_table (L, "kv");
+      lua_pushvalue (L, lease + 3);
       lua_pushvalue (L, -2);
-      lua_pushvalue (L, -2);
-      lua_rawset (L, -5);
+      lua_rawset (L, lease + 2);
    }
    lua_pushthread (L);
    lua_pushvalue (L, lease);
    lua_rawset (L, -3);
+   if (own) {
+      lua_rawgeti (L, lease + 1, UV_HELD);
+      if (!lua_istable (L, -1)) {
+         lua_pop (L, 1);
+         push_weak_table (L, "k");
+         lua_pushvalue (L, -1);
+         lua_rawseti (L, lease + 1, UV_HELD);
+      }
+      lua_pushthread (L);
+      lua_pushvalue (L, lease);
+      lua_rawset (L, -3);
+   }
    lua_settop (L, lease);
 }
 
 /* Remembers the lease at the top as the running coroutine's through the
- * lock at index 1 (a table with weak keys: a finished coroutine goes),
- * and in its client's holds. */
+ * lock at index 1 and in its client's holds. */
 void ll_lua_set_my_lease (lua_State *L)
 {
-   set_client_hold (L, lua_touserdata (L, 1));
-   lua_getuservalue (L, 1);
-   lua_rawgeti (L, -1, UV_HELD);
-   if (!lua_istable (L, -1)) {
-      lua_pop (L, 1);
-      push_weak_table (L, "k");
-      lua_pushvalue (L, -1);
-      lua_rawseti (L, -3, UV_HELD);
-   }
-   lua_pushthread (L);
-   lua_pushvalue (L, -4);
-   lua_rawset (L, -3);
-   lua_pop (L, 2);
+   register_hold (L, lua_touserdata (L, 1), true);
 }
 
 /* A read-write lock's side asked by a coroutine that holds the other side
@@ -462,6 +488,17 @@ static void check_other_side (lua_State *L, ll_lua_lock_t *k, int level, const c
    }
 }
 
+/* Whether the lease handle on top was taken through the lock at 1: its
+ * user value is its lock's. */
+static bool taken_through_lock (lua_State *L)
+{
+   lua_getuservalue (L, -1);
+   lua_getuservalue (L, 1);
+   bool same = lua_rawequal (L, -1, -2);
+   lua_pop (L, 2);
+   return same;
+}
+
 /* The running coroutine asks again for a lock it holds, through this lock
  * object or another of its client: with reentrant, one more hold of the
  * same lease (pushed: 1 result, or 3 on failure); without, an error (it
@@ -469,8 +506,11 @@ static void check_other_side (lua_State *L, ll_lua_lock_t *k, int level, const c
 static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char *fname)
 {
    bool own = push_own_lease (L);
-   if (!own && !push_client_hold (L, k->mode))
-      return 0;
+   if (!own) {
+      if (!push_client_hold (L, k->mode))
+         return 0;
+      own = taken_through_lock (L);
+   }
    if (!k->reentrant) {
       return ll_lua_raise_at (L, level,
                               "%s: \"%s\" is already held by this coroutine through %s (%s)", fname,
@@ -488,6 +528,15 @@ static int acquire_again (lua_State *L, ll_lua_lock_t *k, int level, const char 
       return ll_lua_push_failure (L, &err);
    }
    return 1;
+}
+
+/* Whether a coroutine holds a lease through the client of the lock at 1
+ * (its open_holds). When none does, acquire_again and check_other_side
+ * would find nothing: their look-ups are skipped, which is most of an
+ * uncontended acquire's work in this module. */
+static bool client_holds_any (const ll_lua_lock_t *k)
+{
+   return k->client->open_holds > 0;
 }
 
 /* The core's acquire for the lock's mode. */
@@ -526,10 +575,12 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
     * coroutine may take another, so only a plain or exclusive lock it
     * holds is asked again. */
    bool one_holder = k->mode == LL_PLAIN || k->mode == LL_EXCLUSIVE;
-   int again = one_holder ? acquire_again (L, k, level, fname) : 0;
-   if (again > 0)
-      return again;
-   check_other_side (L, k, level, fname);
+   if (client_holds_any (k)) {
+      int again = one_holder ? acquire_again (L, k, level, fname) : 0;
+      if (again > 0)
+         return again;
+      check_other_side (L, k, level, fname);
+   }
    ls = ll_lua_push_lease_handle (L, level, fname, &client_idx, &client);
    o = k->opts;
    o.timeout_ms = timeout_ms;
@@ -537,7 +588,7 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
    o.no_holder = strcmp (fname, "acquire_nb") == 0;
    /* No on_lost callback: the state is read on the Lua side (lease.c);
     * on_renew_failed only records (ll_lua_rf_hook). */
-   if (ll_lua_wants_renew_failed (L, k)) {
+   if (ll_lua_wants_renew_failed (k)) {
       ls->rf = ll_lua_rf_new ();
       if (!ls->rf) {
          return luaL_error (L, "%s: out of memory", fname);
@@ -546,7 +597,9 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
       o.on_renew_failed_data = ls->rf;
    }
    ok = mode_acquire (client, k, &o, &lease, &err);
-   ll_lua_drain_log (L, client_idx);
+   if (k->client->log) {
+      ll_lua_drain_log (L, client_idx);
+   }
    if (!ok) {
       ll_lua_rf_free (ls->rf);
       ls->rf = NULL;
@@ -557,9 +610,11 @@ int ll_lua_do_acquire (lua_State *L, ll_lua_lock_t *k, int level, const char *fn
    ll_lua_lease_handle_set (ls, lease);
    lua_settop (L, client_idx + 1);
    if (one_holder)
-      ll_lua_set_my_lease (L);
+      /* with's lease is not kept in UV_HELD: with holds it until it
+       * closes it, and UV_HOLDS finds it (taken_through_lock) */
+      register_hold (L, k, strcmp (fname, "with") != 0);
    else if (k->mode == LL_SHARED)
-      set_client_hold (L, k); /* for check_other_side */
+      register_hold (L, k, false); /* for check_other_side */
    return 1;
 }
 
@@ -596,15 +651,16 @@ static int lock_try_acquire (lua_State *L)
 }
 
 /* The first half of lock:with, called by with.lua's function (so errors
- * point two levels up): with_begin(lock, fn, opts) -> lease | nil, msg, code */
+ * point two levels up), a C closure over LOCK_MT's metatable:
+ * with_begin(lock, fn, opts) -> lease | nil, msg, code */
 static int lock_with_begin (lua_State *L)
 {
-   ll_lua_lock_t *k = ll_lua_check_lock (L, 1, 2, "with");
+   ll_lua_lock_t *k = ll_lua_check_udata_mt (L, 1, lua_upvalueindex (1), 2, "with", LOCK_MT);
    int64_t timeout_ms;
    if (lua_type (L, 2) != LUA_TFUNCTION) {
       ll_lua_arg_error (L, 2, "with", 1, "function expected, got %s", luaL_typename (L, 2));
    }
-   timeout_ms = acquire_timeout (L, 3, 2, "with", 2);
+   timeout_ms = lua_isnoneornil (L, 3) ? -1 : acquire_timeout (L, 3, 2, "with", 2);
    lua_settop (L, 1);
    return ll_lua_do_acquire (L, k, 2, "with", timeout_ms);
 }
@@ -622,8 +678,12 @@ void ll_lua_lock_setup (lua_State *L)
    lua_getfield (L, -1, "__methods");
    /* methods.with = the Lua part (with.lua), closed over the C halves */
    ll_lua_load_chunk (L, "with");
-   lua_pushcfunction (L, lock_with_begin);
-   lua_pushcfunction (L, ll_lua_lease_with_finish);
+   /* each closed over its receiver's metatable: the type check without a
+    * registry look-up */
+   luaL_getmetatable (L, LOCK_MT);
+   lua_pushcclosure (L, lock_with_begin, 1);
+   luaL_getmetatable (L, LEASE_MT);
+   lua_pushcclosure (L, ll_lua_lease_with_finish, 1);
    lua_call (L, 2, 1);
    lua_setfield (L, -2, "with");
    ll_lua_push_acquire_nb (L);

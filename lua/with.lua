@@ -8,18 +8,14 @@
 -- Embedded in the module at build time (chunk "=leaselock.with") and
 -- called once by luaopen_leaselock with its C halves (lock.c, lease.c):
 --   begin(lock, fn, opts) -> lease | nil, msg, code [, holder] (BUSY, TIMEOUT)
---   finish(lease) -> true | nil, msg, code (closes the lease in any case)
--- Returns the method.
+--   finish(lease, pcall's results) -> fn's results | nil, msg, code (closes
+--     the lease in any case; raises fn's error again, unchanged)
+-- Returns the method. pcall's results go straight to finish: a Lua
+-- function between them would cost every with a call and a vararg copy.
 local begin, finish = ...
-local pcall, error = pcall, error
-local function done(lease, ok, ...)
-  local fok, fmsg, fcode = finish(lease)
-  if not ok then error((...), 0) end
-  if not fok then return nil, fmsg, fcode end
-  return ...
-end
+local pcall = pcall
 return function(self, fn, opts)
   local lease, msg, code, holder = begin(self, fn, opts)
   if not lease then return nil, msg, code, holder end
-  return done(lease, pcall(fn, lease))
+  return finish(lease, pcall(fn, lease))
 end

@@ -208,6 +208,32 @@ for _, backend in ipairs(H.backends()) do
       again:release()
     end)
 
+    it("refuses inside lock:with an acquire of the key, naming the lock it was taken through", function()
+      local key = H.key("again-with")
+      local lock = client:lock(key)
+      local done = assert(lock:with(function(lease)
+        local ok, err = pcall(lock.try_acquire, lock)
+        assert.is_false(ok)
+        assert.matches("try_acquire: .* is already held by this coroutine through this lock", err)
+        ok, err = pcall(lock.with, lock, function() end)
+        assert.is_false(ok)
+        assert.matches("with: .* is already held by this coroutine through this lock", err)
+        ok, err = pcall(function() return client:lock(key):try_acquire() end)
+        assert.is_false(ok)
+        assert.matches("is already held by this coroutine through another lock of this client", err)
+        -- reentrant: the same lease, one more hold
+        local again = assert(client:lock(key, { reentrant = true }):acquire())
+        assert.equals(lease, again)
+        assert.equals(2, lease.holds)
+        assert.is_true(again:release())
+        return lease.held
+      end))
+      assert.is_true(done)
+      assert.is_nil(admin:info(key).owner)
+      local after = assert(lock:try_acquire()) -- with's lease is closed: no longer a hold
+      after:release()
+    end)
+
     it("refuses at once an acquire through another lock of the client", function()
       local key = H.key("again2")
       local lease = assert(client:lock(key, { ttl = 5 }):try_acquire())
@@ -237,6 +263,45 @@ for _, backend in ipairs(H.backends()) do
       local next_lease = assert(client:lock(key):try_acquire())
       assert.is_true(next_lease.fence > lease.fence)
       next_lease:release()
+    end)
+
+    it("refuses a held key however the client's other leases were closed", function()
+      -- an acquire skips the look-ups of what this coroutine holds while no
+      -- lease of the client is open in them (lua/lock.c, open_holds): each
+      -- close counts once, and a lease never looked up (a semaphore slot's)
+      -- not at all. held is the one open lease after each step: a close
+      -- counted twice would hide it.
+      local key = H.key("counted")
+      local held = assert(client:lock(key):try_acquire())
+      local function refused()
+        collectgarbage()
+        collectgarbage() -- each lease's __gc, after its close
+        local ok, err = pcall(function() return client:lock(key):try_acquire() end)
+        assert.is_false(ok)
+        assert.matches("already held by this coroutine through another lock", err)
+      end
+      local other = client:lock(H.key("counted-other"))
+      refused()
+      assert(other:with(function(lease) return lease end)) -- closed by with, then collected
+      refused()
+      assert.is_true(assert(other:try_acquire()):release()) -- open until collected
+      refused()
+      local slots = client:semaphore(H.key("counted-slots"), { limit = 2 })
+      assert(slots:with(function() return true end))
+      assert(slots:try_acquire()):release()
+      refused()
+      if is54 then
+        assert(load([[
+          local other = ...
+          local l <close> = assert(other:try_acquire())
+        ]], "=close-chunk", "t"))(other)
+        refused()
+      end
+      assert.is_true(held:release())
+      -- released but open: looked up, and no longer a hold
+      local again = assert(client:lock(key):try_acquire())
+      assert.is_true(again.fence > held.fence)
+      again:release()
     end)
 
     it("keeps refusing a held key after many other keys came and went", function()
@@ -416,6 +481,18 @@ for _, backend in ipairs(H.backends()) do
       assert.matches("closed", tostring(seen))
       assert.has_error(function() seen:renew() end,
         "attempt to use a closed leaselock.lease (in 'renew')")
+    end)
+
+    it("lock:with returns all of fn's results: none, trailing nils, many", function()
+      local lock = client:lock(H.key("with-count"))
+      assert.equals(0, select("#", lock:with(function() end)))
+      assert.equals(3, select("#", lock:with(function() return 1, nil, nil end)))
+      local many = {}
+      for i = 1, 300 do many[i] = i end
+      local unpack = table.unpack or unpack
+      local got = { lock:with(function() return unpack(many, 1, 300) end) }
+      assert.equals(300, #got)
+      assert.equals(300, got[300])
     end)
 
     it("lock:with re-raises fn's error after releasing", function()
@@ -1476,6 +1553,29 @@ for _, backend in ipairs(H.backends()) do
         l:release()
       end)
     end
+
+    it("names each holder's record in lease.key, at the longest keys", function()
+      -- a mode's lease handle holds its record's key, longer than the lock's
+      local long = H.key("long-") .. "/"
+      for _, lock in ipairs {
+        client:semaphore(long .. ("s"):rep(245 - #long), { limit = 2 }),
+        client:rwlock(long .. ("r"):rep(216 - #long)).shared,
+        client:rwlock(long .. ("w"):rep(216 - #long)).exclusive,
+        client:lock(long .. ("p"):rep(255 - #long)),
+      } do
+        local lease = assert(lock:try_acquire())
+        assert.equals(lock.key, lease.key:sub(1, #lock.key))
+        assert.equals(lease.owner, assert(admin:info(lease.key)).owner)
+        local key = lease.key
+        lease:release()
+        local closed = assert(lock:with(function(l)
+          assert.equals(#key, #l.key)
+          return l
+        end))
+        assert.equals(lock.key, closed.key:sub(1, #lock.key)) -- read once closed
+        assert.equals(#key, #closed.key)
+      end
+    end)
 
     it("lets readers share and keeps a writer out while they hold", function()
       local key = H.key("rw")
