@@ -103,11 +103,12 @@ static bool ll_mongo_queue_mark (ll_mongo_conn_t *conn, const ll_op_t *op, int64
    if (ok && *end_ms == 0) {
       ok = ll_mongo_mark_fam (conn, &nq, &nu, true, end_ms, err);
       if (!ok && err->code == LEASELOCK_BUSY) { /* the record is there, its mark later */
+         bson_t mx;                             /* a child of u: freed with it */
          bson_reinit (&q);
          bson_reinit (&u);
          ok = (ll_mongo_append_key (&q, op->key, op->key_len) &&
-               BSON_APPEND_DOCUMENT_BEGIN (&u, "$max", &nu) &&
-               BSON_APPEND_INT64 (&nu, "queueMs", 0) && bson_append_document_end (&u, &nu)) ||
+               BSON_APPEND_DOCUMENT_BEGIN (&u, "$max", &mx) &&
+               BSON_APPEND_INT64 (&mx, "queueMs", 0) && bson_append_document_end (&u, &mx)) ||
               ll_mongo_nomem (err);
          ok = ok && ll_mongo_mark_fam (conn, &q, &u, false, end_ms, err);
       }
