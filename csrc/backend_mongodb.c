@@ -163,7 +163,7 @@ static bool ll_mongo_take_new (ll_mongo_conn_t *conn, const char *key, size_t ke
  *     fair acquire sends, as a plain one does; else the upsert of a key
  *     without a record (none has a live entry), as a plain acquire's;
  *  2. the key is there, not taken: held, reserved, or its mark live (up
- *     to LL_MONGO_MARK_SPARE_MS after its queue emptied). BUSY while
+ *     to LL_QUEUE_MARK_SPARE_MS after its queue emptied). BUSY while
  *     another owner is queued (a round trip of its own: a waiter that
  *     joins after it arrived after this take asked), else the plain take.
  * Where this connection knows the mark live (it joined the key's queue
@@ -174,7 +174,8 @@ static bool ll_mongo_acquire_fair (ll_mongo_conn_t *conn, const ll_take_t *t, bs
                                    int64_t *fence, leaselock_error_t *err)
 {
    const ll_op_t *op = &t->op;
-   bool known = ll_mongo_mark_left (conn, op) > 0, matched = false, queued = false, ok = true;
+   bool known = ll_queue_mark_left (&conn->mark, op, ll_real_now_ms ()) > 0, matched = false,
+        queued = false, ok = true;
    bson_t q = BSON_INITIALIZER;
    if (!known) {
       ok = (ll_mongo_acquire_fair_query (&q, op->key, op->key_len, op->owner) ||

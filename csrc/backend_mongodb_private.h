@@ -34,16 +34,9 @@ typedef struct ll_mongo_conn
    ll_primary_t primary;       /* failover.c's view, from the URI and the meta document */
    char identity[80];          /* the driver's primary when primary was last recorded */
    ll_wake_toucher_t wake;     /* this machine's release channel (wake_file.c) */
-   /* The queue mark this connection last set (ll_mongo_queue_mark): its
-    * key, its end (ms since 1970, server clock), and when it was asked
-    * (ll_real_now_ms) with which span: live at least span - (now - at)
-    * more. */
-   struct
-   {
-      char key[LEASELOCK_KEY_MAX];
-      size_t key_len; /* 0: none known */
-      int64_t end_ms, at_ms, span_ms;
-   } mark;
+   /* The queue mark this connection last set (ll_mongo_queue_mark; end:
+    * ms since 1970). */
+   ll_queue_mark_t mark;
 } ll_mongo_conn_t;
 
 /* ---- backend_mongodb_uri.c ------------------------------------------------ */
@@ -171,11 +164,6 @@ struct ll_primary *ll_mongo_primary (void *conn);
  * *ahead: the live entries ahead of it. op is borrowed. */
 bool ll_mongo_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms, int64_t *ahead,
                           leaselock_error_t *err);
-
-/* How long conn still knows the queue mark of op's key live (ms; <= 0:
- * not known live): the mark it last set (ll_mongo_queue_mark), less the
- * time since it asked. */
-int64_t ll_mongo_mark_left (const ll_mongo_conn_t *conn, const ll_op_t *op);
 
 /* A fair acquire's first take asks first (one round trip): *any, whether
  * op's key has a live queue entry of another owner than op's. */

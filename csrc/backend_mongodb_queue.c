@@ -43,19 +43,7 @@ static bool ll_mongo_queue_fam (ll_mongo_conn_t *conn, const bson_t *q, const bs
    return true;
 }
 
-/* How much longer than an entry's keep a join's mark lasts, and how
- * long it must still last (as far as the connection knows) for a join to
- * go without setting it again: see backend_mysql.c, which does the same. */
-#define LL_MONGO_MARK_SPARE_MS 2000
-
 void (*ll_test_mongo_mark_hook) (void);
-
-int64_t ll_mongo_mark_left (const ll_mongo_conn_t *conn, const ll_op_t *op)
-{
-   if (conn->mark.key_len != op->key_len || memcmp (conn->mark.key, op->key, op->key_len))
-      return 0;
-   return conn->mark.span_ms - (ll_real_now_ms () - conn->mark.at_ms);
-}
 
 /* findAndModify(q, u) on the records returning the mark's end (ms since
  * 1970, server clock) into *end_ms, 0 when nothing matched or the
@@ -78,8 +66,8 @@ static bool ll_mongo_mark_fam (ll_mongo_conn_t *conn, const bson_t *q, const bso
    return true;
 }
 
-/* The key's queue mark, set unless the connection knows it live for
- * keep_ms + LL_MONGO_MARK_SPARE_MS / 2 more; into *end_ms, its end. One
+/* The key's queue mark, set unless the connection knows it fresh
+ * (ll_queue_mark_fresh); into *end_ms, its end. One
  * round trip; for a key without a record two (the upsert of a document
  * that holds only the mark); three when another join set a later mark
  * (read back by a findAndModify that changes nothing). */
@@ -87,11 +75,11 @@ static bool ll_mongo_queue_mark (ll_mongo_conn_t *conn, const ll_op_t *op, int64
                                  int64_t *end_ms, leaselock_error_t *err)
 {
    int64_t now = ll_real_now_ms ();
-   if (ll_mongo_mark_left (conn, op) >= keep_ms + LL_MONGO_MARK_SPARE_MS / 2) {
-      *end_ms = conn->mark.end_ms;
+   if (ll_queue_mark_fresh (&conn->mark, op, keep_ms, now)) {
+      *end_ms = conn->mark.end;
       return true;
    }
-   int64_t span_ms = keep_ms + LL_MONGO_MARK_SPARE_MS;
+   int64_t span_ms = keep_ms + LL_QUEUE_MARK_SPARE_MS;
    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, nq = BSON_INITIALIZER, nu = BSON_INITIALIZER;
    bool ok =
      (ll_mongo_mark_query (&q, op->key, op->key_len, span_ms) &&
@@ -115,13 +103,8 @@ static bool ll_mongo_queue_mark (ll_mongo_conn_t *conn, const ll_op_t *op, int64
    }
    if (ok && *end_ms == 0)
       ok = ll_backend_fail (err, "mongodb", "queue_join", "no queue mark returned", NULL, NULL);
-   if (ok) {
-      memcpy (conn->mark.key, op->key, op->key_len);
-      conn->mark.key_len = op->key_len;
-      conn->mark.end_ms = *end_ms;
-      conn->mark.at_ms = now;
-      conn->mark.span_ms = span_ms;
-   }
+   if (ok)
+      ll_queue_mark_keep (&conn->mark, op, *end_ms, now, span_ms);
    bson_destroy (&q);
    bson_destroy (&u);
    bson_destroy (&nq);

@@ -214,21 +214,6 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_a
    }
 }
 
-/* How long this connection still knows the queue mark of op's key live
- * (ms; <= 0: not known live): the mark it last set, less the time since
- * it asked. */
-static int64_t ll_mysql_mark_left (const ll_mysql_conn_t *c, const ll_op_t *op)
-{
-   if (c->mark.key_len != op->key_len || memcmp (c->mark.key, op->key, op->key_len))
-      return 0;
-   return c->mark.span_ms - (ll_real_now_ms () - c->mark.at_ms);
-}
-
-static bool ll_mysql_mark_known_live (const ll_mysql_conn_t *c, const ll_op_t *op)
-{
-   return ll_mysql_mark_left (c, op) > 0;
-}
-
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
 static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
@@ -253,9 +238,10 @@ static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *o
    /* A fair first try reads the key's queue mark; where this connection
     * knows the mark live (it joined the key's queue lately), the mark
     * would keep a free key: the queue is asked at once. */
-   int which = !t->fair                               ? LL_SQL_ACQUIRE
-               : ll_mysql_mark_known_live (c, &t->op) ? LL_SQL_ACQUIRE_FAIR_QUEUE
-                                                      : LL_SQL_ACQUIRE_FAIR;
+   int which = !t->fair ? LL_SQL_ACQUIRE
+               : ll_queue_mark_left (&c->mark, &t->op, ll_real_now_ms ()) > 0
+                 ? LL_SQL_ACQUIRE_FAIR_QUEUE
+                 : LL_SQL_ACQUIRE_FAIR;
    ll_mysql_bind_acquire (p,
                           which == LL_SQL_ACQUIRE_FAIR_QUEUE ? ll_mysql_acquire_fair_queue_params
                           : t->fair                          ? ll_mysql_acquire_fair_params
@@ -552,26 +538,19 @@ static bool ll_mysql_fetch_row_i64 (ll_mysql_conn_t *c, int id, int64_t *v, int 
    return ok;
 }
 
-/* How much longer than an entry's keep a join's mark lasts, and how
- * long it must still last (as far as the connection knows) for a join to
- * go without setting it again: a join sets the mark at most once per
- * LL_MYSQL_MARK_SPARE_MS / 2 of a wait, and an entry written within
- * LL_MYSQL_MARK_SPARE_MS / 2 of the mark's asking lives its whole keep. */
-#define LL_MYSQL_MARK_SPARE_MS 2000
-
 /* The key's queue mark, set (LL_SQL_QUEUE_MARK) unless the connection
- * knows it live for keep_ms + LL_MYSQL_MARK_SPARE_MS / 2 more; into
- * *until_us, the mark (us since 1970, the server's clock). */
+ * knows it fresh (ll_queue_mark_fresh); into *until_us, the mark (us since
+ * 1970, the server's clock). */
 static bool ll_mysql_queue_mark (ll_mysql_conn_t *c, const ll_op_t *op, int64_t keep_ms,
                                  int64_t *until_us, leaselock_error_t *err)
 {
    int64_t now = ll_real_now_ms ();
-   if (ll_mysql_mark_left (c, op) >= keep_ms + LL_MYSQL_MARK_SPARE_MS / 2) {
-      *until_us = c->mark.until_us;
+   if (ll_queue_mark_fresh (&c->mark, op, keep_ms, now)) {
+      *until_us = c->mark.end;
       return true;
    }
    unsigned long klen = (unsigned long)op->key_len;
-   int64_t span_ms = keep_ms + LL_MYSQL_MARK_SPARE_MS, span_us = span_ms * 1000;
+   int64_t span_ms = keep_ms + LL_QUEUE_MARK_SPARE_MS, span_us = span_ms * 1000;
    MYSQL_BIND p[4];
    ll_mysql_bind_blob (&p[0], op->key, &klen);
    for (int i = 1; i < 4; i++)
@@ -582,11 +561,7 @@ static bool ll_mysql_queue_mark (ll_mysql_conn_t *c, const ll_op_t *op, int64_t 
    *until_us = (int64_t)mysql_stmt_insert_id (c->st[LL_SQL_QUEUE_MARK]);
    if (*until_us <= 0) /* never: LAST_INSERT_ID(expr) runs on either path */
       return ll_backend_fail (err, "mysql", "queue_join", "no queue mark returned", NULL, NULL);
-   memcpy (c->mark.key, op->key, op->key_len);
-   c->mark.key_len = op->key_len;
-   c->mark.until_us = *until_us;
-   c->mark.at_ms = now;
-   c->mark.span_ms = span_ms;
+   ll_queue_mark_keep (&c->mark, op, *until_us, now, span_ms);
    return true;
 }
 

@@ -29,16 +29,10 @@ typedef struct
    unsigned connect_timeout, read_timeout, write_timeout;
    bool ssl;
    ll_wake_toucher_t wake; /* this machine's release channel (wake_file.c) */
-   /* The queue mark this connection last set (ll_mysql_queue_join): its
-    * key, the mark (us since 1970, server clock), and when it was asked
-    * (ll_real_now_ms) with which span: it is live at least span - (now - at)
-    * more. Forgotten at each connect (another server may lack it). */
-   struct
-   {
-      char key[LEASELOCK_KEY_MAX];
-      size_t key_len; /* 0: none known */
-      int64_t until_us, at_ms, span_ms;
-   } mark;
+   /* The queue mark this connection last set (ll_mysql_queue_join; end:
+    * us since 1970). Forgotten at each connect (another server may lack
+    * it). */
+   ll_queue_mark_t mark;
 } ll_mysql_conn_t;
 
 /* The driver backend_sql.c drives (open, schema, reconnect, close). */

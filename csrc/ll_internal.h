@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* ---- the modes' records (modes.c takes them, locks.c reads them) ------ */
@@ -696,6 +697,52 @@ typedef struct ll_backend
  * fair queue entry's keep (QUEUE_KEEP_MS), the TTL of a fair semaphore's
  * gate and of a reader's pass through a writer's record (modes.c). */
 #define LL_WAITER_KEEP_MS 1000
+
+/* A key's queue mark as the connection that set it last knows it (MySQL,
+ * MongoDB: the key's record says no queue entry is live past the mark),
+ * so that its later joins need not set it again. A join sets the mark to
+ * at least keep + LL_QUEUE_MARK_SPARE_MS ahead, and again once the mark is
+ * known live for less than keep + LL_QUEUE_MARK_SPARE_MS / 2: at most
+ * once per LL_QUEUE_MARK_SPARE_MS / 2 of a wait, and an entry written
+ * within LL_QUEUE_MARK_SPARE_MS / 2 of the mark's asking lives its whole
+ * keep. Times are the caller's ll_real_now_ms (passed in: a module reaches
+ * the core's clock through its table). */
+#define LL_QUEUE_MARK_SPARE_MS 2000
+typedef struct
+{
+   char key[LEASELOCK_KEY_MAX];
+   size_t key_len; /* 0: none known */
+   int64_t end;    /* the mark, in the backend's unit (its server's clock) */
+   int64_t at_ms;  /* when it was asked */
+   int64_t span_ms;
+} ll_queue_mark_t;
+
+/* How long m still knows op's key's mark live (ms; <= 0: not known). */
+static inline int64_t ll_queue_mark_left (const ll_queue_mark_t *m, const ll_op_t *op,
+                                          int64_t now_ms)
+{
+   if (m->key_len != op->key_len || memcmp (m->key, op->key, op->key_len))
+      return 0;
+   return m->span_ms - (now_ms - m->at_ms);
+}
+
+/* Whether a join of op's key with keep_ms may use m's mark as it is. */
+static inline bool ll_queue_mark_fresh (const ll_queue_mark_t *m, const ll_op_t *op,
+                                        int64_t keep_ms, int64_t now_ms)
+{
+   return ll_queue_mark_left (m, op, now_ms) >= keep_ms + LL_QUEUE_MARK_SPARE_MS / 2;
+}
+
+/* m now knows op's key's mark end, asked at at_ms with span_ms. */
+static inline void ll_queue_mark_keep (ll_queue_mark_t *m, const ll_op_t *op, int64_t end,
+                                       int64_t at_ms, int64_t span_ms)
+{
+   memcpy (m->key, op->key, op->key_len);
+   m->key_len = op->key_len;
+   m->end = end;
+   m->at_ms = at_ms;
+   m->span_ms = span_ms;
+}
 
 /* Tests only: when set, a backend's queue_join calls it between its round
  * trips (tests/test_sql.c stops the process there, SIGSTOP, to prove that

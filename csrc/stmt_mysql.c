@@ -197,7 +197,7 @@
  * mark is live but the record otherwise takeable, the insert id is
  * LL_MYSQL_MARKED and the backend asks the queue itself
  * (LL_MYSQL_ACQUIRE_FAIR_QUEUE): a mark outlives the queue's last entry
- * by up to LL_MYSQL_MARK_SPARE_MS. (Any subquery in a write costs MariaDB
+ * by up to LL_QUEUE_MARK_SPARE_MS. (Any subquery in a write costs MariaDB
  * 30 to 60 us a statement, even on an empty table: that is why the
  * uncontended try reads the mark, not the queue.) Parameters:
  * LL_MYSQL_ACQUIRE_FAIR_PARAMS. */
