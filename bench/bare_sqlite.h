@@ -52,7 +52,7 @@ static inline bool bare_sqlite_open (bare_sqlite_t *b, const char *path)
    if (sqlite3_exec (b->db, ll_sqlite_wal, NULL, NULL, NULL) != SQLITE_OK ||
        sqlite3_exec (b->db, ll_sqlite_synchronous, NULL, NULL, NULL) != SQLITE_OK)
       return bare_sqlite_fail (b, "bare pragmas", NULL);
-   if (sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_ACQUIRE], -1,
+   if (sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_TAKE], -1,
                            SQLITE_PREPARE_PERSISTENT, &b->acq, NULL) != SQLITE_OK ||
        sqlite3_prepare_v3 (b->db, ll_sqlite_statements[LL_SQLITE_ST_RELEASE], -1,
                            SQLITE_PREPARE_PERSISTENT, &b->rel, NULL) != SQLITE_OK)
@@ -87,9 +87,6 @@ static inline bool bare_sqlite_pairs (bare_sqlite_t *b, const char *key, long pa
       sqlite3_bind_text (b->acq, 4, b->host, -1, SQLITE_STATIC);
       sqlite3_bind_int64 (b->acq, 5, pid);
       sqlite3_bind_text (b->acq, 6, BARE_SQLITE_LABEL, -1, SQLITE_STATIC);
-      /* A plain acquire: no reserve, no waited (?7, ?8 NULL). */
-      sqlite3_bind_null (b->acq, 7);
-      sqlite3_bind_null (b->acq, 8);
       if (sqlite3_step (b->acq) != SQLITE_ROW || sqlite3_step (b->acq) != SQLITE_DONE)
          return bare_sqlite_fail (b, "bare acquire", NULL);
       sqlite3_reset (b->acq);

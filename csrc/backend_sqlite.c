@@ -84,15 +84,19 @@ static int ll_sqlite_step_owned (sqlite3_stmt *st, const ll_op_t *op, int64_t n)
    return sqlite3_step (st);
 }
 
-/* acquire (reserve_ms < 0: ?7 and ?8 NULL; a fair first take,
- * LL_SQLITE_ACQUIRE_FAIR) and acquire_wait: one statement. A row without a reservation is a take; a
- * row with one is a claim (BUSY, reserved); no row is BUSY. */
+/* acquire (reserve_ms < 0: a take alone, LL_SQLITE_ST_TAKE; a fair first
+ * take, LL_SQLITE_ST_TAKE_FAIR) and acquire_wait (a take or a claim,
+ * LL_SQLITE_ST_ACQUIRE): one statement. A row without a reservation is a
+ * take; a row with one is a claim (BUSY, reserved); no row is BUSY. */
 static bool ll_sqlite_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
                                     leaselock_error_t *err)
 {
    ll_sqlite_conn_t *c = conn;
    out->reserved = false;
-   sqlite3_stmt *st = ll_sqlite_st (c, t->fair ? LL_SQLITE_ST_ACQUIRE_FAIR : LL_SQLITE_ST_ACQUIRE);
+   bool claims = t->reserve_ms >= 0;
+   int which = claims ? (t->fair ? LL_SQLITE_ST_ACQUIRE_FAIR : LL_SQLITE_ST_ACQUIRE)
+                      : (t->fair ? LL_SQLITE_ST_TAKE_FAIR : LL_SQLITE_ST_TAKE);
+   sqlite3_stmt *st = ll_sqlite_st (c, which);
    const char *host = t->holder && t->holder->host ? t->holder->host : "";
    const char *label = t->holder && t->holder->label ? t->holder->label : "";
    ll_sqlite_bind_key_owner (st, &t->op);
@@ -100,10 +104,7 @@ static bool ll_sqlite_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *
    sqlite3_bind_text (st, 4, host, -1, SQLITE_STATIC);
    sqlite3_bind_int64 (st, 5, t->holder ? t->holder->pid : 0);
    sqlite3_bind_text (st, 6, label, -1, SQLITE_STATIC);
-   if (t->reserve_ms < 0) {
-      sqlite3_bind_null (st, 7);
-      sqlite3_bind_null (st, 8);
-   } else {
+   if (claims) {
       sqlite3_bind_int64 (st, 7, t->reserve_ms);
       sqlite3_bind_int64 (st, 8, t->waited_ms);
    }

@@ -93,6 +93,20 @@
    " WHERE " LL_SQLITE_TAKE " OR " LL_SQLITE_CLAIM                                                 \
    " RETURNING fence, next_owner, expires_at - " LL_SQLITE_NOW_MS
 
+/* A take without a claim (ll_take_t's reserve_ms < 0, every one-try
+ * acquire): LL_SQLITE_ACQUIRE with ?7 NULL, where the claim is never true,
+ * written with the take's condition once instead of in every column's
+ * CASE. The same row back (a take: a fence and no reservation) or none
+ * (BUSY); preparing it costs a fifth of LL_SQLITE_ACQUIRE's (a cron run's
+ * process prepares it each time). ?1 to ?6 as for LL_SQLITE_ACQUIRE. */
+#define LL_SQLITE_TAKE_UPSERT                                                                      \
+   " ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, fence = fence + 1,"                   \
+   " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, host = excluded.host,"  \
+   " pid = excluded.pid, label = excluded.label, holds = 1, next_owner = NULL,"                    \
+   " next_until = NULL, next_since = NULL"                                                         \
+   " WHERE " LL_SQLITE_TAKE " RETURNING fence, next_owner, expires_at - " LL_SQLITE_NOW_MS
+#define LL_SQLITE_TAKE_ONLY LL_SQLITE_INSERT " VALUES (" LL_SQLITE_NEW_ROW ")" LL_SQLITE_TAKE_UPSERT
+
 /* A fair acquire's first try (ll_take_t's fair): LL_SQLITE_ACQUIRE whose
  * new row is there only while the key's fair queue has no live entry of
  * another owner, so that nothing is inserted or taken (no row back: BUSY)
@@ -104,6 +118,12 @@
    " SELECT " LL_SQLITE_NEW_ROW " WHERE NOT EXISTS (SELECT 1 FROM"                                 \
    " leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND q.alive_until > " LL_SQLITE_NOW_MS   \
    ")" LL_SQLITE_UPSERT
+/* The same without a claim, as LL_SQLITE_TAKE_ONLY: ?1 to ?6. */
+#define LL_SQLITE_TAKE_ONLY_FAIR                                                                   \
+   LL_SQLITE_INSERT                                                                                \
+   " SELECT " LL_SQLITE_NEW_ROW " WHERE NOT EXISTS (SELECT 1 FROM"                                 \
+   " leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND q.alive_until > " LL_SQLITE_NOW_MS   \
+   ")" LL_SQLITE_TAKE_UPSERT
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 #define LL_SQLITE_RENEW                                                                            \
@@ -233,6 +253,8 @@ const char *const ll_sqlite_statements[] = {
    LL_SQLITE_QUEUE_PRUNE,
    LL_SQLITE_HOLD,
    LL_SQLITE_ACQUIRE_FAIR,
+   LL_SQLITE_TAKE_ONLY,
+   LL_SQLITE_TAKE_ONLY_FAIR,
 };
 static_assert (sizeof ll_sqlite_statements / sizeof ll_sqlite_statements[0] == LL_SQLITE_ST_COUNT,
                "a statement per ll_sqlite_st_t");

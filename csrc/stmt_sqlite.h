@@ -59,6 +59,8 @@ typedef enum ll_sqlite_st
    LL_SQLITE_ST_QUEUE_PRUNE,
    LL_SQLITE_ST_HOLD,
    LL_SQLITE_ST_ACQUIRE_FAIR,
+   LL_SQLITE_ST_TAKE,      /* LL_SQLITE_ST_ACQUIRE without a claim: ?1 to ?6 */
+   LL_SQLITE_ST_TAKE_FAIR, /* LL_SQLITE_ST_ACQUIRE_FAIR without a claim */
    LL_SQLITE_ST_COUNT
 } ll_sqlite_st_t;
 
