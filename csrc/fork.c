@@ -15,25 +15,49 @@
  */
 #include "engine_private.h"
 
+#include <errno.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 /*
- * The process's id without a system call: getpid() is one (glibc keeps no
- * cache), and an acquire+release pair through a binding asked it three
- * times. It is kept in a page of its own marked MADV_WIPEONFORK, which
+ * What a process keeps in a page of its own marked MADV_WIPEONFORK, which
  * the kernel hands to any child zeroed, however it was made (fork(),
- * _Fork() and clone() without CLONE_VM run no atfork handler): a 0 read
- * there means a new process, which asks getpid() once and keeps it. A
- * kernel without MADV_WIPEONFORK (before Linux 4.14) leaves the cache
- * off: every call asks getpid().
+ * _Fork() and clone() without CLONE_VM run no atfork handler). A kernel
+ * without MADV_WIPEONFORK (before Linux 4.14) leaves the page off, and
+ * each call below makes its system call.
+ *
+ * - The process's id: getpid() is a system call (glibc keeps no cache),
+ *   and an acquire+release pair through a binding asked it three times. A
+ *   0 read there means a new process, which asks getpid() once and keeps
+ *   it.
+ * - The owners' random bytes (contract: 128 bits from getrandom(2) per
+ *   owner), drawn RANDOM_POOL bytes at a time instead of 16 per acquire,
+ *   each byte handed out once. A child starts with none left, so it
+ *   never hands out an owner its parent did; its mutex is zero too, which
+ *   is an unlocked one where PTHREAD_MUTEX_INITIALIZER is all zero bytes
+ *   (glibc's; elsewhere the pool stays off), even when the fork came while
+ *   another thread held it.
  */
-static _Atomic pid_t *pid_page;
-static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+#define RANDOM_POOL 1024
+typedef struct wipe_page
+{
+   _Atomic pid_t pid;
+   pthread_mutex_t random_mu; /* guards random_left and random */
+   size_t random_left;        /* the bytes at the end of random not yet handed out */
+   unsigned char random[RANDOM_POOL];
+} wipe_page_t;
 
-static void pid_page_init (void)
+static wipe_page_t *wipe_page;
+static bool random_pool_on;
+static pthread_once_t wipe_once = PTHREAD_ONCE_INIT;
+
+static void wipe_page_init (void)
 {
    size_t size = (size_t)sysconf (_SC_PAGESIZE);
+   if (size < sizeof (wipe_page_t))
+      size = sizeof (wipe_page_t);
    void *p = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
    if (p == MAP_FAILED)
       return;
@@ -41,20 +65,58 @@ static void pid_page_init (void)
       munmap (p, size);
       return;
    }
-   pid_page = p;
+   static const pthread_mutex_t initial = PTHREAD_MUTEX_INITIALIZER;
+   static const pthread_mutex_t zero;
+   random_pool_on = !memcmp (&initial, &zero, sizeof zero);
+   wipe_page = p;
 }
 
 pid_t ll_getpid (void)
 {
-   pthread_once (&pid_once, pid_page_init);
-   if (!pid_page)
+   pthread_once (&wipe_once, wipe_page_init);
+   if (!wipe_page)
       return getpid ();
-   pid_t pid = atomic_load_explicit (pid_page, memory_order_relaxed);
+   pid_t pid = atomic_load_explicit (&wipe_page->pid, memory_order_relaxed);
    if (pid == 0) {
       pid = getpid ();
-      atomic_store_explicit (pid_page, pid, memory_order_relaxed);
+      atomic_store_explicit (&wipe_page->pid, pid, memory_order_relaxed);
    }
    return pid;
+}
+
+/* All of out from getrandom(2). */
+static bool random_fill (unsigned char *out, size_t n)
+{
+   size_t got = 0;
+   while (got < n) {
+      ssize_t r = getrandom (out + got, n - got, 0);
+      if (r < 0 && errno != EINTR)
+         return false;
+      got += r > 0 ? (size_t)r : 0;
+   }
+   return true;
+}
+
+bool ll_random_bytes (unsigned char *out, size_t n)
+{
+   pthread_once (&wipe_once, wipe_page_init);
+   if (!random_pool_on || n > RANDOM_POOL / 4)
+      return random_fill (out, n);
+   wipe_page_t *w = wipe_page;
+   pthread_mutex_lock (&w->random_mu);
+   bool ok = true;
+   if (w->random_left < n) {
+      ok = random_fill (w->random, RANDOM_POOL);
+      w->random_left = ok ? RANDOM_POOL : 0;
+   }
+   if (ok) {
+      unsigned char *from = w->random + RANDOM_POOL - w->random_left;
+      memcpy (out, from, n);
+      explicit_bzero (from, n); /* handed out once */
+      w->random_left -= n;
+   }
+   pthread_mutex_unlock (&w->random_mu);
+   return ok;
 }
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -1072,6 +1072,9 @@ void ll_sql_abandon (void *conn);
 /* getpid(), without a system call once the process asked it (fork.c;
  * the core's own, not in LL_CORE_API). */
 pid_t ll_getpid (void);
+/* n bytes from getrandom(2), each handed out once in this process, from a
+ * pool a child does not inherit (fork.c). False when getrandom fails. */
+bool ll_random_bytes (unsigned char *out, size_t n);
 
 /* ---- release notifications (watch.c) ----------------------------------- */
 

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
-#include <sys/random.h>
 
 size_t leaselock_utf8_valid_len (const char *text, size_t len)
 {
@@ -91,16 +90,8 @@ bool ll_check_ttl (int64_t ms, const char *what, leaselock_error_t *err)
 bool ll_owner_new (char out[LEASELOCK_OWNER_LEN + 1], leaselock_error_t *err)
 {
    unsigned char raw[16];
-   size_t got = 0;
-   while (got < sizeof raw) {
-      ssize_t n = getrandom (raw + got, sizeof raw - got, 0);
-      if (n < 0) {
-         if (errno == EINTR)
-            continue;
-         return ll_error_set (err, LEASELOCK_BACKEND, "getrandom failed: %s", strerror (errno));
-      }
-      got += (size_t)n;
-   }
+   if (!ll_random_bytes (raw, sizeof raw))
+      return ll_error_set (err, LEASELOCK_BACKEND, "getrandom failed: %s", strerror (errno));
    static const char hex[] = "0123456789abcdef";
    for (size_t i = 0; i < sizeof raw; i++) {
       out[2 * i] = hex[raw[i] >> 4];

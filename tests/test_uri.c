@@ -11,7 +11,9 @@
 #include "ll_internal.h"
 #include "testlib.h"
 
+#include <pthread.h>
 #include <pwd.h>
+#include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +415,91 @@ static void test_owner_tokens (void)
    CHECK_EQ (dups, 0);
 }
 
+/* Owners drawn after a fork, in the parent and in a child made by _Fork()
+ * (no atfork handler runs), are all distinct: the random bytes are drawn
+ * ahead into a pool (fork.c) that the child does not inherit. A pool kept
+ * anywhere else would hand the child the parent's next owners. */
+enum
+{
+   FORK_OWNERS = 200
+};
+typedef char owner_t[LEASELOCK_OWNER_LEN + 1];
+
+static bool draw_owners (owner_t *t, int n)
+{
+   leaselock_error_t err;
+   for (int i = 0; i < n; i++)
+      if (!ll_owner_new (t[i], &err))
+         return false;
+   return true;
+}
+
+static void test_owner_tokens_fork (void)
+{
+   static owner_t t[2 * FORK_OWNERS + 1];
+   CHECK (draw_owners (t, 1)); /* the pool is drawn */
+   int fd[2];
+   CHECK (pipe (fd) == 0);
+   fflush (NULL);
+   pid_t pid = _Fork ();
+   if (pid == 0) {
+      bool ok =
+        draw_owners (t + 1, FORK_OWNERS) &&
+        write (fd[1], t + 1, sizeof t[0] * FORK_OWNERS) == (ssize_t)(sizeof t[0] * FORK_OWNERS);
+      _exit (ok ? 0 : 1);
+   }
+   CHECK (pid > 0);
+   close (fd[1]);
+   size_t want = sizeof t[0] * FORK_OWNERS, got = 0;
+   ssize_t n;
+   while (got < want && (n = read (fd[0], (char *)(t + 1) + got, want - got)) > 0)
+      got += (size_t)n;
+   close (fd[0]);
+   int status;
+   CHECK (waitpid (pid, &status, 0) == pid && WIFEXITED (status) && WEXITSTATUS (status) == 0);
+   CHECK_EQ (got, want);
+   CHECK (draw_owners (t + 1 + FORK_OWNERS, FORK_OWNERS));
+   qsort (t, sizeof t / sizeof t[0], sizeof t[0], cmp_token);
+   int dups = 0;
+   for (size_t i = 1; i < sizeof t / sizeof t[0]; i++)
+      dups += !memcmp (t[i - 1], t[i], LEASELOCK_OWNER_LEN);
+   CHECK_EQ (dups, 0);
+}
+
+/* Threads drawing owners at once get distinct ones. */
+enum
+{
+   THREAD_OWNERS = 20000,
+   OWNER_THREADS = 4
+};
+
+static void *draw_thread (void *arg)
+{
+   return draw_owners (arg, THREAD_OWNERS) ? arg : NULL;
+}
+
+static void test_owner_tokens_threads (void)
+{
+   owner_t *t = malloc (sizeof *t * THREAD_OWNERS * OWNER_THREADS);
+   CHECK (t);
+   pthread_t th[OWNER_THREADS];
+   for (int i = 0; i < OWNER_THREADS; i++)
+      CHECK (pthread_create (&th[i], NULL, draw_thread, t + i * THREAD_OWNERS) == 0);
+   int failed = 0;
+   for (int i = 0; i < OWNER_THREADS; i++) {
+      void *r;
+      pthread_join (th[i], &r);
+      failed += r == NULL;
+   }
+   CHECK_EQ (failed, 0);
+   qsort (t, THREAD_OWNERS * OWNER_THREADS, sizeof *t, cmp_token);
+   int dups = 0;
+   for (int i = 1; i < THREAD_OWNERS * OWNER_THREADS; i++)
+      dups += !memcmp (t[i - 1], t[i], LEASELOCK_OWNER_LEN);
+   free (t);
+   CHECK_EQ (dups, 0);
+}
+
 int main (void)
 {
    RUN (test_redact_at_in_query);
@@ -424,6 +511,8 @@ int main (void)
    RUN (test_scrub_secrets);
    RUN (test_duration_max);
    RUN (test_owner_tokens);
+   RUN (test_owner_tokens_fork);
+   RUN (test_owner_tokens_threads);
    RUN (test_uri_redaction);
    RUN (test_host_lists);
    RUN (test_host_lists_redacted);
