@@ -135,6 +135,13 @@ static bool ll_sqlite_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *
       ll_error_set (err, LEASELOCK_BUSY, "the lock is held by another owner");
    }
    sqlite3_reset (st);
+   /* A lease taken is released: the first take of a connection prepares
+    * the release too, now rather than at the release. A cron run's
+    * process would otherwise prepare it after forking its command and
+    * watchdog, where every page SQLite writes is first copied (about 3x
+    * the time). */
+   if (ok)
+      ll_sqlite_st (c, LL_SQLITE_ST_RELEASE);
    return ok;
 }
 
