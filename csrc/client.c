@@ -23,6 +23,7 @@ void ll_client_unref (leaselock_client_t *c)
    pthread_cond_destroy (&c->io_cond);
    ll_obs_destroy (&c->obs);
    ll_watch_destroy (&c->watch);
+   free (atomic_load (&c->spare_lease));
    free (c->uri);
    free (c->uri_shown);
    free (c->label);

@@ -6,14 +6,45 @@
 #include "engine_private.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+/* Under AddressSanitizer every lease is a malloc of its own, so that a use
+ * after leaselock_lease_destroy is caught rather than landing in the next
+ * lease. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LL_SPARE_LEASE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LL_SPARE_LEASE 0
+#endif
+#endif
+#ifndef LL_SPARE_LEASE
+#define LL_SPARE_LEASE 1
+#endif
+
+leaselock_lease_t *ll_lease_alloc (leaselock_client_t *c)
+{
+   leaselock_lease_t *l = LL_SPARE_LEASE ? atomic_exchange (&c->spare_lease, NULL) : NULL;
+   if (!l)
+      return calloc (1, sizeof *l);
+   memset (l, 0, sizeof *l);
+   return l;
+}
+
+void ll_lease_free (leaselock_client_t *c, leaselock_lease_t *l)
+{
+   leaselock_lease_t *none = NULL;
+   if (!l || !LL_SPARE_LEASE || !atomic_compare_exchange_strong (&c->spare_lease, &none, l))
+      free (l);
+}
 
 void ll_lease_unref (leaselock_lease_t *l)
 {
    if (atomic_fetch_sub (&l->refs, 1) != 1)
       return;
    leaselock_client_t *c = l->client;
-   free (l);
+   ll_lease_free (c, l);
    ll_client_unref (c);
 }
 

@@ -29,7 +29,7 @@
 static leaselock_lease_t *lease_new (const acquire_call_t *a)
 {
    const leaselock_acquire_opts_t *o = a->opts;
-   leaselock_lease_t *l = calloc (1, sizeof *l);
+   leaselock_lease_t *l = ll_lease_alloc (a->c);
    if (!l)
       return NULL;
    memcpy (l->owner, a->owner, sizeof l->owner);
@@ -272,7 +272,7 @@ static bool try_once (acquire_call_t *a, leaselock_lease_t **out, bool *sent_out
    ll_holder_t holder = { c->host, (int64_t)l->pid, c->label };
    void *conn = ll_pool_get (c, a->me, err);
    if (!conn) {
-      free (l);
+      ll_lease_free (c, l);
       return false;
    }
    int64_t sent = ll_now_ms ();
@@ -281,7 +281,7 @@ static bool try_once (acquire_call_t *a, leaselock_lease_t **out, bool *sent_out
    *sent_out = ok || !ll_call_unsent_take ();
    ll_pool_put (c, conn, a->me, !ok && ll_conn_failed (err));
    if (!ok) {
-      free (l);
+      ll_lease_free (c, l);
       return false;
    }
    if (!lease_start (a, l, sent, err))
