@@ -109,8 +109,11 @@
 /* Binds and executes statement id (reconnecting and preparing first when
  * needed), retrying a statement the server rolled back for a deadlock (it
  * had no effect, so running it again is exact). */
-static bool ll_mysql_execute (ll_mysql_conn_t *c, int id, MYSQL_BIND *params, const char *what,
-                              leaselock_error_t *err)
+/* Runs statement id with params bound. bound_to (may be NULL): the
+ * handle params were last bound to, which needs no binding again (the
+ * values are read from the bound buffers when it runs); set on a bind. */
+static bool ll_mysql_execute_on (ll_mysql_conn_t *c, int id, MYSQL_BIND *params,
+                                 MYSQL_STMT **bound_to, const char *what, leaselock_error_t *err)
 {
    for (int attempt = 0;; attempt++) {
       ll_mysql_cap_io (c); /* the prepare, on an open connection */
@@ -118,8 +121,12 @@ static bool ll_mysql_execute (ll_mysql_conn_t *c, int id, MYSQL_BIND *params, co
          return false;
       ll_mysql_cap_io (c);
       MYSQL_STMT *st = c->st[id];
-      if (mysql_stmt_bind_param (st, params))
-         return ll_mysql_fail_stmt (c, st, what, err);
+      if (!bound_to || *bound_to != st) {
+         if (mysql_stmt_bind_param (st, params))
+            return ll_mysql_fail_stmt (c, st, what, err);
+         if (bound_to)
+            *bound_to = st;
+      }
       if (mysql_stmt_execute (st) == 0)
          return true;
       unsigned no = mysql_stmt_errno (st);
@@ -127,6 +134,12 @@ static bool ll_mysql_execute (ll_mysql_conn_t *c, int id, MYSQL_BIND *params, co
          continue;
       return ll_mysql_fail_stmt (c, st, what, err);
    }
+}
+
+static bool ll_mysql_execute (ll_mysql_conn_t *c, int id, MYSQL_BIND *params, const char *what,
+                              leaselock_error_t *err)
+{
+   return ll_mysql_execute_on (c, id, params, NULL, what, err);
 }
 
 static void ll_mysql_bind_str (MYSQL_BIND *b, const char *s, unsigned long *len)
@@ -214,6 +227,72 @@ static void ll_mysql_bind_acquire (MYSQL_BIND *p, const char *params, ll_mysql_a
    }
 }
 
+/* The acquire's three statements (LL_SQL_ACQUIRE, _FAIR, _FAIR_QUEUE) and
+ * their parameter lists, in the order of ll_mysql_acq_binds_t's arrays. */
+static const int ll_mysql_acq_ids[3] = { LL_SQL_ACQUIRE, LL_SQL_ACQUIRE_FAIR,
+                                         LL_SQL_ACQUIRE_FAIR_QUEUE };
+
+/* A connection's acquire parameters: 50-odd binds per statement, built
+ * and bound once (binding them on every call was a fifth of the client's
+ * work per acquire+release pair), over buffers that each call fills:
+ * MySQL reads bound values when the statement runs. */
+typedef struct ll_mysql_acq_binds
+{
+   ll_mysql_acquire_t a; /* the values; its texts are the buffers below */
+   char key[LEASELOCK_KEY_MAX], owner[LEASELOCK_OWNER_LEN], host[255], label[255];
+   const char *host_from, *label_from; /* the strings host and label hold */
+   MYSQL_BIND p[3][LL_MYSQL_ACQUIRE_BINDS];
+   MYSQL_STMT *bound_to[3]; /* the handle p[i] was bound to, or NULL */
+} ll_mysql_acq_binds_t;
+
+static const char *const *ll_mysql_acq_params (void)
+{
+   static const char *const params[3] = { ll_mysql_acquire_params, ll_mysql_acquire_fair_params,
+                                          ll_mysql_acquire_fair_queue_params };
+   return params;
+}
+
+void ll_mysql_acq_binds_reset (ll_mysql_conn_t *c, bool free_too)
+{
+   if (!c->acq_binds)
+      return;
+   memset (c->acq_binds->bound_to, 0, sizeof c->acq_binds->bound_to);
+   if (free_too) {
+      free (c->acq_binds);
+      c->acq_binds = NULL;
+   }
+}
+
+static ll_mysql_acq_binds_t *ll_mysql_acq_binds (ll_mysql_conn_t *c)
+{
+   ll_mysql_acq_binds_t *k = c->acq_binds;
+   if (k)
+      return k;
+   if (!(k = calloc (1, sizeof *k)))
+      return NULL;
+   k->a.text[0] = k->key;
+   k->a.text[1] = k->owner;
+   k->a.text[2] = k->host;
+   k->a.text[3] = k->label;
+   k->a.fence_floor = &c->b.primary.fence_floor;
+   for (int i = 0; i < 3; i++)
+      ll_mysql_bind_acquire (k->p[i], ll_mysql_acq_params ()[i], &k->a);
+   return c->acq_binds = k;
+}
+
+/* Copies a holder string (clipped to 255 bytes) into buf unless it holds
+ * it already. */
+static void ll_mysql_acq_text (char *buf, const char **from, unsigned long *len, const char *s)
+{
+   s = s ? s : "";
+   unsigned long n = ll_mysql_clip255 (s);
+   if (*from != s || *len != n) {
+      memcpy (buf, s, n);
+      *from = s;
+      *len = n;
+   }
+}
+
 /* acquire (reserve_ms < 0: never reserves) and acquire_wait: one
  * statement, whose insert id says what it did (the top comment). */
 static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *out,
@@ -224,38 +303,34 @@ static bool ll_mysql_acquire_wait (void *conn, const ll_take_t *t, ll_taken_t *o
    out->left_ms = -1;
    if (!ll_primary_ttl_ok (&c->b.primary, "mysql", t->ttl_ms, err))
       return false;
-   const char *host = t->holder->host, *label = t->holder->label;
-   ll_mysql_acquire_t a = {
-      .text = { t->op.key, t->op.owner, host ? host : "", label ? label : "" },
-      .text_len = { (unsigned long)t->op.key_len, LEASELOCK_OWNER_LEN, ll_mysql_clip255 (host),
-                    ll_mysql_clip255 (label) },
-      .number = { t->ttl_ms * 1000, t->holder->pid, t->reserve_ms * 1000, t->waited_ms * 1000, 1 },
-      .wait_null = t->reserve_ms < 0,
-      .queued_null = !t->queued,
-      .fence_floor = &c->b.primary.fence_floor,
-   };
-   MYSQL_BIND p[LL_MYSQL_ACQUIRE_BINDS];
+   ll_mysql_acq_binds_t *k = ll_mysql_acq_binds (c);
+   if (!k)
+      return ll_error_set (err, LEASELOCK_NOMEM, "out of memory");
+   ll_mysql_acquire_t *a = &k->a;
+   memcpy (k->key, t->op.key, t->op.key_len);
+   a->text_len[0] = (unsigned long)t->op.key_len;
+   memcpy (k->owner, t->op.owner, LEASELOCK_OWNER_LEN);
+   a->text_len[1] = LEASELOCK_OWNER_LEN;
+   ll_mysql_acq_text (k->host, &k->host_from, &a->text_len[2], t->holder->host);
+   ll_mysql_acq_text (k->label, &k->label_from, &a->text_len[3], t->holder->label);
+   int64_t numbers[5] = { t->ttl_ms * 1000, t->holder->pid, t->reserve_ms * 1000,
+                          t->waited_ms * 1000, 1 };
+   memcpy (a->number, numbers, sizeof numbers);
+   a->wait_null = t->reserve_ms < 0;
+   a->queued_null = !t->queued;
    /* A fair first try reads the key's queue mark; where this connection
     * knows the mark live (it joined the key's queue lately), the mark
     * would keep a free key: the queue is asked at once. */
-   int which = !t->fair ? LL_SQL_ACQUIRE
-               : ll_queue_mark_left (&c->mark, &t->op, ll_real_now_ms ()) > 0
-                 ? LL_SQL_ACQUIRE_FAIR_QUEUE
-                 : LL_SQL_ACQUIRE_FAIR;
-   ll_mysql_bind_acquire (p,
-                          which == LL_SQL_ACQUIRE_FAIR_QUEUE ? ll_mysql_acquire_fair_queue_params
-                          : t->fair                          ? ll_mysql_acquire_fair_params
-                                                             : ll_mysql_acquire_params,
-                          &a);
+   int v = !t->fair ? 0 : ll_queue_mark_left (&c->mark, &t->op, ll_real_now_ms ()) > 0 ? 2 : 1;
+   int which = ll_mysql_acq_ids[v];
    out->reserved = false;
-   if (!ll_mysql_execute (c, which, p, "acquire", err))
+   if (!ll_mysql_execute_on (c, which, k->p[v], &k->bound_to[v], "acquire", err))
       return false;
    MYSQL_STMT *st = c->st[which];
    my_ulonglong id = mysql_stmt_insert_id (st);
    if (id == (my_ulonglong)LL_MYSQL_MARKED) { /* free, but its queue mark is live: ask the queue */
       which = LL_SQL_ACQUIRE_FAIR_QUEUE;
-      ll_mysql_bind_acquire (p, ll_mysql_acquire_fair_queue_params, &a);
-      if (!ll_mysql_execute (c, which, p, "acquire", err))
+      if (!ll_mysql_execute_on (c, which, k->p[2], &k->bound_to[2], "acquire", err))
          return false;
       st = c->st[which];
       id = mysql_stmt_insert_id (st);

@@ -273,6 +273,7 @@ void ll_mysql_disconnect (ll_sql_conn_t *b)
          mysql_stmt_close (c->st[i]);
       c->st[i] = NULL;
    }
+   ll_mysql_acq_binds_reset (c, false);
    if (c->db)
       mysql_close (c->db);
    c->db = NULL;
@@ -626,6 +627,7 @@ static void ll_mysql_free_fields (ll_sql_conn_t *b)
    free (c->dbname);
    free (c->socket);
    ll_wake_toucher_free (&c->wake);
+   ll_mysql_acq_binds_reset (c, true);
 }
 
 const ll_sql_driver_t ll_mysql_driver = {

@@ -33,7 +33,15 @@ typedef struct
     * us since 1970). Forgotten at each connect (another server may lack
     * it). */
    ll_queue_mark_t mark;
+   /* The acquire's parameters, bound once per prepared statement
+    * (backend_mysql.c): owned, made at the first acquire, freed with the
+    * connection; its handles are forgotten with the statements. */
+   struct ll_mysql_acq_binds *acq_binds;
 } ll_mysql_conn_t;
+
+/* Forgets the statements c's acquire binds were bound to (they were
+ * closed); frees them when free_too. */
+void ll_mysql_acq_binds_reset (ll_mysql_conn_t *c, bool free_too);
 
 /* The driver backend_sql.c drives (open, schema, reconnect, close). */
 extern const ll_sql_driver_t ll_mysql_driver;
