@@ -142,9 +142,27 @@ static bool ll_mongo_read_identity (ll_mongo_conn_t *conn, char *id, ll_mongo_to
    mongoc_server_description_t *sd = mongoc_client_select_server (conn->client, true, NULL, &e);
    if (!sd)
       return ll_mongo_fail (conn, err, "selecting the primary", &e);
-   *topo = ll_mongo_hello_identity (mongoc_server_description_hello_response (sd),
-                                    mongoc_server_description_host (sd)->host_and_port, id,
-                                    sizeof conn->identity, about, about_size);
+   const bson_t *hello = mongoc_server_description_hello_response (sd);
+   const char *host = mongoc_server_description_host (sd)->host_and_port;
+   const uint8_t *data = hello ? bson_get_data (hello) : NULL;
+   uint32_t len = hello ? hello->len : 0;
+   if (len && len == conn->hello_len && !memcmp (data, conn->hello, len) &&
+       !strcmp (host, conn->hello_host)) {
+      *topo = (ll_mongo_topology_t)conn->hello_topo;
+      snprintf (id, sizeof conn->identity, "%s", conn->hello_id);
+      snprintf (about, about_size, "%s", conn->hello_about);
+   } else {
+      *topo = ll_mongo_hello_identity (hello, host, id, sizeof conn->identity, about, about_size);
+      bool keep = len && len <= sizeof conn->hello && strlen (host) < sizeof conn->hello_host;
+      conn->hello_len = keep ? len : 0;
+      if (keep) {
+         memcpy (conn->hello, data, len);
+         snprintf (conn->hello_host, sizeof conn->hello_host, "%s", host);
+         snprintf (conn->hello_id, sizeof conn->hello_id, "%s", id);
+         snprintf (conn->hello_about, sizeof conn->hello_about, "%s", about);
+         conn->hello_topo = (int)*topo;
+      }
+   }
    mongoc_server_description_destroy (sd);
    return true;
 }

@@ -37,6 +37,15 @@ typedef struct ll_mongo_conn
    /* The queue mark this connection last set (ll_mongo_queue_mark; end:
     * ms since 1970). */
    ll_queue_mark_t mark;
+   /* The last hello reply read for the primary's identity
+    * (ll_mongo_read_identity) and what it said: the driver keeps a reply
+    * until its next heartbeat, so a grant finds the same bytes and skips
+    * parsing them again. hello_len 0: none kept (or too long to keep). */
+   uint8_t hello[1024];
+   uint32_t hello_len;
+   char hello_host[300];
+   char hello_id[80], hello_about[160];
+   int hello_topo; /* an ll_mongo_topology_t */
 } ll_mongo_conn_t;
 
 /* ---- backend_mongodb_uri.c ------------------------------------------------ */

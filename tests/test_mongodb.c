@@ -2857,6 +2857,47 @@ static void test_primary_changed_before_grant (void)
    B->close (c);
 }
 
+/* The identity read before each grant is parsed again whenever the
+ * driver's hello reply differs from the one last parsed
+ * (ll_mongo_read_identity keeps the reply's bytes and what they said): a
+ * kept reading whose bytes no longer match is not used. Simulated by a
+ * kept reading of another primary under altered bytes: a connection that
+ * used it would see a new primary (meta commands, then BUSY for the
+ * lock-delay). */
+static void test_primary_identity_reread (void)
+{
+   char coll[64], u[1200], a[33];
+   np_coll (coll, sizeof coll, "reread");
+   np_uri (u, sizeof u, coll, "max_ttl=1s");
+   void *c = open_conn (u);
+   CHECK (c);
+   if (!c)
+      return;
+   ll_mongo_conn_t *conn = c;
+   leaselock_error_t err;
+   int64_t fence;
+   new_owner (a);
+   CHECK_OK (acquire (c, "k", a, 1000, &fence, &err), err);
+   CHECK (conn->hello_len > 0 && !strcmp (conn->hello_id, conn->identity));
+   snprintf (conn->hello_id, sizeof conn->hello_id, "another primary");
+   conn->hello[conn->hello_len - 2] ^= 0x5a; /* a byte of the last element */
+   capture_cmds (c);
+   CHECK_OK (acquire (c, "k2", a, 1000, &fence, &err), err);
+   int meta = 0; /* commands on the meta document: none without a new primary */
+   for (int i = 0; i < n_cmds; i++) {
+      bson_iter_t it;
+      meta += bson_iter_init (&it, cmds[i]) && bson_iter_next (&it) && BSON_ITER_HOLDS_UTF8 (&it) &&
+              strstr (bson_iter_utf8 (&it, NULL), ".meta");
+   }
+   CHECK (n_cmds >= 1);
+   CHECK_EQ (meta, 0);
+   CHECK (!strcmp (conn->hello_id, conn->identity));
+   clear_cmds ();
+   mongoc_client_set_apm_callbacks (ll_mongo_test_client (c), NULL, NULL);
+   np_drop (c);
+   B->close (c);
+}
+
 /* ---- hand-off by notification (notify_cases.c) -------------------------- */
 
 /* This machine's channel file of the URI's collection (wake_file.c). */
@@ -2944,6 +2985,7 @@ int main (int argc, char **argv)
    RUN (test_failover_options);
    RUN (test_new_primary_race);
    RUN (test_primary_changed_before_grant);
+   RUN (test_primary_identity_reread);
    RUN (test_new_primary);
    notify_cases_run ();
 
