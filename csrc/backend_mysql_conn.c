@@ -595,9 +595,9 @@ static int ll_mysql_fd (ll_sql_conn_t *b)
 
 /* A connected, idle connection whose socket is readable or hung up was
  * closed by the server (nothing is in flight between calls). */
-static bool ll_mysql_alive (ll_sql_conn_t *b, bool ask_socket)
+static bool ll_mysql_alive (ll_sql_conn_t *b)
 {
-   return ((ll_mysql_conn_t *)b)->db && !(ask_socket && ll_fd_looks_closed (ll_mysql_fd (b)));
+   return ((ll_mysql_conn_t *)b)->db && !ll_fd_looks_closed (ll_mysql_fd (b));
 }
 
 static bool ll_mysql_prepare (ll_sql_conn_t *b, int id, leaselock_error_t *err)

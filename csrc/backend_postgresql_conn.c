@@ -659,11 +659,10 @@ static int ll_pg_fd (ll_sql_conn_t *b)
 
 /* An idle connection whose socket is readable or hung up was closed (or is
  * being closed) by the server. */
-static bool ll_pg_alive (ll_sql_conn_t *b, bool ask_socket)
+static bool ll_pg_alive (ll_sql_conn_t *b)
 {
    ll_pg_conn_t *c = (ll_pg_conn_t *)b;
-   return c->db && PQstatus (c->db) == CONNECTION_OK &&
-          !(ask_socket && ll_fd_looks_closed (PQsocket (c->db)));
+   return c->db && PQstatus (c->db) == CONNECTION_OK && !ll_fd_looks_closed (PQsocket (c->db));
 }
 
 /* The deadline of the call under way: io_timeout from its first wait

@@ -104,28 +104,14 @@ bool ll_sql_table_option (ll_sql_conn_t *b, const char *value, leaselock_error_t
    return true;
 }
 
-/* A connection readied for a statement less than this long ago is
- * taken as alive without asking its socket (a poll(2) per statement: 2%
- * of an acquire+release pair when the server shares the client's CPU).
- * The check is for an idle connection that the server closed (a timeout,
- * a restart, a kill), which leaves its socket readable at once; one
- * closed within this window is found by the statement itself, which
- * fails as a lost connection does at any time. */
-#define LL_SQL_ALIVE_TRUST_MS 10
-
 /* ll_sql_ready's steps; on failure nothing was sent (ll_call_unsent). */
 static bool sql_ready (ll_sql_conn_t *b, int id, leaselock_error_t *err)
 {
-   int64_t now = ll_real_now_ms ();
-   bool recent =
-     b->ready_ms > 0 && now - b->ready_ms >= 0 && now - b->ready_ms < LL_SQL_ALIVE_TRUST_MS;
-   if (!b->driver->alive (b, !recent)) {
-      b->ready_ms = 0;
+   if (!b->driver->alive (b)) {
       b->driver->disconnect (b);
       if (!sql_connect (b, err))
          return false;
    }
-   b->ready_ms = now;
    if ((id == LL_SQL_ACQUIRE || id == LL_SQL_ACQUIRE_FAIR) &&
        !ll_primary_grant_ok (&b->primary, b->driver->name, err))
       return false;

@@ -989,10 +989,9 @@ typedef struct ll_sql_driver
                       leaselock_error_t *err);
    /* Opens the driver's connection (the schema is checked after). */
    bool (*connect) (ll_sql_conn_t *b, leaselock_error_t *err);
-   /* Whether there is a connection the server has not closed: the
-    * driver's own state, and when ask_socket, an idle connection whose
-    * socket reads as closed (ll_fd_looks_closed, a system call). */
-   bool (*alive) (ll_sql_conn_t *b, bool ask_socket);
+   /* Whether there is a connection the server has not closed (an idle
+    * connection whose socket reads as closed: ll_fd_looks_closed). */
+   bool (*alive) (ll_sql_conn_t *b);
    /* The connection's socket, or -1 when there is none. */
    int (*fd) (ll_sql_conn_t *b);
    /* Closes the connection and forgets its prepared statements; nothing
@@ -1030,7 +1029,6 @@ struct ll_sql_conn
    char *sql[LL_SQL_COUNT]; /* the driver's templates with the table name */
    ll_secrets_t secrets;    /* the URI's passwords, scrubbed from messages */
    ll_primary_t primary;    /* read at each (re)connect (check_primary) */
-   int64_t ready_ms;        /* real time of the last statement readied (ll_sql_ready), 0: none */
 };
 
 /* The backend's open: b is its new zeroed connection (NULL: NOMEM). Reads
