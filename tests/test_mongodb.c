@@ -2826,20 +2826,32 @@ static void test_failover_options (void)
  * another records the new one before its next grant (the meta document's
  * read and swap), and that grant is BUSY (the lock-delay). Simulated by
  * a connection that recorded "the old primary". */
+/* *out: a connection on a collection of its own (named after name,
+ * max_ttl=1s) that took "k" with a new owner (in a), or NULL (a check
+ * failed; a connection then is the caller's to close all the same). */
+static void primary_conn (const char *name, char a[33], void **out)
+{
+   char coll[64], u[1200];
+   np_coll (coll, sizeof coll, name);
+   np_uri (u, sizeof u, coll, "max_ttl=1s");
+   *out = open_conn (u);
+   CHECK (*out);
+   leaselock_error_t err;
+   int64_t fence;
+   new_owner (a);
+   CHECK_OK (acquire (*out, "k", a, 1000, &fence, &err), err);
+}
+
 static void test_primary_changed_before_grant (void)
 {
-   char coll[64], u[1200], a[33];
-   np_coll (coll, sizeof coll, "follow");
-   np_uri (u, sizeof u, coll, "max_ttl=1s");
-   void *c = open_conn (u);
-   CHECK (c);
+   char a[33];
+   void *c = NULL;
+   primary_conn ("follow", a, &c);
    if (!c)
       return;
    ll_mongo_conn_t *conn = c;
    leaselock_error_t err;
    int64_t fence;
-   new_owner (a);
-   CHECK_OK (acquire (c, "k", a, 1000, &fence, &err), err);
    CHECK (np_rewrite (c, "the old primary"));
    snprintf (conn->identity, sizeof conn->identity, "the old primary");
    uint32_t gen = conn->primary.generation;
@@ -2866,18 +2878,14 @@ static void test_primary_changed_before_grant (void)
  * lock-delay). */
 static void test_primary_identity_reread (void)
 {
-   char coll[64], u[1200], a[33];
-   np_coll (coll, sizeof coll, "reread");
-   np_uri (u, sizeof u, coll, "max_ttl=1s");
-   void *c = open_conn (u);
-   CHECK (c);
+   char a[33];
+   void *c = NULL;
+   primary_conn ("reread", a, &c);
    if (!c)
       return;
    ll_mongo_conn_t *conn = c;
    leaselock_error_t err;
    int64_t fence;
-   new_owner (a);
-   CHECK_OK (acquire (c, "k", a, 1000, &fence, &err), err);
    CHECK (conn->hello_len > 0 && !strcmp (conn->hello_id, conn->identity));
    snprintf (conn->hello_id, sizeof conn->hello_id, "another primary");
    conn->hello[conn->hello_len - 2] ^= 0x5a; /* a byte of the last element */
