@@ -108,9 +108,8 @@
 
 /* Binds and executes statement id (reconnecting and preparing first when
  * needed), retrying a statement the server rolled back for a deadlock (it
- * had no effect, so running it again is exact). */
-/* Runs statement id with params bound. bound_to (may be NULL): the
- * handle params were last bound to, which needs no binding again (the
+ * had no effect, so running it again is exact). bound_to (may be NULL):
+ * the handle params were last bound to, which needs no binding again (the
  * values are read from the bound buffers when it runs); set on a bind. */
 static bool ll_mysql_execute_on (ll_mysql_conn_t *c, int id, MYSQL_BIND *params,
                                  MYSQL_STMT **bound_to, const char *what, leaselock_error_t *err)
@@ -245,12 +244,9 @@ typedef struct ll_mysql_acq_binds
    MYSQL_STMT *bound_to[3]; /* the handle p[i] was bound to, or NULL */
 } ll_mysql_acq_binds_t;
 
-static const char *const *ll_mysql_acq_params (void)
-{
-   static const char *const params[3] = { ll_mysql_acquire_params, ll_mysql_acquire_fair_params,
-                                          ll_mysql_acquire_fair_queue_params };
-   return params;
-}
+static const char *const ll_mysql_acq_params[3] = { ll_mysql_acquire_params,
+                                                    ll_mysql_acquire_fair_params,
+                                                    ll_mysql_acquire_fair_queue_params };
 
 void ll_mysql_acq_binds_reset (ll_mysql_conn_t *c, bool free_too)
 {
@@ -276,7 +272,7 @@ static ll_mysql_acq_binds_t *ll_mysql_acq_binds (ll_mysql_conn_t *c)
    k->a.text[3] = k->label;
    k->a.fence_floor = &c->b.primary.fence_floor;
    for (int i = 0; i < 3; i++)
-      ll_mysql_bind_acquire (k->p[i], ll_mysql_acq_params ()[i], &k->a);
+      ll_mysql_bind_acquire (k->p[i], ll_mysql_acq_params[i], &k->a);
    return c->acq_binds = k;
 }
 
