@@ -613,6 +613,7 @@ const ll_backend_t ll_backend_mongodb = {
    LL_BACKEND_CONN_OPS (ll_mongo),
    .acquire = ll_mongo_acquire,
    .fair_take = true,
+   .queue_leave_notifies = true,
    LL_BACKEND_LEASE_OPS (ll_mongo),
    LL_BACKEND_HOST_WATCH_OPS (ll_mongo),
    .primary = ll_mongo_primary,

@@ -218,7 +218,10 @@ bool ll_mongo_queue_leave (void *c, const ll_op_t *op, leaselock_error_t *err)
    }
    bool ok = mongoc_collection_delete_one (conn->queue, &q, NULL, NULL, &e);
    bson_destroy (&q);
-   return ok || ll_mongo_fail (conn, err, "deleteOne", &e);
+   if (!ok)
+      return ll_mongo_fail (conn, err, "deleteOne", &e);
+   ll_wake_touch_queue (&conn->wake); /* queue_leave_notifies */
+   return true;
 }
 
 bool ll_mongo_queue_prune (ll_mongo_conn_t *conn, const char *prefix, size_t prefix_len,

@@ -687,11 +687,15 @@ static bool ll_mysql_queue_join (void *conn, const ll_op_t *op, int64_t keep_ms,
 
 static bool ll_mysql_queue_leave (void *conn, const ll_op_t *op, leaselock_error_t *err)
 {
+   ll_mysql_conn_t *c = conn;
    unsigned long klen = (unsigned long)op->key_len, olen = LEASELOCK_OWNER_LEN;
    MYSQL_BIND p[2];
    ll_mysql_bind_blob (&p[0], op->key, &klen);
    ll_mysql_bind_str (&p[1], op->owner, &olen);
-   return ll_mysql_execute (conn, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err);
+   if (!ll_mysql_execute (c, LL_SQL_QUEUE_LEAVE, p, "queue_leave", err))
+      return false;
+   ll_wake_touch_queue (&c->wake); /* queue_leave_notifies */
+   return true;
 }
 
 /* Release notifications for this machine's processes (wake_file.c). */
@@ -702,7 +706,7 @@ const ll_backend_t ll_backend_mysql = {
    .schemes = { "mysql", "mariadb", NULL },
    LL_SQL_BACKEND_OPS (ll_mysql),
    LL_BACKEND_HOST_WATCH_OPS (ll_mysql),
-   .fair_wake_first_only = true,
+   .queue_leave_notifies = true,
 };
 
 #endif /* LEASELOCK_WITH_MYSQL */

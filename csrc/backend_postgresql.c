@@ -452,7 +452,7 @@ static bool ll_pg_watch_drain (void *listener, ll_watch_fn fn, void *data, lease
       if (slash && slash - n->extra <= LEASELOCK_OWNER_LEN) {
          char owner[LEASELOCK_OWNER_LEN + 1];
          ll_copy_clipped (owner, sizeof owner, n->extra, (size_t)(slash - n->extra));
-         fn (data, slash + 1, strlen (slash + 1), owner);
+         fn (data, LL_WATCH_RELEASE, slash + 1, strlen (slash + 1), owner);
       }
       PQfreemem (n);
    }

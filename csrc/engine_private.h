@@ -214,6 +214,7 @@ typedef struct waiter
    bool fair;              /* it keeps a place in the key's queue (fair mode) */
    bool queued;            /* its queue entry may be live */
    int64_t ahead;          /* live entries queued before its own at the last try */
+   uint64_t leaves_before; /* its watcher's queue leaves heard when that try's count began */
 } waiter_t;
 
 /* One call of leaselock_acquire: its tries share one owner. On the

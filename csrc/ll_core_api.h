@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 
-#define LL_CORE_API_VERSION 2
+#define LL_CORE_API_VERSION 3
 /* The one symbol a module exports (see ll_module_entry_fn). */
 #define LL_MODULE_ENTRY "leaselock_backend_module_v1"
 
@@ -62,6 +62,7 @@
    X (ll_primary_grant_ok)                                                                         \
    X (ll_primary_ttl_ok)                                                                           \
    X (ll_wake_touch)                                                                               \
+   X (ll_wake_touch_queue)                                                                         \
    X (ll_wake_toucher_free)                                                                        \
    X (ll_wake_host_toucher)                                                                        \
    X (ll_wake_host_listen)                                                                         \
@@ -131,6 +132,7 @@ extern const ll_core_api_t *ll_module_core;
 #define ll_primary_grant_ok (*ll_module_core->ll_primary_grant_ok)
 #define ll_primary_ttl_ok (*ll_module_core->ll_primary_ttl_ok)
 #define ll_wake_touch (*ll_module_core->ll_wake_touch)
+#define ll_wake_touch_queue (*ll_module_core->ll_wake_touch_queue)
 #define ll_wake_toucher_free (*ll_module_core->ll_wake_toucher_free)
 #define ll_wake_host_toucher (*ll_module_core->ll_wake_host_toucher)
 #define ll_wake_host_listen (*ll_module_core->ll_wake_host_listen)

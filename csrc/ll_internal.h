@@ -503,10 +503,19 @@ typedef struct ll_taken
    int64_t left_ms; /* when BUSY and reserved: the record's time left, or -1 */
 } ll_taken_t;
 
-/* What a listener reports (ll_backend_t's watch_drain): key[0..key_len)
- * was released (key NULL: unknown which), leaving next_owner (32 hex) as
- * its reservation ("": none; NULL: unknown). Strings are borrowed. */
-typedef void (*ll_watch_fn) (void *data, const char *key, size_t key_len, const char *next_owner);
+/* What a listener reports (ll_backend_t's watch_drain): LL_WATCH_RELEASE,
+ * key[0..key_len) was released (key NULL: unknown which), leaving
+ * next_owner (32 hex) as its reservation ("": none; NULL: unknown); or
+ * LL_WATCH_QUEUE_LEFT, a waiter left a key's fair queue (key NULL:
+ * unknown which; next_owner NULL), which brings each one queued behind it
+ * a place nearer the head. Strings are borrowed. */
+typedef enum
+{
+   LL_WATCH_RELEASE,
+   LL_WATCH_QUEUE_LEFT
+} ll_watch_event_t;
+typedef void (*ll_watch_fn) (void *data, ll_watch_event_t ev, const char *key, size_t key_len,
+                             const char *next_owner);
 
 /*
  * Every op gets one connection made by open() and used by one thread at a
@@ -621,15 +630,18 @@ typedef struct ll_backend
     * owner keeps its quarter-rule polls (wait.c) rather than the longer
     * ones of a client whose listener hears every release. */
    bool watch_local_only;
-   /* A release heard lowers each fair waiter's count of those queued
-    * before it (watch.c) and wakes those it brings to 1 or less: the one
-    * right behind the new head joins again in time for its turn, and a
-    * count that missed a release during its own try is still woken. On
-    * MySQL/MariaDB, whose join is two statements (the count a self-join),
-    * that early join costs the server more than it saves: only those
-    * brought to 0 (make bench-contention, 8 fair processes: 0.71-0.73 of
-    * ideal, 0.63-0.65 with both). */
-   bool fair_wake_first_only;
+   /* Its queue_leave tells the listeners (LL_WATCH_QUEUE_LEFT,
+    * ll_wake_touch_queue). A leave, not a release, is what moves the
+    * queue: the new holder's leave wakes the waiter it brings to the head,
+    * which joins again and claims the reservation while the key is still
+    * held, so the release after hands the key over with the take and the
+    * leave alone (no join on the hand-off's path; make bench-contention,
+    * 8 fair processes on MySQL: 0.78-0.81 of ideal, 0.67-0.69 before).
+    * Without it, a release heard lowers each fair waiter's count of those
+    * queued before it (watch.c) and wakes those it brings to 1 or less:
+    * the one right behind the new head joins again in time for its turn,
+    * and a count that missed a release during its own try is still woken. */
+   bool queue_leave_notifies;
    /* Reentrant holds: the record's hold count += delta (+1: its owner
     * asked again; -1: it let one go), never below 1, when the record is
     * owner's and live; *holds: the count after. NOT_HELD otherwise. The
@@ -754,6 +766,9 @@ extern void (*ll_test_queue_join_hook) (void);
  * delay the write there past the mark). NULL otherwise. */
 extern void (*ll_test_queue_mark_hook) (void);
 extern void (*ll_test_mongo_mark_hook) (void);
+/* Tests only: when set, a fair waiter's try calls it once its queue_join
+ * has counted those ahead (take.c), before it acts on the count. */
+extern void (*ll_test_queue_counted_hook) (void);
 
 /* The backends' tables. SQLite's is in the core; the others are each in
  * their module (leaselock_backend_<name>.so, loaded by backend_load.c:
@@ -1091,7 +1106,8 @@ typedef struct ll_watch_waiter
    bool reserved;        /* it held the reservation after its last try (watch mu) */
    bool behind;          /* its last try found another waiter next (watch mu) */
    int64_t ahead;        /* fair: waiters queued before it at its last try, less the
-                          * releases heard since; -1: not fair (watch mu) */
+                          * releases (or, ll_backend_t's queue_leave_notifies, the
+                          * queue leaves) heard since; -1: not fair (watch mu) */
    pthread_mutex_t *mu;  /* guards woken */
    pthread_cond_t *cond; /* broadcast when woken is set */
    bool woken;           /* a notification says: try now (the waiter clears it) */
@@ -1105,8 +1121,10 @@ typedef struct ll_watch_waiter
  * waiter that can take the key: the reservation's next owner named by the
  * notification, or without one the oldest waiter of the key (without a
  * key: the waiters that hold a reservation, and the fair waiters that the
- * releases heard may have brought next). Waiters' own writes never
- * wake anybody: only releases notify. Lock order: the client's mutex, then
+ * releases heard may have brought next). A queue leave it hears
+ * (queue_leave_notifies) wakes the fair waiter that it brings to the head.
+ * Waiters' other writes never wake anybody: only releases and leaves
+ * notify. Lock order: the client's mutex, then
  * mu, then a bucket's mutex. fork.c takes mu around a fork and renews cond
  * in the child; the rest is reset on its next use there. */
 typedef struct ll_watch
@@ -1117,18 +1135,19 @@ typedef struct ll_watch
    pthread_cond_t cond;
    ll_watch_waiter_t *waiters;
    pthread_t thread;
-   bool running;   /* the thread exists (in this process) */
-   bool stopping;  /* the client is closing: no new start */
-   void *listener; /* the thread's open listener, NULL while there is none;
-                    * in a forked child, the parent's until the next use
-                    * abandons it */
-   int stop_fd;    /* eventfd that interrupts the thread's poll (0: none yet) */
-   pid_t pid;      /* the process the thread and listener belong to */
-   uint64_t opens; /* listeners opened (tests read it) */
-   uint64_t heard; /* releases its listeners reported (tests read it) */
-   ll_obs_t *obs;  /* borrowed: the client's log, for a listener that fails */
-   bool warned;    /* the failure of the listener's last open was logged */
-   char tag[3];    /* owners' tag (ll_watch_begin), new in each process */
+   bool running;    /* the thread exists (in this process) */
+   bool stopping;   /* the client is closing: no new start */
+   void *listener;  /* the thread's open listener, NULL while there is none;
+                     * in a forked child, the parent's until the next use
+                     * abandons it */
+   int stop_fd;     /* eventfd that interrupts the thread's poll (0: none yet) */
+   pid_t pid;       /* the process the thread and listener belong to */
+   uint64_t opens;  /* listeners opened (tests read it) */
+   uint64_t heard;  /* releases its listeners reported (tests read it) */
+   uint64_t leaves; /* queue leaves its listeners reported (ll_watch_leaves) */
+   ll_obs_t *obs;   /* borrowed: the client's log, for a listener that fails */
+   bool warned;     /* the failure of the listener's last open was logged */
+   char tag[3];     /* owners' tag (ll_watch_begin), new in each process */
 } ll_watch_t;
 
 /* Tests only: a waiter sleeps this long between its tries when > 0 (so a
@@ -1160,9 +1179,17 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, char *owner, pid_t me)
  * was heard since the last update (the key may be free). ahead: a fair
  * waiter's count of waiters queued before it (-1: not fair); each release
  * heard since lowers it, and at 1 or less the watcher wakes it as a
- * reserved one, though the notification names nobody (SQLite). */
+ * reserved one, though the notification names nobody (SQLite); where
+ * queue leaves notify (queue_leave_notifies), each leave heard lowers it
+ * instead, those heard since leaves_before included, and at 0 the
+ * watcher wakes it. */
 bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
-                      int64_t ahead, bool *released);
+                      int64_t ahead, uint64_t leaves_before, bool *released);
+/* The queue leaves w's listeners have reported: a fair waiter reads it
+ * before its count (queue_join) and gives it to ll_watch_update as
+ * leaves_before, so that a leave heard while its count was on its way
+ * still lowers it (and a count it brings to 0 wakes the waiter at once). */
+uint64_t ll_watch_leaves (ll_watch_t *w);
 /* me: the caller's process (the call's getpid ()). */
 void ll_watch_end (ll_watch_t *w, ll_watch_waiter_t *e, pid_t me);
 /* Stops the thread (joined: bounded by one listener open) and closes the
@@ -1205,6 +1232,10 @@ typedef struct ll_wake_toucher
  * nobody listening yet, or a refused touch only leaves waiters to their
  * polls). Nothing when t has no path. */
 void ll_wake_touch (ll_wake_toucher_t *t);
+/* Tells the listeners that a waiter left a fair queue (LL_WATCH_QUEUE_LEFT):
+ * one byte written at the start of the file (inotify IN_MODIFY, where a
+ * release's touch is IN_ATTRIB). Best effort as ll_wake_touch. */
+void ll_wake_touch_queue (ll_wake_toucher_t *t);
 /* Tests only: when set, ll_wake_touch touches nothing (a release made on
  * another machine, as this machine's listeners hear it). */
 extern _Atomic bool ll_test_wake_silent;

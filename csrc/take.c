@@ -25,6 +25,8 @@
  * server that does not answer: the resend would wait as long again). */
 #define RESEND_FAST_MS 1000
 
+void (*ll_test_queue_counted_hook) (void);
+
 /* A lease for a's key and owner, not yet acquired (no client). */
 static leaselock_lease_t *lease_new (const acquire_call_t *a)
 {
@@ -150,8 +152,12 @@ static bool queue_turn (acquire_call_t *a, void *conn, const leaselock_lease_t *
    waiter_t *w = &a->w;
    int64_t t0 = ll_real_now_us ();
    const ll_op_t op = { l->key, l->key_len, l->owner };
+   if (c->backend->queue_leave_notifies)
+      w->leaves_before = ll_watch_leaves (&c->watch);
    bool ok = c->backend->queue_join (conn, &op, QUEUE_KEEP_MS, &w->ahead, err);
    ll_obs_request (&c->obs, t0, ok, err);
+   if (ok && ll_test_queue_counted_hook)
+      ll_test_queue_counted_hook ();
    if (!ok)
       return false;
    w->queued = true;

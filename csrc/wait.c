@@ -244,9 +244,13 @@ bool ll_wait_plan (acquire_call_t *a, int64_t *until_out, leaselock_error_t *err
    if (a->watched) {
       /* A fair waiter first in the queue is next as much as a reserved
        * one, and so is the second once the first has taken the key: a
-       * notification that names no waiter (SQLite's) wakes them too. */
-      heard = ll_watch_update (&a->c->watch, &a->watch, w->reserved || (w->fair && w->ahead <= 1),
-                               w->behind, w->fair ? w->ahead : -1, &released);
+       * notification that names no waiter (SQLite's) wakes them too.
+       * Where queue leaves notify, the second is woken by the first's
+       * leave instead (watch.c's on_queue_left), not by each release. */
+      int64_t near = a->c->backend->queue_leave_notifies ? 0 : 1;
+      heard =
+        ll_watch_update (&a->c->watch, &a->watch, w->reserved || (w->fair && w->ahead <= near),
+                         w->behind, w->fair ? w->ahead : -1, w->leaves_before, &released);
       pthread_mutex_lock (&a->b->mu);
       a->local.reserved = w->reserved;
       pthread_mutex_unlock (&a->b->mu);

@@ -66,10 +66,11 @@ int ll_wake_make (const char *wake, mode_t mode, bool exact, const struct stat *
    return fd;
 }
 
-void ll_wake_touch (ll_wake_toucher_t *t)
+/* t's file, opened again when WAKE_REOPEN_MS have passed; -1 for none. */
+static int toucher_fd (ll_wake_toucher_t *t)
 {
    if (!t->path || atomic_load (&ll_test_wake_silent))
-      return;
+      return -1;
    int64_t now = ll_real_now_ms ();
    if (t->opened_ms == 0 || now - t->opened_ms >= WAKE_REOPEN_MS) {
       if (t->fd >= 0)
@@ -77,8 +78,22 @@ void ll_wake_touch (ll_wake_toucher_t *t)
       t->fd = ll_wake_open (t->path, 0, 0);
       t->opened_ms = now;
    }
-   if (t->fd >= 0)
-      (void)futimens (t->fd, NULL);
+   return t->fd;
+}
+
+void ll_wake_touch (ll_wake_toucher_t *t)
+{
+   int fd = toucher_fd (t);
+   if (fd >= 0)
+      (void)futimens (fd, NULL);
+}
+
+void ll_wake_touch_queue (ll_wake_toucher_t *t)
+{
+   int fd = toucher_fd (t);
+   if (fd >= 0 && pwrite (fd, "q", 1, 0) != 1) {
+      /* best effort, as a touch: waiters poll */
+   }
 }
 
 void ll_wake_toucher_free (ll_wake_toucher_t *t)
@@ -134,8 +149,8 @@ void *ll_wake_listen (const char *backend, const char *wake, int fd, const char 
    l->fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
    /* IN_DONT_FOLLOW: a link swapped in after the open is not followed. */
    if (l->fd < 0 ||
-       inotify_add_watch (l->fd, wake, IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW) <
-         0) {
+       inotify_add_watch (
+         l->fd, wake, IN_ATTRIB | IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW) < 0) {
       ll_backend_fail (err, backend, "watching the release channel", strerror (errno), NULL,
                        detail);
       ll_wake_listener_close (l);
@@ -153,20 +168,25 @@ bool ll_wake_listener_drain (void *listener, ll_watch_fn fn, void *data, leaselo
 {
    ll_wake_listener_t *l = listener;
    char buf[4096] __attribute__ ((aligned (__alignof__(struct inotify_event))));
-   bool touched = false, broken = false;
+   bool touched = false, left = false, broken = false;
    ssize_t n;
    while ((n = read (l->fd, buf, sizeof buf)) > 0) {
       for (char *p = buf; p < buf + n;) {
          const struct inotify_event *ev = (const struct inotify_event *)p;
          touched = touched || (ev->mask & IN_ATTRIB);
+         left = left || (ev->mask & IN_MODIFY);
          broken = broken || (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED));
          p += sizeof *ev + ev->len;
       }
    }
    if (n < 0 && errno != EAGAIN && errno != EINTR)
       broken = true;
+   /* Leaves first: a waiter they bring to the head is then next for the
+    * release heard with them. */
+   if (left)
+      fn (data, LL_WATCH_QUEUE_LEFT, NULL, 0, NULL);
    if (touched)
-      fn (data, NULL, 0, NULL);
+      fn (data, LL_WATCH_RELEASE, NULL, 0, NULL);
    if (broken)
       return ll_error_set (err, LEASELOCK_BACKEND, "%s: the release channel file went away",
                            l->backend);

@@ -94,10 +94,10 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
          continue;
       e->released = true;
       /* A fair waiter that the releases heard since its last try may have
-       * brought to the queue's head (or next to it: ll_backend_t's
-       * fair_wake_first_only) is next as much as a reserved one: its own
-       * count is from before them. */
-      if (e->ahead > 0 && --e->ahead <= (w->backend->fair_wake_first_only ? 0 : 1))
+       * brought to the queue's head or next to it is next as much as a
+       * reserved one: its own count is from before them. Where leaves
+       * notify, they move it instead (on_queue_left). */
+      if (!w->backend->queue_leave_notifies && e->ahead > 0 && --e->ahead <= 1)
          e->reserved = true;
       if (!key) {
          if (e->reserved && oldest_reserved (w, e))
@@ -129,12 +129,35 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
       wake (oldest);
 }
 
-static void on_release_locked (void *data, const char *key, size_t len, const char *next_owner)
+/* A waiter left a key's fair queue (key NULL: unknown which;
+ * ll_backend_t's queue_leave_notifies): each fair waiter of the key moves
+ * up a place, and the one it brings to the head is woken to join again
+ * and claim the reservation while the key is still held. Called with
+ * w->mu held. */
+static void on_queue_left (ll_watch_t *w, const char *key, size_t len)
+{
+   for (ll_watch_waiter_t *e = w->waiters; e; e = e->next) {
+      if (key && !same_key (e, key, len))
+         continue;
+      if (e->ahead > 0 && --e->ahead == 0) {
+         e->reserved = true;
+         wake (e);
+      }
+   }
+}
+
+static void on_event_locked (void *data, ll_watch_event_t ev, const char *key, size_t len,
+                             const char *next_owner)
 {
    ll_watch_t *w = data;
    pthread_mutex_lock (&w->mu);
-   w->heard++;
-   on_release (w, key, len, next_owner);
+   if (ev == LL_WATCH_QUEUE_LEFT) {
+      w->leaves++;
+      on_queue_left (w, key, len);
+   } else {
+      w->heard++;
+      on_release (w, key, len, next_owner);
+   }
    pthread_mutex_unlock (&w->mu);
 }
 
@@ -211,7 +234,7 @@ static void *watch_main (void *arg)
       if (r == 0 || (r < 0 && p[0].fd >= 0) || (r > 0 && !p[0].revents))
          continue; /* timeout, EINTR or a stop: check for a stop */
       leaselock_error_t err;
-      if (p[0].fd >= 0 && w->backend->watch_drain (l, on_release_locked, w, &err))
+      if (p[0].fd >= 0 && w->backend->watch_drain (l, on_event_locked, w, &err))
          continue;
       /* Broken: closed, and reopened after a pause. */
       pthread_mutex_lock (&w->mu);
@@ -267,7 +290,7 @@ void ll_watch_begin (ll_watch_t *w, ll_watch_waiter_t *e, char *owner, pid_t me)
 }
 
 bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool behind,
-                      int64_t ahead, bool *released)
+                      int64_t ahead, uint64_t leaves_before, bool *released)
 {
    *released = false;
    if (!w->backend->watch_open)
@@ -281,6 +304,14 @@ bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool b
    e->reserved = reserved;
    e->behind = behind;
    e->ahead = ahead;
+   if (ahead > 0 && w->backend->queue_leave_notifies) {
+      uint64_t missed = w->leaves - leaves_before;
+      e->ahead = missed >= (uint64_t)ahead ? 0 : ahead - (int64_t)missed;
+      if (e->ahead == 0) {
+         e->reserved = true;
+         wake (e);
+      }
+   }
    *released = e->released;
    e->released = false;
    /* A listener that hears only this machine's releases lets the next
@@ -328,6 +359,14 @@ uint64_t ll_watch_opens (ll_watch_t *w)
 {
    pthread_mutex_lock (&w->mu);
    uint64_t n = w->pid == ll_getpid () ? w->opens : 0;
+   pthread_mutex_unlock (&w->mu);
+   return n;
+}
+
+uint64_t ll_watch_leaves (ll_watch_t *w)
+{
+   pthread_mutex_lock (&w->mu);
+   uint64_t n = w->leaves;
    pthread_mutex_unlock (&w->mu);
    return n;
 }

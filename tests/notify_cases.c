@@ -273,6 +273,17 @@ static void *nt_waiter_main (void *arg)
    return NULL;
 }
 
+/* The same in fair mode. */
+static void *nt_fair_waiter_main (void *arg)
+{
+   nt_waiter_t *w = arg;
+   leaselock_acquire_opts_t o = opts (60000, false);
+   o.timeout_ms = 20000;
+   o.fair = true;
+   w->ok = leaselock_acquire (w->c, w->k, strlen (w->k), &o, &w->l, &w->err);
+   return NULL;
+}
+
 /* Waits (up to 10 s) until c's watcher has a listener open, then a moment
  * for its LISTEN to be in place. */
 static void nt_listening (leaselock_client_t *c)
@@ -408,8 +419,8 @@ void test_notify_only_next_owners_listener (void)
 }
 
 /* A fair waiter of k in a process of its own, its polls put off: queues,
- * holds k 30 ms once it has it, releases. Exits 0 when all of it worked. */
-static pid_t nt_fair_waiter (const char *uri, const char *k)
+ * holds k hold_ms once it has it, releases. Exits 0 when all of it worked. */
+static pid_t nt_fair_waiter (const char *uri, const char *k, int64_t hold_ms)
 {
    pid_t pid = fork ();
    if (pid != 0)
@@ -423,7 +434,7 @@ static pid_t nt_fair_waiter (const char *uri, const char *k)
    leaselock_lease_t *l = NULL;
    bool ok = c && leaselock_acquire (c, k, strlen (k), &o, &l, &err);
    if (ok) {
-      sleep_ms (30);
+      sleep_ms (hold_ms);
       ok = leaselock_lease_release (l, &err);
    }
    if (!ok)
@@ -475,7 +486,7 @@ void test_notify_fair_queue_handoffs (void)
    pid_t pids[3];
    bool queued = true;
    for (int i = 0; i < 3; i++) {
-      pids[i] = nt_fair_waiter (URI, k);
+      pids[i] = nt_fair_waiter (URI, k, 30);
       queued = queued && pids[i] > 0 && nt_queued (h, k, i + 1);
    }
    sleep_ms (100); /* their listeners are in place */
@@ -499,6 +510,174 @@ void test_notify_fair_queue_handoffs (void)
    if (took >= 5000)
       fprintf (stderr, "    the three waiters took %lld ms\n", (long long)took);
    CHECK (took < 5000);
+}
+
+/* Whether uri's fair queue leaves notify, on a backend whose records name
+ * the reserved next owner (the cases below read it). */
+static bool nt_leaves_notify (void)
+{
+   leaselock_error_t err;
+   const ll_backend_t *b = ll_backend_for_uri (URI, &err);
+   return nt_supported (URI) && b->queue_leave_notifies && b->record_waiters;
+}
+
+/* Whether, within ms (once *gate is set, when given), k's record read
+ * through c is held by one owner and reserved by another: a waiter
+ * claimed it during the hold. *r: the record last read. */
+static bool nt_claimed_while_held (leaselock_client_t *c, const char *k, int64_t ms,
+                                   atomic_bool *gate, leaselock_record_t *r)
+{
+   for (int64_t t0 = mono_ms (); mono_ms () - t0 < ms; sleep_ms (10)) {
+      bool found = false;
+      if ((!gate || atomic_load (gate)) && leaselock_inspect (c, k, strlen (k), r, &found, NULL) &&
+          found && r->owner[0] && r->next_owner[0] && strcmp (r->owner, r->next_owner) != 0)
+         return true;
+   }
+   return false;
+}
+
+/* Where queue leaves notify (queue_leave_notifies), the new holder's leave
+ * wakes the waiter it brings to the head, which joins again and claims the
+ * reservation while the key is still held: its record names a next owner
+ * during the hold, though that waiter never polls. Without the leave's
+ * notification it would sleep until the release, and hand-off would cost
+ * its join as well. */
+void test_notify_fair_next_claims_while_held (void)
+{
+   if (!nt_leaves_notify ())
+      return;
+   leaselock_error_t err;
+   leaselock_client_t *h = client ("holder");
+   CHECK (h);
+   const char *k = key ("notify-fair-claim");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *l = NULL;
+   CHECK_OK (leaselock_acquire (h, k, strlen (k), &o, &l, &err), err);
+   pid_t first = nt_fair_waiter (URI, k, 3000);
+   bool queued = first > 0 && nt_queued (h, k, 1);
+   pid_t second = nt_fair_waiter (URI, k, 30);
+   queued = queued && second > 0 && nt_queued (h, k, 2);
+   sleep_ms (100); /* their listeners are in place */
+   bool released = leaselock_lease_release (l, &err);
+   /* The first takes the key and holds it 3 s; within 2 s of the release,
+    * the second must have claimed it. */
+   leaselock_record_t r = { 0 };
+   bool claimed = nt_claimed_while_held (h, k, 2000, NULL, &r);
+   int done = 0;
+   pid_t pids[2] = { first, second };
+   for (int i = 0; i < 2; i++) {
+      int status = 0;
+      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
+          WEXITSTATUS (status) == 0)
+         done++;
+   }
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (h);
+   CHECK (queued);
+   CHECK_OK (released, err);
+   if (!claimed)
+      fprintf (stderr, "    during the first waiter's hold: owner \"%s\", next owner \"%s\"\n",
+               r.owner, r.next_owner);
+   CHECK (claimed);
+   CHECK_EQ (done, 2);
+}
+
+/* test_notify_fair_leave_during_count's hook: at the waiter's count, the
+ * holder (another process, so that no local release wakes the waiter)
+ * releases, and the hook returns once this process's watcher has heard
+ * the leave of the waiter ahead (which took the key). */
+static int nt_count_fd = -1; /* the holder's release order */
+static leaselock_client_t *nt_count_client;
+static atomic_bool nt_count_heard;
+
+static void nt_release_at_count (void)
+{
+   if (nt_count_fd < 0)
+      return;
+   ll_watch_t *watch = ll_client_watch (nt_count_client);
+   uint64_t before = ll_watch_leaves (watch);
+   char b = 1;
+   bool told = write (nt_count_fd, &b, 1) == 1;
+   nt_count_fd = -1;
+   for (int i = 0; told && i < 5000 && ll_watch_leaves (watch) == before; i++)
+      sleep_ms (1);
+   atomic_store (&nt_count_heard, ll_watch_leaves (watch) != before);
+}
+
+/* Where queue leaves notify: a leave heard while a waiter's count was on
+ * its way still counts. The waiter counted one ahead, which took the key
+ * and left before the waiter went to sleep: it must wake at once, join
+ * again and claim the reservation during that hold, not sleep until its
+ * next poll (put off here). */
+void test_notify_fair_leave_during_count (void)
+{
+   if (!nt_leaves_notify ())
+      return;
+   leaselock_error_t err;
+   leaselock_client_t *h = client ("other holder");
+   nt_waiter_t w = { .c = client ("waiter") };
+   CHECK (h && w.c);
+   const char *k = key ("notify-leave-count");
+   snprintf (w.k, sizeof w.k, "%s", k);
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *other = NULL;
+   int to[2], from[2];
+   CHECK (pipe (to) == 0 && pipe (from) == 0);
+   pid_t holder = nt_holder (URI, k, to, from);
+   close (to[1]);
+   close (from[0]);
+   char byte;
+   CHECK (read (to[0], &byte, 1) == 1); /* it holds k */
+   /* The waiter's watcher runs from an earlier wait (its first wait
+    * starts it, after its count). */
+   const char *k2 = key ("notify-leave-count-other");
+   CHECK_OK (leaselock_acquire (h, k2, strlen (k2), &o, &other, &err), err);
+   leaselock_acquire_opts_t wo = opts (60000, false);
+   wo.timeout_ms = 300;
+   leaselock_lease_t *none = NULL;
+   CHECK (!leaselock_acquire (w.c, k2, strlen (k2), &wo, &none, &err));
+   nt_listening (w.c);
+   pid_t first = nt_fair_waiter (URI, k, 3000);
+   bool queued = first > 0 && nt_queued (h, k, 1);
+   sleep_ms (100); /* its listener is in place */
+   atomic_store (&ll_test_wait_poll_ms, 60000);
+   nt_count_client = w.c;
+   atomic_store (&nt_count_heard, false);
+   nt_count_fd = from[1];
+   ll_test_queue_counted_hook = nt_release_at_count;
+   CHECK (pthread_create (&w.th, NULL, nt_fair_waiter_main, &w) == 0);
+   leaselock_record_t r = { 0 };
+   bool claimed = nt_claimed_while_held (h, k, 2500, &nt_count_heard, &r);
+   int status = 0;
+   bool first_ok = first > 0 && waitpid (first, &status, 0) == first && WIFEXITED (status) &&
+                   WEXITSTATUS (status) == 0;
+   pthread_join (w.th, NULL);
+   ll_test_queue_counted_hook = NULL;
+   atomic_store (&ll_test_wait_poll_ms, 0);
+   if (nt_count_fd >= 0) /* the hook never ran: let the holder go */
+      (void)!write (from[1], &byte, 1);
+   nt_count_fd = -1;
+   close (to[0]);
+   close (from[1]);
+   bool holder_ok =
+     waitpid (holder, &status, 0) == holder && WIFEXITED (status) && WEXITSTATUS (status) == 0;
+   bool heard = atomic_load (&nt_count_heard);
+   if (w.l)
+      CHECK_OK (leaselock_lease_release (w.l, &err), err);
+   leaselock_lease_destroy (w.l);
+   leaselock_lease_release (other, &err);
+   leaselock_lease_destroy (other);
+   leaselock_client_destroy (w.c);
+   leaselock_client_destroy (h);
+   CHECK (queued);
+   CHECK (holder_ok);
+   CHECK (heard);
+   if (!claimed)
+      fprintf (stderr, "    during the first waiter's hold: owner \"%s\", next owner \"%s\"\n",
+               r.owner, r.next_owner);
+   CHECK (claimed);
+   CHECK (first_ok);
+   CHECK_OK (w.ok, w.err);
 }
 
 void test_notify_local_only_polls (void)
@@ -529,7 +708,7 @@ void test_notify_local_only_polls (void)
    };
    ll_watch_begin (watch, &e, owner, getpid ());
    bool released = false;
-   bool every = ll_watch_update (watch, &e, true, false, -1, &released);
+   bool every = ll_watch_update (watch, &e, true, false, -1, 0, &released);
    pthread_mutex_lock (&watch->mu);
    bool open = watch->listener != NULL;
    pthread_mutex_unlock (&watch->mu);
@@ -629,6 +808,8 @@ void notify_cases_run (void)
    RUN (test_notify_only_when_reserved);
    RUN (test_notify_only_next_owners_listener);
    RUN (test_notify_fair_queue_handoffs);
+   RUN (test_notify_fair_next_claims_while_held);
+   RUN (test_notify_fair_leave_during_count);
    RUN (test_notify_local_only_polls);
    RUN (test_notify_wake_fifo_refused);
 }

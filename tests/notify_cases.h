@@ -58,6 +58,11 @@ void test_notify_idle_costs_nothing (void);
 void test_notify_only_when_reserved (void);
 void test_notify_only_next_owners_listener (void);
 void test_notify_fair_queue_handoffs (void);
+/* Where queue leaves notify: the waiter a new holder's leave brings to
+ * the head claims the reservation during that hold. */
+void test_notify_fair_next_claims_while_held (void);
+/* And a leave heard while a waiter's count was on its way still counts. */
+void test_notify_fair_leave_during_count (void);
 
 /* A listener that hears only this machine's releases (watch_local_only:
  * MySQL, MongoDB) leaves the next owner on the quarter rule: its watcher
