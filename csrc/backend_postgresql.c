@@ -35,7 +35,8 @@
  *
  * queue_join is two statements: an upsert of the entry under an advisory
  * lock on the key, then the count of live entries ahead
- * (stmt_postgresql.c says why not one); queue_leave one DELETE; prune a
+ * (stmt_postgresql.c says why not one); queue_leave one DELETE that
+ * notifies the waiter it leaves first; prune a
  * second DELETE for the queue entries that ran out. hold is one UPDATE ...
  * RETURNING holds: the count after, or no row when the lease is not the
  * owner's and live.
@@ -448,11 +449,14 @@ static bool ll_pg_watch_drain (void *listener, ll_watch_fn fn, void *data, lease
       return ll_pg_fail (c, NULL, "listening", err);
    PGnotify *n;
    while ((n = PQnotifies (c->db))) {
-      const char *slash = strchr (n->extra, '/');
-      if (slash && slash - n->extra <= LEASELOCK_OWNER_LEN) {
+      /* "<owner>/<key>" a release, "<owner>|<key>" a queue leave (an
+       * owner is hex: the first separator is the one) */
+      const char *sep = strpbrk (n->extra, "/|");
+      if (sep && sep - n->extra <= LEASELOCK_OWNER_LEN) {
          char owner[LEASELOCK_OWNER_LEN + 1];
-         ll_copy_clipped (owner, sizeof owner, n->extra, (size_t)(slash - n->extra));
-         fn (data, LL_WATCH_RELEASE, slash + 1, strlen (slash + 1), owner);
+         ll_copy_clipped (owner, sizeof owner, n->extra, (size_t)(sep - n->extra));
+         fn (data, *sep == '|' ? LL_WATCH_QUEUE_LEFT : LL_WATCH_RELEASE, sep + 1, strlen (sep + 1),
+             owner);
       }
       PQfreemem (n);
    }
@@ -464,6 +468,7 @@ const ll_backend_t ll_backend_postgresql = {
    .schemes = { "postgresql", "postgres", NULL },
    LL_SQL_BACKEND_OPS (ll_pg),
    LL_BACKEND_WATCH_OPS (ll_pg),
+   .queue_leave_notifies = true,
    .watch_close = ll_sql_close,
    .watch_abandon = ll_sql_abandon,
 };

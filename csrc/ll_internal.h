@@ -507,8 +507,9 @@ typedef struct ll_taken
  * key[0..key_len) was released (key NULL: unknown which), leaving
  * next_owner (32 hex) as its reservation ("": none; NULL: unknown); or
  * LL_WATCH_QUEUE_LEFT, a waiter left a key's fair queue (key NULL:
- * unknown which; next_owner NULL), which brings each one queued behind it
- * a place nearer the head. Strings are borrowed. */
+ * unknown which), which brings each one queued behind it a place nearer
+ * the head, next_owner the one now first (NULL: unknown). Strings are
+ * borrowed. */
 typedef enum
 {
    LL_WATCH_RELEASE,

@@ -302,8 +302,19 @@ static_assert (LL_DEFAULT_MAX_TTL_MS == 60000, "LL_POSTGRESQL_META_FAILOVER's de
    "SELECT count(*) FROM \"%1$s_queue\" q, \"%1$s_queue\" me, "                                    \
    "(SELECT clock_timestamp() AS t) n WHERE me.lock_key = $1 AND me.owner = $2 "                   \
    "AND q.lock_key = $1 AND q.alive_until > n.t AND (q.arrived, q.owner) < (me.arrived, me.owner)"
-/* $1 key, $2 owner. */
-#define LL_POSTGRESQL_QUEUE_LEAVE "DELETE FROM \"%1$s_queue\" WHERE lock_key = $1 AND owner = $2"
+/* $1 key, $2 owner. It leaves the queue and notifies the owner of the
+ * key's first live entry left, on that owner's channel, the payload
+ * "<owner>|<key>" (a leave: a release's is "<owner>/<key>"), so that it
+ * joins again and claims the reservation while the key is still held
+ * (ll_backend_t's queue_leave_notifies). */
+#define LL_POSTGRESQL_QUEUE_LEAVE                                                                  \
+   "WITH d AS (DELETE FROM \"%1$s_queue\" WHERE lock_key = $1 AND owner = $2 RETURNING "           \
+   "lock_key), "                                                                                   \
+   "n AS (SELECT d.lock_key, (SELECT q.owner FROM \"%1$s_queue\" q WHERE q.lock_key = d.lock_key " \
+   "AND q.owner <> $2 AND q.alive_until > clock_timestamp() ORDER BY q.arrived, q.owner LIMIT 1) " \
+   "AS next FROM d) "                                                                              \
+   "SELECT CASE WHEN n.next IS NOT NULL THEN pg_notify(" LL_POSTGRESQL_TAG_CHANNEL (               \
+     "n.next") ", n.next || '|' || n.lock_key) END FROM n"
 /* prune's second statement: the queue entries under a prefix that ran out
  * at least older_than ago; never a live one. $1 prefix, $2 older_than
  * (us); the range form $3 the upper bound. */

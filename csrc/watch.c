@@ -130,16 +130,17 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
 }
 
 /* A waiter left a key's fair queue (key NULL: unknown which;
- * ll_backend_t's queue_leave_notifies): each fair waiter of the key moves
- * up a place, and the one it brings to the head is woken to join again
- * and claim the reservation while the key is still held. Called with
- * w->mu held. */
-static void on_queue_left (ll_watch_t *w, const char *key, size_t len)
+ * ll_backend_t's queue_leave_notifies): the waiter it brings to the head
+ * (named by next_owner, else each fair waiter of the key moves up a place)
+ * is woken to join again and claim the reservation while the key is
+ * still held. Called with w->mu held. */
+static void on_queue_left (ll_watch_t *w, const char *key, size_t len, const char *next_owner)
 {
    for (ll_watch_waiter_t *e = w->waiters; e; e = e->next) {
       if (key && !same_key (e, key, len))
          continue;
-      if (e->ahead > 0 && --e->ahead == 0) {
+      if (next_owner ? !strcmp (e->owner, next_owner) : e->ahead > 0 && --e->ahead == 0) {
+         e->ahead = 0;
          e->reserved = true;
          wake (e);
       }
@@ -153,7 +154,7 @@ static void on_event_locked (void *data, ll_watch_event_t ev, const char *key, s
    pthread_mutex_lock (&w->mu);
    if (ev == LL_WATCH_QUEUE_LEFT) {
       w->leaves++;
-      on_queue_left (w, key, len);
+      on_queue_left (w, key, len, next_owner);
    } else {
       w->heard++;
       on_release (w, key, len, next_owner);
