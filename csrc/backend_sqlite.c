@@ -411,10 +411,7 @@ static bool ll_sqlite_queue_leave (void *conn, const ll_op_t *op, leaselock_erro
    sqlite3_stmt *st = ll_sqlite_st (c, LL_SQLITE_ST_QUEUE_LEAVE);
    ll_sqlite_bind_key_owner (st, op);
    int rc = ll_sqlite_step_done (st);
-   if (rc != SQLITE_OK)
-      return ll_sqlite_db_error (c, rc, "queue_leave", err);
-   ll_wake_touch_queue (&c->wake); /* queue_leave_notifies */
-   return true;
+   return rc == SQLITE_OK || ll_sqlite_db_error (c, rc, "queue_leave", err);
 }
 
 /* ---- release notifications ------------------------------------------- */
@@ -471,7 +468,6 @@ const ll_backend_t ll_backend_sqlite = {
    .close_before_fork = true,
    LL_BACKEND_LEASE_OPS (ll_sqlite),
    .fair_take = true,
-   .queue_leave_notifies = true,
    .record_waiters = true,
    .watch_open = ll_sqlite_watch_open,
    .watch_fd = ll_wake_listener_fd,

@@ -470,8 +470,9 @@ static bool nt_queued (leaselock_client_t *c, const char *k, int64_t n)
 /* Three fair waiters in processes of their own, queued one after the
  * other, take the key in turn, each woken by the release before it: the
  * third, two places back when it last looked, is woken by the releases
- * that brought it to the head, though the notification names nobody
- * (SQLite) and it never polls. */
+ * (or, where they notify, the queue leaves) that brought it to the head,
+ * though the notification names nobody (SQLite, the same-machine
+ * channels) and it never polls. */
 void test_notify_fair_queue_handoffs (void)
 {
    if (!nt_supported (URI))
