@@ -108,22 +108,25 @@
 #define LL_SQLITE_TAKE_ONLY LL_SQLITE_INSERT " VALUES (" LL_SQLITE_NEW_ROW ")" LL_SQLITE_TAKE_UPSERT
 
 /* A fair acquire's first try (ll_take_t's fair): LL_SQLITE_ACQUIRE whose
- * new row is there only while the key's fair queue has no live entry of
- * another owner, so that nothing is inserted or taken (no row back: BUSY)
- * while one waits, a key without a record too. Same parameters, ?7 and ?8
- * NULL. (The WHERE clause also keeps SQLite from reading the upsert's ON
- * as a join's.) */
-#define LL_SQLITE_ACQUIRE_FAIR                                                                     \
-   LL_SQLITE_INSERT                                                                                \
-   " SELECT " LL_SQLITE_NEW_ROW " WHERE NOT EXISTS (SELECT 1 FROM"                                 \
-   " leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND q.alive_until > " LL_SQLITE_NOW_MS   \
-   ")" LL_SQLITE_UPSERT
+ * new row's key is NULL while the key's fair queue has a live entry of
+ * another owner; INSERT OR IGNORE then skips the row (the key is NOT
+ * NULL), so nothing is inserted or taken (no row back: BUSY) while one
+ * waits, a key without a record too. Same parameters, ?7 and ?8 NULL.
+ * (A VALUES row, not INSERT ... SELECT: SQLite runs a RETURNING clause as
+ * a trigger, which makes an INSERT ... SELECT fill a temporary table
+ * first, a pager made and freed on every call; where that memory sat at
+ * the top of the heap, each free gave it back to the system and each
+ * call faulted it in again, which halved the fair first try's speed.) */
+#define LL_SQLITE_NEW_ROW_FAIR                                                                     \
+   "CASE WHEN EXISTS (SELECT 1 FROM leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND"      \
+   " q.alive_until > " LL_SQLITE_NOW_MS ") THEN NULL ELSE ?1 END, ?2, 1, " LL_SQLITE_NOW_MS        \
+   ", " LL_SQLITE_NOW_MS " + ?3, ?4, ?5, ?6"
+#define LL_SQLITE_INSERT_FAIR                                                                      \
+   "INSERT OR IGNORE INTO leaselock_locks (key, owner, fence, acquired_at, expires_at, host, pid," \
+   " label) VALUES (" LL_SQLITE_NEW_ROW_FAIR ")"
+#define LL_SQLITE_ACQUIRE_FAIR LL_SQLITE_INSERT_FAIR LL_SQLITE_UPSERT
 /* The same without a claim, as LL_SQLITE_TAKE_ONLY: ?1 to ?6. */
-#define LL_SQLITE_TAKE_ONLY_FAIR                                                                   \
-   LL_SQLITE_INSERT                                                                                \
-   " SELECT " LL_SQLITE_NEW_ROW " WHERE NOT EXISTS (SELECT 1 FROM"                                 \
-   " leaselock_queue q WHERE q.key = ?1 AND q.owner <> ?2 AND q.alive_until > " LL_SQLITE_NOW_MS   \
-   ")" LL_SQLITE_TAKE_UPSERT
+#define LL_SQLITE_TAKE_ONLY_FAIR LL_SQLITE_INSERT_FAIR LL_SQLITE_TAKE_UPSERT
 
 /* ?1 key, ?2 owner, ?3 ttl_ms */
 #define LL_SQLITE_RENEW                                                                            \
