@@ -129,6 +129,15 @@ static void on_release (void *data, const char *key, size_t len, const char *nex
       wake (oldest);
 }
 
+/* e is first in its key's fair queue now: next as much as a reserved
+ * waiter, and woken to join again and claim. Called with w->mu held. */
+static void at_head (ll_watch_waiter_t *e)
+{
+   e->ahead = 0;
+   e->reserved = true;
+   wake (e);
+}
+
 /* A waiter left a key's fair queue (key NULL: unknown which;
  * ll_backend_t's queue_leave_notifies): the waiter it brings to the head
  * (named by next_owner, else each fair waiter of the key moves up a place)
@@ -139,11 +148,8 @@ static void on_queue_left (ll_watch_t *w, const char *key, size_t len, const cha
    for (ll_watch_waiter_t *e = w->waiters; e; e = e->next) {
       if (key && !same_key (e, key, len))
          continue;
-      if (next_owner ? !strcmp (e->owner, next_owner) : e->ahead > 0 && --e->ahead == 0) {
-         e->ahead = 0;
-         e->reserved = true;
-         wake (e);
-      }
+      if (next_owner ? !strcmp (e->owner, next_owner) : e->ahead > 0 && --e->ahead == 0)
+         at_head (e);
    }
 }
 
@@ -267,6 +273,7 @@ static void reset_after_fork_locked (ll_watch_t *w, pid_t me)
    w->waiters = NULL;
    w->opens = 0;
    w->heard = 0;
+   w->leaves = 0;
    if (w->stop_fd > 0)
       close (w->stop_fd); /* the parent's: shared with its thread */
    w->stop_fd = 0;
@@ -307,11 +314,10 @@ bool ll_watch_update (ll_watch_t *w, ll_watch_waiter_t *e, bool reserved, bool b
    e->ahead = ahead;
    if (ahead > 0 && w->backend->queue_leave_notifies) {
       uint64_t missed = w->leaves - leaves_before;
-      e->ahead = missed >= (uint64_t)ahead ? 0 : ahead - (int64_t)missed;
-      if (e->ahead == 0) {
-         e->reserved = true;
-         wake (e);
-      }
+      if (missed >= (uint64_t)ahead)
+         at_head (e);
+      else
+         e->ahead = ahead - (int64_t)missed;
    }
    *released = e->released;
    e->released = false;
