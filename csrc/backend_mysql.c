@@ -63,10 +63,12 @@
  * says why), queue_leave one, prune three (the records, the queue entries
  * that ran out, the rows that only held a mark).
  *
- * Bounded calls: libmariadb waits for the socket with poll() and these
- * timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT),
- * per wait and without retries (unlike old libmysqlclient, whose read
- * timeout was documented as tripled); a wait that times out ends the call
+ * Bounded calls: these timeouts (MYSQL_OPT_CONNECT_TIMEOUT, _READ_TIMEOUT,
+ * _WRITE_TIMEOUT) bound each wait for the socket, libmariadb's in poll()
+ * and a reply's in recv() under the socket's SO_RCVTIMEO, kept equal to
+ * the read timeout (ll_mysql_recv_read, backend_mysql_conn.c), per wait
+ * and without retries (unlike old libmysqlclient, whose read timeout was
+ * documented as tripled); a wait that times out ends the call
  * with BACKEND (2013, lost connection) and the connection is dropped. A
  * stalled server therefore ends a call at most one timeout after it
  * stopped answering. A call that must reconnect waits on: TCP connect,

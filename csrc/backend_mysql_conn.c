@@ -39,12 +39,17 @@
 #include "backend_mysql_private.h"
 #include "stmt_mysql.h"
 
+#include <errno.h>
 #include <ma_pvio.h> /* libmariadb's I/O layer, whose timeouts count milliseconds */
+#include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #define DEFAULT_TIMEOUT_S 5 /* io_timeout and connect_timeout */
 #define MAX_TIMEOUT_S 86400
@@ -277,6 +282,7 @@ void ll_mysql_disconnect (ll_sql_conn_t *b)
    if (c->db)
       mysql_close (c->db);
    c->db = NULL;
+   c->recv_timeout_ms = 0; /* the next connection's socket has its own */
 }
 
 bool ll_mysql_exec_plain (ll_mysql_conn_t *c, const char *sql, const char *what,
@@ -482,6 +488,93 @@ static void ll_mysql_host_name (const ll_mysql_conn_t *c, int i, char *buf, size
       snprintf (buf, size, strchr (h, ':') ? "[%.200s]:%u" : "%.200s:%u", h, c->ports[i]);
 }
 
+/* ---- reads that wait in recv() ---------------------------------------
+ *
+ * libmariadb reads a reply with a non-blocking recv() and, when nothing
+ * has come yet (the server is still at work: nearly always), waits in
+ * poll() with the read timeout and reads again: three system calls per
+ * wait, and a high-resolution timer started and cancelled for each (2-3%
+ * of an acquire+release pair with the server on the client's CPU,
+ * 1% with it on another). Its TCP and Unix sockets are in blocking mode
+ * once connected (its own calls ask MSG_DONTWAIT), so the connection's
+ * I/O layer gets a copy of libmariadb's methods whose read waits in
+ * recv() itself, bounded by the socket's SO_RCVTIMEO, which
+ * ll_mysql_cap_io keeps equal to the layer's read timeout: one system
+ * call per wait and the same bound. A TLS connection (its reads go
+ * through the TLS library's own waits), a socket left non-blocking, or
+ * any other I/O plugin keeps libmariadb's read. */
+
+static PVIO_METHODS recv_methods;    /* libmariadb's socket methods, read replaced */
+static PVIO_METHODS *socket_methods; /* the table recv_methods copies */
+static pthread_mutex_t recv_methods_mu = PTHREAD_MUTEX_INITIALIZER; /* guards both while made */
+
+/* The socket plugin's read with the wait in recv(): bytes read, 0 at
+ * the end of the stream, -1 on an error or when SO_RCVTIMEO ran out. A
+ * signal that cuts a wait short leaves the rest of the read timeout to
+ * poll(), as libmariadb waits (a rare path: the timer is the cost). */
+static ssize_t ll_mysql_recv_read (MARIADB_PVIO *pvio, uchar *buf, size_t len)
+{
+   my_socket fd;
+   if (pvio->methods->get_handle (pvio, &fd))
+      return -1;
+   int64_t start = ll_real_now_ms ();
+   ssize_t r = recv (fd, buf, len, 0);
+   if (r < 0 && errno == EINTR) {
+      for (;;) {
+         int64_t left = pvio->timeout[PVIO_READ_TIMEOUT] - (ll_real_now_ms () - start);
+         struct pollfd p = { .fd = fd, .events = POLLIN };
+         int ready = left > 0 ? poll (&p, 1, (int)left) : 0;
+         if (ready == 0)
+            break; /* the timeout ran out */
+         if (ready < 0 && errno != EINTR)
+            return -1;
+         if (ready > 0 && ((r = recv (fd, buf, len, MSG_DONTWAIT)) >= 0 ||
+                           (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)))
+            return r;
+      }
+      r = -1;
+      errno = EAGAIN;
+   }
+   if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      errno = ETIMEDOUT; /* as libmariadb's wait says it */
+   return r;
+}
+
+/* Whether pvio reads with ll_mysql_recv_read, switching it over when it
+ * can (a blocking socket of libmariadb's socket plugin, without TLS). */
+static bool ll_mysql_reads_in_recv (MARIADB_PVIO *pvio)
+{
+   if (pvio->methods == &recv_methods)
+      return true;
+   if (pvio->ctls || pvio->type > PVIO_TYPE_SOCKET || !pvio->methods->is_blocking ||
+       !pvio->methods->is_blocking (pvio) || !pvio->methods->get_handle)
+      return false;
+   pthread_mutex_lock (&recv_methods_mu);
+   if (!socket_methods) {
+      socket_methods = pvio->methods;
+      recv_methods = *pvio->methods;
+      recv_methods.read = ll_mysql_recv_read;
+   }
+   bool same = pvio->methods == socket_methods;
+   pthread_mutex_unlock (&recv_methods_mu);
+   if (same)
+      pvio->methods = &recv_methods;
+   return same;
+}
+
+/* SO_RCVTIMEO of c's socket, ms > 0; false (the socket unchanged) when
+ * the system refuses it. */
+static bool ll_mysql_set_recv_timeout (ll_mysql_conn_t *c, MARIADB_PVIO *pvio, int ms)
+{
+   my_socket fd;
+   struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+   if (pvio->methods->get_handle (pvio, &fd) ||
+       setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
+      return false;
+   c->recv_timeout_ms = ms;
+   return true;
+}
+
 void ll_mysql_cap_io (ll_mysql_conn_t *c)
 {
    MARIADB_PVIO *pvio = c->db ? c->db->net.pvio : NULL;
@@ -497,6 +590,13 @@ void ll_mysql_cap_io (ll_mysql_conn_t *c)
    }
    pvio->timeout[PVIO_READ_TIMEOUT] = (int)r;
    pvio->timeout[PVIO_WRITE_TIMEOUT] = (int)w;
+   /* A read that waits in recv() waits as long as SO_RCVTIMEO: set to the
+    * same, or libmariadb's read again (poll() with the timeout above). */
+   if (r > 0 && (r != c->recv_timeout_ms || pvio->methods != &recv_methods) &&
+       ll_mysql_reads_in_recv (pvio) && !ll_mysql_set_recv_timeout (c, pvio, (int)r)) {
+      pvio->methods = socket_methods;
+      c->recv_timeout_ms = 0;
+   }
 }
 
 /* timeout_s, or fewer whole seconds (at least 1, rounded up) when the

@@ -27,6 +27,10 @@ typedef struct
    unsigned ports[LL_URI_MAX_HOSTS]; /* 3306 where the URI names none */
    int n_hosts;
    unsigned connect_timeout, read_timeout, write_timeout;
+   /* The socket's SO_RCVTIMEO in ms as ll_mysql_cap_io last set it, which
+    * bounds each wait of ll_mysql_recv_read; 0 while libmariadb's own read
+    * is used (none set yet on this connection). */
+   int recv_timeout_ms;
    bool ssl;
    ll_wake_toucher_t wake; /* this machine's release channel (wake_file.c) */
    /* The queue mark this connection last set (ll_mysql_queue_join; end:
@@ -70,7 +74,8 @@ bool ll_mysql_exec_plain (ll_mysql_conn_t *c, const char *sql, const char *what,
  * the caller's bound (ll_call_bound) when that is less, in milliseconds
  * (at least 1). libmariadb's options count whole seconds and are read at
  * connect only, so this sets its I/O layer's (ma_pvio.h, installed with
- * it): each wait of the statement is bounded by it. */
+ * it), and the socket's SO_RCVTIMEO where the connection reads in recv()
+ * (ll_mysql_recv_read): each wait of the statement is bounded by it. */
 void ll_mysql_cap_io (ll_mysql_conn_t *c);
 
 /* The driver's check_primary (backend_mysql_primary.c). */

@@ -7,6 +7,7 @@
  */
 #include "ll_internal.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -97,7 +98,11 @@ bool ll_fd_looks_closed (int fd)
    if (fd < 0)
       return true;
    struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
-   return poll (&p, 1, 0) != 0;
+   int r;
+   while ((r = poll (&p, 1, 0)) < 0 && errno == EINTR) {
+      /* a signal came: ask again (it does not mean the peer closed) */
+   }
+   return r != 0;
 }
 
 bool ll_fd_point_at_devnull (int fd)

@@ -2276,6 +2276,116 @@ static void test_stalled_acquire_in_time (void)
    CHECK (free_ms < 3000); /* released, not run out (5 s after it ran) */
 }
 
+/* Signals while a call waits for the server (a profiler's timer, a
+ * handler of the application's; recv() and poll() return EINTR even
+ * under SA_RESTART when they wait with a timeout): each wait a signal
+ * cuts short goes on for what is left of its bound, no more. Pairs
+ * succeed while another thread signals the calling thread every
+ * millisecond, and a call on a stopped server still ends by io_timeout
+ * (a wait that started over at each signal would last as long as the
+ * signals do). */
+typedef struct
+{
+   pthread_t target, th;
+   atomic_bool stop;
+   atomic_long sent;
+} pester_t;
+
+static void sig_noop (int sig)
+{
+   (void)sig;
+}
+
+static void *pester_main (void *arg)
+{
+   pester_t *p = arg;
+   while (!atomic_load (&p->stop)) {
+      if (pthread_kill (p->target, SIGUSR1) == 0)
+         atomic_fetch_add (&p->sent, 1);
+      sleep_ms (1);
+   }
+   return NULL;
+}
+
+static void pester_start (pester_t *p, pthread_t target)
+{
+   p->target = target;
+   atomic_init (&p->stop, false);
+   atomic_init (&p->sent, 0);
+   pthread_create (&p->th, NULL, pester_main, p);
+}
+
+static void pester_stop (pester_t *p)
+{
+   atomic_store (&p->stop, true);
+   pthread_join (p->th, NULL);
+}
+
+static void test_signals_during_waits (void)
+{
+   /* A handler that returns (kept afterwards: a signal still pending when
+    * the disposition went back to the default would end the process). */
+   struct sigaction sa = { .sa_handler = sig_noop };
+   sigemptyset (&sa.sa_mask);
+   CHECK (sigaction (SIGUSR1, &sa, NULL) == 0);
+   char o[128];
+   snprintf (o, sizeof o, "io_timeout=%dms&connect_timeout=%d", STALL_IO_MS,
+             STALL_CONNECT_MS / 1000);
+   leaselock_error_t err;
+   leaselock_client_t *c = leaselock_client_new (uri_with (o), "signals", &err);
+   CHECK_OK (c != NULL, err);
+   const char *k = key ("signals");
+
+   /* 1. Pairs under signals: none fails. */
+   pester_t p;
+   pester_start (&p, pthread_self ());
+   leaselock_acquire_opts_t ao = opts (5000, false);
+   int pairs = 0;
+   bool ok = true;
+   int64_t t0 = mono_ms ();
+   while (ok && (pairs < 200 || mono_ms () - t0 < 300)) {
+      leaselock_lease_t *l = NULL;
+      ok = leaselock_acquire (c, k, strlen (k), &ao, &l, &err) && leaselock_lease_release (l, &err);
+      leaselock_lease_destroy (l);
+      pairs += ok;
+   }
+   pester_stop (&p);
+   long sent = atomic_load (&p.sent);
+   CHECK_OK (ok, err);
+   CHECK (sent > 50); /* the calls did run among signals */
+
+   /* 2. A call in flight on a stopped server, its thread signalled every
+    * millisecond, still ends by io_timeout. */
+   leaselock_record_t rec;
+   bool found;
+   ok = leaselock_inspect (c, k, strlen (k), &rec, &found, &err); /* a warm connection */
+   CHECK_OK (ok, err);
+   call_t in = { .c = c, .key = k, .what = CALL_INSPECT };
+   stall_t s;
+   bool stalled = stall_begin (&s);
+   bool done = false;
+   if (stalled) {
+      t0 = mono_ms ();
+      call_start (&in);
+      pester_start (&p, in.th);
+      done = call_wait (&in, t0, STALL_IO_MS + STALL_CONNECT_MS + STALL_SLACK_MS);
+      pester_stop (&p);
+   }
+   stall_end (&s);
+   if (stalled)
+      call_join (&in);
+   leaselock_client_destroy (c);
+   fprintf (stderr,
+            "    %d pairs among %ld signals; on a stopped server the inspect %s after %lld ms\n",
+            pairs, sent, done ? leaselock_code_name (in.err.code) : "still waiting",
+            (long long)(done ? in.took_ms : mono_ms () - t0));
+   CHECK (stalled);
+   CHECK (done);
+   CHECK (!in.ok);
+   CHECK_EQ (in.err.code, LEASELOCK_BACKEND);
+   CHECK (in.took_ms < 3 * STALL_IO_MS);
+}
+
 /* Without any timeout in the URI, a call on a connection to a stopped
  * server ends after the default io_timeout (5 s). */
 static void test_stalled_server_default_bound (void)
@@ -2739,6 +2849,7 @@ int main (int argc, char **argv)
    RUN (test_failed_in_flight);
    RUN (test_stalled_server);
    RUN (test_stalled_acquire_in_time);
+   RUN (test_signals_during_waits);
    RUN_SLOW (test_stalled_server_default_bound);
    notify_cases_run ();
    RUN (test_scheme_aliases_and_socket);
