@@ -2114,13 +2114,20 @@ static void call_join (call_t *k)
  * timeout returns BACKEND or TIMEOUT, a call in flight ends, and a fork()
  * from another thread meanwhile (whose handler waits for calls in flight)
  * returns; once the server runs again the same client works. */
-static void test_stalled_server (void)
+/* A client labelled label whose URI gives the stall tests' I/O bounds
+ * (the caller destroys it); NULL with err set on failure. */
+static leaselock_client_t *stall_client (const char *label, leaselock_error_t *err)
 {
    char o[128];
    snprintf (o, sizeof o, "io_timeout=%dms&connect_timeout=%d", STALL_IO_MS,
              STALL_CONNECT_MS / 1000);
+   return leaselock_client_new (uri_with (o), label, err);
+}
+
+static void test_stalled_server (void)
+{
    leaselock_error_t err;
-   leaselock_client_t *c = leaselock_client_new (uri_with (o), "stall", &err);
+   leaselock_client_t *c = stall_client ("stall", &err);
    CHECK_OK (c != NULL, err);
    const int64_t bound = STALL_IO_MS + STALL_CONNECT_MS + STALL_SLACK_MS;
    const char *ka = key ("stall-a"), *kb = key ("stall-b"), *kc = key ("stall-c");
@@ -2328,11 +2335,8 @@ static void test_signals_during_waits (void)
    struct sigaction sa = { .sa_handler = sig_noop };
    sigemptyset (&sa.sa_mask);
    CHECK (sigaction (SIGUSR1, &sa, NULL) == 0);
-   char o[128];
-   snprintf (o, sizeof o, "io_timeout=%dms&connect_timeout=%d", STALL_IO_MS,
-             STALL_CONNECT_MS / 1000);
    leaselock_error_t err;
-   leaselock_client_t *c = leaselock_client_new (uri_with (o), "signals", &err);
+   leaselock_client_t *c = stall_client ("signals", &err);
    CHECK_OK (c != NULL, err);
    const char *k = key ("signals");
 
