@@ -525,14 +525,13 @@ static ssize_t ll_mysql_recv_read (MARIADB_PVIO *pvio, uchar *buf, size_t len)
          struct pollfd p = { .fd = fd, .events = POLLIN };
          int ready = left > 0 ? poll (&p, 1, (int)left) : 0;
          if (ready == 0)
-            break; /* the timeout ran out */
+            break; /* the timeout ran out: reported below */
          if (ready < 0 && errno != EINTR)
             return -1;
          if (ready > 0 && ((r = recv (fd, buf, len, MSG_DONTWAIT)) >= 0 ||
                            (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)))
             return r;
       }
-      r = -1;
       errno = EAGAIN;
    }
    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
