@@ -1159,6 +1159,9 @@ typedef struct ll_watch
  * wake-up can only come from a notification), and its claims last that
  * much longer. */
 extern _Atomic int64_t ll_test_wait_poll_ms;
+/* Tests only: when set, a watcher calls it before it opens a listener
+ * (with no lock held): a listener that opens late. */
+extern void (*ll_test_watch_open_hook) (void);
 
 /* Tests only: how many times a renewal thread woke from its sleep. */
 extern _Atomic uint64_t ll_test_renewal_wakes;

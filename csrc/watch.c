@@ -30,6 +30,7 @@
 #define REOPEN_MAX_MS 2000
 
 _Atomic int64_t ll_test_wait_poll_ms;
+void (*ll_test_watch_open_hook) (void);
 
 /* A new random tag (ll_watch_begin): two hex digits. */
 static void new_tag (ll_watch_t *w)
@@ -185,6 +186,8 @@ static void *open_listener (ll_watch_t *w, int64_t *backoff_ms)
    pthread_mutex_lock (&w->mu);
    memcpy (tag, w->tag, sizeof tag);
    pthread_mutex_unlock (&w->mu);
+   if (ll_test_watch_open_hook)
+      ll_test_watch_open_hook ();
    void *l = w->backend->watch_open (w->uri, tag, &err);
    pthread_mutex_lock (&w->mu);
    if (l && w->stopping) {
@@ -199,6 +202,13 @@ static void *open_listener (ll_watch_t *w, int64_t *backoff_ms)
       /* Releases may have gone unheard before: the waiters that can
        * take a key try now. */
       on_release (w, NULL, 0, NULL);
+      /* So may queue leaves, where they move the queue: each fair waiter
+       * behind others joins again and counts anew (one that such a leave
+       * brought to the head claims the reservation then). */
+      if (w->backend->queue_leave_notifies)
+         for (ll_watch_waiter_t *e = w->waiters; e; e = e->next)
+            if (e->ahead > 0)
+               wake (e);
    }
    /* A failure is logged once until a listener opens again: waiters
     * poll meanwhile, and the open is retried with backoff. */

@@ -418,13 +418,36 @@ void test_notify_only_next_owners_listener (void)
    leaselock_client_destroy (h);
 }
 
+/* The read end of a pipe that a fair waiter's first listener waits on
+ * before it opens (nt_fair_waiter's gate); -1: none. */
+static int nt_gate_fd = -1;
+
+static void nt_gate_wait (void)
+{
+   char b;
+   if (nt_gate_fd >= 0 && read (nt_gate_fd, &b, 1) < 0) {
+      /* the test's end went away: open now */
+   }
+   if (nt_gate_fd >= 0)
+      close (nt_gate_fd);
+   nt_gate_fd = -1;
+}
+
 /* A fair waiter of k in a process of its own, its polls put off: queues,
- * holds k hold_ms once it has it, releases. Exits 0 when all of it worked. */
-static pid_t nt_fair_waiter (const char *uri, const char *k, int64_t hold_ms)
+ * holds k hold_ms once it has it, releases. Exits 0 when all of it worked.
+ * gate (a pipe; NULL: none): its watcher opens its first listener only
+ * once a byte (or the end) can be read from gate[0]; the caller closes
+ * gate[0], writes to gate[1] and closes it. */
+static pid_t nt_fair_waiter_gated (const char *uri, const char *k, int64_t hold_ms, const int *gate)
 {
    pid_t pid = fork ();
    if (pid != 0)
       return pid;
+   if (gate) {
+      close (gate[1]);
+      nt_gate_fd = gate[0];
+      ll_test_watch_open_hook = nt_gate_wait;
+   }
    atomic_store (&ll_test_wait_poll_ms, 60000);
    leaselock_error_t err;
    leaselock_client_t *c = leaselock_client_new (uri, "fair-waiter", &err);
@@ -442,6 +465,11 @@ static pid_t nt_fair_waiter (const char *uri, const char *k, int64_t hold_ms)
    leaselock_lease_destroy (l);
    leaselock_client_destroy (c);
    _exit (ok ? 0 : 1);
+}
+
+static pid_t nt_fair_waiter (const char *uri, const char *k, int64_t hold_ms)
+{
+   return nt_fair_waiter_gated (uri, k, hold_ms, NULL);
 }
 
 /* Waits (up to 5 s) until k's fair queue has n live entries; where
@@ -576,6 +604,64 @@ void test_notify_fair_next_claims_while_held (void)
    leaselock_client_destroy (h);
    CHECK (queued);
    CHECK_OK (released, err);
+   if (!claimed)
+      fprintf (stderr, "    during the first waiter's hold: owner \"%s\", next owner \"%s\"\n",
+               r.owner, r.next_owner);
+   CHECK (claimed);
+   CHECK_EQ (done, 2);
+}
+
+/* A leave nobody heard: the waiter behind the next holder opens its
+ * listener only after that holder took the key and left the queue (a
+ * listener slow to connect, or one opened again after it broke). Once
+ * listening, its watcher has it join again: it finds itself at the head
+ * and claims the reservation during the hold, though its polls are put
+ * off and the leave's notification went unheard. */
+void test_notify_fair_leave_before_listening (void)
+{
+   if (!nt_leaves_notify ())
+      return;
+   leaselock_error_t err;
+   leaselock_client_t *h = client ("holder");
+   CHECK (h);
+   const char *k = key ("notify-fair-unheard");
+   leaselock_acquire_opts_t o = opts (60000, false);
+   leaselock_lease_t *l = NULL;
+   CHECK_OK (leaselock_acquire (h, k, strlen (k), &o, &l, &err), err);
+   int gate[2];
+   CHECK (pipe (gate) == 0);
+   pid_t first = nt_fair_waiter (URI, k, 3000);
+   bool queued = first > 0 && nt_queued (h, k, 1);
+   sleep_ms (100); /* its listener is in place */
+   pid_t second = nt_fair_waiter_gated (URI, k, 30, gate);
+   close (gate[0]);
+   queued = queued && second > 0 && nt_queued (h, k, 2);
+   bool released = leaselock_lease_release (l, &err);
+   /* The first holds the key and has left the queue: one entry left,
+    * the second's, whose listener is not open yet. */
+   leaselock_record_t r = { 0 };
+   bool left = false;
+   for (int i = 0; !left && i < 500; i++, sleep_ms (10)) {
+      bool found = false;
+      left = leaselock_inspect (h, k, strlen (k), &r, &found, NULL) && found && r.owner[0] &&
+             strcmp (r.owner, leaselock_lease_owner (l)) != 0 && r.queued == 1;
+   }
+   (void)!write (gate[1], "g", 1);
+   close (gate[1]);
+   bool claimed = left && nt_claimed_while_held (h, k, 2000, NULL, &r);
+   int done = 0;
+   pid_t pids[2] = { first, second };
+   for (int i = 0; i < 2; i++) {
+      int status = 0;
+      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
+          WEXITSTATUS (status) == 0)
+         done++;
+   }
+   leaselock_lease_destroy (l);
+   leaselock_client_destroy (h);
+   CHECK (queued);
+   CHECK_OK (released, err);
+   CHECK (left);
    if (!claimed)
       fprintf (stderr, "    during the first waiter's hold: owner \"%s\", next owner \"%s\"\n",
                r.owner, r.next_owner);
@@ -810,6 +896,7 @@ void notify_cases_run (void)
    RUN (test_notify_only_next_owners_listener);
    RUN (test_notify_fair_queue_handoffs);
    RUN (test_notify_fair_next_claims_while_held);
+   RUN (test_notify_fair_leave_before_listening);
    RUN (test_notify_fair_leave_during_count);
    RUN (test_notify_local_only_polls);
    RUN (test_notify_wake_fifo_refused);

@@ -61,6 +61,8 @@ void test_notify_fair_queue_handoffs (void);
 /* Where queue leaves notify: the waiter a new holder's leave brings to
  * the head claims the reservation during that hold. */
 void test_notify_fair_next_claims_while_held (void);
+/* And when that leave went unheard (its listener opened after it). */
+void test_notify_fair_leave_before_listening (void);
 /* And a leave heard while a waiter's count was on its way still counts. */
 void test_notify_fair_leave_during_count (void);
 
