@@ -472,6 +472,20 @@ static pid_t nt_fair_waiter (const char *uri, const char *k, int64_t hold_ms)
    return nt_fair_waiter_gated (uri, k, hold_ms, NULL);
 }
 
+/* How many of the n child processes pids (a pid <= 0: none) exited 0;
+ * waits for each. */
+static int nt_exited_ok (const pid_t *pids, int n)
+{
+   int done = 0;
+   for (int i = 0; i < n; i++) {
+      int status = 0;
+      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
+          WEXITSTATUS (status) == 0)
+         done++;
+   }
+   return done;
+}
+
 /* Waits (up to 5 s) until k's fair queue has n live entries; where
  * inspect cannot count them (MongoDB: no record_waiters), a moment for
  * the waiter just started to join: the waiters' entries, which they do
@@ -521,13 +535,7 @@ void test_notify_fair_queue_handoffs (void)
    sleep_ms (100); /* their listeners are in place */
    int64_t t0 = mono_ms ();
    bool released = leaselock_lease_release (l, &err);
-   int done = 0;
-   for (int i = 0; i < 3; i++) {
-      int status = 0;
-      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
-          WEXITSTATUS (status) == 0)
-         done++;
-   }
+   int done = nt_exited_ok (pids, 3);
    int64_t took = mono_ms () - t0;
    leaselock_lease_destroy (l);
    leaselock_client_destroy (h);
@@ -592,14 +600,7 @@ void test_notify_fair_next_claims_while_held (void)
     * the second must have claimed it. */
    leaselock_record_t r = { 0 };
    bool claimed = nt_claimed_while_held (h, k, 2000, NULL, &r);
-   int done = 0;
-   pid_t pids[2] = { first, second };
-   for (int i = 0; i < 2; i++) {
-      int status = 0;
-      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
-          WEXITSTATUS (status) == 0)
-         done++;
-   }
+   int done = nt_exited_ok ((pid_t[]){ first, second }, 2);
    leaselock_lease_destroy (l);
    leaselock_client_destroy (h);
    CHECK (queued);
@@ -649,14 +650,7 @@ void test_notify_fair_leave_before_listening (void)
    (void)!write (gate[1], "g", 1);
    close (gate[1]);
    bool claimed = left && nt_claimed_while_held (h, k, 2000, NULL, &r);
-   int done = 0;
-   pid_t pids[2] = { first, second };
-   for (int i = 0; i < 2; i++) {
-      int status = 0;
-      if (pids[i] > 0 && waitpid (pids[i], &status, 0) == pids[i] && WIFEXITED (status) &&
-          WEXITSTATUS (status) == 0)
-         done++;
-   }
+   int done = nt_exited_ok ((pid_t[]){ first, second }, 2);
    leaselock_lease_destroy (l);
    leaselock_client_destroy (h);
    CHECK (queued);
